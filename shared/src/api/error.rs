@@ -1,0 +1,77 @@
+//! The one API error: a status, a stable machine-readable code and a message, rendered as
+//! `{"error": {"code", "message", ...details}}`. A 500 never echoes internals.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+
+use crate::store::StoreError;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    /// Extra machine-readable fields merged into the error object.
+    pub details: Map<String, Value>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into(), details: Map::new() }
+    }
+
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.details.insert(key.to_owned(), value.into());
+        self
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub fn unprocessable(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
+    }
+
+    pub fn not_found() -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+    }
+
+    /// The body as a JSON value (the batch endpoint nests it per item).
+    pub fn body(&self) -> Value {
+        let mut obj = Map::new();
+        obj.insert("code".into(), self.code.into());
+        obj.insert("message".into(), self.message.clone().into());
+        obj.extend(self.details.clone());
+        json!({ "error": obj })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut res = (self.status, axum::Json(self.body())).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            res.headers_mut().insert("retry-after", axum::http::HeaderValue::from_static("5"));
+        }
+        res
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        if e.is_unavailable() {
+            tracing::warn!(event = "relay.api.db_unavailable", error = %e, "database unavailable");
+            return ApiError::unavailable("the database is unavailable; retry shortly");
+        }
+        if let StoreError::KeyVanished(key) = &e {
+            return ApiError::new(StatusCode::CONFLICT, "retry", format!("idempotency key {key:?} changed while the request ran; retry"));
+        }
+        tracing::error!(event = "relay.api.internal", error = %e, "internal error");
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+    }
+}

@@ -1,0 +1,136 @@
+//! Request extractors whose every rejection is an `ApiError`: the caller's tenant (bearer key),
+//! the idempotency key, and a JSON body checked for size, syntax, NUL characters and shape.
+
+use axum::body::Bytes;
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::store::tenants::{self, Tenant};
+
+/// The tenant whose API key is in `Authorization: Bearer <key>`.
+pub struct Caller(pub Tenant);
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller
+where
+    AppState: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let state = AppState::from_ref(state);
+        let unauthorized = |msg: &str| ApiError::new(axum::http::StatusCode::UNAUTHORIZED, "unauthorized", msg);
+        let header = parts
+            .headers
+            .get(axum::http::header::AUTHORIZATION)
+            .ok_or_else(|| unauthorized("missing Authorization: Bearer <api key>"))?;
+        let key = header
+            .to_str()
+            .ok()
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .ok_or_else(|| unauthorized("Authorization must be `Bearer <api key>`"))?;
+        let db = state.pool.get().await.map_err(crate::store::StoreError::from)?;
+        match tenants::by_api_key(&db, key).await? {
+            Some(t) => Ok(Caller(t)),
+            None => Err(unauthorized("unknown or disabled API key")),
+        }
+    }
+}
+
+/// The `Idempotency-Key` header, required on submissions.
+pub struct IdempotencyKey(pub String);
+
+pub const MAX_KEY_LEN: usize = 200;
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
+        let v = parts.headers.get("idempotency-key").ok_or_else(|| {
+            ApiError::bad_request("missing_idempotency_key", "the Idempotency-Key header is required")
+        })?;
+        let key = v.to_str().ok().map(str::trim).unwrap_or_default();
+        check_key(key).map(|k| IdempotencyKey(k.to_owned()))
+    }
+}
+
+/// An idempotency key is 1 to 200 visible ASCII characters.
+pub fn check_key(key: &str) -> Result<&str, ApiError> {
+    if key.is_empty() || key.len() > MAX_KEY_LEN || !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ApiError::bad_request(
+            "invalid_idempotency_key",
+            format!("an idempotency key is 1 to {MAX_KEY_LEN} visible ASCII characters"),
+        ));
+    }
+    Ok(key)
+}
+
+/// A JSON body: 413 over the size limit, 400 when not JSON or when any string holds a NUL
+/// character, 422 naming the field when the shape is wrong.
+pub struct JsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            let status = rejection.status();
+            if status == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(status, "body_too_large", "the request body is over the size limit")
+            } else {
+                ApiError::new(status, "unreadable_body", "the request body could not be read")
+            }
+        })?;
+        let value: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}")))?;
+        if let Some(path) = nul_path(&value, "") {
+            return Err(ApiError::bad_request("nul_character", format!("{path} contains a NUL character"))
+                .with("field", path));
+        }
+        let parsed = serde_path_to_error::deserialize(&value).map_err(|e| {
+            let field = e.path().to_string();
+            ApiError::unprocessable("invalid_field", format!("{field}: {}", e.inner())).with("field", field)
+        })?;
+        Ok(JsonBody(parsed))
+    }
+}
+
+/// The path of the first string (or object key) that contains a NUL character.
+fn nul_path(v: &Value, at: &str) -> Option<String> {
+    let here = || if at.is_empty() { ".".to_owned() } else { at.to_owned() };
+    match v {
+        Value::String(s) if s.contains('\0') => Some(here()),
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, x)| nul_path(x, &format!("{at}[{i}]"))),
+        Value::Object(map) => map.iter().find_map(|(k, x)| {
+            let p = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
+            if k.contains('\0') { Some(p) } else { nul_path(x, &p) }
+        }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn nul_characters_are_found_anywhere() {
+        assert_eq!(nul_path(&json!({"a": [1, {"b": "x\u{0}"}]}), ""), Some("a[1].b".into()));
+        assert_eq!(nul_path(&json!({"k\u{0}": 1}), ""), Some("k\u{0}".into()));
+        assert_eq!(nul_path(&json!({"a": "fine"}), ""), None);
+    }
+
+    #[test]
+    fn idempotency_keys_are_bounded_visible_ascii() {
+        assert!(check_key("order-42").is_ok());
+        assert!(check_key("").is_err());
+        assert!(check_key("has space").is_err());
+        assert!(check_key(&"k".repeat(201)).is_err());
+    }
+}

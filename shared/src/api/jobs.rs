@@ -1,0 +1,356 @@
+//! The job resource: submit (one or a batch), read, list as a change feed, cancel, history;
+//! and the catalogue. Every query is scoped to the caller's tenant.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use base64::Engine;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::{Caller, IdempotencyKey, JsonBody, check_key};
+use crate::catalogue::Catalogue;
+use crate::intake;
+use crate::job::JobStatus;
+use crate::store::jobs::{self, Inserted, Job, JobFilter, NewJob};
+use crate::store::StoreError;
+
+pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
+pub const DEFAULT_TIMEOUT_SECONDS: i32 = 300;
+pub const MAX_DELAY_SECONDS: u32 = 366 * 24 * 3600;
+pub const MAX_BATCH: usize = 500;
+
+/// A job to submit.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobRequest {
+    /// A task type from `GET /v1/tasks`.
+    pub task_type: String,
+    /// Parameters, checked against the task's schema.
+    #[serde(default = "empty_object")]
+    pub params: Value,
+    /// Carried by every retry, child and event; minted by Relay when absent.
+    #[serde(default)]
+    pub correlation_id: Option<String>,
+    /// Run no earlier than this time (RFC 3339). Not with `delay_seconds`.
+    #[serde(default)]
+    pub run_at: Option<DateTime<Utc>>,
+    /// Run no earlier than this many seconds from now. Not with `run_at`.
+    #[serde(default)]
+    pub delay_seconds: Option<u32>,
+    /// 1 to 100; default 5.
+    #[serde(default)]
+    pub max_attempts: Option<i32>,
+    /// Per-attempt time limit, 1 to 86400 seconds; default 300.
+    #[serde(default)]
+    pub timeout_seconds: Option<i32>,
+}
+
+fn empty_object() -> Value {
+    json!({})
+}
+
+impl JobRequest {
+    /// Validate against the catalogue and turn into a row to insert.
+    pub fn into_new_job(self, key: &str, catalogue: &Catalogue, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
+        if !catalogue.contains(&self.task_type) {
+            return Err(ApiError::unprocessable(
+                "unknown_task_type",
+                format!("task type {:?} is not in the catalogue", self.task_type),
+            )
+            .with("field", "task_type")
+            .with("available", catalogue.names()));
+        }
+        catalogue.check(&self.task_type, &self.params).map_err(|e| {
+            ApiError::unprocessable("invalid_params", e.to_string()).with("field", e.field.clone())
+        })?;
+        let invalid = |field: &str, msg: &str| {
+            ApiError::unprocessable("invalid_field", format!("{field}: {msg}")).with("field", field)
+        };
+        if let Some(c) = &self.correlation_id
+            && (c.is_empty() || c.len() > 200 || c.chars().any(char::is_control))
+        {
+            return Err(invalid("correlation_id", "1 to 200 characters, no control characters"));
+        }
+        let run_at = match (self.run_at, self.delay_seconds) {
+            (Some(_), Some(_)) => return Err(invalid("delay_seconds", "give run_at or delay_seconds, not both")),
+            (_, Some(d)) if d > MAX_DELAY_SECONDS => return Err(invalid("delay_seconds", "at most one year")),
+            (Some(at), None) if at > now + chrono::Duration::seconds(MAX_DELAY_SECONDS.into()) => {
+                return Err(invalid("run_at", "at most one year ahead"));
+            }
+            (Some(at), None) => at.max(now),
+            (None, Some(d)) => now + chrono::Duration::seconds(d.into()),
+            (None, None) => now,
+        };
+        let max_attempts = self.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
+        if !(1..=100).contains(&max_attempts) {
+            return Err(invalid("max_attempts", "between 1 and 100"));
+        }
+        let timeout_seconds = self.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
+        if !(1..=86_400).contains(&timeout_seconds) {
+            return Err(invalid("timeout_seconds", "between 1 and 86400"));
+        }
+        // The request as the client sent it (no minted id, no computed time) is what a replay
+        // must match.
+        let request_hash = Sha256::digest(serde_json::to_vec(&self).unwrap_or_default()).to_vec();
+        let id = Uuid::now_v7();
+        Ok(NewJob {
+            id,
+            correlation_id: self.correlation_id.unwrap_or_else(|| id.to_string()),
+            task_type: self.task_type,
+            params: self.params,
+            idempotency_key: key.to_owned(),
+            request_hash,
+            parent_id: None,
+            run_at,
+            max_attempts,
+            timeout_seconds,
+        })
+    }
+}
+
+/// 202 for a new job, 200 for a replay of the same request, 422 for a key reused with another.
+fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, Job), ApiError> {
+    match inserted {
+        Inserted::Created(job) => Ok((StatusCode::ACCEPTED, job)),
+        Inserted::Existing(job) if job.request_hash == request_hash => Ok((StatusCode::OK, job)),
+        Inserted::Existing(job) => Err(ApiError::unprocessable(
+            "idempotency_key_reused",
+            format!("idempotency key {:?} was already used for a different request", job.idempotency_key),
+        )
+        .with("idempotency_key", job.idempotency_key.clone())
+        .with("job_id", job.id.to_string())),
+    }
+}
+
+/// `POST /v1/jobs`
+pub async fn submit(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    IdempotencyKey(key): IdempotencyKey,
+    JsonBody(req): JsonBody<JobRequest>,
+) -> Result<Response, ApiError> {
+    let new = req.into_new_job(&key, &state.catalogue, Utc::now())?;
+    let hash = new.request_hash.clone();
+    let mut inserted = intake::enqueue(&state.pool, &state.transport, tenant.id, &[new]).await?;
+    let (status, job) = answer(inserted.remove(0), &hash)?;
+    Ok((status, Json(job)).into_response())
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    /// Up to 500 jobs, each a job request plus its own `idempotency_key`.
+    pub jobs: Vec<Value>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchItemResult {
+    /// 202 created, 200 replayed, 4xx refused (see `error`).
+    pub status: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<Job>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+}
+
+/// `POST /v1/jobs:batch`: valid items are inserted in one transaction; each item gets its own
+/// result, in order.
+pub async fn submit_batch(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    JsonBody(req): JsonBody<BatchRequest>,
+) -> Result<Json<Value>, ApiError> {
+    if req.jobs.is_empty() || req.jobs.len() > MAX_BATCH {
+        return Err(ApiError::unprocessable("invalid_batch", format!("a batch holds 1 to {MAX_BATCH} jobs"))
+            .with("field", "jobs"));
+    }
+    let now = Utc::now();
+    let parsed: Vec<Result<NewJob, ApiError>> =
+        req.jobs.into_iter().enumerate().map(|(i, item)| parse_item(i, item, &state.catalogue, now)).collect();
+    let valid: Vec<NewJob> = parsed.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
+    let mut inserted = intake::enqueue(&state.pool, &state.transport, tenant.id, &valid).await?.into_iter();
+    let results: Vec<BatchItemResult> = parsed
+        .into_iter()
+        .map(|p| {
+            let outcome = p.and_then(|new| {
+                let ins = inserted.next().ok_or_else(|| StoreError::KeyVanished(new.idempotency_key.clone()))?;
+                answer(ins, &new.request_hash)
+            });
+            match outcome {
+                Ok((status, job)) => BatchItemResult { status: status.as_u16(), job: Some(job), error: None },
+                Err(e) => BatchItemResult { status: e.status.as_u16(), job: None, error: Some(e.body()["error"].clone()) },
+            }
+        })
+        .collect();
+    Ok(Json(json!({ "results": results })))
+}
+
+fn parse_item(index: usize, item: Value, catalogue: &Catalogue, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
+    let at = |e: ApiError| {
+        let field = e.details.get("field").and_then(Value::as_str).map(|f| format!("jobs[{index}].{f}"));
+        match field {
+            Some(f) => e.with("field", f),
+            None => e,
+        }
+    };
+    let Value::Object(mut obj) = item else {
+        return Err(at(ApiError::unprocessable("invalid_field", "each job is an object").with("field", ".")));
+    };
+    let key = match obj.remove("idempotency_key") {
+        Some(Value::String(k)) => check_key(&k).map_err(|e| at(e.with("field", "idempotency_key")))?.to_owned(),
+        _ => {
+            return Err(at(ApiError::unprocessable("missing_idempotency_key", "each job needs an idempotency_key string")
+                .with("field", "idempotency_key")));
+        }
+    };
+    let req: JobRequest = serde_path_to_error::deserialize(Value::Object(obj)).map_err(|e| {
+        let field = e.path().to_string();
+        at(ApiError::unprocessable("invalid_field", format!("{field}: {}", e.inner())).with("field", field))
+    })?;
+    req.into_new_job(&key, catalogue, now).map_err(at)
+}
+
+fn parse_id(id: &str) -> Result<Uuid, ApiError> {
+    // A malformed id names no job: the same answer as any other missing job.
+    Uuid::parse_str(id).map_err(|_| ApiError::not_found())
+}
+
+/// `GET /v1/jobs/{id}`
+pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
+    let id = parse_id(&id)?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    jobs::get(&db, tenant.id, id).await?.map(Json).ok_or_else(ApiError::not_found)
+}
+
+/// `GET /v1/jobs/{id}/events`
+pub async fn events(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id)?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    if jobs::get(&db, tenant.id, id).await?.is_none() {
+        return Err(ApiError::not_found());
+    }
+    Ok(Json(json!({ "events": jobs::events(&db, tenant.id, id).await? })))
+}
+
+/// `POST /v1/jobs/{id}/cancel`: pending or waiting jobs (and their pending children).
+pub async fn cancel(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
+    let id = parse_id(&id)?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let cancelled = jobs::cancel(&db, tenant.id, id).await?;
+    let job = jobs::get(&db, tenant.id, id).await?.ok_or_else(ApiError::not_found)?;
+    if !cancelled && job.status != JobStatus::Cancelled {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_cancellable",
+            format!("the job is {}; only pending or waiting jobs can be cancelled", job.status.as_str()),
+        )
+        .with("status", job.status.as_str()));
+    }
+    Ok(Json(job))
+}
+
+/// Query of `GET /v1/jobs`; all optional.
+#[derive(Debug, Default, Deserialize)]
+pub struct ListQuery {
+    pub status: Option<String>,
+    pub task_type: Option<String>,
+    pub correlation_id: Option<String>,
+    pub updated_since: Option<String>,
+    pub cursor: Option<String>,
+    pub limit: Option<String>,
+}
+
+/// `GET /v1/jobs`: the caller's jobs ordered by (updated_at, id): a change feed. Pass
+/// `next_cursor` back as `cursor` for the next page; a job that changes again reappears later.
+pub async fn list(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    let bad = |field: &str, msg: String| ApiError::bad_request("invalid_query", msg).with("field", field);
+    let status = match q.status.as_deref() {
+        None => None,
+        Some(s) => Some(JobStatus::parse(s).ok_or_else(|| {
+            bad("status", format!("status must be one of {}", JobStatus::ALL.map(JobStatus::as_str).join(", ")))
+        })?),
+    };
+    let updated_since = match q.updated_since.as_deref() {
+        None => None,
+        Some(s) => Some(
+            DateTime::parse_from_rfc3339(s)
+                .map_err(|_| bad("updated_since", "updated_since must be an RFC 3339 time".into()))?
+                .with_timezone(&Utc),
+        ),
+    };
+    let limit = match q.limit.as_deref() {
+        None => 100,
+        Some(s) => s.parse::<i64>().ok().filter(|l| (1..=500).contains(l))
+            .ok_or_else(|| bad("limit", "limit must be 1 to 500".into()))?,
+    };
+    let after = match q.cursor.as_deref() {
+        None => None,
+        Some(c) => Some(decode_cursor(c).ok_or_else(|| bad("cursor", "cursor is not one this API issued".into()))?),
+    };
+    for (field, v) in [("task_type", &q.task_type), ("correlation_id", &q.correlation_id)] {
+        if v.as_deref().is_some_and(|s| s.contains('\0')) {
+            return Err(bad(field, format!("{field} contains a NUL character")));
+        }
+    }
+    let filter = JobFilter { status, task_type: q.task_type, correlation_id: q.correlation_id, updated_since, after, limit };
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let page = jobs::list(&db, tenant.id, &filter).await?;
+    let next_cursor = (page.len() as i64 == limit).then(|| page.last().map(|j| encode_cursor(j.updated_at, j.id))).flatten();
+    Ok(Json(json!({ "jobs": page, "next_cursor": next_cursor })))
+}
+
+fn encode_cursor(at: DateTime<Utc>, id: Uuid) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}|{id}", at.timestamp_micros()))
+}
+
+fn decode_cursor(c: &str) -> Option<(DateTime<Utc>, Uuid)> {
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(c).ok()?;
+    let (micros, id) = std::str::from_utf8(&raw).ok()?.split_once('|')?;
+    Some((DateTime::from_timestamp_micros(micros.parse().ok()?)?, Uuid::parse_str(id).ok()?))
+}
+
+/// `GET /v1/tasks`: the catalogue, with each task's parameter schema.
+pub async fn tasks(State(state): State<AppState>, Caller(_): Caller) -> Json<Value> {
+    Json(json!({ "tasks": state.catalogue.describe() }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_round_trip_and_garbage_is_refused() {
+        let at = DateTime::from_timestamp_micros(1_700_000_000_123_456).unwrap();
+        let id = Uuid::now_v7();
+        assert_eq!(decode_cursor(&encode_cursor(at, id)), Some((at, id)));
+        assert_eq!(decode_cursor("not-a-cursor"), None);
+    }
+
+    #[test]
+    fn a_request_hash_ignores_nothing_the_client_sent() {
+        let cat = Catalogue::standard(false);
+        let now = Utc::now();
+        let req = |delay| JobRequest {
+            task_type: "noop".into(), params: json!({}), correlation_id: None, run_at: None,
+            delay_seconds: delay, max_attempts: None, timeout_seconds: None,
+        };
+        let a = req(None).into_new_job("k", &cat, now).unwrap();
+        let b = req(None).into_new_job("k", &cat, now + chrono::Duration::seconds(5)).unwrap();
+        let c = req(Some(5)).into_new_job("k", &cat, now).unwrap();
+        assert_eq!(a.request_hash, b.request_hash, "the same request later is a replay");
+        assert_ne!(a.request_hash, c.request_hash);
+    }
+}

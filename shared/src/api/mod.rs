@@ -1,0 +1,64 @@
+//! The HTTP API as one router, served by `relay serve`/`relay dev`, by the intake Lambda
+//! (through lambda_http) and by tests (through `tower::ServiceExt::oneshot`).
+
+pub mod error;
+pub mod extract;
+pub mod jobs;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use deadpool_postgres::Pool;
+
+use crate::catalogue::Catalogue;
+use crate::transport::Transport;
+use error::ApiError;
+
+/// Largest request body accepted (a full batch of 500 modest jobs fits).
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// A request that takes longer than this answers 503 instead of hanging.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// What every handler shares; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: Pool,
+    pub catalogue: Catalogue,
+    pub transport: Arc<dyn Transport>,
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/jobs", post(jobs::submit).get(jobs::list))
+        .route("/v1/jobs:batch", post(jobs::submit_batch))
+        .route("/v1/jobs/{id}", get(jobs::get))
+        .route("/v1/jobs/{id}/events", get(jobs::events))
+        .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
+        .route("/v1/tasks", get(jobs::tasks))
+        .route("/healthz", get(|| async { axum::Json(serde_json::json!({ "ok": true })) }))
+        .fallback(|| async { ApiError::not_found() })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this route")
+        })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn(time_limit))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
+            tracing::error!(event = "relay.api.panic", "handler panicked");
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error").into_response()
+        }))
+        .with_state(state)
+}
+
+/// Answer 503 with a JSON error rather than hang when a request cannot finish in time.
+async fn time_limit(req: Request, next: Next) -> Response {
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
+        Ok(res) => res,
+        Err(_) => ApiError::unavailable("the request timed out; retry with the same idempotency key").into_response(),
+    }
+}

@@ -1,0 +1,245 @@
+//! `relay`: the operator CLI and local runner. `relay dev` runs the whole platform in one
+//! process; the other commands run one part each against a shared database.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use taskdeck::pgcluster::{Durability, PrivateCluster};
+use taskdeck::platform::{Platform, Settings};
+use taskdeck::store::tenants;
+use tokio::sync::watch;
+
+#[derive(Parser)]
+#[command(name = "relay", version, about = "Relay: durable background jobs for client services")]
+struct Cli {
+    /// Postgres URL. `relay dev` boots a private cluster when it is not set.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    database_url: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Clone)]
+struct Run {
+    /// Worker loops in this process.
+    #[arg(long, env = "RELAY_WORKERS", default_value_t = 2)]
+    workers: usize,
+    /// Jobs each worker loop runs at once.
+    #[arg(long, env = "RELAY_CONCURRENCY", default_value_t = 64)]
+    concurrency: usize,
+    /// Lease length in seconds (a heartbeat renews it for long jobs).
+    #[arg(long, env = "RELAY_LEASE_SECONDS", default_value_t = 30)]
+    lease_seconds: u64,
+    /// Seconds between sweep passes.
+    #[arg(long, env = "RELAY_SWEEP_INTERVAL_SECONDS", default_value_t = 30)]
+    sweep_interval_seconds: u64,
+    /// Register the test-only tasks (`test.fail`, `test.effect`). Never in production.
+    #[arg(long, env = "RELAY_TEST_TASKS")]
+    test_tasks: bool,
+}
+
+impl Run {
+    fn settings(&self) -> Settings {
+        let mut s = Settings::default();
+        s.executor.concurrency = self.concurrency.max(1);
+        s.executor.claim_batch = self.concurrency.clamp(1, 256);
+        s.executor.lease = Duration::from_secs(self.lease_seconds.max(3));
+        s.sweep_interval = Duration::from_secs(self.sweep_interval_seconds.max(1));
+        s.test_tasks = self.test_tasks;
+        s.pool.max_size = 8 + 2 * self.workers;
+        s
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The whole platform in one process: API, workers, sweep (private Postgres unless DATABASE_URL).
+    Dev {
+        #[arg(long, env = "RELAY_ADDR", default_value = "127.0.0.1:8080")]
+        addr: SocketAddr,
+        /// Folder of the private Postgres cluster.
+        #[arg(long, default_value = ".relay/pg")]
+        data_dir: PathBuf,
+        #[command(flatten)]
+        run: Run,
+    },
+    /// Apply pending migrations and exit.
+    Migrate,
+    /// Serve the HTTP API only.
+    Serve {
+        #[arg(long, env = "RELAY_ADDR", default_value = "127.0.0.1:8080")]
+        addr: SocketAddr,
+        #[command(flatten)]
+        run: Run,
+    },
+    /// Run workers only.
+    Worker {
+        #[command(flatten)]
+        run: Run,
+    },
+    /// Run one sweep pass (or keep sweeping with --loop).
+    Sweep {
+        #[arg(long = "loop")]
+        keep_going: bool,
+        #[command(flatten)]
+        run: Run,
+    },
+    /// Manage tenants.
+    Tenant {
+        #[command(subcommand)]
+        command: TenantCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum TenantCommand {
+    /// Create a tenant; prints only its new API key on stdout.
+    Create { name: String },
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(run(cli))
+}
+
+fn required_url(url: Option<String>) -> anyhow::Result<String> {
+    url.context("DATABASE_URL is not set: give --database-url or set DATABASE_URL")
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Dev { addr, data_dir, run } => dev(cli.database_url, addr, data_dir, run).await,
+        Command::Migrate => {
+            let p = Platform::new(&required_url(cli.database_url)?, Settings::default())?;
+            let applied = p.migrate().await?;
+            eprintln!("migrations applied: {}", if applied.is_empty() { "none".into() } else { applied.join(", ") });
+            Ok(())
+        }
+        Command::Serve { addr, run } => {
+            let p = Platform::new(&required_url(cli.database_url)?, run.settings())?;
+            let (stop_tx, stop) = watch::channel(false);
+            let stop_tx = Arc::new(stop_tx);
+            tokio::spawn(shutdown_on_signal(stop_tx));
+            serve(&p, addr, stop).await
+        }
+        Command::Worker { run } => {
+            let p = Platform::new(&required_url(cli.database_url)?, run.settings())?;
+            let (stop_tx, stop) = watch::channel(false);
+            let stop_tx = Arc::new(stop_tx);
+            let workers = p.spawn_workers(run.workers, &stop);
+            eprintln!("relay worker: {} loops x {} concurrent jobs", run.workers, run.concurrency);
+            shutdown_on_signal(stop_tx).await;
+            futures::future::join_all(workers).await;
+            Ok(())
+        }
+        Command::Sweep { keep_going, run } => {
+            let p = Platform::new(&required_url(cli.database_url)?, run.settings())?;
+            if keep_going {
+                let (stop_tx, stop) = watch::channel(false);
+            let stop_tx = Arc::new(stop_tx);
+                let sweeper = p.spawn_sweeper(&stop);
+                shutdown_on_signal(stop_tx).await;
+                sweeper.await?;
+            } else {
+                let report = p.sweeper().pass().await?;
+                println!("{}", serde_json::to_string(&report)?);
+            }
+            Ok(())
+        }
+        Command::Tenant { command: TenantCommand::Create { name } } => {
+            let p = Platform::new(&required_url(cli.database_url)?, Settings::default())?;
+            let db = p.pool.get().await?;
+            if tenants::by_name(&db, &name).await?.is_some() {
+                anyhow::bail!("a tenant named {name:?} exists already");
+            }
+            let (_, key) = tenants::create(&db, &name).await?;
+            println!("{key}");
+            Ok(())
+        }
+    }
+}
+
+/// Wait for Ctrl-C or SIGTERM, then tell everyone to stop.
+async fn shutdown_on_signal(stop: Arc<watch::Sender<bool>>) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {},
+    }
+    eprintln!("relay: stopping (finishing jobs in flight)...");
+    let _ = stop.send(true);
+}
+
+async fn serve(p: &Platform, addr: SocketAddr, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+    axum::serve(listener, taskdeck::api::router(p.app_state()))
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await?;
+    Ok(())
+}
+
+async fn dev(url: Option<String>, addr: SocketAddr, data_dir: PathBuf, run: Run) -> anyhow::Result<()> {
+    let (url, cluster) = match url {
+        Some(url) => (url, None),
+        None => {
+            let cluster = PrivateCluster::start(&data_dir, Durability::Full)?;
+            ensure_database(&cluster.url("postgres"), "relay").await?;
+            eprintln!("relay dev: private Postgres in {} on port {}", cluster.data_dir.display(), cluster.port);
+            (cluster.url("relay"), Some(cluster))
+        }
+    };
+    let p = Platform::new(&url, run.settings())?;
+    p.migrate().await?;
+    let key = {
+        let db = p.pool.get().await?;
+        match tenants::by_name(&db, "dev").await? {
+            Some(t) => tenants::rotate_key(&db, t.id).await?,
+            None => tenants::create(&db, "dev").await?.1,
+        }
+    };
+    eprintln!(
+        "relay dev: API on http://{addr}, {} worker loops, sweep every {}s\n\
+         dev tenant API key (new on every start):\n\n  export RELAY_KEY={key}\n\n\
+         try:\n  curl -s -X POST http://{addr}/v1/jobs -H \"Authorization: Bearer $RELAY_KEY\" \\\n    \
+         -H 'Idempotency-Key: hello-1' -H 'Content-Type: application/json' -d '{{\"task_type\": \"noop\"}}'\n",
+        run.workers, run.sweep_interval_seconds
+    );
+    println!("{key}");
+    let (stop_tx, stop) = watch::channel(false);
+            let stop_tx = Arc::new(stop_tx);
+    let workers = p.spawn_workers(run.workers, &stop);
+    let sweeper = p.spawn_sweeper(&stop);
+    tokio::spawn(shutdown_on_signal(stop_tx));
+    let served = serve(&p, addr, stop).await;
+    futures::future::join_all(workers).await;
+    let _ = sweeper.await;
+    if let Some(c) = cluster {
+        c.stop()?;
+        eprintln!("relay dev: private Postgres stopped; data kept in {}", c.data_dir.display());
+    }
+    served
+}
+
+/// Create a database if it does not exist (private clusters start with only `postgres`).
+async fn ensure_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
+    let (client, conn) = tokio_postgres::connect(admin_url, tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    let exists = client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]).await?.is_some();
+    if !exists {
+        client.batch_execute(&format!("CREATE DATABASE \"{name}\"")).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,189 @@
+//! The catalogue: the one registry of task types. Intake refuses a type that is not here
+//! (422, listing what is); the executor fails a job of an unknown type for good.
+//!
+//! A task declares its parameters as a Rust type: the same type validates a request (serde,
+//! unknown fields refused, the failing field named) and publishes the JSON Schema.
+
+mod basic;
+mod testing;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use utoipa::{PartialSchema, ToSchema};
+
+use crate::job::{JobId, TaskError, TenantId};
+use crate::store::modes::Modes;
+
+/// What a task sees of the job it runs for, and the platform it runs on.
+#[derive(Clone)]
+pub struct TaskContext {
+    pub job_id: JobId,
+    pub tenant_id: TenantId,
+    pub attempt: i32,
+    pub correlation_id: String,
+    /// The modes read when this job was claimed.
+    pub modes: Arc<Modes>,
+    pub db: deadpool_postgres::Pool,
+}
+
+/// A task type. `run` returns plain JSON: a task cannot hand back something unstorable.
+pub trait Task: Send + Sync + 'static {
+    type Params: DeserializeOwned + ToSchema + Send;
+    const NAME: &'static str;
+    const DESCRIPTION: &'static str;
+
+    /// Checks serde cannot express (ranges, cross-field rules), as (field, message).
+    fn check(_params: &Self::Params) -> Result<(), (String, String)> {
+        Ok(())
+    }
+
+    fn run(&self, ctx: &TaskContext, params: Self::Params) -> impl Future<Output = Result<Value, TaskError>> + Send;
+}
+
+/// A parameter that failed validation, with the path of the field.
+#[derive(Debug, Clone, PartialEq, Serialize, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ParamError {
+    pub field: String,
+    pub message: String,
+}
+
+/// A catalogue entry as `GET /v1/tasks` shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TaskInfo {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// JSON Schema of the task's `params`.
+    pub params_schema: Value,
+}
+
+trait ErasedTask: Send + Sync {
+    fn info(&self) -> TaskInfo;
+    fn check(&self, params: &Value) -> Result<(), ParamError>;
+    fn run<'a>(&'a self, ctx: &'a TaskContext, params: Value) -> BoxFuture<'a, Result<Value, TaskError>>;
+}
+
+fn parse<T: Task>(params: &Value) -> Result<T::Params, ParamError> {
+    let parsed: T::Params = serde_path_to_error::deserialize(params).map_err(|e| ParamError {
+        field: match e.path().to_string() {
+            p if p == "." => "params".to_owned(),
+            p => format!("params.{p}"),
+        },
+        message: e.inner().to_string(),
+    })?;
+    T::check(&parsed).map_err(|(field, message)| ParamError { field: format!("params.{field}"), message })?;
+    Ok(parsed)
+}
+
+impl<T: Task> ErasedTask for T {
+    fn info(&self) -> TaskInfo {
+        TaskInfo {
+            name: T::NAME,
+            description: T::DESCRIPTION,
+            params_schema: serde_json::to_value(T::Params::schema()).unwrap_or(Value::Null),
+        }
+    }
+
+    fn check(&self, params: &Value) -> Result<(), ParamError> {
+        parse::<T>(params).map(|_| ())
+    }
+
+    fn run<'a>(&'a self, ctx: &'a TaskContext, params: Value) -> BoxFuture<'a, Result<Value, TaskError>> {
+        Box::pin(async move {
+            // Parameters were checked at intake; a failure here means the task changed shape
+            // since, and another attempt would fail the same way.
+            let params = parse::<T>(&params).map_err(|e| TaskError::Fatal(format!("invalid params: {e}")))?;
+            T::run(self, ctx, params).await
+        })
+    }
+}
+
+/// The registry of task types, by name.
+#[derive(Clone)]
+pub struct Catalogue {
+    tasks: BTreeMap<&'static str, Arc<dyn ErasedTask>>,
+}
+
+impl Catalogue {
+    /// The production catalogue, plus the `test.*` tasks (which force failures and count
+    /// effects) when `with_test_tasks` is set — never in production.
+    pub fn standard(with_test_tasks: bool) -> Self {
+        let mut c = Catalogue { tasks: BTreeMap::new() };
+        c.add(basic::Noop);
+        c.add(basic::Sleep);
+        if with_test_tasks {
+            c.add(testing::Fail);
+            c.add(testing::Effect);
+        }
+        c
+    }
+
+    fn add<T: Task>(&mut self, task: T) {
+        self.tasks.insert(T::NAME, Arc::new(task));
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.tasks.keys().copied().collect()
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.tasks.contains_key(name)
+    }
+
+    pub fn describe(&self) -> Vec<TaskInfo> {
+        self.tasks.values().map(|t| t.info()).collect()
+    }
+
+    /// Validate parameters for a task type known to be in the catalogue.
+    pub fn check(&self, name: &str, params: &Value) -> Result<(), ParamError> {
+        match self.tasks.get(name) {
+            Some(t) => t.check(params),
+            None => Err(ParamError { field: "task_type".into(), message: format!("unknown task type {name:?}") }),
+        }
+    }
+
+    /// Run a task; `None` when the type is not in the catalogue.
+    pub async fn run(&self, name: &str, ctx: &TaskContext, params: Value) -> Option<Result<Value, TaskError>> {
+        let task = self.tasks.get(name)?.clone();
+        Some(task.run(ctx, params).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn test_tasks_exist_only_when_asked_for() {
+        assert_eq!(Catalogue::standard(false).names(), ["noop", "sleep"]);
+        assert!(Catalogue::standard(true).contains("test.fail"));
+    }
+
+    #[test]
+    fn params_are_checked_and_the_failing_field_named() {
+        let c = Catalogue::standard(true);
+        assert!(c.check("sleep", &json!({"seconds": 1.5})).is_ok());
+        let e = c.check("sleep", &json!({"seconds": "soon"})).unwrap_err();
+        assert_eq!(e.field, "params.seconds");
+        let e = c.check("sleep", &json!({"seconds": -1})).unwrap_err();
+        assert_eq!(e.field, "params.seconds");
+        let e = c.check("noop", &json!({"surprise": 1})).unwrap_err();
+        assert!(e.message.contains("unknown field"), "{e}");
+        let e = c.check("sleep", &json!({})).unwrap_err();
+        assert!(e.message.contains("missing field"), "{e}");
+    }
+
+    #[test]
+    fn every_task_publishes_an_object_schema() {
+        for t in Catalogue::standard(true).describe() {
+            assert_eq!(t.params_schema["type"], "object", "{}", t.name);
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! The executor: runs claimed jobs and records each outcome, fenced by the attempt.
+//!
+//! Both transports end here: the Postgres-native worker loop (`worker`) claims due rows
+//! itself, a transport that delivers ids (SQS) calls `run_dispatched`.
+
+pub mod worker;
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use deadpool_postgres::Pool;
+use futures::FutureExt;
+use serde_json::Value;
+
+use crate::catalogue::{Catalogue, TaskContext};
+use crate::job::{ClaimedJob, Dispatch, JobId, Outcome, TaskError, exception_kind};
+use crate::metrics;
+use crate::retry::RetryPolicy;
+use crate::store::jobs::{self, Failure, Retry};
+use crate::store::modes::{self, Modes};
+use crate::store::StoreError;
+use crate::transport::{self, Transport};
+
+/// The largest result a task may return, serialised.
+pub const MAX_RESULT_BYTES: usize = 256 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct ExecutorConfig {
+    /// Lease length; a heartbeat renews it every third of this while a job runs.
+    pub lease: Duration,
+    /// Jobs one worker runs at once.
+    pub concurrency: usize,
+    /// Most jobs taken by one claim statement.
+    pub claim_batch: usize,
+    /// How long an idle worker waits for a wake-up before it looks anyway.
+    pub poll_interval: Duration,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        Self {
+            lease: Duration::from_secs(30),
+            concurrency: 64,
+            claim_batch: 64,
+            poll_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Everything a worker needs; cheap to clone.
+#[derive(Clone)]
+pub struct Executor {
+    pub pool: Pool,
+    pub catalogue: Catalogue,
+    pub transport: Arc<dyn Transport>,
+    pub retry: RetryPolicy,
+    pub config: ExecutorConfig,
+}
+
+/// What one batch of jobs came to.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct RunReport {
+    pub succeeded: usize,
+    pub retried: usize,
+    pub failed: usize,
+    /// Outcomes refused because the job had moved on (a newer attempt owns it).
+    pub stale: usize,
+}
+
+impl Executor {
+    fn lease_secs(&self) -> f64 {
+        self.config.lease.as_secs_f64()
+    }
+
+    /// Claim these ids (if still claimable) and run them to an outcome. A duplicate or stale
+    /// delivery claims nothing and runs nothing. Returns the report and how many ids ran.
+    pub async fn run_dispatched(&self, ids: &[JobId]) -> Result<(RunReport, usize), StoreError> {
+        let db = self.pool.get().await?;
+        let (modes, claimed) =
+            tokio::try_join!(modes::load(&db), jobs::claim_ids(&db, ids, self.lease_secs()))?;
+        drop(db);
+        let n = claimed.len();
+        let modes = Arc::new(modes);
+        let outcomes = futures::future::join_all(claimed.into_iter().map(|job| {
+            let modes = modes.clone();
+            async move {
+                let outcome = self.execute(&job, modes).await;
+                (job, outcome)
+            }
+        }))
+        .await;
+        Ok((self.record(&outcomes).await?, n))
+    }
+
+    /// Run one claimed job to its outcome: timeout, panic and unknown type included.
+    pub async fn execute(&self, job: &ClaimedJob, modes: Arc<Modes>) -> Outcome {
+        let ctx = TaskContext {
+            job_id: job.id,
+            tenant_id: job.tenant_id,
+            attempt: job.attempt,
+            correlation_id: job.correlation_id.clone(),
+            modes,
+            db: self.pool.clone(),
+        };
+        let timeout = Duration::from_secs(u64::try_from(job.timeout_seconds).unwrap_or(1));
+        let run = AssertUnwindSafe(self.catalogue.run(&job.task_type, &ctx, job.params.clone())).catch_unwind();
+        let ran = match tokio::time::timeout(timeout, run).await {
+            Err(_) => Ran::TimedOut(timeout),
+            Ok(Err(panic)) => Ran::Panicked(panic_message(&panic)),
+            Ok(Ok(None)) => Ran::UnknownType,
+            Ok(Ok(Some(r))) => Ran::Finished(r),
+        };
+        decide(job, ran, Utc::now(), &self.retry)
+    }
+
+    /// Record outcomes in at most three statements (fenced), then dispatch the retries.
+    pub async fn record(&self, outcomes: &[(ClaimedJob, Outcome)]) -> Result<RunReport, StoreError> {
+        let mut done = Vec::new();
+        let mut retries = Vec::new();
+        let mut failures = Vec::new();
+        for (job, outcome) in outcomes {
+            match outcome {
+                Outcome::Succeeded { result } => done.push((job.id, job.attempt, result.clone())),
+                Outcome::Retry { run_at, error } => {
+                    retries.push((job.id, job.attempt, Retry { run_at: *run_at, error: error.clone() }))
+                }
+                Outcome::Failed { kind, error } => {
+                    failures.push((job.id, job.attempt, Failure { kind, error: error.clone() }))
+                }
+            }
+        }
+        let db = self.pool.get().await?;
+        let stale_done = if done.is_empty() { vec![] } else { jobs::succeed(&db, &done).await? };
+        let stale_retries = if retries.is_empty() { vec![] } else { jobs::retry(&db, &retries).await? };
+        let stale_failures = if failures.is_empty() { vec![] } else { jobs::fail(&db, &failures).await? };
+        drop(db);
+        let is_stale = |id: &JobId, stale: &[(JobId, i32)]| stale.iter().any(|(s, _)| s == id);
+        for (id, attempt, f) in failures.iter().filter(|f| !is_stale(&f.0, &stale_failures)) {
+            tracing::warn!(event = "relay.job.failed", job_id = %id, attempt, kind = f.kind,
+                error = %f.error, "job failed for good; exception opened");
+        }
+        let stale: Vec<_> = [&stale_done, &stale_retries, &stale_failures].into_iter().flatten().collect();
+        for (id, attempt) in &stale {
+            tracing::warn!(event = "relay.executor.stale_write", job_id = %id, attempt,
+                "outcome refused: the job has moved on to a newer attempt");
+        }
+        metrics::STALE_WRITES.add(stale.len());
+        metrics::JOBS_RUN.add(outcomes.len());
+        let redo: Vec<Dispatch> = retries
+            .iter()
+            .filter(|r| !is_stale(&r.0, &stale_retries))
+            .map(|(id, _, r)| Dispatch { id: *id, run_at: r.run_at })
+            .collect();
+        transport::send(&self.transport, &self.pool, &redo).await;
+        Ok(RunReport {
+            succeeded: done.len() - stale_done.len(),
+            retried: retries.len() - stale_retries.len(),
+            failed: failures.len() - stale_failures.len(),
+            stale: stale.len(),
+        })
+    }
+}
+
+/// How a task run ended, before the decision.
+#[derive(Debug)]
+pub enum Ran {
+    Finished(Result<Value, TaskError>),
+    TimedOut(Duration),
+    Panicked(String),
+    UnknownType,
+}
+
+/// The one decision of what an attempt leads to. Pure: `now` and the policy come in.
+pub fn decide(job: &ClaimedJob, ran: Ran, now: DateTime<Utc>, policy: &RetryPolicy) -> Outcome {
+    let retry_or_fail = |error: String| {
+        if job.attempts_left() {
+            Outcome::Retry { run_at: policy.next_run_at(now, job.attempt), error }
+        } else {
+            let error = format!("{error} (attempt {} of {})", job.attempt, job.max_attempts);
+            Outcome::Failed { kind: exception_kind::ATTEMPTS_EXHAUSTED, error }
+        }
+    };
+    match ran {
+        Ran::Finished(Ok(result)) => match storable(&result) {
+            Ok(()) => Outcome::Succeeded { result },
+            Err(why) => Outcome::Failed { kind: exception_kind::FATAL_ERROR, error: why },
+        },
+        Ran::Finished(Err(TaskError::Retryable(e))) => retry_or_fail(clean(&e)),
+        Ran::Finished(Err(TaskError::Fatal(e))) => Outcome::Failed { kind: exception_kind::FATAL_ERROR, error: clean(&e) },
+        Ran::Finished(Err(TaskError::Ambiguous(e))) => {
+            Outcome::Failed { kind: exception_kind::AMBIGUOUS_OUTCOME, error: clean(&e) }
+        }
+        Ran::TimedOut(t) => retry_or_fail(format!("timed out after {}s", t.as_secs())),
+        Ran::Panicked(msg) => retry_or_fail(format!("task panicked: {}", clean(&msg))),
+        Ran::UnknownType => Outcome::Failed {
+            kind: exception_kind::UNKNOWN_TASK_TYPE,
+            error: format!("task type {:?} is not in this executor's catalogue", job.task_type),
+        },
+    }
+}
+
+/// A result must be plain JSON that Postgres can store: no NUL characters, bounded size.
+fn storable(result: &Value) -> Result<(), String> {
+    let text = result.to_string();
+    if text.len() > MAX_RESULT_BYTES {
+        return Err(format!("result is {} bytes; the limit is {MAX_RESULT_BYTES}", text.len()));
+    }
+    if text.contains("\\u0000") {
+        return Err("result contains a NUL character, which cannot be stored".into());
+    }
+    Ok(())
+}
+
+/// Error text as Postgres can store it (no NUL), bounded.
+fn clean(e: &str) -> String {
+    e.replace('\0', "\u{FFFD}").chars().take(4000).collect()
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+        .unwrap_or_else(|| "panic".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn job(attempt: i32, max_attempts: i32) -> ClaimedJob {
+        ClaimedJob {
+            id: uuid::Uuid::now_v7(),
+            tenant_id: uuid::Uuid::now_v7(),
+            task_type: "noop".into(),
+            params: json!({}),
+            correlation_id: "c".into(),
+            attempt,
+            max_attempts,
+            timeout_seconds: 10,
+        }
+    }
+
+    #[test]
+    fn retryable_errors_retry_until_attempts_run_out() {
+        let p = RetryPolicy::default();
+        let now = Utc::now();
+        let err = || Ran::Finished(Err(TaskError::Retryable("throttled".into())));
+        assert!(matches!(decide(&job(1, 3), err(), now, &p), Outcome::Retry { run_at, .. } if run_at > now));
+        match decide(&job(3, 3), err(), now, &p) {
+            Outcome::Failed { kind, error } => {
+                assert_eq!(kind, exception_kind::ATTEMPTS_EXHAUSTED);
+                assert!(error.contains("attempt 3 of 3"), "{error}");
+            }
+            o => panic!("{o:?}"),
+        }
+    }
+
+    #[test]
+    fn fatal_ambiguous_and_unknown_fail_at_once() {
+        let p = RetryPolicy::default();
+        let now = Utc::now();
+        let kind = |ran| match decide(&job(1, 5), ran, now, &p) {
+            Outcome::Failed { kind, .. } => kind,
+            o => panic!("{o:?}"),
+        };
+        assert_eq!(kind(Ran::Finished(Err(TaskError::Fatal("no".into())))), exception_kind::FATAL_ERROR);
+        assert_eq!(kind(Ran::Finished(Err(TaskError::Ambiguous("?".into())))), exception_kind::AMBIGUOUS_OUTCOME);
+        assert_eq!(kind(Ran::UnknownType), exception_kind::UNKNOWN_TASK_TYPE);
+    }
+
+    #[test]
+    fn timeouts_and_panics_are_retried() {
+        let p = RetryPolicy::default();
+        let now = Utc::now();
+        assert!(matches!(decide(&job(1, 2), Ran::TimedOut(Duration::from_secs(3)), now, &p),
+            Outcome::Retry { error, .. } if error == "timed out after 3s"));
+        assert!(matches!(decide(&job(1, 2), Ran::Panicked("boom".into()), now, &p), Outcome::Retry { .. }));
+    }
+
+    #[test]
+    fn unstorable_results_fail_instead_of_breaking_the_batch() {
+        let p = RetryPolicy::default();
+        let now = Utc::now();
+        let nul = Ran::Finished(Ok(json!({"s": "a\u{0}b"})));
+        assert!(matches!(decide(&job(1, 2), nul, now, &p), Outcome::Failed { .. }));
+        let huge = Ran::Finished(Ok(json!("x".repeat(MAX_RESULT_BYTES + 1))));
+        assert!(matches!(decide(&job(1, 2), huge, now, &p), Outcome::Failed { .. }));
+        assert_eq!(clean("a\0b"), "a\u{FFFD}b");
+    }
+}

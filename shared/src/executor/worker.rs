@@ -1,0 +1,179 @@
+//! The Postgres-native worker loop: claim due jobs in batches, run them concurrently, record
+//! outcomes in batches, heartbeat the leases of long jobs, stop cleanly.
+//!
+//! Three tasks cooperate: the claimer (this loop), the recorder (writes outcomes as they
+//! arrive, many per statement) and the heartbeat (renews leases; aborts a job whose lease
+//! was taken over, so a zombie stops working as soon as it can know).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::task::AbortHandle;
+
+use super::Executor;
+use crate::job::{ClaimedJob, JobId, Outcome};
+use crate::store::{jobs, modes};
+
+type InFlight = Arc<Mutex<HashMap<JobId, (i32, AbortHandle)>>>;
+type Finished = (ClaimedJob, Outcome, OwnedSemaphorePermit);
+
+/// Most outcomes written by one statement.
+const RECORD_BATCH: usize = 512;
+
+/// Run until `stop` turns true, then finish the jobs in flight and return.
+pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+    let concurrency = exec.config.concurrency.max(1);
+    let slots = Arc::new(Semaphore::new(concurrency));
+    let in_flight: InFlight = Arc::default();
+    let (done_tx, done_rx) = mpsc::unbounded_channel::<Finished>();
+    let recorder = tokio::spawn(record_loop(exec.clone(), done_rx, in_flight.clone()));
+    let heartbeat = tokio::spawn(heartbeat_loop(exec.clone(), in_flight.clone()));
+    let mut backoff = Duration::from_millis(100);
+
+    while !*stop.borrow() {
+        let first = tokio::select! {
+            p = slots.clone().acquire_owned() => p.expect("semaphore never closes"),
+            _ = stop.changed() => break,
+        };
+        let want = (1 + slots.available_permits()).min(exec.config.claim_batch.max(1));
+        let notified = wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+
+        let claimed = claim(&exec, want).await;
+        let (modes, claimed) = match claimed {
+            Ok(c) => {
+                backoff = Duration::from_millis(100);
+                c
+            }
+            Err(e) => {
+                tracing::warn!(event = "relay.worker.claim_failed", error = %e, retry_in_ms = backoff.as_millis() as u64,
+                    "claim failed; backing off");
+                drop(first);
+                tokio::select! { _ = tokio::time::sleep(backoff) => {}, _ = stop.changed() => {} }
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+                continue;
+            }
+        };
+        if claimed.is_empty() {
+            drop(first);
+            tokio::select! {
+                _ = notified => {},
+                _ = tokio::time::sleep(exec.config.poll_interval) => {},
+                _ = stop.changed() => {},
+            }
+            continue;
+        }
+        let modes = Arc::new(modes);
+        let mut first = Some(first);
+        for job in claimed {
+            let permit = match first.take() {
+                Some(p) => p,
+                // We are the only acquirer, and claimed no more than were free.
+                None => slots.clone().try_acquire_owned().expect("a slot per claimed job"),
+            };
+            let (exec2, modes, done_tx) = (exec.clone(), modes.clone(), done_tx.clone());
+            let mut registry = in_flight.lock().expect("in-flight lock");
+            let (id, attempt) = (job.id, job.attempt);
+            let handle = tokio::spawn(async move {
+                let outcome = exec2.execute(&job, modes).await;
+                let _ = done_tx.send((job, outcome, permit));
+            });
+            registry.insert(id, (attempt, handle.abort_handle()));
+        }
+    }
+
+    // Stop claiming; wait for the jobs in flight to finish and be recorded.
+    let grace = exec.config.lease;
+    let all = u32::try_from(concurrency).unwrap_or(u32::MAX);
+    if tokio::time::timeout(grace, slots.acquire_many(all)).await.is_err() {
+        tracing::warn!(event = "relay.worker.shutdown_timeout",
+            "jobs still running at shutdown; their leases will expire and the sweep returns them");
+    }
+    drop(done_tx);
+    heartbeat.abort();
+    let _ = recorder.await;
+}
+
+async fn claim(exec: &Executor, n: usize) -> Result<(modes::Modes, Vec<ClaimedJob>), crate::store::StoreError> {
+    let db = exec.pool.get().await?;
+    let limit = i64::try_from(n).unwrap_or(i64::MAX);
+    let lease = exec.config.lease.as_secs_f64();
+    Ok(tokio::try_join!(modes::load(&db), jobs::claim_due(&db, limit, lease))?)
+}
+
+/// Write outcomes as they arrive, many per statement. A write that fails is retried for up to
+/// one lease; after that the leases expire and the sweep returns the jobs.
+async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>, in_flight: InFlight) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < RECORD_BATCH {
+            match rx.try_recv() {
+                Ok(f) => batch.push(f),
+                Err(_) => break,
+            }
+        }
+        let (outcomes, permits): (Vec<_>, Vec<_>) = batch.into_iter().map(|(j, o, p)| ((j, o), p)).unzip();
+        let deadline = tokio::time::Instant::now() + exec.config.lease;
+        let mut wait = Duration::from_millis(100);
+        loop {
+            match exec.record(&outcomes).await {
+                Ok(_) => break,
+                Err(e) if tokio::time::Instant::now() + wait < deadline => {
+                    tracing::warn!(event = "relay.worker.record_failed", error = %e, jobs = outcomes.len(),
+                        "could not record outcomes; retrying");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => {
+                    tracing::error!(event = "relay.worker.record_abandoned", error = %e, jobs = outcomes.len(),
+                        "giving up on recording outcomes; the sweep will recover these jobs");
+                    break;
+                }
+            }
+        }
+        let mut registry = in_flight.lock().expect("in-flight lock");
+        for (job, _) in &outcomes {
+            registry.remove(&job.id);
+        }
+        drop(registry);
+        drop(permits);
+    }
+}
+
+/// Renew the leases of jobs in flight every third of a lease. A job whose lease was lost
+/// (the sweep returned it and another worker may hold it) is aborted.
+async fn heartbeat_loop(exec: Executor, in_flight: InFlight) {
+    let every = exec.config.lease / 3;
+    loop {
+        tokio::time::sleep(every).await;
+        let fence: Vec<(JobId, i32)> =
+            in_flight.lock().expect("in-flight lock").iter().map(|(id, (a, _))| (*id, *a)).collect();
+        if fence.is_empty() {
+            continue;
+        }
+        let lost = async {
+            let db = exec.pool.get().await?;
+            jobs::heartbeat(&db, &fence, exec.config.lease.as_secs_f64()).await
+        };
+        match lost.await {
+            Ok(lost) => {
+                let mut registry = in_flight.lock().expect("in-flight lock");
+                for (id, attempt) in lost {
+                    // Still in flight and still lost: stop the zombie.
+                    if let Some((a, handle)) = registry.get(&id)
+                        && *a == attempt
+                    {
+                        handle.abort();
+                        registry.remove(&id);
+                        tracing::warn!(event = "relay.worker.lease_lost", job_id = %id, attempt,
+                            "lease lost; the job was aborted here");
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(event = "relay.worker.heartbeat_failed", error = %e, "heartbeat failed"),
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! taskdeck: Relay's core. Each Lambda in `functions/` and the `relay` binary only wire
+//! configuration, pools and clients, then call into this crate.
+
+pub mod api;
+pub mod catalogue;
+pub mod executor;
+pub mod intake;
+pub mod job;
+pub mod metrics;
+pub mod pgcluster;
+pub mod platform;
+pub mod retry;
+pub mod store;
+pub mod sweep;
+pub mod transport;

@@ -1,0 +1,107 @@
+//! Wiring: one place that turns settings into a pool, a transport, the API state, workers
+//! and a sweeper. The `relay` binary and the Lambda mains build a `Platform` and hand over.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::api::AppState;
+use crate::catalogue::Catalogue;
+use crate::executor::{Executor, ExecutorConfig, worker};
+use crate::retry::RetryPolicy;
+use crate::store::{self, PoolOptions};
+use crate::sweep::{SweepConfig, Sweeper};
+use crate::transport::Transport;
+use crate::transport::postgres::{PgTransport, spawn_listener};
+
+/// Tunables shared by every process shape.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub executor: ExecutorConfig,
+    pub sweep: SweepConfig,
+    pub sweep_interval: Duration,
+    /// Register the `test.*` tasks (tests, chaos runs, `relay dev --test-tasks`).
+    pub test_tasks: bool,
+    pub pool: PoolOptions,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            executor: ExecutorConfig::default(),
+            sweep: SweepConfig::default(),
+            sweep_interval: Duration::from_secs(30),
+            test_tasks: false,
+            pool: PoolOptions::default(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Platform {
+    pub pool: Pool,
+    pub catalogue: Catalogue,
+    pub transport: Arc<dyn Transport>,
+    pub settings: Settings,
+    database_url: String,
+}
+
+impl Platform {
+    /// Build the pool and the Postgres-native transport. Opens no connection: nothing bound
+    /// here can be left broken by an outage.
+    pub fn new(database_url: &str, settings: Settings) -> anyhow::Result<Self> {
+        let pool = store::pool(database_url, &settings.pool)?;
+        let transport: Arc<dyn Transport> = Arc::new(PgTransport::new(pool.clone()));
+        Ok(Self {
+            catalogue: Catalogue::standard(settings.test_tasks),
+            pool,
+            transport,
+            settings,
+            database_url: database_url.to_owned(),
+        })
+    }
+
+    /// Use another transport (SQS, or a test double that fails on purpose).
+    pub fn with_transport(mut self, transport: Arc<dyn Transport>) -> Self {
+        self.transport = transport;
+        self
+    }
+
+    pub async fn migrate(&self) -> anyhow::Result<Vec<&'static str>> {
+        let mut db = self.pool.get().await?;
+        Ok(store::migrate::run(&mut db).await?)
+    }
+
+    pub fn app_state(&self) -> AppState {
+        AppState { pool: self.pool.clone(), catalogue: self.catalogue.clone(), transport: self.transport.clone() }
+    }
+
+    pub fn executor(&self) -> Executor {
+        Executor {
+            pool: self.pool.clone(),
+            catalogue: self.catalogue.clone(),
+            transport: self.transport.clone(),
+            retry: RetryPolicy::default(),
+            config: self.settings.executor.clone(),
+        }
+    }
+
+    pub fn sweeper(&self) -> Sweeper {
+        Sweeper { pool: self.pool.clone(), transport: self.transport.clone(), config: self.settings.sweep.clone() }
+    }
+
+    /// Start `n` Postgres-native worker loops sharing one LISTEN connection.
+    pub fn spawn_workers(&self, n: usize, stop: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
+        let wake = spawn_listener(self.database_url.clone(), self.settings.pool.search_path.clone());
+        (0..n).map(|_| tokio::spawn(worker::run(self.executor(), wake.clone(), stop.clone()))).collect()
+    }
+
+    /// Start the sweep loop.
+    pub fn spawn_sweeper(&self, stop: &watch::Receiver<bool>) -> JoinHandle<()> {
+        let (sweeper, every, stop) = (self.sweeper(), self.settings.sweep_interval, stop.clone());
+        tokio::spawn(async move { sweeper.run(every, stop).await })
+    }
+}

@@ -1,0 +1,81 @@
+//! Postgres, the only source of truth. All SQL lives in this folder, one module per table;
+//! nothing outside `store` writes SQL (tests excepted).
+
+pub mod effects;
+pub mod exceptions;
+pub mod jobs;
+pub mod migrate;
+pub mod modes;
+pub mod tenants;
+
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+
+pub use deadpool_postgres::GenericClient;
+
+/// Errors from the store. A fenced write that touched no row is its own variant: a stale
+/// worker's write is refused, never silently treated as done.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database: {0}")]
+    Db(#[from] tokio_postgres::Error),
+    #[error("connection pool: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    #[error("stale write refused for job {job_id} attempt {attempt}: the job has moved on")]
+    StaleWrite { job_id: uuid::Uuid, attempt: i32 },
+    #[error("idempotency key {0} was deleted while a request for it ran; try again")]
+    KeyVanished(String),
+    #[error("migration {0} was edited after it was applied; migrations are additive only")]
+    MigrationEdited(&'static str),
+    #[error("migration {name}: {source}")]
+    Migration { name: &'static str, source: tokio_postgres::Error },
+}
+
+impl StoreError {
+    /// True when the database could not be reached (as opposed to refusing a statement).
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Pool(_) => true,
+            StoreError::Db(e) => e.is_closed() || e.code().is_none(),
+            _ => false,
+        }
+    }
+}
+
+/// Connection settings for a pool.
+#[derive(Debug, Clone)]
+pub struct PoolOptions {
+    pub max_size: usize,
+    /// How long a caller waits for a connection before the pool gives up.
+    pub wait_timeout: Duration,
+    /// Extra `search_path` (used by tests to give each test its own schema).
+    pub search_path: Option<String>,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        Self { max_size: 16, wait_timeout: Duration::from_secs(5), search_path: None }
+    }
+}
+
+/// Build a pool. No connection is opened here: an outage at start-up cannot leave the pool
+/// broken, and connections that die are replaced on next use.
+pub fn pool(database_url: &str, opts: &PoolOptions) -> anyhow::Result<Pool> {
+    let mut cfg: tokio_postgres::Config = database_url
+        .parse()
+        .map_err(|e| anyhow::anyhow!("DATABASE_URL is not a valid Postgres URL: {e}"))?;
+    cfg.application_name("relay");
+    cfg.connect_timeout(Duration::from_secs(5));
+    if let Some(path) = &opts.search_path {
+        cfg.options(format!("-c search_path={path}"));
+    }
+    let mgr = Manager::from_config(cfg, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+    Ok(Pool::builder(mgr)
+        .max_size(opts.max_size)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(opts.wait_timeout))
+        .create_timeout(Some(Duration::from_secs(5)))
+        .build()?)
+}

@@ -1,0 +1,86 @@
+//! Operating modes: one row per switch, read on every claim, changed with an audit row.
+
+use std::collections::BTreeMap;
+
+use super::{GenericClient, StoreError};
+
+/// A snapshot of the modes table. A switch without a row takes its default in code:
+/// shadow on, integration writes off, nothing paused.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Modes {
+    pub switches: BTreeMap<String, bool>,
+}
+
+impl Modes {
+    /// Outbound effects are recorded, not sent. On unless a row turns it off.
+    pub fn shadow(&self) -> bool {
+        self.switches.get("shadow").copied().unwrap_or(true)
+    }
+
+    /// Whether writes to an integration (`ses`, `callbacks`) may leave the machine.
+    pub fn writes_enabled(&self, integration: &str) -> bool {
+        !self.shadow() && self.switches.get(&format!("write:{integration}")).copied().unwrap_or(false)
+    }
+
+    pub fn paused(&self, task_type: &str) -> bool {
+        self.switches.get(&format!("pause:{task_type}")).copied().unwrap_or(false)
+    }
+}
+
+pub async fn load(db: &impl GenericClient) -> Result<Modes, StoreError> {
+    let stmt = db.prepare_cached("SELECT name, enabled FROM operating_modes").await?;
+    let rows = db.query(&stmt, &[]).await?;
+    Ok(Modes { switches: rows.iter().map(|r| (r.get(0), r.get(1))).collect() })
+}
+
+/// Set one switch and write the audit row in the same transaction.
+pub async fn set(
+    db: &mut deadpool_postgres::Client,
+    name: &str,
+    enabled: bool,
+    changed_by: &str,
+    reason: Option<&str>,
+) -> Result<(), StoreError> {
+    let tx = db.transaction().await?;
+    let old: Option<bool> = tx
+        .query_opt("SELECT enabled FROM operating_modes WHERE name = $1 FOR UPDATE", &[&name])
+        .await?
+        .map(|r| r.get(0));
+    tx.execute(
+        "INSERT INTO operating_modes (name, enabled, updated_by) VALUES ($1, $2, $3)
+         ON CONFLICT (name) DO UPDATE SET enabled = $2, updated_by = $3, updated_at = now()",
+        &[&name, &enabled, &changed_by],
+    )
+    .await?;
+    tx.execute(
+        "INSERT INTO operating_mode_audit (name, old_enabled, new_enabled, changed_by, reason)
+         VALUES ($1, $2, $3, $4, $5)",
+        &[&name, &old, &enabled, &changed_by, &reason],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_safe_shadow_on_writes_off_nothing_paused() {
+        let m = Modes::default();
+        assert!(m.shadow());
+        assert!(!m.writes_enabled("ses"));
+        assert!(!m.paused("noop"));
+    }
+
+    #[test]
+    fn writes_need_shadow_off_and_their_switch_on() {
+        let mut m = Modes::default();
+        m.switches.insert("write:ses".into(), true);
+        assert!(!m.writes_enabled("ses"), "shadow still on");
+        m.switches.insert("shadow".into(), false);
+        assert!(m.writes_enabled("ses"));
+        assert!(!m.writes_enabled("callbacks"));
+    }
+}

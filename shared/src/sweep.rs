@@ -1,0 +1,155 @@
+//! The sweep: returns expired leases to pending (or fails them for good when no attempt is
+//! left), and re-dispatches due jobs whose dispatch failed or was lost. Every recovery is a
+//! job event and a counter. Any number of sweepers may run at once: rows are locked with
+//! `SKIP LOCKED`, so two sweepers never recover the same row.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::job::{Dispatch, JobId, exception_kind};
+use crate::metrics;
+use crate::store::StoreError;
+use crate::store::jobs::{self, ExpiredLease, Failure};
+use crate::transport::{self, Transport};
+
+#[derive(Debug, Clone)]
+pub struct SweepConfig {
+    /// Rows handled per statement; a pass loops until a batch comes back short.
+    pub batch: i64,
+    /// A dispatched job not claimed this long after falling due counts as lost.
+    pub redispatch_grace: Duration,
+    /// Upper bound on batches per pass, so one pass always ends.
+    pub max_batches: usize,
+}
+
+impl Default for SweepConfig {
+    fn default() -> Self {
+        Self { batch: 1000, redispatch_grace: Duration::from_secs(30), max_batches: 100 }
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, PartialEq, Serialize)]
+pub struct SweepReport {
+    pub leases_returned: usize,
+    pub leases_failed: usize,
+    pub redispatched: usize,
+}
+
+#[derive(Clone)]
+pub struct Sweeper {
+    pub pool: Pool,
+    pub transport: Arc<dyn Transport>,
+    pub config: SweepConfig,
+}
+
+/// What to do with expired leases: return those with attempts left, fail the rest. Pure.
+pub fn decide_expired(leases: &[ExpiredLease]) -> (Vec<(JobId, i32)>, Vec<(JobId, i32, Failure)>) {
+    let mut back = Vec::new();
+    let mut fail = Vec::new();
+    for l in leases {
+        if l.attempt < l.max_attempts {
+            back.push((l.id, l.attempt));
+        } else {
+            let error = format!(
+                "lease expired on the last attempt ({} of {}); the worker died or hung",
+                l.attempt, l.max_attempts
+            );
+            fail.push((l.id, l.attempt, Failure { kind: exception_kind::LEASE_EXPIRED, error }));
+        }
+    }
+    (back, fail)
+}
+
+impl Sweeper {
+    /// One pass over expired leases and lost dispatches.
+    pub async fn pass(&self) -> Result<SweepReport, StoreError> {
+        let mut report = SweepReport::default();
+        for _ in 0..self.config.max_batches {
+            let (back, failed) = self.recover_expired_batch().await?;
+            report.leases_returned += back.len();
+            report.leases_failed += failed;
+            transport::send(&self.transport, &self.pool, &back).await;
+            if back.len() + failed < usize::try_from(self.config.batch).unwrap_or(usize::MAX) {
+                break;
+            }
+        }
+        for _ in 0..self.config.max_batches {
+            let lost = {
+                let db = self.pool.get().await?;
+                jobs::take_lost_dispatches(&db, self.config.redispatch_grace.as_secs_f64(), self.config.batch).await?
+            };
+            report.redispatched += lost.len();
+            transport::send(&self.transport, &self.pool, &lost).await;
+            if lost.len() < usize::try_from(self.config.batch).unwrap_or(usize::MAX) {
+                break;
+            }
+        }
+        metrics::LEASES_RECOVERED.add(report.leases_returned + report.leases_failed);
+        metrics::REDISPATCHED.add(report.redispatched);
+        if report != SweepReport::default() {
+            tracing::info!(event = "relay.sweep.recovered", leases_returned = report.leases_returned,
+                leases_failed = report.leases_failed, redispatched = report.redispatched, "sweep recovered work");
+        }
+        Ok(report)
+    }
+
+    /// Lock one batch of expired leases, decide, write, commit. Returns the jobs to dispatch
+    /// (after commit) and how many failed for good.
+    async fn recover_expired_batch(&self) -> Result<(Vec<Dispatch>, usize), StoreError> {
+        let mut db = self.pool.get().await?;
+        let tx = db.transaction().await?;
+        let expired = jobs::lock_expired_leases(&tx, self.config.batch).await?;
+        if expired.is_empty() {
+            return Ok((vec![], 0));
+        }
+        let (back, fail) = decide_expired(&expired);
+        // The rows are locked by this transaction, so neither write can be refused.
+        if !back.is_empty() {
+            jobs::return_expired(&tx, &back).await?;
+        }
+        if !fail.is_empty() {
+            jobs::fail(&tx, &fail).await?;
+        }
+        tx.commit().await?;
+        for (id, attempt) in &back {
+            tracing::info!(event = "relay.sweep.lease_returned", job_id = %id, attempt, "expired lease returned to pending");
+        }
+        for (id, attempt, f) in &fail {
+            tracing::warn!(event = "relay.job.failed", job_id = %id, attempt, kind = f.kind, error = %f.error,
+                "job failed for good; exception opened");
+        }
+        let now = chrono::Utc::now();
+        Ok((back.into_iter().map(|(id, _)| Dispatch { id, run_at: now }).collect(), fail.len()))
+    }
+
+    /// Sweep every `interval` until `stop` turns true.
+    pub async fn run(&self, interval: Duration, mut stop: watch::Receiver<bool>) {
+        while !*stop.borrow() {
+            if let Err(e) = self.pass().await {
+                tracing::warn!(event = "relay.sweep.failed", error = %e, "sweep pass failed; will try again");
+            }
+            tokio::select! { _ = tokio::time::sleep(interval) => {}, _ = stop.changed() => {} }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expired_leases_go_back_while_attempts_remain() {
+        let l = |attempt, max_attempts| ExpiredLease { id: uuid::Uuid::now_v7(), attempt, max_attempts };
+        let leases = [l(1, 3), l(3, 3), l(2, 3)];
+        let (back, fail) = decide_expired(&leases);
+        assert_eq!(back, vec![(leases[0].id, 1), (leases[2].id, 2)]);
+        assert_eq!(fail.len(), 1);
+        assert_eq!(fail[0].0, leases[1].id);
+        assert_eq!(fail[0].2.kind, exception_kind::LEASE_EXPIRED);
+    }
+}
