@@ -1,6 +1,6 @@
 //! The job's vocabulary: ids, states and the values a claim hands to a worker. No I/O here.
 //!
-//! The lifecycle (drawn once, in `docs/state_machine.md`):
+//! The lifecycle (drawn once, in `shared/docs/state_machine.md`):
 //! - `pending`: committed and due at `run_at`. In: intake, a retry, the sweep returning an
 //!   expired lease. Out: a claim (worker), cancel (client or operator).
 //! - `running`: claimed under a lease; the attempt number is the fence. Out: success, retry,

@@ -1,0 +1,234 @@
+//! Every store function against real Postgres (tokio-postgres checks no SQL at compile time).
+
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::json;
+use sha2::Digest;
+use taskdeck::store::jobs::{self, Failure, Inserted, JobFilter, NewJob, Retry};
+use taskdeck::store::{exceptions, migrate, modes, tenants};
+use uuid::Uuid;
+
+use crate::support::World;
+
+fn new_job(key: &str) -> NewJob {
+    NewJob {
+        id: Uuid::now_v7(),
+        task_type: "noop".into(),
+        params: json!({}),
+        correlation_id: format!("corr-{key}"),
+        idempotency_key: key.into(),
+        request_hash: sha2::Sha256::digest(key.as_bytes()).to_vec(),
+        parent_id: None,
+        run_at: Utc::now(),
+        max_attempts: 3,
+        timeout_seconds: 60,
+    }
+}
+
+#[tokio::test]
+async fn migrations_are_recorded_and_rerunning_or_racing_them_is_harmless() {
+    let w = World::new().await;
+    assert!(w.platform.migrate().await.unwrap().is_empty(), "already applied");
+    let (a, b) = tokio::join!(w.platform.migrate(), w.platform.migrate());
+    assert!(a.unwrap().is_empty() && b.unwrap().is_empty());
+    let versions = w.count("SELECT count(*) FROM relay_migrations", &[]).await;
+    assert_eq!(versions, migrate::MIGRATIONS.len() as i64);
+}
+
+#[tokio::test]
+async fn tenants_are_found_by_key_hash_and_keys_rotate() {
+    let w = World::new().await;
+    let db = w.db().await;
+    let (t, key) = tenants::create(&db, "initech").await.unwrap();
+    assert!(key.starts_with("rk_") && key.len() > 40);
+    assert_eq!(tenants::by_api_key(&db, &key).await.unwrap().map(|t| t.id), Some(t.id));
+    assert!(tenants::by_api_key(&db, "rk_nope").await.unwrap().is_none());
+    assert_eq!(tenants::by_name(&db, "initech").await.unwrap().map(|t| t.id), Some(t.id));
+    let stored: Vec<u8> = db.query_one("SELECT api_key_hash FROM tenants WHERE id = $1", &[&t.id]).await.unwrap().get(0);
+    assert_ne!(stored, key.as_bytes(), "only the hash is stored");
+    let new_key = tenants::rotate_key(&db, t.id).await.unwrap();
+    assert!(tenants::by_api_key(&db, &key).await.unwrap().is_none());
+    assert!(tenants::by_api_key(&db, &new_key).await.unwrap().is_some());
+    assert!(tenants::create(&db, "initech").await.is_err(), "names are unique");
+}
+
+#[tokio::test]
+async fn insert_many_creates_new_keys_and_returns_existing_ones_in_order() {
+    let w = World::new().await;
+    let db = w.db().await;
+    let first = jobs::insert_many(&db, w.tenant.id, &[new_job("a")]).await.unwrap();
+    assert!(matches!(&first[0], Inserted::Created(j) if j.status == taskdeck::job::JobStatus::Pending));
+    let batch = [new_job("b"), new_job("a"), new_job("b")];
+    let out = jobs::insert_many(&db, w.tenant.id, &batch).await.unwrap();
+    let shape: Vec<(&str, String)> = out
+        .iter()
+        .map(|i| match i {
+            Inserted::Created(j) => ("created", j.idempotency_key.clone()),
+            Inserted::Existing(j) => ("existing", j.idempotency_key.clone()),
+        })
+        .collect();
+    assert_eq!(shape, [("created", "b".into()), ("existing", "a".into()), ("existing", "b".into())]);
+    assert_eq!(w.count("SELECT count(*) FROM jobs", &[]).await, 2);
+    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE dispatched_at IS NOT NULL", &[]).await, 2);
+    let ids: Vec<Uuid> = out.iter().take(1).map(|i| match i { Inserted::Created(j) | Inserted::Existing(j) => j.id }).collect();
+    jobs::undispatch(&db, &ids).await.unwrap();
+    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE dispatched_at IS NULL", &[]).await, 1);
+}
+
+#[tokio::test]
+async fn get_and_list_are_scoped_to_the_tenant() {
+    let w = World::new().await;
+    let db = w.db().await;
+    let (other, _) = w.other_tenant("umbrella").await;
+    let mine = new_job("x");
+    jobs::insert_many(&db, w.tenant.id, &[mine.clone()]).await.unwrap();
+    jobs::insert_many(&db, other.id, &[new_job("x")]).await.unwrap();
+    assert!(jobs::get(&db, w.tenant.id, mine.id).await.unwrap().is_some());
+    assert!(jobs::get(&db, other.id, mine.id).await.unwrap().is_none());
+    let f = JobFilter { limit: 10, ..Default::default() };
+    assert_eq!(jobs::list(&db, w.tenant.id, &f).await.unwrap().len(), 1);
+    let f = JobFilter { limit: 10, correlation_id: Some("corr-x".into()), ..Default::default() };
+    assert_eq!(jobs::list(&db, other.id, &f).await.unwrap().len(), 1);
+    assert!(jobs::events(&db, other.id, mine.id).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn claims_take_due_rows_once_in_run_at_order_and_bounded() {
+    let w = World::new().await;
+    let db = w.db().await;
+    let mut later = new_job("later");
+    later.run_at = Utc::now() + chrono::Duration::hours(1);
+    let mut early = new_job("early");
+    early.run_at = Utc::now() - chrono::Duration::seconds(10);
+    jobs::insert_many(&db, w.tenant.id, &[new_job("now"), later, early.clone(), new_job("now2")]).await.unwrap();
+    let got = jobs::claim_due(&db, 2, 30.0).await.unwrap();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].id, early.id, "oldest due first");
+    assert!(got.iter().all(|j| j.attempt == 1));
+    let rest = jobs::claim_due(&db, 10, 30.0).await.unwrap();
+    assert_eq!(rest.len(), 1, "the future job is not due");
+    assert!(jobs::claim_due(&db, 10, 30.0).await.unwrap().is_empty());
+    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE status = 'running' AND lease_until > now()", &[]).await, 3);
+    assert_eq!(w.count("SELECT count(*) FROM job_events WHERE kind = 'claimed'", &[]).await, 3);
+}
+
+#[tokio::test]
+async fn heartbeat_extends_live_leases_and_reports_lost_ones() {
+    let w = World::new().await;
+    let db = w.db().await;
+    jobs::insert_many(&db, w.tenant.id, &[new_job("h1"), new_job("h2")]).await.unwrap();
+    let claimed = jobs::claim_due(&db, 10, 5.0).await.unwrap();
+    let fence: Vec<_> = claimed.iter().map(|j| (j.id, j.attempt)).collect();
+    let stale = (fence[1].0, fence[1].1 + 7);
+    let lost = jobs::heartbeat(&db, &[fence[0], stale], 600.0).await.unwrap();
+    assert_eq!(lost, vec![stale]);
+    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE lease_until > now() + interval '500 seconds'", &[]).await, 1);
+}
+
+#[tokio::test]
+async fn retry_and_fail_are_fenced_and_write_their_events() {
+    let w = World::new().await;
+    let db = w.db().await;
+    jobs::insert_many(&db, w.tenant.id, &[new_job("r"), new_job("f")]).await.unwrap();
+    let c = jobs::claim_due(&db, 10, 30.0).await.unwrap();
+    let at = Utc::now() + chrono::Duration::seconds(60);
+    let retry = Retry { run_at: at, error: "throttled".into() };
+    assert!(jobs::retry(&db, &[(c[0].id, 1, retry.clone())]).await.unwrap().is_empty());
+    assert_eq!(jobs::retry(&db, &[(c[0].id, 1, retry)]).await.unwrap().len(), 1, "no longer running");
+    let failure = || Failure { kind: "fatal_error", error: "rejected".into() };
+    assert_eq!(jobs::fail(&db, &[(c[1].id, 2, failure())]).await.unwrap().len(), 1, "wrong attempt");
+    assert!(jobs::fail(&db, &[(c[1].id, 1, failure())]).await.unwrap().is_empty());
+    let open = exceptions::for_job(&db, c[1].id).await.unwrap();
+    assert_eq!((open.len(), open[0].kind.as_str(), open[0].status.as_str()), (1, "fatal_error", "open"));
+    assert_eq!(exceptions::count_open(&db).await.unwrap(), 1);
+    let r = jobs::get(&db, w.tenant.id, c[0].id).await.unwrap().unwrap();
+    assert_eq!((r.status.as_str(), r.last_error.as_deref()), ("pending", Some("throttled")));
+    assert!((r.run_at - at).num_milliseconds().abs() < 5);
+}
+
+#[tokio::test]
+async fn expired_leases_are_locked_returned_and_fenced() {
+    let w = World::new().await;
+    let mut db = w.db().await;
+    jobs::insert_many(&db, w.tenant.id, &[new_job("e1"), new_job("e2")]).await.unwrap();
+    jobs::claim_due(&db, 10, 0.05).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let tx = db.transaction().await.unwrap();
+    let expired = jobs::lock_expired_leases(&tx, 10).await.unwrap();
+    assert_eq!(expired.len(), 2);
+    // Another sweeper sees nothing while these rows are locked.
+    let other = w.db().await;
+    assert!(jobs::lock_expired_leases(&other, 10).await.unwrap().is_empty());
+    let fence: Vec<_> = expired.iter().map(|e| (e.id, e.attempt)).collect();
+    assert!(jobs::return_expired(&tx, &fence).await.unwrap().is_empty());
+    tx.commit().await.unwrap();
+    assert_eq!(jobs::return_expired(&other, &fence).await.unwrap().len(), 2, "already returned");
+    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE status = 'pending' AND lease_until IS NULL", &[]).await, 2);
+}
+
+#[tokio::test]
+async fn lost_dispatches_are_taken_once_and_fresh_ones_left_alone() {
+    let w = World::new().await;
+    let db = w.db().await;
+    let (never, fresh) = (new_job("never"), new_job("fresh"));
+    let mut paused = new_job("paused");
+    paused.task_type = "sleep".into();
+    jobs::insert_many(&db, w.tenant.id, &[never.clone(), fresh, paused.clone()]).await.unwrap();
+    jobs::undispatch(&db, &[never.id, paused.id]).await.unwrap();
+    let mut admin = w.db().await;
+    modes::set(&mut admin, "pause:sleep", true, "test", None).await.unwrap();
+    let taken = jobs::take_lost_dispatches(&db, 60.0, 100).await.unwrap();
+    assert_eq!(taken.iter().map(|d| d.id).collect::<Vec<_>>(), vec![never.id], "paused and fresh rows wait");
+    assert!(jobs::take_lost_dispatches(&db, 60.0, 100).await.unwrap().is_empty(), "marked when taken");
+}
+
+#[tokio::test]
+async fn cancel_takes_pending_children_with_the_parent() {
+    let w = World::new().await;
+    let db = w.db().await;
+    let parent = new_job("parent");
+    let mut child = new_job("child");
+    child.parent_id = Some(parent.id);
+    jobs::insert_many(&db, w.tenant.id, &[parent.clone(), child.clone()]).await.unwrap();
+    assert!(jobs::cancel(&db, w.tenant.id, parent.id).await.unwrap());
+    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE status = 'cancelled'", &[]).await, 2);
+    assert!(!jobs::cancel(&db, w.tenant.id, parent.id).await.unwrap(), "already cancelled");
+}
+
+#[tokio::test]
+async fn modes_default_safely_and_every_change_is_audited() {
+    let w = World::new().await;
+    let mut db = w.db().await;
+    let m = modes::load(&db).await.unwrap();
+    assert!(m.shadow() && !m.writes_enabled("ses"));
+    modes::set(&mut db, "shadow", false, "ops@example", Some("go live")).await.unwrap();
+    modes::set(&mut db, "write:ses", true, "ops@example", None).await.unwrap();
+    let m = modes::load(&db).await.unwrap();
+    assert!(!m.shadow() && m.writes_enabled("ses"));
+    let audit = db
+        .query("SELECT name, old_enabled, new_enabled, changed_by FROM operating_mode_audit ORDER BY id", &[])
+        .await
+        .unwrap();
+    let rows: Vec<(String, Option<bool>, bool, String)> =
+        audit.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
+    assert_eq!(rows[0], ("shadow".into(), None, false, "ops@example".into()));
+    assert_eq!(rows.len(), 2);
+    assert!(modes::set(&mut db, "nonsense", true, "x", None).await.is_err(), "unknown switch names are refused");
+}
+
+#[tokio::test]
+async fn check_constraints_hold_the_lifecycle_invariants() {
+    let w = World::new().await;
+    let db = w.db().await;
+    let j = new_job("inv");
+    jobs::insert_many(&db, w.tenant.id, &[j.clone()]).await.unwrap();
+    for bad in [
+        "UPDATE jobs SET status = 'running' WHERE id = $1",                       // running without a lease
+        "UPDATE jobs SET status = 'succeeded' WHERE id = $1",                     // terminal without finished_at
+        "UPDATE jobs SET result = '{}' WHERE id = $1",                            // result while pending
+        "UPDATE jobs SET attempt = 9 WHERE id = $1",                              // beyond max_attempts
+    ] {
+        assert!(db.execute(bad, &[&j.id]).await.is_err(), "{bad}");
+    }
+}

@@ -1,0 +1,114 @@
+//! The sweep on real Postgres: dead workers, lost dispatches, several sweepers at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use taskdeck::store::jobs;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::support::transports::{Down, Recorded};
+use crate::support::World;
+
+fn id_of(job: &serde_json::Value) -> Uuid {
+    job["id"].as_str().unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_job_whose_worker_died_completes_after_its_lease_and_the_sweep() {
+    let w = World::new().await;
+    let (_, job) = w.submit("orphan", json!({"task_type": "test.effect"})).await;
+    let id = id_of(&job);
+    // A worker claims it with a short lease, then dies without a word.
+    let claimed = jobs::claim_due(&w.db().await, 10, 0.3).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    let (stop_tx, stop) = watch::channel(false);
+    let workers = w.platform.spawn_workers(1, &stop);
+    let report = w.platform.sweeper().pass().await.unwrap();
+    assert_eq!(report.leases_returned, 1);
+    let done = w.wait_for(&id.to_string(), Duration::from_secs(10), |j| j["status"] == "succeeded").await;
+    stop_tx.send(true).unwrap();
+    futures::future::join_all(workers).await;
+    assert_eq!(done["status"], "succeeded");
+    assert_eq!(done["attempt"], 2);
+    let reasons: Vec<String> = w
+        .db()
+        .await
+        .query("SELECT kind FROM job_events WHERE job_id = $1 ORDER BY id", &[&id])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(reasons, ["claimed", "lease_expired", "claimed", "succeeded"], "the recovery is recorded");
+}
+
+#[tokio::test]
+async fn an_expired_lease_on_the_last_attempt_fails_with_an_exception() {
+    let w = World::new().await;
+    let (_, job) = w.submit("last", json!({"task_type": "noop", "max_attempts": 1})).await;
+    jobs::claim_due(&w.db().await, 10, 0.1).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let report = w.platform.sweeper().pass().await.unwrap();
+    assert_eq!((report.leases_returned, report.leases_failed), (0, 1));
+    let id = id_of(&job);
+    assert_eq!(w.count("SELECT count(*) FROM exceptions WHERE job_id = $1 AND kind = 'lease_expired'", &[&id]).await, 1);
+}
+
+#[tokio::test]
+async fn a_job_whose_dispatch_failed_runs_after_the_sweep() {
+    let w = World::new().await;
+    let broken = w.with_transport(Arc::new(Down));
+    let (_, job) = broken.submit("lost", json!({"task_type": "test.effect"})).await;
+    let id = id_of(&job);
+    // Nothing consumes the table directly here: like SQS, work arrives only by dispatch.
+    let queue = Arc::new(Recorded::default());
+    let healthy = w.with_transport(queue.clone());
+    let report = healthy.platform.sweeper().pass().await.unwrap();
+    assert_eq!(report.redispatched, 1);
+    let sent = queue.take();
+    assert_eq!(sent.iter().map(|d| d.id).collect::<Vec<_>>(), vec![id]);
+    let (_, ran) = healthy.platform.executor().run_dispatched(&[id]).await.unwrap();
+    assert_eq!(ran, 1);
+    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE id = $1 AND status = 'succeeded'", &[&id]).await, 1);
+    assert_eq!(w.count("SELECT count(*) FROM job_events WHERE job_id = $1 AND kind = 'redispatched'", &[&id]).await, 1);
+    // A second pass finds nothing: the row moved on.
+    assert_eq!(healthy.platform.sweeper().pass().await.unwrap().redispatched, 0);
+}
+
+#[tokio::test]
+async fn a_fresh_dispatched_row_is_not_redispatched_early() {
+    let w = World::new().await;
+    let queue = Arc::new(Recorded::default());
+    let w = w.with_transport(queue.clone());
+    w.submit("fresh", json!({"task_type": "noop"})).await;
+    assert_eq!(queue.take().len(), 1, "dispatched once at intake");
+    assert_eq!(w.platform.sweeper().pass().await.unwrap().redispatched, 0);
+    // Once the grace period (1 s in tests) has passed with nobody claiming it, it counts as lost.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(w.platform.sweeper().pass().await.unwrap().redispatched, 1);
+}
+
+#[tokio::test]
+async fn several_sweepers_recover_each_row_exactly_once() {
+    let w = World::new().await;
+    let body: Vec<_> = (0..300).map(|i| json!({"idempotency_key": format!("s{i}"), "task_type": "noop"})).collect();
+    w.call(axum::http::Method::POST, "/v1/jobs:batch", None, Some(json!({"jobs": body}))).await;
+    let claimed = jobs::claim_due(&w.db().await, 1000, 0.1).await.unwrap();
+    assert_eq!(claimed.len(), 300);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut sweeper = w.platform.sweeper();
+    sweeper.config.batch = 25;
+    let passes = (0..4).map(|_| {
+        let s = sweeper.clone();
+        tokio::spawn(async move { s.pass().await.unwrap() })
+    });
+    let reports: Vec<_> = futures::future::join_all(passes).await.into_iter().map(Result::unwrap).collect();
+    let returned: usize = reports.iter().map(|r| r.leases_returned).sum();
+    assert_eq!(returned, 300, "{reports:?}");
+    assert_eq!(w.count("SELECT count(*) FROM job_events WHERE kind = 'lease_expired'", &[]).await, 300);
+    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE status = 'pending'", &[]).await, 300);
+}
