@@ -30,6 +30,8 @@ CREATE TABLE jobs (
     max_attempts     integer NOT NULL CHECK (max_attempts BETWEEN 1 AND 100),
     timeout_seconds  integer NOT NULL CHECK (timeout_seconds BETWEEN 1 AND 86400),
     lease_until      timestamptz,
+    -- When the current (or last) attempt was claimed.
+    started_at       timestamptz,
     -- When the job was last handed to the transport; NULL when dispatch failed or never ran.
     dispatched_at    timestamptz,
     result           jsonb,
@@ -40,7 +42,7 @@ CREATE TABLE jobs (
     CONSTRAINT jobs_idempotency_key_per_tenant UNIQUE (tenant_id, idempotency_key),
     -- A running job holds a lease; nothing else does.
     CONSTRAINT jobs_lease_iff_running CHECK ((status = 'running') = (lease_until IS NOT NULL)),
-    CONSTRAINT jobs_running_was_claimed CHECK (status <> 'running' OR attempt >= 1),
+    CONSTRAINT jobs_running_was_claimed CHECK (status <> 'running' OR (attempt >= 1 AND started_at IS NOT NULL)),
     -- Terminal states, and only they, carry a finish time.
     CONSTRAINT jobs_finished_iff_terminal
         CHECK ((status IN ('succeeded', 'failed', 'cancelled')) = (finished_at IS NOT NULL)),
@@ -57,17 +59,25 @@ CREATE INDEX jobs_tenant_updated ON jobs (tenant_id, updated_at, id);
 CREATE INDEX jobs_tenant_correlation ON jobs (tenant_id, correlation_id);
 CREATE INDEX jobs_parent ON jobs (parent_id) WHERE parent_id IS NOT NULL;
 
--- Every transition and every recovery, with its reason.
+-- Every transition and every recovery, with its reason. An attempt's claim (pending ->
+-- running) is recorded by the event that ends the attempt -- succeeded, retry_scheduled,
+-- failed or lease_expired -- in its `started_at`; while the attempt runs, the job row holds
+-- it (status, attempt, started_at). One row per attempt keeps the hot path to one insert.
+-- No foreign key: events are written in the same statement as the transition they record (so
+-- the job exists), the check would cost an index probe per event on the hottest path, and
+-- retention deletes a job's events with the job.
 CREATE TABLE job_events (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    job_id      uuid NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    job_id      uuid NOT NULL,
     at          timestamptz NOT NULL DEFAULT now(),
     kind        text NOT NULL CHECK (kind IN (
-                    'created', 'claimed', 'succeeded', 'retry_scheduled', 'failed', 'cancelled',
+                    'succeeded', 'retry_scheduled', 'failed', 'cancelled',
                     'lease_expired', 'redispatched', 'stale_write_refused')),
     from_status text,
     to_status   text,
     attempt     integer NOT NULL,
+    -- When the attempt this event ends was claimed (NULL for events outside an attempt).
+    started_at  timestamptz,
     reason      text
 );
 CREATE INDEX job_events_job ON job_events (job_id, id);

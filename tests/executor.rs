@@ -76,7 +76,10 @@ async fn exhausted_retries_end_failed_with_one_exception() {
     assert_eq!(w.count("SELECT count(*) FROM exceptions WHERE kind = 'attempts_exhausted'", &[]).await, 1);
     let (_, ev) = w.call(Method::GET, &format!("/v1/jobs/{id}/events"), None, None).await;
     let kinds: Vec<&str> = ev["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["claimed", "retry_scheduled", "claimed", "retry_scheduled", "claimed", "failed"]);
+    assert_eq!(kinds, ["retry_scheduled", "retry_scheduled", "failed"]);
+    let attempts: Vec<i64> = ev["events"].as_array().unwrap().iter().map(|e| e["attempt"].as_i64().unwrap()).collect();
+    assert_eq!(attempts, [1, 2, 3]);
+    assert!(ev["events"].as_array().unwrap().iter().all(|e| e["started_at"].is_string()));
 }
 
 #[tokio::test]

@@ -43,7 +43,9 @@ async fn a_job_whose_worker_died_completes_after_its_lease_and_the_sweep() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(reasons, ["claimed", "lease_expired", "claimed", "succeeded"], "the recovery is recorded");
+    assert_eq!(reasons, ["lease_expired", "succeeded"], "the recovery is recorded");
+    let started: i64 = w.count("SELECT count(*) FROM job_events WHERE job_id = $1 AND started_at IS NOT NULL", &[&id]).await;
+    assert_eq!(started, 2, "each attempt's claim time is on the event that ends it");
 }
 
 #[tokio::test]

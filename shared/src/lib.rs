@@ -2,6 +2,7 @@
 //! configuration, pools and clients, then call into this crate.
 
 pub mod api;
+pub mod bench;
 pub mod catalogue;
 pub mod executor;
 pub mod intake;

@@ -73,6 +73,12 @@ impl PrivateCluster {
     /// Start the cluster in `dir` (creating it on first use), or attach to it when it already
     /// runs. Listens on 127.0.0.1 on a free port, and on a socket inside `dir`.
     pub fn start(dir: &Path, durability: Durability) -> anyhow::Result<Self> {
+        Self::start_with(dir, durability, "")
+    }
+
+    /// `start`, with extra server options (e.g. `-c shared_preload_libraries=...`) used when
+    /// this call starts the server.
+    pub fn start_with(dir: &Path, durability: Durability, extra_options: &str) -> anyhow::Result<Self> {
         let bin = find_binaries()?;
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let data_dir = std::fs::canonicalize(dir)?;
@@ -99,6 +105,10 @@ impl PrivateCluster {
             cluster.port,
             cluster.data_dir.display()
         );
+        if !extra_options.is_empty() {
+            opts.push(' ');
+            opts.push_str(extra_options);
+        }
         if durability == Durability::Throwaway {
             opts.push_str(" -c fsync=off -c synchronous_commit=off -c full_page_writes=off");
         }

@@ -88,6 +88,24 @@ enum Command {
         #[command(flatten)]
         run: Run,
     },
+    /// Measure Relay beside the physical limit of the same database; prints a table, writes JSON.
+    Bench {
+        /// Smaller job counts (for a quick look, not for the record).
+        #[arg(long)]
+        quick: bool,
+        /// Repeat each measurement this many times and report the median.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Where to write the JSON report.
+        #[arg(long, default_value = "target/bench/relay-bench.json")]
+        out: PathBuf,
+        /// Folder of the private Postgres cluster used when DATABASE_URL is not set.
+        #[arg(long, default_value = ".relay/bench-pg")]
+        data_dir: PathBuf,
+        /// Run only the named sections (probe, intake, processing, latency, sweep, cost, lambda).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+    },
     /// Manage tenants.
     Tenant {
         #[command(subcommand)]
@@ -156,6 +174,26 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string(&report)?);
             }
             Ok(())
+        }
+        Command::Bench { quick, runs, out, data_dir, only } => {
+            let (url, cluster) = match cli.database_url {
+                Some(url) => (url, None),
+                None => {
+                    let cluster = PrivateCluster::start_with(
+                        &data_dir,
+                        Durability::Full,
+                        "-c shared_preload_libraries=pg_stat_statements",
+                    )?;
+                    ensure_database(&cluster.url("postgres"), "relay_bench").await?;
+                    (cluster.url("relay_bench"), Some(cluster))
+                }
+            };
+            let opts = taskdeck::bench::Options { quick, runs: runs.max(1), out, only };
+            let result = taskdeck::bench::run(&url, &opts).await;
+            if let Some(c) = cluster {
+                c.stop()?;
+            }
+            result
         }
         Command::Tenant { command: TenantCommand::Create { name } } => {
             let p = Platform::new(&required_url(cli.database_url)?, Settings::default())?;

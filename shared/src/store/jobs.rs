@@ -33,6 +33,8 @@ pub struct Job {
     pub max_attempts: i32,
     pub timeout_seconds: i32,
     pub lease_until: Option<DateTime<Utc>>,
+    /// When the current (or last) attempt was claimed.
+    pub started_at: Option<DateTime<Utc>>,
     pub result: Option<Value>,
     pub last_error: Option<String>,
     pub created_at: DateTime<Utc>,
@@ -42,7 +44,7 @@ pub struct Job {
 
 const JOB_COLUMNS: &str = "id, tenant_id, task_type, status, params, correlation_id, \
     idempotency_key, request_hash, parent_id, run_at, attempt, max_attempts, timeout_seconds, \
-    lease_until, result, last_error, created_at, updated_at, finished_at";
+    lease_until, started_at, result, last_error, created_at, updated_at, finished_at";
 
 impl Job {
     fn from_row(r: &Row) -> Self {
@@ -62,6 +64,7 @@ impl Job {
             max_attempts: r.get("max_attempts"),
             timeout_seconds: r.get("timeout_seconds"),
             lease_until: r.get("lease_until"),
+            started_at: r.get("started_at"),
             result: r.get("result"),
             last_error: r.get("last_error"),
             created_at: r.get("created_at"),
@@ -254,6 +257,8 @@ pub struct JobEvent {
     pub from_status: Option<String>,
     pub to_status: Option<String>,
     pub attempt: i32,
+    /// When the attempt this event ends was claimed.
+    pub started_at: Option<DateTime<Utc>>,
     pub reason: Option<String>,
 }
 
@@ -261,7 +266,7 @@ pub struct JobEvent {
 pub async fn events(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> Result<Vec<JobEvent>, StoreError> {
     let rows = db
         .query(
-            "SELECT e.at, e.kind, e.from_status, e.to_status, e.attempt, e.reason
+            "SELECT e.at, e.kind, e.from_status, e.to_status, e.attempt, e.started_at, e.reason
              FROM job_events e JOIN jobs j ON j.id = e.job_id
              WHERE e.job_id = $1 AND j.tenant_id = $2 ORDER BY e.id",
             &[&id, &tenant_id],
@@ -275,7 +280,8 @@ pub async fn events(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> 
             from_status: r.get(2),
             to_status: r.get(3),
             attempt: r.get(4),
-            reason: r.get(5),
+            started_at: r.get(5),
+            reason: r.get(6),
         })
         .collect())
 }
@@ -311,12 +317,9 @@ fn claim_sql(extra_filter: &str) -> String {
              ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED
          ), claimed AS (
              UPDATE jobs j SET status = 'running', attempt = j.attempt + 1,
-                 lease_until = now() + make_interval(secs => $2), updated_at = now()
-             FROM due WHERE j.id = due.id
+                 lease_until = now() + make_interval(secs => $2), started_at = now(), updated_at = now()
+             WHERE j.id = ANY (ARRAY(SELECT id FROM due))
              {CLAIM_RETURNING}
-         ), events AS (
-             INSERT INTO job_events (job_id, kind, from_status, to_status, attempt)
-             SELECT id, 'claimed', 'pending', 'running', attempt FROM claimed
          )
          SELECT * FROM claimed"
     )
@@ -360,7 +363,7 @@ pub async fn heartbeat(
         .prepare_cached(
             "UPDATE jobs j SET lease_until = now() + make_interval(secs => $3)
              FROM unnest($1::uuid[], $2::int[]) AS f(id, attempt)
-             WHERE j.id = f.id AND j.attempt = f.attempt AND j.status = 'running'
+             WHERE j.id = ANY ($1) AND j.id = f.id AND j.attempt = f.attempt AND j.status = 'running'
              RETURNING j.id",
         )
         .await?;
@@ -377,11 +380,11 @@ pub async fn succeed(db: &impl GenericClient, done: &[(JobId, i32, Value)]) -> R
                  UPDATE jobs j SET status = 'succeeded', result = d.result, lease_until = NULL,
                      last_error = NULL, finished_at = now(), updated_at = now()
                  FROM unnest($1::uuid[], $2::int[], $3::jsonb[]) AS d(id, attempt, result)
-                 WHERE j.id = d.id AND j.attempt = d.attempt AND j.status = 'running'
-                 RETURNING j.id, j.attempt
+                 WHERE j.id = ANY ($1) AND j.id = d.id AND j.attempt = d.attempt AND j.status = 'running'
+                 RETURNING j.id, j.attempt, j.started_at
              ), events AS (
-                 INSERT INTO job_events (job_id, kind, from_status, to_status, attempt)
-                 SELECT id, 'succeeded', 'running', 'succeeded', attempt FROM done
+                 INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, started_at)
+                 SELECT id, 'succeeded', 'running', 'succeeded', attempt, started_at FROM done
              )
              SELECT id FROM done",
         )
@@ -409,11 +412,11 @@ pub async fn retry(db: &impl GenericClient, retries: &[(JobId, i32, Retry)]) -> 
                      last_error = r.error, dispatched_at = now(), updated_at = now()
                  FROM unnest($1::uuid[], $2::int[], $3::timestamptz[], $4::text[])
                      AS r(id, attempt, run_at, error)
-                 WHERE j.id = r.id AND j.attempt = r.attempt AND j.status = 'running'
-                 RETURNING j.id, j.attempt, r.error
+                 WHERE j.id = ANY ($1) AND j.id = r.id AND j.attempt = r.attempt AND j.status = 'running'
+                 RETURNING j.id, j.attempt, j.started_at, r.error
              ), events AS (
-                 INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, reason)
-                 SELECT id, 'retry_scheduled', 'running', 'pending', attempt, error FROM retried
+                 INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, started_at, reason)
+                 SELECT id, 'retry_scheduled', 'running', 'pending', attempt, started_at, error FROM retried
              )
              SELECT id FROM retried",
         )
@@ -442,11 +445,11 @@ pub async fn fail(db: &impl GenericClient, failures: &[(JobId, i32, Failure)]) -
                      finished_at = now(), updated_at = now()
                  FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[])
                      AS f(id, attempt, kind, error)
-                 WHERE j.id = f.id AND j.attempt = f.attempt AND j.status = 'running'
-                 RETURNING j.id, j.tenant_id, j.task_type, j.attempt, f.kind, f.error
+                 WHERE j.id = ANY ($1) AND j.id = f.id AND j.attempt = f.attempt AND j.status = 'running'
+                 RETURNING j.id, j.tenant_id, j.task_type, j.attempt, j.started_at, f.kind, f.error
              ), events AS (
-                 INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, reason)
-                 SELECT id, 'failed', 'running', 'failed', attempt, kind || ': ' || error FROM failed
+                 INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, started_at, reason)
+                 SELECT id, 'failed', 'running', 'failed', attempt, started_at, kind || ': ' || error FROM failed
              ), opened AS (
                  INSERT INTO exceptions (id, job_id, tenant_id, task_type, kind, cause)
                  SELECT gen_random_uuid(), id, tenant_id, task_type, kind, error FROM failed
@@ -497,11 +500,11 @@ pub async fn return_expired(db: &impl GenericClient, fence: &[(JobId, i32)]) -> 
                      last_error = 'lease expired: the worker stopped heartbeating',
                      dispatched_at = now(), updated_at = now()
                  FROM unnest($1::uuid[], $2::int[]) AS f(id, attempt)
-                 WHERE j.id = f.id AND j.attempt = f.attempt AND j.status = 'running'
-                 RETURNING j.id, j.attempt
+                 WHERE j.id = ANY ($1) AND j.id = f.id AND j.attempt = f.attempt AND j.status = 'running'
+                 RETURNING j.id, j.attempt, j.started_at
              ), events AS (
-                 INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, reason)
-                 SELECT id, 'lease_expired', 'running', 'pending', attempt,
+                 INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, started_at, reason)
+                 SELECT id, 'lease_expired', 'running', 'pending', attempt, started_at,
                         'lease expired; returned to pending by the sweep' FROM returned
              )
              SELECT id FROM returned",
@@ -531,7 +534,8 @@ pub async fn take_lost_dispatches(
                             AND run_at < now() - make_interval(secs => $1)))
                  ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED
              ), marked AS (
-                 UPDATE jobs j SET dispatched_at = now() FROM lost WHERE j.id = lost.id
+                 UPDATE jobs j SET dispatched_at = now() FROM lost
+                 WHERE j.id = ANY (ARRAY(SELECT id FROM lost)) AND j.id = lost.id
                  RETURNING j.id, j.run_at, j.attempt, lost.never
              ), events AS (
                  INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, reason)
