@@ -102,13 +102,13 @@ async fn claims_take_due_rows_once_in_run_at_order_and_bounded() {
     let mut early = new_job("early");
     early.run_at = Utc::now() - chrono::Duration::seconds(10);
     jobs::insert_many(&db, w.tenant.id, &[new_job("now"), later, early.clone(), new_job("now2")]).await.unwrap();
-    let got = jobs::claim_due(&db, 2, 30.0).await.unwrap();
+    let got = jobs::claim_due(&db, 2, 30.0).await.unwrap().jobs;
     assert_eq!(got.len(), 2);
     assert!(got.iter().any(|j| j.id == early.id), "oldest due first");
     assert!(got.iter().all(|j| j.attempt == 1));
-    let rest = jobs::claim_due(&db, 10, 30.0).await.unwrap();
+    let rest = jobs::claim_due(&db, 10, 30.0).await.unwrap().jobs;
     assert_eq!(rest.len(), 1, "the future job is not due");
-    assert!(jobs::claim_due(&db, 10, 30.0).await.unwrap().is_empty());
+    assert!(jobs::claim_due(&db, 10, 30.0).await.unwrap().jobs.is_empty());
     assert_eq!(w.count("SELECT count(*) FROM jobs WHERE status = 'running' AND lease_until > now()", &[]).await, 3);
     assert_eq!(w.count("SELECT count(*) FROM jobs WHERE started_at IS NOT NULL", &[]).await, 3);
 }
@@ -118,7 +118,7 @@ async fn heartbeat_extends_live_leases_and_reports_lost_ones() {
     let w = World::new().await;
     let db = w.db().await;
     jobs::insert_many(&db, w.tenant.id, &[new_job("h1"), new_job("h2")]).await.unwrap();
-    let claimed = jobs::claim_due(&db, 10, 5.0).await.unwrap();
+    let claimed = jobs::claim_due(&db, 10, 5.0).await.unwrap().jobs;
     let fence: Vec<_> = claimed.iter().map(|j| (j.id, j.attempt)).collect();
     let stale = (fence[1].0, fence[1].1 + 7);
     let lost = jobs::heartbeat(&db, &[fence[0], stale], 600.0).await.unwrap();
@@ -131,7 +131,7 @@ async fn retry_and_fail_are_fenced_and_write_their_events() {
     let w = World::new().await;
     let db = w.db().await;
     jobs::insert_many(&db, w.tenant.id, &[new_job("r"), new_job("f")]).await.unwrap();
-    let c = jobs::claim_due(&db, 10, 30.0).await.unwrap();
+    let c = jobs::claim_due(&db, 10, 30.0).await.unwrap().jobs;
     let at = Utc::now() + chrono::Duration::seconds(60);
     let retry = Retry { run_at: at, error: "throttled".into() };
     assert!(jobs::retry(&db, &[(c[0].id, 1, retry.clone())]).await.unwrap().is_empty());
@@ -152,7 +152,7 @@ async fn expired_leases_are_locked_returned_and_fenced() {
     let w = World::new().await;
     let mut db = w.db().await;
     jobs::insert_many(&db, w.tenant.id, &[new_job("e1"), new_job("e2")]).await.unwrap();
-    jobs::claim_due(&db, 10, 0.05).await.unwrap();
+    jobs::claim_due(&db, 10, 0.05).await.unwrap().jobs;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let tx = db.transaction().await.unwrap();
     let expired = jobs::lock_expired_leases(&tx, 10).await.unwrap();
@@ -206,6 +206,9 @@ async fn modes_default_safely_and_every_change_is_audited() {
     modes::set(&mut db, "write:ses", true, "ops@example", None).await.unwrap();
     let m = modes::load(&db).await.unwrap();
     assert!(!m.shadow() && m.writes_enabled("ses"));
+    // A claim reads the same modes in its own statement.
+    jobs::insert_many(&db, w.tenant.id, &[new_job("m")]).await.unwrap();
+    assert_eq!(jobs::claim_due(&db, 1, 30.0).await.unwrap().modes, m);
     let audit = db
         .query("SELECT name, old_enabled, new_enabled, changed_by FROM operating_mode_audit ORDER BY id", &[])
         .await

@@ -21,7 +21,7 @@ async fn a_job_whose_worker_died_completes_after_its_lease_and_the_sweep() {
     let (_, job) = w.submit("orphan", json!({"task_type": "test.effect"})).await;
     let id = id_of(&job);
     // A worker claims it with a short lease, then dies without a word.
-    let claimed = jobs::claim_due(&w.db().await, 10, 0.3).await.unwrap();
+    let claimed = jobs::claim_due(&w.db().await, 10, 0.3).await.unwrap().jobs;
     assert_eq!(claimed.len(), 1);
     tokio::time::sleep(Duration::from_millis(400)).await;
 
@@ -52,7 +52,7 @@ async fn a_job_whose_worker_died_completes_after_its_lease_and_the_sweep() {
 async fn an_expired_lease_on_the_last_attempt_fails_with_an_exception() {
     let w = World::new().await;
     let (_, job) = w.submit("last", json!({"task_type": "noop", "max_attempts": 1})).await;
-    jobs::claim_due(&w.db().await, 10, 0.1).await.unwrap();
+    jobs::claim_due(&w.db().await, 10, 0.1).await.unwrap().jobs;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let report = w.platform.sweeper().pass().await.unwrap();
     assert_eq!((report.leases_returned, report.leases_failed), (0, 1));
@@ -99,7 +99,7 @@ async fn several_sweepers_recover_each_row_exactly_once() {
     let w = World::new().await;
     let body: Vec<_> = (0..300).map(|i| json!({"idempotency_key": format!("s{i}"), "task_type": "noop"})).collect();
     w.call(axum::http::Method::POST, "/v1/jobs:batch", None, Some(json!({"jobs": body}))).await;
-    let claimed = jobs::claim_due(&w.db().await, 1000, 0.1).await.unwrap();
+    let claimed = jobs::claim_due(&w.db().await, 1000, 0.1).await.unwrap().jobs;
     assert_eq!(claimed.len(), 300);
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut sweeper = w.platform.sweeper();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::setup::{DbCounters, Scratch, db_counters, peak_rss_mib};
+use super::setup::{Lifecycle, Scratch, db_counters, peak_rss_mib};
 use crate::platform::Settings;
 
 #[derive(Debug, Clone, Serialize)]
@@ -16,9 +16,8 @@ pub struct Processing {
     pub jobs_per_sec: f64,
     pub seconds: f64,
     pub worker_peak_rss_mib: Option<f64>,
-    /// Per job, claim + complete (+ events): commits and statements seen by Postgres.
-    pub commits_per_job: f64,
-    pub statements_per_job: Option<f64>,
+    /// Per job, claim + complete (+ events), as Postgres counted them.
+    pub lifecycle: Lifecycle,
 }
 
 /// Drain `n` pre-inserted noop jobs with a `relay worker --workers w` child process.
@@ -49,18 +48,9 @@ pub async fn run(base_url: &str, n: usize, w: usize, concurrency: usize) -> anyh
         jobs_per_sec: n as f64 / seconds.max(1e-9),
         seconds,
         worker_peak_rss_mib: rss,
-        commits_per_job: per_job(before, after, n).0,
-        statements_per_job: per_job(before, after, n).1,
+        lifecycle: Lifecycle::between(before, after, n),
     };
     scratch.drop_schema(base_url).await?;
     Ok(result)
 }
 
-/// Commits and statements per job between two readings (the readings' own queries included,
-/// a handful in total).
-pub fn per_job(before: DbCounters, after: DbCounters, n: usize) -> (f64, Option<f64>) {
-    let n = n.max(1) as f64;
-    let commits = (after.commits - before.commits) as f64 / n;
-    let statements = after.statements.zip(before.statements).map(|(a, b)| (a - b) as f64 / n);
-    (commits, statements)
-}

@@ -114,11 +114,14 @@ impl Scratch {
     }
 }
 
-/// Commits and (when pg_stat_statements is loaded) statements executed in the database.
+/// What Postgres counted: commits, and (when pg_stat_statements is loaded) statements, in
+/// total and by lifecycle phase.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DbCounters {
     pub commits: i64,
     pub statements: Option<i64>,
+    /// Statements of accept (key lookup, insert, notify), claim (modes, claim) and complete.
+    pub phases: Option<[i64; 3]>,
 }
 
 pub async fn db_counters(pool: &Pool) -> anyhow::Result<DbCounters> {
@@ -130,18 +133,49 @@ pub async fn db_counters(pool: &Pool) -> anyhow::Result<DbCounters> {
         .query_one("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()", &[])
         .await?
         .get(0);
-    let statements = match db
+    let counted = db
         .query_one(
-            "SELECT sum(calls)::bigint FROM public.pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+            "SELECT sum(calls)::bigint,
+                    coalesce(sum(calls) FILTER (WHERE query LIKE '%FROM tenants WHERE api_key_hash%'
+                                                   OR query LIKE 'INSERT INTO jobs%'
+                                                   OR query LIKE '%pg_notify%'), 0)::bigint,
+                    coalesce(sum(calls) FILTER (WHERE query LIKE 'WITH due AS%'
+                                                   OR query LIKE 'SELECT name, enabled FROM operating_modes%'), 0)::bigint,
+                    coalesce(sum(calls) FILTER (WHERE query LIKE 'WITH done AS%' OR query LIKE 'WITH retried AS%'
+                                                   OR query LIKE 'WITH failed AS%'), 0)::bigint
+             FROM public.pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
              WHERE d.datname = current_database()",
             &[],
         )
-        .await
-    {
-        Ok(row) => row.get(0),
-        Err(_) => None,
+        .await;
+    let (statements, phases) = match counted {
+        Ok(r) => (r.get::<_, Option<i64>>(0), Some([r.get(1), r.get(2), r.get(3)])),
+        Err(_) => (None, None),
     };
-    Ok(DbCounters { commits, statements })
+    Ok(DbCounters { commits, statements, phases })
+}
+
+/// Statements per job in each phase of the lifecycle, between two readings. Every one of
+/// these statements runs in autocommit, so each is also one commit.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Lifecycle {
+    pub commits_per_job: f64,
+    pub accept: Option<f64>,
+    pub claim: Option<f64>,
+    pub complete: Option<f64>,
+}
+
+impl Lifecycle {
+    pub fn between(before: DbCounters, after: DbCounters, jobs: usize) -> Lifecycle {
+        let n = jobs.max(1) as f64;
+        let phase = |i: usize| after.phases.zip(before.phases).map(|(a, b)| (a[i] - b[i]) as f64 / n);
+        Lifecycle {
+            commits_per_job: (after.commits - before.commits) as f64 / n,
+            accept: phase(0),
+            claim: phase(1),
+            complete: phase(2),
+        }
+    }
 }
 
 /// Peak resident memory of a process, in MiB (Linux).

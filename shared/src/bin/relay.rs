@@ -37,6 +37,9 @@ struct Run {
     /// Seconds between sweep passes.
     #[arg(long, env = "RELAY_SWEEP_INTERVAL_SECONDS", default_value_t = 30)]
     sweep_interval_seconds: u64,
+    /// Database connections in this process's pool (default: 8 + 2 per worker loop).
+    #[arg(long, env = "RELAY_POOL_SIZE")]
+    pool_size: Option<usize>,
     /// Register the test-only tasks (`test.fail`, `test.effect`). Never in production.
     #[arg(long, env = "RELAY_TEST_TASKS")]
     test_tasks: bool,
@@ -50,7 +53,7 @@ impl Run {
         s.executor.lease = Duration::from_secs(self.lease_seconds.max(3));
         s.sweep_interval = Duration::from_secs(self.sweep_interval_seconds.max(1));
         s.test_tasks = self.test_tasks;
-        s.pool.max_size = 8 + 2 * self.workers;
+        s.pool.max_size = self.pool_size.unwrap_or(8 + 2 * self.workers).max(1);
         s
     }
 }

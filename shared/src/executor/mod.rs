@@ -19,7 +19,7 @@ use crate::job::{ClaimedJob, Dispatch, JobId, Outcome, TaskError, exception_kind
 use crate::metrics;
 use crate::retry::RetryPolicy;
 use crate::store::jobs::{self, Failure, Retry};
-use crate::store::modes::{self, Modes};
+use crate::store::modes::Modes;
 use crate::store::StoreError;
 use crate::transport::{self, Transport};
 
@@ -77,13 +77,10 @@ impl Executor {
     /// Claim these ids (if still claimable) and run them to an outcome. A duplicate or stale
     /// delivery claims nothing and runs nothing. Returns the report and how many ids ran.
     pub async fn run_dispatched(&self, ids: &[JobId]) -> Result<(RunReport, usize), StoreError> {
-        let db = self.pool.get().await?;
-        let (modes, claimed) =
-            tokio::try_join!(modes::load(&db), jobs::claim_ids(&db, ids, self.lease_secs()))?;
-        drop(db);
-        let n = claimed.len();
-        let modes = Arc::new(modes);
-        let outcomes = futures::future::join_all(claimed.into_iter().map(|job| {
+        let claim = jobs::claim_ids(&self.pool.get().await?, ids, self.lease_secs()).await?;
+        let n = claim.jobs.len();
+        let modes = Arc::new(claim.modes);
+        let outcomes = futures::future::join_all(claim.jobs.into_iter().map(|job| {
             let modes = modes.clone();
             async move {
                 let outcome = self.execute(&job, modes).await;

@@ -14,13 +14,15 @@ use tokio::task::AbortHandle;
 
 use super::Executor;
 use crate::job::{ClaimedJob, JobId, Outcome};
-use crate::store::{jobs, modes};
+use crate::store::jobs;
 
 type InFlight = Arc<Mutex<HashMap<JobId, (i32, AbortHandle)>>>;
 type Finished = (ClaimedJob, Outcome, OwnedSemaphorePermit);
 
 /// Most outcomes written by one statement.
 const RECORD_BATCH: usize = 512;
+/// How long a busy claimer waits for half a batch of free slots before claiming fewer.
+const BATCH_WAIT: Duration = Duration::from_millis(5);
 
 /// Run until `stop` turns true, then finish the jobs in flight and return.
 pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
@@ -32,18 +34,31 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
     let heartbeat = tokio::spawn(heartbeat_loop(exec.clone(), in_flight.clone()));
     let mut backoff = Duration::from_millis(100);
 
+    let batch = exec.config.claim_batch.clamp(1, concurrency);
     while !*stop.borrow() {
-        let first = tokio::select! {
-            p = slots.clone().acquire_owned() => p.expect("semaphore never closes"),
-            _ = stop.changed() => break,
+        // Claim in real batches: with jobs in flight, wait a few milliseconds for half a
+        // batch of slots to free up rather than trickle out claims of one or two (each claim
+        // is a commit); then take whatever is free.
+        let busy = concurrency - slots.available_permits();
+        let need = if busy == 0 { 1 } else { (batch / 2).max(1) };
+        let half_batch = tokio::time::timeout(BATCH_WAIT, slots.clone().acquire_many_owned(need as u32));
+        let mut held = match half_batch.await {
+            Ok(p) => p.expect("semaphore never closes"),
+            Err(_) => tokio::select! {
+                p = slots.clone().acquire_owned() => p.expect("semaphore never closes"),
+                _ = stop.changed() => break,
+            },
         };
-        let want = (1 + slots.available_permits()).min(exec.config.claim_batch.max(1));
+        let extra = batch.saturating_sub(held.num_permits()).min(slots.available_permits());
+        if let Ok(more) = slots.clone().try_acquire_many_owned(extra as u32) {
+            held.merge(more);
+        }
         let notified = wake.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
 
-        let claimed = claim(&exec, want).await;
-        let (modes, claimed) = match claimed {
+        let asked = held.num_permits();
+        let claim = match claim(&exec, asked).await {
             Ok(c) => {
                 backoff = Duration::from_millis(100);
                 c
@@ -51,37 +66,24 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
             Err(e) => {
                 tracing::warn!(event = "relay.worker.claim_failed", error = %e, retry_in_ms = backoff.as_millis() as u64,
                     "claim failed; backing off");
-                drop(first);
+                drop(held);
                 tokio::select! { _ = tokio::time::sleep(backoff) => {}, _ = stop.changed() => {} }
                 backoff = (backoff * 2).min(Duration::from_secs(10));
                 continue;
             }
         };
-        if claimed.is_empty() {
-            drop(first);
+        let drained = claim.jobs.len() < asked;
+        if !claim.jobs.is_empty() {
+            start_jobs(&exec, claim, held, &in_flight, &done_tx);
+        }
+        if drained {
+            // Nothing more is due right now: sleep until a dispatch wakes us, or poll.
             tokio::select! {
                 _ = notified => {},
                 _ = tokio::time::sleep(exec.config.poll_interval) => {},
                 _ = stop.changed() => {},
             }
             continue;
-        }
-        let modes = Arc::new(modes);
-        let mut first = Some(first);
-        for job in claimed {
-            let permit = match first.take() {
-                Some(p) => p,
-                // We are the only acquirer, and claimed no more than were free.
-                None => slots.clone().try_acquire_owned().expect("a slot per claimed job"),
-            };
-            let (exec2, modes, done_tx) = (exec.clone(), modes.clone(), done_tx.clone());
-            let mut registry = in_flight.lock().expect("in-flight lock");
-            let (id, attempt) = (job.id, job.attempt);
-            let handle = tokio::spawn(async move {
-                let outcome = exec2.execute(&job, modes).await;
-                let _ = done_tx.send((job, outcome, permit));
-            });
-            registry.insert(id, (attempt, handle.abort_handle()));
         }
     }
 
@@ -97,11 +99,31 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
     let _ = recorder.await;
 }
 
-async fn claim(exec: &Executor, n: usize) -> Result<(modes::Modes, Vec<ClaimedJob>), crate::store::StoreError> {
-    let db = exec.pool.get().await?;
+async fn claim(exec: &Executor, n: usize) -> Result<jobs::Claim, crate::store::StoreError> {
     let limit = i64::try_from(n).unwrap_or(i64::MAX);
-    let lease = exec.config.lease.as_secs_f64();
-    Ok(tokio::try_join!(modes::load(&db), jobs::claim_due(&db, limit, lease))?)
+    jobs::claim_due(&exec.pool.get().await?, limit, exec.config.lease.as_secs_f64()).await
+}
+
+/// Spawn one task per claimed job, each holding one slot until its outcome is recorded.
+fn start_jobs(
+    exec: &Executor,
+    claim: jobs::Claim,
+    mut held: OwnedSemaphorePermit,
+    in_flight: &InFlight,
+    done_tx: &mpsc::UnboundedSender<Finished>,
+) {
+    let modes = Arc::new(claim.modes);
+    let mut registry = in_flight.lock().expect("in-flight lock");
+    for job in claim.jobs {
+        let permit = held.split(1).expect("a slot per claimed job");
+        let (exec, modes, done_tx) = (exec.clone(), modes.clone(), done_tx.clone());
+        let (id, attempt) = (job.id, job.attempt);
+        let handle = tokio::spawn(async move {
+            let outcome = exec.execute(&job, modes).await;
+            let _ = done_tx.send((job, outcome, permit));
+        });
+        registry.insert(id, (attempt, handle.abort_handle()));
+    }
 }
 
 /// Write outcomes as they arrive, many per statement. A write that fails is retried for up to
@@ -109,11 +131,12 @@ async fn claim(exec: &Executor, n: usize) -> Result<(modes::Modes, Vec<ClaimedJo
 async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>, in_flight: InFlight) {
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
-        while batch.len() < RECORD_BATCH {
-            match rx.try_recv() {
-                Ok(f) => batch.push(f),
-                Err(_) => break,
-            }
+        drain(&mut rx, &mut batch);
+        if batch.len() < RECORD_BATCH / 8 {
+            // Outcomes of one claim finish within moments of each other: a millisecond's wait
+            // turns many one-row writes (each a commit) into one.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            drain(&mut rx, &mut batch);
         }
         let (outcomes, permits): (Vec<_>, Vec<_>) = batch.into_iter().map(|(j, o, p)| ((j, o), p)).unzip();
         let deadline = tokio::time::Instant::now() + exec.config.lease;
@@ -140,6 +163,15 @@ async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>, 
         }
         drop(registry);
         drop(permits);
+    }
+}
+
+fn drain(rx: &mut mpsc::UnboundedReceiver<Finished>, batch: &mut Vec<Finished>) {
+    while batch.len() < RECORD_BATCH {
+        match rx.try_recv() {
+            Ok(f) => batch.push(f),
+            Err(_) => break,
+        }
     }
 }
 

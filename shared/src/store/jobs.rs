@@ -11,6 +11,7 @@ use tokio_postgres::Row;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use super::modes::Modes;
 use super::{GenericClient, StoreError};
 use crate::job::{ClaimedJob, Dispatch, JobId, JobStatus, TenantId};
 
@@ -321,14 +322,29 @@ fn claim_sql(extra_filter: &str) -> String {
              WHERE j.id = ANY (ARRAY(SELECT id FROM due))
              {CLAIM_RETURNING}
          )
-         SELECT * FROM claimed"
+         SELECT claimed.*, modes.switches FROM claimed,
+             (SELECT coalesce(jsonb_object_agg(name, enabled), '{{}}') AS switches FROM operating_modes) modes"
     )
 }
 
+/// Jobs taken by one claim, with the operating modes read in the same statement.
+#[derive(Debug, Clone, Default)]
+pub struct Claim {
+    pub jobs: Vec<ClaimedJob>,
+    pub modes: Modes,
+}
+
+impl Claim {
+    fn from_rows(rows: &[Row]) -> Claim {
+        let modes = rows.first().map(|r| Modes::from_json(&r.get::<_, Value>("switches"))).unwrap_or_default();
+        Claim { jobs: rows.iter().map(claimed_from_row).collect(), modes }
+    }
+}
+
 /// Claim up to `limit` due jobs under a lease of `lease_secs` (the Postgres-native transport).
-pub async fn claim_due(db: &impl GenericClient, limit: i64, lease_secs: f64) -> Result<Vec<ClaimedJob>, StoreError> {
+pub async fn claim_due(db: &impl GenericClient, limit: i64, lease_secs: f64) -> Result<Claim, StoreError> {
     let stmt = db.prepare_cached(&claim_sql("")).await?;
-    Ok(db.query(&stmt, &[&limit, &lease_secs]).await?.iter().map(claimed_from_row).collect())
+    Ok(Claim::from_rows(&db.query(&stmt, &[&limit, &lease_secs]).await?))
 }
 
 /// Claim the named jobs if they are still claimable (a transport that delivers ids, like SQS).
@@ -337,10 +353,10 @@ pub async fn claim_ids(
     db: &impl GenericClient,
     ids: &[JobId],
     lease_secs: f64,
-) -> Result<Vec<ClaimedJob>, StoreError> {
+) -> Result<Claim, StoreError> {
     let stmt = db.prepare_cached(&claim_sql("AND id = ANY($3)")).await?;
     let limit = i64::try_from(ids.len()).unwrap_or(i64::MAX);
-    Ok(db.query(&stmt, &[&limit, &lease_secs, &ids]).await?.iter().map(claimed_from_row).collect())
+    Ok(Claim::from_rows(&db.query(&stmt, &[&limit, &lease_secs, &ids]).await?))
 }
 
 /// Which of the (id, attempt) pairs a fenced write did not reach.

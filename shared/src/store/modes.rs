@@ -25,6 +25,15 @@ impl Modes {
     pub fn paused(&self, task_type: &str) -> bool {
         self.switches.get(&format!("pause:{task_type}")).copied().unwrap_or(false)
     }
+
+    /// From a JSON object of switch names to booleans (as the claim statement returns them).
+    pub fn from_json(v: &serde_json::Value) -> Modes {
+        let switches = v
+            .as_object()
+            .map(|o| o.iter().filter_map(|(k, v)| Some((k.clone(), v.as_bool()?))).collect())
+            .unwrap_or_default();
+        Modes { switches }
+    }
 }
 
 pub async fn load(db: &impl GenericClient) -> Result<Modes, StoreError> {
