@@ -1,35 +1,118 @@
 //! Putting work into Relay: insert the rows, commit, then dispatch. Every path that creates
-//! jobs (the API, ingress, fan-out parents) goes through `enqueue`, so dispatch-after-commit
-//! holds by construction.
+//! jobs (the API, ingress, fan-out parents) goes through `Intake::enqueue`, so
+//! dispatch-after-commit holds by construction.
+//!
+//! Concurrent submissions are coalesced: a few writer tasks each take every request waiting
+//! at that moment and insert them all in one statement (one commit), so sixteen clients cost
+//! a handful of commits, not sixteen. Nobody waits on purpose: an idle writer takes a lone
+//! request at once.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use deadpool_postgres::Pool;
+use tokio::sync::{Mutex, mpsc, oneshot};
 
 use crate::job::{Dispatch, TenantId};
 use crate::store::StoreError;
 use crate::store::jobs::{self, Inserted, NewJob};
 use crate::transport::{self, Transport};
 
-/// Insert jobs for one tenant (one statement, committed on return), then hand the new ones to
-/// the transport. Keys already taken come back as `Inserted::Existing`.
-pub async fn enqueue(
-    pool: &Pool,
-    transport: &Arc<dyn Transport>,
+/// Most rows one coalesced statement inserts.
+const MAX_ROWS: usize = 1000;
+
+type Reply = oneshot::Sender<Result<Vec<Inserted>, Arc<StoreError>>>;
+
+struct Request {
     tenant_id: TenantId,
-    new: &[NewJob],
-) -> Result<Vec<Inserted>, StoreError> {
-    let inserted = {
-        let db = pool.get().await?;
-        jobs::insert_many(&db, tenant_id, new).await?
-    };
-    let created: Vec<Dispatch> = inserted
-        .iter()
-        .filter_map(|i| match i {
-            Inserted::Created(j) => Some(Dispatch { id: j.id, run_at: j.run_at }),
-            Inserted::Existing(_) => None,
-        })
-        .collect();
-    transport::send(transport, pool, &created).await;
-    Ok(inserted)
+    jobs: Vec<NewJob>,
+    reply: Reply,
+}
+
+/// The way in for new jobs; cheap to clone.
+#[derive(Clone)]
+pub struct Intake {
+    tx: mpsc::Sender<Request>,
+}
+
+impl Intake {
+    /// Start `writers` coalescing writer tasks (at least one).
+    pub fn start(pool: Pool, transport: Arc<dyn Transport>, writers: usize) -> Intake {
+        let (tx, rx) = mpsc::channel::<Request>(4096);
+        let rx = Arc::new(Mutex::new(rx));
+        for _ in 0..writers.max(1) {
+            tokio::spawn(writer(pool.clone(), transport.clone(), rx.clone()));
+        }
+        Intake { tx }
+    }
+
+    /// Insert jobs for one tenant (committed on return), then hand the new ones to the
+    /// transport. Keys already taken come back as `Inserted::Existing`, in input order.
+    pub async fn enqueue(&self, tenant_id: TenantId, jobs: Vec<NewJob>) -> Result<Vec<Inserted>, Arc<StoreError>> {
+        if jobs.is_empty() {
+            return Ok(vec![]);
+        }
+        let (reply, answer) = oneshot::channel();
+        let closed = || Arc::new(StoreError::IntakeClosed);
+        self.tx.send(Request { tenant_id, jobs, reply }).await.map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())?
+    }
+}
+
+async fn writer(pool: Pool, transport: Arc<dyn Transport>, rx: Arc<Mutex<mpsc::Receiver<Request>>>) {
+    loop {
+        let mut batch = Vec::new();
+        {
+            let mut rx = rx.lock().await;
+            let Some(first) = rx.recv().await else { return };
+            let mut rows = first.jobs.len();
+            batch.push(first);
+            while rows < MAX_ROWS {
+                match rx.try_recv() {
+                    Ok(r) => {
+                        rows += r.jobs.len();
+                        batch.push(r);
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        write(&pool, &transport, batch).await;
+    }
+}
+
+/// Insert each tenant's share of the batch in one statement, dispatch what was created, and
+/// answer every request.
+async fn write(pool: &Pool, transport: &Arc<dyn Transport>, batch: Vec<Request>) {
+    let mut by_tenant: BTreeMap<TenantId, Vec<Request>> = BTreeMap::new();
+    for r in batch {
+        by_tenant.entry(r.tenant_id).or_default().push(r);
+    }
+    for (tenant_id, requests) in by_tenant {
+        let all: Vec<NewJob> = requests.iter().flat_map(|r| r.jobs.iter().cloned()).collect();
+        let inserted = async { jobs::insert_many(&pool.get().await?, tenant_id, &all).await }.await;
+        let inserted = match inserted {
+            Ok(i) => i,
+            Err(e) => {
+                let e = Arc::new(e);
+                for r in requests {
+                    let _ = r.reply.send(Err(e.clone()));
+                }
+                continue;
+            }
+        };
+        let created: Vec<Dispatch> = inserted
+            .iter()
+            .filter_map(|i| match i {
+                Inserted::Created(j) => Some(Dispatch { id: j.id, run_at: j.run_at }),
+                Inserted::Existing(_) => None,
+            })
+            .collect();
+        transport::send(transport, pool, &created).await;
+        let mut rest = inserted.into_iter();
+        for r in requests {
+            let mine: Vec<Inserted> = rest.by_ref().take(r.jobs.len()).collect();
+            let _ = r.reply.send(Ok(mine));
+        }
+    }
 }

@@ -8,7 +8,8 @@ use deadpool_postgres::Pool;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::api::AppState;
+use crate::api::{AppState, TenantCache};
+use crate::intake::Intake;
 use crate::catalogue::Catalogue;
 use crate::executor::{Executor, ExecutorConfig, worker};
 use crate::retry::RetryPolicy;
@@ -25,6 +26,8 @@ pub struct Settings {
     pub sweep_interval: Duration,
     /// Register the `test.*` tasks (tests, chaos runs, `relay dev --test-tasks`).
     pub test_tasks: bool,
+    /// Tasks that coalesce concurrent submissions into multi-row inserts.
+    pub intake_writers: usize,
     pub pool: PoolOptions,
 }
 
@@ -35,6 +38,7 @@ impl Default for Settings {
             sweep: SweepConfig::default(),
             sweep_interval: Duration::from_secs(30),
             test_tasks: false,
+            intake_writers: 4,
             pool: PoolOptions::default(),
         }
     }
@@ -45,18 +49,20 @@ pub struct Platform {
     pub pool: Pool,
     pub catalogue: Catalogue,
     pub transport: Arc<dyn Transport>,
+    pub intake: Intake,
     pub settings: Settings,
     database_url: String,
 }
 
 impl Platform {
-    /// Build the pool and the Postgres-native transport. Opens no connection: nothing bound
-    /// here can be left broken by an outage.
+    /// Build the pool, the Postgres-native transport and the intake writers (call inside a
+    /// Tokio runtime). Opens no connection: nothing bound here can be left broken by an outage.
     pub fn new(database_url: &str, settings: Settings) -> anyhow::Result<Self> {
         let pool = store::pool(database_url, &settings.pool)?;
         let transport: Arc<dyn Transport> = Arc::new(PgTransport::new(pool.clone()));
         Ok(Self {
             catalogue: Catalogue::standard(settings.test_tasks),
+            intake: Intake::start(pool.clone(), transport.clone(), settings.intake_writers),
             pool,
             transport,
             settings,
@@ -66,6 +72,7 @@ impl Platform {
 
     /// Use another transport (SQS, or a test double that fails on purpose).
     pub fn with_transport(mut self, transport: Arc<dyn Transport>) -> Self {
+        self.intake = Intake::start(self.pool.clone(), transport.clone(), self.settings.intake_writers);
         self.transport = transport;
         self
     }
@@ -76,7 +83,12 @@ impl Platform {
     }
 
     pub fn app_state(&self) -> AppState {
-        AppState { pool: self.pool.clone(), catalogue: self.catalogue.clone(), transport: self.transport.clone() }
+        AppState {
+            pool: self.pool.clone(),
+            catalogue: self.catalogue.clone(),
+            intake: self.intake.clone(),
+            tenants: TenantCache::default(),
+        }
     }
 
     pub fn executor(&self) -> Executor {

@@ -64,11 +64,23 @@ impl IntoResponse for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
+        ApiError::from(&e)
+    }
+}
+
+impl From<std::sync::Arc<StoreError>> for ApiError {
+    fn from(e: std::sync::Arc<StoreError>) -> Self {
+        ApiError::from(&*e)
+    }
+}
+
+impl From<&StoreError> for ApiError {
+    fn from(e: &StoreError) -> Self {
         if e.is_unavailable() {
             tracing::warn!(event = "relay.api.db_unavailable", error = %e, "database unavailable");
             return ApiError::unavailable("the database is unavailable; retry shortly");
         }
-        if let StoreError::KeyVanished(key) = &e {
+        if let StoreError::KeyVanished(key) = e {
             return ApiError::new(StatusCode::CONFLICT, "retry", format!("idempotency key {key:?} changed while the request ran; retry"));
         }
         tracing::error!(event = "relay.api.internal", error = %e, "internal error");

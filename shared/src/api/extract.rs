@@ -1,6 +1,10 @@
 //! Request extractors whose every rejection is an `ApiError`: the caller's tenant (bearer key),
 //! the idempotency key, and a JSON body checked for size, syntax, NUL characters and shape.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
 use axum::body::Bytes;
 use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -34,10 +38,41 @@ where
             .map(str::trim)
             .filter(|k| !k.is_empty())
             .ok_or_else(|| unauthorized("Authorization must be `Bearer <api key>`"))?;
+        if let Some(t) = state.tenants.get(key) {
+            return Ok(Caller(t));
+        }
         let db = state.pool.get().await.map_err(crate::store::StoreError::from)?;
         match tenants::by_api_key(&db, key).await? {
-            Some(t) => Ok(Caller(t)),
+            Some(t) => {
+                state.tenants.put(key, t.clone());
+                Ok(Caller(t))
+            }
             None => Err(unauthorized("unknown or disabled API key")),
+        }
+    }
+}
+
+/// Recently seen API keys (by hash) and their tenants, so a busy client costs no key lookup
+/// per request. An entry lives `TTL`: a disabled or rotated key stops working within that.
+#[derive(Clone, Default)]
+pub struct TenantCache(Arc<Mutex<HashMap<Vec<u8>, (Tenant, Instant)>>>);
+
+impl TenantCache {
+    pub const TTL: Duration = Duration::from_secs(10);
+    const MAX_ENTRIES: usize = 10_000;
+
+    fn get(&self, key: &str) -> Option<Tenant> {
+        let map = self.0.lock().ok()?;
+        let (tenant, at) = map.get(&tenants::hash_key(key))?;
+        (at.elapsed() < Self::TTL).then(|| tenant.clone())
+    }
+
+    fn put(&self, key: &str, tenant: Tenant) {
+        if let Ok(mut map) = self.0.lock() {
+            if map.len() >= Self::MAX_ENTRIES {
+                map.retain(|_, (_, at)| at.elapsed() < Self::TTL);
+            }
+            map.insert(tenants::hash_key(key), (tenant, Instant::now()));
         }
     }
 }

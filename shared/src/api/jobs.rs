@@ -17,7 +17,6 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::{Caller, IdempotencyKey, JsonBody, check_key};
 use crate::catalogue::Catalogue;
-use crate::intake;
 use crate::job::JobStatus;
 use crate::store::jobs::{self, Inserted, Job, JobFilter, NewJob};
 use crate::store::StoreError;
@@ -139,7 +138,7 @@ pub async fn submit(
 ) -> Result<Response, ApiError> {
     let new = req.into_new_job(&key, &state.catalogue, Utc::now())?;
     let hash = new.request_hash.clone();
-    let mut inserted = intake::enqueue(&state.pool, &state.transport, tenant.id, &[new]).await?;
+    let mut inserted = state.intake.enqueue(tenant.id, vec![new]).await?;
     let (status, job) = answer(inserted.remove(0), &hash)?;
     Ok((status, Json(job)).into_response())
 }
@@ -176,7 +175,7 @@ pub async fn submit_batch(
     let parsed: Vec<Result<NewJob, ApiError>> =
         req.jobs.into_iter().enumerate().map(|(i, item)| parse_item(i, item, &state.catalogue, now)).collect();
     let valid: Vec<NewJob> = parsed.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
-    let mut inserted = intake::enqueue(&state.pool, &state.transport, tenant.id, &valid).await?.into_iter();
+    let mut inserted = state.intake.enqueue(tenant.id, valid).await?.into_iter();
     let results: Vec<BatchItemResult> = parsed
         .into_iter()
         .map(|p| {

@@ -5,7 +5,6 @@ pub mod error;
 pub mod extract;
 pub mod jobs;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, Request};
@@ -17,8 +16,9 @@ use axum::Router;
 use deadpool_postgres::Pool;
 
 use crate::catalogue::Catalogue;
-use crate::transport::Transport;
+use crate::intake::Intake;
 use error::ApiError;
+pub use extract::TenantCache;
 
 /// Largest request body accepted (a full batch of 500 modest jobs fits).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -30,7 +30,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct AppState {
     pub pool: Pool,
     pub catalogue: Catalogue,
-    pub transport: Arc<dyn Transport>,
+    pub intake: Intake,
+    pub tenants: TenantCache,
 }
 
 pub fn router(state: AppState) -> Router {

@@ -27,6 +27,8 @@ pub enum StoreError {
     StaleWrite { job_id: uuid::Uuid, attempt: i32 },
     #[error("idempotency key {0} was deleted while a request for it ran; try again")]
     KeyVanished(String),
+    #[error("the intake writers have stopped")]
+    IntakeClosed,
     #[error("migration {0} was edited after it was applied; migrations are additive only")]
     MigrationEdited(&'static str),
     #[error("migration {name}: {source}")]
@@ -37,7 +39,7 @@ impl StoreError {
     /// True when the database could not be reached (as opposed to refusing a statement).
     pub fn is_unavailable(&self) -> bool {
         match self {
-            StoreError::Pool(_) => true,
+            StoreError::Pool(_) | StoreError::IntakeClosed => true,
             StoreError::Db(e) => e.is_closed() || e.code().is_none(),
             _ => false,
         }

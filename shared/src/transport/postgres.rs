@@ -2,7 +2,7 @@
 //! due rows themselves with `FOR UPDATE SKIP LOCKED`. Any number of worker processes may
 //! share one database.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
@@ -11,18 +11,24 @@ use tokio::sync::Notify;
 use tokio_postgres::AsyncMessage;
 
 use super::{Transport, TransportError};
+
 use crate::job::Dispatch;
 
 /// The channel workers listen on.
 pub const CHANNEL: &str = "relay_jobs";
 
+/// Dispatch here only wakes workers, and workers also poll the table, so a dispatch cannot be
+/// lost in a way that loses work. Wake-ups are coalesced: one NOTIFY covers every dispatch
+/// that arrived while the previous one was being sent.
 pub struct PgTransport {
     pool: Pool,
+    wake: Arc<Notify>,
+    notifier: OnceLock<()>,
 }
 
 impl PgTransport {
     pub fn new(pool: Pool) -> Self {
-        Self { pool }
+        Self { pool, wake: Arc::new(Notify::new()), notifier: OnceLock::new() }
     }
 }
 
@@ -33,11 +39,27 @@ impl Transport for PgTransport {
     }
 
     async fn dispatch(&self, _jobs: &[Dispatch]) -> Result<(), TransportError> {
-        let err = |e: &dyn std::fmt::Display| TransportError { transport: "postgres", message: e.to_string() };
-        let db = self.pool.get().await.map_err(|e| err(&e))?;
-        let stmt = db.prepare_cached("SELECT pg_notify($1, '')").await.map_err(|e| err(&e))?;
-        db.execute(&stmt, &[&CHANNEL]).await.map_err(|e| err(&e))?;
+        self.notifier.get_or_init(|| {
+            tokio::spawn(notify_loop(self.pool.clone(), self.wake.clone()));
+        });
+        self.wake.notify_one();
         Ok(())
+    }
+}
+
+async fn notify_loop(pool: Pool, wake: Arc<Notify>) {
+    loop {
+        wake.notified().await;
+        let sent = async {
+            let db = pool.get().await?;
+            let stmt = db.prepare_cached("SELECT pg_notify($1, '')").await?;
+            db.execute(&stmt, &[&CHANNEL]).await?;
+            anyhow::Ok(())
+        };
+        if let Err(e) = sent.await {
+            // Workers poll, so this costs latency, not jobs.
+            tracing::warn!(event = "relay.dispatch.notify_failed", error = %e, "NOTIFY failed; workers will poll");
+        }
     }
 }
 
