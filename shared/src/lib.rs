@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod catalogue;
+pub mod config;
 pub mod executor;
 pub mod intake;
 pub mod job;
