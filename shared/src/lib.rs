@@ -7,6 +7,7 @@ pub mod config;
 pub mod executor;
 pub mod intake;
 pub mod job;
+pub mod lambda;
 pub mod metrics;
 pub mod pgcluster;
 pub mod platform;
