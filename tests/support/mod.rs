@@ -2,6 +2,7 @@
 //! run from the installed binaries), one fresh schema per test, migrated; HTTP through the
 //! real router with `oneshot`.
 
+pub mod moto;
 pub mod transports;
 
 use std::sync::{Arc, OnceLock};
@@ -29,6 +30,11 @@ fn base_url() -> &'static str {
         cluster.stop_when_process_exits(std::process::id()).expect("cluster watchdog");
         cluster.url("postgres")
     })
+}
+
+/// The test server's URL (for building pools the way a Lambda container does).
+pub fn database_url() -> String {
+    base_url().to_owned()
 }
 
 /// One test's world: its own schema, a platform wired to it, a tenant and its key.
