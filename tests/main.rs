@@ -9,3 +9,4 @@ mod store;
 mod sweep;
 mod conformance;
 mod lambda;
+mod template;
