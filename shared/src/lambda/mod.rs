@@ -19,15 +19,19 @@ use crate::platform::{Platform, Settings};
 use crate::transport::Transport;
 use crate::transport::sqs::SqsTransport;
 
-/// The platform a function needs: a one-connection pool and the SQS transport. Reads only
-/// configuration (no network): connections open on first use.
+/// The platform a function needs: a one-connection pool and the SQS transport. Opens no
+/// connection: the database and SQS are reached on first use. (On Lambda `AWS_REGION` is set,
+/// so the SDK does not look the region up either.)
 pub async fn platform(cfg: &LambdaConfig) -> anyhow::Result<Platform> {
+    // Name a missing variable before anything else runs.
+    cfg.require_database_url()?;
+    let queue_url = cfg.require_work_queue_url()?;
     let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
     if let Some(endpoint) = &cfg.aws_endpoint_url {
         loader = loader.endpoint_url(endpoint);
     }
     let sdk = loader.load().await;
-    let transport = Arc::new(SqsTransport::new(SqsTransport::client(&sdk), cfg.require_work_queue_url()?));
+    let transport = Arc::new(SqsTransport::new(SqsTransport::client(&sdk), queue_url));
     platform_with(cfg, transport)
 }
 
