@@ -115,7 +115,7 @@ async fn bad_input_gets_a_clear_4xx_json_error_and_stores_nothing() {
         assert!(err["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
     }
     let (_, err) = post(Some("k"), br#"{"task_type":"launch_rockets"}"#.to_vec()).await;
-    assert_eq!(err["error"]["available"], json!(["noop", "sleep", "test.effect", "test.fail"]));
+    assert_eq!(err["error"]["available"], json!(["noop", "provider.event", "sleep", "test.effect", "test.fail"]));
     let (_, err) = post(Some("k"), br#"{"task_type":"sleep","params":{"seconds":"long"}}"#.to_vec()).await;
     assert_eq!(err["error"]["field"], "params.seconds");
 
@@ -233,7 +233,7 @@ async fn a_failed_dispatch_never_fails_the_request() {
     assert_eq!(s, StatusCode::ACCEPTED);
     let id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
     assert_eq!(
-        w.count("SELECT count(*) FROM jobs WHERE id = $1 AND status = 'pending' AND dispatched_at IS NULL", &[&id]).await,
+        w.eventually("SELECT count(*) FROM jobs WHERE id = $1 AND status = 'pending' AND dispatched_at IS NULL", &[&id], 1).await,
         1,
         "left pending, marked undispatched for the sweep"
     );

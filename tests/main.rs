@@ -1,4 +1,5 @@
-//! Relay's integration tests: one binary, real Postgres, one schema per test.
+//! Relay's integration tests: one binary, real Postgres (one schema per test), AWS paths
+//! through moto's server mode (started by the harness).
 
 mod support;
 
@@ -6,3 +7,6 @@ mod api;
 mod executor;
 mod store;
 mod sweep;
+mod conformance;
+mod lambda;
+mod template;

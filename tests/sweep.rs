@@ -66,6 +66,8 @@ async fn a_job_whose_dispatch_failed_runs_after_the_sweep() {
     let broken = w.with_transport(Arc::new(Down));
     let (_, job) = broken.submit("lost", json!({"task_type": "test.effect"})).await;
     let id = id_of(&job);
+    let unmarked = "SELECT count(*) FROM jobs WHERE id = $1 AND dispatched_at IS NULL";
+    assert_eq!(w.eventually(unmarked, &[&id], 1).await, 1, "the failed dispatch cleared its mark");
     // Nothing consumes the table directly here: like SQS, work arrives only by dispatch.
     let queue = Arc::new(Recorded::default());
     let healthy = w.with_transport(queue.clone());

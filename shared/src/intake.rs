@@ -108,11 +108,12 @@ async fn write(pool: &Pool, transport: &Arc<dyn Transport>, batch: Vec<Request>)
                 Inserted::Existing(_) => None,
             })
             .collect();
-        transport::send(transport, pool, &created).await;
+        // Committed: answer, then dispatch (a failed dispatch leaves the rows to the sweep).
         let mut rest = inserted.into_iter();
         for r in requests {
             let mine: Vec<Inserted> = rest.by_ref().take(r.jobs.len()).collect();
             let _ = r.reply.send(Ok(mine));
         }
+        transport::send(transport, pool, &created).await;
     }
 }

@@ -4,9 +4,11 @@
 pub mod api;
 pub mod bench;
 pub mod catalogue;
+pub mod config;
 pub mod executor;
 pub mod intake;
 pub mod job;
+pub mod lambda;
 pub mod metrics;
 pub mod pgcluster;
 pub mod platform;

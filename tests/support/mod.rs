@@ -2,6 +2,7 @@
 //! run from the installed binaries), one fresh schema per test, migrated; HTTP through the
 //! real router with `oneshot`.
 
+pub mod moto;
 pub mod transports;
 
 use std::sync::{Arc, OnceLock};
@@ -29,6 +30,11 @@ fn base_url() -> &'static str {
         cluster.stop_when_process_exits(std::process::id()).expect("cluster watchdog");
         cluster.url("postgres")
     })
+}
+
+/// The test server's URL (for building pools the way a Lambda container does).
+pub fn database_url() -> String {
+    base_url().to_owned()
 }
 
 /// One test's world: its own schema, a platform wired to it, a tenant and its key.
@@ -129,6 +135,19 @@ impl World {
                 return job;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Wait (up to 5 s) until a count query returns `expected`; returns the last count.
+    /// For effects that follow the answer, such as a failed dispatch clearing its mark.
+    pub async fn eventually(&self, sql: &str, params: &[&(dyn tokio_postgres::types::ToSql + Sync)], expected: i64) -> i64 {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let n = self.count(sql, params).await;
+            if n == expected || tokio::time::Instant::now() > deadline {
+                return n;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 

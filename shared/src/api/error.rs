@@ -80,8 +80,8 @@ impl From<&StoreError> for ApiError {
             tracing::warn!(event = "relay.api.db_unavailable", error = %e, "database unavailable");
             return ApiError::unavailable("the database is unavailable; retry shortly");
         }
-        if let StoreError::KeyVanished(key) = e {
-            return ApiError::new(StatusCode::CONFLICT, "retry", format!("idempotency key {key:?} changed while the request ran; retry"));
+        if let StoreError::Vanished(what) = e {
+            return ApiError::new(StatusCode::CONFLICT, "retry", format!("{what} changed while the request ran; retry"));
         }
         tracing::error!(event = "relay.api.internal", error = %e, "internal error");
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")

@@ -180,7 +180,7 @@ pub async fn submit_batch(
         .into_iter()
         .map(|p| {
             let outcome = p.and_then(|new| {
-                let ins = inserted.next().ok_or_else(|| StoreError::KeyVanished(new.idempotency_key.clone()))?;
+                let ins = inserted.next().ok_or_else(|| StoreError::Vanished(format!("idempotency key {:?}", new.idempotency_key)))?;
                 answer(ins, &new.request_hash)
             });
             match outcome {

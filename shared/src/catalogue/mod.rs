@@ -5,6 +5,7 @@
 //! unknown fields refused, the failing field named) and publishes the JSON Schema.
 
 mod basic;
+pub mod provider;
 mod testing;
 
 use std::collections::BTreeMap;
@@ -117,6 +118,7 @@ impl Catalogue {
         let mut c = Catalogue { tasks: BTreeMap::new() };
         c.add(basic::Noop);
         c.add(basic::Sleep);
+        c.add(provider::ProviderEvent);
         if with_test_tasks {
             c.add(testing::Fail);
             c.add(testing::Effect);
@@ -162,7 +164,7 @@ mod tests {
 
     #[test]
     fn test_tasks_exist_only_when_asked_for() {
-        assert_eq!(Catalogue::standard(false).names(), ["noop", "sleep"]);
+        assert_eq!(Catalogue::standard(false).names(), ["noop", "provider.event", "sleep"]);
         assert!(Catalogue::standard(true).contains("test.fail"));
     }
 

@@ -30,7 +30,7 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
     let slots = Arc::new(Semaphore::new(concurrency));
     let in_flight: InFlight = Arc::default();
     let (done_tx, done_rx) = mpsc::unbounded_channel::<Finished>();
-    let recorder = tokio::spawn(record_loop(exec.clone(), done_rx, in_flight.clone()));
+    let recorder = tokio::spawn(record_loop(exec.clone(), done_rx));
     let heartbeat = tokio::spawn(heartbeat_loop(exec.clone(), in_flight.clone()));
     let mut backoff = Duration::from_millis(100);
 
@@ -116,10 +116,13 @@ fn start_jobs(
     let mut registry = in_flight.lock().expect("in-flight lock");
     for job in claim.jobs {
         let permit = held.split(1).expect("a slot per claimed job");
-        let (exec, modes, done_tx) = (exec.clone(), modes.clone(), done_tx.clone());
+        let (exec, modes, done_tx, registry_of_job) = (exec.clone(), modes.clone(), done_tx.clone(), in_flight.clone());
         let (id, attempt) = (job.id, job.attempt);
         let handle = tokio::spawn(async move {
             let outcome = exec.execute(&job, modes).await;
+            // Finished: the heartbeat no longer touches this row, so it never contends with
+            // the recorder's write of the outcome.
+            registry_of_job.lock().expect("in-flight lock").remove(&job.id);
             let _ = done_tx.send((job, outcome, permit));
         });
         registry.insert(id, (attempt, handle.abort_handle()));
@@ -128,7 +131,7 @@ fn start_jobs(
 
 /// Write outcomes as they arrive, many per statement. A write that fails is retried for up to
 /// one lease; after that the leases expire and the sweep returns the jobs.
-async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>, in_flight: InFlight) {
+async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>) {
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         drain(&mut rx, &mut batch);
@@ -157,11 +160,6 @@ async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>, 
                 }
             }
         }
-        let mut registry = in_flight.lock().expect("in-flight lock");
-        for (job, _) in &outcomes {
-            registry.remove(&job.id);
-        }
-        drop(registry);
         drop(permits);
     }
 }

@@ -158,7 +158,7 @@ pub async fn insert_many(
         } else {
             // ON CONFLICT waited for any concurrent insert of the key, so the row existed a
             // moment ago; only a deletion in between (retention) lands here.
-            return Err(StoreError::KeyVanished(job.idempotency_key.clone()));
+            return Err(StoreError::Vanished(format!("idempotency key {:?}", job.idempotency_key)));
         }
     }
     Ok(out)

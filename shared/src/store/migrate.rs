@@ -9,6 +9,7 @@ use super::StoreError;
 /// (a test fails when the two disagree).
 pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "0001_core", include_str!("../../../migrations/0001_core.sql")),
+    (2, "0002_dead_letters", include_str!("../../../migrations/0002_dead_letters.sql")),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's

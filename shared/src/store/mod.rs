@@ -1,6 +1,7 @@
 //! Postgres, the only source of truth. All SQL lives in this folder, one module per table;
 //! nothing outside `store` writes SQL (tests excepted).
 
+pub mod dead_letters;
 pub mod effects;
 pub mod exceptions;
 pub mod jobs;
@@ -19,20 +20,28 @@ pub use deadpool_postgres::GenericClient;
 /// worker's write is refused, never silently treated as done.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("database: {0}")]
+    #[error("database: {}", describe(.0))]
     Db(#[from] tokio_postgres::Error),
     #[error("connection pool: {0}")]
     Pool(#[from] deadpool_postgres::PoolError),
     #[error("stale write refused for job {job_id} attempt {attempt}: the job has moved on")]
     StaleWrite { job_id: uuid::Uuid, attempt: i32 },
-    #[error("idempotency key {0} was deleted while a request for it ran; try again")]
-    KeyVanished(String),
     #[error("the intake writers have stopped")]
     IntakeClosed,
+    #[error("{0} was deleted while this call ran; try again")]
+    Vanished(String),
     #[error("migration {0} was edited after it was applied; migrations are additive only")]
     MigrationEdited(&'static str),
     #[error("migration {name}: {source}")]
     Migration { name: &'static str, source: tokio_postgres::Error },
+}
+
+/// A database error with Postgres's own message (tokio-postgres's `Display` says only "db error").
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
 }
 
 impl StoreError {
@@ -54,11 +63,14 @@ pub struct PoolOptions {
     pub wait_timeout: Duration,
     /// Extra `search_path` (used by tests to give each test its own schema).
     pub search_path: Option<String>,
+    /// Check a pooled connection with a round trip before handing it out. For Lambda, where
+    /// a container thaws with a connection the proxy may have closed while it was frozen.
+    pub verify_on_checkout: bool,
 }
 
 impl Default for PoolOptions {
     fn default() -> Self {
-        Self { max_size: 16, wait_timeout: Duration::from_secs(5), search_path: None }
+        Self { max_size: 16, wait_timeout: Duration::from_secs(5), search_path: None, verify_on_checkout: false }
     }
 }
 
@@ -73,7 +85,8 @@ pub fn pool(database_url: &str, opts: &PoolOptions) -> anyhow::Result<Pool> {
     if let Some(path) = &opts.search_path {
         cfg.options(format!("-c search_path={path}"));
     }
-    let mgr = Manager::from_config(cfg, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+    let recycling_method = if opts.verify_on_checkout { RecyclingMethod::Verified } else { RecyclingMethod::Fast };
+    let mgr = Manager::from_config(cfg, NoTls, ManagerConfig { recycling_method });
     Ok(Pool::builder(mgr)
         .max_size(opts.max_size)
         .runtime(Runtime::Tokio1)

@@ -58,3 +58,16 @@ pub async fn rotate_key(db: &impl GenericClient, id: TenantId) -> Result<String,
         .await?;
     Ok(key)
 }
+
+/// The tenant with this name, created (with a key nobody is shown) when missing. Safe when
+/// several processes ensure the same name at once. For platform-owned work such as ingress.
+pub async fn ensure(db: &impl GenericClient, name: &str) -> Result<Tenant, StoreError> {
+    let stmt = db
+        .prepare_cached(
+            "INSERT INTO tenants (id, name, api_key_hash) VALUES ($1, $2, $3)
+             ON CONFLICT (name) DO NOTHING",
+        )
+        .await?;
+    db.execute(&stmt, &[&Uuid::now_v7(), &name, &hash_key(&new_api_key())]).await?;
+    by_name(db, name).await?.ok_or_else(|| StoreError::Vanished(format!("tenant {name:?}")))
+}

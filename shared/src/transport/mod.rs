@@ -3,6 +3,7 @@
 //! which is the only caller of `Transport::dispatch`.
 
 pub mod postgres;
+pub mod sqs;
 
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ pub struct TransportError {
 }
 
 /// A way to tell workers that jobs are due. Implementations: Postgres LISTEN/NOTIFY
-/// (`postgres::PgTransport`), SQS.
+/// (`postgres::PgTransport`) and SQS (`sqs::SqsTransport`), both held to one conformance suite.
 #[async_trait::async_trait]
 pub trait Transport: Send + Sync {
     fn name(&self) -> &'static str;

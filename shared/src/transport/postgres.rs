@@ -2,12 +2,13 @@
 //! due rows themselves with `FOR UPDATE SKIP LOCKED`. Any number of worker processes may
 //! share one database.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use futures::StreamExt;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio_postgres::AsyncMessage;
 
 use super::{Transport, TransportError};
@@ -17,18 +18,25 @@ use crate::job::Dispatch;
 /// The channel workers listen on.
 pub const CHANNEL: &str = "relay_jobs";
 
-/// Dispatch here only wakes workers, and workers also poll the table, so a dispatch cannot be
-/// lost in a way that loses work. Wake-ups are coalesced: one NOTIFY covers every dispatch
-/// that arrived while the previous one was being sent.
+/// Dispatch here only wakes workers (which also poll the table). Wake-ups are coalesced: one
+/// NOTIFY covers every dispatch that arrived while the previous one was being sent, and each
+/// caller learns whether the NOTIFY that covered it went out.
 pub struct PgTransport {
     pool: Pool,
-    wake: Arc<Notify>,
-    notifier: OnceLock<()>,
+    notifier: OnceLock<Arc<Notifier>>,
+}
+
+struct Notifier {
+    /// Dispatches asked for so far; a NOTIFY sent after reading `n` covers dispatches 1..=n.
+    requested: AtomicU64,
+    wake: Notify,
+    /// The highest dispatch covered so far, and how its NOTIFY went.
+    sent: watch::Sender<(u64, Result<(), String>)>,
 }
 
 impl PgTransport {
     pub fn new(pool: Pool) -> Self {
-        Self { pool, wake: Arc::new(Notify::new()), notifier: OnceLock::new() }
+        Self { pool, notifier: OnceLock::new() }
     }
 }
 
@@ -39,27 +47,34 @@ impl Transport for PgTransport {
     }
 
     async fn dispatch(&self, _jobs: &[Dispatch]) -> Result<(), TransportError> {
-        self.notifier.get_or_init(|| {
-            tokio::spawn(notify_loop(self.pool.clone(), self.wake.clone()));
+        let notifier = self.notifier.get_or_init(|| {
+            let n = Arc::new(Notifier { requested: AtomicU64::new(0), wake: Notify::new(), sent: watch::channel((0, Ok(()))).0 });
+            tokio::spawn(notify_loop(self.pool.clone(), n.clone()));
+            n
         });
-        self.wake.notify_one();
-        Ok(())
+        let mine = notifier.requested.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut sent = notifier.sent.subscribe();
+        notifier.wake.notify_one();
+        let covered = sent.wait_for(|(n, _)| *n >= mine).await;
+        match covered.as_deref() {
+            Ok((_, Ok(()))) => Ok(()),
+            Ok((_, Err(e))) => Err(TransportError { transport: "postgres", message: e.clone() }),
+            Err(_) => Err(TransportError { transport: "postgres", message: "notifier stopped".into() }),
+        }
     }
 }
 
-async fn notify_loop(pool: Pool, wake: Arc<Notify>) {
+async fn notify_loop(pool: Pool, n: Arc<Notifier>) {
     loop {
-        wake.notified().await;
+        n.wake.notified().await;
+        let covers = n.requested.load(Ordering::SeqCst);
         let sent = async {
             let db = pool.get().await?;
             let stmt = db.prepare_cached("SELECT pg_notify($1, '')").await?;
             db.execute(&stmt, &[&CHANNEL]).await?;
             anyhow::Ok(())
         };
-        if let Err(e) = sent.await {
-            // Workers poll, so this costs latency, not jobs.
-            tracing::warn!(event = "relay.dispatch.notify_failed", error = %e, "NOTIFY failed; workers will poll");
-        }
+        let _previous = n.sent.send_replace((covers, sent.await.map_err(|e| format!("{e:#}"))));
     }
 }
 

@@ -1,0 +1,19 @@
+//! The executor function: SQS work messages → claim, run, record. Wiring only; the handler
+//! is `taskdeck::lambda::executor::handle` (partial batch responses).
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use taskdeck::config::LambdaConfig;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    taskdeck::lambda::init_logging();
+    let cfg = LambdaConfig::from_env()?;
+    let platform = taskdeck::lambda::platform(&cfg).await?;
+    let exec = platform.executor();
+    let exec = &exec;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+        Ok::<SqsBatchResponse, Error>(taskdeck::lambda::executor::handle(exec, event.payload).await)
+    }))
+    .await
+}

@@ -1,0 +1,20 @@
+//! The ingress function: provider queues (SES events via SNS, inbound mail) → jobs. Wiring
+//! only; the handler is `taskdeck::lambda::ingress::Ingress::handle`.
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use taskdeck::config::LambdaConfig;
+use taskdeck::lambda::ingress::Ingress;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    taskdeck::lambda::init_logging();
+    let cfg = LambdaConfig::from_env()?;
+    let platform = taskdeck::lambda::platform(&cfg).await?;
+    let ingress = Ingress::new(&platform, &cfg.ingress_tenant);
+    let ingress = &ingress;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+        Ok::<SqsBatchResponse, Error>(ingress.handle(event.payload).await)
+    }))
+    .await
+}

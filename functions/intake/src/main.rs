@@ -1,0 +1,14 @@
+//! The intake function: API Gateway (HTTP API) → the very same axum router as `relay serve`.
+//! Wiring only; the router lives in `taskdeck::api`.
+
+use taskdeck::config::LambdaConfig;
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_http::Error> {
+    taskdeck::lambda::init_logging();
+    // Read once per container; an error names the variable and fails the init phase.
+    let cfg = LambdaConfig::from_env()?;
+    // One pool of one connection and the SQS client; nothing connects until the first request.
+    let platform = taskdeck::lambda::platform(&cfg).await?;
+    lambda_http::run(taskdeck::api::router(platform.app_state())).await
+}

@@ -1,0 +1,22 @@
+//! The sweeper function: an EventBridge schedule → sweep passes (expired leases, lost
+//! dispatches). Wiring only; the handler is `taskdeck::lambda::sweeper::handle`.
+
+use aws_lambda_events::eventbridge::EventBridgeEvent;
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+use taskdeck::config::LambdaConfig;
+use taskdeck::sweep::SweepReport;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    taskdeck::lambda::init_logging();
+    let cfg = LambdaConfig::from_env()?;
+    let platform = taskdeck::lambda::platform(&cfg).await?;
+    let sweeper = platform.sweeper();
+    let (sweeper, cfg) = (&sweeper, &cfg);
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<EventBridgeEvent>| async move {
+        let reports: Vec<SweepReport> =
+            taskdeck::lambda::sweeper::handle(sweeper, &event.payload, cfg.sweep_passes, cfg.sweep_gap).await?;
+        Ok::<_, Error>(reports)
+    }))
+    .await
+}

@@ -1,0 +1,126 @@
+//! The Lambda functions' settings: read once per container, typed, and every error names the
+//! variable at fault. The `relay` binary has its own flags (clap); the names are shared.
+
+use std::time::Duration;
+
+/// A setting that is missing or does not parse. The message names the variable.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0} is not set")]
+    Missing(&'static str),
+    #[error("{name} is invalid ({value:?}): {why}")]
+    Invalid { name: &'static str, value: String, why: String },
+}
+
+/// Settings shared by the five functions. Which ones a function needs is its own business:
+/// `require_*` accessors fail with the variable's name when a needed one is absent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LambdaConfig {
+    /// `DATABASE_URL`: Postgres (in production, the RDS Proxy endpoint).
+    pub database_url: Option<String>,
+    /// `RELAY_WORK_QUEUE_URL`: the SQS queue the executor consumes.
+    pub work_queue_url: Option<String>,
+    /// `AWS_ENDPOINT_URL`: a local AWS-protocol server (moto); unset on AWS.
+    pub aws_endpoint_url: Option<String>,
+    /// `RELAY_LEASE_SECONDS` (default 960): the lease of a claim. Must exceed the executor's
+    /// function timeout, since a Lambda invocation does not heartbeat.
+    pub lease: Duration,
+    /// `RELAY_INGRESS_TENANT` (default `platform`): the tenant that owns ingress jobs.
+    pub ingress_tenant: String,
+    /// `RELAY_SWEEP_PASSES` (default 2) and `RELAY_SWEEP_GAP_SECONDS` (default 30): sweep
+    /// passes per invocation of the sweeper and the pause between them.
+    pub sweep_passes: u32,
+    pub sweep_gap: Duration,
+    /// `RELAY_DB_WAIT_SECONDS` (default 5): how long a call waits for the one connection.
+    pub db_wait: Duration,
+}
+
+impl LambdaConfig {
+    /// Read from the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Read through any lookup (tests pass a map; nothing mutates the process environment).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let text = |name: &'static str| get(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let number = |name: &'static str, default: u64, range: std::ops::RangeInclusive<u64>| match text(name) {
+            None => Ok(default),
+            Some(v) => match v.parse::<u64>() {
+                Ok(n) if range.contains(&n) => Ok(n),
+                Ok(_) => Err(ConfigError::Invalid {
+                    name,
+                    value: v,
+                    why: format!("must be between {} and {}", range.start(), range.end()),
+                }),
+                Err(e) => Err(ConfigError::Invalid { name, value: v, why: e.to_string() }),
+            },
+        };
+        let database_url = text("DATABASE_URL");
+        if let Some(url) = &database_url
+            && let Err(e) = url.parse::<tokio_postgres::Config>()
+        {
+            // The URL may hold a password: never echo it.
+            return Err(ConfigError::Invalid { name: "DATABASE_URL", value: "<hidden>".into(), why: e.to_string() });
+        }
+        let url_like = |name: &'static str| match text(name) {
+            Some(v) if !(v.starts_with("https://") || v.starts_with("http://")) => {
+                Err(ConfigError::Invalid { name, value: v, why: "must be an http(s) URL".into() })
+            }
+            v => Ok(v),
+        };
+        Ok(Self {
+            database_url,
+            work_queue_url: url_like("RELAY_WORK_QUEUE_URL")?,
+            aws_endpoint_url: url_like("AWS_ENDPOINT_URL")?,
+            lease: Duration::from_secs(number("RELAY_LEASE_SECONDS", 960, 3..=43_200)?),
+            ingress_tenant: text("RELAY_INGRESS_TENANT").unwrap_or_else(|| "platform".into()),
+            sweep_passes: u32::try_from(number("RELAY_SWEEP_PASSES", 2, 1..=10)?).unwrap_or(2),
+            sweep_gap: Duration::from_secs(number("RELAY_SWEEP_GAP_SECONDS", 30, 0..=300)?),
+            db_wait: Duration::from_secs(number("RELAY_DB_WAIT_SECONDS", 5, 1..=60)?),
+        })
+    }
+
+    pub fn require_database_url(&self) -> Result<&str, ConfigError> {
+        self.database_url.as_deref().ok_or(ConfigError::Missing("DATABASE_URL"))
+    }
+
+    pub fn require_work_queue_url(&self) -> Result<&str, ConfigError> {
+        self.work_queue_url.as_deref().ok_or(ConfigError::Missing("RELAY_WORK_QUEUE_URL"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn read(vars: &[(&str, &str)]) -> Result<LambdaConfig, ConfigError> {
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        LambdaConfig::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_apply_and_required_settings_name_their_variable() {
+        let c = read(&[]).unwrap();
+        assert_eq!(c.lease, Duration::from_secs(960));
+        assert_eq!(c.ingress_tenant, "platform");
+        assert_eq!((c.sweep_passes, c.sweep_gap), (2, Duration::from_secs(30)));
+        assert_eq!(c.require_database_url().unwrap_err().to_string(), "DATABASE_URL is not set");
+        assert_eq!(c.require_work_queue_url().unwrap_err().to_string(), "RELAY_WORK_QUEUE_URL is not set");
+    }
+
+    #[test]
+    fn invalid_values_name_the_variable_and_hide_secrets() {
+        let e = read(&[("RELAY_LEASE_SECONDS", "soon")]).unwrap_err().to_string();
+        assert!(e.starts_with("RELAY_LEASE_SECONDS is invalid"), "{e}");
+        let e = read(&[("RELAY_SWEEP_PASSES", "0")]).unwrap_err().to_string();
+        assert!(e.contains("RELAY_SWEEP_PASSES") && e.contains("between 1 and 10"), "{e}");
+        let e = read(&[("RELAY_WORK_QUEUE_URL", "relay-work")]).unwrap_err().to_string();
+        assert!(e.starts_with("RELAY_WORK_QUEUE_URL is invalid"), "{e}");
+        let e = read(&[("DATABASE_URL", "postgres://u:s3cret@h:notaport/db")]).unwrap_err().to_string();
+        assert!(e.starts_with("DATABASE_URL is invalid") && !e.contains("s3cret"), "{e}");
+        let ok = read(&[("DATABASE_URL", "postgres://u:p@proxy:5432/relay"), ("RELAY_WORK_QUEUE_URL", "https://sqs.x/1/q")]);
+        assert_eq!(ok.unwrap().require_work_queue_url().unwrap(), "https://sqs.x/1/q");
+    }
+}

@@ -1,0 +1,174 @@
+//! The ingress function: each record from a provider queue becomes a `provider.event` job of
+//! the platform's own tenant, idempotent by the provider's message id (`sns:<MessageId>` for
+//! an SNS notification, `sqs:<messageId>` for a message written to the queue directly). It
+//! never processes inline. A record it cannot parse is kept whole in `dead_letters` with the
+//! reason and acknowledged; only a failure to reach the database returns records to the queue.
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use chrono::Utc;
+use deadpool_postgres::Pool;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::OnceCell;
+use uuid::Uuid;
+
+use crate::api::jobs::{DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_SECONDS};
+use crate::catalogue::Catalogue;
+use crate::catalogue::provider::ProviderEvent;
+use crate::catalogue::Task;
+use crate::intake::Intake;
+use crate::platform::Platform;
+use crate::job::TenantId;
+use crate::store::dead_letters::{self, NewDeadLetter};
+use crate::store::jobs::NewJob;
+use crate::store::{StoreError, tenants};
+
+/// The task type ingress creates.
+pub const TASK_TYPE: &str = ProviderEvent::NAME;
+
+/// What ingress holds per container. The tenant is looked up (or created) on first use and
+/// then remembered; a failure is not remembered.
+pub struct Ingress {
+    pub pool: Pool,
+    pub intake: Intake,
+    pub catalogue: Catalogue,
+    pub tenant_name: String,
+    tenant: OnceCell<TenantId>,
+}
+
+/// An SNS notification as SNS delivers it to an SQS queue (raw delivery off).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct SnsEnvelope {
+    #[serde(rename = "Type")]
+    kind: String,
+    message_id: String,
+    topic_arn: String,
+    message: String,
+    #[serde(default)]
+    subject: Option<String>,
+    #[serde(default)]
+    timestamp: Option<String>,
+}
+
+impl Ingress {
+    pub fn new(platform: &Platform, tenant_name: impl Into<String>) -> Self {
+        Self {
+            pool: platform.pool.clone(),
+            intake: platform.intake.clone(),
+            catalogue: platform.catalogue.clone(),
+            tenant_name: tenant_name.into(),
+            tenant: OnceCell::new(),
+        }
+    }
+
+    async fn tenant(&self) -> Result<TenantId, StoreError> {
+        let id = self
+            .tenant
+            .get_or_try_init(|| async { Ok::<_, StoreError>(tenants::ensure(&self.pool.get().await?, &self.tenant_name).await?.id) })
+            .await?;
+        Ok(*id)
+    }
+
+    pub async fn handle(&self, event: SqsEvent) -> SqsBatchResponse {
+        let mut response = SqsBatchResponse::default();
+        let mut jobs = Vec::new();
+        let mut carrying = Vec::new();
+        let mut letters = Vec::new();
+        for record in event.records {
+            let message_id = record.message_id.clone().unwrap_or_default();
+            match self.to_job(&record) {
+                Ok(job) => {
+                    jobs.push(job);
+                    carrying.push(message_id);
+                }
+                Err(reason) => {
+                    tracing::warn!(event = "relay.ingress.unparseable", message_id, reason, "record kept in dead_letters");
+                    letters.push(NewDeadLetter {
+                        source: format!("ingress:{}", record.event_source_arn.as_deref().unwrap_or("unknown")),
+                        message_id: Some(message_id),
+                        body: record.body.unwrap_or_default(),
+                        reason,
+                    });
+                }
+            }
+        }
+        if !letters.is_empty() {
+            let kept = async { dead_letters::insert_many(&self.pool.get().await?, &letters).await };
+            if let Err(e) = kept.await {
+                tracing::warn!(event = "relay.ingress.dead_letter_failed", error = %e, "could not keep records; they return to the queue");
+                for l in letters {
+                    response.add_failure(l.message_id.unwrap_or_default());
+                }
+            }
+        }
+        if jobs.is_empty() {
+            return response;
+        }
+        let n = jobs.len();
+        let enqueued = async { Ok::<_, std::sync::Arc<StoreError>>(self.intake.enqueue(self.tenant().await?, jobs).await?) };
+        match enqueued.await {
+            Ok(inserted) => {
+                let created = inserted.iter().filter(|i| matches!(i, crate::store::jobs::Inserted::Created(_))).count();
+                tracing::info!(event = "relay.ingress.batch", records = n, created,
+                    duplicates = n - created, "provider records handed to the task system");
+            }
+            Err(e) => {
+                tracing::warn!(event = "relay.ingress.batch_failed", error = %e, records = n,
+                    "could not store; the records return to the queue");
+                for message_id in carrying {
+                    response.add_failure(message_id);
+                }
+            }
+        }
+        response
+    }
+
+    /// One record as a job, or the reason it cannot be one.
+    fn to_job(&self, record: &SqsMessage) -> Result<NewJob, String> {
+        let body = record.body.as_deref().ok_or("the record has no body")?;
+        let source_queue = record.event_source_arn.clone().unwrap_or_else(|| "unknown".into());
+        let value: Value = serde_json::from_str(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+        let is_sns = value.get("Type").is_some() && value.get("TopicArn").is_some();
+        let params = if is_sns {
+            let sns: SnsEnvelope = serde_json::from_value(value).map_err(|e| format!("not a valid SNS envelope: {e}"))?;
+            if sns.kind != "Notification" {
+                return Err(format!("SNS message of type {:?}, not a Notification (confirm or ignore it by hand)", sns.kind));
+            }
+            let message = serde_json::from_str(&sns.message).unwrap_or(Value::String(sns.message));
+            json!({
+                "source": sns.topic_arn, "envelope": "sns", "message_id": sns.message_id,
+                "message": message, "subject": sns.subject, "sent_at": sns.timestamp,
+            })
+        } else {
+            let message_id = record.message_id.clone().ok_or("the record has no messageId")?;
+            json!({
+                "source": source_queue, "envelope": "sqs", "message_id": message_id, "message": value,
+                "subject": null, "sent_at": record.attributes.get("SentTimestamp"),
+            })
+        };
+        if params.to_string().contains("\\u0000") {
+            return Err("the message contains a NUL character, which Postgres cannot store in JSON".into());
+        }
+        self.catalogue.check(TASK_TYPE, &params).map_err(|e| format!("not a provider event: {e}"))?;
+        let envelope = if is_sns { "sns" } else { "sqs" };
+        let key = format!("{envelope}:{}", params["message_id"].as_str().unwrap_or_default());
+        if key.len() > 200 {
+            return Err("the provider's message id is longer than 195 characters".into());
+        }
+        let id = Uuid::now_v7();
+        Ok(NewJob {
+            id,
+            task_type: TASK_TYPE.into(),
+            request_hash: Sha256::digest(params.to_string().as_bytes()).to_vec(),
+            params,
+            correlation_id: key.clone(),
+            idempotency_key: key,
+            parent_id: None,
+            run_at: Utc::now(),
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
+        })
+    }
+}

@@ -1,0 +1,64 @@
+//! The AWS runtime's handler logic: each function in `functions/` parses nothing and decides
+//! nothing; it builds a `Platform` here once per container and passes each event to a handler
+//! in this module. Handlers take parsed events and return responses, so tests call them with
+//! real event payloads.
+//!
+//! Per container: one pool of at most one connection (through RDS Proxy in production),
+//! verified before each use and re-opened after a failure; the SQS client. Nothing connects at
+//! cold start, so an outage then cannot leave a container broken.
+
+pub mod console;
+pub mod executor;
+pub mod ingress;
+pub mod sweeper;
+
+use std::sync::Arc;
+
+use crate::config::LambdaConfig;
+use crate::platform::{Platform, Settings};
+use crate::transport::Transport;
+use crate::transport::sqs::SqsTransport;
+
+/// The platform a function needs: a one-connection pool and the SQS transport. Opens no
+/// connection: the database and SQS are reached on first use. (On Lambda `AWS_REGION` is set,
+/// so the SDK does not look the region up either.)
+pub async fn platform(cfg: &LambdaConfig) -> anyhow::Result<Platform> {
+    // Name a missing variable before anything else runs.
+    cfg.require_database_url()?;
+    let queue_url = cfg.require_work_queue_url()?;
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if let Some(endpoint) = &cfg.aws_endpoint_url {
+        loader = loader.endpoint_url(endpoint);
+    }
+    let sdk = loader.load().await;
+    let transport = Arc::new(SqsTransport::new(SqsTransport::client(&sdk), queue_url));
+    platform_with(cfg, transport)
+}
+
+/// The same, with the transport given (tests pass an SQS transport on a moto queue).
+pub fn platform_with(cfg: &LambdaConfig, transport: Arc<dyn Transport>) -> anyhow::Result<Platform> {
+    Ok(Platform::new(cfg.require_database_url()?, settings(cfg))?.with_transport(transport))
+}
+
+/// Settings for a Lambda container: one connection, checked before use; the lease longer
+/// than the function may run, since an invocation does not heartbeat.
+pub fn settings(cfg: &LambdaConfig) -> Settings {
+    let mut s = Settings::default();
+    s.pool.max_size = 1;
+    s.pool.verify_on_checkout = true;
+    s.pool.wait_timeout = cfg.db_wait;
+    s.executor.lease = cfg.lease;
+    s
+}
+
+/// JSON logs to stdout (CloudWatch Logs); the filter from `RELAY_LOG`, `info` by default.
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| "info".into());
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_current_span(false)
+        .without_time()
+        .with_target(false)
+        .try_init();
+}

@@ -1,0 +1,197 @@
+//! One conformance suite, written once, run against every real transport: the Postgres-native
+//! one (NOTIFY wakes a worker loop that claims due rows) and SQS through moto (messages become
+//! the SQS event the executor function handles, as the Lambda event source mapping delivers).
+//!
+//! Each transport comes with "how to consume it"; the properties are the same for both:
+//! dispatch after commit delivers the job; a failed dispatch leaves the row for the sweep;
+//! a duplicate delivery runs the task's effect once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::json;
+use taskdeck::executor::worker;
+use taskdeck::job::Dispatch;
+use taskdeck::platform::Platform;
+use taskdeck::store::effects;
+use taskdeck::transport::postgres::{CHANNEL, PgTransport};
+use taskdeck::transport::sqs::SqsTransport;
+use taskdeck::transport::Transport;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+use crate::support::{World, database_url, moto, test_settings};
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Postgres,
+    Sqs,
+}
+
+/// A world wired to one transport, and the means to consume what it carries.
+struct Rig {
+    world: World,
+    kind: Kind,
+    /// SQS: the queue's (url, arn).
+    queue: Option<(String, String)>,
+    /// Postgres: the running worker loop, its LISTEN connection and its stop switch.
+    worker: Option<(watch::Sender<bool>, JoinHandle<()>, tokio_postgres::Client)>,
+}
+
+impl Rig {
+    async fn new(kind: Kind) -> Rig {
+        let world = World::new().await;
+        match kind {
+            Kind::Postgres => Rig { world, kind, queue: None, worker: None },
+            Kind::Sqs => {
+                let (url, arn) = moto::queue("conformance").await;
+                let world = world.with_transport(Arc::new(SqsTransport::new(moto::sqs(), url.clone())));
+                Rig { world, kind, queue: Some((url, arn)), worker: None }
+            }
+        }
+    }
+
+    /// The same transport, broken: a database that refuses connections, a queue that does
+    /// not exist.
+    fn broken(&self) -> Arc<dyn Transport> {
+        match self.kind {
+            Kind::Postgres => {
+                let mut s = test_settings();
+                s.pool.wait_timeout = Duration::from_millis(500);
+                let p = Platform::new("postgres://relay@127.0.0.1:1/relay", s).unwrap();
+                Arc::new(PgTransport::new(p.pool.clone()))
+            }
+            Kind::Sqs => {
+                let url = format!("{}/123456789012/missing-{}", moto::endpoint(), Uuid::now_v7().simple());
+                Arc::new(SqsTransport::new(moto::sqs(), url))
+            }
+        }
+    }
+
+    /// Postgres: start a worker loop that only a NOTIFY wakes (its poll interval is an hour),
+    /// listening before it returns so no notification is missed.
+    async fn start_consumer(&mut self) {
+        if !matches!(self.kind, Kind::Postgres) || self.worker.is_some() {
+            return;
+        }
+        let (client, mut conn) = tokio_postgres::connect(&database_url(), tokio_postgres::NoTls).await.unwrap();
+        let wake = Arc::new(Notify::new());
+        let w = wake.clone();
+        tokio::spawn(async move {
+            let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
+            while let Some(Ok(m)) = messages.next().await {
+                if matches!(m, tokio_postgres::AsyncMessage::Notification(_)) {
+                    w.notify_waiters();
+                }
+            }
+        });
+        client.batch_execute(&format!("LISTEN {CHANNEL}")).await.unwrap();
+        let mut exec = self.world.platform.executor();
+        exec.config.poll_interval = Duration::from_secs(3600);
+        let (stop_tx, stop) = watch::channel(false);
+        let handle = tokio::spawn(worker::run(exec, wake, stop));
+        self.worker = Some((stop_tx, handle, client));
+    }
+
+    /// Consume what the transport carries until `id` reaches a terminal state (or `within`).
+    async fn consume_until_done(&mut self, id: &str, within: Duration) -> serde_json::Value {
+        self.start_consumer().await;
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some((url, arn)) = &self.queue {
+                let event = moto::receive_event(url, arn, 1).await;
+                if !event.records.is_empty() {
+                    let res = taskdeck::lambda::executor::handle(&self.world.platform.executor(), event.clone()).await;
+                    let failed: Vec<String> = res.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
+                    moto::delete_acknowledged(url, &event, &failed).await;
+                }
+            } else {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let (_, job) = self.world.call(axum::http::Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
+            let status = job["status"].as_str().unwrap_or_default();
+            if ["succeeded", "failed", "cancelled"].contains(&status) || tokio::time::Instant::now() > deadline {
+                return job;
+            }
+        }
+    }
+
+    async fn stop(self) {
+        if let Some((stop, handle, _client)) = self.worker {
+            stop.send(true).unwrap();
+            handle.await.unwrap();
+        }
+    }
+}
+
+async fn dispatch_after_commit_delivers_the_job(kind: Kind) {
+    let mut rig = Rig::new(kind).await;
+    rig.start_consumer().await;
+    let (status, job) = rig.world.submit("c-deliver", json!({"task_type": "test.effect"})).await;
+    assert_eq!(status, 202);
+    let id = job["id"].as_str().unwrap().to_owned();
+    let done = rig.consume_until_done(&id, Duration::from_secs(15)).await;
+    assert_eq!(done["status"], "succeeded", "{kind:?}: {done}");
+    assert_eq!(done["attempt"], 1);
+    rig.stop().await;
+}
+
+async fn a_failed_dispatch_leaves_the_row_for_the_sweep(kind: Kind) {
+    let mut rig = Rig::new(kind).await;
+    let broken = rig.world.with_transport(rig.broken());
+    let (status, job) = broken.submit("c-lost", json!({"task_type": "test.effect"})).await;
+    assert_eq!(status, 202, "the client's answer does not depend on the transport");
+    let id: Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    let unmarked = "SELECT count(*) FROM jobs WHERE id = $1 AND status = 'pending' AND dispatched_at IS NULL";
+    assert_eq!(rig.world.eventually(unmarked, &[&id], 1).await, 1, "{kind:?}: pending, dispatch mark cleared");
+    if let Some((url, _)) = &rig.queue {
+        assert_eq!(moto::depth(url).await, 0, "no message went out");
+    }
+    let report = rig.world.platform.sweeper().pass().await.unwrap();
+    assert_eq!(report.redispatched, 1, "{kind:?}");
+    let done = rig.consume_until_done(&id.to_string(), Duration::from_secs(15)).await;
+    assert_eq!(done["status"], "succeeded", "{kind:?}: {done}");
+    let redispatched = "SELECT count(*) FROM job_events WHERE job_id = $1 AND kind = 'redispatched'";
+    assert_eq!(rig.world.count(redispatched, &[&id]).await, 1, "the recovery is recorded");
+    rig.stop().await;
+}
+
+async fn a_duplicate_delivery_runs_the_effect_once(kind: Kind) {
+    let mut rig = Rig::new(kind).await;
+    let (_, job) = rig.world.submit("c-dup", json!({"task_type": "test.effect", "params": {"sleep_seconds": 0.1}})).await;
+    let id: Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    // The transport carries the job twice more (a redelivery, a sweep racing intake).
+    let again = Dispatch { id, run_at: chrono::Utc::now() };
+    rig.world.platform.transport.dispatch(&[again, again]).await.unwrap();
+    let done = rig.consume_until_done(&id.to_string(), Duration::from_secs(15)).await;
+    assert_eq!(done["status"], "succeeded", "{kind:?}: {done}");
+    // Let every copy arrive and be handled.
+    if let Some((url, _)) = &rig.queue {
+        let url = url.clone();
+        rig.consume_until_done(&id.to_string(), Duration::ZERO).await;
+        rig.consume_until_done(&id.to_string(), Duration::ZERO).await;
+        assert_eq!(moto::depth(&url).await, 0, "every copy was acknowledged, none failed");
+    }
+    assert_eq!(effects::count(&rig.world.db().await, id).await.unwrap(), 1, "{kind:?}");
+    assert_eq!(done["attempt"], 1);
+    rig.stop().await;
+}
+
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod postgres {
+            $(#[tokio::test] async fn $name() { super::$name(super::Kind::Postgres).await })*
+        }
+        mod sqs {
+            $(#[tokio::test] async fn $name() { super::$name(super::Kind::Sqs).await })*
+        }
+    };
+}
+
+conformance!(
+    dispatch_after_commit_delivers_the_job,
+    a_failed_dispatch_leaves_the_row_for_the_sweep,
+    a_duplicate_delivery_runs_the_effect_once,
+);

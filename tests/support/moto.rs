@@ -1,0 +1,187 @@
+//! moto's server mode, the local AWS-protocol server every AWS code path is tested against.
+//!
+//! `RELAY_MOTO_URL` when set; otherwise a venv under the target dir (`python3 -m venv`, then
+//! `pip install "moto[server]"`, once per machine) and one `moto_server` per test process on
+//! a free port, killed by a watchdog when the test process exits. Each test makes its own
+//! queues (unique names), so tests run in parallel against one server.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::sqs::SqsEvent;
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
+use serde_json::json;
+use taskdeck::transport::sqs::SqsTransport;
+
+/// moto's endpoint, started on first use.
+pub fn endpoint() -> &'static str {
+    static URL: OnceLock<String> = OnceLock::new();
+    URL.get_or_init(|| {
+        if let Ok(url) = std::env::var("RELAY_MOTO_URL") {
+            return url.trim_end_matches('/').to_owned();
+        }
+        let venv = install().expect("install moto[server] into a venv (needs python3 and PyPI)");
+        start(&venv).expect("start moto_server")
+    })
+}
+
+/// Create the venv and install moto once; a `.ready` file marks a finished install.
+fn install() -> Result<PathBuf, String> {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("moto-venv");
+    let ready = venv.join(".ready");
+    if ready.exists() {
+        return Ok(venv);
+    }
+    let _ = std::fs::remove_dir_all(&venv);
+    run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", "--disable-pip-version-check", "moto[server]>=5,<6"]))?;
+    std::fs::write(&ready, b"").map_err(|e| e.to_string())?;
+    Ok(venv)
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr)))
+    }
+}
+
+fn start(venv: &Path) -> Result<String, String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let log = std::fs::File::create(Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("moto-{port}.log")))
+        .map_err(|e| e.to_string())?;
+    let child = Command::new(venv.join("bin/moto_server"))
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| format!("spawning moto_server: {e}"))?;
+    // No hook runs at test-process exit: a detached shell kills moto once we are gone.
+    let script = format!(
+        "while kill -0 {} 2>/dev/null; do sleep 1; done; kill {} 2>/dev/null",
+        std::process::id(),
+        child.id()
+    );
+    Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("spawning the moto watchdog: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if answers(port) {
+            return Ok(format!("http://127.0.0.1:{port}"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(format!("moto_server did not answer on port {port} within 60 s"))
+}
+
+/// Whether moto answers an HTTP request on its management API.
+fn answers(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let req = "GET /moto-api/ HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if s.write_all(req.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.")
+}
+
+/// An SQS client for moto with explicit dummy credentials and region.
+pub fn sqs() -> Client {
+    SqsTransport::local_client(endpoint())
+}
+
+/// A queue of its own for one test; returns (url, arn).
+pub async fn queue(prefix: &str) -> (String, String) {
+    let name = format!("{prefix}-{}", uuid::Uuid::now_v7().simple());
+    let client = sqs();
+    let url = client.create_queue().queue_name(&name).send().await.expect("create queue").queue_url.expect("queue url");
+    let attrs = client
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("queue attributes");
+    let arn = attrs.attributes().and_then(|a| a.get(&QueueAttributeName::QueueArn)).cloned().expect("queue arn");
+    (url, arn)
+}
+
+/// Receive what is visible now (up to 10, waiting up to `wait_secs`), as the SQS event the
+/// Lambda service would deliver (the documented record shape).
+pub async fn receive_event(url: &str, arn: &str, wait_secs: i32) -> SqsEvent {
+    let out = sqs()
+        .receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .wait_time_seconds(wait_secs)
+        .message_system_attribute_names(MessageSystemAttributeName::All)
+        .send()
+        .await
+        .expect("receive");
+    let records: Vec<_> = out
+        .messages()
+        .iter()
+        .map(|m| {
+            let attributes: serde_json::Map<String, serde_json::Value> = m
+                .attributes()
+                .map(|a| a.iter().map(|(k, v)| (k.as_str().to_owned(), json!(v))).collect())
+                .unwrap_or_default();
+            json!({
+                "messageId": m.message_id(),
+                "receiptHandle": m.receipt_handle(),
+                "body": m.body(),
+                "attributes": attributes,
+                "messageAttributes": {},
+                "md5OfBody": m.md5_of_body(),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": arn,
+                "awsRegion": "us-east-1"
+            })
+        })
+        .collect();
+    serde_json::from_value(json!({ "Records": records })).expect("an SQS event")
+}
+
+/// What the Lambda event source mapping does after a partial batch response: delete every
+/// record not listed as failed.
+pub async fn delete_acknowledged(url: &str, event: &SqsEvent, failed: &[String]) {
+    for r in &event.records {
+        if failed.iter().any(|f| Some(f) == r.message_id.as_ref()) {
+            continue;
+        }
+        let handle = r.receipt_handle.clone().expect("receipt handle");
+        sqs().delete_message().queue_url(url).receipt_handle(handle).send().await.expect("delete");
+    }
+}
+
+/// Messages in the queue (visible, in flight and delayed).
+pub async fn depth(url: &str) -> usize {
+    let attrs = sqs()
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+        .send()
+        .await
+        .expect("queue attributes");
+    let a = attrs.attributes().cloned().unwrap_or_default();
+    a.values().map(|v| v.parse::<usize>().unwrap_or(0)).sum()
+}
