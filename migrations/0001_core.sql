@@ -39,7 +39,6 @@ CREATE TABLE jobs (
     created_at       timestamptz NOT NULL DEFAULT now(),
     updated_at       timestamptz NOT NULL DEFAULT now(),
     finished_at      timestamptz,
-    CONSTRAINT jobs_idempotency_key_per_tenant UNIQUE (tenant_id, idempotency_key),
     -- A running job holds a lease; nothing else does.
     CONSTRAINT jobs_lease_iff_running CHECK ((status = 'running') = (lease_until IS NOT NULL)),
     CONSTRAINT jobs_running_was_claimed CHECK (status <> 'running' OR (attempt >= 1 AND started_at IS NOT NULL)),
@@ -51,13 +50,28 @@ CREATE TABLE jobs (
     CONSTRAINT jobs_not_own_parent CHECK (parent_id IS NULL OR parent_id <> id)
 );
 
--- Hot paths touch only live rows: the claim reads due pending rows, the sweep expired leases.
+-- Every update of a job writes a new entry into every index on `jobs` (a status change can
+-- never be a HOT update), so `jobs` carries only indexes whose new entries land at the right
+-- edge: the id (UUIDv7), the change feed (tenant, updated_at), and two small partial indexes
+-- of live rows. Hot paths touch only live rows: the claim reads due pending rows, the sweep
+-- expired leases.
 CREATE INDEX jobs_due ON jobs (run_at) WHERE status = 'pending';
 CREATE INDEX jobs_leases ON jobs (lease_until) WHERE status = 'running';
--- A tenant's change feed (GET /v1/jobs, ordered by updated_at, id) and its correlation chains.
 CREATE INDEX jobs_tenant_updated ON jobs (tenant_id, updated_at, id);
-CREATE INDEX jobs_tenant_correlation ON jobs (tenant_id, correlation_id);
 CREATE INDEX jobs_parent ON jobs (parent_id) WHERE parent_id IS NOT NULL;
+
+-- The client's keys of a job, written once at intake and never updated: the unique
+-- idempotency key per tenant and the correlation id. They live apart from `jobs` because
+-- their values are random, so index entries land all over a large index; kept here, the
+-- cost is paid once per job instead of on every state change.
+CREATE TABLE job_keys (
+    tenant_id       uuid NOT NULL REFERENCES tenants (id),
+    idempotency_key text NOT NULL,
+    correlation_id  text NOT NULL,
+    job_id          uuid NOT NULL,
+    PRIMARY KEY (tenant_id, idempotency_key)
+);
+CREATE INDEX job_keys_correlation ON job_keys (tenant_id, correlation_id);
 
 -- Every transition and every recovery, with its reason. An attempt's claim (pending ->
 -- running) is recorded by the event that ends the attempt -- succeeded, retry_scheduled,

@@ -137,7 +137,7 @@ pub async fn db_counters(pool: &Pool) -> anyhow::Result<DbCounters> {
         .query_one(
             "SELECT sum(calls)::bigint,
                     coalesce(sum(calls) FILTER (WHERE query LIKE '%FROM tenants WHERE api_key_hash%'
-                                                   OR query LIKE 'INSERT INTO jobs%'
+                                                   OR query LIKE 'WITH input AS%'
                                                    OR query LIKE '%pg_notify%'), 0)::bigint,
                     coalesce(sum(calls) FILTER (WHERE query LIKE 'WITH due AS%'
                                                    OR query LIKE 'SELECT name, enabled FROM operating_modes%'), 0)::bigint,

@@ -108,15 +108,22 @@ pub async fn insert_many(
 ) -> Result<Vec<Inserted>, StoreError> {
     let stmt = db
         .prepare_cached(&format!(
-            "INSERT INTO jobs (id, tenant_id, task_type, params, correlation_id, idempotency_key,
+            "WITH input AS (
+                 SELECT * FROM unnest($2::uuid[], $1::uuid[], $3::text[], $4::jsonb[],
+                        $5::text[], $6::text[], $7::bytea[], $8::uuid[], $9::timestamptz[],
+                        $10::int[], $11::int[])
+                     AS t(id, tenant_id, task_type, params, correlation_id, idempotency_key,
+                          request_hash, parent_id, run_at, max_attempts, timeout_seconds)
+             ), keys AS (
+                 INSERT INTO job_keys (tenant_id, idempotency_key, correlation_id, job_id)
+                 SELECT tenant_id, idempotency_key, correlation_id, id FROM input
+                 ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+                 RETURNING job_id
+             )
+             INSERT INTO jobs (id, tenant_id, task_type, params, correlation_id, idempotency_key,
                                request_hash, parent_id, run_at, max_attempts, timeout_seconds,
                                dispatched_at)
-             SELECT t.*, now() FROM unnest($2::uuid[], $1::uuid[], $3::text[], $4::jsonb[],
-                    $5::text[], $6::text[], $7::bytea[], $8::uuid[], $9::timestamptz[],
-                    $10::int[], $11::int[])
-                 AS t(id, tenant_id, task_type, params, correlation_id, idempotency_key,
-                      request_hash, parent_id, run_at, max_attempts, timeout_seconds)
-             ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+             SELECT input.*, now() FROM input WHERE id IN (SELECT job_id FROM keys)
              RETURNING {JOB_COLUMNS}"
         ))
         .await?;
@@ -167,7 +174,9 @@ pub async fn insert_many(
 async fn by_keys(db: &impl GenericClient, tenant_id: TenantId, keys: &[&str]) -> Result<Vec<Job>, StoreError> {
     let stmt = db
         .prepare_cached(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE tenant_id = $1 AND idempotency_key = ANY($2)"
+            "SELECT {JOB_COLUMNS} FROM jobs
+             WHERE id IN (SELECT job_id FROM job_keys WHERE tenant_id = $1 AND idempotency_key = ANY($2))
+               AND tenant_id = $1"
         ))
         .await?;
     Ok(db.query(&stmt, &[&tenant_id, &keys]).await?.iter().map(Job::from_row).collect())
@@ -204,13 +213,18 @@ pub struct JobFilter {
 }
 
 pub async fn list(db: &impl GenericClient, tenant_id: TenantId, f: &JobFilter) -> Result<Vec<Job>, StoreError> {
+    // With a correlation id, start from that chain's keys (an index on job_keys); otherwise
+    // walk the tenant's change feed index.
+    let source = if f.correlation_id.is_some() {
+        "jobs WHERE id IN (SELECT job_id FROM job_keys WHERE tenant_id = $1 AND correlation_id = $4) AND tenant_id = $1"
+    } else {
+        "jobs WHERE tenant_id = $1 AND $4::text IS NULL"
+    };
     let stmt = db
         .prepare_cached(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs
-             WHERE tenant_id = $1
+            "SELECT {JOB_COLUMNS} FROM {source}
                AND ($2::text IS NULL OR status = $2)
                AND ($3::text IS NULL OR task_type = $3)
-               AND ($4::text IS NULL OR correlation_id = $4)
                AND ($5::timestamptz IS NULL OR updated_at >= $5)
                AND ($6::timestamptz IS NULL OR (updated_at, id) > ($6, $7::uuid))
              ORDER BY updated_at, id
