@@ -3,6 +3,12 @@
 //! Every write after a claim is fenced by (id, attempt, status = 'running'); a fenced write
 //! returns the ids it could not apply, and the caller treats them as stale, never as done.
 //! Batches travel as `unnest` arrays: one statement, one round trip, however many jobs.
+//!
+//! Plans: these statements are prepared once and soon run on Postgres's generic plan, which
+//! does not know the batch size. Two shapes stay index-driven whatever it guesses: a join of
+//! `unnest(...)` to `jobs` on `id` (a nested loop over the batch, one index probe each), and
+//! `id = ANY (ARRAY(SELECT ...))` for rows chosen by a CTE. Mixing both in one statement, or
+//! joining a CTE to `jobs`, can fall back to a scan of the table or of the batch per row.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -393,7 +399,7 @@ pub async fn heartbeat(
         .prepare_cached(
             "UPDATE jobs j SET lease_until = now() + make_interval(secs => $3)
              FROM unnest($1::uuid[], $2::int[]) AS f(id, attempt)
-             WHERE j.id = ANY ($1) AND j.id = f.id AND j.attempt = f.attempt AND j.status = 'running'
+             WHERE j.id = f.id AND j.attempt = f.attempt AND j.status = 'running'
              RETURNING j.id",
         )
         .await?;
@@ -410,7 +416,7 @@ pub async fn succeed(db: &impl GenericClient, done: &[(JobId, i32, Value)]) -> R
                  UPDATE jobs j SET status = 'succeeded', result = d.result, lease_until = NULL,
                      last_error = NULL, finished_at = now(), updated_at = now()
                  FROM unnest($1::uuid[], $2::int[], $3::jsonb[]) AS d(id, attempt, result)
-                 WHERE j.id = ANY ($1) AND j.id = d.id AND j.attempt = d.attempt AND j.status = 'running'
+                 WHERE j.id = d.id AND j.attempt = d.attempt AND j.status = 'running'
                  RETURNING j.id, j.attempt, j.started_at
              ), events AS (
                  INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, started_at)
@@ -442,7 +448,7 @@ pub async fn retry(db: &impl GenericClient, retries: &[(JobId, i32, Retry)]) -> 
                      last_error = r.error, dispatched_at = now(), updated_at = now()
                  FROM unnest($1::uuid[], $2::int[], $3::timestamptz[], $4::text[])
                      AS r(id, attempt, run_at, error)
-                 WHERE j.id = ANY ($1) AND j.id = r.id AND j.attempt = r.attempt AND j.status = 'running'
+                 WHERE j.id = r.id AND j.attempt = r.attempt AND j.status = 'running'
                  RETURNING j.id, j.attempt, j.started_at, r.error
              ), events AS (
                  INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, started_at, reason)
@@ -475,7 +481,7 @@ pub async fn fail(db: &impl GenericClient, failures: &[(JobId, i32, Failure)]) -
                      finished_at = now(), updated_at = now()
                  FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[])
                      AS f(id, attempt, kind, error)
-                 WHERE j.id = ANY ($1) AND j.id = f.id AND j.attempt = f.attempt AND j.status = 'running'
+                 WHERE j.id = f.id AND j.attempt = f.attempt AND j.status = 'running'
                  RETURNING j.id, j.tenant_id, j.task_type, j.attempt, j.started_at, f.kind, f.error
              ), events AS (
                  INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, started_at, reason)
@@ -530,7 +536,7 @@ pub async fn return_expired(db: &impl GenericClient, fence: &[(JobId, i32)]) -> 
                      last_error = 'lease expired: the worker stopped heartbeating',
                      dispatched_at = now(), updated_at = now()
                  FROM unnest($1::uuid[], $2::int[]) AS f(id, attempt)
-                 WHERE j.id = ANY ($1) AND j.id = f.id AND j.attempt = f.attempt AND j.status = 'running'
+                 WHERE j.id = f.id AND j.attempt = f.attempt AND j.status = 'running'
                  RETURNING j.id, j.attempt, j.started_at
              ), events AS (
                  INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, started_at, reason)
@@ -564,15 +570,15 @@ pub async fn take_lost_dispatches(
                             AND run_at < now() - make_interval(secs => $1)))
                  ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED
              ), marked AS (
-                 UPDATE jobs j SET dispatched_at = now() FROM lost
-                 WHERE j.id = ANY (ARRAY(SELECT id FROM lost)) AND j.id = lost.id
-                 RETURNING j.id, j.run_at, j.attempt, lost.never
+                 UPDATE jobs j SET dispatched_at = now()
+                 WHERE j.id = ANY (ARRAY(SELECT id FROM lost))
+                 RETURNING j.id, j.run_at, j.attempt
              ), events AS (
                  INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, reason)
-                 SELECT id, 'redispatched', 'pending', 'pending', attempt,
-                        CASE WHEN never THEN 'dispatch failed; sent by the sweep'
+                 SELECT m.id, 'redispatched', 'pending', 'pending', m.attempt,
+                        CASE WHEN l.never THEN 'dispatch failed; sent by the sweep'
                              ELSE 'dispatch lost; sent again by the sweep' END
-                 FROM marked
+                 FROM marked m JOIN lost l ON l.id = m.id
              )
              SELECT id, run_at FROM marked"
         ))
