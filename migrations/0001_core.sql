@@ -81,7 +81,8 @@ CREATE INDEX job_keys_correlation ON job_keys (tenant_id, correlation_id);
 -- the job exists), the check would cost an index probe per event on the hottest path, and
 -- retention deletes a job's events with the job.
 CREATE TABLE job_events (
-    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    -- Orders a job's events; no primary-key index, as events are only read per job.
+    id          bigint GENERATED ALWAYS AS IDENTITY,
     job_id      uuid NOT NULL,
     at          timestamptz NOT NULL DEFAULT now(),
     kind        text NOT NULL CHECK (kind IN (

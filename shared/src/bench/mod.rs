@@ -3,6 +3,7 @@
 //! Ratios matter more than absolutes here: commit latency on shared disks swings ~20×.
 
 pub mod intake;
+pub mod lambda;
 pub mod latency;
 pub mod probe;
 pub mod processing;
@@ -12,6 +13,10 @@ pub mod sweep;
 use std::path::PathBuf;
 
 use serde_json::{Map, Value, json};
+
+/// `relay worker --concurrency` for the processing runs: each loop claims up to this many
+/// jobs per statement (bigger claims and completions amortise per-statement cost).
+pub const WORKER_CONCURRENCY: usize = 1000;
 
 pub struct Options {
     pub quick: bool,
@@ -95,7 +100,7 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
             for w in [1, 4, 16] {
                 let mut rs = Vec::new();
                 for _ in 0..runs {
-                    rs.push(processing::run(url, n, w, 256).await?);
+                    rs.push(processing::run(url, n, w, WORKER_CONCURRENCY).await?);
                 }
                 let rate = median(rs.iter().map(|r| r.jobs_per_sec).collect());
                 let rss = median(rs.iter().filter_map(|r| r.worker_peak_rss_mib).collect());
@@ -141,6 +146,22 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
         row("sweep", &format!("pass, 10k due + {big} terminal rows: ms"), format!("{large:.0}"),
             format!("{:.2}× the small table (target ≤ 1.2×)", large / small));
         report.insert("sweep".into(), json!({"small": small_runs, "large": big_runs}));
+    }
+
+    if opts.wants("lambda") {
+        let n = if opts.quick { 5_000 } else { 20_000 };
+        let mut all = Vec::new();
+        for containers in [1, 10] {
+            let mut rs = Vec::new();
+            for _ in 0..runs {
+                rs.push(lambda::run(url, n, containers).await?);
+            }
+            let rate = median(rs.iter().map(|r| r.jobs_per_sec).collect());
+            row("lambda", &format!("executor handler, SQS batches of 10, {containers} containers"), format!("{rate:.0}"),
+                "jobs/s, one connection per container".into());
+            all.push(json!({"containers": containers, "median_jobs_per_sec": rate, "runs": rs}));
+        }
+        report.insert("lambda".into(), Value::Array(all));
     }
 
     if !probe_runs.is_empty() {

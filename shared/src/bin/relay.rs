@@ -49,7 +49,7 @@ impl Run {
     fn settings(&self) -> Settings {
         let mut s = Settings::default();
         s.executor.concurrency = self.concurrency.max(1);
-        s.executor.claim_batch = self.concurrency.clamp(1, 256);
+        s.executor.claim_batch = self.concurrency.clamp(1, 1000);
         s.executor.lease = Duration::from_secs(self.lease_seconds.max(3));
         s.sweep_interval = Duration::from_secs(self.sweep_interval_seconds.max(1));
         s.test_tasks = self.test_tasks;

@@ -20,7 +20,7 @@ type InFlight = Arc<Mutex<HashMap<JobId, (i32, AbortHandle)>>>;
 type Finished = (ClaimedJob, Outcome, OwnedSemaphorePermit);
 
 /// Most outcomes written by one statement.
-const RECORD_BATCH: usize = 512;
+const RECORD_BATCH: usize = 2000;
 /// How long a busy claimer waits for half a batch of free slots before claiming fewer.
 const BATCH_WAIT: Duration = Duration::from_millis(5);
 
