@@ -389,6 +389,15 @@ fn split<T>(items: &[(JobId, i32, T)]) -> (Vec<JobId>, Vec<i32>) {
     items.iter().map(|(id, a, _)| (*id, *a)).unzip()
 }
 
+/// Multi-row writes lock rows in the order of their input arrays. Every batch goes in sorted
+/// by id, so two statements touching the same rows (a heartbeat and a completion that raced
+/// it) wait for each other instead of deadlocking.
+fn by_id<T: Clone>(items: &[(JobId, i32, T)]) -> Vec<(JobId, i32, T)> {
+    let mut sorted = items.to_vec();
+    sorted.sort_by_key(|(id, _, _)| *id);
+    sorted
+}
+
 /// Extend the leases of jobs still running under these attempts; returns the ones lost.
 pub async fn heartbeat(
     db: &impl GenericClient,
@@ -403,7 +412,9 @@ pub async fn heartbeat(
              RETURNING j.id",
         )
         .await?;
-    let (ids, attempts): (Vec<JobId>, Vec<i32>) = fence.iter().copied().unzip();
+    let mut sorted = fence.to_vec();
+    sorted.sort();
+    let (ids, attempts): (Vec<JobId>, Vec<i32>) = sorted.into_iter().unzip();
     let rows = db.query(&stmt, &[&ids, &attempts, &lease_secs]).await?;
     Ok(refused(fence, &rows))
 }
@@ -425,6 +436,7 @@ pub async fn succeed(db: &impl GenericClient, done: &[(JobId, i32, Value)]) -> R
              SELECT id FROM done",
         )
         .await?;
+    let done = &by_id(done);
     let (ids, attempts) = split(done);
     let results: Vec<&Value> = done.iter().map(|d| &d.2).collect();
     let rows = db.query(&stmt, &[&ids, &attempts, &results]).await?;
@@ -457,6 +469,7 @@ pub async fn retry(db: &impl GenericClient, retries: &[(JobId, i32, Retry)]) -> 
              SELECT id FROM retried",
         )
         .await?;
+    let retries = &by_id(retries);
     let (ids, attempts) = split(retries);
     let run_ats: Vec<DateTime<Utc>> = retries.iter().map(|r| r.2.run_at).collect();
     let errors: Vec<&str> = retries.iter().map(|r| r.2.error.as_str()).collect();
@@ -494,6 +507,7 @@ pub async fn fail(db: &impl GenericClient, failures: &[(JobId, i32, Failure)]) -
              SELECT id FROM failed",
         )
         .await?;
+    let failures = &by_id(failures);
     let (ids, attempts) = split(failures);
     let kinds: Vec<&str> = failures.iter().map(|f| f.2.kind).collect();
     let errors: Vec<&str> = failures.iter().map(|f| f.2.error.as_str()).collect();
@@ -546,7 +560,9 @@ pub async fn return_expired(db: &impl GenericClient, fence: &[(JobId, i32)]) -> 
              SELECT id FROM returned",
         )
         .await?;
-    let (ids, attempts): (Vec<JobId>, Vec<i32>) = fence.iter().copied().unzip();
+    let mut sorted = fence.to_vec();
+    sorted.sort();
+    let (ids, attempts): (Vec<JobId>, Vec<i32>) = sorted.into_iter().unzip();
     let rows = db.query(&stmt, &[&ids, &attempts]).await?;
     Ok(refused(fence, &rows))
 }
