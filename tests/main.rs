@@ -8,5 +8,6 @@ mod executor;
 mod store;
 mod sweep;
 mod conformance;
+mod credentials;
 mod lambda;
 mod template;

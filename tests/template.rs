@@ -54,21 +54,45 @@ fn functions(t: &Value) -> BTreeMap<String, Value> {
         .collect()
 }
 
-/// Every action a role allows, by resource target.
+/// Every action a role allows (its inline policies and any `AWS::IAM::Policy` attached to
+/// it), by resource target. A conditional statement counts as if its condition held.
 fn role_actions(t: &Value, role: &str) -> BTreeSet<String> {
     let r = &t["Resources"][role]["Properties"];
+    let attached = t["Resources"].as_object().unwrap().values().filter(|p| {
+        p["Type"] == "AWS::IAM::Policy" && p["Properties"]["Roles"].as_array().unwrap().iter().any(|x| target(x) == role)
+    });
+    let documents: Vec<&Value> = r["Policies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(attached.map(|p| &p["Properties"]))
+        .map(|p| &p["PolicyDocument"])
+        .collect();
     let mut actions = BTreeSet::new();
-    for p in r["Policies"].as_array().into_iter().flatten() {
-        for s in p["PolicyDocument"]["Statement"].as_array().unwrap() {
+    for doc in documents {
+        for s in doc["Statement"].as_array().unwrap() {
+            let s = s.get("Fn::If").map_or(s, |branches| &branches[1]);
             assert_eq!(s["Effect"], "Allow");
+            let resources = s["Resource"].as_array().cloned().unwrap_or_else(|| vec![s["Resource"].clone()]);
             for a in s["Action"].as_array().cloned().unwrap_or_else(|| vec![s["Action"].clone()]) {
-                let res = &s["Resource"];
-                let on = if res.get("Fn::Sub").is_some() { "task-roles".to_owned() } else { target(res) };
-                actions.insert(format!("{} {on}", a.as_str().unwrap()));
+                for res in &resources {
+                    actions.insert(format!("{} {}", a.as_str().unwrap(), target(res)));
+                }
             }
         }
     }
     actions
+}
+
+/// The template's task roles: IAM roles whose logical id ends in `TaskRole`.
+fn task_roles(t: &Value) -> BTreeMap<String, Value> {
+    t["Resources"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(name, r)| name.ends_with("TaskRole") && r["Type"] == "AWS::IAM::Role")
+        .map(|(name, r)| (name.clone(), r.clone()))
+        .collect()
 }
 
 #[test]
@@ -193,7 +217,10 @@ fn each_function_has_its_own_least_privilege_role() {
                 "sqs:DeleteMessage WorkQueue",
                 "sqs:GetQueueAttributes WorkQueue",
                 "sqs:SendMessage WorkQueue",
-                "sts:AssumeRole task-roles",
+                "sts:AssumeRole EmailSendTaskRole",
+                "sts:TagSession EmailSendTaskRole",
+                "sts:AssumeRole TenantTaskRoleArns",
+                "sts:TagSession TenantTaskRoleArns",
             ]),
         ),
         ("SweeperFunction", "SweeperRole", set(&["logs:CreateLogStream SweeperLogGroup", "logs:PutLogEvents SweeperLogGroup", "sqs:SendMessage WorkQueue"])),
@@ -217,15 +244,55 @@ fn each_function_has_its_own_least_privilege_role() {
         assert!(p.get("Policies").is_none(), "{function}: no SAM policy templates (they grant on *)");
         assert_eq!(role_actions(&t, role), actions, "{role}");
     }
-    let task_roles = t["Resources"]["ExecutorRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["Action"] == json!(["sts:AssumeRole"]))
-        .map(|s| s["Resource"]["Fn::Sub"].as_str().unwrap().to_owned())
-        .unwrap();
-    assert!(task_roles.ends_with(":role/${TaskRolePrefix}*"), "only task roles: {task_roles}");
     assert!(t["Resources"]["ConsoleRole"]["Properties"].get("ManagedPolicyArns").is_none());
+}
+
+#[test]
+fn each_task_type_has_its_own_role_trusting_only_the_executor() {
+    let t = template();
+    let roles = task_roles(&t);
+    assert!(!roles.is_empty());
+    // Exactly the actions each task needs.
+    let expected: BTreeMap<&str, BTreeSet<String>> = [(
+        "EmailSendTaskRole",
+        ["ses:SendEmail SesIdentityArns", "ses:SendRawEmail SesIdentityArns"].iter().map(|s| (*s).to_owned()).collect(),
+    )]
+    .into_iter()
+    .collect();
+    assert_eq!(roles.keys().map(String::as_str).collect::<BTreeSet<_>>(), expected.keys().copied().collect());
+    let executor_may = role_actions(&t, "ExecutorRole");
+    for (name, role) in &roles {
+        let p = &role["Properties"];
+        assert_eq!(role_actions(&t, name), expected[name.as_str()], "{name}");
+        assert!(p.get("ManagedPolicyArns").is_none(), "{name}: no managed policies");
+        assert!(num(&p["MaxSessionDuration"]) <= 3600, "{name}: chained sessions last at most an hour");
+        let trust = p["AssumeRolePolicyDocument"]["Statement"].as_array().unwrap();
+        assert_eq!(trust.len(), 1, "{name}: one trust statement");
+        assert_eq!(trust[0]["Effect"], "Allow");
+        assert_eq!(trust[0]["Principal"].as_object().unwrap().len(), 1, "{name}: one kind of principal");
+        assert_eq!(target(&trust[0]["Principal"]["AWS"]), "ExecutorRole", "{name} trusts the executor's role only");
+        assert_eq!(trust[0]["Action"], json!(["sts:AssumeRole", "sts:TagSession"]), "{name}: assume with session tags");
+        assert!(executor_may.contains(&format!("sts:AssumeRole {name}")), "the executor may assume {name}");
+    }
+    // The executor's mapping names every task role and parses as the executor reads it.
+    let vars = &t["Resources"]["ExecutorFunction"]["Properties"]["Environment"]["Variables"];
+    let mapping = vars["RELAY_TASK_ROLES"]["Fn::Sub"].as_str().expect("RELAY_TASK_ROLES is a !Sub");
+    let mut resolved = mapping.to_owned();
+    for name in roles.keys() {
+        assert!(mapping.contains(&format!("${{{name}.Arn}}")), "RELAY_TASK_ROLES maps {name}");
+        resolved = resolved.replace(&format!("${{{name}.Arn}}"), &format!("arn:aws:iam::123456789012:role/stack-{name}-X1"));
+    }
+    let secs = vars["RELAY_TASK_SESSION_SECONDS"].as_str().unwrap().to_owned();
+    let env = |k: &str| match k {
+        "RELAY_TASK_ROLES" => Some(resolved.clone()),
+        "RELAY_TASK_SESSION_SECONDS" => Some(secs.clone()),
+        _ => None,
+    };
+    let parsed = taskdeck::credentials::TaskRoles::from_lookup(env).expect("the executor accepts the template's mapping");
+    let anyone = uuid::Uuid::now_v7();
+    assert!(parsed.resolve(anyone, "email.send").is_some());
+    assert!(parsed.resolve(anyone, "noop").is_none(), "default deny for everything else");
+    assert_eq!(target(&vars["RELAY_TENANT_TASK_ROLES"]), "TenantTaskRoles");
 }
 
 #[test]

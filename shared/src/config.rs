@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::credentials::TaskRoles;
+
 /// A setting that is missing or does not parse. The message names the variable.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
@@ -33,6 +35,9 @@ pub struct LambdaConfig {
     pub sweep_gap: Duration,
     /// `RELAY_DB_WAIT_SECONDS` (default 5): how long a call waits for the one connection.
     pub db_wait: Duration,
+    /// `RELAY_TASK_ROLES`, `RELAY_TENANT_TASK_ROLES`, `RELAY_TASK_SESSION_SECONDS`: the role
+    /// each task type runs under (the executor's); empty denies every task's AWS access.
+    pub task_roles: TaskRoles,
 }
 
 impl LambdaConfig {
@@ -78,6 +83,7 @@ impl LambdaConfig {
             sweep_passes: u32::try_from(number("RELAY_SWEEP_PASSES", 2, 1..=10)?).unwrap_or(2),
             sweep_gap: Duration::from_secs(number("RELAY_SWEEP_GAP_SECONDS", 30, 0..=300)?),
             db_wait: Duration::from_secs(number("RELAY_DB_WAIT_SECONDS", 5, 1..=60)?),
+            task_roles: TaskRoles::from_lookup(&get)?,
         })
     }
 

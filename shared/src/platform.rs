@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use crate::api::{AppState, TenantCache};
 use crate::intake::Intake;
 use crate::catalogue::Catalogue;
+use crate::credentials::TaskCredentials;
 use crate::executor::{Executor, ExecutorConfig, worker};
 use crate::retry::RetryPolicy;
 use crate::store::{self, PoolOptions};
@@ -51,6 +52,8 @@ pub struct Platform {
     pub transport: Arc<dyn Transport>,
     pub intake: Intake,
     pub settings: Settings,
+    /// Per-task-type AWS roles; `None` denies every task's AWS access.
+    pub credentials: Option<Arc<TaskCredentials>>,
     database_url: String,
 }
 
@@ -66,6 +69,7 @@ impl Platform {
             pool,
             transport,
             settings,
+            credentials: None,
             database_url: database_url.to_owned(),
         })
     }
@@ -74,6 +78,12 @@ impl Platform {
     pub fn with_transport(mut self, transport: Arc<dyn Transport>) -> Self {
         self.intake = Intake::start(self.pool.clone(), transport.clone(), self.settings.intake_writers);
         self.transport = transport;
+        self
+    }
+
+    /// Give tasks AWS access through their own roles (see `credentials`).
+    pub fn with_credentials(mut self, credentials: Arc<TaskCredentials>) -> Self {
+        self.credentials = Some(credentials);
         self
     }
 
@@ -98,6 +108,7 @@ impl Platform {
             transport: self.transport.clone(),
             retry: RetryPolicy::default(),
             config: self.settings.executor.clone(),
+            credentials: self.credentials.clone(),
         }
     }
 

@@ -185,3 +185,31 @@ pub async fn depth(url: &str) -> usize {
     let a = attrs.attributes().cloned().unwrap_or_default();
     a.values().map(|v| v.parse::<usize>().unwrap_or(0)).sum()
 }
+
+/// The base SDK configuration a Lambda container would load, pointed at moto with dummy
+/// credentials (the executor's own identity).
+pub fn sdk_config() -> aws_config::SdkConfig {
+    use aws_sdk_sqs::config::{Credentials, SharedCredentialsProvider};
+    aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(endpoint())
+        .credentials_provider(SharedCredentialsProvider::new(Credentials::new("testing", "testing", None, None, "relay-local")))
+        .build()
+}
+
+/// moto's recorded state (`GET /moto-api/data.json`): every model instance by service.
+pub async fn data() -> serde_json::Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let host = endpoint().trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(host).await.expect("connect to moto");
+    let req = format!("GET /moto-api/data.json HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.expect("request");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.expect("response");
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(!head.to_ascii_lowercase().contains("transfer-encoding: chunked"), "moto answered chunked");
+    serde_json::from_str(body).expect("moto data is JSON")
+}

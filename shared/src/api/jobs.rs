@@ -19,7 +19,7 @@ use super::extract::{Caller, IdempotencyKey, JsonBody, check_key};
 use crate::catalogue::Catalogue;
 use crate::job::JobStatus;
 use crate::store::jobs::{self, Inserted, Job, JobFilter, NewJob};
-use crate::store::StoreError;
+use crate::store::{StoreError, attempt_sessions};
 
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
 pub const DEFAULT_TIMEOUT_SECONDS: i32 = 300;
@@ -237,6 +237,17 @@ pub async fn events(State(state): State<AppState>, Caller(tenant): Caller, Path(
         return Err(ApiError::not_found());
     }
     Ok(Json(json!({ "events": jobs::events(&db, tenant.id, id).await? })))
+}
+
+/// `GET /v1/jobs/{id}/sessions`: the AWS role sessions its attempts assumed (what it could
+/// touch), oldest first.
+pub async fn sessions(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id)?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    if jobs::get(&db, tenant.id, id).await?.is_none() {
+        return Err(ApiError::not_found());
+    }
+    Ok(Json(json!({ "sessions": attempt_sessions::for_job(&db, tenant.id, id).await? })))
 }
 
 /// `POST /v1/jobs/{id}/cancel`: pending or waiting jobs (and their pending children).

@@ -40,6 +40,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs:batch", post(jobs::submit_batch))
         .route("/v1/jobs/{id}", get(jobs::get))
         .route("/v1/jobs/{id}/events", get(jobs::events))
+        .route("/v1/jobs/{id}/sessions", get(jobs::sessions))
         .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
         .route("/v1/tasks", get(jobs::tasks))
         .route("/healthz", get(|| async { axum::Json(serde_json::json!({ "ok": true })) }))

@@ -134,6 +134,18 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(run(cli))
 }
 
+/// Give tasks AWS access when `RELAY_TASK_ROLES`/`RELAY_TENANT_TASK_ROLES` map roles (the SDK's
+/// default chain is the process's own identity, which only assumes them); otherwise every
+/// task's AWS access is denied.
+async fn with_task_roles(p: Platform) -> anyhow::Result<Platform> {
+    let roles = taskdeck::credentials::TaskRoles::from_lookup(|k| std::env::var(k).ok())?;
+    if roles.is_empty() {
+        return Ok(p);
+    }
+    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await;
+    Ok(p.with_credentials(Arc::new(taskdeck::credentials::TaskCredentials::new(roles, &sdk))))
+}
+
 fn required_url(url: Option<String>) -> anyhow::Result<String> {
     url.context("DATABASE_URL is not set: give --database-url or set DATABASE_URL")
 }
@@ -155,7 +167,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             serve(&p, addr, stop).await
         }
         Command::Worker { run } => {
-            let p = Platform::new(&required_url(cli.database_url)?, run.settings())?;
+            let p = with_task_roles(Platform::new(&required_url(cli.database_url)?, run.settings())?).await?;
             let (stop_tx, stop) = watch::channel(false);
             let stop_tx = Arc::new(stop_tx);
             let workers = p.spawn_workers(run.workers, &stop);
@@ -242,7 +254,7 @@ async fn dev(url: Option<String>, addr: SocketAddr, data_dir: PathBuf, run: Run)
             (cluster.url("relay"), Some(cluster))
         }
     };
-    let p = Platform::new(&url, run.settings())?;
+    let p = with_task_roles(Platform::new(&url, run.settings())?).await?;
     p.migrate().await?;
     let key = {
         let db = p.pool.get().await?;

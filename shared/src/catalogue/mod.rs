@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use utoipa::{PartialSchema, ToSchema};
 
+use crate::credentials::JobAws;
 use crate::job::{JobId, TaskError, TenantId};
 use crate::store::modes::Modes;
 
@@ -26,11 +27,24 @@ use crate::store::modes::Modes;
 pub struct TaskContext {
     pub job_id: JobId,
     pub tenant_id: TenantId,
+    pub task_type: String,
     pub attempt: i32,
     pub correlation_id: String,
     /// The modes read when this job was claimed.
     pub modes: Arc<Modes>,
     pub db: deadpool_postgres::Pool,
+    pub(crate) aws: JobAws,
+}
+
+impl TaskContext {
+    /// AWS access for this run only: an SDK configuration whose credentials are the task
+    /// type's own role, assumed for this job and attempt and refreshed before expiry. Build
+    /// every AWS client from it, per run (never at module level, in a static or at start-up).
+    /// A task type with no mapped role gets a fatal error naming the missing mapping (default
+    /// deny): return it with `?` and the job fails for good with an exception.
+    pub async fn aws(&self) -> Result<aws_config::SdkConfig, TaskError> {
+        self.aws.sdk_config().await
+    }
 }
 
 /// A task type. `run` returns plain JSON: a task cannot hand back something unstorable.
@@ -122,6 +136,7 @@ impl Catalogue {
         if with_test_tasks {
             c.add(testing::Fail);
             c.add(testing::Effect);
+            c.add(testing::WhoAmI);
         }
         c
     }

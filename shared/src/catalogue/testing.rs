@@ -1,5 +1,6 @@
 //! Test-only tasks, registered only when the catalogue is built with test tasks (tests, the
-//! chaos suite, `relay dev --test-tasks`): they force failures and count effects.
+//! chaos suite, `relay dev --test-tasks`): they force failures, count effects and show which
+//! AWS identity a task runs under.
 
 use std::time::Duration;
 
@@ -74,5 +75,57 @@ impl Task for Effect {
             .map_err(|e| TaskError::Retryable(e.to_string()))?;
         tokio::time::sleep(Duration::from_secs_f64(p.sleep_seconds.clamp(0.0, 3600.0))).await;
         Ok(json!({ "effect": "recorded" }))
+    }
+}
+
+/// Asks STS who it is (GetCallerIdentity) with this run's scoped credentials, `calls` times
+/// `interval_seconds` apart, and returns the ARNs seen: lets tests check which role a task
+/// really ran under, and that a long run keeps working across a credentials refresh.
+pub struct WhoAmI;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WhoAmIParams {
+    /// How many calls (1 to 100, default 1).
+    #[serde(default = "one")]
+    pub calls: u32,
+    /// Seconds between calls (0 to 60).
+    #[serde(default)]
+    pub interval_seconds: f64,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Task for WhoAmI {
+    type Params = WhoAmIParams;
+    const NAME: &'static str = "test.whoami";
+    const DESCRIPTION: &'static str = "Test only: GetCallerIdentity under the task's own role; returns the ARNs seen.";
+
+    fn check(p: &WhoAmIParams) -> Result<(), (String, String)> {
+        if !(1..=100).contains(&p.calls) {
+            return Err(("calls".into(), "must be between 1 and 100".into()));
+        }
+        if !(0.0..=60.0).contains(&p.interval_seconds) {
+            return Err(("interval_seconds".into(), "must be between 0 and 60".into()));
+        }
+        Ok(())
+    }
+
+    async fn run(&self, ctx: &TaskContext, p: WhoAmIParams) -> Result<Value, TaskError> {
+        // Built per run from this job's credentials: never at module level or start-up.
+        let sts = aws_sdk_sts::Client::new(&ctx.aws().await?);
+        let mut arns = Vec::new();
+        for n in 0..p.calls {
+            if n > 0 {
+                tokio::time::sleep(Duration::from_secs_f64(p.interval_seconds)).await;
+            }
+            let me = sts.get_caller_identity().send().await.map_err(|e| {
+                TaskError::Retryable(format!("GetCallerIdentity: {}", aws_sdk_sts::error::DisplayErrorContext(e)))
+            })?;
+            arns.push(me.arn().unwrap_or_default().to_owned());
+        }
+        Ok(json!({ "arn": arns.last(), "arns": arns }))
     }
 }

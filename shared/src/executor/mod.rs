@@ -15,6 +15,7 @@ use futures::FutureExt;
 use serde_json::Value;
 
 use crate::catalogue::{Catalogue, TaskContext};
+use crate::credentials::{JobAws, TaskCredentials};
 use crate::job::{ClaimedJob, Dispatch, JobId, Outcome, TaskError, exception_kind};
 use crate::metrics;
 use crate::retry::RetryPolicy;
@@ -57,6 +58,9 @@ pub struct Executor {
     pub transport: Arc<dyn Transport>,
     pub retry: RetryPolicy,
     pub config: ExecutorConfig,
+    /// Where tasks get AWS credentials (per task type roles). `None`: every task's AWS access
+    /// is denied.
+    pub credentials: Option<Arc<TaskCredentials>>,
 }
 
 /// What one batch of jobs came to.
@@ -96,10 +100,12 @@ impl Executor {
         let ctx = TaskContext {
             job_id: job.id,
             tenant_id: job.tenant_id,
+            task_type: job.task_type.clone(),
             attempt: job.attempt,
             correlation_id: job.correlation_id.clone(),
             modes,
             db: self.pool.clone(),
+            aws: JobAws::new(self.credentials.clone(), job, self.pool.clone()),
         };
         let timeout = Duration::from_secs(u64::try_from(job.timeout_seconds).unwrap_or(1));
         let run = AssertUnwindSafe(self.catalogue.run(&job.task_type, &ctx, job.params.clone())).catch_unwind();

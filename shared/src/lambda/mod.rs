@@ -4,7 +4,8 @@
 //! real event payloads.
 //!
 //! Per container: one pool of at most one connection (through RDS Proxy in production),
-//! verified before each use and re-opened after a failure; the SQS client. Nothing connects at
+//! verified before each use and re-opened after a failure; the SQS client; the STS client the
+//! executor assumes task roles with (task code builds its own clients per run, from them). Nothing connects at
 //! cold start, so an outage then cannot leave a container broken.
 
 pub mod console;
@@ -15,6 +16,7 @@ pub mod sweeper;
 use std::sync::Arc;
 
 use crate::config::LambdaConfig;
+use crate::credentials::TaskCredentials;
 use crate::platform::{Platform, Settings};
 use crate::transport::Transport;
 use crate::transport::sqs::SqsTransport;
@@ -32,7 +34,9 @@ pub async fn platform(cfg: &LambdaConfig) -> anyhow::Result<Platform> {
     }
     let sdk = loader.load().await;
     let transport = Arc::new(SqsTransport::new(SqsTransport::client(&sdk), queue_url));
-    platform_with(cfg, transport)
+    // Tasks get AWS access only through the roles mapped to their types (default deny).
+    let credentials = Arc::new(TaskCredentials::new(cfg.task_roles.clone(), &sdk));
+    Ok(platform_with(cfg, transport)?.with_credentials(credentials))
 }
 
 /// The same, with the transport given (tests pass an SQS transport on a moto queue).

@@ -10,6 +10,7 @@ use super::StoreError;
 pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "0001_core", include_str!("../../../migrations/0001_core.sql")),
     (2, "0002_dead_letters", include_str!("../../../migrations/0002_dead_letters.sql")),
+    (3, "0003_attempt_sessions", include_str!("../../../migrations/0003_attempt_sessions.sql")),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's

@@ -1,6 +1,7 @@
 //! Postgres, the only source of truth. All SQL lives in this folder, one module per table;
 //! nothing outside `store` writes SQL (tests excepted).
 
+pub mod attempt_sessions;
 pub mod dead_letters;
 pub mod effects;
 pub mod exceptions;
