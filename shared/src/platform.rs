@@ -102,7 +102,12 @@ impl Platform {
     }
 
     pub fn sweeper(&self) -> Sweeper {
-        Sweeper { pool: self.pool.clone(), transport: self.transport.clone(), config: self.settings.sweep.clone() }
+        Sweeper {
+            pool: self.pool.clone(),
+            transport: self.transport.clone(),
+            intake: self.intake.clone(),
+            config: self.settings.sweep.clone(),
+        }
     }
 
     /// Start `n` Postgres-native worker loops sharing one LISTEN connection.

@@ -59,13 +59,13 @@ fn empty_object() -> Value {
 impl JobRequest {
     /// Validate against the catalogue and turn into a row to insert.
     pub fn into_new_job(self, key: &str, catalogue: &Catalogue, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
-        if !catalogue.contains(&self.task_type) {
+        if !catalogue.client_may_submit(&self.task_type) {
             return Err(ApiError::unprocessable(
                 "unknown_task_type",
                 format!("task type {:?} is not in the catalogue", self.task_type),
             )
             .with("field", "task_type")
-            .with("available", catalogue.names()));
+            .with("available", catalogue.client_names()));
         }
         catalogue.check(&self.task_type, &self.params).map_err(|e| {
             ApiError::unprocessable("invalid_params", e.to_string()).with("field", e.field.clone())
