@@ -88,6 +88,7 @@ impl Platform {
             catalogue: self.catalogue.clone(),
             intake: self.intake.clone(),
             tenants: TenantCache::default(),
+            transport: self.transport.clone(),
         }
     }
 

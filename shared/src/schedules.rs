@@ -207,6 +207,146 @@ pub async fn ensure_builtin(pool: &Pool, retention_days: u32, now: DateTime<Utc>
     .await
 }
 
+/// A schedule as an operator describes it (API body and CLI flags).
+#[derive(Debug, Clone, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleSpec {
+    /// Unique; letters, digits and `_.:-`, at most 100.
+    pub name: String,
+    pub task_type: String,
+    #[serde(default = "empty_object")]
+    pub params: Value,
+    /// 5 fields (minute first), or 6 with seconds first.
+    pub cron: String,
+    /// IANA time zone; default UTC.
+    #[serde(default = "utc")]
+    pub timezone: String,
+    /// Owner of the jobs it fires: a tenant's name; default the platform tenant.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Fire every slot missed during downtime, not only the latest.
+    #[serde(default)]
+    pub catch_up: bool,
+}
+
+fn empty_object() -> Value {
+    json!({})
+}
+fn utc() -> String {
+    "UTC".into()
+}
+fn yes() -> bool {
+    true
+}
+
+/// A change to a schedule; absent fields stay as they are.
+#[derive(Debug, Clone, Default, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulePatch {
+    pub enabled: Option<bool>,
+    pub catch_up: Option<bool>,
+    pub params: Option<Value>,
+    pub cron: Option<String>,
+    pub timezone: Option<String>,
+}
+
+/// Why a schedule could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("{field}: {message}")]
+    Invalid { field: String, code: &'static str, message: String },
+    #[error("a schedule named {0:?} exists already")]
+    Exists(String),
+    #[error("no such schedule")]
+    NotFound,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn invalid((field, code, message): (String, &'static str, String)) -> ScheduleError {
+    ScheduleError::Invalid { field, code, message }
+}
+
+/// Validate and create a schedule; its first run is the first slot after `now`.
+pub async fn add(
+    db: &impl crate::store::GenericClient,
+    catalogue: &crate::catalogue::Catalogue,
+    spec: ScheduleSpec,
+    by: &str,
+    now: DateTime<Utc>,
+) -> Result<Schedule, ScheduleError> {
+    if !crate::store::operators::valid_name(&spec.name) || spec.name.contains('@') {
+        return Err(invalid(("name".into(), "invalid_field", "1 to 100 letters, digits or `_.:-`".into())));
+    }
+    let ct = validate(catalogue, &spec.task_type, &spec.params, &spec.cron, &spec.timezone).map_err(invalid)?;
+    let next_run_at = ct
+        .next_after(now)
+        .ok_or_else(|| invalid(("cron".into(), "invalid_cron", "the expression has no future slot".into())))?;
+    let tenant_id = match spec.tenant.as_deref() {
+        None | Some(PLATFORM_TENANT) => tenants::ensure(db, PLATFORM_TENANT).await?.id,
+        Some(name) => tenants::by_name(db, name)
+            .await?
+            .ok_or_else(|| invalid(("tenant".into(), "unknown_tenant", format!("no tenant named {name:?}"))))?
+            .id,
+    };
+    let new = NewSchedule {
+        name: spec.name.clone(),
+        tenant_id,
+        task_type: spec.task_type,
+        params: spec.params,
+        cron: spec.cron,
+        timezone: spec.timezone,
+        enabled: spec.enabled,
+        catch_up: spec.catch_up,
+        next_run_at,
+        updated_by: by.to_owned(),
+    };
+    schedules::create(db, &new).await?.ok_or(ScheduleError::Exists(spec.name))
+}
+
+/// Apply a change. A new expression or time zone, or a resume, starts from the first slot
+/// after `now`: slots that passed while a schedule was paused do not fire.
+pub async fn change(
+    db: &mut deadpool_postgres::Client,
+    catalogue: &crate::catalogue::Catalogue,
+    id: Uuid,
+    patch: SchedulePatch,
+    by: &str,
+    now: DateTime<Utc>,
+) -> Result<Schedule, ScheduleError> {
+    let tx = db.transaction().await.map_err(StoreError::from)?;
+    let mut s = schedules::lock(&tx, id).await?.ok_or(ScheduleError::NotFound)?;
+    let restart = patch.cron.is_some() || patch.timezone.is_some() || (patch.enabled == Some(true) && !s.enabled);
+    if let Some(v) = patch.params {
+        s.params = v;
+    }
+    if let Some(v) = patch.cron {
+        s.cron = v;
+    }
+    if let Some(v) = patch.timezone {
+        s.timezone = v;
+    }
+    if let Some(v) = patch.enabled {
+        s.enabled = v;
+    }
+    if let Some(v) = patch.catch_up {
+        s.catch_up = v;
+    }
+    let ct = validate(catalogue, &s.task_type, &s.params, &s.cron, &s.timezone).map_err(invalid)?;
+    if restart {
+        s.next_run_at = ct
+            .next_after(now)
+            .ok_or_else(|| invalid(("cron".into(), "invalid_cron", "the expression has no future slot".into())))?;
+    }
+    s.updated_by = by.to_owned();
+    schedules::save(&tx, &s).await?;
+    let saved = schedules::get(&tx, id).await?.ok_or(ScheduleError::NotFound)?;
+    tx.commit().await.map_err(StoreError::from)?;
+    Ok(saved)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::extract::{Caller, IdempotencyKey, JsonBody, check_key};
 use crate::catalogue::Catalogue;
 use crate::job::JobStatus;
@@ -50,6 +50,32 @@ pub struct JobRequest {
     /// Per-attempt time limit, 1 to 86400 seconds; default 300.
     #[serde(default)]
     pub timeout_seconds: Option<i32>,
+}
+
+/// `{"results": [...]}`, one per submitted item, in order.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchResults {
+    pub results: Vec<BatchItemResult>,
+}
+
+/// A job's history, oldest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventList {
+    pub events: Vec<jobs::JobEvent>,
+}
+
+/// One page of the change feed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobPage {
+    pub jobs: Vec<Job>,
+    /// Pass back as `cursor`; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// The catalogue.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskList {
+    pub tasks: Vec<crate::catalogue::TaskInfo>,
 }
 
 fn empty_object() -> Value {
@@ -130,6 +156,13 @@ fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, Job), 
 }
 
 /// `POST /v1/jobs`
+#[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = JobRequest,
+    params(("Idempotency-Key" = String, Header, description = "1 to 200 visible ASCII characters")),
+    security(("tenant_key" = [])),
+    responses((status = 202, description = "created; the row has committed", body = Job),
+        (status = 200, description = "a replay of the same request", body = Job),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn submit(
     State(state): State<AppState>,
     Caller(tenant): Caller,
@@ -162,6 +195,10 @@ pub struct BatchItemResult {
 
 /// `POST /v1/jobs:batch`: valid items are inserted in one transaction; each item gets its own
 /// result, in order.
+#[utoipa::path(post, path = "/v1/jobs:batch", tag = "jobs", request_body = BatchRequest,
+    security(("tenant_key" = [])),
+    responses((status = 200, body = BatchResults), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
 pub async fn submit_batch(
     State(state): State<AppState>,
     Caller(tenant): Caller,
@@ -223,6 +260,9 @@ fn parse_id(id: &str) -> Result<Uuid, ApiError> {
 }
 
 /// `GET /v1/jobs/{id}`
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path)),
+    security(("tenant_key" = [])),
+    responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
@@ -230,6 +270,9 @@ pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(id)
 }
 
 /// `GET /v1/jobs/{id}/events`
+#[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = String, Path)),
+    security(("tenant_key" = [])),
+    responses((status = 200, body = EventList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn events(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
@@ -240,6 +283,9 @@ pub async fn events(State(state): State<AppState>, Caller(tenant): Caller, Path(
 }
 
 /// `POST /v1/jobs/{id}/cancel`: pending or waiting jobs (and their pending children).
+#[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs", params(("id" = String, Path)),
+    security(("tenant_key" = [])),
+    responses((status = 200, body = Job), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn cancel(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
@@ -257,7 +303,8 @@ pub async fn cancel(State(state): State<AppState>, Caller(tenant): Caller, Path(
 }
 
 /// Query of `GET /v1/jobs`; all optional.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     pub status: Option<String>,
     pub task_type: Option<String>,
@@ -269,6 +316,8 @@ pub struct ListQuery {
 
 /// `GET /v1/jobs`: the caller's jobs ordered by (updated_at, id): a change feed. Pass
 /// `next_cursor` back as `cursor` for the next page; a job that changes again reappears later.
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(ListQuery), security(("tenant_key" = [])),
+    responses((status = 200, body = JobPage), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
     Caller(tenant): Caller,
@@ -322,6 +371,8 @@ fn decode_cursor(c: &str) -> Option<(DateTime<Utc>, Uuid)> {
 }
 
 /// `GET /v1/tasks`: the catalogue, with each task's parameter schema.
+#[utoipa::path(get, path = "/v1/tasks", tag = "jobs", security(("tenant_key" = [])),
+    responses((status = 200, body = TaskList), (status = 401, body = ErrorBody)))]
 pub async fn tasks(State(state): State<AppState>, Caller(_): Caller) -> Json<Value> {
     Json(json!({ "tasks": state.catalogue.describe() }))
 }
