@@ -5,6 +5,8 @@ mod support;
 
 mod api;
 mod executor;
+mod operations;
+mod schedules;
 mod store;
 mod sweep;
 mod conformance;

@@ -98,6 +98,7 @@ impl Platform {
             catalogue: self.catalogue.clone(),
             intake: self.intake.clone(),
             tenants: TenantCache::default(),
+            transport: self.transport.clone(),
         }
     }
 
@@ -113,7 +114,12 @@ impl Platform {
     }
 
     pub fn sweeper(&self) -> Sweeper {
-        Sweeper { pool: self.pool.clone(), transport: self.transport.clone(), config: self.settings.sweep.clone() }
+        Sweeper {
+            pool: self.pool.clone(),
+            transport: self.transport.clone(),
+            intake: self.intake.clone(),
+            config: self.settings.sweep.clone(),
+        }
     }
 
     /// Start `n` Postgres-native worker loops sharing one LISTEN connection.

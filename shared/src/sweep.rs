@@ -1,5 +1,6 @@
 //! The sweep: returns expired leases to pending (or fails them for good when no attempt is
-//! left), and re-dispatches due jobs whose dispatch failed or was lost. Every recovery is a
+//! left), re-dispatches due jobs whose dispatch failed or was lost, and fires due schedule
+//! slots (`crate::schedules`). Every recovery is a
 //! job event and a counter. Any number of sweepers may run at once: rows are locked with
 //! `SKIP LOCKED`, so two sweepers never recover the same row.
 
@@ -10,6 +11,7 @@ use deadpool_postgres::Pool;
 use serde::Serialize;
 use tokio::sync::watch;
 
+use crate::intake::Intake;
 use crate::job::{Dispatch, JobId, exception_kind};
 use crate::metrics;
 use crate::store::StoreError;
@@ -38,12 +40,16 @@ pub struct SweepReport {
     pub leases_returned: usize,
     pub leases_failed: usize,
     pub redispatched: usize,
+    /// Schedule slots this pass created jobs for.
+    pub schedules_fired: usize,
 }
 
 #[derive(Clone)]
 pub struct Sweeper {
     pub pool: Pool,
     pub transport: Arc<dyn Transport>,
+    /// Creates the jobs of schedule slots.
+    pub intake: Intake,
     pub config: SweepConfig,
 }
 
@@ -89,6 +95,7 @@ impl Sweeper {
                 break;
             }
         }
+        report.schedules_fired = crate::schedules::fire_due(&self.pool, &self.intake, chrono::Utc::now()).await?.fired;
         metrics::LEASES_RECOVERED.add(report.leases_returned + report.leases_failed);
         metrics::REDISPATCHED.add(report.redispatched);
         if report != SweepReport::default() {
@@ -112,10 +119,13 @@ impl Sweeper {
         if !back.is_empty() {
             jobs::return_expired(&tx, &back).await?;
         }
-        if !fail.is_empty() {
-            jobs::fail(&tx, &fail).await?;
-        }
+        let failed = if fail.is_empty() { jobs::Failed::default() } else { jobs::fail_reporting(&tx, &fail).await? };
         tx.commit().await?;
+        for (exception_id, job_id) in &failed.opened {
+            if let Some((_, _, f)) = fail.iter().find(|f| f.0 == *job_id) {
+                crate::exceptions::alert_opened(*exception_id, *job_id, f.kind, &f.error);
+            }
+        }
         for (id, attempt) in &back {
             tracing::info!(event = "relay.sweep.lease_returned", job_id = %id, attempt, "expired lease returned to pending");
         }

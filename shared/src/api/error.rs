@@ -87,3 +87,17 @@ impl From<&StoreError> for ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
     }
 }
+
+/// The shape of every error answer, for the OpenAPI document.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorObject,
+}
+
+/// `code` is stable and machine-readable; `field` names the field at fault when there is one.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorObject {
+    pub code: String,
+    pub message: String,
+    pub field: Option<String>,
+}

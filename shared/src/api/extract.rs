@@ -1,5 +1,5 @@
 //! Request extractors whose every rejection is an `ApiError`: the caller's tenant (bearer key),
-//! the idempotency key, and a JSON body checked for size, syntax, NUL characters and shape.
+//! the operator (bearer operator key), the idempotency key, and a JSON body checked for size, syntax, NUL characters and shape.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::AppState;
 use super::error::ApiError;
+use crate::store::operators;
 use crate::store::tenants::{self, Tenant};
 
 /// The tenant whose API key is in `Authorization: Bearer <key>`.
@@ -27,17 +28,8 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let state = AppState::from_ref(state);
         let unauthorized = |msg: &str| ApiError::new(axum::http::StatusCode::UNAUTHORIZED, "unauthorized", msg);
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .ok_or_else(|| unauthorized("missing Authorization: Bearer <api key>"))?;
-        let key = header
-            .to_str()
-            .ok()
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| unauthorized("Authorization must be `Bearer <api key>`"))?;
+        let key = bearer(parts, "api key")?;
+        let key = key.as_str();
         if let Some(t) = state.tenants.get(key) {
             return Ok(Caller(t));
         }
@@ -48,6 +40,45 @@ where
                 Ok(Caller(t))
             }
             None => Err(unauthorized("unknown or disabled API key")),
+        }
+    }
+}
+
+/// The bearer key of a request, or a 401.
+fn bearer(parts: &Parts, what: &str) -> Result<String, ApiError> {
+    let unauthorized = |msg: String| ApiError::new(axum::http::StatusCode::UNAUTHORIZED, "unauthorized", msg);
+    let header = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)
+        .ok_or_else(|| unauthorized(format!("missing Authorization: Bearer <{what}>")))?;
+    header
+        .to_str()
+        .ok()
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(str::to_owned)
+        .ok_or_else(|| unauthorized(format!("Authorization must be `Bearer <{what}>`")))
+}
+
+/// The operator whose key is in `Authorization: Bearer <operator key>`. Tenant keys are
+/// refused (401), as operator keys are on tenant routes: the two never mix. Operator calls
+/// are rare, so every request looks its key up: a revoked key stops at once.
+pub struct Operator(pub operators::Operator);
+
+impl<S: Send + Sync> FromRequestParts<S> for Operator
+where
+    AppState: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let state = AppState::from_ref(state);
+        let key = bearer(parts, "operator key")?;
+        let db = state.pool.get().await.map_err(crate::store::StoreError::from)?;
+        match operators::by_key(&db, &key).await? {
+            Some(op) => Ok(Operator(op)),
+            None => Err(ApiError::new(axum::http::StatusCode::UNAUTHORIZED, "unauthorized", "unknown or disabled operator key")),
         }
     }
 }

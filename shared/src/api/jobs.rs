@@ -14,7 +14,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::extract::{Caller, IdempotencyKey, JsonBody, check_key};
 use crate::catalogue::Catalogue;
 use crate::job::JobStatus;
@@ -52,6 +52,38 @@ pub struct JobRequest {
     pub timeout_seconds: Option<i32>,
 }
 
+/// `{"results": [...]}`, one per submitted item, in order.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchResults {
+    pub results: Vec<BatchItemResult>,
+}
+
+/// A job's history, oldest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventList {
+    pub events: Vec<jobs::JobEvent>,
+}
+
+/// The answer of `GET /v1/jobs/{id}/sessions`.
+#[derive(Serialize, ToSchema)]
+pub struct SessionList {
+    pub sessions: Vec<attempt_sessions::Session>,
+}
+
+/// One page of the change feed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobPage {
+    pub jobs: Vec<Job>,
+    /// Pass back as `cursor`; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// The catalogue.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskList {
+    pub tasks: Vec<crate::catalogue::TaskInfo>,
+}
+
 fn empty_object() -> Value {
     json!({})
 }
@@ -59,13 +91,13 @@ fn empty_object() -> Value {
 impl JobRequest {
     /// Validate against the catalogue and turn into a row to insert.
     pub fn into_new_job(self, key: &str, catalogue: &Catalogue, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
-        if !catalogue.contains(&self.task_type) {
+        if !catalogue.client_may_submit(&self.task_type) {
             return Err(ApiError::unprocessable(
                 "unknown_task_type",
                 format!("task type {:?} is not in the catalogue", self.task_type),
             )
             .with("field", "task_type")
-            .with("available", catalogue.names()));
+            .with("available", catalogue.client_names()));
         }
         catalogue.check(&self.task_type, &self.params).map_err(|e| {
             ApiError::unprocessable("invalid_params", e.to_string()).with("field", e.field.clone())
@@ -130,6 +162,13 @@ fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, Job), 
 }
 
 /// `POST /v1/jobs`
+#[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = JobRequest,
+    params(("Idempotency-Key" = String, Header, description = "1 to 200 visible ASCII characters")),
+    security(("tenant_key" = [])),
+    responses((status = 202, description = "created; the row has committed", body = Job),
+        (status = 200, description = "a replay of the same request", body = Job),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn submit(
     State(state): State<AppState>,
     Caller(tenant): Caller,
@@ -162,6 +201,10 @@ pub struct BatchItemResult {
 
 /// `POST /v1/jobs:batch`: valid items are inserted in one transaction; each item gets its own
 /// result, in order.
+#[utoipa::path(post, path = "/v1/jobs:batch", tag = "jobs", request_body = BatchRequest,
+    security(("tenant_key" = [])),
+    responses((status = 200, body = BatchResults), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
 pub async fn submit_batch(
     State(state): State<AppState>,
     Caller(tenant): Caller,
@@ -223,6 +266,9 @@ fn parse_id(id: &str) -> Result<Uuid, ApiError> {
 }
 
 /// `GET /v1/jobs/{id}`
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path)),
+    security(("tenant_key" = [])),
+    responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
@@ -230,6 +276,9 @@ pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(id)
 }
 
 /// `GET /v1/jobs/{id}/events`
+#[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = String, Path)),
+    security(("tenant_key" = [])),
+    responses((status = 200, body = EventList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn events(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
@@ -241,6 +290,9 @@ pub async fn events(State(state): State<AppState>, Caller(tenant): Caller, Path(
 
 /// `GET /v1/jobs/{id}/sessions`: the AWS role sessions its attempts assumed (what it could
 /// touch), oldest first.
+#[utoipa::path(get, path = "/v1/jobs/{id}/sessions", tag = "jobs", params(("id" = String, Path)),
+    security(("tenant_key" = [])),
+    responses((status = 200, body = SessionList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn sessions(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
@@ -251,6 +303,9 @@ pub async fn sessions(State(state): State<AppState>, Caller(tenant): Caller, Pat
 }
 
 /// `POST /v1/jobs/{id}/cancel`: pending or waiting jobs (and their pending children).
+#[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs", params(("id" = String, Path)),
+    security(("tenant_key" = [])),
+    responses((status = 200, body = Job), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn cancel(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
@@ -268,7 +323,8 @@ pub async fn cancel(State(state): State<AppState>, Caller(tenant): Caller, Path(
 }
 
 /// Query of `GET /v1/jobs`; all optional.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     pub status: Option<String>,
     pub task_type: Option<String>,
@@ -280,6 +336,8 @@ pub struct ListQuery {
 
 /// `GET /v1/jobs`: the caller's jobs ordered by (updated_at, id): a change feed. Pass
 /// `next_cursor` back as `cursor` for the next page; a job that changes again reappears later.
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(ListQuery), security(("tenant_key" = [])),
+    responses((status = 200, body = JobPage), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
     Caller(tenant): Caller,
@@ -333,6 +391,8 @@ fn decode_cursor(c: &str) -> Option<(DateTime<Utc>, Uuid)> {
 }
 
 /// `GET /v1/tasks`: the catalogue, with each task's parameter schema.
+#[utoipa::path(get, path = "/v1/tasks", tag = "jobs", security(("tenant_key" = [])),
+    responses((status = 200, body = TaskList), (status = 401, body = ErrorBody)))]
 pub async fn tasks(State(state): State<AppState>, Caller(_): Caller) -> Json<Value> {
     Json(json!({ "tasks": state.catalogue.describe() }))
 }

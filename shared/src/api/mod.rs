@@ -1,9 +1,12 @@
 //! The HTTP API as one router, served by `relay serve`/`relay dev`, by the intake Lambda
 //! (through lambda_http) and by tests (through `tower::ServiceExt::oneshot`).
 
+pub mod admin;
 pub mod error;
 pub mod extract;
 pub mod jobs;
+pub mod openapi;
+pub mod schedules;
 
 use std::time::Duration;
 
@@ -32,6 +35,8 @@ pub struct AppState {
     pub catalogue: Catalogue,
     pub intake: Intake,
     pub tenants: TenantCache,
+    /// Operator retries are dispatched after their commit.
+    pub transport: std::sync::Arc<dyn crate::transport::Transport>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -43,7 +48,18 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{id}/sessions", get(jobs::sessions))
         .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
         .route("/v1/tasks", get(jobs::tasks))
-        .route("/healthz", get(|| async { axum::Json(serde_json::json!({ "ok": true })) }))
+        .route("/v1/admin/exceptions", get(admin::list_exceptions))
+        .route("/v1/admin/exceptions:bulk", post(admin::bulk))
+        .route("/v1/admin/exceptions/{id}", get(admin::show_exception))
+        .route("/v1/admin/exceptions/{id}/retry", post(admin::retry))
+        .route("/v1/admin/exceptions/{id}/cancel", post(admin::cancel))
+        .route("/v1/admin/exceptions/{id}/finish", post(admin::finish))
+        .route("/v1/admin/exceptions/{id}/ignore", post(admin::ignore))
+        .route("/v1/admin/modes", get(admin::get_modes).put(admin::set_mode))
+        .route("/v1/admin/schedules", get(schedules::list).post(schedules::create))
+        .route("/v1/admin/schedules/{id}", get(schedules::get).patch(schedules::update).delete(schedules::delete))
+        .route("/v1/openapi.json", get(openapi::openapi_json))
+        .route("/healthz", get(openapi::healthz))
         .fallback(|| async { ApiError::not_found() })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this route")

@@ -1,5 +1,9 @@
 //! `relay`: the operator CLI and local runner. `relay dev` runs the whole platform in one
-//! process; the other commands run one part each against a shared database.
+//! process; the other commands run one part each against a shared database, and the
+//! operator commands (`ops`) act on exceptions, modes, schedules and keys.
+
+#[path = "relay/ops.rs"]
+mod ops;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,6 +23,9 @@ struct Cli {
     /// Postgres URL. `relay dev` boots a private cluster when it is not set.
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     database_url: Option<String>,
+    /// Who the audit rows of operator commands name (default `cli:$USER`).
+    #[arg(long = "as", env = "RELAY_OPERATOR", global = true)]
+    operator: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -70,8 +77,12 @@ enum Command {
         #[command(flatten)]
         run: Run,
     },
-    /// Apply pending migrations and exit.
-    Migrate,
+    /// Apply pending migrations, ensure the built-in schedules, and exit.
+    Migrate {
+        /// Days the built-in retention schedule keeps terminal jobs, when it is created.
+        #[arg(long, env = "RELAY_RETENTION_DAYS", default_value_t = 30)]
+        retention_days: u32,
+    },
     /// Serve the HTTP API only.
     Serve {
         #[arg(long, env = "RELAY_ADDR", default_value = "127.0.0.1:8080")]
@@ -114,12 +125,36 @@ enum Command {
         #[command(subcommand)]
         command: TenantCommand,
     },
+    /// Manage operators (their keys call `/v1/admin`).
+    Operator {
+        #[command(subcommand)]
+        command: ops::OperatorCommand,
+    },
+    /// List, show and act on exceptions.
+    Exceptions {
+        #[command(subcommand)]
+        command: ops::ExceptionsCommand,
+    },
+    /// Read or set operating modes.
+    Modes {
+        #[command(subcommand)]
+        command: ops::ModesCommand,
+    },
+    /// List, add, pause and resume schedules.
+    Schedules {
+        #[command(subcommand)]
+        command: ops::SchedulesCommand,
+    },
+    /// Print the OpenAPI 3.1 document of the API (needs no database).
+    Openapi,
 }
 
 #[derive(Subcommand)]
 enum TenantCommand {
     /// Create a tenant; prints only its new API key on stdout.
     Create { name: String },
+    #[command(flatten)]
+    Keys(ops::TenantKeyCommand),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -153,11 +188,28 @@ fn required_url(url: Option<String>) -> anyhow::Result<String> {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Dev { addr, data_dir, run } => dev(cli.database_url, addr, data_dir, run).await,
-        Command::Migrate => {
+        Command::Migrate { retention_days } => {
             let p = Platform::new(&required_url(cli.database_url)?, Settings::default())?;
             let applied = p.migrate().await?;
             eprintln!("migrations applied: {}", if applied.is_empty() { "none".into() } else { applied.join(", ") });
+            let s = taskdeck::schedules::ensure_builtin(&p.pool, retention_days.clamp(1, 3650), chrono::Utc::now()).await?;
+            eprintln!("built-in schedule {}: {} ({}), next run {}", s.name, s.cron, s.timezone, s.next_run_at);
             Ok(())
+        }
+        Command::Openapi => {
+            print!("{}", taskdeck::api::openapi::document_json());
+            Ok(())
+        }
+        Command::Operator { command } => ops::operator(&ops_platform(cli.database_url)?, command).await,
+        Command::Exceptions { command } => {
+            ops::exceptions(&ops_platform(cli.database_url)?, &actor(cli.operator), command).await
+        }
+        Command::Modes { command } => ops::modes(&ops_platform(cli.database_url)?, &actor(cli.operator), command).await,
+        Command::Schedules { command } => {
+            ops::schedules(&ops_platform(cli.database_url)?, &actor(cli.operator), command).await
+        }
+        Command::Tenant { command: TenantCommand::Keys(command) } => {
+            ops::tenant_key(&ops_platform(cli.database_url)?, command).await
         }
         Command::Serve { addr, run } => {
             let p = Platform::new(&required_url(cli.database_url)?, run.settings())?;
@@ -223,6 +275,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// A small platform for one operator command (two connections).
+fn ops_platform(url: Option<String>) -> anyhow::Result<Platform> {
+    let mut s = Settings::default();
+    s.pool.max_size = 2;
+    s.intake_writers = 1;
+    Platform::new(&required_url(url)?, s)
+}
+
+/// The "who" of an operator command's audit rows.
+fn actor(operator: Option<String>) -> String {
+    operator.unwrap_or_else(|| format!("cli:{}", std::env::var("USER").unwrap_or_else(|_| "unknown".into())))
+}
+
 /// Wait for Ctrl-C or SIGTERM, then tell everyone to stop.
 async fn shutdown_on_signal(stop: Arc<watch::Sender<bool>>) {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -256,6 +321,7 @@ async fn dev(url: Option<String>, addr: SocketAddr, data_dir: PathBuf, run: Run)
     };
     let p = with_task_roles(Platform::new(&url, run.settings())?).await?;
     p.migrate().await?;
+    taskdeck::schedules::ensure_builtin(&p.pool, 30, chrono::Utc::now()).await?;
     let key = {
         let db = p.pool.get().await?;
         match tenants::by_name(&db, "dev").await? {

@@ -5,6 +5,7 @@
 //! unknown fields refused, the failing field named) and publishes the JSON Schema.
 
 mod basic;
+pub mod housekeeping;
 pub mod provider;
 mod testing;
 
@@ -52,6 +53,8 @@ pub trait Task: Send + Sync + 'static {
     type Params: DeserializeOwned + ToSchema + Send;
     const NAME: &'static str;
     const DESCRIPTION: &'static str;
+    /// Run by the platform (built-in schedules) only: clients cannot submit it, nor see it.
+    const PLATFORM_ONLY: bool = false;
 
     /// Checks serde cannot express (ranges, cross-field rules), as (field, message).
     fn check(_params: &Self::Params) -> Result<(), (String, String)> {
@@ -80,6 +83,7 @@ pub struct TaskInfo {
 
 trait ErasedTask: Send + Sync {
     fn info(&self) -> TaskInfo;
+    fn platform_only(&self) -> bool;
     fn check(&self, params: &Value) -> Result<(), ParamError>;
     fn run<'a>(&'a self, ctx: &'a TaskContext, params: Value) -> BoxFuture<'a, Result<Value, TaskError>>;
 }
@@ -103,6 +107,10 @@ impl<T: Task> ErasedTask for T {
             description: T::DESCRIPTION,
             params_schema: serde_json::to_value(T::Params::schema()).unwrap_or(Value::Null),
         }
+    }
+
+    fn platform_only(&self) -> bool {
+        T::PLATFORM_ONLY
     }
 
     fn check(&self, params: &Value) -> Result<(), ParamError> {
@@ -133,6 +141,7 @@ impl Catalogue {
         c.add(basic::Noop);
         c.add(basic::Sleep);
         c.add(provider::ProviderEvent);
+        c.add(housekeeping::Retention);
         if with_test_tasks {
             c.add(testing::Fail);
             c.add(testing::Effect);
@@ -145,16 +154,28 @@ impl Catalogue {
         self.tasks.insert(T::NAME, Arc::new(task));
     }
 
+    /// Every task type, platform ones included.
     pub fn names(&self) -> Vec<&'static str> {
         self.tasks.keys().copied().collect()
+    }
+
+    /// The task types a client may submit.
+    pub fn client_names(&self) -> Vec<&'static str> {
+        self.tasks.iter().filter(|(_, t)| !t.platform_only()).map(|(n, _)| *n).collect()
     }
 
     pub fn contains(&self, name: &str) -> bool {
         self.tasks.contains_key(name)
     }
 
+    /// Whether a client may submit this task type.
+    pub fn client_may_submit(&self, name: &str) -> bool {
+        self.tasks.get(name).is_some_and(|t| !t.platform_only())
+    }
+
+    /// The tasks a client may submit, as `GET /v1/tasks` shows them.
     pub fn describe(&self) -> Vec<TaskInfo> {
-        self.tasks.values().map(|t| t.info()).collect()
+        self.tasks.values().filter(|t| !t.platform_only()).map(|t| t.info()).collect()
     }
 
     /// Validate parameters for a task type known to be in the catalogue.
@@ -179,7 +200,8 @@ mod tests {
 
     #[test]
     fn test_tasks_exist_only_when_asked_for() {
-        assert_eq!(Catalogue::standard(false).names(), ["noop", "provider.event", "sleep"]);
+        assert_eq!(Catalogue::standard(false).names(), ["noop", "provider.event", "relay.retention", "sleep"]);
+        assert_eq!(Catalogue::standard(false).client_names(), ["noop", "provider.event", "sleep"]);
         assert!(Catalogue::standard(true).contains("test.fail"));
     }
 

@@ -137,8 +137,14 @@ impl Executor {
         let db = self.pool.get().await?;
         let stale_done = if done.is_empty() { vec![] } else { jobs::succeed(&db, &done).await? };
         let stale_retries = if retries.is_empty() { vec![] } else { jobs::retry(&db, &retries).await? };
-        let stale_failures = if failures.is_empty() { vec![] } else { jobs::fail(&db, &failures).await? };
+        let failed = if failures.is_empty() { jobs::Failed::default() } else { jobs::fail_reporting(&db, &failures).await? };
+        let stale_failures = failed.refused;
         drop(db);
+        for (exception_id, job_id) in &failed.opened {
+            if let Some((_, _, f)) = failures.iter().find(|f| f.0 == *job_id) {
+                crate::exceptions::alert_opened(*exception_id, *job_id, f.kind, &f.error);
+            }
+        }
         let is_stale = |id: &JobId, stale: &[(JobId, i32)]| stale.iter().any(|(s, _)| s == id);
         for (id, attempt, f) in failures.iter().filter(|f| !is_stale(&f.0, &stale_failures)) {
             tracing::warn!(event = "relay.job.failed", job_id = %id, attempt, kind = f.kind,

@@ -1,12 +1,19 @@
-//! Exceptions: opened only by the terminal-failure path (`jobs::fail`), read here.
+//! Exceptions and their audit (`exception_actions`). Exceptions are opened only by the
+//! terminal-failure path (`jobs::fail_reporting`) and resolved by the system in
+//! `jobs::succeed`; operators read, list and close them here, each close with an audit row.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use serde_json::Value;
+use tokio_postgres::Row;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::{GenericClient, StoreError};
 use crate::job::JobId;
+
+/// Statuses an exception can have.
+pub const STATUSES: [&str; 3] = ["open", "resolved", "ignored"];
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Exception {
@@ -14,24 +21,25 @@ pub struct Exception {
     pub job_id: Uuid,
     pub tenant_id: Uuid,
     pub task_type: String,
+    /// Why the job failed for good: attempts_exhausted, fatal_error, ambiguous_outcome, ...
     pub kind: String,
+    /// The error that opened it.
     pub cause: String,
+    /// open, resolved or ignored.
     pub status: String,
     pub opened_at: DateTime<Utc>,
+    pub closed_at: Option<DateTime<Utc>>,
+    /// `system` or the operator's name.
+    pub closed_by: Option<String>,
+    pub close_reason: Option<String>,
 }
 
-/// The exceptions of one job, newest first.
-pub async fn for_job(db: &impl GenericClient, job_id: JobId) -> Result<Vec<Exception>, StoreError> {
-    let rows = db
-        .query(
-            "SELECT id, job_id, tenant_id, task_type, kind, cause, status, opened_at
-             FROM exceptions WHERE job_id = $1 ORDER BY opened_at DESC",
-            &[&job_id],
-        )
-        .await?;
-    Ok(rows
-        .iter()
-        .map(|r| Exception {
+const COLUMNS: &str =
+    "id, job_id, tenant_id, task_type, kind, cause, status, opened_at, closed_at, closed_by, close_reason";
+
+impl Exception {
+    fn from_row(r: &Row) -> Self {
+        Exception {
             id: r.get(0),
             job_id: r.get(1),
             tenant_id: r.get(2),
@@ -40,11 +48,146 @@ pub async fn for_job(db: &impl GenericClient, job_id: JobId) -> Result<Vec<Excep
             cause: r.get(5),
             status: r.get(6),
             opened_at: r.get(7),
-        })
-        .collect())
+            closed_at: r.get(8),
+            closed_by: r.get(9),
+            close_reason: r.get(10),
+        }
+    }
+}
+
+/// The exceptions of one job, newest first.
+pub async fn for_job(db: &impl GenericClient, job_id: JobId) -> Result<Vec<Exception>, StoreError> {
+    let rows = db
+        .query(&format!("SELECT {COLUMNS} FROM exceptions WHERE job_id = $1 ORDER BY opened_at DESC"), &[&job_id])
+        .await?;
+    Ok(rows.iter().map(Exception::from_row).collect())
 }
 
 /// How many exceptions are open.
 pub async fn count_open(db: &impl GenericClient) -> Result<i64, StoreError> {
     Ok(db.query_one("SELECT count(*) FROM exceptions WHERE status = 'open'", &[]).await?.get(0))
+}
+
+/// Filters for listing exceptions, newest first. All optional but `limit`.
+#[derive(Debug, Clone, Default)]
+pub struct ExceptionFilter {
+    pub status: Option<String>,
+    pub kind: Option<String>,
+    pub task_type: Option<String>,
+    pub tenant_id: Option<Uuid>,
+    /// A substring of the cause (case-insensitive).
+    pub cause: Option<String>,
+    /// Resume before this (opened_at, id): the cursor of the previous page.
+    pub before: Option<(DateTime<Utc>, Uuid)>,
+    pub limit: i64,
+}
+
+pub async fn list(db: &impl GenericClient, f: &ExceptionFilter) -> Result<Vec<Exception>, StoreError> {
+    let stmt = db
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM exceptions
+             WHERE ($1::text IS NULL OR status = $1)
+               AND ($2::text IS NULL OR kind = $2)
+               AND ($3::text IS NULL OR task_type = $3)
+               AND ($4::uuid IS NULL OR tenant_id = $4)
+               AND ($5::text IS NULL OR strpos(lower(cause), lower($5)) > 0)
+               AND ($6::timestamptz IS NULL OR (opened_at, id) < ($6, $7::uuid))
+             ORDER BY opened_at DESC, id DESC
+             LIMIT $8"
+        ))
+        .await?;
+    let (before_at, before_id) = f.before.map_or((None, None), |(a, i)| (Some(a), Some(i)));
+    let rows = db
+        .query(
+            &stmt,
+            &[&f.status, &f.kind, &f.task_type, &f.tenant_id, &f.cause, &before_at, &before_id, &f.limit],
+        )
+        .await?;
+    Ok(rows.iter().map(Exception::from_row).collect())
+}
+
+pub async fn get(db: &impl GenericClient, id: Uuid) -> Result<Option<Exception>, StoreError> {
+    let row = db.query_opt(&format!("SELECT {COLUMNS} FROM exceptions WHERE id = $1"), &[&id]).await?;
+    Ok(row.as_ref().map(Exception::from_row))
+}
+
+/// Lock an exception for an action in the caller's transaction (concurrent actions on one
+/// exception take turns; the second sees what the first did).
+pub async fn lock(db: &impl GenericClient, id: Uuid) -> Result<Option<Exception>, StoreError> {
+    let row = db.query_opt(&format!("SELECT {COLUMNS} FROM exceptions WHERE id = $1 FOR UPDATE"), &[&id]).await?;
+    Ok(row.as_ref().map(Exception::from_row))
+}
+
+/// Close an open exception as `resolved` or `ignored`. Returns false when it was not open.
+pub async fn close(
+    db: &impl GenericClient,
+    id: Uuid,
+    status: &str,
+    closed_by: &str,
+    reason: &str,
+) -> Result<bool, StoreError> {
+    let n = db
+        .execute(
+            "UPDATE exceptions SET status = $2, closed_at = now(), closed_by = $3, close_reason = $4
+             WHERE id = $1 AND status = 'open'",
+            &[&id, &status, &closed_by, &reason],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// One audited action on an exception.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ExceptionAction {
+    pub exception_id: Uuid,
+    pub job_id: Uuid,
+    /// retry, cancel, finish, ignore, or resolve (the system's own).
+    pub action: String,
+    /// The operator's name, or `system`.
+    pub actor: String,
+    pub reason: Option<String>,
+    pub detail: Option<Value>,
+    pub at: DateTime<Utc>,
+}
+
+/// Write an audit row (in the caller's transaction, beside the change it records).
+pub async fn record_action(
+    db: &impl GenericClient,
+    exception_id: Uuid,
+    job_id: JobId,
+    action: &str,
+    actor: &str,
+    reason: Option<&str>,
+    detail: Option<&Value>,
+) -> Result<(), StoreError> {
+    db.execute(
+        "INSERT INTO exception_actions (exception_id, job_id, action, actor, reason, detail)
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        &[&exception_id, &job_id, &action, &actor, &reason, &detail],
+    )
+    .await?;
+    Ok(())
+}
+
+/// An exception's audit trail, oldest first.
+pub async fn actions(db: &impl GenericClient, exception_id: Uuid) -> Result<Vec<ExceptionAction>, StoreError> {
+    let rows = db
+        .query(
+            "SELECT exception_id, job_id, action, actor, reason, detail, at FROM exception_actions
+             WHERE exception_id = $1 ORDER BY id",
+            &[&exception_id],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| ExceptionAction {
+            exception_id: r.get(0),
+            job_id: r.get(1),
+            action: r.get(2),
+            actor: r.get(3),
+            reason: r.get(4),
+            detail: r.get(5),
+            at: r.get(6),
+        })
+        .collect())
 }

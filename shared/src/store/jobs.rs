@@ -21,6 +21,9 @@ use super::modes::Modes;
 use super::{GenericClient, StoreError};
 use crate::job::{ClaimedJob, Dispatch, JobId, JobStatus, TenantId};
 
+pub mod operator;
+pub mod retention;
+
 /// A job as stored. Serialises as the API's job resource (tenant and request hash omitted).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Job {
@@ -432,6 +435,16 @@ pub async fn succeed(db: &impl GenericClient, done: &[(JobId, i32, Value)]) -> R
              ), events AS (
                  INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, started_at)
                  SELECT id, 'succeeded', 'running', 'succeeded', attempt, started_at FROM done
+             ), resolved AS (
+                 -- A job with an open exception (retried by an operator) that now succeeds
+                 -- closes it: the condition cleared. A probe of the small open-exception index.
+                 UPDATE exceptions x SET status = 'resolved', closed_at = now(), closed_by = 'system',
+                     close_reason = 'the job succeeded'
+                 WHERE x.job_id = ANY (ARRAY(SELECT id FROM done)) AND x.status = 'open'
+                 RETURNING x.id, x.job_id
+             ), audit AS (
+                 INSERT INTO exception_actions (exception_id, job_id, action, actor, reason)
+                 SELECT id, job_id, 'resolve', 'system', 'the job succeeded' FROM resolved
              )
              SELECT id FROM done",
         )
@@ -484,9 +497,25 @@ pub struct Failure {
     pub error: String,
 }
 
-/// The one terminal-failure path: the job becomes `failed` and an exception opens, in one
-/// statement, for every task type. Fenced; returns the pairs refused as stale.
+/// What the terminal-failure path wrote.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Failed {
+    /// The (id, attempt) pairs refused as stale.
+    pub refused: Vec<(JobId, i32)>,
+    /// Exceptions newly opened, as (exception id, job id). A job failing again while its
+    /// exception is still open (an operator's retry that failed) opens none.
+    pub opened: Vec<(Uuid, JobId)>,
+}
+
+/// The one terminal-failure path (see `fail_reporting`); returns the pairs refused as stale.
 pub async fn fail(db: &impl GenericClient, failures: &[(JobId, i32, Failure)]) -> Result<Vec<(JobId, i32)>, StoreError> {
+    Ok(fail_reporting(db, failures).await?.refused)
+}
+
+/// The one terminal-failure path: the job becomes `failed` and an exception opens, in one
+/// statement, for every task type. Fenced. The caller alerts on `opened` after commit
+/// (`crate::exceptions::alert_opened`).
+pub async fn fail_reporting(db: &impl GenericClient, failures: &[(JobId, i32, Failure)]) -> Result<Failed, StoreError> {
     let stmt = db
         .prepare_cached(
             "WITH failed AS (
@@ -503,8 +532,9 @@ pub async fn fail(db: &impl GenericClient, failures: &[(JobId, i32, Failure)]) -
                  INSERT INTO exceptions (id, job_id, tenant_id, task_type, kind, cause)
                  SELECT gen_random_uuid(), id, tenant_id, task_type, kind, error FROM failed
                  ON CONFLICT (job_id) WHERE status = 'open' DO NOTHING
+                 RETURNING id, job_id
              )
-             SELECT id FROM failed",
+             SELECT f.id, o.id FROM failed f LEFT JOIN opened o ON o.job_id = f.id",
         )
         .await?;
     let failures = &by_id(failures);
@@ -512,7 +542,8 @@ pub async fn fail(db: &impl GenericClient, failures: &[(JobId, i32, Failure)]) -
     let kinds: Vec<&str> = failures.iter().map(|f| f.2.kind).collect();
     let errors: Vec<&str> = failures.iter().map(|f| f.2.error.as_str()).collect();
     let rows = db.query(&stmt, &[&ids, &attempts, &kinds, &errors]).await?;
-    Ok(refused(&ids.into_iter().zip(attempts).collect::<Vec<_>>(), &rows))
+    let opened = rows.iter().filter_map(|r| Some((r.get::<_, Option<Uuid>>(1)?, r.get::<_, JobId>(0)))).collect();
+    Ok(Failed { refused: refused(&ids.into_iter().zip(attempts).collect::<Vec<_>>(), &rows), opened })
 }
 
 // ---- the sweep's side ----

@@ -11,6 +11,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "0001_core", include_str!("../../../migrations/0001_core.sql")),
     (2, "0002_dead_letters", include_str!("../../../migrations/0002_dead_letters.sql")),
     (3, "0003_attempt_sessions", include_str!("../../../migrations/0003_attempt_sessions.sql")),
+    (4, "0004_operations", include_str!("../../../migrations/0004_operations.sql")),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's
@@ -64,8 +65,13 @@ mod tests {
         files.sort();
         let listed: Vec<&str> = MIGRATIONS.iter().map(|m| m.1).collect();
         assert_eq!(files, listed);
-        for (i, m) in MIGRATIONS.iter().enumerate() {
-            assert_eq!(m.0, i32::try_from(i + 1).unwrap(), "versions are 1, 2, 3, ...");
+        // Numbers are assigned per branch, so a branch may hold 0004 before 0003 exists: the
+        // versions must rise strictly and match each file's number.
+        for w in MIGRATIONS.windows(2) {
+            assert!(w[0].0 < w[1].0, "versions rise: {} then {}", w[0].0, w[1].0);
+        }
+        for m in MIGRATIONS {
+            assert_eq!(m.1[..4].parse::<i32>().unwrap(), m.0, "{} has version {}", m.1, m.0);
         }
     }
 }

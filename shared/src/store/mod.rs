@@ -8,6 +8,8 @@ pub mod exceptions;
 pub mod jobs;
 pub mod migrate;
 pub mod modes;
+pub mod operators;
+pub mod schedules;
 pub mod tenants;
 
 use std::time::Duration;
@@ -29,6 +31,9 @@ pub enum StoreError {
     StaleWrite { job_id: uuid::Uuid, attempt: i32 },
     #[error("the intake writers have stopped")]
     IntakeClosed,
+    /// An error the intake writers met, shared by every request of their batch.
+    #[error("intake: {0}")]
+    Intake(std::sync::Arc<StoreError>),
     #[error("{0} was deleted while this call ran; try again")]
     Vanished(String),
     #[error("migration {0} was edited after it was applied; migrations are additive only")]
@@ -51,6 +56,7 @@ impl StoreError {
         match self {
             StoreError::Pool(_) | StoreError::IntakeClosed => true,
             StoreError::Db(e) => e.is_closed() || e.code().is_none(),
+            StoreError::Intake(e) => e.is_unavailable(),
             _ => false,
         }
     }

@@ -71,3 +71,12 @@ pub async fn ensure(db: &impl GenericClient, name: &str) -> Result<Tenant, Store
     db.execute(&stmt, &[&Uuid::now_v7(), &name, &hash_key(&new_api_key())]).await?;
     by_name(db, name).await?.ok_or_else(|| StoreError::Vanished(format!("tenant {name:?}")))
 }
+
+/// Disable a tenant: its key stops working (within the API's key cache TTL) and no new key
+/// is issued. Returns false when no enabled tenant has that name.
+pub async fn revoke(db: &impl GenericClient, name: &str) -> Result<bool, StoreError> {
+    let n = db
+        .execute("UPDATE tenants SET disabled_at = now() WHERE name = $1 AND disabled_at IS NULL", &[&name])
+        .await?;
+    Ok(n == 1)
+}

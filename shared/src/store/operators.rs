@@ -1,0 +1,57 @@
+//! Operator keys: distinct from tenant keys. A key is shown once, at creation; only its
+//! sha256 is stored. The operator's name is the "who" of every audit row.
+
+use base64::Engine;
+use rand::RngCore;
+use uuid::Uuid;
+
+use super::tenants::hash_key;
+use super::{GenericClient, StoreError};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Operator {
+    pub id: Uuid,
+    pub name: String,
+}
+
+/// A new operator key: `ro_` and 32 random bytes, URL-safe base64.
+pub fn new_key() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("ro_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// Whether a name is acceptable (the table's CHECK, asked before a round trip).
+pub fn valid_name(name: &str) -> bool {
+    (1..=100).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.@:-".contains(&b))
+}
+
+/// Create an operator and return it with its key (the only time the key exists in clear).
+pub async fn create(db: &impl GenericClient, name: &str) -> Result<(Operator, String), StoreError> {
+    let key = new_key();
+    let id = Uuid::now_v7();
+    db.execute(
+        "INSERT INTO operator_keys (id, name, key_hash) VALUES ($1, $2, $3)",
+        &[&id, &name, &hash_key(&key)],
+    )
+    .await?;
+    Ok((Operator { id, name: name.to_owned() }, key))
+}
+
+/// The enabled operator holding this key, if any.
+pub async fn by_key(db: &impl GenericClient, key: &str) -> Result<Option<Operator>, StoreError> {
+    let stmt = db
+        .prepare_cached("SELECT id, name FROM operator_keys WHERE key_hash = $1 AND disabled_at IS NULL")
+        .await?;
+    let row = db.query_opt(&stmt, &[&hash_key(key)]).await?;
+    Ok(row.map(|r| Operator { id: r.get(0), name: r.get(1) }))
+}
+
+/// Disable an operator's key; returns false when no enabled operator has that name.
+pub async fn revoke(db: &impl GenericClient, name: &str) -> Result<bool, StoreError> {
+    let n = db
+        .execute("UPDATE operator_keys SET disabled_at = now() WHERE name = $1 AND disabled_at IS NULL", &[&name])
+        .await?;
+    Ok(n == 1)
+}
