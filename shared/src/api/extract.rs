@@ -1,5 +1,6 @@
 //! Request extractors whose every rejection is an `ApiError`: the caller's tenant (bearer key),
-//! the idempotency key, and a JSON body checked for size, syntax, NUL characters and shape.
+//! a status reader (read-only status key), the idempotency key, and a JSON body checked for
+//! size, syntax, NUL characters and shape.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,7 +14,27 @@ use serde_json::Value;
 
 use super::AppState;
 use super::error::ApiError;
+use crate::store::status_keys::{self, StatusKey};
 use crate::store::tenants::{self, Tenant};
+
+fn unauthorized(msg: &str) -> ApiError {
+    ApiError::new(axum::http::StatusCode::UNAUTHORIZED, "unauthorized", msg)
+}
+
+/// The key in `Authorization: Bearer <key>`.
+fn bearer(parts: &Parts) -> Result<&str, ApiError> {
+    let header = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)
+        .ok_or_else(|| unauthorized("missing Authorization: Bearer <key>"))?;
+    header
+        .to_str()
+        .ok()
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .ok_or_else(|| unauthorized("Authorization must be `Bearer <key>`"))
+}
 
 /// The tenant whose API key is in `Authorization: Bearer <key>`.
 pub struct Caller(pub Tenant);
@@ -26,18 +47,7 @@ where
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let state = AppState::from_ref(state);
-        let unauthorized = |msg: &str| ApiError::new(axum::http::StatusCode::UNAUTHORIZED, "unauthorized", msg);
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .ok_or_else(|| unauthorized("missing Authorization: Bearer <api key>"))?;
-        let key = header
-            .to_str()
-            .ok()
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| unauthorized("Authorization must be `Bearer <api key>`"))?;
+        let key = bearer(parts)?;
         if let Some(t) = state.tenants.get(key) {
             return Ok(Caller(t));
         }
@@ -49,6 +59,27 @@ where
             }
             None => Err(unauthorized("unknown or disabled API key")),
         }
+    }
+}
+
+/// A holder of a read-only status key (`status_keys`), for `GET /v1/status`. Tenant keys are
+/// not status keys: a tenant key here answers 401 like any unknown key.
+pub struct StatusReader(pub StatusKey);
+
+impl<S: Send + Sync> FromRequestParts<S> for StatusReader
+where
+    AppState: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let state = AppState::from_ref(state);
+        let key = bearer(parts)?;
+        let db = state.pool.get().await.map_err(crate::store::StoreError::from)?;
+        status_keys::by_key(&db, key)
+            .await?
+            .map(StatusReader)
+            .ok_or_else(|| unauthorized("unknown or disabled status key (tenant API keys cannot read the status)"))
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod error;
 pub mod extract;
 pub mod jobs;
+pub mod status;
 
 use std::time::Duration;
 
@@ -32,6 +33,10 @@ pub struct AppState {
     pub catalogue: Catalogue,
     pub intake: Intake,
     pub tenants: TenantCache,
+    /// The project name the status contract reports.
+    pub project: String,
+    /// The transport's name (`postgres`, `sqs`), reported per queue in the status.
+    pub transport: &'static str,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -42,6 +47,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{id}/events", get(jobs::events))
         .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
         .route("/v1/tasks", get(jobs::tasks))
+        .route("/v1/status", get(status::status))
         .route("/healthz", get(|| async { axum::Json(serde_json::json!({ "ok": true })) }))
         .fallback(|| async { ApiError::not_found() })
         .method_not_allowed_fallback(|| async {

@@ -7,7 +7,10 @@ pub mod exceptions;
 pub mod jobs;
 pub mod migrate;
 pub mod modes;
+pub mod status;
+pub mod status_keys;
 pub mod tenants;
+pub mod workers;
 
 use std::time::Duration;
 
