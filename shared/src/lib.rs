@@ -5,6 +5,7 @@ pub mod api;
 pub mod bench;
 pub mod catalogue;
 pub mod config;
+pub mod console;
 pub mod executor;
 pub mod intake;
 pub mod job;

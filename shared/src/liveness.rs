@@ -120,3 +120,15 @@ impl Liveness {
         })
     }
 }
+
+/// Record liveness on requests through this router (at most once per `every`): for the
+/// intake function, which has no loop of its own.
+pub fn track(router: axum::Router, live: Liveness) -> axum::Router {
+    router.layer(axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
+        let live = live.clone();
+        async move {
+            live.touch().await;
+            next.run(req).await
+        }
+    }))
+}
