@@ -10,3 +10,5 @@ mod sweep;
 mod conformance;
 mod lambda;
 mod template;
+mod status;
+mod console;

@@ -81,7 +81,7 @@ pub async fn activity(db: &impl GenericClient, buckets: usize, bucket_secs: i64,
     for (n, source) in sources.iter().enumerate() {
         let stmt = db
             .prepare_cached(&format!(
-                "SELECT floor(extract(epoch FROM now() - finished_at) / $3)::bigint AS ago, count(*), (sum(count(*)) OVER ())::bigint
+                "SELECT floor(extract(epoch FROM now() - finished_at)::float8 / $3::float8)::bigint AS ago, count(*), (sum(count(*)) OVER ())::bigint
                  FROM ({source}) f GROUP BY 1"
             ))
             .await?;
