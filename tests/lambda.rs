@@ -231,10 +231,24 @@ async fn ingress_returns_records_to_the_queue_when_the_database_is_unreachable()
 }
 
 #[tokio::test]
-async fn the_console_placeholder_answers_on_its_own() {
-    let event = fixture("apigw_v2_get_job.json", &[("API_KEY", "none"), ("JOB_ID", "x")]);
-    let (status, body) = invoke_http(&lambda::console::router(), &event).await;
-    assert_eq!((status, &body["console"]), (200, &json!("placeholder")));
+async fn the_console_function_serves_its_page_on_its_own() {
+    // A function URL event for `/`; the console has no database and one project that is down.
+    let mut event: Value =
+        serde_json::from_str(&fixture("apigw_v2_get_job.json", &[("API_KEY", "none"), ("JOB_ID", "x")])).unwrap();
+    event["rawPath"] = json!("/");
+    event["requestContext"]["http"]["path"] = json!("/");
+    event["requestContext"]["http"]["method"] = json!("GET");
+    let cfg = taskdeck::console::ConsoleConfig::parse(
+        r#"{"projects": [{"name": "gone", "status_url": "http://127.0.0.1:1/v1/status"}], "timeout_seconds": 1}"#,
+        "test",
+    )
+    .unwrap();
+    let router = lambda::console::router(cfg).unwrap();
+    let req = lambda_http::request::from_str(&event.to_string()).expect("an API Gateway v2 event");
+    let res = router.oneshot(req).await.unwrap();
+    assert_eq!(res.status().as_u16(), 200);
+    let html = String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+    assert!(html.contains(r#"data-project="gone" data-state="unreachable""#), "{html}");
 }
 
 /// A job goes intake (API Gateway v2 event) → SQS (moto) → executor handler → Postgres, with

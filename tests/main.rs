@@ -13,3 +13,5 @@ mod conformance;
 mod credentials;
 mod lambda;
 mod template;
+mod status;
+mod console;

@@ -13,6 +13,7 @@ use crate::intake::Intake;
 use crate::catalogue::Catalogue;
 use crate::credentials::TaskCredentials;
 use crate::executor::{Executor, ExecutorConfig, worker};
+use crate::liveness::{Identity, Kind, Liveness};
 use crate::retry::RetryPolicy;
 use crate::store::{self, PoolOptions};
 use crate::sweep::{SweepConfig, Sweeper};
@@ -30,6 +31,8 @@ pub struct Settings {
     /// Tasks that coalesce concurrent submissions into multi-row inserts.
     pub intake_writers: usize,
     pub pool: PoolOptions,
+    /// The project name the status contract reports (`RELAY_PROJECT`, default `relay`).
+    pub project: String,
 }
 
 impl Default for Settings {
@@ -41,6 +44,7 @@ impl Default for Settings {
             test_tasks: false,
             intake_writers: 4,
             pool: PoolOptions::default(),
+            project: "relay".into(),
         }
     }
 }
@@ -99,6 +103,7 @@ impl Platform {
             intake: self.intake.clone(),
             tenants: TenantCache::default(),
             transport: self.transport.clone(),
+            project: self.settings.project.clone(),
         }
     }
 
@@ -122,15 +127,25 @@ impl Platform {
         }
     }
 
-    /// Start `n` Postgres-native worker loops sharing one LISTEN connection.
-    pub fn spawn_workers(&self, n: usize, stop: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
-        let wake = spawn_listener(self.database_url.clone(), self.settings.pool.search_path.clone());
-        (0..n).map(|_| tokio::spawn(worker::run(self.executor(), wake.clone(), stop.clone()))).collect()
+    /// This process's liveness handle for `kind` (a row in `workers`).
+    pub fn liveness(&self, kind: Kind) -> Liveness {
+        Liveness::new(self.pool.clone(), Identity::of_this_process(kind))
     }
 
-    /// Start the sweep loop.
+    /// Start `n` Postgres-native worker loops sharing one LISTEN connection, and the
+    /// process's liveness beat (one row per process, whatever `n`).
+    pub fn spawn_workers(&self, n: usize, stop: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
+        let wake = spawn_listener(self.database_url.clone(), self.settings.pool.search_path.clone());
+        let mut handles: Vec<JoinHandle<()>> =
+            (0..n).map(|_| tokio::spawn(worker::run(self.executor(), wake.clone(), stop.clone()))).collect();
+        handles.push(self.liveness(Kind::Worker).spawn(stop.clone()));
+        handles
+    }
+
+    /// Start the sweep loop; the sweeper records its liveness on every pass.
     pub fn spawn_sweeper(&self, stop: &watch::Receiver<bool>) -> JoinHandle<()> {
         let (sweeper, every, stop) = (self.sweeper(), self.settings.sweep_interval, stop.clone());
-        tokio::spawn(async move { sweeper.run(every, stop).await })
+        let live = self.liveness(Kind::Sweeper);
+        tokio::spawn(async move { sweeper.run(every, Some(live), stop).await })
     }
 }

@@ -14,7 +14,8 @@ use tokio::sync::watch;
 use crate::intake::Intake;
 use crate::job::{Dispatch, JobId, exception_kind};
 use crate::metrics;
-use crate::store::StoreError;
+use crate::liveness::Liveness;
+use crate::store::{StoreError, workers};
 use crate::store::jobs::{self, ExpiredLease, Failure};
 use crate::transport::{self, Transport};
 
@@ -96,6 +97,8 @@ impl Sweeper {
             }
         }
         report.schedules_fired = crate::schedules::fire_due(&self.pool, &self.intake, chrono::Utc::now()).await?.fired;
+        // Lambda containers come and go: forget instances unseen for a week.
+        workers::prune(&self.pool.get().await?, chrono::Utc::now() - chrono::Duration::days(7)).await?;
         metrics::LEASES_RECOVERED.add(report.leases_returned + report.leases_failed);
         metrics::REDISPATCHED.add(report.redispatched);
         if report != SweepReport::default() {
@@ -137,9 +140,12 @@ impl Sweeper {
         Ok((back.into_iter().map(|(id, _)| Dispatch { id, run_at: now }).collect(), fail.len()))
     }
 
-    /// Sweep every `interval` until `stop` turns true.
-    pub async fn run(&self, interval: Duration, mut stop: watch::Receiver<bool>) {
+    /// Sweep every `interval` until `stop` turns true, recording liveness before each pass.
+    pub async fn run(&self, interval: Duration, live: Option<Liveness>, mut stop: watch::Receiver<bool>) {
         while !*stop.borrow() {
+            if let Some(live) = &live {
+                live.touch().await;
+            }
             if let Err(e) = self.pass().await {
                 tracing::warn!(event = "relay.sweep.failed", error = %e, "sweep pass failed; will try again");
             }

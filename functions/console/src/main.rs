@@ -1,8 +1,9 @@
-//! The console function: a placeholder that deploys on its own (no database, no queue).
-//! Its content arrives with the console issue; the router is `taskdeck::lambda::console`.
+//! The console function: polls each configured project's status contract and serves the
+//! console page. Wiring only; the console is `taskdeck::console` (no database, no queue).
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     taskdeck::lambda::init_logging();
-    lambda_http::run(taskdeck::lambda::console::router()).await
+    let router = taskdeck::lambda::console::router_from_env()?;
+    lambda_http::run(router).await
 }

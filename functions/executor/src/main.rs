@@ -11,8 +11,10 @@ async fn main() -> Result<(), Error> {
     let cfg = LambdaConfig::from_env()?;
     let platform = taskdeck::lambda::platform(&cfg).await?;
     let exec = platform.executor();
-    let exec = &exec;
+    let live = platform.liveness(taskdeck::liveness::Kind::Executor);
+    let (exec, live) = (&exec, &live);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+        live.touch().await;
         Ok::<SqsBatchResponse, Error>(taskdeck::lambda::executor::handle(exec, event.payload).await)
     }))
     .await

@@ -12,8 +12,10 @@ async fn main() -> Result<(), Error> {
     let cfg = LambdaConfig::from_env()?;
     let platform = taskdeck::lambda::platform(&cfg).await?;
     let ingress = Ingress::new(&platform, &cfg.ingress_tenant);
-    let ingress = &ingress;
+    let live = platform.liveness(taskdeck::liveness::Kind::Ingress);
+    let (ingress, live) = (&ingress, &live);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+        live.touch().await;
         Ok::<SqsBatchResponse, Error>(ingress.handle(event.payload).await)
     }))
     .await

@@ -10,5 +10,6 @@ async fn main() -> Result<(), lambda_http::Error> {
     let cfg = LambdaConfig::from_env()?;
     // One pool of one connection and the SQS client; nothing connects until the first request.
     let platform = taskdeck::lambda::platform(&cfg).await?;
-    lambda_http::run(taskdeck::api::router(platform.app_state())).await
+    let live = platform.liveness(taskdeck::liveness::Kind::Api);
+    lambda_http::run(taskdeck::liveness::track(taskdeck::api::router(platform.app_state()), live)).await
 }

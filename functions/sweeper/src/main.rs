@@ -12,8 +12,10 @@ async fn main() -> Result<(), Error> {
     let cfg = LambdaConfig::from_env()?;
     let platform = taskdeck::lambda::platform(&cfg).await?;
     let sweeper = platform.sweeper();
-    let (sweeper, cfg) = (&sweeper, &cfg);
+    let live = platform.liveness(taskdeck::liveness::Kind::Sweeper);
+    let (sweeper, cfg, live) = (&sweeper, &cfg, &live);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<EventBridgeEvent>| async move {
+        live.touch().await;
         let reports: Vec<SweepReport> =
             taskdeck::lambda::sweeper::handle(sweeper, &event.payload, cfg.sweep_passes, cfg.sweep_gap).await?;
         Ok::<_, Error>(reports)

@@ -1,5 +1,6 @@
 //! Request extractors whose every rejection is an `ApiError`: the caller's tenant (bearer key),
-//! the operator (bearer operator key), the idempotency key, and a JSON body checked for size, syntax, NUL characters and shape.
+//! the operator (bearer operator key), a status reader (read-only status key), the idempotency
+//! key, and a JSON body checked for size, syntax, NUL characters and shape.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,7 @@ use serde_json::Value;
 use super::AppState;
 use super::error::ApiError;
 use crate::store::operators;
+use crate::store::status_keys::{self, StatusKey};
 use crate::store::tenants::{self, Tenant};
 
 /// The tenant whose API key is in `Authorization: Bearer <key>`.
@@ -80,6 +82,30 @@ where
             Some(op) => Ok(Operator(op)),
             None => Err(ApiError::new(axum::http::StatusCode::UNAUTHORIZED, "unauthorized", "unknown or disabled operator key")),
         }
+    }
+}
+
+/// A holder of a read-only status key (`status_keys`), for `GET /v1/status`. Tenant and
+/// operator keys are not status keys: either answers 401 here like any unknown key.
+pub struct StatusReader(pub StatusKey);
+
+impl<S: Send + Sync> FromRequestParts<S> for StatusReader
+where
+    AppState: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let state = AppState::from_ref(state);
+        let key = bearer(parts, "status key")?;
+        let db = state.pool.get().await.map_err(crate::store::StoreError::from)?;
+        status_keys::by_key(&db, &key).await?.map(StatusReader).ok_or_else(|| {
+            ApiError::new(
+                axum::http::StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "unknown or disabled status key (tenant API keys cannot read the status)",
+            )
+        })
     }
 }
 

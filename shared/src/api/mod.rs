@@ -7,6 +7,7 @@ pub mod extract;
 pub mod jobs;
 pub mod openapi;
 pub mod schedules;
+pub mod status;
 
 use std::time::Duration;
 
@@ -37,6 +38,8 @@ pub struct AppState {
     pub tenants: TenantCache,
     /// Operator retries are dispatched after their commit.
     pub transport: std::sync::Arc<dyn crate::transport::Transport>,
+    /// The project name the status contract reports.
+    pub project: String,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -58,6 +61,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/modes", get(admin::get_modes).put(admin::set_mode))
         .route("/v1/admin/schedules", get(schedules::list).post(schedules::create))
         .route("/v1/admin/schedules/{id}", get(schedules::get).patch(schedules::update).delete(schedules::delete))
+        .route("/v1/status", get(status::status))
         .route("/v1/openapi.json", get(openapi::openapi_json))
         .route("/healthz", get(openapi::healthz))
         .fallback(|| async { ApiError::not_found() })

@@ -6,7 +6,7 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, jobs, schedules};
+use super::{admin, jobs, schedules, status};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -22,7 +22,7 @@ use super::{admin, jobs, schedules};
         admin::list_exceptions, admin::show_exception, admin::retry, admin::cancel, admin::finish,
         admin::ignore, admin::bulk, admin::get_modes, admin::set_mode,
         schedules::list, schedules::create, schedules::get, schedules::update, schedules::delete,
-        healthz, openapi_json,
+        status::status, healthz, openapi_json,
     ),
     modifiers(&Keys),
     tags(
@@ -38,7 +38,7 @@ struct Keys;
 impl Modify for Keys {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
         let components = doc.components.get_or_insert_with(Default::default);
-        for name in ["tenant_key", "operator_key"] {
+        for name in ["tenant_key", "operator_key", "status_key"] {
             components.add_security_scheme(
                 name,
                 SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),

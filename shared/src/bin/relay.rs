@@ -5,6 +5,9 @@
 #[path = "relay/ops.rs"]
 mod ops;
 
+#[path = "relay/jobs.rs"]
+mod jobs;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -147,6 +150,33 @@ enum Command {
     },
     /// Print the OpenAPI 3.1 document of the API (needs no database).
     Openapi,
+    /// Manage read-only status keys (for GET /v1/status and the console).
+    StatusKey {
+        #[command(subcommand)]
+        command: StatusKeyCommand,
+    },
+    /// Serve the console: polls each project's status contract (no database).
+    Console {
+        #[arg(long, env = "RELAY_CONSOLE_ADDR", default_value = "127.0.0.1:8090")]
+        addr: SocketAddr,
+        /// JSON file: {"projects": [{"name", "status_url", "token"}], "timeout_seconds"?, "refresh_seconds"?}
+        #[arg(long, env = "RELAY_CONSOLE_PROJECTS_FILE")]
+        projects: PathBuf,
+    },
+    /// A tenant's jobs, read from the database.
+    Jobs {
+        /// The tenant's name.
+        #[arg(long)]
+        tenant: String,
+        #[command(subcommand)]
+        command: jobs::JobsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum StatusKeyCommand {
+    /// Create a status key; prints only the key on stdout.
+    Create { name: String },
 }
 
 #[derive(Subcommand)]
@@ -262,6 +292,35 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             result
         }
+        Command::StatusKey { command: StatusKeyCommand::Create { name } } => {
+            let p = Platform::new(&required_url(cli.database_url)?, Settings::default())?;
+            let db = p.pool.get().await?;
+            if taskdeck::store::status_keys::by_name(&db, &name).await?.is_some() {
+                anyhow::bail!("a status key named {name:?} exists already");
+            }
+            let (_, key) = taskdeck::store::status_keys::create(&db, &name).await?;
+            println!("{key}");
+            Ok(())
+        }
+        Command::Console { addr, projects } => {
+            let config = taskdeck::console::ConsoleConfig::from_file(&projects)?;
+            let n = config.projects.len();
+            let router = taskdeck::console::router(taskdeck::console::Console::new(config)?);
+            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+            eprintln!("relay console: http://{addr}/ watching {n} projects");
+            let (stop_tx, mut stop) = watch::channel(false);
+            tokio::spawn(shutdown_on_signal(Arc::new(stop_tx)));
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await?;
+            Ok(())
+        }
+        Command::Jobs { tenant, command } => {
+            let p = Platform::new(&required_url(cli.database_url)?, Settings::default())?;
+            jobs::run(&p.pool, &tenant, command).await
+        }
         Command::Tenant { command: TenantCommand::Create { name } } => {
             let p = Platform::new(&required_url(cli.database_url)?, Settings::default())?;
             let db = p.pool.get().await?;
@@ -301,6 +360,7 @@ async fn shutdown_on_signal(stop: Arc<watch::Sender<bool>>) {
 
 async fn serve(p: &Platform, addr: SocketAddr, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+    p.liveness(taskdeck::liveness::Kind::Api).spawn(stop.clone());
     axum::serve(listener, taskdeck::api::router(p.app_state()))
         .with_graceful_shutdown(async move {
             let _ = stop.wait_for(|s| *s).await;

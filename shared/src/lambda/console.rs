@@ -1,12 +1,17 @@
-//! The console function: a placeholder that deploys on its own, with no database and no
-//! queue. The console issue gives it its content (polling each project's status contract).
+//! The console function: the same console as `relay console`, behind a function URL, with no
+//! database and no queue. Its projects come from `RELAY_CONSOLE_PROJECTS` (JSON); the cache
+//! lives as long as the container.
 
 use axum::Router;
-use axum::routing::get;
-use serde_json::json;
 
-pub fn router() -> Router {
-    Router::new().fallback(get(|| async {
-        axum::Json(json!({ "console": "placeholder", "note": "the Relay console arrives with its own issue" }))
-    }))
+use crate::console::{Console, ConsoleConfig};
+
+/// The console router for this configuration.
+pub fn router(config: ConsoleConfig) -> anyhow::Result<Router> {
+    Ok(crate::console::router(Console::new(config)?))
+}
+
+/// Read `RELAY_CONSOLE_PROJECTS` once per container; the error names the variable.
+pub fn router_from_env() -> anyhow::Result<Router> {
+    router(ConsoleConfig::from_env()?)
 }

@@ -52,12 +52,12 @@ pub struct Job {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-const JOB_COLUMNS: &str = "id, tenant_id, task_type, status, params, correlation_id, \
+pub(crate) const JOB_COLUMNS: &str = "id, tenant_id, task_type, status, params, correlation_id, \
     idempotency_key, request_hash, parent_id, run_at, attempt, max_attempts, timeout_seconds, \
     lease_until, started_at, result, last_error, created_at, updated_at, finished_at";
 
 impl Job {
-    fn from_row(r: &Row) -> Self {
+    pub(crate) fn from_row(r: &Row) -> Self {
         let status: &str = r.get("status");
         Job {
             id: r.get("id"),

@@ -10,7 +10,10 @@ pub mod migrate;
 pub mod modes;
 pub mod operators;
 pub mod schedules;
+pub mod status;
+pub mod status_keys;
 pub mod tenants;
+pub mod workers;
 
 use std::time::Duration;
 

@@ -1,0 +1,125 @@
+//! `relay jobs list|show|watch`: a tenant's jobs read straight from the database
+//! (`DATABASE_URL`), for an operator at a terminal. `watch` draws a live progress bar of a job
+//! and its children (the numerator counts children in a terminal state).
+
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::Utc;
+use deadpool_postgres::Pool;
+use indicatif::{ProgressBar, ProgressStyle};
+use taskdeck::job::JobStatus;
+use taskdeck::store::jobs::{self, JobFilter};
+use taskdeck::store::{status, tenants};
+use uuid::Uuid;
+
+#[derive(clap::Subcommand)]
+pub enum JobsCommand {
+    /// The tenant's jobs changed within --since, oldest change first.
+    List {
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long)]
+        task_type: Option<String>,
+        /// How far back, in minutes.
+        #[arg(long, default_value_t = 60)]
+        since: i64,
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+    },
+    /// One job as JSON, its history, and its children's counts.
+    Show { id: Uuid },
+    /// A live progress bar of a job and its children until it is done (Ctrl-C leaves it running).
+    Watch {
+        id: Uuid,
+        /// Seconds between reads.
+        #[arg(long, default_value_t = 0.5)]
+        every: f64,
+    },
+}
+
+async fn tenant(pool: &Pool, name: &str) -> anyhow::Result<tenants::Tenant> {
+    tenants::by_name(&pool.get().await?, name).await?.with_context(|| format!("no tenant named {name:?}"))
+}
+
+pub async fn run(pool: &Pool, tenant_name: &str, command: JobsCommand) -> anyhow::Result<()> {
+    let t = tenant(pool, tenant_name).await?;
+    match command {
+        JobsCommand::List { status, task_type, since, limit } => {
+            let status = match status.as_deref() {
+                None => None,
+                Some(s) => Some(JobStatus::parse(s).with_context(|| {
+                    format!("--status must be one of {}", JobStatus::ALL.map(JobStatus::as_str).join(", "))
+                })?),
+            };
+            let filter = JobFilter {
+                status,
+                task_type,
+                updated_since: Some(Utc::now() - chrono::Duration::minutes(since.max(1))),
+                limit: limit.clamp(1, 1000),
+                ..JobFilter::default()
+            };
+            let page = jobs::list(&pool.get().await?, t.id, &filter).await?;
+            println!("{:<36}  {:<18}  {:<9}  {:>7}  {:<20}  correlation", "id", "task", "status", "attempt", "updated");
+            for j in &page {
+                println!(
+                    "{:<36}  {:<18}  {:<9}  {:>7}  {:<20}  {}",
+                    j.id,
+                    j.task_type,
+                    j.status.as_str(),
+                    format!("{}/{}", j.attempt, j.max_attempts),
+                    j.updated_at.format("%Y-%m-%d %H:%M:%S"),
+                    j.correlation_id
+                );
+            }
+            eprintln!("{} jobs", page.len());
+            Ok(())
+        }
+        JobsCommand::Show { id } => {
+            let db = pool.get().await?;
+            let job = jobs::get(&db, t.id, id).await?.with_context(|| format!("no job {id} for tenant {tenant_name:?}"))?;
+            let events = jobs::events(&db, t.id, id).await?;
+            let children = status::child_counts(&db, &[id]).await?.remove(&id).unwrap_or_default();
+            println!("{}", serde_json::to_string_pretty(&serde_json::json!({
+                "job": job,
+                "events": events,
+                "children": { "total": children.total, "terminal": children.terminal, "failed": children.failed },
+            }))?);
+            Ok(())
+        }
+        JobsCommand::Watch { id, every } => watch(pool, t.id, id, Duration::from_secs_f64(every.clamp(0.1, 60.0))).await,
+    }
+}
+
+async fn watch(pool: &Pool, tenant_id: Uuid, id: Uuid, every: Duration) -> anyhow::Result<()> {
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar:.cyan/blue} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(120));
+    loop {
+        let (job, children) = {
+            let db = pool.get().await?;
+            let job = jobs::get(&db, tenant_id, id).await?.with_context(|| format!("no job {id} for this tenant"))?;
+            (job, status::child_counts(&db, &[id]).await?.remove(&id).unwrap_or_default())
+        };
+        if children.total > 0 {
+            bar.set_length(u64::try_from(children.total).unwrap_or(0));
+            bar.set_position(u64::try_from(children.terminal).unwrap_or(0));
+        } else {
+            bar.set_length(1);
+            bar.set_position(u64::from(job.status.is_terminal()));
+        }
+        let failed = if children.failed > 0 { format!(", {} children failed", children.failed) } else { String::new() };
+        bar.set_message(format!("{} {} (attempt {}/{}){failed}", job.task_type, job.status.as_str(), job.attempt, job.max_attempts));
+        if job.status.is_terminal() && children.terminal == children.total {
+            bar.finish();
+            if let Some(e) = job.last_error.filter(|_| job.status == JobStatus::Failed) {
+                eprintln!("failed: {e}");
+            }
+            return Ok(());
+        }
+        tokio::time::sleep(every).await;
+    }
+}

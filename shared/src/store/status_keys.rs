@@ -1,0 +1,52 @@
+//! Read-only status keys for `GET /v1/status`, distinct from tenant keys. A key is shown once,
+//! at creation; only its sha256 is stored.
+
+use base64::Engine;
+use rand::RngCore;
+use uuid::Uuid;
+
+use super::tenants::hash_key;
+use super::{GenericClient, StoreError};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusKey {
+    pub id: Uuid,
+    pub name: String,
+}
+
+/// A new status key: `rs_` and 32 random bytes, URL-safe base64 (tenant keys start `rk_`).
+pub fn new_key() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("rs_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// Create a named status key and return it with the key (the only time it exists in clear).
+pub async fn create(db: &impl GenericClient, name: &str) -> Result<(StatusKey, String), StoreError> {
+    let key = new_key();
+    let id = Uuid::now_v7();
+    db.execute("INSERT INTO status_keys (id, name, key_hash) VALUES ($1, $2, $3)", &[&id, &name, &hash_key(&key)])
+        .await?;
+    Ok((StatusKey { id, name: name.to_owned() }, key))
+}
+
+/// The enabled status key with this value, if any.
+pub async fn by_key(db: &impl GenericClient, key: &str) -> Result<Option<StatusKey>, StoreError> {
+    let stmt = db
+        .prepare_cached("SELECT id, name FROM status_keys WHERE key_hash = $1 AND disabled_at IS NULL")
+        .await?;
+    Ok(db.query_opt(&stmt, &[&hash_key(key)]).await?.map(|r| StatusKey { id: r.get(0), name: r.get(1) }))
+}
+
+pub async fn by_name(db: &impl GenericClient, name: &str) -> Result<Option<StatusKey>, StoreError> {
+    let row = db.query_opt("SELECT id, name FROM status_keys WHERE name = $1", &[&name]).await?;
+    Ok(row.map(|r| StatusKey { id: r.get(0), name: r.get(1) }))
+}
+
+/// Disable a key by name; returns false when no enabled key has that name.
+pub async fn disable(db: &impl GenericClient, name: &str) -> Result<bool, StoreError> {
+    let n = db
+        .execute("UPDATE status_keys SET disabled_at = now() WHERE name = $1 AND disabled_at IS NULL", &[&name])
+        .await?;
+    Ok(n == 1)
+}

@@ -1,0 +1,182 @@
+//! The console against real HTTP servers: older minor versions with missing and unknown
+//! fields are shown, unreachable projects are shown as unreachable with their last good data
+//! greyed, and a real headless Chromium renders the page (skipped when Chromium is absent).
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use taskdeck::console::{Console, ConsoleConfig, render};
+use taskdeck::store::status_keys;
+use tokio::task::JoinHandle;
+
+use crate::support::World;
+
+const FIXTURE: &str = include_str!("fixtures/status_v1_0_minimal.json");
+
+/// Serve a router on a free port of 127.0.0.1; returns its base URL and the server task.
+async fn serve(router: Router) -> (String, JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        axum::serve(listener, router).await.unwrap();
+    });
+    (base, task)
+}
+
+/// A project that serves this fixed document at /v1/status.
+async fn fixed(doc: String) -> (String, JoinHandle<()>) {
+    serve(Router::new().route("/v1/status", get(move || {
+        let doc = doc.clone();
+        async move { ([("content-type", "application/json")], doc) }
+    })))
+    .await
+}
+
+fn config(projects: &[(&str, &str, Option<&str>)]) -> ConsoleConfig {
+    let list: Vec<serde_json::Value> = projects
+        .iter()
+        .map(|(name, url, token)| serde_json::json!({"name": name, "status_url": url, "token": token}))
+        .collect();
+    ConsoleConfig::parse(&serde_json::json!({"projects": list, "timeout_seconds": 1}).to_string(), "test").unwrap()
+}
+
+async fn page(console: &Console) -> String {
+    let view = render::view(&console.snapshot().await, 15, chrono::Utc::now());
+    render::page(&view).unwrap()
+}
+
+#[tokio::test]
+async fn older_minor_versions_with_missing_and_unknown_fields_are_shown() {
+    let (v10, _a) = fixed(FIXTURE.to_owned()).await;
+    let newer = FIXTURE.replace("\"1.0\"", "\"1.4\"").replace("\"project\"", "\"added_in_1_4\": {\"x\": 1}, \"project\"");
+    let (v14, _b) = fixed(newer).await;
+    let console = Console::new(config(&[
+        ("billing", &format!("{v10}/v1/status"), None),
+        ("billing-next", &format!("{v14}/v1/status"), None),
+    ]))
+    .unwrap();
+    console.refresh().await;
+    let states = console.snapshot().await;
+    assert!(states.iter().all(|s| s.reachable()), "{states:?}");
+    let (doc, _) = states[0].last_good.as_ref().unwrap();
+    assert_eq!((doc.version.as_str(), doc.queues[0].depth, doc.activity.is_none()), ("1.0", 7, true));
+    assert_eq!(states[1].last_good.as_ref().unwrap().0.version, "1.4");
+
+    let html = page(&console).await;
+    assert!(html.contains(r#"data-project="billing" data-state="ok""#));
+    assert!(html.contains(r#"data-project="billing-next" data-state="ok""#));
+    assert!(html.contains("30 of 120"), "children progress is shown");
+    assert!(html.contains("nightly-invoices"), "schedules are shown");
+    assert!(html.contains("no activity series"), "a missing optional field is said, not an error");
+    assert!(!html.contains("<script>alert"), "every value is escaped");
+    assert!(html.contains("&lt;script&gt;alert"));
+}
+
+#[tokio::test]
+async fn an_unreachable_project_is_shown_unreachable_with_its_last_good_data_greyed() {
+    let (up, server) = fixed(FIXTURE.to_owned()).await;
+    let (wrong_major, _w) = fixed(FIXTURE.replace("\"1.0\"", "\"2.0\"")).await;
+    let (refusing, _r) = serve(Router::new().route(
+        "/v1/status",
+        get(|| async { (axum::http::StatusCode::UNAUTHORIZED, "{\"error\": {\"code\": \"unauthorized\"}}") }),
+    ))
+    .await;
+    // Accepts connections and never answers.
+    let hung = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hung_url = format!("http://{}/v1/status", hung.local_addr().unwrap());
+    let console = Console::new(config(&[
+        ("billing", &format!("{up}/v1/status"), None),
+        ("never", "http://127.0.0.1:1/v1/status", None),
+        ("v2", &format!("{wrong_major}/v1/status"), None),
+        ("locked", &format!("{refusing}/v1/status"), Some("wrong")),
+        ("hung", &hung_url, None),
+    ]))
+    .unwrap();
+
+    console.refresh().await;
+    let s = console.snapshot().await;
+    assert!(s[0].reachable());
+    for (i, why) in [(1, "unreachable"), (2, "version \"2.0\""), (3, "HTTP 401"), (4, "no answer within 1 s")] {
+        assert!(!s[i].reachable() && s[i].unreachable_since.is_some(), "{:?}", s[i]);
+        assert!(s[i].last_error.as_deref().unwrap().contains(why), "{:?}", s[i].last_error);
+    }
+
+    // The healthy project dies: unreachable since this poll, its last good data kept.
+    server.abort();
+    let _ = server.await;
+    let started = tokio::time::Instant::now();
+    console.refresh().await;
+    assert!(started.elapsed() < Duration::from_secs(3), "polls run at once, each bounded by the timeout");
+    let s = console.snapshot().await;
+    let since = s[0].unreachable_since.expect("unreachable now");
+    assert!(s[0].last_good.is_some());
+    console.refresh().await;
+    assert_eq!(console.snapshot().await[0].unreachable_since, Some(since), "since the first failed poll");
+
+    let html = page(&console).await;
+    assert!(html.contains(r#"<tr class="project-row stale" data-project="billing" data-state="unreachable">"#), "{html}");
+    assert!(html.contains("showing last good data from"));
+    assert!(html.contains(r#"data-project="never" data-state="unreachable""#));
+    drop(hung);
+}
+
+/// Where Debian's Chromium is, if installed (`RELAY_CHROMIUM` overrides).
+fn chromium() -> Option<String> {
+    let candidates = [std::env::var("RELAY_CHROMIUM").unwrap_or_default(), "/usr/bin/chromium".into(), "/usr/bin/chromium-browser".into()];
+    candidates.into_iter().find(|p| !p.is_empty() && std::path::Path::new(p).exists())
+}
+
+/// The flags this machine needs (root, no GPU, closed network).
+pub fn chromium_flags(profile: &std::path::Path) -> Vec<String> {
+    ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+     "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .chain([format!("--user-data-dir={}", profile.display())])
+        .collect()
+}
+
+#[tokio::test]
+async fn headless_chromium_shows_a_healthy_and_an_unreachable_project() {
+    let Some(chromium) = chromium() else {
+        eprintln!("SKIPPED headless_chromium_shows_a_healthy_and_an_unreachable_project: chromium is not installed \
+                   (apt-get install -y chromium, or set RELAY_CHROMIUM)");
+        return;
+    };
+    // Relay's API on a real port, with a status key and a live worker and sweeper.
+    let w = World::new().await;
+    crate::status::populate(&w).await;
+    w.platform.liveness(taskdeck::liveness::Kind::Worker).beat().await.unwrap();
+    w.platform.liveness(taskdeck::liveness::Kind::Sweeper).beat().await.unwrap();
+    let (_, key) = status_keys::create(&w.db().await, "console").await.unwrap();
+    let (api, _api) = serve(w.router.clone()).await;
+    let console = Console::new(config(&[
+        ("relay", &format!("{api}/v1/status"), Some(&key)),
+        ("gone", "http://127.0.0.1:1/v1/status", None),
+    ]))
+    .unwrap();
+    let (site, _site) = serve(taskdeck::console::router(console)).await;
+
+    let profile = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chromium-{}", uuid::Uuid::now_v7()));
+    let out = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::process::Command::new(&chromium)
+            .args(chromium_flags(&profile))
+            .args(["--dump-dom", &format!("{site}/")])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("chromium finishes within 90 s")
+    .expect("chromium runs");
+    let _ = std::fs::remove_dir_all(&profile);
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && dom.contains("Relay console"), "{}\n{}", String::from_utf8_lossy(&out.stderr), dom);
+    assert!(dom.contains(r#"data-project="relay" data-state="ok""#), "{dom}");
+    assert!(dom.contains(r#"data-project="gone" data-state="unreachable""#), "{dom}");
+    assert!(dom.contains("2 live of 2"), "liveness of the worker and the sweeper: {dom}");
+    assert!(dom.contains("2 of 3, 1 failed"), "the fan-out's progress: {dom}");
+    assert!(dom.contains("<svg"), "the activity chart is inline SVG");
+    assert!(dom.contains("unreachable since"), "{dom}");
+}
