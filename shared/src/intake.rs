@@ -108,12 +108,14 @@ async fn write(pool: &Pool, transport: &Arc<dyn Transport>, batch: Vec<Request>)
                 Inserted::Existing(_) => None,
             })
             .collect();
-        // Committed: answer, then dispatch (a failed dispatch leaves the rows to the sweep).
+        // Committed: dispatch, then answer. Dispatching first matters on Lambda, where work
+        // left after the response may be frozen with the container; a failed dispatch still
+        // never fails the request (the sweep sends those rows).
+        transport::send(transport, pool, &created).await;
         let mut rest = inserted.into_iter();
         for r in requests {
             let mine: Vec<Inserted> = rest.by_ref().take(r.jobs.len()).collect();
             let _ = r.reply.send(Ok(mine));
         }
-        transport::send(transport, pool, &created).await;
     }
 }
