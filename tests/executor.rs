@@ -193,3 +193,21 @@ async fn a_stale_workers_late_result_changes_nothing() {
     let job = jobs::get(&db, w.tenant.id, id).await.unwrap().unwrap();
     assert_eq!(job.result, Some(json!({"from": "owner"})));
 }
+
+#[tokio::test]
+async fn stopping_a_worker_with_a_job_still_running_ends_within_the_grace_period() {
+    let w = World::new().await; // lease 2 s: the shutdown grace
+    let (stop_tx, stop) = watch::channel(false);
+    let workers = w.platform.spawn_workers(1, &stop);
+    let (_, job) = w.submit("long-stop", json!({"task_type": "sleep", "params": {"seconds": 600}})).await;
+    let running = w.wait_for(job["id"].as_str().unwrap(), Duration::from_secs(10), |j| j["status"] == "running").await;
+    assert_eq!(running["status"], "running");
+    let stopped_at = std::time::Instant::now();
+    stop_tx.send(true).unwrap();
+    let joined = tokio::time::timeout(Duration::from_secs(10), futures::future::join_all(workers)).await;
+    assert!(joined.is_ok(), "the worker did not stop");
+    assert!(stopped_at.elapsed() < Duration::from_secs(6), "stopped after {:?}", stopped_at.elapsed());
+    // Nothing was recorded for it: the lease expires and the sweep returns it.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(w.platform.sweeper().pass().await.unwrap().leases_returned, 1);
+}

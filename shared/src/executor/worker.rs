@@ -91,8 +91,14 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
     let grace = exec.config.lease;
     let all = u32::try_from(concurrency).unwrap_or(u32::MAX);
     if tokio::time::timeout(grace, slots.acquire_many(all)).await.is_err() {
-        tracing::warn!(event = "relay.worker.shutdown_timeout",
-            "jobs still running at shutdown; their leases will expire and the sweep returns them");
+        // Stop what still runs: nothing of it is recorded, so its leases expire and the sweep
+        // returns the jobs (each an attempt, bounded like any other).
+        let stragglers: Vec<_> = in_flight.lock().expect("in-flight lock").drain().collect();
+        for (_, (_, handle)) in &stragglers {
+            handle.abort();
+        }
+        tracing::warn!(event = "relay.worker.shutdown_timeout", jobs = stragglers.len(),
+            "jobs still running at shutdown were stopped; their leases will expire and the sweep returns them");
     }
     drop(done_tx);
     heartbeat.abort();

@@ -58,7 +58,12 @@ impl StoreError {
     pub fn is_unavailable(&self) -> bool {
         match self {
             StoreError::Pool(_) | StoreError::IntakeClosed => true,
-            StoreError::Db(e) => e.is_closed() || e.code().is_none(),
+            // A closed connection or an I/O failure is an outage; an error Postgres answered
+            // (it has a code) or one raised on this side (a bad parameter) is not.
+            StoreError::Db(e) => {
+                e.is_closed()
+                    || std::error::Error::source(e).is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some())
+            }
             StoreError::Intake(e) => e.is_unavailable(),
             _ => false,
         }
