@@ -406,6 +406,7 @@ async fn dev(url: Option<String>, addr: SocketAddr, data_dir: PathBuf, run: Run)
     futures::future::join_all(workers).await;
     let _ = sweeper.await;
     if let Some(c) = cluster {
+        p.pool.close();
         c.stop()?;
         eprintln!("relay dev: private Postgres stopped; data kept in {}", c.data_dir.display());
     }

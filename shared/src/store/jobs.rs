@@ -286,6 +286,21 @@ pub struct JobEvent {
     pub reason: Option<String>,
 }
 
+impl JobEvent {
+    /// From a row of `at, kind, from_status, to_status, attempt, started_at, reason`.
+    pub(crate) fn from_row(r: &Row) -> Self {
+        JobEvent {
+            at: r.get(0),
+            kind: r.get(1),
+            from_status: r.get(2),
+            to_status: r.get(3),
+            attempt: r.get(4),
+            started_at: r.get(5),
+            reason: r.get(6),
+        }
+    }
+}
+
 /// A tenant's job's history, oldest first.
 pub async fn events(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> Result<Vec<JobEvent>, StoreError> {
     let rows = db
@@ -296,18 +311,7 @@ pub async fn events(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> 
             &[&id, &tenant_id],
         )
         .await?;
-    Ok(rows
-        .iter()
-        .map(|r| JobEvent {
-            at: r.get(0),
-            kind: r.get(1),
-            from_status: r.get(2),
-            to_status: r.get(3),
-            attempt: r.get(4),
-            started_at: r.get(5),
-            reason: r.get(6),
-        })
-        .collect())
+    Ok(rows.iter().map(JobEvent::from_row).collect())
 }
 
 // ---- the worker's side: claim, heartbeat, complete ----

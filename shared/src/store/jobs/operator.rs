@@ -124,16 +124,5 @@ pub async fn events_any(db: &impl GenericClient, id: JobId) -> Result<Vec<super:
             &[&id],
         )
         .await?;
-    Ok(rows
-        .iter()
-        .map(|r| super::JobEvent {
-            at: r.get(0),
-            kind: r.get(1),
-            from_status: r.get(2),
-            to_status: r.get(3),
-            attempt: r.get(4),
-            started_at: r.get(5),
-            reason: r.get(6),
-        })
-        .collect())
+    Ok(rows.iter().map(super::JobEvent::from_row).collect())
 }
