@@ -198,7 +198,9 @@ fn database_connections_are_bounded_and_stated() {
     let stated = t["Outputs"]["DatabaseConnectionBudget"]["Value"].as_str().unwrap();
     assert!(stated.starts_with(&format!("{budget} = ")), "stated {stated:?}, computed {budget}");
     let console = &t["Resources"]["ConsoleFunction"]["Properties"];
-    assert!(console.get("Environment").is_none() && console.get("VpcConfig").is_none(), "the console stands alone");
+    assert!(console.get("VpcConfig").is_none(), "the console stands alone: no VPC, no database");
+    let env: Vec<&String> = console["Environment"]["Variables"].as_object().map(|m| m.keys().collect()).unwrap_or_default();
+    assert_eq!(env, ["RELAY_CONSOLE_PROJECTS"], "the console gets its projects and nothing else");
 }
 
 #[test]
