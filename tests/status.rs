@@ -142,6 +142,7 @@ async fn the_served_status_validates_against_its_schema_and_needs_a_status_key()
     let pid = populate(&w).await;
     w.platform.liveness(Kind::Worker).beat().await.unwrap();
     let (_, key) = status_keys::create(&w.db().await, "console").await.unwrap();
+    taskdeck::schedules::ensure_builtin(&w.platform.pool, 30, chrono::Utc::now()).await.unwrap();
 
     let (s, doc) = w.call_as(&key, Method::GET, "/v1/status", None, None).await;
     assert_eq!(s, StatusCode::OK, "{doc}");
@@ -149,7 +150,10 @@ async fn the_served_status_validates_against_its_schema_and_needs_a_status_key()
     assert_eq!((doc["contract"].as_str(), doc["version"].as_str()), (Some("relay.status/v1"), Some("1.0")));
     assert_eq!(doc["project"], "relay");
     assert_eq!(doc["workers"][0]["kind"], "worker");
-    assert_eq!(doc["schedules"], json!([]), "schedules do not exist on this branch yet");
+    let schedules = doc["schedules"].as_array().unwrap();
+    assert_eq!(schedules.len(), 1, "{doc}");
+    assert_eq!(schedules[0]["name"], "relay.retention");
+    assert!(schedules[0]["next_run_at"].is_string() && schedules[0]["last_run_at"].is_null());
     assert_eq!(doc["failures"], json!({"last_hour": 1, "last_24h": 1, "open_exceptions": 1}));
     let sleep = doc["queues"].as_array().unwrap().iter().find(|q| q["name"] == "sleep").unwrap();
     assert_eq!((sleep["depth"].as_i64(), sleep["transport"].as_str()), (Some(1), Some("postgres")));

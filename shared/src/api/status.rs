@@ -11,9 +11,9 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::StatusReader;
 use crate::job::JobStatus;
-use crate::status::{self, Activity, Failures, Progress, Queue, Run, StatusDoc, Worker};
+use crate::status::{self, Activity, Failures, Progress, Queue, Run, Schedule, StatusDoc, Worker};
 use crate::store::status::{self as queries, ChildCounts, RunRow};
-use crate::store::{StoreError, exceptions, workers};
+use crate::store::{StoreError, exceptions, schedules, workers};
 
 /// Workers seen within this window are listed.
 pub const WORKERS_WINDOW_HOURS: i64 = 24;
@@ -83,8 +83,17 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
             })
             .collect(),
         queues: queues.into_values().collect(),
-        // Schedules are not part of this branch yet: always empty here.
-        schedules: vec![],
+        schedules: schedules::list(&db)
+            .await?
+            .into_iter()
+            .map(|s| Schedule {
+                name: s.name,
+                cron: Some(format!("{} ({})", s.cron, s.timezone)),
+                last_run_at: s.last_fired_slot,
+                last_outcome: s.last_outcome,
+                next_run_at: s.enabled.then_some(s.next_run_at),
+            })
+            .collect(),
         recent_runs: runs.into_iter().map(|r| run(r, &children, now)).collect(),
         failures: Failures { last_hour, last_24h, open_exceptions },
         activity: Some(Activity {
