@@ -272,7 +272,12 @@ fn parse_id(id: &str) -> Result<Uuid, ApiError> {
 pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    jobs::get(&db, tenant.id, id).await?.map(Json).ok_or_else(ApiError::not_found)
+    owned(&db, tenant.id, id).await.map(Json)
+}
+
+/// The caller's job, or 404: another tenant's job answers exactly like a missing one.
+async fn owned(db: &deadpool_postgres::Client, tenant_id: uuid::Uuid, id: Uuid) -> Result<Job, ApiError> {
+    jobs::get(db, tenant_id, id).await?.ok_or_else(ApiError::not_found)
 }
 
 /// `GET /v1/jobs/{id}/events`
@@ -282,9 +287,7 @@ pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(id)
 pub async fn events(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    if jobs::get(&db, tenant.id, id).await?.is_none() {
-        return Err(ApiError::not_found());
-    }
+    owned(&db, tenant.id, id).await?;
     Ok(Json(json!({ "events": jobs::events(&db, tenant.id, id).await? })))
 }
 
@@ -296,9 +299,7 @@ pub async fn events(State(state): State<AppState>, Caller(tenant): Caller, Path(
 pub async fn sessions(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    if jobs::get(&db, tenant.id, id).await?.is_none() {
-        return Err(ApiError::not_found());
-    }
+    owned(&db, tenant.id, id).await?;
     Ok(Json(json!({ "sessions": attempt_sessions::for_job(&db, tenant.id, id).await? })))
 }
 
@@ -310,7 +311,7 @@ pub async fn cancel(State(state): State<AppState>, Caller(tenant): Caller, Path(
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let cancelled = jobs::cancel(&db, tenant.id, id).await?;
-    let job = jobs::get(&db, tenant.id, id).await?.ok_or_else(ApiError::not_found)?;
+    let job = owned(&db, tenant.id, id).await?;
     if !cancelled && job.status != JobStatus::Cancelled {
         return Err(ApiError::new(
             StatusCode::CONFLICT,

@@ -1,24 +1,15 @@
 //! Operator keys: distinct from tenant keys. A key is shown once, at creation; only its
 //! sha256 is stored. The operator's name is the "who" of every audit row.
 
-use base64::Engine;
-use rand::RngCore;
 use uuid::Uuid;
 
-use super::tenants::hash_key;
+use super::tenants::{hash_key, new_key};
 use super::{GenericClient, StoreError};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Operator {
     pub id: Uuid,
     pub name: String,
-}
-
-/// A new operator key: `ro_` and 32 random bytes, URL-safe base64.
-pub fn new_key() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    format!("ro_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
 }
 
 /// Whether a name is acceptable (the table's CHECK, asked before a round trip).
@@ -29,7 +20,7 @@ pub fn valid_name(name: &str) -> bool {
 
 /// Create an operator and return it with its key (the only time the key exists in clear).
 pub async fn create(db: &impl GenericClient, name: &str) -> Result<(Operator, String), StoreError> {
-    let key = new_key();
+    let key = new_key("ro");
     let id = Uuid::now_v7();
     db.execute(
         "INSERT INTO operator_keys (id, name, key_hash) VALUES ($1, $2, $3)",

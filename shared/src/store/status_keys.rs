@@ -1,11 +1,9 @@
 //! Read-only status keys for `GET /v1/status`, distinct from tenant keys. A key is shown once,
 //! at creation; only its sha256 is stored.
 
-use base64::Engine;
-use rand::RngCore;
 use uuid::Uuid;
 
-use super::tenants::hash_key;
+use super::tenants::{hash_key, new_key};
 use super::{GenericClient, StoreError};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -14,16 +12,9 @@ pub struct StatusKey {
     pub name: String,
 }
 
-/// A new status key: `rs_` and 32 random bytes, URL-safe base64 (tenant keys start `rk_`).
-pub fn new_key() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    format!("rs_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
-}
-
 /// Create a named status key and return it with the key (the only time it exists in clear).
 pub async fn create(db: &impl GenericClient, name: &str) -> Result<(StatusKey, String), StoreError> {
-    let key = new_key();
+    let key = new_key("rs");
     let id = Uuid::now_v7();
     db.execute("INSERT INTO status_keys (id, name, key_hash) VALUES ($1, $2, $3)", &[&id, &name, &hash_key(&key)])
         .await?;

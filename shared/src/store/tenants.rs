@@ -14,11 +14,12 @@ pub struct Tenant {
     pub name: String,
 }
 
-/// A new tenant API key: `rk_` and 32 random bytes, URL-safe base64.
-pub fn new_api_key() -> String {
+/// A new key: `<prefix>_` and 32 random bytes, URL-safe base64. Tenants' API keys are `rk_`,
+/// operators' `ro_`, status keys `rs_`; all are stored only as `hash_key`.
+pub fn new_key(prefix: &str) -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
-    format!("rk_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+    format!("{prefix}_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
 }
 
 pub fn hash_key(key: &str) -> Vec<u8> {
@@ -27,7 +28,7 @@ pub fn hash_key(key: &str) -> Vec<u8> {
 
 /// Create a tenant and return it with its API key (the only time the key exists in clear).
 pub async fn create(db: &impl GenericClient, name: &str) -> Result<(Tenant, String), StoreError> {
-    let key = new_api_key();
+    let key = new_key("rk");
     let id = Uuid::now_v7();
     db.execute(
         "INSERT INTO tenants (id, name, api_key_hash) VALUES ($1, $2, $3)",
@@ -53,7 +54,7 @@ pub async fn by_name(db: &impl GenericClient, name: &str) -> Result<Option<Tenan
 
 /// Replace a tenant's key (used by `relay dev` to print a working key on every start).
 pub async fn rotate_key(db: &impl GenericClient, id: TenantId) -> Result<String, StoreError> {
-    let key = new_api_key();
+    let key = new_key("rk");
     db.execute("UPDATE tenants SET api_key_hash = $2 WHERE id = $1", &[&id, &hash_key(&key)])
         .await?;
     Ok(key)
@@ -68,7 +69,7 @@ pub async fn ensure(db: &impl GenericClient, name: &str) -> Result<Tenant, Store
              ON CONFLICT (name) DO NOTHING",
         )
         .await?;
-    db.execute(&stmt, &[&Uuid::now_v7(), &name, &hash_key(&new_api_key())]).await?;
+    db.execute(&stmt, &[&Uuid::now_v7(), &name, &hash_key(&new_key("rk"))]).await?;
     by_name(db, name).await?.ok_or_else(|| StoreError::Vanished(format!("tenant {name:?}")))
 }
 
