@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use crate::job::{Dispatch, JobId, JobStatus};
 use crate::schedules;
-use crate::store::StoreError;
+use crate::store::{GenericClient, StoreError};
 use crate::store::exceptions::{self, Exception, ExceptionFilter};
 use crate::store::jobs::{Job, operator};
 use crate::store::schedules as schedule_store;
@@ -107,17 +107,36 @@ pub async fn act(
     actor: &str,
     now: DateTime<Utc>,
 ) -> Result<ActionOutcome, ActionError> {
+    let mut db = pool.get().await.map_err(StoreError::from)?;
+    let tx = db.transaction().await.map_err(StoreError::from)?;
+    let (outcome, dispatch) = act_in(&tx, id, action, reason, actor, now).await?;
+    tx.commit().await.map_err(StoreError::from)?;
+    tracing::info!(event = "relay.exception.action", exception_id = %id, job_id = %outcome.exception.job_id,
+        action = action.name(), actor, reason, "operator action on an exception");
+    if let Some(d) = dispatch {
+        transport::send(transport, pool, &[d]).await;
+    }
+    Ok(outcome)
+}
+
+/// An action inside the caller's transaction; returns what to dispatch after commit.
+async fn act_in(
+    tx: &impl GenericClient,
+    id: Uuid,
+    action: &Action,
+    reason: Option<&str>,
+    actor: &str,
+    now: DateTime<Utc>,
+) -> Result<(ActionOutcome, Option<Dispatch>), ActionError> {
     let reason = reason.map(str::trim).filter(|r| !r.is_empty());
     if action.needs_reason() && reason.is_none() {
         return Err(ActionError::ReasonRequired);
     }
-    let mut db = pool.get().await.map_err(StoreError::from)?;
-    let tx = db.transaction().await.map_err(StoreError::from)?;
-    let exc = exceptions::lock(&tx, id).await?.ok_or(ActionError::NotFound)?;
+    let exc = exceptions::lock(tx, id).await?.ok_or(ActionError::NotFound)?;
     if exc.status != "open" {
         return Err(ActionError::NotOpen(exc.status));
     }
-    let job = operator::get_any(&tx, exc.job_id).await?;
+    let job = operator::get_any(tx, exc.job_id).await?;
     let job_status = job.as_ref().map_or("deleted".to_owned(), |j| j.status.as_str().to_owned());
     let said = |what: &str| match reason {
         Some(r) => format!("{what} by {actor}: {r}"),
@@ -128,7 +147,7 @@ pub async fn act(
     let detail: Value = match action {
         Action::Retry { at } => {
             let run_at = at.map_or(now, |a| a.max(now));
-            let retried = operator::retry_failed(&tx, exc.job_id, run_at, &said("retried")).await?;
+            let retried = operator::retry_failed(tx, exc.job_id, run_at, &said("retried")).await?;
             let Some(j) = retried else {
                 return Err(match &job {
                     Some(j) if j.status == JobStatus::Failed => ActionError::AttemptLimit(j.attempt),
@@ -140,54 +159,74 @@ pub async fn act(
             json!({ "run_at": run_at })
         }
         Action::Cancel => {
-            let cancelled = operator::cancel_tree(&tx, exc.job_id, &said("cancelled")).await?;
+            let cancelled = operator::cancel_tree(tx, exc.job_id, &said("cancelled")).await?;
             if cancelled.first() != Some(&exc.job_id) {
                 return Err(ActionError::JobState(job_status, "failed, pending or waiting"));
             }
             outcome.cancelled = cancelled;
             if let Some(j) = &job
                 && let Some(sid) = schedules::schedule_of(&j.idempotency_key)
-                && let Some(last) = schedule_store::disable(&tx, sid, j.tenant_id, actor).await?
+                && let Some(last) = schedule_store::disable(tx, sid, j.tenant_id, actor).await?
             {
                 outcome.schedule_disabled = Some(sid);
                 if let Some(last) = last.filter(|l| *l != j.id)
-                    && operator::get_any(&tx, last).await?.is_some_and(|l| l.status == JobStatus::Pending)
+                    && operator::get_any(tx, last).await?.is_some_and(|l| l.status == JobStatus::Pending)
                 {
-                    outcome.cancelled.extend(operator::cancel_tree(&tx, last, &said("cancelled")).await?);
+                    outcome.cancelled.extend(operator::cancel_tree(tx, last, &said("cancelled")).await?);
                 }
             }
-            exceptions::close(&tx, id, "resolved", actor, &said("cancelled")).await?;
+            exceptions::close(tx, id, "resolved", actor, &said("cancelled")).await?;
             json!({ "cancelled": outcome.cancelled, "schedule_disabled": outcome.schedule_disabled })
         }
         Action::Finish { result } => {
             let recorded = json!({ "forced": true, "by": actor, "reason": reason, "result": result });
-            let finished = operator::force_finish(&tx, exc.job_id, &recorded, &said("finished")).await?;
+            let finished = operator::force_finish(tx, exc.job_id, &recorded, &said("finished")).await?;
             let Some(j) = finished else { return Err(ActionError::JobState(job_status, "failed")) };
             outcome.job = Some(j);
-            exceptions::close(&tx, id, "resolved", actor, &said("force finished")).await?;
+            exceptions::close(tx, id, "resolved", actor, &said("force finished")).await?;
             json!({ "result": recorded })
         }
         Action::Ignore => {
             if job.is_some() {
-                operator::note(&tx, exc.job_id, "exception_ignored", &said("exception ignored")).await?;
+                operator::note(tx, exc.job_id, "exception_ignored", &said("exception ignored")).await?;
             }
-            exceptions::close(&tx, id, "ignored", actor, &said("ignored")).await?;
+            exceptions::close(tx, id, "ignored", actor, &said("ignored")).await?;
             Value::Null
         }
     };
     let detail = (!detail.is_null()).then_some(detail);
-    exceptions::record_action(&tx, id, exc.job_id, action.name(), actor, reason, detail.as_ref()).await?;
-    outcome.exception = exceptions::get(&tx, id).await?.ok_or(ActionError::NotFound)?;
+    exceptions::record_action(tx, id, exc.job_id, action.name(), actor, reason, detail.as_ref()).await?;
+    outcome.exception = exceptions::get(tx, id).await?.ok_or(ActionError::NotFound)?;
     if outcome.job.is_none() {
-        outcome.job = operator::get_any(&tx, exc.job_id).await?;
+        outcome.job = operator::get_any(tx, exc.job_id).await?;
     }
-    tx.commit().await.map_err(StoreError::from)?;
-    tracing::info!(event = "relay.exception.action", exception_id = %id, job_id = %exc.job_id,
-        action = action.name(), actor, reason, "operator action on an exception");
-    if let Some(d) = dispatch {
-        transport::send(transport, pool, &[d]).await;
+    Ok((outcome, dispatch))
+}
+
+/// The system's own settlement of an ambiguous outcome that turned out well (an SES event
+/// proved an `unknown` send happened): each open `ambiguous_outcome` exception of the job is
+/// force-finished by `system` with `result`, audited like an operator's action, in the
+/// caller's transaction. Returns the exceptions it resolved.
+pub async fn settle_ambiguous(
+    tx: &impl GenericClient,
+    job_id: JobId,
+    result: Value,
+    why: &str,
+) -> Result<Vec<Uuid>, StoreError> {
+    let mut resolved = Vec::new();
+    for e in exceptions::for_job(tx, job_id).await? {
+        if e.status != "open" || e.kind != crate::job::exception_kind::AMBIGUOUS_OUTCOME {
+            continue;
+        }
+        let finish = Action::Finish { result: Some(result.clone()) };
+        match act_in(tx, e.id, &finish, Some(why), "system", Utc::now()).await {
+            Ok(_) => resolved.push(e.id),
+            Err(ActionError::Store(s)) => return Err(s),
+            // The job moved on meanwhile (an operator acted): nothing to settle.
+            Err(other) => tracing::info!(event = "relay.exception.settle_skipped", exception_id = %e.id, reason = %other),
+        }
     }
-    Ok(outcome)
+    Ok(resolved)
 }
 
 /// What a bulk action did.

@@ -6,6 +6,7 @@ pub mod bench;
 pub mod catalogue;
 pub mod config;
 pub mod credentials;
+pub mod email;
 pub mod exceptions;
 pub mod console;
 pub mod executor;

@@ -2,6 +2,7 @@
 //! (through lambda_http) and by tests (through `tower::ServiceExt::oneshot`).
 
 pub mod admin;
+pub mod email;
 pub mod error;
 pub mod extract;
 pub mod jobs;
@@ -15,7 +16,7 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::Router;
 use deadpool_postgres::Pool;
 
@@ -51,6 +52,13 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{id}/sessions", get(jobs::sessions))
         .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
         .route("/v1/tasks", get(jobs::tasks))
+        .route("/v1/messages", get(email::list_messages))
+        .route("/v1/messages/{id}", get(email::get_message))
+        .route("/v1/suppressions", get(email::list_suppressions))
+        .route("/v1/suppressions/{address}", put(email::add_suppression).delete(email::remove_suppression))
+        .route("/v1/templates", get(email::list_templates))
+        .route("/v1/templates/{name}", get(email::get_template).put(email::put_template).delete(email::delete_template))
+        .route("/v1/admin/tenants/{tenant_id}/sending-identities", get(email::get_identities).put(email::put_identities))
         .route("/v1/admin/exceptions", get(admin::list_exceptions))
         .route("/v1/admin/exceptions:bulk", post(admin::bulk))
         .route("/v1/admin/exceptions/{id}", get(admin::show_exception))

@@ -6,7 +6,7 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, jobs, schedules, status};
+use super::{admin, email, jobs, schedules, status};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -19,6 +19,9 @@ use super::{admin, jobs, schedules, status};
     ),
     paths(
         jobs::submit, jobs::submit_batch, jobs::list, jobs::get, jobs::events, jobs::sessions, jobs::cancel, jobs::tasks,
+        email::list_messages, email::get_message, email::list_suppressions, email::add_suppression,
+        email::remove_suppression, email::list_templates, email::get_template, email::put_template,
+        email::delete_template, email::get_identities, email::put_identities,
         admin::list_exceptions, admin::show_exception, admin::retry, admin::cancel, admin::finish,
         admin::ignore, admin::bulk, admin::get_modes, admin::set_mode,
         schedules::list, schedules::create, schedules::get, schedules::update, schedules::delete,
@@ -27,6 +30,7 @@ use super::{admin, jobs, schedules, status};
     modifiers(&Keys),
     tags(
         (name = "jobs", description = "Submit and follow jobs (tenant key)"),
+        (name = "email", description = "Messages and their events, suppressions, templates (tenant key)"),
         (name = "operations", description = "Exceptions, modes and schedules (operator key)"),
         (name = "meta", description = "Health and this document"),
     )

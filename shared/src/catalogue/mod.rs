@@ -5,6 +5,7 @@
 //! unknown fields refused, the failing field named) and publishes the JSON Schema.
 
 mod basic;
+pub mod email;
 pub mod housekeeping;
 pub mod provider;
 mod testing;
@@ -140,6 +141,7 @@ impl Catalogue {
         let mut c = Catalogue { tasks: BTreeMap::new() };
         c.add(basic::Noop);
         c.add(basic::Sleep);
+        c.add(email::SendEmail);
         c.add(provider::ProviderEvent);
         c.add(housekeeping::Retention);
         if with_test_tasks {
@@ -200,8 +202,8 @@ mod tests {
 
     #[test]
     fn test_tasks_exist_only_when_asked_for() {
-        assert_eq!(Catalogue::standard(false).names(), ["noop", "provider.event", "relay.retention", "sleep"]);
-        assert_eq!(Catalogue::standard(false).client_names(), ["noop", "provider.event", "sleep"]);
+        assert_eq!(Catalogue::standard(false).names(), ["email.send", "noop", "provider.event", "relay.retention", "sleep"]);
+        assert_eq!(Catalogue::standard(false).client_names(), ["email.send", "noop", "provider.event", "sleep"]);
         assert!(Catalogue::standard(true).contains("test.fail"));
     }
 

@@ -1,10 +1,10 @@
 //! `provider.event`: a provider notification (an SES event through SNS, an inbound message)
 //! handed over by the ingress function. Ingress never processes inline; this task is where
-//! the work happens. For now it acknowledges the stored event; the email work replaces the
-//! body of `run` with the SES event handling.
+//! the work happens: an SES event is applied to its message once (`email::record_event`);
+//! anything else is kept on the job with the reason.
 
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::{Task, TaskContext};
@@ -57,9 +57,10 @@ impl Task for ProviderEvent {
         Ok(())
     }
 
-    async fn run(&self, _ctx: &TaskContext, p: ProviderEventParams) -> Result<Value, TaskError> {
-        tracing::info!(event = "relay.provider_event.acknowledged", source = %p.source, message_id = %p.message_id,
-            "provider event acknowledged");
-        Ok(json!({ "acknowledged": true, "source": p.source, "message_id": p.message_id }))
+    async fn run(&self, ctx: &TaskContext, p: ProviderEventParams) -> Result<Value, TaskError> {
+        let out = crate::email::record_event(ctx, &p.message_id, &p.message).await?;
+        tracing::info!(event = "relay.provider_event.recorded", source = %p.source, message_id = %p.message_id,
+            outcome = %out, "provider event recorded");
+        Ok(out)
     }
 }

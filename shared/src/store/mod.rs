@@ -6,12 +6,16 @@ pub mod dead_letters;
 pub mod effects;
 pub mod exceptions;
 pub mod jobs;
+pub mod messages;
 pub mod migrate;
 pub mod modes;
 pub mod operators;
 pub mod schedules;
+pub mod sending_identities;
 pub mod status;
 pub mod status_keys;
+pub mod suppressions;
+pub mod templates;
 pub mod tenants;
 pub mod workers;
 

@@ -47,6 +47,11 @@ pub async fn by_api_key(db: &impl GenericClient, key: &str) -> Result<Option<Ten
     Ok(row.map(|r| Tenant { id: r.get(0), name: r.get(1) }))
 }
 
+pub async fn by_id(db: &impl GenericClient, id: TenantId) -> Result<Option<Tenant>, StoreError> {
+    let row = db.query_opt("SELECT id, name FROM tenants WHERE id = $1", &[&id]).await?;
+    Ok(row.map(|r| Tenant { id: r.get(0), name: r.get(1) }))
+}
+
 pub async fn by_name(db: &impl GenericClient, name: &str) -> Result<Option<Tenant>, StoreError> {
     let row = db.query_opt("SELECT id, name FROM tenants WHERE name = $1", &[&name]).await?;
     Ok(row.map(|r| Tenant { id: r.get(0), name: r.get(1) }))

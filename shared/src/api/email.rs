@@ -1,0 +1,298 @@
+//! Email resources: messages (with their provider events), the suppression list and templates
+//! (tenant key, scoped to the caller); the tenants' sending identities (operator key).
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use super::AppState;
+use super::error::{ApiError, ErrorBody};
+use super::extract::{Caller, JsonBody, Operator};
+use crate::email::content;
+use crate::store::messages::{self, Message, MessageEvent};
+use crate::store::suppressions::{self, Suppression};
+use crate::store::templates::{self, Template};
+use crate::store::{StoreError, sending_identities};
+
+fn bad(field: &str, msg: impl Into<String>) -> ApiError {
+    ApiError::bad_request("invalid_query", msg).with("field", field)
+}
+
+fn limit(raw: Option<&str>, default: i64) -> Result<i64, ApiError> {
+    match raw {
+        None => Ok(default),
+        Some(s) => s.parse::<i64>().ok().filter(|l| (1..=500).contains(l)).ok_or_else(|| bad("limit", "limit must be 1 to 500")),
+    }
+}
+
+fn no_nul(field: &str, v: Option<&str>) -> Result<(), ApiError> {
+    match v {
+        Some(s) if s.contains('\0') => Err(bad(field, format!("{field} contains a NUL character"))),
+        _ => Ok(()),
+    }
+}
+
+/// Query of `GET /v1/messages`: one correlation id's messages, or one job's.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct MessageQuery {
+    pub correlation_id: Option<String>,
+    pub job_id: Option<String>,
+    /// 1 to 500; default 100.
+    pub limit: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MessageList {
+    pub messages: Vec<Message>,
+}
+
+/// A message and everything SES said about it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MessageDetail {
+    #[serde(flatten)]
+    pub message: Message,
+    pub events: Vec<MessageEvent>,
+}
+
+/// `GET /v1/messages?correlation_id=` (or `job_id=`): the caller's messages, newest first.
+#[utoipa::path(get, path = "/v1/messages", tag = "email", params(MessageQuery), security(("tenant_key" = [])),
+    responses((status = 200, body = MessageList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn list_messages(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    query: Result<Query<MessageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<MessageList>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    no_nul("correlation_id", q.correlation_id.as_deref())?;
+    let job_id = match q.job_id.as_deref() {
+        None => None,
+        Some(s) => Some(Uuid::parse_str(s).map_err(|_| bad("job_id", "job_id is not a job id"))?),
+    };
+    if q.correlation_id.is_none() && job_id.is_none() {
+        return Err(bad("correlation_id", "give correlation_id or job_id"));
+    }
+    let limit = limit(q.limit.as_deref(), 100)?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let list = messages::list(&db, tenant.id, q.correlation_id.as_deref(), job_id, limit).await?;
+    Ok(Json(MessageList { messages: list }))
+}
+
+/// `GET /v1/messages/{id}`: one message, its status and its events.
+#[utoipa::path(get, path = "/v1/messages/{id}", tag = "email", params(("id" = String, Path)), security(("tenant_key" = [])),
+    responses((status = 200, body = MessageDetail), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get_message(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<MessageDetail>, ApiError> {
+    let id = Uuid::parse_str(&id).map_err(|_| ApiError::not_found())?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let message = messages::get(&db, tenant.id, id).await?.ok_or_else(ApiError::not_found)?;
+    let events = messages::events(&db, id).await?;
+    Ok(Json(MessageDetail { message, events }))
+}
+
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SuppressionQuery {
+    /// The last address of the previous page.
+    pub after: Option<String>,
+    /// 1 to 500; default 100.
+    pub limit: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SuppressionList {
+    pub suppressions: Vec<Suppression>,
+    /// Pass back as `after`; null on the last page.
+    pub next_after: Option<String>,
+}
+
+/// `GET /v1/suppressions`: the caller's suppression list, by address.
+#[utoipa::path(get, path = "/v1/suppressions", tag = "email", params(SuppressionQuery), security(("tenant_key" = [])),
+    responses((status = 200, body = SuppressionList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn list_suppressions(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    query: Result<Query<SuppressionQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<SuppressionList>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    no_nul("after", q.after.as_deref())?;
+    let limit = limit(q.limit.as_deref(), 100)?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let page = suppressions::list(&db, tenant.id, q.after.as_deref().unwrap_or(""), limit).await?;
+    let next_after = (page.len() as i64 == limit).then(|| page.last().map(|s| s.address.clone())).flatten();
+    Ok(Json(SuppressionList { suppressions: page, next_after }))
+}
+
+fn address(raw: &str) -> Result<String, ApiError> {
+    content::bare(raw)
+        .filter(|a| a == &raw.to_lowercase())
+        .ok_or_else(|| ApiError::unprocessable("invalid_address", format!("{raw:?} is not a bare email address")).with("field", "address"))
+}
+
+/// `PUT /v1/suppressions/{address}`: suppress an address by hand.
+#[utoipa::path(put, path = "/v1/suppressions/{address}", tag = "email", params(("address" = String, Path)),
+    security(("tenant_key" = [])),
+    responses((status = 204, description = "listed"), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn add_suppression(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(raw): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let address = address(&raw)?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    suppressions::add(&db, tenant.id, &[address], "manual", None, None).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /v1/suppressions/{address}`: send to this address again.
+#[utoipa::path(delete, path = "/v1/suppressions/{address}", tag = "email", params(("address" = String, Path)),
+    security(("tenant_key" = [])),
+    responses((status = 204, description = "removed"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn remove_suppression(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(raw): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let address = raw.to_lowercase();
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    if suppressions::remove(&db, tenant.id, &address).await? { Ok(StatusCode::NO_CONTENT) } else { Err(ApiError::not_found()) }
+}
+
+/// A template to store: minijinja syntax; `text`, `html` or both.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateBody {
+    pub subject: String,
+    #[serde(default)]
+    pub text: Option<String>,
+    #[serde(default)]
+    pub html: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TemplateList {
+    pub templates: Vec<Template>,
+}
+
+fn template_name(name: &str) -> Result<(), ApiError> {
+    templates::check_name(name).map_err(|m| ApiError::unprocessable("invalid_field", format!("name: {m}")).with("field", "name"))
+}
+
+/// `PUT /v1/templates/{name}`: create or replace a template; a syntax error is a 422 naming the part.
+#[utoipa::path(put, path = "/v1/templates/{name}", tag = "email", params(("name" = String, Path)), request_body = TemplateBody,
+    security(("tenant_key" = [])),
+    responses((status = 200, body = Template), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn put_template(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(name): Path<String>,
+    JsonBody(body): JsonBody<TemplateBody>,
+) -> Result<Json<Template>, ApiError> {
+    template_name(&name)?;
+    if body.subject.trim().is_empty() {
+        return Err(ApiError::unprocessable("invalid_field", "subject: must not be empty").with("field", "subject"));
+    }
+    if body.text.is_none() && body.html.is_none() {
+        return Err(ApiError::unprocessable("invalid_field", "text: give text, html or both").with("field", "text"));
+    }
+    content::compile_check(&body.subject, body.text.as_deref(), body.html.as_deref()).map_err(|(part, e)| {
+        ApiError::unprocessable("template_syntax", format!("{part}: {e}")).with("field", part)
+    })?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let t = templates::put(&db, tenant.id, &name, &body.subject, body.text.as_deref(), body.html.as_deref()).await?;
+    Ok(Json(t))
+}
+
+/// `GET /v1/templates`
+#[utoipa::path(get, path = "/v1/templates", tag = "email", security(("tenant_key" = [])),
+    responses((status = 200, body = TemplateList), (status = 401, body = ErrorBody)))]
+pub async fn list_templates(State(state): State<AppState>, Caller(tenant): Caller) -> Result<Json<TemplateList>, ApiError> {
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    Ok(Json(TemplateList { templates: templates::list(&db, tenant.id).await? }))
+}
+
+/// `GET /v1/templates/{name}`
+#[utoipa::path(get, path = "/v1/templates/{name}", tag = "email", params(("name" = String, Path)), security(("tenant_key" = [])),
+    responses((status = 200, body = Template), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get_template(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(name): Path<String>,
+) -> Result<Json<Template>, ApiError> {
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    templates::get(&db, tenant.id, &name).await?.map(Json).ok_or_else(ApiError::not_found)
+}
+
+/// `DELETE /v1/templates/{name}`
+#[utoipa::path(delete, path = "/v1/templates/{name}", tag = "email", params(("name" = String, Path)), security(("tenant_key" = [])),
+    responses((status = 204, description = "deleted"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn delete_template(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    if templates::delete(&db, tenant.id, &name).await? { Ok(StatusCode::NO_CONTENT) } else { Err(ApiError::not_found()) }
+}
+
+/// A tenant's sending identities: addresses (`noreply@acme.example`) or domains (`acme.example`).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Identities {
+    pub identities: Vec<String>,
+}
+
+fn tenant_path(raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw).map_err(|_| ApiError::not_found())
+}
+
+/// `GET /v1/admin/tenants/{tenant_id}/sending-identities`
+#[utoipa::path(get, path = "/v1/admin/tenants/{tenant_id}/sending-identities", tag = "operations",
+    params(("tenant_id" = String, Path)), security(("operator_key" = [])),
+    responses((status = 200, body = Identities), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get_identities(
+    State(state): State<AppState>,
+    Operator(_): Operator,
+    Path(raw): Path<String>,
+) -> Result<Json<Identities>, ApiError> {
+    let tenant = tenant_path(&raw)?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    crate::store::tenants::by_id(&db, tenant).await?.ok_or_else(ApiError::not_found)?;
+    Ok(Json(Identities { identities: sending_identities::list(&db, tenant).await? }))
+}
+
+/// `PUT /v1/admin/tenants/{tenant_id}/sending-identities`: replace the list.
+#[utoipa::path(put, path = "/v1/admin/tenants/{tenant_id}/sending-identities", tag = "operations",
+    params(("tenant_id" = String, Path)), request_body = Identities, security(("operator_key" = [])),
+    responses((status = 200, body = Identities), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn put_identities(
+    State(state): State<AppState>,
+    Operator(operator): Operator,
+    Path(raw): Path<String>,
+    JsonBody(body): JsonBody<Identities>,
+) -> Result<Json<Identities>, ApiError> {
+    let tenant = tenant_path(&raw)?;
+    for (i, identity) in body.identities.iter().enumerate() {
+        let ok = match identity.split_once('@') {
+            Some(_) => content::bare(identity).is_some(),
+            None => email_address::EmailAddress::is_valid_domain(identity),
+        };
+        if !ok {
+            return Err(ApiError::unprocessable("invalid_field", format!("identities[{i}]: {identity:?} is not an address or a domain"))
+                .with("field", format!("identities[{i}]")));
+        }
+    }
+    let mut db = state.pool.get().await.map_err(StoreError::from)?;
+    crate::store::tenants::by_id(&db, tenant).await?.ok_or_else(ApiError::not_found)?;
+    let identities = sending_identities::set(&mut db, tenant, &body.identities).await?;
+    tracing::info!(event = "relay.tenant.sending_identities", tenant_id = %tenant, operator = %operator.name, ?identities,
+        "sending identities replaced");
+    Ok(Json(Identities { identities }))
+}

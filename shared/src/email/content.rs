@@ -1,0 +1,286 @@
+//! What an `email.send` job asks for, checked at submit (everything that needs no database),
+//! and the rendering of its content: literal subject and bodies, or a stored template with
+//! data, rendered by minijinja in strict mode (a missing variable is an error, HTML escaped).
+
+use std::collections::BTreeMap;
+
+use email_address::EmailAddress;
+use minijinja::{Environment, UndefinedBehavior};
+use serde::Deserialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::store::templates::Template;
+
+/// SES accepts at most 50 recipients per message (to, cc and bcc together).
+pub const MAX_RECIPIENTS: usize = 50;
+/// Tags Relay sets itself; a client may not set them.
+pub const RESERVED_TAG_PREFIX: &str = "relay_";
+/// Headers SES or Relay set; a client may not set them through `headers`.
+const RESERVED_HEADERS: [&str; 10] =
+    ["from", "to", "cc", "bcc", "subject", "reply-to", "date", "message-id", "return-path", "x-relay-correlation-id"];
+/// The header that carries the correlation id verbatim (tags allow only a narrow charset).
+pub const CORRELATION_HEADER: &str = "X-Relay-Correlation-Id";
+
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SendParams {
+    /// The sender: one of the tenant's sending identities (an address, or any address at an
+    /// identity domain), optionally with a display name (`Acme <noreply@acme.example>`).
+    pub from: String,
+    #[serde(default)]
+    pub to: Vec<String>,
+    #[serde(default)]
+    pub cc: Vec<String>,
+    #[serde(default)]
+    pub bcc: Vec<String>,
+    #[serde(default)]
+    pub reply_to: Vec<String>,
+    /// Literal subject (not with `template`).
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// Literal plain-text body (not with `template`).
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Literal HTML body (not with `template`).
+    #[serde(default)]
+    pub html: Option<String>,
+    /// A stored template's name (`PUT /v1/templates/{name}`), rendered with `data`.
+    #[serde(default)]
+    pub template: Option<String>,
+    /// Variables for `template`.
+    #[serde(default)]
+    pub data: BTreeMap<String, Value>,
+    /// Extra message headers (not the addressing ones).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// SES message tags (letters, digits, `_` and `-`; names not starting `relay_`).
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
+    /// The SES configuration set to send with (event publishing to the ingress topic).
+    #[serde(default)]
+    pub configuration_set: Option<String>,
+    /// At most one email is ever sent per tenant and message key; default: the job id.
+    #[serde(default)]
+    pub message_key: Option<String>,
+}
+
+/// What is sent: rendered, ready for SES.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rendered {
+    pub subject: String,
+    pub text: Option<String>,
+    pub html: Option<String>,
+}
+
+fn address(field: &str, value: &str) -> Result<EmailAddress, (String, String)> {
+    if value.chars().any(char::is_control) {
+        return Err((field.into(), "control characters are not allowed".into()));
+    }
+    value.parse::<EmailAddress>().map_err(|e| (field.into(), format!("{value:?} is not an email address: {e}")))
+}
+
+/// The bare address (no display name), lower-cased: what identities and suppressions match.
+pub fn bare(value: &str) -> Option<String> {
+    value.parse::<EmailAddress>().ok().map(|a| a.email().to_lowercase())
+}
+
+fn tag_text_ok(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 256 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// A value made fit for an SES tag (letters, digits, `_`, `-`; at most 256).
+pub fn tag_value(s: &str) -> String {
+    let v: String = s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).take(256).collect();
+    if v.is_empty() { "_".into() } else { v }
+}
+
+impl SendParams {
+    /// Every recipient, as given.
+    pub fn recipients(&self) -> impl Iterator<Item = &String> {
+        self.to.iter().chain(&self.cc).chain(&self.bcc)
+    }
+
+    /// The checks that need no database, as (field, message).
+    pub fn check(&self) -> Result<(), (String, String)> {
+        address("from", &self.from)?;
+        let n = self.to.len() + self.cc.len() + self.bcc.len();
+        if n == 0 {
+            return Err(("to".into(), "at least one recipient (to, cc or bcc)".into()));
+        }
+        if n > MAX_RECIPIENTS {
+            return Err(("to".into(), format!("{n} recipients; SES takes at most {MAX_RECIPIENTS} per message")));
+        }
+        for (field, list) in [("to", &self.to), ("cc", &self.cc), ("bcc", &self.bcc), ("reply_to", &self.reply_to)] {
+            for (i, a) in list.iter().enumerate() {
+                address(&format!("{field}[{i}]"), a)?;
+            }
+        }
+        match &self.template {
+            Some(name) => {
+                if self.subject.is_some() || self.text.is_some() || self.html.is_some() {
+                    return Err(("template".into(), "give a template or literal subject/text/html, not both".into()));
+                }
+                crate::store::templates::check_name(name).map_err(|m| ("template".to_owned(), m))?;
+            }
+            None => {
+                if !self.data.is_empty() {
+                    return Err(("data".into(), "data is for a template; literal content is sent as given".into()));
+                }
+                match &self.subject {
+                    Some(s) if !s.trim().is_empty() && !s.contains(['\r', '\n']) => {}
+                    _ => return Err(("subject".into(), "a one-line, non-empty subject is required without a template".into())),
+                }
+                if self.text.is_none() && self.html.is_none() {
+                    return Err(("text".into(), "give text, html or both (or a template)".into()));
+                }
+            }
+        }
+        for (name, value) in &self.headers {
+            let ok = !name.is_empty() && name.len() <= 126 && name.bytes().all(|b| b.is_ascii_graphic() && b != b':');
+            if !ok {
+                return Err((format!("headers.{name}"), "not a valid header name".into()));
+            }
+            if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+                return Err((format!("headers.{name}"), "set by Relay or SES; use the matching parameter".into()));
+            }
+            if value.contains(['\r', '\n']) || value.len() > 870 {
+                return Err((format!("headers.{name}"), "one line of at most 870 characters".into()));
+            }
+        }
+        for (name, value) in &self.tags {
+            if !tag_text_ok(name) || !tag_text_ok(value) {
+                return Err((format!("tags.{name}"), "names and values are 1 to 256 letters, digits, '_' or '-'".into()));
+            }
+            if name.starts_with(RESERVED_TAG_PREFIX) {
+                return Err((format!("tags.{name}"), "tags starting relay_ are set by Relay".into()));
+            }
+        }
+        if let Some(c) = &self.configuration_set
+            && !tag_text_ok(c)
+        {
+            return Err(("configuration_set".into(), "1 to 64 letters, digits, '_' or '-'".into()));
+        }
+        if let Some(k) = &self.message_key
+            && (k.is_empty() || k.len() > 200 || k.chars().any(char::is_control))
+        {
+            return Err(("message_key".into(), "1 to 200 characters, no control characters".into()));
+        }
+        Ok(())
+    }
+
+    /// The content to send: literal, or the stored template rendered with `data`.
+    pub fn render(&self, template: Option<&Template>) -> Result<Rendered, String> {
+        match (&self.template, template) {
+            (None, _) => Ok(Rendered {
+                subject: self.subject.clone().unwrap_or_default(),
+                text: self.text.clone(),
+                html: self.html.clone(),
+            }),
+            (Some(name), None) => Err(format!("template {name:?} does not exist")),
+            (Some(_), Some(t)) => render_template(t, &self.data),
+        }
+    }
+}
+
+fn environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    // Escape by the part being rendered, not by a file name.
+    env.set_auto_escape_callback(|name| {
+        if name == "html" { minijinja::AutoEscape::Html } else { minijinja::AutoEscape::None }
+    });
+    env
+}
+
+/// Whether a template's parts compile (checked when a template is stored).
+pub fn compile_check(subject: &str, text: Option<&str>, html: Option<&str>) -> Result<(), (String, String)> {
+    let env = environment();
+    for (part, source) in [("subject", Some(subject)), ("text", text), ("html", html)] {
+        if let Some(src) = source {
+            env.template_from_named_str(part, src).map_err(|e| (part.to_owned(), e.to_string()))?;
+        }
+    }
+    Ok(())
+}
+
+fn render_template(t: &Template, data: &BTreeMap<String, Value>) -> Result<Rendered, String> {
+    let env = environment();
+    let render = |part: &str, src: &str| -> Result<String, String> {
+        env.template_from_named_str(part, src)
+            .and_then(|tpl| tpl.render(minijinja::value::Serde(data)))
+            .map_err(|e| format!("template {:?}, {part}: {e}", t.name))
+    };
+    let subject = render("subject", &t.subject)?;
+    if subject.contains(['\r', '\n']) || subject.trim().is_empty() {
+        return Err(format!("template {:?}: the subject rendered empty or on several lines", t.name));
+    }
+    Ok(Rendered {
+        subject,
+        text: t.text_body.as_deref().map(|s| render("text", s)).transpose()?,
+        html: t.html_body.as_deref().map(|s| render("html", s)).transpose()?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn params(v: Value) -> SendParams {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn base() -> Value {
+        json!({"from": "Acme <noreply@acme.example>", "to": ["a@example.com"], "subject": "Hi", "text": "Hello"})
+    }
+
+    #[test]
+    fn a_plain_message_passes_and_bad_fields_are_named() {
+        assert_eq!(params(base()).check(), Ok(()));
+        let field = |patch: Value| {
+            let mut v = base();
+            v.as_object_mut().unwrap().extend(patch.as_object().unwrap().clone());
+            params(v).check().unwrap_err().0
+        };
+        assert_eq!(field(json!({"from": "nobody"})), "from");
+        assert_eq!(field(json!({"to": []})), "to");
+        assert_eq!(field(json!({"to": ["ok@example.com", "bad"]})), "to[1]");
+        assert_eq!(field(json!({"to": (0..51).map(|i| format!("r{i}@example.com")).collect::<Vec<_>>()})), "to");
+        assert_eq!(field(json!({"subject": "two\nlines"})), "subject");
+        assert_eq!(field(json!({"template": "welcome"})), "template");
+        assert_eq!(field(json!({"data": {"x": 1}})), "data");
+        assert_eq!(field(json!({"headers": {"Subject": "x"}})), "headers.Subject");
+        assert_eq!(field(json!({"headers": {"X-Ok": "a\r\nBcc: evil@example.com"}})), "headers.X-Ok");
+        assert_eq!(field(json!({"tags": {"relay_job_id": "x"}})), "tags.relay_job_id");
+        assert_eq!(field(json!({"tags": {"campaign": "spring sale"}})), "tags.campaign");
+    }
+
+    #[test]
+    fn templates_render_strictly_and_escape_html_only() {
+        let t = Template {
+            name: "welcome".into(),
+            subject: "Welcome, {{ name }}".into(),
+            text_body: Some("Hi {{ name }}".into()),
+            html_body: Some("<p>Hi {{ name }}</p>".into()),
+            updated_at: chrono::Utc::now(),
+        };
+        let p = params(json!({"from": "a@acme.example", "to": ["b@example.com"], "template": "welcome", "data": {"name": "<Bo>"}}));
+        assert_eq!(p.check(), Ok(()));
+        let r = p.render(Some(&t)).unwrap();
+        assert_eq!(r.subject, "Welcome, <Bo>");
+        assert_eq!(r.text.as_deref(), Some("Hi <Bo>"));
+        assert_eq!(r.html.as_deref(), Some("<p>Hi &lt;Bo&gt;</p>"));
+        let missing = params(json!({"from": "a@acme.example", "to": ["b@example.com"], "template": "welcome"}));
+        let e = missing.render(Some(&t)).unwrap_err();
+        assert!(e.contains("undefined"), "{e}");
+        assert!(missing.render(None).unwrap_err().contains("does not exist"));
+        assert!(compile_check("{{ oops", None, None).is_err());
+    }
+
+    #[test]
+    fn bare_addresses_are_lower_case_without_display_names() {
+        assert_eq!(bare("Bo <Bo@Example.COM>").as_deref(), Some("bo@example.com"));
+        assert_eq!(tag_value("corr id/1"), "corr_id_1");
+    }
+}

@@ -1,0 +1,214 @@
+//! SES events as they reach ingress, parsed: the event-publishing form (`eventType`, from a
+//! configuration set's SNS destination) and the notification form (`notificationType`, from an
+//! identity's SNS topics, including inbound mail `Received`). Written from the formats AWS
+//! documents; pure, so every shape is tested with fixtures.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// What happened to a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Send,
+    Delivery,
+    /// `permanent`: a hard bounce (the address goes on the suppression list).
+    Bounce { permanent: bool },
+    Complaint,
+    Reject,
+    Open,
+    Click,
+    DeliveryDelay,
+    RenderingFailure,
+    Subscription,
+    /// Inbound mail (a receipt rule's SNS action).
+    Received,
+}
+
+impl EventKind {
+    /// The name stored on `message_events`.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::Send => "send",
+            EventKind::Delivery => "delivery",
+            EventKind::Bounce { .. } => "bounce",
+            EventKind::Complaint => "complaint",
+            EventKind::Reject => "reject",
+            EventKind::Open => "open",
+            EventKind::Click => "click",
+            EventKind::DeliveryDelay => "delivery_delay",
+            EventKind::RenderingFailure => "rendering_failure",
+            EventKind::Subscription => "subscription",
+            EventKind::Received => "inbound",
+        }
+    }
+
+    /// Proof that SES accepted the message: settles an `unknown` send.
+    pub fn proves_sent(self) -> bool {
+        matches!(
+            self,
+            EventKind::Send
+                | EventKind::Delivery
+                | EventKind::Bounce { .. }
+                | EventKind::Complaint
+                | EventKind::Open
+                | EventKind::Click
+                | EventKind::DeliveryDelay
+        )
+    }
+}
+
+/// One parsed SES event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SesEvent {
+    pub kind: EventKind,
+    /// SES's message id (`mail.messageId`).
+    pub ses_message_id: String,
+    /// Relay's message id, from the `relay_message_id` tag Relay sends with every message.
+    pub relay_message_id: Option<Uuid>,
+    pub occurred_at: Option<DateTime<Utc>>,
+    /// Addresses that bounced hard or complained: for the suppression list.
+    pub suppress: Vec<String>,
+    /// A short human summary (bounce type, reject reason, link clicked...).
+    pub summary: Option<String>,
+}
+
+fn text<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
+    path.iter().try_fold(v, |v, k| v.get(k))?.as_str()
+}
+
+fn addresses(list: Option<&Value>) -> Vec<String> {
+    list.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|r| r.get("emailAddress").and_then(Value::as_str))
+                .filter_map(super::content::bare)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Parse an SES event (the SNS `Message`, as JSON or as the JSON text SNS really sends).
+pub fn parse(message: &Value) -> Result<SesEvent, String> {
+    let owned;
+    let v = match message {
+        Value::String(s) => {
+            owned = serde_json::from_str::<Value>(s).map_err(|e| format!("not JSON: {e}"))?;
+            &owned
+        }
+        v => v,
+    };
+    let type_name = text(v, &["eventType"])
+        .or_else(|| text(v, &["notificationType"]))
+        .ok_or("neither eventType nor notificationType: not an SES event")?;
+    // The detail object is named after the type, in camelCase (`deliveryDelay`), except
+    // rendering failures (`failure`).
+    let detail = |key: &str| v.get(key);
+    let (kind, detail_key) = match type_name {
+        "Send" => (EventKind::Send, "send"),
+        "Delivery" => (EventKind::Delivery, "delivery"),
+        "Bounce" => {
+            let permanent = text(v, &["bounce", "bounceType"]) == Some("Permanent");
+            (EventKind::Bounce { permanent }, "bounce")
+        }
+        "Complaint" => (EventKind::Complaint, "complaint"),
+        "Reject" => (EventKind::Reject, "reject"),
+        "Open" => (EventKind::Open, "open"),
+        "Click" => (EventKind::Click, "click"),
+        "DeliveryDelay" => (EventKind::DeliveryDelay, "deliveryDelay"),
+        "Rendering Failure" | "RenderingFailure" => (EventKind::RenderingFailure, "failure"),
+        "Subscription" => (EventKind::Subscription, "subscription"),
+        "Received" => (EventKind::Received, "receipt"),
+        other => return Err(format!("unknown SES event type {other:?}")),
+    };
+    let ses_message_id = text(v, &["mail", "messageId"]).ok_or("no mail.messageId")?.to_owned();
+    let relay_message_id = v
+        .pointer("/mail/tags/relay_message_id/0")
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok());
+    let stamp = detail(detail_key)
+        .and_then(|d| d.get("timestamp"))
+        .or_else(|| v.pointer("/mail/timestamp"))
+        .and_then(Value::as_str)
+        .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+        .map(|t| t.with_timezone(&Utc));
+    let suppress = match kind {
+        EventKind::Bounce { permanent: true } => addresses(v.pointer("/bounce/bouncedRecipients")),
+        EventKind::Complaint => addresses(v.pointer("/complaint/complainedRecipients")),
+        _ => vec![],
+    };
+    let summary = match kind {
+        EventKind::Bounce { .. } => Some(format!(
+            "{} bounce ({})",
+            text(v, &["bounce", "bounceType"]).unwrap_or("?"),
+            text(v, &["bounce", "bounceSubType"]).unwrap_or("?")
+        )),
+        EventKind::Complaint => text(v, &["complaint", "complaintFeedbackType"]).map(|t| format!("complaint: {t}")),
+        EventKind::Reject => text(v, &["reject", "reason"]).map(str::to_owned),
+        EventKind::Click => text(v, &["click", "link"]).map(str::to_owned),
+        EventKind::DeliveryDelay => text(v, &["deliveryDelay", "delayType"]).map(str::to_owned),
+        EventKind::RenderingFailure => text(v, &["failure", "errorMessage"]).map(str::to_owned),
+        EventKind::Received => v.pointer("/receipt/recipients").map(|r| format!("inbound mail to {r}")),
+        _ => None,
+    };
+    Ok(SesEvent { kind, ses_message_id, relay_message_id, occurred_at: stamp, suppress, summary })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const ID: &str = "0195a0a0-0000-7000-8000-000000000001";
+
+    fn mail() -> Value {
+        json!({"timestamp": "2026-11-30T10:00:00.000Z", "messageId": "ses-1", "source": "a@acme.example",
+               "destination": ["b@example.com"], "tags": {"relay_message_id": [ID], "relay_job_id": ["j"]}})
+    }
+
+    #[test]
+    fn event_publishing_shapes_parse() {
+        let e = parse(&json!({"eventType": "Delivery", "mail": mail(),
+            "delivery": {"timestamp": "2026-11-30T10:00:02.000Z", "recipients": ["b@example.com"]}}))
+        .unwrap();
+        assert_eq!(e.kind, EventKind::Delivery);
+        assert_eq!(e.relay_message_id, Some(ID.parse().unwrap()));
+        assert_eq!(e.occurred_at.unwrap().to_rfc3339(), "2026-11-30T10:00:02+00:00");
+        let hard = parse(&json!({"eventType": "Bounce", "mail": mail(), "bounce": {"bounceType": "Permanent",
+            "bounceSubType": "General", "bouncedRecipients": [{"emailAddress": "B@Example.com"}]}}))
+        .unwrap();
+        assert_eq!(hard.kind, EventKind::Bounce { permanent: true });
+        assert_eq!(hard.suppress, ["b@example.com"]);
+        let soft = parse(&json!({"eventType": "Bounce", "mail": mail(), "bounce": {"bounceType": "Transient",
+            "bouncedRecipients": [{"emailAddress": "b@example.com"}]}}))
+        .unwrap();
+        assert!(soft.suppress.is_empty(), "a soft bounce suppresses nothing");
+        let failure = parse(&json!({"eventType": "Rendering Failure", "mail": mail(),
+            "failure": {"errorMessage": "Attribute 'name' is not present", "templateName": "t"}}))
+        .unwrap();
+        assert_eq!(failure.kind, EventKind::RenderingFailure);
+        assert!(!failure.kind.proves_sent());
+    }
+
+    #[test]
+    fn notifications_arrive_as_json_text_and_without_tags() {
+        let mut m = mail();
+        m.as_object_mut().unwrap().remove("tags");
+        let text = json!({"notificationType": "Complaint", "mail": m,
+            "complaint": {"complainedRecipients": [{"emailAddress": "b@example.com"}], "complaintFeedbackType": "abuse"}})
+        .to_string();
+        let e = parse(&Value::String(text)).unwrap();
+        assert_eq!((e.kind, e.relay_message_id, e.ses_message_id.as_str()), (EventKind::Complaint, None, "ses-1"));
+        assert_eq!(e.suppress, ["b@example.com"]);
+        let inbound = parse(&json!({"notificationType": "Received", "mail": mail(), "receipt": {"recipients": ["in@acme.example"]}}));
+        assert_eq!(inbound.unwrap().kind, EventKind::Received);
+    }
+
+    #[test]
+    fn what_is_not_an_ses_event_says_why() {
+        assert!(parse(&json!({"hello": 1})).unwrap_err().contains("not an SES event"));
+        assert!(parse(&json!({"eventType": "Teleport", "mail": mail()})).unwrap_err().contains("unknown"));
+        assert!(parse(&json!({"eventType": "Send"})).unwrap_err().contains("messageId"));
+        assert!(parse(&Value::String("{oops".into())).unwrap_err().contains("not JSON"));
+    }
+}

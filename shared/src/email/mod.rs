@@ -1,0 +1,225 @@
+//! Email through SES, sent at most once per tenant and message key.
+//!
+//! One attempt of `email.send` (`send`):
+//! 1. render the content and decide whether it may go at all (the sender is the tenant's, no
+//!    recipient is suppressed) and whether it really goes (the `ses` write switch, shadow mode);
+//! 2. open this run's AWS access (the task's role, or the tenant's own sending role);
+//! 3. record the intent on `messages` under the job's fence, committed on its own: from here
+//!    on no other attempt or job will send this message key;
+//! 4. call SES once, retries off, and record what happened: sent; throttled or never
+//!    connected (nothing sent: back to `throttled`, retried through the one retry policy);
+//!    rejected (fatal); or ambiguous (`unknown`, never retried: an exception opens, and an SES
+//!    event that proves the send settles both — see `settle`).
+
+pub mod content;
+pub mod events;
+pub mod ses;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::catalogue::TaskContext;
+use crate::job::TaskError;
+use crate::store::messages::{self, Intent, Message, NewMessage, Status};
+use crate::store::{StoreError, sending_identities, suppressions, templates};
+use content::SendParams;
+use ses::SendFailure;
+
+/// The write switch that lets email leave the machine (`write:ses`, with shadow off).
+pub const INTEGRATION: &str = "ses";
+
+fn retryable(e: impl std::fmt::Display) -> TaskError {
+    TaskError::Retryable(e.to_string())
+}
+
+/// What a run reports about its message.
+fn report(m: &Message, note: &str) -> Value {
+    json!({
+        "message_id": m.id,
+        "status": m.status,
+        "provider_message_id": m.provider_message_id,
+        "note": note,
+    })
+}
+
+/// One attempt of `email.send`.
+pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> {
+    let db = ctx.db.get().await.map_err(retryable)?;
+    let tenant = ctx.tenant_id;
+    let template = match &p.template {
+        Some(name) => templates::get(&db, tenant, name).await.map_err(retryable)?,
+        None => None,
+    };
+    let body = p.render(template.as_ref()).map_err(TaskError::Fatal)?;
+    let from = content::bare(&p.from).unwrap_or_default();
+    let refused = if !sending_identities::allows(&db, tenant, &from).await.map_err(retryable)? {
+        Some(format!("{from} is not one of this tenant's sending identities"))
+    } else {
+        let recipients: Vec<String> = p.recipients().filter_map(|r| content::bare(r)).collect();
+        let listed = suppressions::matching(&db, tenant, &recipients).await.map_err(retryable)?;
+        (!listed.is_empty()).then(|| {
+            let who: Vec<String> = listed.iter().map(|s| format!("{} ({})", s.address, s.reason)).collect();
+            format!("suppressed recipients: {}", who.join(", "))
+        })
+    };
+    let live = refused.is_none() && ctx.modes.writes_enabled(INTEGRATION);
+    let (status, reason) = match (&refused, live) {
+        (Some(why), _) => (Status::Refused, Some(why.clone())),
+        (None, true) => (Status::Sending, None),
+        (None, false) if ctx.modes.shadow() => (Status::Shadowed, Some("shadow mode: recorded, not sent".to_owned())),
+        (None, false) => (Status::Shadowed, Some(format!("SES writes are off (write:{INTEGRATION}): recorded, not sent"))),
+    };
+    // Credentials before the intent: a denial or an STS failure must not leave a `sending` row.
+    let aws = if live { Some(ctx.aws().await?) } else { None };
+    let new = NewMessage {
+        id: Uuid::now_v7(),
+        tenant_id: tenant,
+        message_key: p.message_key.clone().unwrap_or_else(|| ctx.job_id.to_string()),
+        job_id: ctx.job_id,
+        attempt: ctx.attempt,
+        correlation_id: ctx.correlation_id.clone(),
+        status,
+        reason,
+        from: p.from.clone(),
+        recipients: json!({ "to": p.to, "cc": p.cc, "bcc": p.bcc }),
+        subject: body.subject.clone(),
+    };
+    let m = match messages::record_intent(&db, &new).await.map_err(retryable)? {
+        Intent::Fenced => return Err(TaskError::Retryable("this attempt no longer holds the job; it may not send".into())),
+        Intent::Existing(m) => return existing(&db, m, ctx).await,
+        Intent::Recorded(m) => m,
+    };
+    match m.status {
+        Status::Refused => return Err(TaskError::Fatal(format!("message {} refused: {}", m.id, m.reason.unwrap_or_default()))),
+        Status::Shadowed => return Ok(report(&m, "not sent")),
+        _ => {}
+    }
+    let Some(aws) = aws else {
+        return Err(TaskError::Fatal(format!("message {} is {:?} but this run has no SES access", m.id, m.status)));
+    };
+    let client = ses::client(&aws);
+    let ids = ses::Identity {
+        message_id: &m.id.to_string(),
+        job_id: &ctx.job_id.to_string(),
+        correlation_id: &ctx.correlation_id,
+    };
+    let outcome = ses::send(&client, &p, &body, &ids).await;
+    record_outcome(&db, &m, outcome).await
+}
+
+/// Record what the SES call did, and tell the executor what comes next.
+async fn record_outcome(db: &deadpool_postgres::Client, m: &Message, outcome: Result<String, SendFailure>) -> Result<Value, TaskError> {
+    let failure = match outcome {
+        Ok(provider_id) => {
+            // Sent: the answer must be kept. If the database will not take it, the message stays
+            // `sending` (a later attempt would call it unknown, never send) and SES's own events
+            // settle it; the job still reports success with the id.
+            for wait in [0, 200, 1000] {
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+                match messages::mark_sent(db, m.id, &provider_id).await {
+                    Ok(()) => break,
+                    Err(e) => tracing::warn!(event = "relay.email.record_failed", message_id = %m.id, error = %e,
+                        "sent, but recording it failed"),
+                }
+            }
+            tracing::info!(event = "relay.email.sent", message_id = %m.id, provider_message_id = %provider_id, "email sent");
+            return Ok(json!({ "message_id": m.id, "status": Status::Sent, "provider_message_id": provider_id }));
+        }
+        Err(f) => f,
+    };
+    let why = failure.to_string();
+    let (to, error) = match failure {
+        SendFailure::Throttled(_) | SendFailure::NotSent(_) => (Status::Throttled, TaskError::Retryable(format!("message {}: {why}", m.id))),
+        SendFailure::Rejected(_) => (Status::Rejected, TaskError::Fatal(format!("message {}: SES {why}", m.id))),
+        SendFailure::Ambiguous(_) => (
+            Status::Unknown,
+            TaskError::Ambiguous(format!("message {}: {why}; it may have been sent, so it will not be retried", m.id)),
+        ),
+    };
+    tracing::warn!(event = "relay.email.not_sent", message_id = %m.id, status = to.as_str(), reason = %why, "email send failed");
+    // An event may have got there first (a Send event is proof): then the message moved on and
+    // the job may say so.
+    if !messages::transition(db, m.id, Status::Sending, to, &why).await.map_err(retryable)? {
+        let now = messages::by_key(db, m.tenant_id, &m.message_key).await.map_err(retryable)?;
+        let proven = |s: Status| matches!(s, Status::Sent | Status::Delayed | Status::Delivered | Status::Bounced | Status::Complained);
+        if let Some(now) = now.filter(|n| proven(n.status)) {
+            return Ok(report(&now, "confirmed by an SES event"));
+        }
+    }
+    Err(error)
+}
+
+/// Someone recorded this message key before this attempt: never send, say what happened.
+async fn existing(db: &deadpool_postgres::Client, m: Message, ctx: &TaskContext) -> Result<Value, TaskError> {
+    if m.job_id != ctx.job_id {
+        return Ok(json!({
+            "message_id": m.id, "status": m.status, "duplicate_of_job": m.job_id,
+            "note": "this message key was used by another job; not sent again",
+        }));
+    }
+    let m = match m.status {
+        Status::Sending => messages::abandon_earlier_attempt(db, &m, ctx.attempt)
+            .await
+            .map_err(|e: StoreError| retryable(e))?
+            .unwrap_or(m),
+        _ => m,
+    };
+    let reason = m.reason.clone().unwrap_or_default();
+    match m.status {
+        Status::Sending | Status::Unknown => Err(TaskError::Ambiguous(format!(
+            "message {}: outcome unknown ({reason}); it is never sent twice, so an operator decides",
+            m.id
+        ))),
+        Status::Refused | Status::Rejected => Err(TaskError::Fatal(format!("message {} {}: {reason}", m.id, m.status.as_str()))),
+        Status::Throttled => Err(TaskError::Retryable(format!("message {} is throttled; another attempt will take it", m.id))),
+        Status::Shadowed => Ok(report(&m, "not sent")),
+        Status::Sent | Status::Delayed | Status::Delivered | Status::Bounced | Status::Complained => {
+            Ok(report(&m, "already sent; not sent again"))
+        }
+    }
+}
+
+/// Apply one SES event (ingress's `provider.event`), once, keyed by the SNS message id: keep
+/// it on its message, move the message's status up, add hard bounces and complaints to the
+/// tenant's suppression list, and settle an `unknown` send it proves (the job is finished
+/// and its exception resolved by `system`). Not an SES event: kept on the job, with why.
+pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -> Result<Value, TaskError> {
+    let e = match events::parse(message) {
+        Ok(e) => e,
+        Err(why) => return Ok(json!({ "ses_event": false, "kept": true, "reason": why })),
+    };
+    let detail = match message {
+        Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| message.clone()),
+        v => v.clone(),
+    };
+    let mut db = ctx.db.get().await.map_err(retryable)?;
+    let tx = db.transaction().await.map_err(retryable)?;
+    let out = match messages::apply_event(&tx, event_key, &e, &detail).await.map_err(retryable)? {
+        messages::Applied::Duplicate => json!({ "ses_event": e.kind.name(), "applied": false, "note": "applied before (duplicate)" }),
+        messages::Applied::Unmatched => json!({ "ses_event": e.kind.name(), "applied": false, "note": "kept; no message of Relay's matches" }),
+        messages::Applied::Applied { message, before } => {
+            let mut suppressed = 0;
+            if !e.suppress.is_empty() {
+                let reason = if matches!(e.kind, events::EventKind::Complaint) { "complaint" } else { "bounce" };
+                suppressed = suppressions::add(&tx, message.tenant_id, &e.suppress, reason, e.summary.as_deref(), Some(message.id))
+                    .await
+                    .map_err(retryable)?;
+            }
+            let mut settled = Vec::new();
+            if matches!(before, Status::Unknown | Status::Sending) && e.kind.proves_sent() {
+                let result = json!({ "message_id": message.id, "status": message.status, "provider_message_id": message.provider_message_id });
+                let why = format!("SES {} event {event_key} proves message {} was sent", e.kind.name(), message.id);
+                settled = crate::exceptions::settle_ambiguous(&tx, message.job_id, result, &why).await.map_err(retryable)?;
+            }
+            json!({
+                "ses_event": e.kind.name(), "applied": true, "message_id": message.id,
+                "status_before": before, "status": message.status,
+                "suppressed": suppressed, "exceptions_resolved": settled,
+            })
+        }
+    };
+    tx.commit().await.map_err(retryable)?;
+    Ok(out)
+}

@@ -1,0 +1,139 @@
+//! The one SES call: `SendEmail` (SES v2) with the SDK's own retries off, so Relay's state
+//! machine alone decides what happens next, and every way it can end classified:
+//! sent, throttled (nothing sent: retry later), rejected (nothing sent: never will be), or
+//! ambiguous (the request may have reached SES: never retried automatically).
+
+use std::error::Error as _;
+use std::time::Duration;
+
+use aws_config::SdkConfig;
+use aws_sdk_sesv2::Client;
+use aws_sdk_sesv2::config::retry::RetryConfig;
+use aws_sdk_sesv2::config::timeout::TimeoutConfig;
+use aws_sdk_sesv2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_sesv2::operation::send_email::SendEmailError;
+use aws_sdk_sesv2::types::{Body, Content, Destination, EmailContent, Message, MessageHeader, MessageTag};
+
+use super::content::{CORRELATION_HEADER, Rendered, SendParams, tag_value};
+
+/// A send that has not answered in this long is abandoned, and its outcome is unknown.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How a send ended when it did not succeed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SendFailure {
+    /// SES refused for now (throttling, sending quota); nothing was sent.
+    #[error("throttled: {0}")]
+    Throttled(String),
+    /// SES refused for good (unverified identity, bad content, suppressed by SES...).
+    #[error("rejected: {0}")]
+    Rejected(String),
+    /// The request never left (no connection could be made); nothing was sent.
+    #[error("not sent: {0}")]
+    NotSent(String),
+    /// The request may have reached SES (timeout, reset, a 5xx, an unreadable answer).
+    #[error("outcome unknown: {0}")]
+    Ambiguous(String),
+}
+
+/// What identifies a message at SES and in its events.
+pub struct Identity<'a> {
+    pub message_id: &'a str,
+    pub job_id: &'a str,
+    pub correlation_id: &'a str,
+}
+
+/// An SES client for one run: this job's credentials, no SDK retries, a hard time limit.
+pub fn client(config: &SdkConfig) -> Client {
+    let conf = aws_sdk_sesv2::config::Builder::from(config)
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(TimeoutConfig::builder().operation_timeout(SEND_TIMEOUT).build())
+        .build();
+    Client::from_conf(conf)
+}
+
+fn content(data: &str) -> Result<Content, SendFailure> {
+    Content::builder().data(data).charset("UTF-8").build().map_err(|e| SendFailure::Rejected(e.to_string()))
+}
+
+/// Send once. Returns SES's message id.
+pub async fn send(client: &Client, p: &SendParams, body: &Rendered, id: &Identity<'_>) -> Result<String, SendFailure> {
+    let mut message = Message::builder().subject(content(&body.subject)?).body(Body::builder()
+        .set_text(body.text.as_deref().map(content).transpose()?)
+        .set_html(body.html.as_deref().map(content).transpose()?)
+        .build());
+    let mut headers: Vec<(&str, &str)> = p.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    headers.push((CORRELATION_HEADER, id.correlation_id));
+    for (name, value) in headers {
+        let h = MessageHeader::builder().name(name).value(value).build().map_err(|e| SendFailure::Rejected(e.to_string()))?;
+        message = message.headers(h);
+    }
+    let relay_tags = [
+        ("relay_message_id", id.message_id.to_owned()),
+        ("relay_job_id", id.job_id.to_owned()),
+        ("relay_correlation_id", tag_value(id.correlation_id)),
+    ];
+    let mut request = client
+        .send_email()
+        .from_email_address(&p.from)
+        .destination(
+            Destination::builder()
+                .set_to_addresses(Some(p.to.clone()))
+                .set_cc_addresses(Some(p.cc.clone()))
+                .set_bcc_addresses(Some(p.bcc.clone()))
+                .build(),
+        )
+        .set_reply_to_addresses((!p.reply_to.is_empty()).then(|| p.reply_to.clone()))
+        .content(EmailContent::builder().simple(message.build()).build())
+        .set_configuration_set_name(p.configuration_set.clone());
+    for (name, value) in p.tags.iter().map(|(k, v)| (k.as_str(), v.clone())).chain(relay_tags.iter().map(|(k, v)| (*k, v.clone()))) {
+        let tag = MessageTag::builder().name(name).value(value).build().map_err(|e| SendFailure::Rejected(e.to_string()))?;
+        request = request.email_tags(tag);
+    }
+    match request.send().await {
+        Ok(out) => out.message_id().map(str::to_owned).ok_or_else(|| {
+            SendFailure::Ambiguous("SES answered without a message id".into())
+        }),
+        Err(e) => Err(classify(e)),
+    }
+}
+
+/// Sort an SDK error into what Relay may do next. Anything not known to be safe is ambiguous.
+pub fn classify(e: SdkError<SendEmailError>) -> SendFailure {
+    let said = DisplayErrorContext(&e).to_string();
+    match &e {
+        SdkError::ConstructionFailure(_) => SendFailure::Rejected(said),
+        SdkError::DispatchFailure(d) if never_connected(d.as_connector_error()) => SendFailure::NotSent(said),
+        SdkError::ServiceError(s) => {
+            let status = s.raw().status().as_u16();
+            let code = s.err().code().unwrap_or_default();
+            match (status, code) {
+                (429, _) | (_, "TooManyRequestsException" | "LimitExceededException" | "Throttling" | "ThrottlingException") => {
+                    SendFailure::Throttled(said)
+                }
+                // A 5xx means the request reached SES and something failed there, maybe after
+                // the message was accepted.
+                (500..=599, _) => SendFailure::Ambiguous(said),
+                (400..=499, _) => SendFailure::Rejected(said),
+                _ => SendFailure::Ambiguous(said),
+            }
+        }
+        // Timeouts, resets, unreadable answers: the request may have been processed.
+        _ => SendFailure::Ambiguous(said),
+    }
+}
+
+/// Whether the connection was never made (so the request never left this machine).
+fn never_connected(e: Option<&aws_sdk_sesv2::error::ConnectorError>) -> bool {
+    let Some(e) = e else { return false };
+    let mut source: Option<&(dyn std::error::Error + 'static)> = e.source();
+    while let Some(s) = source {
+        if let Some(h) = s.downcast_ref::<hyper_util::client::legacy::Error>()
+            && h.is_connect()
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}

@@ -1,0 +1,413 @@
+//! Messages: the at-most-once record of every email, and the provider events on it.
+//!
+//! The intent is written (in its own committed statement, under the job's fence) before SES is
+//! called. Whoever finds an existing row never sends: a `sending` row left by an earlier
+//! attempt means a send may have happened, so it becomes `unknown`. Events apply once (by
+//! their key) and in any order: a message's status only moves up `Status::rank`.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use tokio_postgres::Row;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::{GenericClient, StoreError};
+use crate::email::events::{EventKind, SesEvent};
+use crate::job::{JobId, TenantId};
+
+/// Where a message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Recorded, not sent: shadow mode or SES writes switched off.
+    Shadowed,
+    /// Not sent: a recipient is suppressed or the sender is not the tenant's.
+    Refused,
+    /// The intent is recorded and the call is (or was) in flight.
+    Sending,
+    /// SES refused for now; nothing was sent; a later attempt may send.
+    Throttled,
+    /// The call may or may not have reached SES: never retried automatically; an exception is
+    /// open until an SES event settles it.
+    Unknown,
+    /// SES refused it for good.
+    Rejected,
+    Sent,
+    Delayed,
+    Delivered,
+    Bounced,
+    Complained,
+}
+
+impl Status {
+    pub const ALL: [Status; 11] = [
+        Status::Shadowed,
+        Status::Refused,
+        Status::Sending,
+        Status::Throttled,
+        Status::Unknown,
+        Status::Rejected,
+        Status::Sent,
+        Status::Delayed,
+        Status::Delivered,
+        Status::Bounced,
+        Status::Complained,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Shadowed => "shadowed",
+            Status::Refused => "refused",
+            Status::Sending => "sending",
+            Status::Throttled => "throttled",
+            Status::Unknown => "unknown",
+            Status::Rejected => "rejected",
+            Status::Sent => "sent",
+            Status::Delayed => "delayed",
+            Status::Delivered => "delivered",
+            Status::Bounced => "bounced",
+            Status::Complained => "complained",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// How far along a message is; events only ever move it up, so they may arrive in any order.
+    fn rank(self) -> u8 {
+        match self {
+            Status::Shadowed | Status::Refused => 0,
+            Status::Sending | Status::Throttled => 1,
+            Status::Unknown => 2,
+            Status::Sent => 3,
+            Status::Delayed => 4,
+            Status::Delivered => 5,
+            Status::Rejected | Status::Bounced => 6,
+            Status::Complained => 7,
+        }
+    }
+
+    /// The status an event implies, if it implies one.
+    fn implied_by(kind: EventKind) -> Option<Status> {
+        Some(match kind {
+            EventKind::Send => Status::Sent,
+            EventKind::DeliveryDelay => Status::Delayed,
+            EventKind::Delivery | EventKind::Open | EventKind::Click => Status::Delivered,
+            EventKind::Bounce { permanent: true } => Status::Bounced,
+            EventKind::Bounce { permanent: false } => Status::Delayed,
+            EventKind::Complaint => Status::Complained,
+            EventKind::Reject | EventKind::RenderingFailure => Status::Rejected,
+            EventKind::Subscription | EventKind::Received => return None,
+        })
+    }
+
+    /// The status after an event: the higher of the two, never out of shadowed or refused.
+    pub fn after(self, kind: EventKind) -> Status {
+        match Status::implied_by(kind) {
+            Some(s) if self.rank() > 0 && s.rank() > self.rank() => s,
+            _ => self,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct Message {
+    pub id: Uuid,
+    pub message_key: String,
+    pub job_id: Uuid,
+    /// The job attempt that recorded the intent.
+    pub attempt: i32,
+    pub correlation_id: String,
+    pub status: Status,
+    /// Why it is refused, rejected, throttled or unknown.
+    pub reason: Option<String>,
+    pub from: String,
+    /// `{"to": [...], "cc": [...], "bcc": [...]}`
+    pub recipients: Value,
+    pub subject: String,
+    /// SES's message id, once known.
+    pub provider_message_id: Option<String>,
+    pub opens: i32,
+    pub clicks: i32,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub sent_at: Option<DateTime<Utc>>,
+    #[serde(skip)]
+    pub tenant_id: TenantId,
+}
+
+const COLUMNS: &str = "id, message_key, job_id, attempt, correlation_id, status, reason, from_address, recipients, \
+     subject, provider_message_id, opens, clicks, created_at, updated_at, sent_at, tenant_id";
+
+impl Message {
+    fn from_row(r: &Row) -> Message {
+        let status: String = r.get(5);
+        Message {
+            id: r.get(0),
+            message_key: r.get(1),
+            job_id: r.get(2),
+            attempt: r.get(3),
+            correlation_id: r.get(4),
+            status: Status::parse(&status).unwrap_or(Status::Unknown),
+            reason: r.get(6),
+            from: r.get(7),
+            recipients: r.get(8),
+            subject: r.get(9),
+            provider_message_id: r.get(10),
+            opens: r.get(11),
+            clicks: r.get(12),
+            created_at: r.get(13),
+            updated_at: r.get(14),
+            sent_at: r.get(15),
+            tenant_id: r.get(16),
+        }
+    }
+}
+
+/// A message about to be recorded.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    pub id: Uuid,
+    pub tenant_id: TenantId,
+    pub message_key: String,
+    pub job_id: JobId,
+    pub attempt: i32,
+    pub correlation_id: String,
+    /// `Sending` (about to call SES), `Shadowed` or `Refused`.
+    pub status: Status,
+    pub reason: Option<String>,
+    pub from: String,
+    pub recipients: Value,
+    pub subject: String,
+}
+
+/// What recording the intent found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Intent {
+    /// Ours: newly written, or a throttled message of this job taken by this attempt.
+    Recorded(Message),
+    /// Someone recorded this message key before (this job's earlier attempt, or another job).
+    Existing(Message),
+    /// This attempt no longer holds the job: it may not send.
+    Fenced,
+}
+
+/// Record the intent under the job's fence (attempt and `running` checked in the same
+/// statement), committed on its own before any call to SES.
+pub async fn record_intent(db: &impl GenericClient, m: &NewMessage) -> Result<Intent, StoreError> {
+    let stmt = db
+        .prepare_cached(&format!(
+            "INSERT INTO messages (id, tenant_id, message_key, job_id, attempt, correlation_id, status, reason,
+                                   from_address, recipients, subject)
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11
+             WHERE EXISTS (SELECT 1 FROM jobs WHERE id = $4 AND attempt = $5 AND status = 'running')
+             ON CONFLICT (tenant_id, message_key) DO UPDATE
+             SET status = EXCLUDED.status, attempt = EXCLUDED.attempt, reason = EXCLUDED.reason,
+                 recipients = EXCLUDED.recipients, subject = EXCLUDED.subject, updated_at = now()
+             WHERE messages.status = 'throttled' AND messages.job_id = EXCLUDED.job_id
+             RETURNING {COLUMNS}"
+        ))
+        .await?;
+    let status = m.status.as_str();
+    let row = db
+        .query_opt(
+            &stmt,
+            &[
+                &m.id, &m.tenant_id, &m.message_key, &m.job_id, &m.attempt, &m.correlation_id, &status, &m.reason,
+                &m.from, &m.recipients, &m.subject,
+            ],
+        )
+        .await?;
+    if let Some(r) = row {
+        return Ok(Intent::Recorded(Message::from_row(&r)));
+    }
+    Ok(match by_key(db, m.tenant_id, &m.message_key).await? {
+        Some(existing) => Intent::Existing(existing),
+        None => Intent::Fenced,
+    })
+}
+
+pub async fn by_key(db: &impl GenericClient, tenant: TenantId, key: &str) -> Result<Option<Message>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM messages WHERE tenant_id = $1 AND message_key = $2");
+    Ok(db.query_opt(&sql, &[&tenant, &key]).await?.as_ref().map(Message::from_row))
+}
+
+/// SES accepted the message: record its id. An event that arrived first may have moved the
+/// status further already; it stays there.
+pub async fn mark_sent(db: &impl GenericClient, id: Uuid, provider_message_id: &str) -> Result<(), StoreError> {
+    db.execute(
+        "UPDATE messages SET provider_message_id = coalesce(provider_message_id, $2), sent_at = coalesce(sent_at, now()),
+                status = CASE WHEN status IN ('sending', 'unknown') THEN 'sent' ELSE status END,
+                reason = CASE WHEN status IN ('sending', 'unknown') THEN NULL ELSE reason END, updated_at = now()
+         WHERE id = $1",
+        &[&id, &provider_message_id],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Move a message from `from` to `to` with a reason; false when it was no longer `from` (an
+/// event got there first).
+pub async fn transition(db: &impl GenericClient, id: Uuid, from: Status, to: Status, reason: &str) -> Result<bool, StoreError> {
+    let n = db
+        .execute(
+            "UPDATE messages SET status = $3, reason = $4, updated_at = now() WHERE id = $1 AND status = $2",
+            &[&id, &from.as_str(), &to.as_str(), &reason],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// A `sending` message left by an earlier attempt (which may have sent it) becomes `unknown`.
+/// Returns the message as it now is.
+pub async fn abandon_earlier_attempt(db: &impl GenericClient, m: &Message, attempt: i32) -> Result<Option<Message>, StoreError> {
+    let sql = format!(
+        "UPDATE messages SET status = 'unknown', updated_at = now(),
+                reason = 'attempt ' || attempt || ' recorded the intent and never reported the outcome; it may have been sent'
+         WHERE id = $1 AND status = 'sending' AND attempt < $2 RETURNING {COLUMNS}"
+    );
+    if let Some(r) = db.query_opt(&sql, &[&m.id, &attempt]).await? {
+        return Ok(Some(Message::from_row(&r)));
+    }
+    get_any(db, m.id).await
+}
+
+async fn get_any(db: &impl GenericClient, id: Uuid) -> Result<Option<Message>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM messages WHERE id = $1");
+    Ok(db.query_opt(&sql, &[&id]).await?.as_ref().map(Message::from_row))
+}
+
+/// One of the tenant's messages.
+pub async fn get(db: &impl GenericClient, tenant: TenantId, id: Uuid) -> Result<Option<Message>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM messages WHERE id = $1 AND tenant_id = $2");
+    Ok(db.query_opt(&sql, &[&id, &tenant]).await?.as_ref().map(Message::from_row))
+}
+
+/// The tenant's messages, newest first: all of one correlation id, or of one job.
+pub async fn list(
+    db: &impl GenericClient,
+    tenant: TenantId,
+    correlation_id: Option<&str>,
+    job_id: Option<JobId>,
+    limit: i64,
+) -> Result<Vec<Message>, StoreError> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM messages WHERE tenant_id = $1
+           AND ($2::text IS NULL OR correlation_id = $2) AND ($3::uuid IS NULL OR job_id = $3)
+         ORDER BY created_at DESC, id DESC LIMIT $4"
+    );
+    Ok(db.query(&sql, &[&tenant, &correlation_id, &job_id, &limit]).await?.iter().map(Message::from_row).collect())
+}
+
+/// A provider event as kept on its message.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct MessageEvent {
+    pub event_type: String,
+    pub occurred_at: Option<DateTime<Utc>>,
+    pub note: Option<String>,
+    pub received_at: DateTime<Utc>,
+    /// The event as SES sent it.
+    pub detail: Value,
+}
+
+pub async fn events(db: &impl GenericClient, message_id: Uuid) -> Result<Vec<MessageEvent>, StoreError> {
+    let rows = db
+        .query(
+            "SELECT event_type, occurred_at, note, received_at, detail FROM message_events WHERE message_id = $1 ORDER BY id",
+            &[&message_id],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| MessageEvent { event_type: r.get(0), occurred_at: r.get(1), note: r.get(2), received_at: r.get(3), detail: r.get(4) })
+        .collect())
+}
+
+/// What applying an event did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Applied {
+    /// This event (by its key) was applied before.
+    Duplicate,
+    /// No message matches; the event is kept with the reason.
+    Unmatched,
+    /// Applied to the message; `before` is its status before this event.
+    Applied { message: Message, before: Status },
+}
+
+/// Apply one event once, in the caller's transaction: keep it, move the message's status up,
+/// count opens and clicks, and learn SES's message id if the send's own answer was lost.
+pub async fn apply_event(db: &impl GenericClient, event_key: &str, e: &SesEvent, detail: &Value) -> Result<Applied, StoreError> {
+    let by_relay_id = format!("SELECT {COLUMNS} FROM messages WHERE id = $1 FOR UPDATE");
+    let by_provider_id = format!("SELECT {COLUMNS} FROM messages WHERE provider_message_id = $1 FOR UPDATE");
+    let mut found = None;
+    if e.kind == EventKind::Received {
+        // Inbound mail answers no message of ours; it is kept as it came.
+    } else if let Some(id) = e.relay_message_id {
+        found = db.query_opt(&by_relay_id, &[&id]).await?;
+    }
+    if found.is_none() && e.kind != EventKind::Received {
+        found = db.query_opt(&by_provider_id, &[&e.ses_message_id]).await?;
+    }
+    let message = found.as_ref().map(Message::from_row);
+    let note = match &message {
+        None if e.kind == EventKind::Received => e.summary.clone(),
+        None => Some(format!("no message matches SES message {} (relay id {:?})", e.ses_message_id, e.relay_message_id)),
+        Some(_) => e.summary.clone(),
+    };
+    let inserted = db
+        .query_opt(
+            "INSERT INTO message_events (event_key, message_id, event_type, occurred_at, note, detail)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (event_key) DO NOTHING RETURNING id",
+            &[&event_key, &message.as_ref().map(|m| m.id), &e.kind.name(), &e.occurred_at, &note, detail],
+        )
+        .await?;
+    if inserted.is_none() {
+        return Ok(Applied::Duplicate);
+    }
+    let Some(m) = message else { return Ok(Applied::Unmatched) };
+    let after = m.status.after(e.kind);
+    let (opens, clicks) = (i32::from(e.kind == EventKind::Open), i32::from(e.kind == EventKind::Click));
+    let sql = format!(
+        "UPDATE messages SET status = $2, opens = opens + $3, clicks = clicks + $4,
+                provider_message_id = coalesce(provider_message_id, $5),
+                sent_at = CASE WHEN $6 THEN coalesce(sent_at, $7, now()) ELSE sent_at END,
+                reason = CASE WHEN status <> $2 THEN $8 ELSE reason END, updated_at = now()
+         WHERE id = $1 RETURNING {COLUMNS}"
+    );
+    let reason = e.summary.clone().or_else(|| Some(format!("SES {} event", e.kind.name())));
+    let row = db
+        .query_one(
+            &sql,
+            &[&m.id, &after.as_str(), &opens, &clicks, &e.ses_message_id, &e.kind.proves_sent(), &e.occurred_at, &reason],
+        )
+        .await?;
+    Ok(Applied::Applied { message: Message::from_row(&row), before: m.status })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_names_round_trip() {
+        for s in Status::ALL {
+            assert_eq!(Status::parse(s.as_str()), Some(s));
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+    }
+
+    #[test]
+    fn events_only_move_a_message_up_whatever_their_order() {
+        let order_a = [EventKind::Send, EventKind::Delivery, EventKind::Open];
+        let order_b = [EventKind::Open, EventKind::Delivery, EventKind::Send];
+        let run = |events: &[EventKind]| events.iter().fold(Status::Sending, |s, k| s.after(*k));
+        assert_eq!(run(&order_a), Status::Delivered);
+        assert_eq!(run(&order_b), Status::Delivered);
+        assert_eq!(Status::Unknown.after(EventKind::Send), Status::Sent, "an event settles an unknown send");
+        assert_eq!(Status::Delivered.after(EventKind::Complaint), Status::Complained);
+        assert_eq!(Status::Complained.after(EventKind::Delivery), Status::Complained);
+        assert_eq!(Status::Shadowed.after(EventKind::Delivery), Status::Shadowed);
+    }
+}

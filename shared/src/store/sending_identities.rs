@@ -1,0 +1,37 @@
+//! The addresses and domains each tenant may send from. Operators manage them; `email.send`
+//! refuses any other sender, so a routing bug cannot mail from another tenant's domain.
+
+use super::{GenericClient, StoreError};
+use crate::job::TenantId;
+
+/// Replace a tenant's identities with `identities` (lower-cased, deduplicated).
+pub async fn set(db: &mut deadpool_postgres::Client, tenant: TenantId, identities: &[String]) -> Result<Vec<String>, StoreError> {
+    let mut wanted: Vec<String> = identities.iter().map(|i| i.trim().to_lowercase()).collect();
+    wanted.sort();
+    wanted.dedup();
+    let tx = db.transaction().await?;
+    tx.execute("DELETE FROM sending_identities WHERE tenant_id = $1", &[&tenant]).await?;
+    tx.execute(
+        "INSERT INTO sending_identities (tenant_id, identity) SELECT $1, unnest($2::text[])",
+        &[&tenant, &wanted],
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(wanted)
+}
+
+pub async fn list(db: &impl GenericClient, tenant: TenantId) -> Result<Vec<String>, StoreError> {
+    let rows = db
+        .query("SELECT identity FROM sending_identities WHERE tenant_id = $1 ORDER BY identity", &[&tenant])
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Whether `address` (bare, lower-case) is one of the tenant's identities or at one of its domains.
+pub async fn allows(db: &impl GenericClient, tenant: TenantId, address: &str) -> Result<bool, StoreError> {
+    let domain = address.rsplit_once('@').map_or("", |(_, d)| d);
+    let stmt = db
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM sending_identities WHERE tenant_id = $1 AND identity IN ($2, $3))")
+        .await?;
+    Ok(db.query_one(&stmt, &[&tenant, &address, &domain]).await?.get(0))
+}
