@@ -3,6 +3,7 @@
 //! real router with `oneshot`.
 
 pub mod moto;
+pub mod ses_faults;
 pub mod transports;
 
 use std::sync::{Arc, OnceLock};

@@ -88,6 +88,20 @@ fn addresses(list: Option<&Value>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The correlation id Relay tagged the message with, if this is an SES event that carries it.
+pub fn correlation_tag(message: &Value) -> Option<String> {
+    let parsed;
+    let v = match message {
+        Value::String(s) => {
+            parsed = serde_json::from_str::<Value>(s).ok()?;
+            &parsed
+        }
+        v => v,
+    };
+    let tag = v.pointer("/mail/tags/relay_correlation_id/0")?.as_str()?;
+    (!tag.is_empty() && tag.len() <= 200).then(|| tag.to_owned())
+}
+
 /// Parse an SES event (the SNS `Message`, as JSON or as the JSON text SNS really sends).
 pub fn parse(message: &Value) -> Result<SesEvent, String> {
     let owned;

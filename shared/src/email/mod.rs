@@ -72,7 +72,10 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         (None, false) => (Status::Shadowed, Some(format!("SES writes are off (write:{INTEGRATION}): recorded, not sent"))),
     };
     // Credentials before the intent: a denial or an STS failure must not leave a `sending` row.
+    // (No pooled connection is held across the STS call, which records its session itself.)
+    drop(db);
     let aws = if live { Some(ctx.aws().await?) } else { None };
+    let db = ctx.db.get().await.map_err(retryable)?;
     let new = NewMessage {
         id: Uuid::now_v7(),
         tenant_id: tenant,
@@ -105,12 +108,30 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         job_id: &ctx.job_id.to_string(),
         correlation_id: &ctx.correlation_id,
     };
+    // No pooled connection is held across the call (it may take SEND_TIMEOUT).
+    drop(db);
     let outcome = ses::send(&client, &p, &body, &ids).await;
-    record_outcome(&db, &m, outcome).await
+    let db = ctx.db.get().await;
+    record_outcome(db, &m, outcome).await
 }
 
 /// Record what the SES call did, and tell the executor what comes next.
-async fn record_outcome(db: &deadpool_postgres::Client, m: &Message, outcome: Result<String, SendFailure>) -> Result<Value, TaskError> {
+async fn record_outcome(
+    db: Result<deadpool_postgres::Client, deadpool_postgres::PoolError>,
+    m: &Message,
+    outcome: Result<String, SendFailure>,
+) -> Result<Value, TaskError> {
+    let db = match db {
+        Ok(db) => db,
+        // The outcome cannot be recorded: the message stays `sending`, which the next attempt
+        // reads as unknown (never a second send); SES events settle it.
+        Err(e) => {
+            tracing::error!(event = "relay.email.record_failed", message_id = %m.id, error = %e, ?outcome,
+                "no database connection to record the send's outcome");
+            return Err(TaskError::Retryable(format!("message {}: could not record the outcome: {e}", m.id)));
+        }
+    };
+    let db = &db;
     let failure = match outcome {
         Ok(provider_id) => {
             // Sent: the answer must be kept. If the database will not take it, the message stays

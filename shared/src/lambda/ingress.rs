@@ -158,12 +158,14 @@ impl Ingress {
             return Err("the provider's message id is longer than 195 characters".into());
         }
         let id = Uuid::now_v7();
+        // An SES event carries the correlation id of the message it is about.
+        let correlation_id = crate::email::events::correlation_tag(&params["message"]).unwrap_or_else(|| key.clone());
         Ok(NewJob {
             id,
             task_type: TASK_TYPE.into(),
             request_hash: Sha256::digest(params.to_string().as_bytes()).to_vec(),
             params,
-            correlation_id: key.clone(),
+            correlation_id,
             idempotency_key: key,
             parent_id: None,
             run_at: Utc::now(),

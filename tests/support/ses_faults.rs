@@ -1,0 +1,184 @@
+//! A fault-injecting stand-in in front of moto: each SES v2 send is passed through, throttled
+//! or rejected (never reaching moto), or taken by moto and then answered with a 500, cut off
+//! mid-answer, or held past the client's time limit. Every other request (STS) passes through.
+//! Counts what it did, so a test can check Relay's records against the truth.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::Response;
+use http_body_util::BodyExt;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::Mutex;
+
+/// The chance of each fault per send; the rest pass.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    pub throttle: f64,
+    pub reject: f64,
+    /// moto takes it, the client gets a 500.
+    pub error_after: f64,
+    /// moto takes it, the answer is cut off.
+    pub drop_after: f64,
+    /// moto takes it, the answer comes after the client gave up.
+    pub hang_after: f64,
+}
+
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub passed: AtomicU64,
+    pub throttled: AtomicU64,
+    pub rejected: AtomicU64,
+    pub error_after: AtomicU64,
+    pub dropped_after: AtomicU64,
+    pub hung_after: AtomicU64,
+}
+
+impl Counts {
+    pub fn get(c: &AtomicU64) -> u64 {
+        c.load(Ordering::SeqCst)
+    }
+
+    /// Sends moto took whose answer never reached the client intact.
+    pub fn ambiguous(&self) -> u64 {
+        Self::get(&self.error_after) + Self::get(&self.dropped_after) + Self::get(&self.hung_after)
+    }
+}
+
+#[derive(Clone)]
+struct Proxy {
+    upstream: String,
+    faults: Faults,
+    counts: Arc<Counts>,
+    rng: Arc<Mutex<StdRng>>,
+    client: Client<HttpConnector, Body>,
+}
+
+pub struct FaultySes {
+    pub url: String,
+    pub counts: Arc<Counts>,
+}
+
+/// Start the stand-in in front of `upstream` (moto's URL).
+pub async fn start(upstream: &str, faults: Faults, seed: u64) -> FaultySes {
+    let counts = Arc::new(Counts::default());
+    let proxy = Proxy {
+        upstream: upstream.trim_end_matches('/').to_owned(),
+        faults,
+        counts: counts.clone(),
+        rng: Arc::new(Mutex::new(StdRng::seed_from_u64(seed))),
+        client: Client::builder(TokioExecutor::new()).build_http(),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr: SocketAddr = listener.local_addr().expect("addr");
+    let app = axum::Router::new().fallback(handle).with_state(proxy);
+    tokio::spawn(async move { axum::serve(listener, app).await.ok() });
+    FaultySes { url: format!("http://{addr}"), counts }
+}
+
+enum Fault {
+    Pass,
+    Throttle,
+    Reject,
+    ErrorAfter,
+    DropAfter,
+    HangAfter,
+}
+
+async fn handle(State(p): State<Proxy>, req: Request) -> Response {
+    let is_send = req.uri().path().starts_with("/v2/email/outbound-emails");
+    let fault = if is_send { p.choose().await } else { Fault::Pass };
+    let c = &p.counts;
+    match fault {
+        Fault::Throttle => {
+            c.throttled.fetch_add(1, Ordering::SeqCst);
+            return error(StatusCode::TOO_MANY_REQUESTS, "TooManyRequestsException", "Maximum sending rate exceeded.");
+        }
+        Fault::Reject => {
+            c.rejected.fetch_add(1, Ordering::SeqCst);
+            return error(StatusCode::BAD_REQUEST, "MessageRejected", "Email address is not verified.");
+        }
+        _ => {}
+    }
+    let answer = p.forward(req).await;
+    match fault {
+        Fault::ErrorAfter => {
+            c.error_after.fetch_add(1, Ordering::SeqCst);
+            error(StatusCode::INTERNAL_SERVER_ERROR, "InternalFailure", "injected failure after the send")
+        }
+        Fault::DropAfter => {
+            c.dropped_after.fetch_add(1, Ordering::SeqCst);
+            // Headers go out, then the body fails: the connection is cut mid-answer.
+            let cut = futures::stream::once(async { Err::<Bytes, std::io::Error>(std::io::Error::other("cut")) });
+            let mut r = Response::new(Body::from_stream(cut));
+            r.headers_mut().insert("content-length", HeaderValue::from_static("64"));
+            r
+        }
+        Fault::HangAfter => {
+            c.hung_after.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(taskdeck::email::ses::SEND_TIMEOUT + Duration::from_secs(2)).await;
+            answer
+        }
+        _ => {
+            if is_send {
+                c.passed.fetch_add(1, Ordering::SeqCst);
+            }
+            answer
+        }
+    }
+}
+
+impl Proxy {
+    async fn choose(&self) -> Fault {
+        let x: f64 = self.rng.lock().await.random();
+        let f = self.faults;
+        let mut edge = 0.0;
+        for (p, fault) in [
+            (f.throttle, Fault::Throttle),
+            (f.reject, Fault::Reject),
+            (f.error_after, Fault::ErrorAfter),
+            (f.drop_after, Fault::DropAfter),
+            (f.hang_after, Fault::HangAfter),
+        ] {
+            edge += p;
+            if x < edge {
+                return fault;
+            }
+        }
+        Fault::Pass
+    }
+
+    async fn forward(&self, req: Request) -> Response {
+        let (mut parts, body) = req.into_parts();
+        let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        parts.uri = format!("{}{path}", self.upstream).parse().expect("upstream uri");
+        parts.headers.remove("host");
+        let upstream = hyper::Request::from_parts(parts, Body::from(bytes));
+        match self.client.request(upstream).await {
+            Ok(res) => {
+                let (parts, body) = res.into_parts();
+                let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                Response::from_parts(parts, Body::from(bytes))
+            }
+            Err(e) => error(StatusCode::BAD_GATEWAY, "ProxyError", &e.to_string()),
+        }
+    }
+}
+
+fn error(status: StatusCode, kind: &'static str, message: &str) -> Response {
+    let mut r = Response::new(Body::from(serde_json::json!({ "message": message }).to_string()));
+    *r.status_mut() = status;
+    r.headers_mut().insert("x-amzn-errortype", HeaderValue::from_static(kind));
+    r.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    r
+}
