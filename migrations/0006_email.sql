@@ -79,3 +79,7 @@ CREATE TABLE suppressions (
     created_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (tenant_id, address)
 );
+
+-- One alert email per new exception, sent by the sweep (`crate::alerts`): when it was sent.
+ALTER TABLE exceptions ADD COLUMN alerted_at timestamptz;
+CREATE INDEX exceptions_to_alert ON exceptions (opened_at) WHERE status = 'open' AND alerted_at IS NULL;

@@ -497,3 +497,46 @@ async fn operators_manage_sending_identities_and_a_tenant_role_sends() {
     assert_eq!(sessions["sessions"][0]["external_id"], true);
     assert_eq!(in_moto(&subject).await, 1);
 }
+
+#[tokio::test]
+async fn a_new_exception_sends_one_alert_email_and_an_alert_never_alerts() {
+    let mut settings = crate::support::test_settings();
+    settings.sweep.alerts = Some(taskdeck::alerts::AlertConfig {
+        to: vec!["oncall@acme.example".into()],
+        from: "relay-alerts@acme.example".into(),
+        tenant: "platform".into(),
+    });
+    let w = World::with_settings(settings).await;
+    let exec = w.platform.executor();
+    let (_, failing) = w.submit("boom", json!({"task_type": "test.fail", "params": {"times": 9, "kind": "fatal"}})).await;
+    let failing: Uuid = failing["id"].as_str().unwrap().parse().unwrap();
+    assert_eq!(exec.run_dispatched(&[failing]).await.unwrap().0.failed, 1);
+
+    let sweeper = w.platform.sweeper();
+    assert_eq!(sweeper.pass().await.unwrap().alerts_queued, 1);
+    assert_eq!(sweeper.pass().await.unwrap().alerts_queued, 0, "one alert per exception");
+    let alert: Uuid = w.db().await
+        .query_one("SELECT id FROM jobs WHERE task_type = 'email.send' AND correlation_id LIKE 'relay-alert:%'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(exec.run_dispatched(&[alert]).await.unwrap().0.succeeded, 1);
+    let m = w.db().await.query_one("SELECT status, subject, recipients FROM messages WHERE job_id = $1", &[&alert]).await.unwrap();
+    assert_eq!(m.get::<_, String>(0), "shadowed", "shadow mode applies to alerts too");
+    assert_eq!(m.get::<_, String>(1), "[Relay] fatal_error in test.fail (tenant acme)");
+    assert_eq!(m.get::<_, Value>(2)["to"], json!(["oncall@acme.example"]));
+
+    // An alert job that fails opens an exception of its own, which does not alert again.
+    let (_, second) = w.submit("boom2", json!({"task_type": "test.fail", "params": {"times": 9, "kind": "fatal"}})).await;
+    let second: Uuid = second["id"].as_str().unwrap().parse().unwrap();
+    exec.run_dispatched(&[second]).await.unwrap();
+    assert_eq!(sweeper.pass().await.unwrap().alerts_queued, 1);
+    w.db().await.execute("DELETE FROM sending_identities", &[]).await.unwrap();
+    let alert2: Uuid = w.db().await
+        .query_one("SELECT id FROM jobs WHERE task_type = 'email.send' AND status = 'pending'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(exec.run_dispatched(&[alert2]).await.unwrap().0.failed, 1);
+    assert_eq!(sweeper.pass().await.unwrap().alerts_queued, 0, "no alert about an alert");
+}

@@ -38,6 +38,8 @@ pub struct LambdaConfig {
     /// `RELAY_TASK_ROLES`, `RELAY_TENANT_TASK_ROLES`, `RELAY_TASK_SESSION_SECONDS`: the role
     /// each task type runs under (the executor's); empty denies every task's AWS access.
     pub task_roles: TaskRoles,
+    /// Alert emails for new exceptions (`RELAY_ALERT_TO`, `RELAY_ALERT_FROM`); the sweeper sends them.
+    pub alerts: Option<crate::alerts::AlertConfig>,
 }
 
 impl LambdaConfig {
@@ -84,6 +86,7 @@ impl LambdaConfig {
             sweep_gap: Duration::from_secs(number("RELAY_SWEEP_GAP_SECONDS", 30, 0..=300)?),
             db_wait: Duration::from_secs(number("RELAY_DB_WAIT_SECONDS", 5, 1..=60)?),
             task_roles: TaskRoles::from_lookup(&get)?,
+            alerts: crate::alerts::AlertConfig::from_lookup(&get)?,
         })
     }
 

@@ -277,8 +277,8 @@ pub async fn bulk(
     Ok(report)
 }
 
-/// The one alert of a new exception: a log line with a stable event name. (An email to an
-/// operator address through Relay's own email task comes with the email task family.)
+/// The immediate alert of a new exception: a log line with a stable event name. The alert
+/// email follows from the sweep (`crate::alerts`).
 pub fn alert_opened(exception_id: Uuid, job_id: JobId, kind: &str, cause: &str) {
     tracing::error!(event = "relay.exception.opened", exception_id = %exception_id, job_id = %job_id,
         kind, cause, "exception opened: a job failed for good and needs an operator");

@@ -1,6 +1,7 @@
 //! taskdeck: Relay's core. Each Lambda in `functions/` and the `relay` binary only wire
 //! configuration, pools and clients, then call into this crate.
 
+pub mod alerts;
 pub mod api;
 pub mod bench;
 pub mod catalogue;

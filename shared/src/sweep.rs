@@ -1,6 +1,6 @@
 //! The sweep: returns expired leases to pending (or fails them for good when no attempt is
 //! left), re-dispatches due jobs whose dispatch failed or was lost, and fires due schedule
-//! slots (`crate::schedules`). Every recovery is a
+//! slots (`crate::schedules`), and queues alert emails for new exceptions (`crate::alerts`). Every recovery is a
 //! job event and a counter. Any number of sweepers may run at once: rows are locked with
 //! `SKIP LOCKED`, so two sweepers never recover the same row.
 
@@ -11,6 +11,7 @@ use deadpool_postgres::Pool;
 use serde::Serialize;
 use tokio::sync::watch;
 
+use crate::alerts::AlertConfig;
 use crate::intake::Intake;
 use crate::job::{Dispatch, JobId, exception_kind};
 use crate::metrics;
@@ -27,11 +28,13 @@ pub struct SweepConfig {
     pub redispatch_grace: Duration,
     /// Upper bound on batches per pass, so one pass always ends.
     pub max_batches: usize,
+    /// Alert emails for new exceptions (`crate::alerts`); `None`: the log line only.
+    pub alerts: Option<AlertConfig>,
 }
 
 impl Default for SweepConfig {
     fn default() -> Self {
-        Self { batch: 1000, redispatch_grace: Duration::from_secs(30), max_batches: 100 }
+        Self { batch: 1000, redispatch_grace: Duration::from_secs(30), max_batches: 100, alerts: None }
     }
 }
 
@@ -43,6 +46,8 @@ pub struct SweepReport {
     pub redispatched: usize,
     /// Schedule slots this pass created jobs for.
     pub schedules_fired: usize,
+    /// Alert emails queued for new exceptions.
+    pub alerts_queued: usize,
 }
 
 #[derive(Clone)]
@@ -97,6 +102,9 @@ impl Sweeper {
             }
         }
         report.schedules_fired = crate::schedules::fire_due(&self.pool, &self.intake, chrono::Utc::now()).await?.fired;
+        if let Some(alerts) = &self.config.alerts {
+            report.alerts_queued = crate::alerts::queue_due(&self.pool, &self.intake, alerts).await?;
+        }
         // Lambda containers come and go: forget instances unseen for a week.
         workers::prune(&self.pool.get().await?, chrono::Utc::now() - chrono::Duration::days(7)).await?;
         metrics::LEASES_RECOVERED.add(report.leases_returned + report.leases_failed);

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use taskdeck::alerts::AlertConfig;
 use taskdeck::pgcluster::{Durability, PrivateCluster};
 use taskdeck::platform::{Platform, Settings};
 use taskdeck::store::tenants;
@@ -56,7 +57,7 @@ struct Run {
 }
 
 impl Run {
-    fn settings(&self) -> Settings {
+    fn settings(&self) -> anyhow::Result<Settings> {
         let mut s = Settings::default();
         s.executor.concurrency = self.concurrency.max(1);
         s.executor.claim_batch = self.concurrency.clamp(1, 1000);
@@ -64,7 +65,8 @@ impl Run {
         s.sweep_interval = Duration::from_secs(self.sweep_interval_seconds.max(1));
         s.test_tasks = self.test_tasks;
         s.pool.max_size = self.pool_size.unwrap_or(8 + 2 * self.workers).max(1);
-        s
+        s.sweep.alerts = AlertConfig::from_lookup(|k| std::env::var(k).ok())?;
+        Ok(s)
     }
 }
 
@@ -242,14 +244,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ops::tenant_key(&ops_platform(cli.database_url)?, command).await
         }
         Command::Serve { addr, run } => {
-            let p = Platform::new(&required_url(cli.database_url)?, run.settings())?;
+            let p = Platform::new(&required_url(cli.database_url)?, run.settings()?)?;
             let (stop_tx, stop) = watch::channel(false);
             let stop_tx = Arc::new(stop_tx);
             tokio::spawn(shutdown_on_signal(stop_tx));
             serve(&p, addr, stop).await
         }
         Command::Worker { run } => {
-            let p = with_task_roles(Platform::new(&required_url(cli.database_url)?, run.settings())?).await?;
+            let p = with_task_roles(Platform::new(&required_url(cli.database_url)?, run.settings()?)?).await?;
             let (stop_tx, stop) = watch::channel(false);
             let stop_tx = Arc::new(stop_tx);
             let workers = p.spawn_workers(run.workers, &stop);
@@ -259,7 +261,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Sweep { keep_going, run } => {
-            let p = Platform::new(&required_url(cli.database_url)?, run.settings())?;
+            let p = Platform::new(&required_url(cli.database_url)?, run.settings()?)?;
             if keep_going {
                 let (stop_tx, stop) = watch::channel(false);
             let stop_tx = Arc::new(stop_tx);
@@ -379,7 +381,7 @@ async fn dev(url: Option<String>, addr: SocketAddr, data_dir: PathBuf, run: Run)
             (cluster.url("relay"), Some(cluster))
         }
     };
-    let p = with_task_roles(Platform::new(&url, run.settings())?).await?;
+    let p = with_task_roles(Platform::new(&url, run.settings()?)?).await?;
     p.migrate().await?;
     taskdeck::schedules::ensure_builtin(&p.pool, 30, chrono::Utc::now()).await?;
     let key = {

@@ -52,6 +52,7 @@ pub fn settings(cfg: &LambdaConfig) -> Settings {
     s.pool.verify_on_checkout = true;
     s.pool.wait_timeout = cfg.db_wait;
     s.executor.lease = cfg.lease;
+    s.sweep.alerts = cfg.alerts.clone();
     s
 }
 

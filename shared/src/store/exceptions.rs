@@ -191,3 +191,50 @@ pub async fn actions(db: &impl GenericClient, exception_id: Uuid) -> Result<Vec<
         })
         .collect())
 }
+
+/// An open exception no alert email has gone out for.
+#[derive(Debug, Clone)]
+pub struct Unalerted {
+    pub id: Uuid,
+    pub job_id: JobId,
+    pub tenant: String,
+    pub task_type: String,
+    pub kind: String,
+    pub cause: String,
+    pub opened_at: DateTime<Utc>,
+    pub correlation_id: String,
+}
+
+/// Open exceptions opened since `since` without an alert, oldest first. Exceptions of alert
+/// jobs themselves (correlation `relay-alert:...`) never alert: no alert about an alert.
+pub async fn unalerted(db: &impl GenericClient, since: DateTime<Utc>, limit: i64) -> Result<Vec<Unalerted>, StoreError> {
+    let rows = db
+        .query(
+            "SELECT e.id, e.job_id, t.name, e.task_type, e.kind, e.cause, e.opened_at, j.correlation_id
+             FROM exceptions e JOIN jobs j ON j.id = e.job_id JOIN tenants t ON t.id = e.tenant_id
+             WHERE e.status = 'open' AND e.alerted_at IS NULL AND e.opened_at > $1
+               AND j.correlation_id NOT LIKE 'relay-alert:%'
+             ORDER BY e.opened_at LIMIT $2",
+            &[&since, &limit],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Unalerted {
+            id: r.get(0),
+            job_id: r.get(1),
+            tenant: r.get(2),
+            task_type: r.get(3),
+            kind: r.get(4),
+            cause: r.get(5),
+            opened_at: r.get(6),
+            correlation_id: r.get(7),
+        })
+        .collect())
+}
+
+/// Record that these exceptions' alerts are queued.
+pub async fn mark_alerted(db: &impl GenericClient, ids: &[Uuid]) -> Result<(), StoreError> {
+    db.execute("UPDATE exceptions SET alerted_at = now() WHERE id = ANY($1) AND alerted_at IS NULL", &[&ids]).await?;
+    Ok(())
+}

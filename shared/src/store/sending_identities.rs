@@ -35,3 +35,13 @@ pub async fn allows(db: &impl GenericClient, tenant: TenantId, address: &str) ->
         .await?;
     Ok(db.query_one(&stmt, &[&tenant, &address, &domain]).await?.get(0))
 }
+
+/// Add one identity (lower-cased) if it is not there.
+pub async fn add(db: &impl GenericClient, tenant: TenantId, identity: &str) -> Result<(), StoreError> {
+    db.execute(
+        "INSERT INTO sending_identities (tenant_id, identity) VALUES ($1, lower($2)) ON CONFLICT DO NOTHING",
+        &[&tenant, &identity],
+    )
+    .await?;
+    Ok(())
+}
