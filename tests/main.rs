@@ -16,3 +16,4 @@ mod template;
 mod status;
 mod console;
 mod email;
+mod cli;

@@ -280,11 +280,7 @@ pub async fn put_identities(
 ) -> Result<Json<Identities>, ApiError> {
     let tenant = tenant_path(&raw)?;
     for (i, identity) in body.identities.iter().enumerate() {
-        let ok = match identity.split_once('@') {
-            Some(_) => content::bare(identity).is_some(),
-            None => email_address::EmailAddress::is_valid_domain(identity),
-        };
-        if !ok {
+        if !content::valid_identity(identity) {
             return Err(ApiError::unprocessable("invalid_field", format!("identities[{i}]: {identity:?} is not an address or a domain"))
                 .with("field", format!("identities[{i}]")));
         }

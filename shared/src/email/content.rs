@@ -85,6 +85,14 @@ pub fn bare(value: &str) -> Option<String> {
     value.parse::<EmailAddress>().ok().map(|a| a.email().to_lowercase())
 }
 
+/// A sending identity: an address (`noreply@acme.example`) or a domain (`acme.example`).
+pub fn valid_identity(identity: &str) -> bool {
+    match identity.split_once('@') {
+        Some(_) => bare(identity).is_some_and(|b| b == identity.to_lowercase()),
+        None => EmailAddress::is_valid_domain(identity),
+    }
+}
+
 fn tag_text_ok(s: &str) -> bool {
     !s.is_empty() && s.len() <= 256 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }

@@ -46,3 +46,15 @@ pub async fn revoke(db: &impl GenericClient, name: &str) -> Result<bool, StoreEr
         .await?;
     Ok(n == 1)
 }
+
+/// Issue a new key for an enabled operator (the old one stops); `None` when there is none.
+pub async fn rotate_key(db: &impl GenericClient, name: &str) -> Result<Option<String>, StoreError> {
+    let key = new_key("ro");
+    let n = db
+        .execute(
+            "UPDATE operator_keys SET key_hash = $2 WHERE name = $1 AND disabled_at IS NULL",
+            &[&name, &hash_key(&key)],
+        )
+        .await?;
+    Ok((n == 1).then_some(key))
+}

@@ -1,5 +1,5 @@
 //! The operator commands of `relay`: operators, exceptions, modes, schedules, tenant keys and
-//! the OpenAPI document. They call the store (and the same action code as the API) directly
+//! sending identities, and the OpenAPI document. They call the store (and the same action code as the API) directly
 //! against DATABASE_URL; each audit row names `--as` (default `cli:$USER`).
 
 use anyhow::{Context, bail};
@@ -11,13 +11,15 @@ use taskdeck::platform::Platform;
 use taskdeck::schedules::{self, SchedulePatch, ScheduleSpec};
 use taskdeck::store::exceptions::{self, ExceptionFilter};
 use taskdeck::store::jobs::operator;
-use taskdeck::store::{modes, operators, schedules as schedule_store, tenants};
+use taskdeck::store::{modes, operators, schedules as schedule_store, sending_identities, tenants};
 use uuid::Uuid;
 
 #[derive(Subcommand)]
 pub enum OperatorCommand {
     /// Create an operator; prints only its new key on stdout.
     Create { name: String },
+    /// Issue a new key (the old one stops working); prints only the new key.
+    Rotate { name: String },
     /// Disable an operator's key.
     Revoke { name: String },
 }
@@ -122,6 +124,14 @@ pub enum TenantKeyCommand {
     Rotate { name: String },
     /// Disable the tenant: its key stops working.
     Revoke { name: String },
+    /// The tenant's id (what RELAY_TENANT_TASK_ROLES is keyed by) and sending identities (JSON).
+    Show { name: String },
+    /// Replace the tenant's sending identities (addresses or domains) with those given.
+    Identities {
+        name: String,
+        #[arg(required = true)]
+        identities: Vec<String>,
+    },
 }
 
 fn print(v: &impl serde::Serialize) -> anyhow::Result<()> {
@@ -137,6 +147,10 @@ pub async fn operator(p: &Platform, cmd: OperatorCommand) -> anyhow::Result<()> 
                 bail!("an operator name is 1 to 100 letters, digits or `_.@:-`");
             }
             let (_, key) = operators::create(&db, &name).await.context("is the name taken?")?;
+            println!("{key}");
+        }
+        OperatorCommand::Rotate { name } => {
+            let key = operators::rotate_key(&db, &name).await?.with_context(|| format!("no enabled operator named {name:?}"))?;
             println!("{key}");
         }
         OperatorCommand::Revoke { name } => {
@@ -229,6 +243,20 @@ pub async fn tenant_key(p: &Platform, cmd: TenantKeyCommand) -> anyhow::Result<(
                 bail!("no enabled tenant named {name:?}");
             }
             eprintln!("tenant {name:?} revoked (cached keys stop working within 10 s)");
+        }
+        TenantKeyCommand::Show { name } => {
+            let t = tenants::by_name(&db, &name).await?.with_context(|| format!("no tenant named {name:?}"))?;
+            let identities = sending_identities::list(&db, t.id).await?;
+            print(&json!({ "id": t.id, "name": t.name, "sending_identities": identities }))?;
+        }
+        TenantKeyCommand::Identities { name, identities } => {
+            if let Some(bad) = identities.iter().find(|i| !taskdeck::email::content::valid_identity(i)) {
+                bail!("{bad:?} is not an address or a domain");
+            }
+            let t = tenants::by_name(&db, &name).await?.with_context(|| format!("no tenant named {name:?}"))?;
+            drop(db);
+            let set = sending_identities::set(&mut p.pool.get().await?, t.id, &identities).await?;
+            print(&json!({ "id": t.id, "name": t.name, "sending_identities": set }))?;
         }
     }
     Ok(())

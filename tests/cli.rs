@@ -1,0 +1,94 @@
+//! The `relay` binary as an operator runs it, against one test's schema: operator key
+//! rotation, tenant identities, and `relay jobs list|show|watch`.
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use axum::http::{Method, StatusCode};
+use serde_json::{Value, json};
+use taskdeck::store::operators;
+
+use crate::support::{World, schema_url};
+
+fn relay(w: &World, args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(args)
+        .env("DATABASE_URL", schema_url(&w.schema))
+        .env("RELAY_LOG", "warn")
+        .output()
+        .expect("run relay");
+    assert!(out.status.success(), "relay {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
+#[tokio::test]
+async fn an_operator_key_rotates_and_the_old_one_stops() {
+    let w = World::new().await;
+    let old = operators::create(&w.db().await, "ops").await.unwrap().1;
+    let new = stdout(&relay(&w, &["operator", "rotate", "ops"]));
+    assert!(new.starts_with("ro_") && new != old, "{new}");
+    let (status, _) = w.call_as(&old, Method::GET, "/v1/admin/modes", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = w.call_as(&new, Method::GET, "/v1/admin/modes", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let out = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(["operator", "rotate", "nobody"])
+        .env("DATABASE_URL", schema_url(&w.schema))
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "an unknown operator is an error");
+}
+
+#[tokio::test]
+async fn tenants_show_their_id_and_take_sending_identities() {
+    let w = World::new().await;
+    let set: Value = serde_json::from_str(&stdout(&relay(&w, &["tenant", "identities", "acme", "Acme.example", "ops@globex.example"]))).unwrap();
+    assert_eq!(set["sending_identities"], json!(["acme.example", "ops@globex.example"]));
+    let shown: Value = serde_json::from_str(&stdout(&relay(&w, &["tenant", "show", "acme"]))).unwrap();
+    assert_eq!(shown["id"], w.tenant.id.to_string(), "the id RELAY_TENANT_TASK_ROLES is keyed by");
+    assert_eq!(shown["sending_identities"], set["sending_identities"]);
+    let bad = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(["tenant", "identities", "acme", "not a domain"])
+        .env("DATABASE_URL", schema_url(&w.schema))
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+}
+
+#[tokio::test]
+async fn jobs_are_listed_shown_and_watched_to_the_end() {
+    let w = World::new().await;
+    let (_, done) = w.submit("done", json!({"task_type": "noop", "correlation_id": "cli-1"})).await;
+    let id = done["id"].as_str().unwrap().to_owned();
+    w.platform.executor().run_dispatched(&[id.parse().unwrap()]).await.unwrap();
+
+    let list = stdout(&relay(&w, &["jobs", "--tenant", "acme", "list", "--status", "succeeded"]));
+    assert!(list.lines().any(|l| l.starts_with(&id) && l.contains("noop") && l.contains("cli-1")), "{list}");
+    let shown: Value = serde_json::from_str(&stdout(&relay(&w, &["jobs", "--tenant", "acme", "show", &id]))).unwrap();
+    assert_eq!(shown["job"]["status"], "succeeded");
+    assert_eq!(shown["events"][0]["kind"], "succeeded", "one event per attempt: {shown}");
+
+    // `watch` returns once the job is terminal: start it on a pending job, then run the job.
+    let (_, pending) = w.submit("later", json!({"task_type": "noop"})).await;
+    let pid = pending["id"].as_str().unwrap().to_owned();
+    let mut watch = tokio::process::Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(["jobs", "--tenant", "acme", "watch", &pid, "--every", "0.1"])
+        .env("DATABASE_URL", schema_url(&w.schema))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(watch.try_wait().unwrap().is_none(), "still watching a pending job");
+    let started = Instant::now();
+    w.platform.executor().run_dispatched(&[pid.parse().unwrap()]).await.unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(10), watch.wait()).await.expect("watch ends").unwrap();
+    assert!(status.success());
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let (status, _) = w.call(Method::GET, &format!("/v1/jobs/{pid}"), None, None).await;
+    assert_eq!(status, StatusCode::OK);
+}
