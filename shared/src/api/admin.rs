@@ -13,7 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::AppState;
-use super::error::{ApiError, ErrorBody};
+use super::error::{ApiError, ErrorBody, page_limit, reject_nul};
 use super::extract::{JsonBody, Operator};
 use crate::exceptions::{self as actions, Action, ActionError, ActionOutcome, BulkReport};
 use crate::store::StoreError;
@@ -66,10 +66,6 @@ pub struct FilterBody {
     pub cause: Option<String>,
 }
 
-fn bad(field: &str, msg: impl Into<String>) -> ApiError {
-    ApiError::bad_request("invalid_query", msg).with("field", field)
-}
-
 async fn tenant_id(db: &impl crate::store::GenericClient, t: Option<&str>) -> Result<Option<Uuid>, ApiError> {
     let Some(t) = t else { return Ok(None) };
     if let Ok(id) = Uuid::parse_str(t) {
@@ -79,15 +75,6 @@ async fn tenant_id(db: &impl crate::store::GenericClient, t: Option<&str>) -> Re
         Some(found) => Ok(Some(found.id)),
         None => Err(ApiError::unprocessable("unknown_tenant", format!("no tenant named {t:?}")).with("field", "tenant")),
     }
-}
-
-fn no_nul(fields: &[(&str, &Option<String>)]) -> Result<(), ApiError> {
-    for (field, v) in fields {
-        if v.as_deref().is_some_and(|s| s.contains('\0')) {
-            return Err(bad(field, format!("{field} contains a NUL character")));
-        }
-    }
-    Ok(())
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -107,19 +94,22 @@ pub async fn list_exceptions(
     query: Result<Query<ExceptionQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ExceptionList>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
-    no_nul(&[("status", &q.status), ("kind", &q.kind), ("task_type", &q.task_type), ("tenant", &q.tenant), ("cause", &q.cause)])?;
+    reject_nul(&[
+        ("status", q.status.as_deref()),
+        ("kind", q.kind.as_deref()),
+        ("task_type", q.task_type.as_deref()),
+        ("tenant", q.tenant.as_deref()),
+        ("cause", q.cause.as_deref()),
+    ])?;
     if let Some(s) = &q.status
         && !STATUSES.contains(&s.as_str())
     {
-        return Err(bad("status", format!("status must be one of {}", STATUSES.join(", "))));
+        return Err(ApiError::invalid_query("status", format!("status must be one of {}", STATUSES.join(", "))));
     }
-    let limit = match q.limit.as_deref() {
-        None => 100,
-        Some(s) => s.parse::<i64>().ok().filter(|l| (1..=500).contains(l)).ok_or_else(|| bad("limit", "limit must be 1 to 500"))?,
-    };
+    let limit = page_limit(q.limit.as_deref(), 100)?;
     let before = match q.cursor.as_deref() {
         None => None,
-        Some(c) => Some(decode_cursor(c).ok_or_else(|| bad("cursor", "cursor is not one this API issued"))?),
+        Some(c) => Some(decode_cursor(c).ok_or_else(|| ApiError::invalid_query("cursor", "cursor is not one this API issued"))?),
     };
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let filter = ExceptionFilter {

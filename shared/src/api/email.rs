@@ -9,31 +9,13 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::AppState;
-use super::error::{ApiError, ErrorBody};
+use super::error::{ApiError, ErrorBody, page_limit, reject_nul};
 use super::extract::{Caller, JsonBody, Operator};
 use crate::email::content;
 use crate::store::messages::{self, Message, MessageEvent};
 use crate::store::suppressions::{self, Suppression};
 use crate::store::templates::{self, Template};
 use crate::store::{StoreError, sending_identities};
-
-fn bad(field: &str, msg: impl Into<String>) -> ApiError {
-    ApiError::bad_request("invalid_query", msg).with("field", field)
-}
-
-fn limit(raw: Option<&str>, default: i64) -> Result<i64, ApiError> {
-    match raw {
-        None => Ok(default),
-        Some(s) => s.parse::<i64>().ok().filter(|l| (1..=500).contains(l)).ok_or_else(|| bad("limit", "limit must be 1 to 500")),
-    }
-}
-
-fn no_nul(field: &str, v: Option<&str>) -> Result<(), ApiError> {
-    match v {
-        Some(s) if s.contains('\0') => Err(bad(field, format!("{field} contains a NUL character"))),
-        _ => Ok(()),
-    }
-}
 
 /// Query of `GET /v1/messages`: one correlation id's messages, or one job's.
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -67,15 +49,15 @@ pub async fn list_messages(
     query: Result<Query<MessageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<MessageList>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
-    no_nul("correlation_id", q.correlation_id.as_deref())?;
+    reject_nul(&[("correlation_id", q.correlation_id.as_deref())])?;
     let job_id = match q.job_id.as_deref() {
         None => None,
-        Some(s) => Some(Uuid::parse_str(s).map_err(|_| bad("job_id", "job_id is not a job id"))?),
+        Some(s) => Some(Uuid::parse_str(s).map_err(|_| ApiError::invalid_query("job_id", "job_id is not a job id"))?),
     };
     if q.correlation_id.is_none() && job_id.is_none() {
-        return Err(bad("correlation_id", "give correlation_id or job_id"));
+        return Err(ApiError::invalid_query("correlation_id", "give correlation_id or job_id"));
     }
-    let limit = limit(q.limit.as_deref(), 100)?;
+    let limit = page_limit(q.limit.as_deref(), 100)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let list = messages::list(&db, tenant.id, q.correlation_id.as_deref(), job_id, limit).await?;
     Ok(Json(MessageList { messages: list }))
@@ -121,8 +103,8 @@ pub async fn list_suppressions(
     query: Result<Query<SuppressionQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<SuppressionList>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
-    no_nul("after", q.after.as_deref())?;
-    let limit = limit(q.limit.as_deref(), 100)?;
+    reject_nul(&[("after", q.after.as_deref())])?;
+    let limit = page_limit(q.limit.as_deref(), 100)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let page = suppressions::list(&db, tenant.id, q.after.as_deref().unwrap_or(""), limit).await?;
     let next_after = (page.len() as i64 == limit).then(|| page.last().map(|s| s.address.clone())).flatten();

@@ -34,6 +34,11 @@ impl ApiError {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
     }
 
+    /// 400 `invalid_query`, naming the query parameter at fault.
+    pub fn invalid_query(field: &str, message: impl Into<String>) -> Self {
+        Self::bad_request("invalid_query", message).with("field", field)
+    }
+
     pub fn not_found() -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", "no such resource")
     }
@@ -100,4 +105,24 @@ pub struct ErrorObject {
     pub code: String,
     pub message: String,
     pub field: Option<String>,
+}
+
+/// A page size from the query: 1 to 500, `default` when absent.
+pub fn page_limit(raw: Option<&str>, default: i64) -> Result<i64, ApiError> {
+    match raw {
+        None => Ok(default),
+        Some(s) => s
+            .parse::<i64>()
+            .ok()
+            .filter(|l| (1..=500).contains(l))
+            .ok_or_else(|| ApiError::invalid_query("limit", "limit must be 1 to 500")),
+    }
+}
+
+/// Refuse query values holding a NUL character (Postgres cannot take one in text).
+pub fn reject_nul(fields: &[(&str, Option<&str>)]) -> Result<(), ApiError> {
+    match fields.iter().find(|(_, v)| v.is_some_and(|s| s.contains('\0'))) {
+        Some((field, _)) => Err(ApiError::invalid_query(field, format!("{field} contains a NUL character"))),
+        None => Ok(()),
+    }
 }
