@@ -540,3 +540,38 @@ async fn a_new_exception_sends_one_alert_email_and_an_alert_never_alerts() {
     assert_eq!(exec.run_dispatched(&[alert2]).await.unwrap().0.failed, 1);
     assert_eq!(sweeper.pass().await.unwrap().alerts_queued, 0, "no alert about an alert");
 }
+
+#[tokio::test]
+async fn a_worker_whose_lease_was_taken_over_cannot_send() {
+    let w = World::new().await;
+    go_live(&w).await;
+    sender(&w).await;
+    let exec = executor(&w, moto::endpoint(), roles());
+    let subject = format!("zombie {}", w.schema);
+    let id = submit(&w, "z", email(&subject, "bo@example.com")).await;
+    // Attempt 1's lease expired and attempt 2 holds the job now; attempt 1 wakes up and runs.
+    w.db()
+        .await
+        .execute("UPDATE jobs SET status = 'running', attempt = 2, started_at = now(), lease_until = now() + interval '1 minute' WHERE id = $1", &[&id])
+        .await
+        .unwrap();
+    let j = job(&w, id).await;
+    let zombie = taskdeck::job::ClaimedJob {
+        id,
+        tenant_id: w.tenant.id,
+        task_type: "email.send".into(),
+        params: j["params"].clone(),
+        correlation_id: j["correlation_id"].as_str().unwrap().into(),
+        attempt: 1,
+        max_attempts: 5,
+        timeout_seconds: 60,
+    };
+    let modes = Arc::new(taskdeck::store::modes::load(&w.db().await).await.unwrap());
+    let outcome = exec.execute(&zombie, modes).await;
+    assert!(
+        matches!(&outcome, taskdeck::job::Outcome::Retry { error, .. } if error.contains("no longer holds the job")),
+        "{outcome:?}"
+    );
+    assert_eq!(w.count("SELECT count(*) FROM messages", &[]).await, 0, "no intent recorded");
+    assert_eq!(in_moto(&subject).await, 0, "nothing sent");
+}
