@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod bench;
+pub mod callbacks;
 pub mod catalogue;
 pub mod config;
 pub mod credentials;
@@ -16,9 +17,11 @@ pub mod liveness;
 pub mod metrics;
 pub mod pgcluster;
 pub mod platform;
+pub mod progress;
 pub mod retry;
 pub mod schedules;
 pub mod status;
 pub mod store;
 pub mod sweep;
+pub mod telemetry;
 pub mod transport;

@@ -18,7 +18,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{Caller, IdempotencyKey, JsonBody, check_key};
 use crate::catalogue::Catalogue;
 use crate::job::JobStatus;
-use crate::store::jobs::{self, Inserted, Job, JobFilter, NewJob};
+use crate::store::jobs::{self, Concurrency, Inserted, Job, JobFilter, NewJob};
 use crate::store::{StoreError, attempt_sessions};
 
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
@@ -50,6 +50,16 @@ pub struct JobRequest {
     /// Per-attempt time limit, 1 to 86400 seconds; default 300.
     #[serde(default)]
     pub timeout_seconds: Option<i32>,
+    /// No more than `concurrency_limit` jobs with this key (1 to 200 characters) run at once;
+    /// jobs with other keys or none are not held back. Give both or neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_key: Option<String>,
+    /// 1 to 10000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_limit: Option<i32>,
+    /// Where this job's callbacks go (http or https), instead of the tenant's callback URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
 }
 
 /// `{"results": [...]}`, one per submitted item, in order.
@@ -128,8 +138,25 @@ impl JobRequest {
         if !(1..=86_400).contains(&timeout_seconds) {
             return Err(invalid("timeout_seconds", "between 1 and 86400"));
         }
+        let concurrency = match (self.concurrency_key.clone(), self.concurrency_limit) {
+            (None, None) => None,
+            (Some(k), Some(l)) => {
+                if k.is_empty() || k.len() > 200 || k.chars().any(char::is_control) {
+                    return Err(invalid("concurrency_key", "1 to 200 characters, no control characters"));
+                }
+                if !(1..=10_000).contains(&l) {
+                    return Err(invalid("concurrency_limit", "between 1 and 10000"));
+                }
+                Some(Concurrency { key: k, limit: l })
+            }
+            (Some(_), None) => return Err(invalid("concurrency_limit", "a concurrency_key needs a concurrency_limit")),
+            (None, Some(_)) => return Err(invalid("concurrency_key", "a concurrency_limit needs a concurrency_key")),
+        };
+        if let Some(url) = &self.callback_url {
+            crate::callbacks::check_url(url).map_err(|why| invalid("callback_url", &why))?;
+        }
         // The request as the client sent it (no minted id, no computed time) is what a replay
-        // must match.
+        // must match. Fields added later are left out when absent, so old hashes still match.
         let request_hash = Sha256::digest(serde_json::to_vec(&self).unwrap_or_default()).to_vec();
         let id = Uuid::now_v7();
         Ok(NewJob {
@@ -143,6 +170,8 @@ impl JobRequest {
             run_at,
             max_attempts,
             timeout_seconds,
+            concurrency,
+            callback_url: self.callback_url,
         })
     }
 }
@@ -176,6 +205,7 @@ pub async fn submit(
     JsonBody(req): JsonBody<JobRequest>,
 ) -> Result<Response, ApiError> {
     let new = req.into_new_job(&key, &state.catalogue, Utc::now())?;
+    crate::telemetry::record_job(&new.correlation_id, new.id);
     let hash = new.request_hash.clone();
     let mut inserted = state.intake.enqueue(tenant.id, vec![new]).await?;
     let (status, job) = answer(inserted.remove(0), &hash)?;
@@ -272,12 +302,21 @@ fn parse_id(id: &str) -> Result<Uuid, ApiError> {
 pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    owned(&db, tenant.id, id).await.map(Json)
+    let mut job = owned(&db, tenant.id, id).await?;
+    annotate(&db, std::slice::from_mut(&mut job)).await?;
+    Ok(Json(job))
 }
 
 /// The caller's job, or 404: another tenant's job answers exactly like a missing one.
 async fn owned(db: &deadpool_postgres::Client, tenant_id: uuid::Uuid, id: Uuid) -> Result<Job, ApiError> {
-    jobs::get(db, tenant_id, id).await?.ok_or_else(ApiError::not_found)
+    let job = jobs::get(db, tenant_id, id).await?.ok_or_else(ApiError::not_found)?;
+    crate::telemetry::record_job(&job.correlation_id, job.id);
+    Ok(job)
+}
+
+/// Fill in progress and waiting reasons, as of now.
+async fn annotate(db: &deadpool_postgres::Client, jobs: &mut [Job]) -> Result<(), ApiError> {
+    Ok(crate::store::progress::annotate(db, jobs, Utc::now()).await?)
 }
 
 /// `GET /v1/jobs/{id}/events`
@@ -311,7 +350,8 @@ pub async fn cancel(State(state): State<AppState>, Caller(tenant): Caller, Path(
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let cancelled = jobs::cancel(&db, tenant.id, id).await?;
-    let job = owned(&db, tenant.id, id).await?;
+    let mut job = owned(&db, tenant.id, id).await?;
+    annotate(&db, std::slice::from_mut(&mut job)).await?;
     if !cancelled && job.status != JobStatus::Cancelled {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -374,9 +414,13 @@ pub async fn list(
             return Err(bad(field, format!("{field} contains a NUL character")));
         }
     }
+    if let Some(c) = &q.correlation_id {
+        crate::telemetry::record_correlation(c);
+    }
     let filter = JobFilter { status, task_type: q.task_type, correlation_id: q.correlation_id, updated_since, after, limit };
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    let page = jobs::list(&db, tenant.id, &filter).await?;
+    let mut page = jobs::list(&db, tenant.id, &filter).await?;
+    annotate(&db, &mut page).await?;
     let next_cursor = (page.len() as i64 == limit).then(|| page.last().map(|j| encode_cursor(j.updated_at, j.id))).flatten();
     Ok(Json(json!({ "jobs": page, "next_cursor": next_cursor })))
 }
@@ -417,6 +461,7 @@ mod tests {
         let req = |delay| JobRequest {
             task_type: "noop".into(), params: json!({}), correlation_id: None, run_at: None,
             delay_seconds: delay, max_attempts: None, timeout_seconds: None,
+            concurrency_key: None, concurrency_limit: None, callback_url: None,
         };
         let a = req(None).into_new_job("k", &cat, now).unwrap();
         let b = req(None).into_new_job("k", &cat, now + chrono::Duration::seconds(5)).unwrap();

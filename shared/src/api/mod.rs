@@ -70,11 +70,19 @@ pub fn router(state: AppState) -> Router {
         })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn(time_limit))
+        .layer(middleware::from_fn(in_span))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             tracing::error!(event = "relay.api.panic", "handler panicked");
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error").into_response()
         }))
         .with_state(state)
+}
+
+/// Run each request inside its span (`telemetry::request_span`).
+async fn in_span(req: Request, next: Next) -> Response {
+    use tracing::Instrument;
+    let span = crate::telemetry::request_span(req.method().as_str(), req.uri().path());
+    next.run(req).instrument(span).await
 }
 
 /// Answer 503 with a JSON error rather than hang when a request cannot finish in time.

@@ -13,6 +13,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (3, "0003_attempt_sessions", include_str!("../../../migrations/0003_attempt_sessions.sql")),
     (4, "0004_operations", include_str!("../../../migrations/0004_operations.sql")),
     (5, "0005_operations_status", include_str!("../../../migrations/0005_operations_status.sql")),
+    (7, "0007_callbacks_and_concurrency", include_str!("../../../migrations/0007_callbacks_and_concurrency.sql")),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's
