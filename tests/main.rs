@@ -16,3 +16,4 @@ mod template;
 mod status;
 mod console;
 mod flow;
+mod callbacks;

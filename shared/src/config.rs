@@ -38,6 +38,9 @@ pub struct LambdaConfig {
     /// `RELAY_TASK_ROLES`, `RELAY_TENANT_TASK_ROLES`, `RELAY_TASK_SESSION_SECONDS`: the role
     /// each task type runs under (the executor's); empty denies every task's AWS access.
     pub task_roles: TaskRoles,
+    /// `RELAY_CALLBACK_ALLOW`: CIDRs and host names callbacks may reach although the address
+    /// guard refuses them (empty: none).
+    pub callback_allow: crate::callbacks::AllowList,
 }
 
 impl LambdaConfig {
@@ -84,6 +87,11 @@ impl LambdaConfig {
             sweep_gap: Duration::from_secs(number("RELAY_SWEEP_GAP_SECONDS", 30, 0..=300)?),
             db_wait: Duration::from_secs(number("RELAY_DB_WAIT_SECONDS", 5, 1..=60)?),
             task_roles: TaskRoles::from_lookup(&get)?,
+            callback_allow: match text("RELAY_CALLBACK_ALLOW") {
+                None => Default::default(),
+                Some(v) => crate::callbacks::AllowList::parse(&v)
+                    .map_err(|why| ConfigError::Invalid { name: "RELAY_CALLBACK_ALLOW", value: v, why })?,
+            },
         })
     }
 

@@ -5,6 +5,7 @@ pub mod api;
 pub mod bench;
 pub mod callbacks;
 pub mod catalogue;
+pub mod client;
 pub mod config;
 pub mod credentials;
 pub mod exceptions;

@@ -86,7 +86,15 @@ pub struct JobPage {
     pub jobs: Vec<Job>,
     /// Pass back as `cursor`; null on the last page.
     pub next_cursor: Option<String>,
+    /// Pass back later as `updated_since` to get every job changed after this page (always
+    /// present). It stays `SETTLE_SECONDS` behind the clock, so a change whose transaction
+    /// began earlier but committed later is not skipped: some jobs come again (same
+    /// `updated_at`), none is missed.
+    pub resume_cursor: String,
 }
+
+/// How far the resume cursor stays behind the present (longer than any write transaction).
+pub const SETTLE_SECONDS: i64 = 15;
 
 /// The catalogue.
 #[derive(Debug, Serialize, ToSchema)]
@@ -206,6 +214,9 @@ pub async fn submit(
 ) -> Result<Response, ApiError> {
     let new = req.into_new_job(&key, &state.catalogue, Utc::now())?;
     crate::telemetry::record_job(&new.correlation_id, new.id);
+    if new.callback_url.is_some() {
+        require_signing_secret(&state, tenant.id).await?;
+    }
     let hash = new.request_hash.clone();
     let mut inserted = state.intake.enqueue(tenant.id, vec![new]).await?;
     let (status, job) = answer(inserted.remove(0), &hash)?;
@@ -247,6 +258,9 @@ pub async fn submit_batch(
     let now = Utc::now();
     let parsed: Vec<Result<NewJob, ApiError>> =
         req.jobs.into_iter().enumerate().map(|(i, item)| parse_item(i, item, &state.catalogue, now)).collect();
+    if parsed.iter().any(|p| p.as_ref().is_ok_and(|n| n.callback_url.is_some())) {
+        require_signing_secret(&state, tenant.id).await?;
+    }
     let valid: Vec<NewJob> = parsed.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
     let mut inserted = state.intake.enqueue(tenant.id, valid).await?.into_iter();
     let results: Vec<BatchItemResult> = parsed
@@ -288,6 +302,19 @@ fn parse_item(index: usize, item: Value, catalogue: &Catalogue, now: DateTime<Ut
         at(ApiError::unprocessable("invalid_field", format!("{field}: {}", e.inner())).with("field", field))
     })?;
     req.into_new_job(&key, catalogue, now).map_err(at)
+}
+
+/// A job's own `callback_url` is signed with its tenant's secret, which must exist.
+async fn require_signing_secret(state: &AppState, tenant_id: uuid::Uuid) -> Result<(), ApiError> {
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    if crate::store::callbacks::get(&db, tenant_id).await?.is_none() {
+        return Err(ApiError::unprocessable(
+            "callbacks_not_configured",
+            "callback_url needs the tenant's signing secret: PUT /v1/callbacks first",
+        )
+        .with("field", "callback_url"));
+    }
+    Ok(())
 }
 
 fn parse_id(id: &str) -> Result<Uuid, ApiError> {
@@ -392,21 +419,25 @@ pub async fn list(
             bad("status", format!("status must be one of {}", JobStatus::ALL.map(JobStatus::as_str).join(", ")))
         })?),
     };
-    let updated_since = match q.updated_since.as_deref() {
-        None => None,
-        Some(s) => Some(
-            DateTime::parse_from_rfc3339(s)
-                .map_err(|_| bad("updated_since", "updated_since must be an RFC 3339 time".into()))?
-                .with_timezone(&Utc),
-        ),
-    };
+    // `updated_since`: an RFC 3339 time, or a cursor this API issued (`resume_cursor`).
+    let (mut updated_since, mut since_cursor) = (None, None);
+    if let Some(s) = q.updated_since.as_deref() {
+        match DateTime::parse_from_rfc3339(s) {
+            Ok(t) => updated_since = Some(t.with_timezone(&Utc)),
+            Err(_) => {
+                since_cursor = Some(decode_cursor(s).ok_or_else(|| {
+                    bad("updated_since", "updated_since must be an RFC 3339 time or a cursor this API issued".into())
+                })?)
+            }
+        }
+    }
     let limit = match q.limit.as_deref() {
         None => 100,
         Some(s) => s.parse::<i64>().ok().filter(|l| (1..=500).contains(l))
             .ok_or_else(|| bad("limit", "limit must be 1 to 500".into()))?,
     };
     let after = match q.cursor.as_deref() {
-        None => None,
+        None => since_cursor,
         Some(c) => Some(decode_cursor(c).ok_or_else(|| bad("cursor", "cursor is not one this API issued".into()))?),
     };
     for (field, v) in [("task_type", &q.task_type), ("correlation_id", &q.correlation_id)] {
@@ -422,7 +453,13 @@ pub async fn list(
     let mut page = jobs::list(&db, tenant.id, &filter).await?;
     annotate(&db, &mut page).await?;
     let next_cursor = (page.len() as i64 == limit).then(|| page.last().map(|j| encode_cursor(j.updated_at, j.id))).flatten();
-    Ok(Json(json!({ "jobs": page, "next_cursor": next_cursor })))
+    let settled = (Utc::now() - chrono::Duration::seconds(SETTLE_SECONDS), Uuid::nil());
+    let reached = page.last().map(|j| (j.updated_at, j.id)).or(after).or(updated_since.map(|t| (t, Uuid::nil())));
+    let (at, id) = match reached {
+        Some(r) if r < settled => r,
+        _ => settled,
+    };
+    Ok(Json(json!({ "jobs": page, "next_cursor": next_cursor, "resume_cursor": encode_cursor(at, id) })))
 }
 
 fn encode_cursor(at: DateTime<Utc>, id: Uuid) -> String {

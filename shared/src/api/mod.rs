@@ -2,6 +2,7 @@
 //! (through lambda_http) and by tests (through `tower::ServiceExt::oneshot`).
 
 pub mod admin;
+pub mod callbacks;
 pub mod error;
 pub mod extract;
 pub mod jobs;
@@ -50,6 +51,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{id}/events", get(jobs::events))
         .route("/v1/jobs/{id}/sessions", get(jobs::sessions))
         .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
+        .route("/v1/jobs/{id}/callbacks", get(callbacks::attempts))
+        .route("/v1/callbacks", get(callbacks::get).put(callbacks::put).delete(callbacks::delete))
+        .route("/v1/callbacks/rotate", post(callbacks::rotate))
         .route("/v1/tasks", get(jobs::tasks))
         .route("/v1/admin/exceptions", get(admin::list_exceptions))
         .route("/v1/admin/exceptions:bulk", post(admin::bulk))
@@ -82,7 +86,13 @@ pub fn router(state: AppState) -> Router {
 async fn in_span(req: Request, next: Next) -> Response {
     use tracing::Instrument;
     let span = crate::telemetry::request_span(req.method().as_str(), req.uri().path());
-    next.run(req).instrument(span).await
+    async move {
+        let res = next.run(req).await;
+        tracing::debug!(event = "relay.api.answered", status = res.status().as_u16(), "request answered");
+        res
+    }
+    .instrument(span)
+    .await
 }
 
 /// Answer 503 with a JSON error rather than hang when a request cannot finish in time.
