@@ -17,3 +17,5 @@ mod status;
 mod console;
 mod email;
 mod cli;
+mod flow;
+mod callbacks;

@@ -117,6 +117,7 @@ async fn cancel_cancels_the_job_and_its_pending_children() {
         id: Uuid::now_v7(), task_type: "noop".into(), params: json!({}), correlation_id: "c".into(),
         idempotency_key: "child".into(), request_hash: vec![0; 32], parent_id: Some(job),
         run_at: chrono::Utc::now() + chrono::Duration::hours(1), max_attempts: 1, timeout_seconds: 10,
+        ..NewJob::default()
     };
     jobs::insert_many(&w.db().await, w.tenant.id, std::slice::from_ref(&child)).await.unwrap();
     let (s, out) = op_call(&w, &key, Method::POST, &format!("/v1/admin/exceptions/{exc}/cancel"), Some(json!({"reason": "obsolete"}))).await;

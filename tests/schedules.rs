@@ -179,6 +179,7 @@ fn old_job(key: &str, days: i64, parent: Option<Uuid>) -> NewJob {
         id: Uuid::new_v7(ts), task_type: "noop".into(), params: json!({}), correlation_id: key.into(),
         idempotency_key: key.into(), request_hash: vec![0; 32], parent_id: parent, run_at: at,
         max_attempts: 1, timeout_seconds: 10,
+        ..NewJob::default()
     }
 }
 

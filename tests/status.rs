@@ -24,6 +24,7 @@ pub fn job(key: &str, task_type: &str, parent: Option<Uuid>) -> NewJob {
         run_at: Utc::now() - Duration::seconds(30),
         max_attempts: 1,
         timeout_seconds: 60,
+        ..NewJob::default()
     }
 }
 
@@ -120,9 +121,9 @@ async fn status_queries_count_live_work_failures_runs_and_children() {
     assert_eq!(shape, [("running", "busy"), ("waiting", "parent"), ("succeeded", "top")]);
     assert!(runs.iter().all(|r| r.tenant == "acme"));
 
-    let counts = status::child_counts(&db, &[pid, Uuid::now_v7()]).await.unwrap();
+    let counts = taskdeck::store::progress::child_counts(&db, &[pid, Uuid::now_v7()]).await.unwrap();
     assert_eq!(counts.len(), 1);
-    assert_eq!(counts[&pid], status::ChildCounts { total: 3, terminal: 2, failed: 1 });
+    assert_eq!(counts[&pid], taskdeck::progress::ChildCounts { total: 3, succeeded: 1, failed: 1, cancelled: 0 });
 }
 
 /// The JSON Schema checked into the repository.
@@ -147,7 +148,7 @@ async fn the_served_status_validates_against_its_schema_and_needs_a_status_key()
     let (s, doc) = w.call_as(&key, Method::GET, "/v1/status", None, None).await;
     assert_eq!(s, StatusCode::OK, "{doc}");
     assert_valid(&doc);
-    assert_eq!((doc["contract"].as_str(), doc["version"].as_str()), (Some("relay.status/v1"), Some("1.0")));
+    assert_eq!((doc["contract"].as_str(), doc["version"].as_str()), (Some("relay.status/v1"), Some("1.1")));
     assert_eq!(doc["project"], "relay");
     assert_eq!(doc["workers"][0]["kind"], "worker");
     let schedules = doc["schedules"].as_array().unwrap();
@@ -160,11 +161,13 @@ async fn the_served_status_validates_against_its_schema_and_needs_a_status_key()
     let noop = doc["queues"].as_array().unwrap().iter().find(|q| q["name"] == "noop").unwrap();
     assert_eq!(noop["depth"], 0, "every catalogue task has a queue");
     let parent = doc["recent_runs"].as_array().unwrap().iter().find(|r| r["id"] == pid.to_string()).unwrap();
-    assert_eq!(parent["progress"], json!({"kind": "children", "done": 2, "total": 3, "failed": 1, "fraction": 2.0 / 3.0}));
+    assert_eq!(parent["progress"], json!({"kind": "count", "total": 3, "succeeded": 1, "failed": 1, "cancelled": 0,
+        "pending": 1, "done": 2, "fraction": 2.0 / 3.0}));
     assert_eq!(parent["status"], "waiting");
     assert!(parent.get("params").is_none() && parent.get("result").is_none(), "client data stays out");
     let busy = doc["recent_runs"].as_array().unwrap().iter().find(|r| r["status"] == "running").unwrap();
     assert_eq!(busy["progress"]["kind"], "elapsed");
+    assert_eq!((busy["progress"]["runs_in_baseline"].as_i64(), busy["progress"]["stuck"].as_bool()), (Some(0), Some(false)));
     assert_eq!(doc["activity"]["runs"].as_array().unwrap().len(), 12);
 
     // The same document parses with the console's reader.

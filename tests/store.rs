@@ -23,6 +23,7 @@ fn new_job(key: &str) -> NewJob {
         run_at: Utc::now(),
         max_attempts: 3,
         timeout_seconds: 60,
+        ..NewJob::default()
     }
 }
 

@@ -82,6 +82,7 @@ fn alert_job(cfg: &AlertConfig, e: &Unalerted) -> NewJob {
         run_at: Utc::now(),
         max_attempts: 10,
         timeout_seconds: 60,
+        ..NewJob::default()
     }
 }
 

@@ -40,6 +40,9 @@ pub struct LambdaConfig {
     pub task_roles: TaskRoles,
     /// Alert emails for new exceptions (`RELAY_ALERT_TO`, `RELAY_ALERT_FROM`); the sweeper sends them.
     pub alerts: Option<crate::alerts::AlertConfig>,
+    /// `RELAY_CALLBACK_ALLOW`: CIDRs and host names callbacks may reach although the address
+    /// guard refuses them (empty: none).
+    pub callback_allow: crate::callbacks::AllowList,
 }
 
 impl LambdaConfig {
@@ -87,6 +90,11 @@ impl LambdaConfig {
             db_wait: Duration::from_secs(number("RELAY_DB_WAIT_SECONDS", 5, 1..=60)?),
             task_roles: TaskRoles::from_lookup(&get)?,
             alerts: crate::alerts::AlertConfig::from_lookup(&get)?,
+            callback_allow: match text("RELAY_CALLBACK_ALLOW") {
+                None => Default::default(),
+                Some(v) => crate::callbacks::AllowList::parse(&v)
+                    .map_err(|why| ConfigError::Invalid { name: "RELAY_CALLBACK_ALLOW", value: v, why })?,
+            },
         })
     }
 

@@ -70,6 +70,8 @@ pub struct ClaimedJob {
     pub attempt: i32,
     pub max_attempts: i32,
     pub timeout_seconds: i32,
+    /// Its concurrency key, if any: finishing frees a slot of that key.
+    pub concurrency_key: Option<String>,
 }
 
 impl ClaimedJob {
@@ -91,6 +93,10 @@ pub enum TaskError {
     /// Worth another attempt (a timeout before the request left, throttling, a 5xx before send).
     #[error("retryable: {0}")]
     Retryable(String),
+    /// Worth another attempt, but not before this delay (the other side's `Retry-After`); the
+    /// retry policy's own backoff applies when it is longer.
+    #[error("retryable after {1:?}: {0}")]
+    RetryAfter(String, std::time::Duration),
     /// Will never succeed (bad parameters, a definite rejection).
     #[error("fatal: {0}")]
     Fatal(String),

@@ -33,6 +33,8 @@ pub struct Settings {
     pub pool: PoolOptions,
     /// The project name the status contract reports (`RELAY_PROJECT`, default `relay`).
     pub project: String,
+    /// Addresses callbacks may reach although the guard refuses them (`RELAY_CALLBACK_ALLOW`).
+    pub callback_allow: crate::callbacks::AllowList,
 }
 
 impl Default for Settings {
@@ -45,6 +47,7 @@ impl Default for Settings {
             intake_writers: 4,
             pool: PoolOptions::default(),
             project: "relay".into(),
+            callback_allow: Default::default(),
         }
     }
 }
@@ -68,7 +71,8 @@ impl Platform {
         let pool = store::pool(database_url, &settings.pool)?;
         let transport: Arc<dyn Transport> = Arc::new(PgTransport::new(pool.clone()));
         Ok(Self {
-            catalogue: Catalogue::standard(settings.test_tasks),
+            catalogue: Catalogue::standard(settings.test_tasks)
+                .with(crate::catalogue::callbacks::Deliver { allow: settings.callback_allow.clone() }),
             intake: Intake::start(pool.clone(), transport.clone(), settings.intake_writers),
             pool,
             transport,

@@ -24,6 +24,11 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// Callback deliveries: 1 min doubling to 12 h, jitter up to a quarter. With
+    /// `store::callbacks::MAX_ATTEMPTS` (16) the 15 waits add up to 2.8–3.2 days.
+    pub const CALLBACKS: RetryPolicy =
+        RetryPolicy { base: Duration::from_secs(60), max: Duration::from_secs(12 * 3600), jitter: 0.25 };
+
     /// The delay before the attempt after `attempt` (1-based: the attempt that just failed).
     pub fn backoff(&self, attempt: i32) -> Duration {
         let exp = u32::try_from(attempt.saturating_sub(1)).unwrap_or(0).min(31);
@@ -38,7 +43,14 @@ impl RetryPolicy {
 
     /// When the next attempt is due, counted from `now`.
     pub fn next_run_at(&self, now: DateTime<Utc>, attempt: i32) -> DateTime<Utc> {
+        self.next_run_at_after(now, attempt, None)
+    }
+
+    /// The same, but never before a delay the other side asked for (`Retry-After`), itself
+    /// capped at `max`.
+    pub fn next_run_at_after(&self, now: DateTime<Utc>, attempt: i32, asked: Option<Duration>) -> DateTime<Utc> {
         let delay = self.jittered(self.backoff(attempt), &mut rand::rng());
+        let delay = delay.max(asked.unwrap_or(Duration::ZERO).min(self.max));
         now + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX)
     }
 }
@@ -64,6 +76,24 @@ mod tests {
             let d = p.jittered(Duration::from_secs(10), &mut rng);
             assert!(d <= Duration::from_secs(10) && d >= Duration::from_secs(5), "{d:?}");
         }
+    }
+
+    #[test]
+    fn callback_retries_spread_over_about_three_days() {
+        let p = RetryPolicy::CALLBACKS;
+        let total: Duration = (1..16).map(|a| p.backoff(a)).sum();
+        assert!(total.as_secs() > 3 * 86_400 && total.as_secs() < 4 * 86_400, "{total:?}");
+        // Jitter removes at most a quarter: at least 2.4 days.
+        assert!(total.mul_f64(0.75).as_secs() > 2 * 86_400);
+    }
+
+    #[test]
+    fn a_retry_after_is_honoured_up_to_the_cap() {
+        let p = RetryPolicy { base: Duration::from_secs(2), max: Duration::from_secs(60), jitter: 0.0 };
+        let now = Utc::now();
+        assert_eq!(p.next_run_at_after(now, 1, Some(Duration::from_secs(30))), now + chrono::Duration::seconds(30));
+        assert_eq!(p.next_run_at_after(now, 1, Some(Duration::from_secs(1))), now + chrono::Duration::seconds(2));
+        assert_eq!(p.next_run_at_after(now, 1, Some(Duration::from_secs(999))), now + chrono::Duration::seconds(60));
     }
 
     #[test]

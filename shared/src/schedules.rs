@@ -110,6 +110,7 @@ fn slot_job(s: &Schedule, slot: DateTime<Utc>, now: DateTime<Utc>) -> NewJob {
         run_at: now,
         max_attempts: crate::api::jobs::DEFAULT_MAX_ATTEMPTS,
         timeout_seconds: crate::api::jobs::DEFAULT_TIMEOUT_SECONDS,
+        ..NewJob::default()
     }
 }
 

@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 
 pub const CONTRACT: &str = "relay.status/v1";
 /// The version this code writes: major 1 is the contract's name; minors only add fields.
-pub const VERSION: &str = "1.0";
+/// 1.1 added the `count` progress (with `succeeded`, `cancelled`, `pending`) and the elapsed
+/// progress's baseline (`baseline_p50_s`, `baseline_p95_s`, `runs_in_baseline`, `stuck`).
+pub const VERSION: &str = "1.1";
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -93,12 +95,29 @@ pub struct Run {
     pub progress: Option<Progress>,
 }
 
-/// `children`: a fan-out's terminal children of all (`done`/`total`, `fraction`);
-/// `elapsed`: an opaque single unit running for `elapsed_s` (no fraction is claimed).
+/// The job resource's progress (`crate::progress`), flattened for lenient readers:
+/// `count` (1.1; a fan-out: `total`, `succeeded`, `failed`, `cancelled`, `pending`, and for 1.0
+/// readers `done` = terminal children and `fraction`); `children` (1.0 documents: `done`/`total`,
+/// `fraction`); `elapsed`: an opaque single unit running for `elapsed_s` (no fraction is
+/// claimed), with its task type's baseline and `stuck` (1.1).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Progress {
     pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub succeeded: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancelled: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline_p50_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline_p95_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs_in_baseline: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stuck: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub done: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -109,6 +128,37 @@ pub struct Progress {
     pub fraction: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub elapsed_s: Option<f64>,
+}
+
+impl From<&crate::progress::Progress> for Progress {
+    fn from(p: &crate::progress::Progress) -> Self {
+        use crate::progress::Progress as P;
+        match *p {
+            P::Count { total, succeeded, failed, cancelled, pending } => {
+                let done = total - pending;
+                Progress {
+                    kind: "count".into(),
+                    total: Some(total),
+                    succeeded: Some(succeeded),
+                    failed: Some(failed),
+                    cancelled: Some(cancelled),
+                    pending: Some(pending),
+                    done: Some(done),
+                    fraction: Some(if total == 0 { 0.0 } else { done as f64 / total as f64 }),
+                    ..Progress::default()
+                }
+            }
+            P::Elapsed { elapsed_s, baseline_p50_s, baseline_p95_s, runs_in_baseline, stuck } => Progress {
+                kind: "elapsed".into(),
+                elapsed_s: Some(elapsed_s),
+                baseline_p50_s,
+                baseline_p95_s,
+                runs_in_baseline: Some(runs_in_baseline),
+                stuck: Some(stuck),
+                ..Progress::default()
+            },
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

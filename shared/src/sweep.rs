@@ -48,6 +48,8 @@ pub struct SweepReport {
     pub schedules_fired: usize,
     /// Alert emails queued for new exceptions.
     pub alerts_queued: usize,
+    /// Waiting fan-out parents finished because every child had.
+    pub parents_finished: usize,
 }
 
 #[derive(Clone)]
@@ -93,7 +95,10 @@ impl Sweeper {
         for _ in 0..self.config.max_batches {
             let lost = {
                 let db = self.pool.get().await?;
-                jobs::take_lost_dispatches(&db, self.config.redispatch_grace.as_secs_f64(), self.config.batch).await?
+                let grace = self.config.redispatch_grace.as_secs_f64();
+                let mut lost = jobs::take_lost_dispatches(&db, grace, self.config.batch).await?;
+                lost.extend(jobs::take_lost_keyed(&db, grace, self.config.batch).await?);
+                lost
             };
             report.redispatched += lost.len();
             transport::send(&self.transport, &self.pool, &lost).await;
@@ -101,6 +106,15 @@ impl Sweeper {
                 break;
             }
         }
+        for _ in 0..self.config.max_batches {
+            let (n, callbacks) = jobs::finish_parents(&self.pool.get().await?, self.config.batch).await?;
+            report.parents_finished += n;
+            transport::send(&self.transport, &self.pool, &callbacks).await;
+            if n < usize::try_from(self.config.batch).unwrap_or(usize::MAX) {
+                break;
+            }
+        }
+        crate::store::progress::refresh_baselines(&self.pool.get().await?).await?;
         report.schedules_fired = crate::schedules::fire_due(&self.pool, &self.intake, chrono::Utc::now()).await?.fired;
         if let Some(alerts) = &self.config.alerts {
             report.alerts_queued = crate::alerts::queue_due(&self.pool, &self.intake, alerts).await?;
@@ -145,7 +159,9 @@ impl Sweeper {
                 "job failed for good; exception opened");
         }
         let now = chrono::Utc::now();
-        Ok((back.into_iter().map(|(id, _)| Dispatch { id, run_at: now }).collect(), fail.len()))
+        let mut send: Vec<Dispatch> = back.into_iter().map(|(id, _)| Dispatch { id, run_at: now }).collect();
+        send.extend(failed.callbacks);
+        Ok((send, fail.len()))
     }
 
     /// Sweep every `interval` until `stop` turns true, recording liveness before each pass.

@@ -18,7 +18,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{Caller, IdempotencyKey, JsonBody, check_key};
 use crate::catalogue::Catalogue;
 use crate::job::JobStatus;
-use crate::store::jobs::{self, Inserted, Job, JobFilter, NewJob};
+use crate::store::jobs::{self, Concurrency, Inserted, Job, JobFilter, NewJob};
 use crate::store::{StoreError, attempt_sessions};
 
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
@@ -50,6 +50,16 @@ pub struct JobRequest {
     /// Per-attempt time limit, 1 to 86400 seconds; default 300.
     #[serde(default)]
     pub timeout_seconds: Option<i32>,
+    /// No more than `concurrency_limit` jobs with this key (1 to 200 characters) run at once;
+    /// jobs with other keys or none are not held back. Give both or neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_key: Option<String>,
+    /// 1 to 10000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_limit: Option<i32>,
+    /// Where this job's callbacks go (http or https), instead of the tenant's callback URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
 }
 
 /// `{"results": [...]}`, one per submitted item, in order.
@@ -76,7 +86,15 @@ pub struct JobPage {
     pub jobs: Vec<Job>,
     /// Pass back as `cursor`; null on the last page.
     pub next_cursor: Option<String>,
+    /// Pass back later as `updated_since` to get every job changed after this page (always
+    /// present). It stays `SETTLE_SECONDS` behind the clock, so a change whose transaction
+    /// began earlier but committed later is not skipped: some jobs come again (same
+    /// `updated_at`), none is missed.
+    pub resume_cursor: String,
 }
+
+/// How far the resume cursor stays behind the present (longer than any write transaction).
+pub const SETTLE_SECONDS: i64 = 15;
 
 /// The catalogue.
 #[derive(Debug, Serialize, ToSchema)]
@@ -128,8 +146,25 @@ impl JobRequest {
         if !(1..=86_400).contains(&timeout_seconds) {
             return Err(invalid("timeout_seconds", "between 1 and 86400"));
         }
+        let concurrency = match (self.concurrency_key.clone(), self.concurrency_limit) {
+            (None, None) => None,
+            (Some(k), Some(l)) => {
+                if k.is_empty() || k.len() > 200 || k.chars().any(char::is_control) {
+                    return Err(invalid("concurrency_key", "1 to 200 characters, no control characters"));
+                }
+                if !(1..=10_000).contains(&l) {
+                    return Err(invalid("concurrency_limit", "between 1 and 10000"));
+                }
+                Some(Concurrency { key: k, limit: l })
+            }
+            (Some(_), None) => return Err(invalid("concurrency_limit", "a concurrency_key needs a concurrency_limit")),
+            (None, Some(_)) => return Err(invalid("concurrency_key", "a concurrency_limit needs a concurrency_key")),
+        };
+        if let Some(url) = &self.callback_url {
+            crate::callbacks::check_url(url).map_err(|why| invalid("callback_url", &why))?;
+        }
         // The request as the client sent it (no minted id, no computed time) is what a replay
-        // must match.
+        // must match. Fields added later are left out when absent, so old hashes still match.
         let request_hash = Sha256::digest(serde_json::to_vec(&self).unwrap_or_default()).to_vec();
         let id = Uuid::now_v7();
         Ok(NewJob {
@@ -143,6 +178,8 @@ impl JobRequest {
             run_at,
             max_attempts,
             timeout_seconds,
+            concurrency,
+            callback_url: self.callback_url,
         })
     }
 }
@@ -176,6 +213,10 @@ pub async fn submit(
     JsonBody(req): JsonBody<JobRequest>,
 ) -> Result<Response, ApiError> {
     let new = req.into_new_job(&key, &state.catalogue, Utc::now())?;
+    crate::telemetry::record_job(&new.correlation_id, new.id);
+    if new.callback_url.is_some() {
+        require_signing_secret(&state, tenant.id).await?;
+    }
     let hash = new.request_hash.clone();
     let mut inserted = state.intake.enqueue(tenant.id, vec![new]).await?;
     let (status, job) = answer(inserted.remove(0), &hash)?;
@@ -217,6 +258,9 @@ pub async fn submit_batch(
     let now = Utc::now();
     let parsed: Vec<Result<NewJob, ApiError>> =
         req.jobs.into_iter().enumerate().map(|(i, item)| parse_item(i, item, &state.catalogue, now)).collect();
+    if parsed.iter().any(|p| p.as_ref().is_ok_and(|n| n.callback_url.is_some())) {
+        require_signing_secret(&state, tenant.id).await?;
+    }
     let valid: Vec<NewJob> = parsed.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
     let mut inserted = state.intake.enqueue(tenant.id, valid).await?.into_iter();
     let results: Vec<BatchItemResult> = parsed
@@ -260,6 +304,19 @@ fn parse_item(index: usize, item: Value, catalogue: &Catalogue, now: DateTime<Ut
     req.into_new_job(&key, catalogue, now).map_err(at)
 }
 
+/// A job's own `callback_url` is signed with its tenant's secret, which must exist.
+async fn require_signing_secret(state: &AppState, tenant_id: uuid::Uuid) -> Result<(), ApiError> {
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    if crate::store::callbacks::get(&db, tenant_id).await?.is_none() {
+        return Err(ApiError::unprocessable(
+            "callbacks_not_configured",
+            "callback_url needs the tenant's signing secret: PUT /v1/callbacks first",
+        )
+        .with("field", "callback_url"));
+    }
+    Ok(())
+}
+
 fn parse_id(id: &str) -> Result<Uuid, ApiError> {
     // A malformed id names no job: the same answer as any other missing job.
     Uuid::parse_str(id).map_err(|_| ApiError::not_found())
@@ -272,12 +329,21 @@ fn parse_id(id: &str) -> Result<Uuid, ApiError> {
 pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    owned(&db, tenant.id, id).await.map(Json)
+    let mut job = owned(&db, tenant.id, id).await?;
+    annotate(&db, std::slice::from_mut(&mut job)).await?;
+    Ok(Json(job))
 }
 
 /// The caller's job, or 404: another tenant's job answers exactly like a missing one.
 async fn owned(db: &deadpool_postgres::Client, tenant_id: uuid::Uuid, id: Uuid) -> Result<Job, ApiError> {
-    jobs::get(db, tenant_id, id).await?.ok_or_else(ApiError::not_found)
+    let job = jobs::get(db, tenant_id, id).await?.ok_or_else(ApiError::not_found)?;
+    crate::telemetry::record_job(&job.correlation_id, job.id);
+    Ok(job)
+}
+
+/// Fill in progress and waiting reasons, as of now.
+async fn annotate(db: &deadpool_postgres::Client, jobs: &mut [Job]) -> Result<(), ApiError> {
+    Ok(crate::store::progress::annotate(db, jobs, Utc::now()).await?)
 }
 
 /// `GET /v1/jobs/{id}/events`
@@ -311,7 +377,8 @@ pub async fn cancel(State(state): State<AppState>, Caller(tenant): Caller, Path(
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let cancelled = jobs::cancel(&db, tenant.id, id).await?;
-    let job = owned(&db, tenant.id, id).await?;
+    let mut job = owned(&db, tenant.id, id).await?;
+    annotate(&db, std::slice::from_mut(&mut job)).await?;
     if !cancelled && job.status != JobStatus::Cancelled {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -352,21 +419,25 @@ pub async fn list(
             bad("status", format!("status must be one of {}", JobStatus::ALL.map(JobStatus::as_str).join(", ")))
         })?),
     };
-    let updated_since = match q.updated_since.as_deref() {
-        None => None,
-        Some(s) => Some(
-            DateTime::parse_from_rfc3339(s)
-                .map_err(|_| bad("updated_since", "updated_since must be an RFC 3339 time".into()))?
-                .with_timezone(&Utc),
-        ),
-    };
+    // `updated_since`: an RFC 3339 time, or a cursor this API issued (`resume_cursor`).
+    let (mut updated_since, mut since_cursor) = (None, None);
+    if let Some(s) = q.updated_since.as_deref() {
+        match DateTime::parse_from_rfc3339(s) {
+            Ok(t) => updated_since = Some(t.with_timezone(&Utc)),
+            Err(_) => {
+                since_cursor = Some(decode_cursor(s).ok_or_else(|| {
+                    bad("updated_since", "updated_since must be an RFC 3339 time or a cursor this API issued".into())
+                })?)
+            }
+        }
+    }
     let limit = match q.limit.as_deref() {
         None => 100,
         Some(s) => s.parse::<i64>().ok().filter(|l| (1..=500).contains(l))
             .ok_or_else(|| bad("limit", "limit must be 1 to 500".into()))?,
     };
     let after = match q.cursor.as_deref() {
-        None => None,
+        None => since_cursor,
         Some(c) => Some(decode_cursor(c).ok_or_else(|| bad("cursor", "cursor is not one this API issued".into()))?),
     };
     for (field, v) in [("task_type", &q.task_type), ("correlation_id", &q.correlation_id)] {
@@ -374,11 +445,21 @@ pub async fn list(
             return Err(bad(field, format!("{field} contains a NUL character")));
         }
     }
+    if let Some(c) = &q.correlation_id {
+        crate::telemetry::record_correlation(c);
+    }
     let filter = JobFilter { status, task_type: q.task_type, correlation_id: q.correlation_id, updated_since, after, limit };
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    let page = jobs::list(&db, tenant.id, &filter).await?;
+    let mut page = jobs::list(&db, tenant.id, &filter).await?;
+    annotate(&db, &mut page).await?;
     let next_cursor = (page.len() as i64 == limit).then(|| page.last().map(|j| encode_cursor(j.updated_at, j.id))).flatten();
-    Ok(Json(json!({ "jobs": page, "next_cursor": next_cursor })))
+    let settled = (Utc::now() - chrono::Duration::seconds(SETTLE_SECONDS), Uuid::nil());
+    let reached = page.last().map(|j| (j.updated_at, j.id)).or(after).or(updated_since.map(|t| (t, Uuid::nil())));
+    let (at, id) = match reached {
+        Some(r) if r < settled => r,
+        _ => settled,
+    };
+    Ok(Json(json!({ "jobs": page, "next_cursor": next_cursor, "resume_cursor": encode_cursor(at, id) })))
 }
 
 fn encode_cursor(at: DateTime<Utc>, id: Uuid) -> String {
@@ -417,6 +498,7 @@ mod tests {
         let req = |delay| JobRequest {
             task_type: "noop".into(), params: json!({}), correlation_id: None, run_at: None,
             delay_seconds: delay, max_attempts: None, timeout_seconds: None,
+            concurrency_key: None, concurrency_limit: None, callback_url: None,
         };
         let a = req(None).into_new_job("k", &cat, now).unwrap();
         let b = req(None).into_new_job("k", &cat, now + chrono::Duration::seconds(5)).unwrap();

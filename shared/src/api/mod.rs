@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod email;
+pub mod callbacks;
 pub mod error;
 pub mod extract;
 pub mod jobs;
@@ -51,6 +52,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{id}/events", get(jobs::events))
         .route("/v1/jobs/{id}/sessions", get(jobs::sessions))
         .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
+        .route("/v1/jobs/{id}/callbacks", get(callbacks::attempts))
+        .route("/v1/callbacks", get(callbacks::get).put(callbacks::put).delete(callbacks::delete))
+        .route("/v1/callbacks/rotate", post(callbacks::rotate))
         .route("/v1/tasks", get(jobs::tasks))
         .route("/v1/messages", get(email::list_messages))
         .route("/v1/messages/{id}", get(email::get_message))
@@ -78,11 +82,25 @@ pub fn router(state: AppState) -> Router {
         })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn(time_limit))
+        .layer(middleware::from_fn(in_span))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             tracing::error!(event = "relay.api.panic", "handler panicked");
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error").into_response()
         }))
         .with_state(state)
+}
+
+/// Run each request inside its span (`telemetry::request_span`).
+async fn in_span(req: Request, next: Next) -> Response {
+    use tracing::Instrument;
+    let span = crate::telemetry::request_span(req.method().as_str(), req.uri().path());
+    async move {
+        let res = next.run(req).await;
+        tracing::debug!(event = "relay.api.answered", status = res.status().as_u16(), "request answered");
+        res
+    }
+    .instrument(span)
+    .await
 }
 
 /// Answer 503 with a JSON error rather than hang when a request cannot finish in time.

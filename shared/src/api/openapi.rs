@@ -6,7 +6,7 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, email, jobs, schedules, status};
+use super::{admin, callbacks, email, jobs, schedules, status};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -25,12 +25,14 @@ use super::{admin, email, jobs, schedules, status};
         admin::list_exceptions, admin::show_exception, admin::retry, admin::cancel, admin::finish,
         admin::ignore, admin::bulk, admin::get_modes, admin::set_mode,
         schedules::list, schedules::create, schedules::get, schedules::update, schedules::delete,
+        callbacks::get, callbacks::put, callbacks::rotate, callbacks::delete, callbacks::attempts,
         status::status, healthz, openapi_json,
     ),
     modifiers(&Keys),
     tags(
         (name = "jobs", description = "Submit and follow jobs (tenant key)"),
         (name = "email", description = "Messages and their events, suppressions, templates (tenant key)"),
+        (name = "callbacks", description = "Signed callbacks: settings, rotation, delivery attempts (tenant key)"),
         (name = "operations", description = "Exceptions, modes and schedules (operator key)"),
         (name = "meta", description = "Health and this document"),
     )

@@ -1,7 +1,7 @@
 //! `GET /v1/status`: the status contract `relay.status/v1` (types in `crate::status`, schema in
 //! `shared/schemas/status-v1.json`), for holders of a read-only status key.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::State;
@@ -10,9 +10,8 @@ use chrono::{DateTime, Utc};
 use super::AppState;
 use super::error::ApiError;
 use super::extract::StatusReader;
-use crate::job::JobStatus;
 use crate::status::{self, Activity, Failures, Progress, Queue, Run, Schedule, StatusDoc, Worker};
-use crate::store::status::{self as queries, ChildCounts, RunRow};
+use crate::store::status::{self as queries, RunRow};
 use crate::store::{StoreError, exceptions, schedules, workers};
 
 /// Workers seen within this window are listed.
@@ -36,9 +35,12 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
     let now = Utc::now();
     let seen = workers::seen_since(&db, now - chrono::Duration::hours(WORKERS_WINDOW_HOURS), MAX_WORKERS).await?;
     let live = queries::queues(&db).await?;
-    let runs = queries::recent_runs(&db, RUNS_PER_PART).await?;
-    let parents: Vec<uuid::Uuid> = runs.iter().map(|r| r.job.id).collect();
-    let children = queries::child_counts(&db, &parents).await?;
+    let mut runs = queries::recent_runs(&db, RUNS_PER_PART).await?;
+    let mut jobs: Vec<_> = runs.iter().map(|r| r.job.clone()).collect();
+    crate::store::progress::annotate(&db, &mut jobs, now).await?;
+    for (r, j) in runs.iter_mut().zip(jobs) {
+        r.job = j;
+    }
     let (last_hour, last_24h) = queries::failure_counts(&db).await?;
     let open_exceptions = exceptions::count_open(&db).await?;
     let activity = queries::activity(&db, ACTIVITY_BUCKETS, ACTIVITY_BUCKET_SECS, ACTIVITY_CAP).await?;
@@ -94,7 +96,7 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
                 next_run_at: s.enabled.then_some(s.next_run_at),
             })
             .collect(),
-        recent_runs: runs.into_iter().map(|r| run(r, &children, now)).collect(),
+        recent_runs: runs.into_iter().map(run).collect(),
         failures: Failures { last_hour, last_24h, open_exceptions },
         activity: Some(Activity {
             bucket_s: activity.bucket_secs,
@@ -109,24 +111,10 @@ fn age_secs(now: DateTime<Utc>, at: DateTime<Utc>) -> f64 {
     ((now - at).num_milliseconds().max(0) as f64) / 1000.0
 }
 
-/// A job as a run, with its progress: children counted when it has any, elapsed time while an
-/// opaque single unit runs.
-pub fn run(r: RunRow, children: &HashMap<uuid::Uuid, ChildCounts>, now: DateTime<Utc>) -> Run {
+/// A job as a run, with the progress of the job resource (annotated by the caller).
+pub fn run(r: RunRow) -> Run {
     let j = r.job;
-    let progress = match (children.get(&j.id), j.status, j.started_at) {
-        (Some(c), _, _) => Some(Progress {
-            kind: "children".into(),
-            done: Some(c.terminal),
-            total: Some(c.total),
-            failed: Some(c.failed),
-            fraction: Some(if c.total == 0 { 0.0 } else { c.terminal as f64 / c.total as f64 }),
-            elapsed_s: None,
-        }),
-        (None, JobStatus::Running, Some(started)) => {
-            Some(Progress { kind: "elapsed".into(), elapsed_s: Some(age_secs(now, started)), ..Progress::default() })
-        }
-        _ => None,
-    };
+    let progress = j.progress.as_ref().map(Progress::from);
     Run {
         id: j.id.to_string(),
         task_type: j.task_type,

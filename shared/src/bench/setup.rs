@@ -67,6 +67,7 @@ impl Scratch {
                     run_at: now,
                     max_attempts: 3,
                     timeout_seconds: 60,
+                    ..NewJob::default()
                 })
                 .collect();
             made += chunk.len();

@@ -54,6 +54,10 @@ struct Run {
     /// Register the test-only tasks (`test.fail`, `test.effect`). Never in production.
     #[arg(long, env = "RELAY_TEST_TASKS")]
     test_tasks: bool,
+    /// CIDRs and host names callbacks may reach although the address guard refuses them
+    /// (comma-separated; e.g. `127.0.0.1/32` for a receiver on this machine).
+    #[arg(long, env = "RELAY_CALLBACK_ALLOW", value_parser = taskdeck::callbacks::AllowList::parse)]
+    callback_allow: Option<taskdeck::callbacks::AllowList>,
 }
 
 impl Run {
@@ -64,6 +68,7 @@ impl Run {
         s.executor.lease = Duration::from_secs(self.lease_seconds.max(3));
         s.sweep_interval = Duration::from_secs(self.sweep_interval_seconds.max(1));
         s.test_tasks = self.test_tasks;
+        s.callback_allow = self.callback_allow.clone().unwrap_or_default();
         s.pool.max_size = self.pool_size.unwrap_or(8 + 2 * self.workers).max(1);
         s.sweep.alerts = AlertConfig::from_lookup(|k| std::env::var(k).ok())?;
         Ok(s)

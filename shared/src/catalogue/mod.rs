@@ -6,6 +6,7 @@
 
 mod basic;
 pub mod email;
+pub mod callbacks;
 pub mod housekeeping;
 pub mod provider;
 mod testing;
@@ -22,6 +23,7 @@ use utoipa::{PartialSchema, ToSchema};
 
 use crate::credentials::JobAws;
 use crate::job::{JobId, TaskError, TenantId};
+use crate::retry::RetryPolicy;
 use crate::store::modes::Modes;
 
 /// What a task sees of the job it runs for, and the platform it runs on.
@@ -56,6 +58,9 @@ pub trait Task: Send + Sync + 'static {
     const DESCRIPTION: &'static str;
     /// Run by the platform (built-in schedules) only: clients cannot submit it, nor see it.
     const PLATFORM_ONLY: bool = false;
+    /// Its own schedule of retries, when the default one does not suit (still a `RetryPolicy`:
+    /// every backoff comes from `retry.rs`).
+    const RETRY: Option<RetryPolicy> = None;
 
     /// Checks serde cannot express (ranges, cross-field rules), as (field, message).
     fn check(_params: &Self::Params) -> Result<(), (String, String)> {
@@ -85,6 +90,7 @@ pub struct TaskInfo {
 trait ErasedTask: Send + Sync {
     fn info(&self) -> TaskInfo;
     fn platform_only(&self) -> bool;
+    fn retry(&self) -> Option<RetryPolicy>;
     fn check(&self, params: &Value) -> Result<(), ParamError>;
     fn run<'a>(&'a self, ctx: &'a TaskContext, params: Value) -> BoxFuture<'a, Result<Value, TaskError>>;
 }
@@ -112,6 +118,10 @@ impl<T: Task> ErasedTask for T {
 
     fn platform_only(&self) -> bool {
         T::PLATFORM_ONLY
+    }
+
+    fn retry(&self) -> Option<RetryPolicy> {
+        T::RETRY
     }
 
     fn check(&self, params: &Value) -> Result<(), ParamError> {
@@ -144,6 +154,7 @@ impl Catalogue {
         c.add(email::SendEmail);
         c.add(provider::ProviderEvent);
         c.add(housekeeping::Retention);
+        c.add(callbacks::Deliver::default());
         if with_test_tasks {
             c.add(testing::Fail);
             c.add(testing::Effect);
@@ -154,6 +165,17 @@ impl Catalogue {
 
     fn add<T: Task>(&mut self, task: T) {
         self.tasks.insert(T::NAME, Arc::new(task));
+    }
+
+    /// Replace (or add) a task, e.g. one configured at start-up.
+    pub fn with<T: Task>(mut self, task: T) -> Self {
+        self.add(task);
+        self
+    }
+
+    /// A task type's own retry schedule, if it has one.
+    pub fn retry_policy(&self, name: &str) -> Option<RetryPolicy> {
+        self.tasks.get(name).and_then(|t| t.retry())
     }
 
     /// Every task type, platform ones included.
@@ -202,7 +224,10 @@ mod tests {
 
     #[test]
     fn test_tasks_exist_only_when_asked_for() {
-        assert_eq!(Catalogue::standard(false).names(), ["email.send", "noop", "provider.event", "relay.retention", "sleep"]);
+        assert_eq!(
+            Catalogue::standard(false).names(),
+            ["callback.deliver", "email.send", "noop", "provider.event", "relay.retention", "sleep"]
+        );
         assert_eq!(Catalogue::standard(false).client_names(), ["email.send", "noop", "provider.event", "sleep"]);
         assert!(Catalogue::standard(true).contains("test.fail"));
     }

@@ -224,7 +224,7 @@ fn data(doc: &StatusDoc, at: DateTime<Utc>, now: DateTime<Utc>) -> DataView {
 
 fn run(r: &Run, now: DateTime<Utc>) -> RunView {
     let (percent, progress) = match &r.progress {
-        Some(p) if p.kind == "children" => {
+        Some(p) if p.kind == "count" || p.kind == "children" => {
             let (done, total) = (p.done.unwrap_or(0), p.total.unwrap_or(0));
             let pct = p.fraction.unwrap_or(if total > 0 { done as f64 / total as f64 } else { 0.0 });
             let failed = p.failed.filter(|f| *f > 0).map(|f| format!(", {f} failed")).unwrap_or_default();

@@ -12,6 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use futures::FutureExt;
+use tracing::Instrument;
 use serde_json::Value;
 
 use crate::catalogue::{Catalogue, TaskContext};
@@ -81,7 +82,15 @@ impl Executor {
     /// Claim these ids (if still claimable) and run them to an outcome. A duplicate or stale
     /// delivery claims nothing and runs nothing. Returns the report and how many ids ran.
     pub async fn run_dispatched(&self, ids: &[JobId]) -> Result<(RunReport, usize), StoreError> {
-        let claim = jobs::claim_ids(&self.pool.get().await?, ids, self.lease_secs()).await?;
+        let mut db = self.pool.get().await?;
+        let mut claim = jobs::claim_ids(&db, ids, self.lease_secs()).await?;
+        if claim.jobs.len() < ids.len() {
+            // Some ids were not claimable without a key: keyed jobs take the keyed path (a
+            // duplicate or stale delivery claims nothing there either).
+            let keyed = jobs::claim_keyed(&mut db, i64::try_from(ids.len()).unwrap_or(i64::MAX), self.lease_secs(), Some(ids)).await?;
+            claim.merge(keyed);
+        }
+        drop(db);
         let n = claim.jobs.len();
         let modes = Arc::new(claim.modes);
         let outcomes = futures::future::join_all(claim.jobs.into_iter().map(|job| {
@@ -108,14 +117,20 @@ impl Executor {
             aws: JobAws::new(self.credentials.clone(), job, self.pool.clone()),
         };
         let timeout = Duration::from_secs(u64::try_from(job.timeout_seconds).unwrap_or(1));
+        let span = crate::telemetry::job_span(job);
         let run = AssertUnwindSafe(self.catalogue.run(&job.task_type, &ctx, job.params.clone())).catch_unwind();
-        let ran = match tokio::time::timeout(timeout, run).await {
+        let run = async {
+            tracing::debug!(event = "relay.job.started", "attempt started");
+            tokio::time::timeout(timeout, run).await
+        };
+        let ran = match run.instrument(span.clone()).await {
             Err(_) => Ran::TimedOut(timeout),
             Ok(Err(panic)) => Ran::Panicked(panic_message(&panic)),
             Ok(Ok(None)) => Ran::UnknownType,
             Ok(Ok(Some(r))) => Ran::Finished(r),
         };
-        decide(job, ran, Utc::now(), &self.retry)
+        let policy = self.catalogue.retry_policy(&job.task_type).unwrap_or(self.retry);
+        decide(job, ran, Utc::now(), &policy)
     }
 
     /// Record outcomes in at most three statements (fenced), then dispatch the retries.
@@ -135,7 +150,8 @@ impl Executor {
             }
         }
         let db = self.pool.get().await?;
-        let stale_done = if done.is_empty() { vec![] } else { jobs::succeed(&db, &done).await? };
+        let succeeded = if done.is_empty() { jobs::Succeeded::default() } else { jobs::succeed_reporting(&db, &done).await? };
+        let stale_done = succeeded.refused;
         let stale_retries = if retries.is_empty() { vec![] } else { jobs::retry(&db, &retries).await? };
         let failed = if failures.is_empty() { jobs::Failed::default() } else { jobs::fail_reporting(&db, &failures).await? };
         let stale_failures = failed.refused;
@@ -157,11 +173,14 @@ impl Executor {
         }
         metrics::STALE_WRITES.add(stale.len());
         metrics::JOBS_RUN.add(outcomes.len());
-        let redo: Vec<Dispatch> = retries
+        let mut redo: Vec<Dispatch> = retries
             .iter()
             .filter(|r| !is_stale(&r.0, &stale_retries))
             .map(|(id, _, r)| Dispatch { id: *id, run_at: r.run_at })
             .collect();
+        redo.extend(succeeded.callbacks);
+        redo.extend(failed.callbacks);
+        redo.extend(self.hand_on(outcomes).await);
         transport::send(&self.transport, &self.pool, &redo).await;
         Ok(RunReport {
             succeeded: done.len() - stale_done.len(),
@@ -171,6 +190,27 @@ impl Executor {
         })
     }
 }
+
+impl Executor {
+    /// Keyed jobs that just stopped running freed slots of their keys: the next due jobs of
+    /// those keys are dispatched at once. A failure here only delays them until the sweep.
+    async fn hand_on(&self, outcomes: &[(ClaimedJob, Outcome)]) -> Vec<Dispatch> {
+        let mut keys: Vec<String> = outcomes.iter().filter_map(|(j, _)| j.concurrency_key.clone()).collect();
+        if keys.is_empty() {
+            return vec![];
+        }
+        keys.sort();
+        keys.dedup();
+        let ready = async { jobs::keyed_ready(&self.pool.get().await?, &keys, HAND_ON_LIMIT).await };
+        ready.await.unwrap_or_else(|e| {
+            tracing::warn!(event = "relay.executor.hand_on_failed", error = %e, "could not hand freed slots on; the sweep will");
+            vec![]
+        })
+    }
+}
+
+/// Most jobs one hand-on dispatches.
+const HAND_ON_LIMIT: i64 = 1000;
 
 /// How a task run ended, before the decision.
 #[derive(Debug)]
@@ -183,20 +223,22 @@ pub enum Ran {
 
 /// The one decision of what an attempt leads to. Pure: `now` and the policy come in.
 pub fn decide(job: &ClaimedJob, ran: Ran, now: DateTime<Utc>, policy: &RetryPolicy) -> Outcome {
-    let retry_or_fail = |error: String| {
+    let retry_or_fail_after = |error: String, asked: Option<Duration>| {
         if job.attempts_left() {
-            Outcome::Retry { run_at: policy.next_run_at(now, job.attempt), error }
+            Outcome::Retry { run_at: policy.next_run_at_after(now, job.attempt, asked), error }
         } else {
             let error = format!("{error} (attempt {} of {})", job.attempt, job.max_attempts);
             Outcome::Failed { kind: exception_kind::ATTEMPTS_EXHAUSTED, error }
         }
     };
+    let retry_or_fail = |error: String| retry_or_fail_after(error, None);
     match ran {
         Ran::Finished(Ok(result)) => match storable(&result) {
             Ok(()) => Outcome::Succeeded { result },
             Err(why) => Outcome::Failed { kind: exception_kind::FATAL_ERROR, error: why },
         },
         Ran::Finished(Err(TaskError::Retryable(e))) => retry_or_fail(clean(&e)),
+        Ran::Finished(Err(TaskError::RetryAfter(e, after))) => retry_or_fail_after(clean(&e), Some(after)),
         Ran::Finished(Err(TaskError::Fatal(e))) => Outcome::Failed { kind: exception_kind::FATAL_ERROR, error: clean(&e) },
         Ran::Finished(Err(TaskError::Ambiguous(e))) => {
             Outcome::Failed { kind: exception_kind::AMBIGUOUS_OUTCOME, error: clean(&e) }
@@ -250,6 +292,7 @@ mod tests {
             attempt,
             max_attempts,
             timeout_seconds: 10,
+            concurrency_key: None,
         }
     }
 

@@ -33,6 +33,7 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
     let recorder = tokio::spawn(record_loop(exec.clone(), done_rx));
     let heartbeat = tokio::spawn(heartbeat_loop(exec.clone(), in_flight.clone()));
     let mut backoff = Duration::from_millis(100);
+    let mut keyed_turn = tokio::time::Instant::now();
 
     let batch = exec.config.claim_batch.clamp(1, concurrency);
     while !*stop.borrow() {
@@ -58,7 +59,7 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
         notified.as_mut().enable();
 
         let asked = held.num_permits();
-        let claim = match claim(&exec, asked).await {
+        let claim = match claim(&exec, asked, &mut keyed_turn).await {
             Ok(c) => {
                 backoff = Duration::from_millis(100);
                 c
@@ -105,9 +106,38 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
     let _ = recorder.await;
 }
 
-async fn claim(exec: &Executor, n: usize) -> Result<jobs::Claim, crate::store::StoreError> {
-    let limit = i64::try_from(n).unwrap_or(i64::MAX);
-    jobs::claim_due(&exec.pool.get().await?, limit, exec.config.lease.as_secs_f64()).await
+/// How often a busy worker gives keyed jobs the first pick, so a stream of unkeyed work
+/// cannot starve them.
+const KEYED_TURN: Duration = Duration::from_millis(100);
+
+/// Claim up to `n` jobs: unkeyed ones on the hot path, keyed ones when that path came back
+/// short (nothing else due) or when keyed work's turn has come (then they go first).
+async fn claim(
+    exec: &Executor,
+    n: usize,
+    keyed_turn: &mut tokio::time::Instant,
+) -> Result<jobs::Claim, crate::store::StoreError> {
+    let lease = exec.config.lease.as_secs_f64();
+    let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    let mut db = exec.pool.get().await?;
+    let mut claim = jobs::Claim::default();
+    let now = tokio::time::Instant::now();
+    let turn = now >= *keyed_turn;
+    if turn {
+        *keyed_turn = now + KEYED_TURN;
+        claim.merge(jobs::claim_keyed(&mut db, count(n), lease, None).await?);
+    }
+    let room = n - claim.jobs.len();
+    if room > 0 {
+        let free = jobs::claim_due(&db, count(room), lease).await?;
+        let short = free.jobs.len() < room;
+        claim.merge(free);
+        if short && !turn {
+            let room = n - claim.jobs.len();
+            claim.merge(jobs::claim_keyed(&mut db, count(room), lease, None).await?);
+        }
+    }
+    Ok(claim)
 }
 
 /// Spawn one task per claimed job, each holding one slot until its outcome is recorded.

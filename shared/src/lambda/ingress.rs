@@ -171,6 +171,7 @@ impl Ingress {
             run_at: Utc::now(),
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
+            ..NewJob::default()
         })
     }
 }

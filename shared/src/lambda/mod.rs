@@ -53,6 +53,7 @@ pub fn settings(cfg: &LambdaConfig) -> Settings {
     s.pool.wait_timeout = cfg.db_wait;
     s.executor.lease = cfg.lease;
     s.sweep.alerts = cfg.alerts.clone();
+    s.callback_allow = cfg.callback_allow.clone();
     s
 }
 
@@ -62,7 +63,9 @@ pub fn init_logging() {
     let _ = tracing_subscriber::fmt()
         .json()
         .with_env_filter(filter)
-        .with_current_span(false)
+        // Each line carries its span's fields: the job id and correlation id (`telemetry`).
+        .with_current_span(true)
+        .with_span_list(false)
         .without_time()
         .with_target(false)
         .try_init();

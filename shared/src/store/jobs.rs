@@ -57,11 +57,42 @@ pub struct Job {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// No more than `concurrency_limit` jobs with this key run at once.
+    pub concurrency_key: Option<String>,
+    pub concurrency_limit: Option<i32>,
+    /// A fan-out parent's declared number of children.
+    pub children_total: Option<i32>,
+    /// Where this job's callbacks go, instead of the tenant's callback URL.
+    pub callback_url: Option<String>,
+    /// Why a pending or waiting job is not running (null when running or finished): `not_due`,
+    /// `paused`, `concurrency_key_busy`, `waiting_for_children` or `not_claimed` (due, but no
+    /// worker has taken it yet). Filled on reads (`annotate`), not in a submit's answer.
+    pub waiting_reason: Option<WaitingReason>,
+    /// How far it has got (see `progress`): counted children for a fan-out, elapsed time
+    /// against a baseline for a single unit. Filled on reads, not in a submit's answer.
+    pub progress: Option<crate::progress::Progress>,
+}
+
+/// Why a non-terminal job is not running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitingReason {
+    /// `run_at` is in the future (a delay or a retry's backoff).
+    NotDue,
+    /// Its task type is paused by an operator.
+    Paused,
+    /// As many jobs of its concurrency key as its limit allows are running.
+    ConcurrencyKeyBusy,
+    /// A fan-out parent whose children have not all finished.
+    WaitingForChildren,
+    /// Due and free to run, but no worker has taken it yet.
+    NotClaimed,
 }
 
 pub(crate) const JOB_COLUMNS: &str = "id, tenant_id, task_type, status, params, correlation_id, \
     idempotency_key, request_hash, parent_id, run_at, attempt, max_attempts, timeout_seconds, \
-    lease_until, started_at, result, last_error, created_at, updated_at, finished_at";
+    lease_until, started_at, result, last_error, created_at, updated_at, finished_at, \
+    concurrency_key, concurrency_limit, children_total, callback_url";
 
 impl Job {
     pub(crate) fn from_row(r: &Row) -> Self {
@@ -87,12 +118,18 @@ impl Job {
             created_at: r.get("created_at"),
             updated_at: r.get("updated_at"),
             finished_at: r.get("finished_at"),
+            concurrency_key: r.get("concurrency_key"),
+            concurrency_limit: r.get("concurrency_limit"),
+            children_total: r.get("children_total"),
+            callback_url: r.get("callback_url"),
+            waiting_reason: None,
+            progress: None,
         }
     }
 }
 
 /// A job to insert, already validated.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct NewJob {
     pub id: Uuid,
     pub task_type: String,
@@ -104,6 +141,26 @@ pub struct NewJob {
     pub run_at: DateTime<Utc>,
     pub max_attempts: i32,
     pub timeout_seconds: i32,
+    /// At most `limit` jobs of this key run at once.
+    pub concurrency: Option<Concurrency>,
+    pub callback_url: Option<String>,
+}
+
+/// A concurrency key and its limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Concurrency {
+    pub key: String,
+    pub limit: i32,
+}
+
+impl NewJob {
+    /// A child of `parent`: it carries the parent's correlation id and tenant-side keys are
+    /// the caller's. Fields not named here are the request's own.
+    pub fn child_of(parent: &Job, mut child: NewJob) -> NewJob {
+        child.parent_id = Some(parent.id);
+        child.correlation_id = parent.correlation_id.clone();
+        child
+    }
 }
 
 /// What an insert found for one idempotency key.
@@ -127,9 +184,10 @@ pub async fn insert_many(
             "WITH input AS (
                  SELECT * FROM unnest($2::uuid[], $1::uuid[], $3::text[], $4::jsonb[],
                         $5::text[], $6::text[], $7::bytea[], $8::uuid[], $9::timestamptz[],
-                        $10::int[], $11::int[])
+                        $10::int[], $11::int[], $12::text[], $13::int[], $14::text[])
                      AS t(id, tenant_id, task_type, params, correlation_id, idempotency_key,
-                          request_hash, parent_id, run_at, max_attempts, timeout_seconds)
+                          request_hash, parent_id, run_at, max_attempts, timeout_seconds,
+                          concurrency_key, concurrency_limit, callback_url)
              ), keys AS (
                  INSERT INTO job_keys (tenant_id, idempotency_key, correlation_id, job_id)
                  SELECT tenant_id, idempotency_key, correlation_id, id FROM input
@@ -138,7 +196,7 @@ pub async fn insert_many(
              )
              INSERT INTO jobs (id, tenant_id, task_type, params, correlation_id, idempotency_key,
                                request_hash, parent_id, run_at, max_attempts, timeout_seconds,
-                               dispatched_at)
+                               concurrency_key, concurrency_limit, callback_url, dispatched_at)
              SELECT input.*, now() FROM input WHERE id IN (SELECT job_id FROM keys)
              RETURNING {JOB_COLUMNS}"
         ))
@@ -154,11 +212,14 @@ pub async fn insert_many(
     let run_ats: Vec<DateTime<Utc>> = jobs.iter().map(|j| j.run_at).collect();
     let max_attempts: Vec<i32> = jobs.iter().map(|j| j.max_attempts).collect();
     let timeouts: Vec<i32> = jobs.iter().map(|j| j.timeout_seconds).collect();
+    let ckeys: Vec<Option<&str>> = jobs.iter().map(|j| j.concurrency.as_ref().map(|c| c.key.as_str())).collect();
+    let climits: Vec<Option<i32>> = jobs.iter().map(|j| j.concurrency.as_ref().map(|c| c.limit)).collect();
+    let callbacks: Vec<Option<&str>> = jobs.iter().map(|j| j.callback_url.as_deref()).collect();
     let rows = db
         .query(
             &stmt,
             &[&tenants, &ids, &types, &params, &corr, &keys, &hashes, &parents, &run_ats,
-              &max_attempts, &timeouts],
+              &max_attempts, &timeouts, &ckeys, &climits, &callbacks],
         )
         .await?;
     let mut created: std::collections::HashMap<String, Job> =
@@ -260,21 +321,23 @@ pub async fn list(db: &impl GenericClient, tenant_id: TenantId, f: &JobFilter) -
 }
 
 /// Cancel a pending or waiting job and its pending or waiting children. Returns false when
-/// the job is in another state (or not this tenant's); the caller reads it to say why.
+/// the job is in another state (or not this tenant's); the caller reads it to say why. Its
+/// callback delivery is created in the same statement and sent by the next sweep pass.
 pub async fn cancel(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> Result<bool, StoreError> {
     let stmt = db
-        .prepare_cached(
+        .prepare_cached(&format!(
             "WITH cancelled AS (
-                 UPDATE jobs SET status = 'cancelled', finished_at = now(), updated_at = now()
+                 UPDATE jobs j SET status = 'cancelled', finished_at = now(), updated_at = now()
                  WHERE (id = $1 OR parent_id = $1) AND tenant_id = $2
                    AND status IN ('pending', 'waiting')
-                 RETURNING id, attempt
+                 RETURNING {TERMINAL_RETURNING}
              ), events AS (
                  INSERT INTO job_events (job_id, kind, to_status, attempt, reason)
                  SELECT id, 'cancelled', 'cancelled', attempt, 'cancelled by client' FROM cancelled
-             )
+             ), {callbacks}
              SELECT count(*) FILTER (WHERE id = $1) FROM cancelled",
-        )
+            callbacks = super::callbacks::enqueue_ctes("cancelled", false),
+        ))
         .await?;
     let n: i64 = db.query_one(&stmt, &[&id, &tenant_id]).await?.get(0);
     Ok(n == 1)
@@ -323,9 +386,6 @@ pub async fn events(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> 
 
 // ---- the worker's side: claim, heartbeat, complete ----
 
-const CLAIM_RETURNING: &str =
-    "RETURNING j.id, j.tenant_id, j.task_type, j.params, j.correlation_id, j.attempt, j.max_attempts, j.timeout_seconds";
-
 fn claimed_from_row(r: &Row) -> ClaimedJob {
     ClaimedJob {
         id: r.get(0),
@@ -336,29 +396,174 @@ fn claimed_from_row(r: &Row) -> ClaimedJob {
         attempt: r.get(5),
         max_attempts: r.get(6),
         timeout_seconds: r.get(7),
+        concurrency_key: r.get(8),
     }
 }
 
 /// The rows a claim takes: due, pending, not of a paused task type, not locked by another
-/// claimer. Shared by both claim shapes so they cannot disagree.
+/// claimer. Shared by every claim shape so they cannot disagree.
 const CLAIMABLE: &str = "status = 'pending' AND run_at <= now()
     AND task_type <> ALL (SELECT substr(name, 7) FROM operating_modes
                           WHERE name LIKE 'pause:%' AND enabled)";
 
+/// Claiming has two paths. Jobs without a concurrency key (the hot path) are claimed by one
+/// statement walking `jobs_due_free`, exactly as before keys existed. Jobs with a key are
+/// claimed by `claim_keyed`, key by key, under a per-key lock (see there).
 fn claim_sql(extra_filter: &str) -> String {
     format!(
         "WITH due AS (
-             SELECT id FROM jobs WHERE {CLAIMABLE} {extra_filter}
+             SELECT id FROM jobs WHERE {CLAIMABLE} AND concurrency_key IS NULL {extra_filter}
              ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED
          ), claimed AS (
-             UPDATE jobs j SET status = 'running', attempt = j.attempt + 1,
-                 lease_until = now() + make_interval(secs => $2), started_at = now(), updated_at = now()
-             WHERE j.id = ANY (ARRAY(SELECT id FROM due))
-             {CLAIM_RETURNING}
+             {CLAIM_UPDATE}
          )
-         SELECT claimed.*, modes.switches FROM claimed,
-             (SELECT coalesce(jsonb_object_agg(name, enabled), '{{}}') AS switches FROM operating_modes) modes"
+         {CLAIM_SELECT}"
     )
+}
+
+/// `started_at` is the moment of the claim (`clock_timestamp()`), not the start of its
+/// transaction: a keyed claim's transaction begins before it takes its key's lock, and the
+/// recorded start must not precede the end of the job whose slot it took.
+const CLAIM_UPDATE: &str = "UPDATE jobs j SET status = 'running', attempt = j.attempt + 1,
+                 lease_until = now() + make_interval(secs => $2), started_at = clock_timestamp(), updated_at = now()
+             WHERE j.id = ANY (ARRAY(SELECT id FROM due))
+             RETURNING j.id, j.tenant_id, j.task_type, j.params, j.correlation_id, j.attempt,
+                 j.max_attempts, j.timeout_seconds, j.concurrency_key";
+
+const CLAIM_SELECT: &str = "SELECT claimed.*, modes.switches FROM claimed,
+             (SELECT coalesce(jsonb_object_agg(name, enabled), '{}') AS switches FROM operating_modes) modes";
+
+/// Each distinct concurrency key with pending jobs, found by skipping through
+/// `jobs_keyed_pending` (one index probe per key, however many jobs each key holds).
+const PENDING_KEYS: &str = "WITH RECURSIVE k(key) AS (
+        (SELECT concurrency_key FROM jobs WHERE status = 'pending' AND concurrency_key IS NOT NULL
+         ORDER BY concurrency_key LIMIT 1)
+        UNION ALL
+        SELECT (SELECT concurrency_key FROM jobs WHERE status = 'pending' AND concurrency_key IS NOT NULL
+                  AND concurrency_key > k.key ORDER BY concurrency_key LIMIT 1)
+        FROM k WHERE k.key IS NOT NULL
+    )";
+
+/// For each key in `keys`, the due pending jobs that fit in its free slots (running jobs of
+/// the key counted from `jobs_keyed_running`; each job's own limit decides), oldest first.
+/// `$1` bounds the rows; `{lock}` is `FOR UPDATE SKIP LOCKED` for a claim.
+fn fitting(keys: &str, extra_filter: &str, lock: &str) -> String {
+    format!(
+        "SELECT c.id, c.run_at FROM ({keys}) k
+         CROSS JOIN LATERAL (SELECT count(*) AS running FROM jobs
+                             WHERE status = 'running' AND concurrency_key = k.key) r
+         CROSS JOIN LATERAL (SELECT id, run_at, concurrency_limit,
+                                    row_number() OVER (ORDER BY run_at, id) AS rn
+                             FROM (SELECT id, run_at, concurrency_limit FROM jobs
+                                   WHERE {CLAIMABLE} AND concurrency_key = k.key {extra_filter}
+                                   ORDER BY run_at, id LIMIT $1 {lock}) q) c
+         WHERE r.running + c.rn <= c.concurrency_limit"
+    )
+}
+
+/// Claim up to `limit` due jobs that carry a concurrency key, never more per key than its
+/// limit. One transaction of two statements: the first takes a transaction-scoped advisory
+/// lock per key with due work (skipping keys another claimer holds right now), the second
+/// counts each locked key's running jobs and claims what fits. The second statement's
+/// snapshot is taken after the locks, so it sees every claim committed by the previous
+/// holder: two claimers can never both fill the same free slot. `only`: claim just these ids
+/// (a transport that delivers ids).
+pub async fn claim_keyed(
+    db: &mut deadpool_postgres::Client,
+    limit: i64,
+    lease_secs: f64,
+    only: Option<&[JobId]>,
+) -> Result<Claim, StoreError> {
+    let tx = db.transaction().await?;
+    let lock = "pg_try_advisory_xact_lock(hashtextextended(current_schema() || ':relay.key:' || key, 0))";
+    let keys: Vec<String> = match only {
+        None => {
+            // Keys whose oldest pending job is due and that look free, oldest head first.
+            let stmt = tx
+                .prepare_cached(&format!(
+                    "{PENDING_KEYS}
+                     SELECT key FROM (
+                         SELECT k.key FROM k
+                         CROSS JOIN LATERAL (SELECT run_at, concurrency_limit FROM jobs
+                                             WHERE status = 'pending' AND concurrency_key = k.key
+                                             ORDER BY run_at LIMIT 1) head
+                         WHERE k.key IS NOT NULL AND head.run_at <= now()
+                           AND (SELECT count(*) FROM jobs WHERE status = 'running' AND concurrency_key = k.key)
+                               < head.concurrency_limit
+                         ORDER BY head.run_at LIMIT $1
+                     ) free WHERE {lock}"
+                ))
+                .await?;
+            tx.query(&stmt, &[&limit]).await?.iter().map(|r| r.get(0)).collect()
+        }
+        Some(ids) => {
+            let stmt = tx
+                .prepare_cached(&format!(
+                    "SELECT key FROM (SELECT DISTINCT concurrency_key AS key FROM jobs
+                                      WHERE id = ANY($1) AND status = 'pending' AND concurrency_key IS NOT NULL) d
+                     WHERE {lock}"
+                ))
+                .await?;
+            tx.query(&stmt, &[&ids]).await?.iter().map(|r| r.get(0)).collect()
+        }
+    };
+    if keys.is_empty() {
+        tx.commit().await?;
+        return Ok(Claim::default());
+    }
+    let extra = if only.is_some() { "AND id = ANY($4)" } else { "AND $4::uuid[] IS NULL" };
+    let fits = fitting("SELECT unnest($3::text[]) AS key", extra, "FOR UPDATE SKIP LOCKED");
+    let stmt = tx
+        .prepare_cached(&format!(
+            "WITH due AS (SELECT id FROM ({fits}) f ORDER BY run_at LIMIT $1), claimed AS ({CLAIM_UPDATE})
+             {CLAIM_SELECT}"
+        ))
+        .await?;
+    let rows = tx.query(&stmt, &[&limit, &lease_secs, &keys, &only]).await?;
+    tx.commit().await?;
+    Ok(Claim::from_rows(&rows))
+}
+
+/// Mark and return the due jobs of these keys that fit in their free slots now: the hand-on
+/// after keyed jobs finish, so the next job of a key starts promptly on any transport.
+pub async fn keyed_ready(db: &impl GenericClient, keys: &[String], limit: i64) -> Result<Vec<Dispatch>, StoreError> {
+    let fits = fitting("SELECT DISTINCT unnest($2::text[]) AS key", "", "");
+    let stmt = db
+        .prepare_cached(&format!(
+            "UPDATE jobs j SET dispatched_at = now()
+             WHERE j.id = ANY (ARRAY(SELECT id FROM ({fits}) f ORDER BY run_at LIMIT $1))
+             RETURNING j.id, j.run_at"
+        ))
+        .await?;
+    let rows = db.query(&stmt, &[&limit, &keys]).await?;
+    Ok(rows.iter().map(|r| Dispatch { id: r.get(0), run_at: r.get(1) }).collect())
+}
+
+/// The sweep's share of keyed jobs: due jobs that fit in a free slot of their key but were
+/// dispatched more than `grace_secs` ago (or never) and are still not claimed: a hand-on or
+/// its message was lost. Marked dispatched now, each with a `redispatched` event.
+pub async fn take_lost_keyed(db: &impl GenericClient, grace_secs: f64, limit: i64) -> Result<Vec<Dispatch>, StoreError> {
+    let fits = fitting(
+        &format!("{PENDING_KEYS} SELECT key FROM k WHERE key IS NOT NULL"),
+        "AND (dispatched_at IS NULL OR (dispatched_at < now() - make_interval(secs => $2)
+              AND run_at < now() - make_interval(secs => $2)))",
+        "FOR UPDATE SKIP LOCKED",
+    );
+    let stmt = db
+        .prepare_cached(&format!(
+            "WITH lost AS (SELECT id FROM ({fits}) f ORDER BY run_at LIMIT $1), marked AS (
+                 UPDATE jobs j SET dispatched_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM lost))
+                 RETURNING j.id, j.run_at, j.attempt
+             ), events AS (
+                 INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, reason)
+                 SELECT id, 'redispatched', 'pending', 'pending', attempt,
+                        'a free slot of its concurrency key was not taken; sent again by the sweep' FROM marked
+             )
+             SELECT id, run_at FROM marked"
+        ))
+        .await?;
+    let rows = db.query(&stmt, &[&limit, &grace_secs]).await?;
+    Ok(rows.iter().map(|r| Dispatch { id: r.get(0), run_at: r.get(1) }).collect())
 }
 
 /// Jobs taken by one claim, with the operating modes read in the same statement.
@@ -372,6 +577,14 @@ impl Claim {
     fn from_rows(rows: &[Row]) -> Claim {
         let modes = rows.first().map(|r| Modes::from_json(&r.get::<_, Value>("switches"))).unwrap_or_default();
         Claim { jobs: rows.iter().map(claimed_from_row).collect(), modes }
+    }
+
+    /// Add the jobs of another claim; the modes are those of whichever claim took jobs first.
+    pub fn merge(&mut self, other: Claim) {
+        if self.jobs.is_empty() {
+            self.modes = other.modes;
+        }
+        self.jobs.extend(other.jobs);
     }
 }
 
@@ -433,16 +646,43 @@ pub async fn heartbeat(
     Ok(refused(fence, &rows))
 }
 
+/// What a terminal write wrote besides the transitions.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Succeeded {
+    /// The (id, attempt) pairs refused as stale.
+    pub refused: Vec<(JobId, i32)>,
+    /// Callback deliveries created in the same statement, for the caller to dispatch after
+    /// commit.
+    pub callbacks: Vec<Dispatch>,
+}
+
+/// Columns a terminal write returns for `callbacks::enqueue_ctes`.
+const TERMINAL_RETURNING: &str =
+    "j.id, j.attempt, j.started_at, j.tenant_id, j.status, j.correlation_id, j.parent_id, j.task_type, j.callback_url";
+
+/// The callback deliveries among a terminal write's rows (`id, is_callback, run_at` last).
+fn callbacks_of(rows: &[Row], flag: usize) -> Vec<Dispatch> {
+    rows.iter()
+        .filter(|r| r.get::<_, bool>(flag))
+        .map(|r| Dispatch { id: r.get(0), run_at: r.get(flag + 1) })
+        .collect()
+}
+
 /// Record successes (fenced). Returns the (id, attempt) pairs refused as stale.
 pub async fn succeed(db: &impl GenericClient, done: &[(JobId, i32, Value)]) -> Result<Vec<(JobId, i32)>, StoreError> {
+    Ok(succeed_reporting(db, done).await?.refused)
+}
+
+/// Record successes (fenced), and create their callback deliveries in the same statement.
+pub async fn succeed_reporting(db: &impl GenericClient, done: &[(JobId, i32, Value)]) -> Result<Succeeded, StoreError> {
     let stmt = db
-        .prepare_cached(
+        .prepare_cached(&format!(
             "WITH done AS (
                  UPDATE jobs j SET status = 'succeeded', result = d.result, lease_until = NULL,
                      last_error = NULL, finished_at = now(), updated_at = now()
                  FROM unnest($1::uuid[], $2::int[], $3::jsonb[]) AS d(id, attempt, result)
                  WHERE j.id = d.id AND j.attempt = d.attempt AND (j.status || '') = 'running'
-                 RETURNING j.id, j.attempt, j.started_at
+                 RETURNING {TERMINAL_RETURNING}
              ), events AS (
                  INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, started_at)
                  SELECT id, 'succeeded', 'running', 'succeeded', attempt, started_at FROM done
@@ -456,15 +696,20 @@ pub async fn succeed(db: &impl GenericClient, done: &[(JobId, i32, Value)]) -> R
              ), audit AS (
                  INSERT INTO exception_actions (exception_id, job_id, action, actor, reason)
                  SELECT id, job_id, 'resolve', 'system', 'the job succeeded' FROM resolved
-             )
-             SELECT id FROM done",
-        )
+             ), {callbacks}
+             SELECT id, false, NULL::timestamptz FROM done
+             UNION ALL SELECT id, true, run_at FROM callbacks",
+            callbacks = super::callbacks::enqueue_ctes("done", true),
+        ))
         .await?;
     let done = &by_id(done);
     let (ids, attempts) = split(done);
     let results: Vec<&Value> = done.iter().map(|d| &d.2).collect();
     let rows = db.query(&stmt, &[&ids, &attempts, &results]).await?;
-    Ok(refused(&ids.into_iter().zip(attempts).collect::<Vec<_>>(), &rows))
+    Ok(Succeeded {
+        refused: refused(&ids.into_iter().zip(attempts).collect::<Vec<_>>(), &rows),
+        callbacks: callbacks_of(&rows, 1),
+    })
 }
 
 /// A retry to schedule: back to pending at `run_at`, with the error that caused it.
@@ -516,6 +761,8 @@ pub struct Failed {
     /// Exceptions newly opened, as (exception id, job id). A job failing again while its
     /// exception is still open (an operator's retry that failed) opens none.
     pub opened: Vec<(Uuid, JobId)>,
+    /// Callback deliveries created in the same statement, for the caller to dispatch.
+    pub callbacks: Vec<Dispatch>,
 }
 
 /// The one terminal-failure path (see `fail_reporting`); returns the pairs refused as stale.
@@ -528,14 +775,14 @@ pub async fn fail(db: &impl GenericClient, failures: &[(JobId, i32, Failure)]) -
 /// (`crate::exceptions::alert_opened`).
 pub async fn fail_reporting(db: &impl GenericClient, failures: &[(JobId, i32, Failure)]) -> Result<Failed, StoreError> {
     let stmt = db
-        .prepare_cached(
+        .prepare_cached(&format!(
             "WITH failed AS (
                  UPDATE jobs j SET status = 'failed', lease_until = NULL, last_error = f.error,
                      finished_at = now(), updated_at = now()
                  FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[])
                      AS f(id, attempt, kind, error)
                  WHERE j.id = f.id AND j.attempt = f.attempt AND (j.status || '') = 'running'
-                 RETURNING j.id, j.tenant_id, j.task_type, j.attempt, j.started_at, f.kind, f.error
+                 RETURNING {TERMINAL_RETURNING}, f.kind, f.error
              ), events AS (
                  INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, started_at, reason)
                  SELECT id, 'failed', 'running', 'failed', attempt, started_at, kind || ': ' || error FROM failed
@@ -544,9 +791,11 @@ pub async fn fail_reporting(db: &impl GenericClient, failures: &[(JobId, i32, Fa
                  SELECT gen_random_uuid(), id, tenant_id, task_type, kind, error FROM failed
                  ON CONFLICT (job_id) WHERE status = 'open' DO NOTHING
                  RETURNING id, job_id
-             )
-             SELECT f.id, o.id FROM failed f LEFT JOIN opened o ON o.job_id = f.id",
-        )
+             ), {callbacks}
+             SELECT f.id, o.id, false, NULL::timestamptz FROM failed f LEFT JOIN opened o ON o.job_id = f.id
+             UNION ALL SELECT id, NULL, true, run_at FROM callbacks",
+            callbacks = super::callbacks::enqueue_ctes("failed", true),
+        ))
         .await?;
     let failures = &by_id(failures);
     let (ids, attempts) = split(failures);
@@ -554,7 +803,11 @@ pub async fn fail_reporting(db: &impl GenericClient, failures: &[(JobId, i32, Fa
     let errors: Vec<&str> = failures.iter().map(|f| f.2.error.as_str()).collect();
     let rows = db.query(&stmt, &[&ids, &attempts, &kinds, &errors]).await?;
     let opened = rows.iter().filter_map(|r| Some((r.get::<_, Option<Uuid>>(1)?, r.get::<_, JobId>(0)))).collect();
-    Ok(Failed { refused: refused(&ids.into_iter().zip(attempts).collect::<Vec<_>>(), &rows), opened })
+    Ok(Failed {
+        refused: refused(&ids.into_iter().zip(attempts).collect::<Vec<_>>(), &rows),
+        opened,
+        callbacks: callbacks_of(&rows, 2),
+    })
 }
 
 // ---- the sweep's side ----
@@ -609,7 +862,7 @@ pub async fn return_expired(db: &impl GenericClient, fence: &[(JobId, i32)]) -> 
     Ok(refused(fence, &rows))
 }
 
-/// Find due pending jobs whose dispatch failed (`dispatched_at` NULL) or was lost (dispatched
+/// Find due pending jobs without a concurrency key (keyed ones: `take_lost_keyed`) whose dispatch failed (`dispatched_at` NULL) or was lost (dispatched
 /// more than `grace_secs` ago and still not claimed, at least `grace_secs` after falling due),
 /// mark them dispatched now and record a `redispatched` event each. Paused task types wait.
 /// A fresh row is never taken: its own dispatch is still in flight.
@@ -622,7 +875,7 @@ pub async fn take_lost_dispatches(
         .prepare_cached(&format!(
             "WITH lost AS (
                  SELECT id, dispatched_at IS NULL AS never FROM jobs
-                 WHERE {CLAIMABLE}
+                 WHERE {CLAIMABLE} AND concurrency_key IS NULL
                    AND (dispatched_at IS NULL
                         OR (dispatched_at < now() - make_interval(secs => $1)
                             AND run_at < now() - make_interval(secs => $1)))
@@ -643,4 +896,60 @@ pub async fn take_lost_dispatches(
         .await?;
     let rows = db.query(&stmt, &[&grace_secs, &limit]).await?;
     Ok(rows.iter().map(|r| Dispatch { id: r.get(0), run_at: r.get(1) }).collect())
+}
+
+// ---- fan-out: a parent waits for its children ----
+
+/// Move a pending or running job to `waiting` for `total` children (declared before they are
+/// created, so its progress never counts against a moving total). Children are created with
+/// `NewJob::child_of` through the intake, in as many chunks as suit. False when the job is in
+/// another state or not this tenant's.
+pub async fn wait_for_children(db: &impl GenericClient, tenant_id: TenantId, id: JobId, total: i32) -> Result<bool, StoreError> {
+    let n = db
+        .execute(
+            "UPDATE jobs SET status = 'waiting', children_total = $3, lease_until = NULL, updated_at = now()
+             WHERE id = $1 AND tenant_id = $2 AND status IN ('pending', 'running') AND $3 >= 0",
+            &[&id, &tenant_id, &total],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// Finish waiting parents whose declared children all exist and have all reached a terminal
+/// state: each succeeds with `{total, succeeded, failed, cancelled}` (failed children opened
+/// their own exceptions), in one statement with its events and callback deliveries. Returns
+/// the callback deliveries to dispatch and how many parents finished.
+pub async fn finish_parents(db: &impl GenericClient, limit: i64) -> Result<(usize, Vec<Dispatch>), StoreError> {
+    let stmt = db
+        .prepare_cached(&format!(
+            "WITH ready AS (
+                 SELECT p.id, p.children_total FROM jobs p
+                 WHERE p.status = 'waiting'
+                   AND NOT EXISTS (SELECT 1 FROM jobs c WHERE c.parent_id = p.id
+                                   AND c.status NOT IN ('succeeded', 'failed', 'cancelled'))
+                   AND (SELECT count(*) FROM jobs c WHERE c.parent_id = p.id) >= coalesce(p.children_total, 0)
+                 ORDER BY p.updated_at LIMIT $1 FOR UPDATE SKIP LOCKED
+             ), counts AS (
+                 SELECT r.id, jsonb_build_object(
+                            'total', count(c.id),
+                            'succeeded', count(c.id) FILTER (WHERE c.status = 'succeeded'),
+                            'failed', count(c.id) FILTER (WHERE c.status = 'failed'),
+                            'cancelled', count(c.id) FILTER (WHERE c.status = 'cancelled')) AS result
+                 FROM ready r LEFT JOIN jobs c ON c.parent_id = r.id GROUP BY r.id
+             ), done AS (
+                 UPDATE jobs j SET status = 'succeeded', result = counts.result, finished_at = now(), updated_at = now()
+                 FROM counts WHERE j.id = counts.id AND j.status = 'waiting'
+                 RETURNING {TERMINAL_RETURNING}
+             ), events AS (
+                 INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, reason)
+                 SELECT id, 'succeeded', 'waiting', 'succeeded', attempt, 'every child finished' FROM done
+             ), {callbacks}
+             SELECT id, false, NULL::timestamptz FROM done
+             UNION ALL SELECT id, true, run_at FROM callbacks",
+            callbacks = super::callbacks::enqueue_ctes("done", true),
+        ))
+        .await?;
+    let rows = db.query(&stmt, &[&limit]).await?;
+    let callbacks = callbacks_of(&rows, 1);
+    Ok((rows.len() - callbacks.len(), callbacks))
 }

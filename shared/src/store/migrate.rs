@@ -14,6 +14,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (4, "0004_operations", include_str!("../../../migrations/0004_operations.sql")),
     (5, "0005_operations_status", include_str!("../../../migrations/0005_operations_status.sql")),
     (6, "0006_email", include_str!("../../../migrations/0006_email.sql")),
+    (7, "0007_callbacks_and_concurrency", include_str!("../../../migrations/0007_callbacks_and_concurrency.sql")),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's

@@ -2,6 +2,7 @@
 //! nothing outside `store` writes SQL (tests excepted).
 
 pub mod attempt_sessions;
+pub mod callbacks;
 pub mod dead_letters;
 pub mod effects;
 pub mod exceptions;
@@ -10,6 +11,7 @@ pub mod messages;
 pub mod migrate;
 pub mod modes;
 pub mod operators;
+pub mod progress;
 pub mod schedules;
 pub mod sending_identities;
 pub mod status;

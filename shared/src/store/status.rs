@@ -1,15 +1,12 @@
 //! The queries behind the status contract (`GET /v1/status`). Each one reads only live rows or
 //! a right-edge range of a partial index, so its cost does not grow with the number of
 //! finished jobs: `jobs_due` and `jobs_leases` (queues), `jobs_failed_finished` (failure
-//! counts), `jobs_finished_top` and `jobs_waiting` (recent runs), `jobs_parent` (progress).
-
-use std::collections::HashMap;
+//! counts), `jobs_finished_top` and `jobs_waiting` (recent runs); progress comes from `store::progress`.
 
 use chrono::{DateTime, Utc};
 
 use super::jobs::{JOB_COLUMNS, Job};
 use super::{GenericClient, StoreError};
-use crate::job::JobId;
 
 /// Live work of one task type.
 #[derive(Debug, Clone, PartialEq)]
@@ -131,32 +128,5 @@ pub async fn recent_runs(db: &impl GenericClient, limit: i64) -> Result<Vec<RunR
         .await?
         .iter()
         .map(|r| RunRow { job: Job::from_row(r), tenant: r.get::<_, Option<String>>("tenant_name").unwrap_or_default() })
-        .collect())
-}
-
-/// How far a fan-out parent's children have got: the numerator counts only children in a
-/// terminal state, so a child that dies cannot move it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ChildCounts {
-    pub total: i64,
-    pub terminal: i64,
-    pub failed: i64,
-}
-
-/// Child counts of each parent that has children (parents without children are absent).
-pub async fn child_counts(db: &impl GenericClient, parents: &[JobId]) -> Result<HashMap<JobId, ChildCounts>, StoreError> {
-    let stmt = db
-        .prepare_cached(
-            "SELECT parent_id, count(*),
-                    count(*) FILTER (WHERE status IN ('succeeded', 'failed', 'cancelled')),
-                    count(*) FILTER (WHERE status = 'failed')
-             FROM jobs WHERE parent_id = ANY($1) GROUP BY parent_id",
-        )
-        .await?;
-    Ok(db
-        .query(&stmt, &[&parents])
-        .await?
-        .iter()
-        .map(|r| (r.get(0), ChildCounts { total: r.get(1), terminal: r.get(2), failed: r.get(3) }))
         .collect())
 }

@@ -10,7 +10,7 @@ use deadpool_postgres::Pool;
 use indicatif::{ProgressBar, ProgressStyle};
 use taskdeck::job::JobStatus;
 use taskdeck::store::jobs::{self, JobFilter};
-use taskdeck::store::{status, tenants};
+use taskdeck::store::{progress, tenants};
 use uuid::Uuid;
 
 #[derive(clap::Subcommand)]
@@ -79,11 +79,11 @@ pub async fn run(pool: &Pool, tenant_name: &str, command: JobsCommand) -> anyhow
             let db = pool.get().await?;
             let job = jobs::get(&db, t.id, id).await?.with_context(|| format!("no job {id} for tenant {tenant_name:?}"))?;
             let events = jobs::events(&db, t.id, id).await?;
-            let children = status::child_counts(&db, &[id]).await?.remove(&id).unwrap_or_default();
+            let children = progress::child_counts(&db, &[id]).await?.remove(&id).unwrap_or_default();
             println!("{}", serde_json::to_string_pretty(&serde_json::json!({
                 "job": job,
                 "events": events,
-                "children": { "total": children.total, "terminal": children.terminal, "failed": children.failed },
+                "children": { "total": children.total, "terminal": children.terminal(), "succeeded": children.succeeded, "failed": children.failed, "cancelled": children.cancelled },
             }))?);
             Ok(())
         }
@@ -102,18 +102,18 @@ async fn watch(pool: &Pool, tenant_id: Uuid, id: Uuid, every: Duration) -> anyho
         let (job, children) = {
             let db = pool.get().await?;
             let job = jobs::get(&db, tenant_id, id).await?.with_context(|| format!("no job {id} for this tenant"))?;
-            (job, status::child_counts(&db, &[id]).await?.remove(&id).unwrap_or_default())
+            (job, progress::child_counts(&db, &[id]).await?.remove(&id).unwrap_or_default())
         };
         if children.total > 0 {
             bar.set_length(u64::try_from(children.total).unwrap_or(0));
-            bar.set_position(u64::try_from(children.terminal).unwrap_or(0));
+            bar.set_position(u64::try_from(children.terminal()).unwrap_or(0));
         } else {
             bar.set_length(1);
             bar.set_position(u64::from(job.status.is_terminal()));
         }
         let failed = if children.failed > 0 { format!(", {} children failed", children.failed) } else { String::new() };
         bar.set_message(format!("{} {} (attempt {}/{}){failed}", job.task_type, job.status.as_str(), job.attempt, job.max_attempts));
-        if job.status.is_terminal() && children.terminal == children.total {
+        if job.status.is_terminal() && children.terminal() == children.total {
             bar.finish();
             if let Some(e) = job.last_error.filter(|_| job.status == JobStatus::Failed) {
                 eprintln!("failed: {e}");

@@ -56,7 +56,7 @@ pub async fn retry_failed(
 pub async fn cancel_tree(db: &impl GenericClient, id: JobId, reason: &str) -> Result<Vec<JobId>, StoreError> {
     let rows = db
         .query(
-            "WITH target AS (
+            &format!("WITH target AS (
                  SELECT id, status FROM jobs
                  WHERE (id = $1 AND status IN ('failed', 'pending', 'waiting'))
                     OR (parent_id = $1 AND status IN ('pending', 'waiting'))
@@ -64,13 +64,14 @@ pub async fn cancel_tree(db: &impl GenericClient, id: JobId, reason: &str) -> Re
              ), cancelled AS (
                  UPDATE jobs j SET status = 'cancelled', finished_at = now(), updated_at = now()
                  WHERE j.id = ANY (ARRAY(SELECT id FROM target))
-                 RETURNING j.id, j.attempt
+                 RETURNING j.*
              ), events AS (
                  INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, reason)
                  SELECT c.id, 'cancelled', t.status, 'cancelled', c.attempt, $2
                  FROM cancelled c JOIN target t ON t.id = c.id
-             )
+             ), {callbacks}
              SELECT id FROM cancelled ORDER BY id <> $1, id",
+             callbacks = super::super::callbacks::enqueue_ctes("cancelled", false)),
             &[&id, &reason],
         )
         .await?;
@@ -95,8 +96,9 @@ pub async fn force_finish(
                  ), events AS (
                      INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, reason)
                      SELECT id, 'force_finished', 'failed', 'succeeded', attempt, $3 FROM finished
-                 )
-                 SELECT {JOB_COLUMNS} FROM finished"
+                 ), {callbacks}
+                 SELECT {JOB_COLUMNS} FROM finished",
+                callbacks = super::super::callbacks::enqueue_ctes("finished", false)
             ),
             &[&id, result, &reason],
         )

@@ -1,0 +1,162 @@
+//! `callback.deliver`: POSTs a job's resource to its callback URL, signed in the Standard
+//! Webhooks form, as a durable platform job created in the same statement as the job's
+//! terminal write (`store::callbacks::enqueue_ctes`). Every attempt is recorded.
+//!
+//! Retries follow `RetryPolicy::CALLBACKS` (about three days over 16 attempts), never sooner
+//! than a `Retry-After`; a 410 stops them (the job succeeds with `gone`); an address the guard
+//! refuses fails the delivery for good (an exception opens); exhausted attempts too. Shadow
+//! mode or `write:callbacks` off: the attempt is recorded as `shadowed`, nothing is sent.
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::{Task, TaskContext};
+use crate::callbacks::{self, AllowList};
+use crate::job::TaskError;
+use crate::retry::RetryPolicy;
+use crate::store::callbacks::{self as store, Attempt, Outcome};
+use crate::store::{jobs, progress};
+
+/// Delivers callbacks; `allow` is the operator's allow-list (`RELAY_CALLBACK_ALLOW`).
+#[derive(Debug, Clone, Default)]
+pub struct Deliver {
+    pub allow: AllowList,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeliverParams {
+    /// The job the callback reports on.
+    pub job_id: Uuid,
+    pub tenant_id: Uuid,
+    /// `job.<status>`: the state that caused it.
+    pub event: String,
+}
+
+impl Task for Deliver {
+    type Params = DeliverParams;
+    const NAME: &'static str = store::TASK_TYPE;
+    const DESCRIPTION: &'static str = "POSTs a job's resource, signed, to its callback URL (platform only)";
+    const PLATFORM_ONLY: bool = true;
+    const RETRY: Option<RetryPolicy> = Some(RetryPolicy::CALLBACKS);
+
+    async fn run(&self, ctx: &TaskContext, p: DeliverParams) -> Result<Value, TaskError> {
+        let db = ctx.db.get().await.map_err(|e| TaskError::Retryable(format!("database: {e}")))?;
+        let db_err = |e: crate::store::StoreError| TaskError::Retryable(e.to_string());
+        let Some(mut job) = jobs::get(&db, p.tenant_id, p.job_id).await.map_err(db_err)? else {
+            return Ok(json!({"delivered": false, "skipped": "the job no longer exists"}));
+        };
+        let now = chrono::Utc::now();
+        progress::annotate(&db, std::slice::from_mut(&mut job), now).await.map_err(db_err)?;
+        let settings = store::get(&db, p.tenant_id).await.map_err(db_err)?;
+        let url = job.callback_url.clone().or_else(|| settings.as_ref().and_then(|s| s.url.clone()));
+        let mut attempt = Attempt {
+            job_id: p.job_id,
+            tenant_id: p.tenant_id,
+            delivery_job_id: ctx.job_id,
+            attempt: ctx.attempt,
+            event: p.event.clone(),
+            url: url.clone().unwrap_or_default(),
+            outcome: Outcome::Skipped,
+            http_status: None,
+            error: None,
+            duration_ms: None,
+            at: None,
+        };
+        let record = |a: Attempt| {
+            let db = &db;
+            async move { store::record_attempt(db, &a).await.map_err(db_err) }
+        };
+        let (Some(url), Some(settings)) = (url, settings) else {
+            attempt.error = Some("no callback URL or no signing secret (PUT /v1/callbacks)".into());
+            record(attempt).await?;
+            return Ok(json!({"delivered": false, "skipped": "no callback URL or signing secret"}));
+        };
+        let target = match callbacks::parse_url(&url) {
+            Ok(t) => t,
+            Err(why) => {
+                attempt.outcome = Outcome::Refused;
+                attempt.error = Some(format!("invalid callback URL: {why}"));
+                record(attempt).await?;
+                return Err(TaskError::Fatal(format!("invalid callback URL: {why}")));
+            }
+        };
+        if !ctx.modes.writes_enabled("callbacks") {
+            attempt.outcome = Outcome::Shadowed;
+            record(attempt).await?;
+            return Ok(json!({"delivered": false, "shadowed": true}));
+        }
+        let addr = match callbacks::resolve(&target, &self.allow).await {
+            Ok(a) => a,
+            Err(refusal) => {
+                attempt.error = Some(refusal.to_string());
+                return match refusal {
+                    callbacks::Refusal::Address { .. } => {
+                        attempt.outcome = Outcome::Refused;
+                        record(attempt).await?;
+                        Err(TaskError::Fatal(refusal.to_string()))
+                    }
+                    callbacks::Refusal::Resolve { .. } => {
+                        attempt.outcome = Outcome::Failed;
+                        record(attempt).await?;
+                        Err(TaskError::Retryable(refusal.to_string()))
+                    }
+                };
+            }
+        };
+        let body = serde_json::to_vec(&json!({
+            "type": p.event,
+            "timestamp": now,
+            "data": job,
+        }))
+        .map_err(|e| TaskError::Fatal(e.to_string()))?;
+        // The same id on every attempt of this delivery, so a receiver can drop repeats.
+        let msg_id = format!("cb_{}", ctx.job_id);
+        let ts = now.timestamp();
+        let headers = [
+            ("webhook-id", msg_id.clone()),
+            ("webhook-timestamp", ts.to_string()),
+            ("webhook-signature", callbacks::signature_header(&settings.signing_secrets(now), &msg_id, ts, &body)),
+            ("user-agent", "relay-callbacks/1".into()),
+        ];
+        let started = std::time::Instant::now();
+        let answer = callbacks::post(&target, addr, &headers, body.into()).await;
+        attempt.duration_ms = Some(i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX));
+        match answer {
+            Ok(a) => {
+                attempt.http_status = Some(i32::from(a.status));
+                match a.status {
+                    200..=299 => {
+                        attempt.outcome = Outcome::Delivered;
+                        record(attempt).await?;
+                        Ok(json!({"delivered": true, "status": a.status}))
+                    }
+                    410 => {
+                        attempt.outcome = Outcome::Gone;
+                        record(attempt).await?;
+                        Ok(json!({"delivered": false, "gone": true, "status": 410}))
+                    }
+                    s => {
+                        let why = if (300..400).contains(&s) { "a redirect (not followed)" } else { "not a 2xx answer" };
+                        attempt.outcome = Outcome::Failed;
+                        attempt.error = Some(format!("{s}: {why}"));
+                        record(attempt).await?;
+                        let error = format!("callback answered {s}: {why}");
+                        Err(match a.retry_after {
+                            Some(after) => TaskError::RetryAfter(error, after),
+                            None => TaskError::Retryable(error),
+                        })
+                    }
+                }
+            }
+            Err(e) => {
+                attempt.outcome = Outcome::Failed;
+                attempt.error = Some(e.clone());
+                record(attempt).await?;
+                Err(TaskError::Retryable(e))
+            }
+        }
+    }
+}

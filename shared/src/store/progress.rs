@@ -1,0 +1,113 @@
+//! The reads behind a job's progress and waiting reason (decided in `crate::progress`), and the
+//! rolling run-time baselines the sweep refreshes.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+
+use super::jobs::Job;
+use super::{GenericClient, StoreError, modes};
+use crate::job::{JobId, JobStatus};
+use crate::progress::{self, Baseline, ChildCounts};
+
+/// Earlier runs a baseline is computed from, per task type (the latest successful ones).
+pub const BASELINE_RUNS: i64 = 100;
+/// How many of the latest finished top-level jobs one refresh reads (bounded work per pass).
+pub const BASELINE_SCAN: i64 = 20_000;
+
+/// Child counts of each parent that has children (parents without children are absent); the
+/// numerator counts only children in a terminal state, so a child that dies cannot move it.
+pub async fn child_counts(db: &impl GenericClient, parents: &[JobId]) -> Result<HashMap<JobId, ChildCounts>, StoreError> {
+    let stmt = db
+        .prepare_cached(
+            "SELECT parent_id, count(*),
+                    count(*) FILTER (WHERE status = 'succeeded'),
+                    count(*) FILTER (WHERE status = 'failed'),
+                    count(*) FILTER (WHERE status = 'cancelled')
+             FROM jobs WHERE parent_id = ANY($1) GROUP BY parent_id",
+        )
+        .await?;
+    Ok(db
+        .query(&stmt, &[&parents])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), ChildCounts { total: r.get(1), succeeded: r.get(2), failed: r.get(3), cancelled: r.get(4) }))
+        .collect())
+}
+
+/// Baselines of these task types (types with no finished runs yet are absent).
+pub async fn baselines(db: &impl GenericClient, task_types: &[&str]) -> Result<HashMap<String, Baseline>, StoreError> {
+    let stmt = db
+        .prepare_cached("SELECT task_type, p50_s, p95_s, runs FROM task_baselines WHERE task_type = ANY($1)")
+        .await?;
+    Ok(db
+        .query(&stmt, &[&task_types])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), Baseline { p50_s: r.get(1), p95_s: r.get(2), runs: r.get(3) }))
+        .collect())
+}
+
+/// Recompute each task type's median and p95 run time (claim to success of the attempt that
+/// succeeded) over its latest `BASELINE_RUNS` successful top-level runs among the latest
+/// `BASELINE_SCAN` finished ones (`jobs_finished_top`, newest first). Types with no run in
+/// that window keep their last baseline. Returns how many baselines were written.
+pub async fn refresh_baselines(db: &impl GenericClient) -> Result<u64, StoreError> {
+    let stmt = db
+        .prepare_cached(
+            "INSERT INTO task_baselines (task_type, p50_s, p95_s, runs, updated_at)
+             SELECT task_type,
+                    percentile_cont(0.5) WITHIN GROUP (ORDER BY secs),
+                    percentile_cont(0.95) WITHIN GROUP (ORDER BY secs),
+                    count(*), now()
+             FROM (SELECT task_type, extract(epoch FROM finished_at - started_at)::float8 AS secs,
+                          row_number() OVER (PARTITION BY task_type ORDER BY finished_at DESC) AS n
+                   FROM (SELECT task_type, status, started_at, finished_at FROM jobs
+                         WHERE finished_at IS NOT NULL AND parent_id IS NULL
+                         ORDER BY finished_at DESC LIMIT $2) latest
+                   WHERE status = 'succeeded' AND started_at IS NOT NULL) runs
+             WHERE n <= $1
+             GROUP BY task_type
+             ON CONFLICT (task_type) DO UPDATE
+                 SET p50_s = excluded.p50_s, p95_s = excluded.p95_s, runs = excluded.runs, updated_at = now()",
+        )
+        .await?;
+    Ok(db.execute(&stmt, &[&BASELINE_RUNS, &BASELINE_SCAN]).await?)
+}
+
+/// Jobs of each of these concurrency keys running now.
+pub async fn running_per_key(db: &impl GenericClient, keys: &[&str]) -> Result<HashMap<String, i64>, StoreError> {
+    let stmt = db
+        .prepare_cached(
+            "SELECT concurrency_key, count(*) FROM jobs
+             WHERE status = 'running' AND concurrency_key = ANY($1) GROUP BY concurrency_key",
+        )
+        .await?;
+    Ok(db.query(&stmt, &[&keys]).await?.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Fill in `progress` and `waiting_reason` of jobs read for a client. Each input is read only
+/// when some job needs it, so a page of finished single jobs costs one query (children).
+pub async fn annotate(db: &impl GenericClient, jobs: &mut [Job], now: DateTime<Utc>) -> Result<(), StoreError> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+    let children = child_counts(db, &ids).await?;
+    let running_types: Vec<&str> = jobs
+        .iter()
+        .filter(|j| j.status == JobStatus::Running && !children.contains_key(&j.id) && j.children_total.is_none())
+        .map(|j| j.task_type.as_str())
+        .collect();
+    let baselines = if running_types.is_empty() { HashMap::new() } else { baselines(db, &running_types).await? };
+    let due_now = |j: &Job| j.status == JobStatus::Pending && j.run_at <= now;
+    let modes = if jobs.iter().any(due_now) { modes::load(db).await? } else { modes::Modes::default() };
+    let keys: Vec<&str> = jobs.iter().filter(|j| due_now(j)).filter_map(|j| j.concurrency_key.as_deref()).collect();
+    let running = if keys.is_empty() { HashMap::new() } else { running_per_key(db, &keys).await? };
+    for j in jobs.iter_mut() {
+        let busy = j.concurrency_key.as_ref().and_then(|k| running.get(k)).copied().unwrap_or(0);
+        j.waiting_reason = progress::waiting_reason(j, now, modes.paused(&j.task_type), busy);
+        j.progress = progress::of(j, children.get(&j.id).copied(), baselines.get(&j.task_type).copied(), now);
+    }
+    Ok(())
+}

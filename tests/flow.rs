@@ -1,0 +1,247 @@
+//! Job-core flow: per-key concurrency, fan-out progress, waiting reasons, correlation.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use axum::http::Method;
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use taskdeck::store::jobs::{self, NewJob};
+use taskdeck::store::{modes, progress};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::support::World;
+
+fn id_of(job: &Value) -> Uuid {
+    job["id"].as_str().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no id in {job}"))
+}
+
+/// Each job's recorded run: claimed at `started_at`, outcome written at `at`.
+async fn runs(w: &World) -> HashMap<String, Vec<(DateTime<Utc>, DateTime<Utc>)>> {
+    let rows = w
+        .db()
+        .await
+        .query(
+            "SELECT coalesce(j.concurrency_key, ''), e.started_at, e.at FROM job_events e JOIN jobs j ON j.id = e.job_id
+             WHERE e.kind = 'succeeded' ORDER BY e.started_at",
+            &[],
+        )
+        .await
+        .unwrap();
+    let mut out: HashMap<String, Vec<_>> = HashMap::new();
+    for r in rows {
+        out.entry(r.get(0)).or_default().push((r.get(1), r.get(2)));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_with_limit_one_never_runs_two_at_once_under_eight_workers() {
+    let w = World::new().await;
+    let (stop_tx, stop) = watch::channel(false);
+    let workers = w.platform.spawn_workers(8, &stop);
+    let per_key = 10;
+    for i in 0..per_key {
+        for key in ["client-a", "client-b"] {
+            let body = json!({"task_type": "test.effect", "params": {"sleep_seconds": 0.05},
+                              "concurrency_key": key, "concurrency_limit": 1});
+            let (s, job) = w.submit(&format!("{key}-{i}"), body).await;
+            assert_eq!(s, 202, "{job}");
+            assert_eq!(job["concurrency_key"], key);
+        }
+        w.submit(&format!("free-{i}"), json!({"task_type": "test.effect", "params": {"sleep_seconds": 0.05}})).await;
+    }
+    let done = "SELECT count(*) FROM jobs WHERE status = 'succeeded'";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while w.count(done, &[]).await < 3 * per_key && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop_tx.send(true).unwrap();
+    futures::future::join_all(workers).await;
+    assert_eq!(w.count(done, &[]).await, 3 * per_key);
+
+    let runs = runs(&w).await;
+    for key in ["client-a", "client-b"] {
+        let r = &runs[key];
+        assert_eq!(r.len(), per_key as usize);
+        for pair in r.windows(2) {
+            assert!(pair[1].0 >= pair[0].1, "{key}: a run started at {} before the previous ended at {}", pair[1].0, pair[0].1);
+        }
+        // A finished job hands its slot on promptly (its completion dispatches the next).
+        let mut gaps: Vec<i64> = r.windows(2).map(|p| (p[1].0 - p[0].1).num_milliseconds()).collect();
+        gaps.sort();
+        assert!(gaps[gaps.len() / 2] < 200, "{key}: median hand-on gap {} ms ({gaps:?})", gaps[gaps.len() / 2]);
+    }
+    // Unrelated keys are not held back: the two keys ran side by side.
+    let overlap = runs["client-a"].iter().any(|a| runs["client-b"].iter().any(|b| a.0 < b.1 && b.0 < a.1));
+    assert!(overlap, "keys a and b never ran at the same time");
+    // Each key took about per_key * 50 ms, not 2 * per_key * 50 ms.
+    let span = |r: &[(DateTime<Utc>, DateTime<Utc>)]| (r[r.len() - 1].1 - r[0].0).num_milliseconds();
+    let all_keyed = runs["client-a"].iter().chain(&runs["client-b"]).map(|r| r.1).max().unwrap()
+        - runs["client-a"].iter().chain(&runs["client-b"]).map(|r| r.0).min().unwrap();
+    assert!(all_keyed.num_milliseconds() < span(&runs["client-a"]) + span(&runs["client-b"]), "keys ran one after the other");
+}
+
+#[tokio::test]
+async fn a_keyed_job_delivered_by_id_waits_for_its_slot_and_is_handed_on() {
+    // The SQS shape: the executor claims the ids it is given.
+    let w = World::new().await;
+    let body = |n: i32| json!({"task_type": "test.effect", "params": {"sleep_seconds": 0.2},
+                               "concurrency_key": "cfg-set", "concurrency_limit": 1, "correlation_id": format!("c{n}")});
+    let first = id_of(&w.submit("k1", body(1)).await.1);
+    let second = id_of(&w.submit("k2", body(2)).await.1);
+    let exec = w.platform.executor();
+    let (e1, e2) = (exec.clone(), exec.clone());
+    let a = tokio::spawn(async move { e1.run_dispatched(&[first]).await.unwrap().1 });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The key's one slot is taken: the second is not claimed, and says why.
+    assert_eq!(e2.run_dispatched(&[second]).await.unwrap().1, 0);
+    let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{second}"), None, None).await;
+    assert_eq!(job["waiting_reason"], "concurrency_key_busy", "{job}");
+    assert_eq!(a.await.unwrap(), 1);
+    // The first's completion handed the slot on: the second was dispatched again (marked).
+    let marked = "SELECT count(*) FROM jobs WHERE id = $1 AND dispatched_at > (SELECT finished_at - interval '1 second' FROM jobs WHERE id = $2)";
+    assert_eq!(w.count(marked, &[&second, &first]).await, 1);
+    assert_eq!(exec.run_dispatched(&[second]).await.unwrap().1, 1);
+    // Bad input: a key without a limit, a limit out of range.
+    let (s, e) = w.submit("bad1", json!({"task_type": "noop", "concurrency_key": "k"})).await;
+    assert_eq!((s.as_u16(), e["error"]["field"].as_str()), (422, Some("concurrency_limit")));
+    let (s, e) = w.submit("bad2", json!({"task_type": "noop", "concurrency_key": "k", "concurrency_limit": 0})).await;
+    assert_eq!((s.as_u16(), e["error"]["field"].as_str()), (422, Some("concurrency_limit")));
+}
+
+#[tokio::test]
+async fn waiting_reasons_say_why_a_job_is_not_running() {
+    let w = World::new().await;
+    let reason = |id: Uuid| {
+        let w = &w;
+        async move { w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await.1["waiting_reason"].clone() }
+    };
+    let later = id_of(&w.submit("later", json!({"task_type": "noop", "delay_seconds": 60})).await.1);
+    assert_eq!(reason(later).await, "not_due");
+    let now = id_of(&w.submit("now", json!({"task_type": "noop"})).await.1);
+    assert_eq!(reason(now).await, "not_claimed");
+    modes::set(&mut w.db().await, "pause:sleep", true, "test", None).await.unwrap();
+    let paused = id_of(&w.submit("paused", json!({"task_type": "sleep", "params": {"seconds": 0}})).await.1);
+    assert_eq!(reason(paused).await, "paused");
+    let parent = id_of(&w.submit("parent", json!({"task_type": "noop"})).await.1);
+    assert!(jobs::wait_for_children(&w.db().await, w.tenant.id, parent, 2).await.unwrap());
+    assert_eq!(reason(parent).await, "waiting_for_children");
+    let (_, page) = w.call(Method::GET, "/v1/jobs", None, None).await;
+    assert!(page["jobs"].as_array().unwrap().iter().all(|j| j["waiting_reason"].is_string()), "{page}");
+    // Running and finished jobs have none.
+    w.platform.executor().run_dispatched(&[now]).await.unwrap();
+    assert_eq!(reason(now).await, Value::Null);
+}
+
+/// Read a parent's count progress through the API.
+async fn count_of(w: &World, id: Uuid) -> (i64, i64, i64) {
+    let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
+    let p = &job["progress"];
+    assert_eq!(p["kind"], "count", "{job}");
+    let (total, pending) = (p["total"].as_i64().unwrap(), p["pending"].as_i64().unwrap());
+    let finished = p["succeeded"].as_i64().unwrap() + p["failed"].as_i64().unwrap() + p["cancelled"].as_i64().unwrap();
+    assert_eq!(finished + pending, total, "{p}");
+    (finished, total, pending)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fan_out_progress_never_decreases_and_never_exceeds_the_total() {
+    let w = World::new().await;
+    let (_, parent) = w.submit("campaign", json!({"task_type": "noop", "correlation_id": "camp-1", "delay_seconds": 3600})).await;
+    let pid = id_of(&parent);
+    let total = 40;
+    assert!(jobs::wait_for_children(&w.db().await, w.tenant.id, pid, total).await.unwrap());
+    let parent = jobs::get(&w.db().await, w.tenant.id, pid).await.unwrap().unwrap();
+    assert_eq!(count_of(&w, pid).await, (0, 40, 40), "declared before any child exists");
+
+    let (stop_tx, stop) = watch::channel(false);
+    let workers = w.platform.spawn_workers(2, &stop);
+    let sweeper = w.platform.spawn_sweeper(&stop);
+    let mut seen = Vec::new();
+    // Children arrive in chunks while earlier ones run; some fail for good, one dies mid-run.
+    for chunk in 0..4 {
+        let kids: Vec<NewJob> = (0..10)
+            .map(|i| {
+                let n = chunk * 10 + i;
+                let (task_type, params) = if n % 7 == 3 {
+                    ("test.fail", json!({"times": 5, "kind": "fatal"}))
+                } else {
+                    ("test.effect", json!({"sleep_seconds": 0.02}))
+                };
+                NewJob::child_of(&parent, NewJob {
+                    id: Uuid::now_v7(),
+                    task_type: task_type.into(),
+                    params,
+                    idempotency_key: format!("campaign:{n}"),
+                    request_hash: vec![0; 32],
+                    run_at: Utc::now(),
+                    max_attempts: 1,
+                    timeout_seconds: 30,
+                    ..NewJob::default()
+                })
+            })
+            .collect();
+        w.platform.intake.enqueue(w.tenant.id, kids).await.unwrap();
+        for _ in 0..5 {
+            seen.push(count_of(&w, pid).await);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let c = count_of(&w, pid).await;
+        seen.push(c);
+        let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{pid}"), None, None).await;
+        if job["status"] == "succeeded" || tokio::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    stop_tx.send(true).unwrap();
+    futures::future::join_all(workers).await;
+    sweeper.await.unwrap();
+
+    for pair in seen.windows(2) {
+        assert!(pair[1].0 >= pair[0].0, "progress went back: {:?} then {:?}", pair[0], pair[1]);
+    }
+    assert!(seen.iter().all(|(done, total, _)| *total == 40 && *done <= 40), "{seen:?}");
+    assert!(seen.iter().any(|(done, ..)| *done > 0 && *done < 40), "no intermediate reading: {seen:?}");
+    let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{pid}"), None, None).await;
+    assert_eq!(job["status"], "succeeded", "the parent finishes when every child has: {job}");
+    assert_eq!(job["result"], json!({"total": 40, "succeeded": 34, "failed": 6, "cancelled": 0}));
+    assert_eq!(job["progress"]["succeeded"], 34);
+    // Every child carries the parent's correlation id: the chain comes back by it.
+    let (_, chain) = w.call(Method::GET, "/v1/jobs?correlation_id=camp-1&limit=500", None, None).await;
+    assert_eq!(chain["jobs"].as_array().unwrap().len(), 41);
+}
+
+#[tokio::test]
+async fn a_running_job_is_measured_against_its_task_types_baseline() {
+    let w = World::new().await;
+    // Five earlier runs of `sleep` of 1 s each, finished top-level jobs.
+    let db = w.db().await;
+    for i in 0..5 {
+        let (_, j) = w.submit(&format!("old{i}"), json!({"task_type": "sleep", "params": {"seconds": 0}})).await;
+        db.execute(
+            "UPDATE jobs SET status = 'succeeded', attempt = 1, started_at = now() - interval '11 s',
+                             finished_at = now() - interval '10 s' WHERE id = $1",
+            &[&id_of(&j)],
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(progress::refresh_baselines(&db).await.unwrap(), 1);
+    let (_, j) = w.submit("now", json!({"task_type": "sleep", "params": {"seconds": 60}})).await;
+    let id = id_of(&j);
+    jobs::claim_ids(&db, &[id], 30.0).await.unwrap();
+    let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
+    let p = &job["progress"];
+    assert_eq!((p["kind"].as_str(), p["runs_in_baseline"].as_i64(), p["stuck"].as_bool()), (Some("elapsed"), Some(5), Some(false)), "{p}");
+    assert!((p["baseline_p50_s"].as_f64().unwrap() - 1.0).abs() < 0.01, "{p}");
+    // Started 4 s ago: past 3 x p95 (3 s), so stuck.
+    db.execute("UPDATE jobs SET started_at = now() - interval '4 s' WHERE id = $1", &[&id]).await.unwrap();
+    let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
+    assert_eq!(job["progress"]["stuck"], true, "{job}");
+}
