@@ -274,7 +274,7 @@ async fn a_correlation_id_reaches_children_callbacks_and_log_lines() {
     assert!(jobs::wait_for_children(&w.db().await, w.tenant.id, pid, 2).await.unwrap());
     let parent = jobs::get(&w.db().await, w.tenant.id, pid).await.unwrap().unwrap();
     let kids: Vec<NewJob> = (0..2)
-        .map(|i| NewJob::child_of(&parent, NewJob {
+        .map(|i| NewJob::child_of(parent.id, &parent.correlation_id, NewJob {
             id: Uuid::now_v7(), task_type: "noop".into(), params: json!({}), idempotency_key: format!("top:{i}"),
             request_hash: vec![0; 32], run_at: chrono::Utc::now(), max_attempts: 1, timeout_seconds: 10,
             ..NewJob::default()

@@ -170,7 +170,7 @@ async fn fan_out_progress_never_decreases_and_never_exceeds_the_total() {
                 } else {
                     ("test.effect", json!({"sleep_seconds": 0.02}))
                 };
-                NewJob::child_of(&parent, NewJob {
+                NewJob::child_of(parent.id, &parent.correlation_id, NewJob {
                     id: Uuid::now_v7(),
                     task_type: task_type.into(),
                     params,

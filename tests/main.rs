@@ -17,5 +17,6 @@ mod status;
 mod console;
 mod email;
 mod cli;
+mod campaign;
 mod flow;
 mod callbacks;

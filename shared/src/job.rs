@@ -4,8 +4,10 @@
 //! - `pending`: committed and due at `run_at`. In: intake, a retry, the sweep returning an
 //!   expired lease. Out: a claim (worker), cancel (client or operator).
 //! - `running`: claimed under a lease; the attempt number is the fence. Out: success, retry,
-//!   terminal failure (worker); lease expiry (sweep).
-//! - `waiting`: a fan-out parent waiting for its children.
+//!   continue (back to pending), wait for children, terminal failure (worker); lease expiry
+//!   (sweep).
+//! - `waiting`: a fan-out parent waiting for its children. In: its task says so
+//!   (`TaskError::WaitForChildren`). Out: the sweep, once every declared child is terminal.
 //! - `succeeded`, `failed` (an exception is open), `cancelled`: terminal.
 
 use chrono::{DateTime, Utc};
@@ -103,6 +105,15 @@ pub enum TaskError {
     /// The effect may or may not have happened; never retried automatically.
     #[error("ambiguous: {0}")]
     Ambiguous(String),
+    /// Not a failure: the task made progress and runs again at once, in a new attempt that
+    /// does not count against its attempts (a long job continues itself across runs instead of
+    /// running long — a campaign creating its children in slices). The note says how far it got.
+    #[error("continuing: {0}")]
+    Continue(String),
+    /// Not a failure: every declared child exists; the job waits for them to finish (the sweep
+    /// finishes it, with counts, when they all have).
+    #[error("waiting for {0} children")]
+    WaitForChildren(i32),
 }
 
 /// The decision the executor records for one attempt.
@@ -112,6 +123,10 @@ pub enum Outcome {
     Retry { run_at: DateTime<Utc>, error: String },
     /// Fails for good and opens an exception of the given kind.
     Failed { kind: &'static str, error: String },
+    /// Pending again at once, with one more attempt allowed (`TaskError::Continue`).
+    Continue { note: String },
+    /// Waiting for `total` children (`TaskError::WaitForChildren`).
+    Wait { total: i32 },
 }
 
 /// The kinds of exception the terminal-failure path opens.

@@ -119,6 +119,7 @@ impl Platform {
             retry: RetryPolicy::default(),
             config: self.settings.executor.clone(),
             credentials: self.credentials.clone(),
+            intake: self.intake.clone(),
         }
     }
 

@@ -11,7 +11,11 @@ use uuid::Uuid;
 use super::AppState;
 use super::error::{ApiError, ErrorBody, page_limit, reject_nul};
 use super::extract::{Caller, JsonBody, Operator};
+use crate::email::campaign::{self, CampaignParams, Recipient};
 use crate::email::content;
+use crate::job::JobStatus;
+use crate::store::{campaign_pages, jobs};
+use crate::transport;
 use crate::store::messages::{self, Message, MessageEvent};
 use crate::store::suppressions::{self, Suppression};
 use crate::store::templates::{self, Template};
@@ -273,4 +277,67 @@ pub async fn put_identities(
     tracing::info!(event = "relay.tenant.sending_identities", tenant_id = %tenant, operator = %operator.name, ?identities,
         "sending identities replaced");
     Ok(Json(Identities { identities }))
+}
+
+/// One page of a campaign's recipients.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RecipientPage {
+    pub recipients: Vec<Recipient>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PageReceipt {
+    pub page: u32,
+    pub pages_received: i64,
+    pub pages: u32,
+    /// Every page is in: the campaign is due now.
+    pub released: bool,
+}
+
+/// `PUT /v1/jobs/{id}/recipients/{page}`: one page (up to 5,000) of a paged `email.campaign`'s
+/// recipients; idempotent per page. When the last page lands, the campaign falls due.
+#[utoipa::path(put, path = "/v1/jobs/{id}/recipients/{page}", tag = "email",
+    params(("id" = String, Path), ("page" = u32, Path)), request_body = RecipientPage, security(("tenant_key" = [])),
+    responses((status = 201, body = PageReceipt), (status = 200, body = PageReceipt, description = "a replay of a stored page"),
+        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn put_recipients(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path((id, page)): Path<(String, String)>,
+    JsonBody(body): JsonBody<RecipientPage>,
+) -> Result<(StatusCode, Json<PageReceipt>), ApiError> {
+    let id = Uuid::parse_str(&id).map_err(|_| ApiError::not_found())?;
+    let page: u32 = page
+        .parse()
+        .map_err(|_| ApiError::unprocessable("invalid_field", "page: a page number (0, 1, ...)").with("field", "page"))?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let job = jobs::get(&db, tenant.id, id).await?.ok_or_else(ApiError::not_found)?;
+    let not_paged = || ApiError::new(StatusCode::CONFLICT, "not_a_paged_campaign", "this job is not an email.campaign taking pages");
+    if job.task_type != "email.campaign" {
+        return Err(not_paged());
+    }
+    let campaign: CampaignParams = serde_json::from_value(job.params.clone()).map_err(|_| not_paged())?;
+    let pages = campaign.pages.ok_or_else(not_paged)?;
+    campaign::check_page(&campaign, page, &body.recipients)
+        .map_err(|(field, m)| ApiError::unprocessable("invalid_field", format!("{field}: {m}")).with("field", field))?;
+    if job.status != JobStatus::Pending {
+        return Err(ApiError::new(StatusCode::CONFLICT, "job_state", format!("the campaign is {}; pages are taken while it is pending", job.status.as_str())));
+    }
+    let page_no = i32::try_from(page).unwrap_or(i32::MAX);
+    let (stored, received) = campaign_pages::put(&db, id, page_no, &serde_json::json!(body.recipients)).await?;
+    if stored == campaign_pages::Stored::Conflict {
+        return Err(ApiError::new(StatusCode::CONFLICT, "page_conflict", format!("page {page} was stored with other recipients")));
+    }
+    let mut released = false;
+    if received == i64::from(pages)
+        && let Some(d) = jobs::release(&db, id).await?
+    {
+        drop(db);
+        transport::send(&state.transport, &state.pool, &[d]).await;
+        released = true;
+    }
+    let status = if stored == campaign_pages::Stored::New { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(PageReceipt { page, pages_received: received, pages, released })))
 }

@@ -25,6 +25,8 @@ pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
 pub const DEFAULT_TIMEOUT_SECONDS: i32 = 300;
 pub const MAX_DELAY_SECONDS: u32 = 366 * 24 * 3600;
 pub const MAX_BATCH: usize = 500;
+/// How far ahead a held job is put until it is released.
+const HELD_FOR: chrono::Duration = chrono::Duration::days(366);
 
 /// A job to submit.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -138,6 +140,8 @@ impl JobRequest {
             (None, Some(d)) => now + chrono::Duration::seconds(d.into()),
             (None, None) => now,
         };
+        // A held job (a campaign awaiting its recipient pages) is not due until released.
+        let run_at = if catalogue.held(&self.task_type, &self.params) { now + HELD_FOR } else { run_at };
         let max_attempts = self.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
         if !(1..=100).contains(&max_attempts) {
             return Err(invalid("max_attempts", "between 1 and 100"));

@@ -56,6 +56,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/callbacks", get(callbacks::get).put(callbacks::put).delete(callbacks::delete))
         .route("/v1/callbacks/rotate", post(callbacks::rotate))
         .route("/v1/tasks", get(jobs::tasks))
+        .route("/v1/jobs/{id}/recipients/{page}", put(email::put_recipients))
         .route("/v1/messages", get(email::list_messages))
         .route("/v1/messages/{id}", get(email::get_message))
         .route("/v1/suppressions", get(email::list_suppressions))

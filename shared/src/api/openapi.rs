@@ -21,7 +21,7 @@ use super::{admin, callbacks, email, jobs, schedules, status};
         jobs::submit, jobs::submit_batch, jobs::list, jobs::get, jobs::events, jobs::sessions, jobs::cancel, jobs::tasks,
         email::list_messages, email::get_message, email::list_suppressions, email::add_suppression,
         email::remove_suppression, email::list_templates, email::get_template, email::put_template,
-        email::delete_template, email::get_identities, email::put_identities,
+        email::delete_template, email::get_identities, email::put_identities, email::put_recipients,
         admin::list_exceptions, admin::show_exception, admin::retry, admin::cancel, admin::finish,
         admin::ignore, admin::bulk, admin::get_modes, admin::set_mode,
         schedules::list, schedules::create, schedules::get, schedules::update, schedules::delete,

@@ -1,9 +1,10 @@
 //! `email.send`: one email through SES, at most once per tenant and message key (see
-//! `crate::email` for how).
+//! `crate::email` for how); `email.campaign`: one message to many (`crate::email::campaign`).
 
 use serde_json::Value;
 
 use super::{Task, TaskContext};
+use crate::email::campaign::CampaignParams;
 use crate::email::content::SendParams;
 use crate::job::TaskError;
 
@@ -20,5 +21,26 @@ impl Task for SendEmail {
 
     async fn run(&self, ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> {
         crate::email::send(ctx, p).await
+    }
+}
+
+pub struct SendCampaign;
+
+impl Task for SendCampaign {
+    type Params = CampaignParams;
+    const NAME: &'static str = "email.campaign";
+    const DESCRIPTION: &'static str = "One message to many recipients: an email.send child per recipient, created in resumable \
+         chunks; finishes with counts by outcome when every child has.";
+
+    fn check(p: &CampaignParams) -> Result<(), (String, String)> {
+        p.check()
+    }
+
+    fn held(p: &CampaignParams) -> bool {
+        p.held()
+    }
+
+    async fn run(&self, ctx: &TaskContext, p: CampaignParams) -> Result<Value, TaskError> {
+        crate::email::campaign::run(ctx, p).await
     }
 }

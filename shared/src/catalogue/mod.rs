@@ -37,6 +37,8 @@ pub struct TaskContext {
     /// The modes read when this job was claimed.
     pub modes: Arc<Modes>,
     pub db: deadpool_postgres::Pool,
+    /// Creates jobs (a fan-out parent's children): insert, commit, then dispatch.
+    pub intake: crate::intake::Intake,
     pub(crate) aws: JobAws,
 }
 
@@ -67,6 +69,12 @@ pub trait Task: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Whether a job with these parameters is held (not due) when submitted, until something
+    /// releases it (a campaign waiting for its recipient pages).
+    fn held(_params: &Self::Params) -> bool {
+        false
+    }
+
     fn run(&self, ctx: &TaskContext, params: Self::Params) -> impl Future<Output = Result<Value, TaskError>> + Send;
 }
 
@@ -92,6 +100,7 @@ trait ErasedTask: Send + Sync {
     fn platform_only(&self) -> bool;
     fn retry(&self) -> Option<RetryPolicy>;
     fn check(&self, params: &Value) -> Result<(), ParamError>;
+    fn held(&self, params: &Value) -> bool;
     fn run<'a>(&'a self, ctx: &'a TaskContext, params: Value) -> BoxFuture<'a, Result<Value, TaskError>>;
 }
 
@@ -128,6 +137,10 @@ impl<T: Task> ErasedTask for T {
         parse::<T>(params).map(|_| ())
     }
 
+    fn held(&self, params: &Value) -> bool {
+        parse::<T>(params).is_ok_and(|p| T::held(&p))
+    }
+
     fn run<'a>(&'a self, ctx: &'a TaskContext, params: Value) -> BoxFuture<'a, Result<Value, TaskError>> {
         Box::pin(async move {
             // Parameters were checked at intake; a failure here means the task changed shape
@@ -152,6 +165,7 @@ impl Catalogue {
         c.add(basic::Noop);
         c.add(basic::Sleep);
         c.add(email::SendEmail);
+        c.add(email::SendCampaign);
         c.add(provider::ProviderEvent);
         c.add(housekeeping::Retention);
         c.add(callbacks::Deliver::default());
@@ -210,6 +224,11 @@ impl Catalogue {
         }
     }
 
+    /// Whether a job of this type and these (valid) parameters starts held.
+    pub fn held(&self, name: &str, params: &Value) -> bool {
+        self.tasks.get(name).is_some_and(|t| t.held(params))
+    }
+
     /// Run a task; `None` when the type is not in the catalogue.
     pub async fn run(&self, name: &str, ctx: &TaskContext, params: Value) -> Option<Result<Value, TaskError>> {
         let task = self.tasks.get(name)?.clone();
@@ -226,9 +245,9 @@ mod tests {
     fn test_tasks_exist_only_when_asked_for() {
         assert_eq!(
             Catalogue::standard(false).names(),
-            ["callback.deliver", "email.send", "noop", "provider.event", "relay.retention", "sleep"]
+            ["callback.deliver", "email.campaign", "email.send", "noop", "provider.event", "relay.retention", "sleep"]
         );
-        assert_eq!(Catalogue::standard(false).client_names(), ["email.send", "noop", "provider.event", "sleep"]);
+        assert_eq!(Catalogue::standard(false).client_names(), ["email.campaign", "email.send", "noop", "provider.event", "sleep"]);
         assert!(Catalogue::standard(true).contains("test.fail"));
     }
 

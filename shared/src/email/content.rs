@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use email_address::EmailAddress;
 use minijinja::{Environment, UndefinedBehavior};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
@@ -22,46 +22,46 @@ const RESERVED_HEADERS: [&str; 10] =
 /// The header that carries the correlation id verbatim (tags allow only a narrow charset).
 pub const CORRELATION_HEADER: &str = "X-Relay-Correlation-Id";
 
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SendParams {
     /// The sender: one of the tenant's sending identities (an address, or any address at an
     /// identity domain), optionally with a display name (`Acme <noreply@acme.example>`).
     pub from: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub to: Vec<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cc: Vec<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bcc: Vec<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reply_to: Vec<String>,
     /// Literal subject (not with `template`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
     /// Literal plain-text body (not with `template`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
     /// Literal HTML body (not with `template`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub html: Option<String>,
     /// A stored template's name (`PUT /v1/templates/{name}`), rendered with `data`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,
     /// Variables for `template`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub data: BTreeMap<String, Value>,
     /// Extra message headers (not the addressing ones).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
     /// SES message tags (letters, digits, `_` and `-`; names not starting `relay_`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, String>,
     /// The SES configuration set to send with (event publishing to the ingress topic).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub configuration_set: Option<String>,
     /// At most one email is ever sent per tenant and message key; default: the job id.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_key: Option<String>,
 }
 

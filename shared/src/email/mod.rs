@@ -11,6 +11,7 @@
 //!    rejected (fatal); or ambiguous (`unknown`, never retried: an exception opens, and an SES
 //!    event that proves the send settles both — see `settle`).
 
+pub mod campaign;
 pub mod content;
 pub mod events;
 pub mod ses;

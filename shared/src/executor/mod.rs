@@ -62,6 +62,8 @@ pub struct Executor {
     /// Where tasks get AWS credentials (per task type roles). `None`: every task's AWS access
     /// is denied.
     pub credentials: Option<Arc<TaskCredentials>>,
+    /// How tasks create jobs (a fan-out parent's children): insert, commit, then dispatch.
+    pub intake: crate::intake::Intake,
 }
 
 /// What one batch of jobs came to.
@@ -70,6 +72,9 @@ pub struct RunReport {
     pub succeeded: usize,
     pub retried: usize,
     pub failed: usize,
+    /// Jobs that continue themselves in a new run, or now wait for their children.
+    pub continued: usize,
+    pub waiting: usize,
     /// Outcomes refused because the job had moved on (a newer attempt owns it).
     pub stale: usize,
 }
@@ -114,6 +119,7 @@ impl Executor {
             correlation_id: job.correlation_id.clone(),
             modes,
             db: self.pool.clone(),
+            intake: self.intake.clone(),
             aws: JobAws::new(self.credentials.clone(), job, self.pool.clone()),
         };
         let timeout = Duration::from_secs(u64::try_from(job.timeout_seconds).unwrap_or(1));
@@ -138,6 +144,8 @@ impl Executor {
         let mut done = Vec::new();
         let mut retries = Vec::new();
         let mut failures = Vec::new();
+        let mut continues = Vec::new();
+        let mut waits = Vec::new();
         for (job, outcome) in outcomes {
             match outcome {
                 Outcome::Succeeded { result } => done.push((job.id, job.attempt, result.clone())),
@@ -147,6 +155,8 @@ impl Executor {
                 Outcome::Failed { kind, error } => {
                     failures.push((job.id, job.attempt, Failure { kind, error: error.clone() }))
                 }
+                Outcome::Continue { note } => continues.push((job.id, job.attempt, note.clone())),
+                Outcome::Wait { total } => waits.push((job.id, job.attempt, *total)),
             }
         }
         let db = self.pool.get().await?;
@@ -155,6 +165,8 @@ impl Executor {
         let stale_retries = if retries.is_empty() { vec![] } else { jobs::retry(&db, &retries).await? };
         let failed = if failures.is_empty() { jobs::Failed::default() } else { jobs::fail_reporting(&db, &failures).await? };
         let stale_failures = failed.refused;
+        let stale_continues = if continues.is_empty() { vec![] } else { jobs::continue_later(&db, &continues).await? };
+        let stale_waits = if waits.is_empty() { vec![] } else { jobs::wait_running(&db, &waits).await? };
         drop(db);
         for (exception_id, job_id) in &failed.opened {
             if let Some((_, _, f)) = failures.iter().find(|f| f.0 == *job_id) {
@@ -166,7 +178,8 @@ impl Executor {
             tracing::warn!(event = "relay.job.failed", job_id = %id, attempt, kind = f.kind,
                 error = %f.error, "job failed for good; exception opened");
         }
-        let stale: Vec<_> = [&stale_done, &stale_retries, &stale_failures].into_iter().flatten().collect();
+        let stale: Vec<_> =
+            [&stale_done, &stale_retries, &stale_failures, &stale_continues, &stale_waits].into_iter().flatten().collect();
         for (id, attempt) in &stale {
             tracing::warn!(event = "relay.executor.stale_write", job_id = %id, attempt,
                 "outcome refused: the job has moved on to a newer attempt");
@@ -178,6 +191,8 @@ impl Executor {
             .filter(|r| !is_stale(&r.0, &stale_retries))
             .map(|(id, _, r)| Dispatch { id: *id, run_at: r.run_at })
             .collect();
+        let now = Utc::now();
+        redo.extend(continues.iter().filter(|c| !is_stale(&c.0, &stale_continues)).map(|c| Dispatch { id: c.0, run_at: now }));
         redo.extend(succeeded.callbacks);
         redo.extend(failed.callbacks);
         redo.extend(self.hand_on(outcomes).await);
@@ -186,6 +201,8 @@ impl Executor {
             succeeded: done.len() - stale_done.len(),
             retried: retries.len() - stale_retries.len(),
             failed: failures.len() - stale_failures.len(),
+            continued: continues.len() - stale_continues.len(),
+            waiting: waits.len() - stale_waits.len(),
             stale: stale.len(),
         })
     }
@@ -243,6 +260,8 @@ pub fn decide(job: &ClaimedJob, ran: Ran, now: DateTime<Utc>, policy: &RetryPoli
         Ran::Finished(Err(TaskError::Ambiguous(e))) => {
             Outcome::Failed { kind: exception_kind::AMBIGUOUS_OUTCOME, error: clean(&e) }
         }
+        Ran::Finished(Err(TaskError::Continue(note))) => Outcome::Continue { note: clean(&note) },
+        Ran::Finished(Err(TaskError::WaitForChildren(total))) => Outcome::Wait { total },
         Ran::TimedOut(t) => retry_or_fail(format!("timed out after {}s", t.as_secs())),
         Ran::Panicked(msg) => retry_or_fail(format!("task panicked: {}", clean(&msg))),
         Ran::UnknownType => Outcome::Failed {

@@ -154,11 +154,11 @@ pub struct Concurrency {
 }
 
 impl NewJob {
-    /// A child of `parent`: it carries the parent's correlation id and tenant-side keys are
-    /// the caller's. Fields not named here are the request's own.
-    pub fn child_of(parent: &Job, mut child: NewJob) -> NewJob {
-        child.parent_id = Some(parent.id);
-        child.correlation_id = parent.correlation_id.clone();
+    /// A child of the parent `parent_id`: it carries the parent's correlation id. Fields not
+    /// named here are the request's own.
+    pub fn child_of(parent_id: JobId, correlation_id: &str, mut child: NewJob) -> NewJob {
+        child.parent_id = Some(parent_id);
+        child.correlation_id = correlation_id.to_owned();
         child
     }
 }
@@ -744,6 +744,89 @@ pub async fn retry(db: &impl GenericClient, retries: &[(JobId, i32, Retry)]) -> 
     let errors: Vec<&str> = retries.iter().map(|r| r.2.error.as_str()).collect();
     let rows = db.query(&stmt, &[&ids, &attempts, &run_ats, &errors]).await?;
     Ok(refused(&ids.into_iter().zip(attempts).collect::<Vec<_>>(), &rows))
+}
+
+/// Running jobs that continue themselves: pending again at once, with one more attempt allowed
+/// (`max_attempts` raised, at most to 100), so a job making progress in slices does not use
+/// up its retries. Fenced; returns the pairs refused as stale.
+pub async fn continue_later(db: &impl GenericClient, jobs: &[(JobId, i32, String)]) -> Result<Vec<(JobId, i32)>, StoreError> {
+    let stmt = db
+        .prepare_cached(
+            "WITH continued AS (
+                 UPDATE jobs j SET status = 'pending', run_at = now(), lease_until = NULL,
+                     max_attempts = least(j.max_attempts + 1, 100), last_error = NULL,
+                     dispatched_at = now(), updated_at = now()
+                 FROM unnest($1::uuid[], $2::int[], $3::text[]) AS c(id, attempt, note)
+                 WHERE j.id = c.id AND j.attempt = c.attempt AND (j.status || '') = 'running'
+                 RETURNING j.id, j.attempt, j.started_at, c.note
+             ), events AS (
+                 INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, started_at, reason)
+                 SELECT id, 'continued', 'running', 'pending', attempt, started_at, note FROM continued
+             )
+             SELECT id FROM continued",
+        )
+        .await?;
+    let jobs = &by_id(jobs);
+    let (ids, attempts) = split(jobs);
+    let notes: Vec<&str> = jobs.iter().map(|j| j.2.as_str()).collect();
+    let rows = db.query(&stmt, &[&ids, &attempts, &notes]).await?;
+    Ok(refused(&ids.into_iter().zip(attempts).collect::<Vec<_>>(), &rows))
+}
+
+/// Running parents whose children all exist now wait for them (`children_total` set); the
+/// sweep finishes them (`finish_parents`). Fenced; returns the pairs refused as stale.
+pub async fn wait_running(db: &impl GenericClient, jobs: &[(JobId, i32, i32)]) -> Result<Vec<(JobId, i32)>, StoreError> {
+    let stmt = db
+        .prepare_cached(
+            "WITH waiting AS (
+                 UPDATE jobs j SET status = 'waiting', children_total = w.total, lease_until = NULL, updated_at = now()
+                 FROM unnest($1::uuid[], $2::int[], $3::int[]) AS w(id, attempt, total)
+                 WHERE j.id = w.id AND j.attempt = w.attempt AND (j.status || '') = 'running'
+                 RETURNING j.id, j.attempt, j.started_at, w.total
+             ), events AS (
+                 INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, started_at, reason)
+                 SELECT id, 'waiting', 'running', 'waiting', attempt, started_at, 'waiting for ' || total || ' children'
+                 FROM waiting
+             )
+             SELECT id FROM waiting",
+        )
+        .await?;
+    let jobs = &by_id(jobs);
+    let (ids, attempts) = split(jobs);
+    let totals: Vec<i32> = jobs.iter().map(|j| j.2).collect();
+    let rows = db.query(&stmt, &[&ids, &attempts, &totals]).await?;
+    Ok(refused(&ids.into_iter().zip(attempts).collect::<Vec<_>>(), &rows))
+}
+
+/// Declare how many children a running job will have, before it creates them (fenced), so
+/// its progress never counts against a moving total.
+pub async fn declare_children(db: &impl GenericClient, id: JobId, attempt: i32, total: i32) -> Result<bool, StoreError> {
+    let n = db
+        .execute(
+            "UPDATE jobs SET children_total = $3, updated_at = now() WHERE id = $1 AND attempt = $2 AND status = 'running'",
+            &[&id, &attempt, &total],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// A held job falls due now (a campaign whose last recipient page arrived). Returns the
+/// dispatch to send after commit, or `None` when it was no longer pending.
+pub async fn release(db: &impl GenericClient, id: JobId) -> Result<Option<Dispatch>, StoreError> {
+    let row = db
+        .query_opt(
+            "UPDATE jobs SET run_at = now(), dispatched_at = now(), updated_at = now()
+             WHERE id = $1 AND status = 'pending' RETURNING run_at",
+            &[&id],
+        )
+        .await?;
+    Ok(row.map(|r| Dispatch { id, run_at: r.get(0) }))
+}
+
+/// How many children a job has.
+pub async fn count_children(db: &impl GenericClient, id: JobId) -> Result<i64, StoreError> {
+    let stmt = db.prepare_cached("SELECT count(*) FROM jobs WHERE parent_id = $1").await?;
+    Ok(db.query_one(&stmt, &[&id]).await?.get(0))
 }
 
 /// Why a job fails for good: the kind of exception it opens and the error.

@@ -2,6 +2,7 @@
 //! nothing outside `store` writes SQL (tests excepted).
 
 pub mod attempt_sessions;
+pub mod campaign_pages;
 pub mod callbacks;
 pub mod dead_letters;
 pub mod effects;

@@ -1,0 +1,256 @@
+//! `email.campaign`: one message to many recipients, as countable fan-out. The campaign
+//! declares its total before it creates a child, then creates one `email.send` child per
+//! recipient in chunks, each chunk committed (and dispatched) on its own. A child's idempotency
+//! and message keys are the campaign and the recipient's position, so a campaign interrupted
+//! mid-creation resumes where it stopped and never creates (or sends) a child twice. It creates
+//! at most `children_per_run` children per run, then continues itself in a new run (so 100,000
+//! recipients never make one long run), and once every child exists it waits; the sweep
+//! finishes it with counts by outcome when every child has finished. Progress is read from the
+//! children's rows (`progress`), never reported by the parent.
+//!
+//! Recipients come inline, or — for long lists — in pages uploaded after submit
+//! (`PUT /v1/jobs/{id}/recipients/{page}`): such a campaign is held (not due) until its last
+//! page lands.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::content::SendParams;
+use crate::catalogue::TaskContext;
+use crate::job::TaskError;
+use crate::store::jobs::{self, Concurrency, NewJob};
+use crate::store::campaign_pages;
+
+/// Children created per statement (one commit, one dispatch).
+pub const CHUNK: usize = 1000;
+/// Most recipients given inline (a longer list comes in pages).
+pub const MAX_INLINE: usize = 10_000;
+/// Most recipients per uploaded page, and most pages.
+pub const MAX_PAGE: usize = 5_000;
+pub const MAX_PAGES: u32 = 1_000;
+pub const DEFAULT_CHILDREN_PER_RUN: u32 = 20_000;
+/// Children of one campaign sending at once, unless the campaign says otherwise.
+pub const DEFAULT_CONCURRENCY: i32 = 10;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Recipient {
+    pub to: String,
+    /// Per-recipient template variables (over the message's own `data`).
+    #[serde(default)]
+    pub data: BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CampaignParams {
+    /// What every recipient gets: `email.send`'s parameters without `to`, `cc`, `bcc` or
+    /// `message_key`.
+    pub message: SendParams,
+    /// The recipients, inline (at most 10,000).
+    #[serde(default)]
+    pub recipients: Vec<Recipient>,
+    /// Instead of `recipients`: how many pages of recipients will be uploaded
+    /// (`PUT /v1/jobs/{id}/recipients/{page}`, pages 0 to pages-1); held until the last lands.
+    #[serde(default)]
+    pub pages: Option<u32>,
+    /// Children sending at once (1 to 1000; default 10): their concurrency key is the campaign's.
+    #[serde(default)]
+    pub concurrency_limit: Option<i32>,
+    /// Children created per run before the campaign continues in a new run (100 to 100,000;
+    /// default 20,000).
+    #[serde(default)]
+    pub children_per_run: Option<u32>,
+}
+
+/// A recipient's address, checked as `email.send` checks its own.
+fn check_recipient(message: &SendParams, r: &Recipient, field: &str) -> Result<(), (String, String)> {
+    let mut one = message.clone();
+    one.to = vec![r.to.clone()];
+    one.check().map_err(|(f, m)| if f.starts_with("to") { (field.to_owned(), m) } else { (format!("message.{f}"), m) })
+}
+
+impl CampaignParams {
+    pub fn check(&self) -> Result<(), (String, String)> {
+        let m = &self.message;
+        if !(m.to.is_empty() && m.cc.is_empty() && m.bcc.is_empty()) {
+            return Err(("message.to".into(), "recipients come from `recipients` or pages, not the message".into()));
+        }
+        if m.message_key.is_some() {
+            return Err(("message.message_key".into(), "each child's message key is the campaign and its position".into()));
+        }
+        match (self.recipients.len(), self.pages) {
+            (0, None) => return Err(("recipients".into(), "give recipients, or the number of pages to come".into())),
+            (n, Some(_)) if n > 0 => return Err(("pages".into(), "give recipients or pages, not both".into())),
+            (_, Some(p)) if !(1..=MAX_PAGES).contains(&p) => {
+                return Err(("pages".into(), format!("1 to {MAX_PAGES} pages")));
+            }
+            (n, None) if n > MAX_INLINE => {
+                return Err(("recipients".into(), format!("{n} recipients inline; at most {MAX_INLINE} (upload pages instead)")));
+            }
+            _ => {}
+        }
+        let sample = Recipient { to: "recipient@example.com".into(), data: BTreeMap::new() };
+        check_recipient(m, self.recipients.first().unwrap_or(&sample), "recipients[0].to")?;
+        for (i, r) in self.recipients.iter().enumerate().skip(1) {
+            check_recipient(m, r, &format!("recipients[{i}].to"))?;
+        }
+        if let Some(l) = self.concurrency_limit
+            && !(1..=1000).contains(&l)
+        {
+            return Err(("concurrency_limit".into(), "1 to 1000".into()));
+        }
+        if let Some(n) = self.children_per_run
+            && !(100..=100_000).contains(&n)
+        {
+            return Err(("children_per_run".into(), "100 to 100,000".into()));
+        }
+        Ok(())
+    }
+
+    /// Held until its recipient pages have all arrived.
+    pub fn held(&self) -> bool {
+        self.pages.is_some()
+    }
+}
+
+/// Check one uploaded page against its campaign.
+pub fn check_page(campaign: &CampaignParams, page: u32, recipients: &[Recipient]) -> Result<(), (String, String)> {
+    let Some(pages) = campaign.pages else {
+        return Err(("page".into(), "this campaign takes its recipients inline, not in pages".into()));
+    };
+    if page >= pages {
+        return Err(("page".into(), format!("this campaign has pages 0 to {}", pages - 1)));
+    }
+    if recipients.is_empty() || recipients.len() > MAX_PAGE {
+        return Err(("recipients".into(), format!("1 to {MAX_PAGE} recipients per page")));
+    }
+    for (i, r) in recipients.iter().enumerate() {
+        check_recipient(&campaign.message, r, &format!("recipients[{i}].to"))?;
+    }
+    Ok(())
+}
+
+fn retryable(e: impl std::fmt::Display) -> TaskError {
+    TaskError::Retryable(e.to_string())
+}
+
+/// The child for the recipient at `position`.
+fn child(ctx: &TaskContext, p: &CampaignParams, r: &Recipient, position: usize) -> NewJob {
+    let mut m = p.message.clone();
+    m.to = vec![r.to.clone()];
+    m.data.extend(r.data.clone());
+    let key = format!("campaign:{}:{position}", ctx.job_id);
+    m.message_key = Some(key.clone());
+    let params = serde_json::to_value(&m).unwrap_or_default();
+    NewJob::child_of(ctx.job_id, &ctx.correlation_id, NewJob {
+        id: Uuid::now_v7(),
+        task_type: "email.send".into(),
+        request_hash: Sha256::digest(params.to_string().as_bytes()).to_vec(),
+        params,
+        idempotency_key: key,
+        run_at: chrono::Utc::now(),
+        max_attempts: 5,
+        timeout_seconds: 60,
+        concurrency: Some(Concurrency {
+            key: format!("campaign:{}", ctx.job_id),
+            limit: p.concurrency_limit.unwrap_or(DEFAULT_CONCURRENCY),
+        }),
+        ..NewJob::default()
+    })
+}
+
+/// One run of a campaign: declare, create the next slice of children, then continue or wait.
+pub async fn run(ctx: &TaskContext, p: CampaignParams) -> Result<Value, TaskError> {
+    let db = ctx.db.get().await.map_err(retryable)?;
+    let recipients = match p.pages {
+        None => p.recipients.clone(),
+        Some(pages) => {
+            let got = campaign_pages::all(&db, ctx.job_id).await.map_err(retryable)?;
+            if got.len() != pages as usize {
+                return Err(TaskError::Fatal(format!("{} of {pages} recipient pages arrived", got.len())));
+            }
+            got.into_iter().flatten().collect()
+        }
+    };
+    let total = i32::try_from(recipients.len()).map_err(|_| TaskError::Fatal("too many recipients".into()))?;
+    if !jobs::declare_children(&db, ctx.job_id, ctx.attempt, total).await.map_err(retryable)? {
+        return Err(TaskError::Retryable("this attempt no longer holds the campaign".into()));
+    }
+    // Each chunk commits whole, so the children that exist are whole chunks (a partial last
+    // chunk only at the very end); created again, a child is found by its key, not duplicated.
+    let existing = usize::try_from(jobs::count_children(&db, ctx.job_id).await.map_err(retryable)?).unwrap_or(0);
+    drop(db);
+    let start = existing - existing % CHUNK;
+    let per_run = p.children_per_run.unwrap_or(DEFAULT_CHILDREN_PER_RUN) as usize;
+    let end = recipients.len().min(start + per_run);
+    for from in (start..end).step_by(CHUNK) {
+        let slice: Vec<NewJob> =
+            (from..end.min(from + CHUNK)).map(|pos| child(ctx, &p, &recipients[pos], pos)).collect();
+        ctx.intake.enqueue(ctx.tenant_id, slice).await.map_err(retryable)?;
+    }
+    tracing::info!(event = "relay.campaign.children", created_up_to = end, total, "campaign children created");
+    if end < recipients.len() {
+        Err(TaskError::Continue(format!("children 0 to {end} of {total} exist")))
+    } else {
+        Err(TaskError::WaitForChildren(total))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn params(v: Value) -> CampaignParams {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn message() -> Value {
+        json!({"from": "news@acme.example", "subject": "News", "text": "Hello"})
+    }
+
+    #[test]
+    fn a_campaign_names_its_recipients_once_and_well() {
+        let ok = params(json!({"message": message(), "recipients": [{"to": "a@example.com"}, {"to": "b@example.com", "data": {"n": 1}}]}));
+        assert_eq!(ok.check(), Ok(()));
+        let field = |v: Value| params(v).check().unwrap_err().0;
+        assert_eq!(field(json!({"message": message()})), "recipients");
+        assert_eq!(field(json!({"message": message(), "recipients": [{"to": "a@example.com"}, {"to": "nope"}]})), "recipients[1].to");
+        assert_eq!(field(json!({"message": message(), "recipients": [{"to": "a@example.com"}], "pages": 2})), "pages");
+        let mut with_to = message();
+        with_to["to"] = json!(["x@example.com"]);
+        assert_eq!(field(json!({"message": with_to, "pages": 1})), "message.to");
+        assert_eq!(field(json!({"message": {"from": "news@acme.example"}, "pages": 1})), "message.subject");
+        assert_eq!(field(json!({"message": message(), "pages": 1, "concurrency_limit": 0})), "concurrency_limit");
+        assert!(params(json!({"message": message(), "pages": 3})).held());
+    }
+
+    #[test]
+    fn pages_fit_their_campaign() {
+        let c = params(json!({"message": message(), "pages": 2}));
+        let r = |to: &str| Recipient { to: to.into(), data: BTreeMap::new() };
+        assert_eq!(check_page(&c, 1, &[r("a@example.com")]), Ok(()));
+        assert_eq!(check_page(&c, 2, &[r("a@example.com")]).unwrap_err().0, "page");
+        assert_eq!(check_page(&c, 0, &[]).unwrap_err().0, "recipients");
+        assert_eq!(check_page(&c, 0, &[r("bad")]).unwrap_err().0, "recipients[0].to");
+    }
+
+    #[test]
+    fn a_child_is_email_send_params_that_check() {
+        let m: SendParams = serde_json::from_value(json!({"from": "news@acme.example", "template": "t", "data": {"a": 1}})).unwrap();
+        let mut m2 = m.clone();
+        m2.to = vec!["x@example.com".into()];
+        m2.message_key = Some("campaign:p:0".into());
+        let v = serde_json::to_value(&m2).unwrap();
+        let back: SendParams = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(back.check(), Ok(()), "{v}");
+        assert_eq!(v["template"], "t");
+        assert!(v.get("subject").is_none());
+    }
+}

@@ -1,0 +1,175 @@
+//! `email.campaign`: 10,000 recipients in shadow mode with the creating run killed midway,
+//! honest progress, correlation on every child and message, and paged recipient lists.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::{Method, StatusCode};
+use serde_json::{Value, json};
+use taskdeck::store::{jobs, sending_identities};
+use uuid::Uuid;
+
+use crate::support::World;
+
+async fn sender(w: &World) {
+    sending_identities::set(&mut w.db().await, w.tenant.id, &["acme.example".into()]).await.unwrap();
+}
+
+fn campaign(recipients: Value, extra: Value) -> Value {
+    let mut params = json!({
+        "message": {"from": "News <news@acme.example>", "template": "news", "data": {"name": "friend"}},
+        "recipients": recipients,
+    });
+    params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    json!({"task_type": "email.campaign", "correlation_id": "spring-campaign", "params": params})
+}
+
+async fn template(w: &World) {
+    let (status, _) = w
+        .call(Method::PUT, "/v1/templates/news", None, Some(json!({"subject": "News for {{ name }}", "text": "Hi {{ name }}"})))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+/// The parent's count progress: (total, done) where done counts terminal children.
+fn progress(job: &Value) -> Option<(i64, i64)> {
+    let p = &job["progress"];
+    (p["kind"] == "count").then(|| {
+        let n = |k: &str| p[k].as_i64().unwrap_or(0);
+        (n("total"), n("succeeded") + n("failed") + n("cancelled"))
+    })
+}
+
+#[tokio::test]
+async fn ten_thousand_recipients_in_shadow_mode_complete_exactly_though_the_creating_run_is_killed() {
+    const N: usize = 10_000;
+    let w = World::new().await;
+    sender(&w).await;
+    template(&w).await;
+    let recipients: Vec<Value> = (0..N).map(|i| json!({"to": format!("r{i}@example.com"), "data": {"name": format!("r{i}")}})).collect();
+    let (status, parent) = w
+        .submit("spring", campaign(json!(recipients), json!({"children_per_run": 2000, "concurrency_limit": 200})))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{}", parent["error"]);
+    let id: Uuid = parent["id"].as_str().unwrap().parse().unwrap();
+
+    // A worker claims the campaign and is killed while it creates children: its run stops at
+    // whatever it was awaiting and records nothing.
+    let exec = w.platform.executor();
+    let claim = jobs::claim_ids(&w.db().await, &[id], 2.0).await.unwrap();
+    let job = claim.jobs.into_iter().next().expect("claimed");
+    let modes = Arc::new(claim.modes);
+    let doomed = {
+        let exec = exec.clone();
+        tokio::spawn(async move { exec.execute(&job, modes).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while w.count("SELECT count(*) FROM jobs WHERE parent_id = $1", &[&id]).await == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    doomed.abort();
+    let created_before_kill = w.count("SELECT count(*) FROM jobs WHERE parent_id = $1", &[&id]).await;
+    assert!(created_before_kill > 0 && created_before_kill < N as i64, "killed midway ({created_before_kill} children)");
+
+    // Workers and the sweep take over: the lease expires, the campaign resumes where it stopped.
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let mut handles = w.platform.spawn_workers(2, &stop);
+    handles.push(w.platform.spawn_sweeper(&stop));
+    let mut seen: Vec<(i64, i64)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let last = loop {
+        let (_, j) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
+        if let Some(p) = progress(&j) {
+            seen.push(p);
+        }
+        if j["status"] == "succeeded" || j["status"] == "failed" || Instant::now() > deadline {
+            break j;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    stop_tx.send(true).unwrap();
+    for h in handles {
+        let _ = h.await;
+    }
+    assert_eq!(last["status"], "succeeded", "{}", last["last_error"]);
+    assert_eq!(last["result"], json!({"total": N, "succeeded": N, "failed": 0, "cancelled": 0}));
+
+    // Progress: the declared total from the start, never decreasing, never past the total.
+    assert!(seen.len() > 3, "progress was observed while it ran");
+    assert!(seen.iter().all(|(t, _)| *t == N as i64), "the total was declared before any child");
+    assert!(seen.windows(2).all(|p| p[1].1 >= p[0].1), "progress never decreased");
+    assert!(seen.iter().all(|(t, d)| d <= t));
+
+    // Exactly one child and one message per recipient, each carrying the campaign's correlation id.
+    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE parent_id = $1", &[&id]).await, N as i64);
+    assert_eq!(w.count("SELECT count(DISTINCT idempotency_key) FROM jobs WHERE parent_id = $1", &[&id]).await, N as i64);
+    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE parent_id = $1 AND correlation_id = 'spring-campaign'", &[&id]).await, N as i64);
+    assert_eq!(w.count("SELECT count(*) FROM messages WHERE status = 'shadowed' AND correlation_id = 'spring-campaign'", &[]).await, N as i64);
+    assert_eq!(w.count("SELECT count(DISTINCT recipients) FROM messages", &[]).await, N as i64, "each recipient once");
+    let subject: String = w.db().await.query_one("SELECT subject FROM messages WHERE recipients->'to'->>0 = 'r42@example.com'", &[]).await.unwrap().get(0);
+    assert_eq!(subject, "News for r42", "recipient data over the message's");
+    assert!(w.count("SELECT count(*) FROM job_events WHERE job_id = $1 AND kind = 'continued'", &[&id]).await >= 3, "it continued itself across runs");
+    assert_eq!(w.count("SELECT count(*) FROM job_events WHERE job_id = $1 AND kind = 'lease_expired'", &[&id]).await, 1, "the kill was recovered and recorded");
+    let (_, chain) = w.call(Method::GET, "/v1/messages?correlation_id=spring-campaign&limit=5", None, None).await;
+    assert_eq!(chain["messages"].as_array().map(Vec::len), Some(5));
+}
+
+#[tokio::test]
+async fn a_paged_campaign_is_held_until_its_last_page_arrives() {
+    let w = World::new().await;
+    sender(&w).await;
+    template(&w).await;
+    let (status, parent) = w.submit("paged", campaign(json!([]), json!({"pages": 2}))).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{parent}");
+    let id = parent["id"].as_str().unwrap().to_owned();
+    let (_, j) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
+    assert_eq!(j["waiting_reason"], "not_due", "held: {j}");
+
+    let page = |n: usize| json!({"recipients": (0..3).map(|i| json!({"to": format!("p{n}-{i}@example.com")})).collect::<Vec<_>>()});
+    let (status, r) = w.call(Method::PUT, &format!("/v1/jobs/{id}/recipients/0"), None, Some(page(0))).await;
+    assert_eq!((status, r["released"].as_bool()), (StatusCode::CREATED, Some(false)), "{r}");
+    let (status, _) = w.call(Method::PUT, &format!("/v1/jobs/{id}/recipients/0"), None, Some(page(0))).await;
+    assert_eq!(status, StatusCode::OK, "a replayed page");
+    let (status, e) = w.call(Method::PUT, &format!("/v1/jobs/{id}/recipients/0"), None, Some(page(9))).await;
+    assert_eq!((status, e["error"]["code"].as_str()), (StatusCode::CONFLICT, Some("page_conflict")));
+    let (status, e) = w.call(Method::PUT, &format!("/v1/jobs/{id}/recipients/2"), None, Some(page(2))).await;
+    assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("page")));
+    let (status, r) = w.call(Method::PUT, &format!("/v1/jobs/{id}/recipients/1"), None, Some(page(1))).await;
+    assert_eq!((status, r["released"].as_bool()), (StatusCode::CREATED, Some(true)), "{r}");
+
+    let exec = w.platform.executor();
+    let pid: Uuid = id.parse().unwrap();
+    let (report, _) = exec.run_dispatched(&[pid]).await.unwrap();
+    assert_eq!(report.waiting, 1, "all six children exist; the campaign waits");
+    let kids: Vec<Uuid> = w.db().await.query("SELECT id FROM jobs WHERE parent_id = $1", &[&pid]).await.unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(kids.len(), 6);
+    let (_, j) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
+    assert_eq!((j["status"].as_str(), j["waiting_reason"].as_str()), (Some("waiting"), Some("waiting_for_children")));
+    exec.run_dispatched(&kids).await.unwrap();
+    w.platform.sweeper().pass().await.unwrap();
+    let (_, j) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
+    assert_eq!(j["result"], json!({"total": 6, "succeeded": 6, "failed": 0, "cancelled": 0}), "{j}");
+
+    // Pages only for a paged campaign of the caller's.
+    let (_, other_key) = w.other_tenant("globex").await;
+    let (status, _) = w.call_as(&other_key, Method::PUT, &format!("/v1/jobs/{id}/recipients/0"), None, Some(serde_json::to_vec(&page(0)).unwrap())).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (_, plain) = w.submit("plain", json!({"task_type": "noop"})).await;
+    let (status, e) = w.call(Method::PUT, &format!("/v1/jobs/{}/recipients/0", plain["id"].as_str().unwrap()), None, Some(page(0))).await;
+    assert_eq!((status, e["error"]["code"].as_str()), (StatusCode::CONFLICT, Some("not_a_paged_campaign")));
+}
+
+#[tokio::test]
+async fn campaign_requests_are_checked_at_submit() {
+    let w = World::new().await;
+    let cases = [
+        (campaign(json!([]), json!({})), "params.recipients"),
+        (campaign(json!([{"to": "ok@example.com"}, {"to": "nope"}]), json!({})), "params.recipients[1].to"),
+        (campaign(json!([{"to": "ok@example.com"}]), json!({"pages": 3})), "params.pages"),
+        (campaign(json!([{"to": "ok@example.com"}]), json!({"concurrency_limit": 0})), "params.concurrency_limit"),
+    ];
+    for (i, (body, field)) in cases.into_iter().enumerate() {
+        let (status, e) = w.submit(&format!("bad{i}"), body).await;
+        assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some(field)), "{e}");
+    }
+}
