@@ -576,3 +576,44 @@ async fn a_worker_whose_lease_was_taken_over_cannot_send() {
     assert_eq!(w.count("SELECT count(*) FROM messages", &[]).await, 0, "no intent recorded");
     assert_eq!(in_moto(&subject).await, 0, "nothing sent");
 }
+
+#[tokio::test]
+async fn a_tenant_names_its_own_sending_role_and_relay_assumes_it_with_relays_external_id() {
+    let w = World::new().await;
+    go_live(&w).await;
+    let (status, role) = w.call(Method::GET, "/v1/sending-role", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let external = format!("relay-{}", w.tenant.id);
+    assert_eq!((role["role_arn"].clone(), role["external_id"].as_str()), (Value::Null, Some(external.as_str())));
+    let (status, e) = w.call(Method::PUT, "/v1/sending-role", None, Some(json!({"role_arn": "arn:aws:iam::1:user/x"}))).await;
+    assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("role_arn")));
+    let arn = "arn:aws:iam::333333333333:role/acme-mail";
+    let (status, _) = w.call(Method::PUT, "/v1/sending-role", None, Some(json!({"role_arn": arn}))).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // Verify the domain in the tenant's account (moto keeps SES per account), as the tenant would.
+    sending_identities::set(&mut w.db().await, w.tenant.id, &[DOMAIN.into()]).await.unwrap();
+    let sts = aws_sdk_sts::Client::new(&moto::sdk_config());
+    let c = sts.assume_role().role_arn(arn).role_session_name("setup").send().await.unwrap();
+    let c = c.credentials().unwrap();
+    let creds = aws_sdk_sesv2::config::Credentials::new(c.access_key_id(), c.secret_access_key(), Some(c.session_token().to_owned()), None, "test");
+    let theirs = moto::sdk_config().to_builder().credentials_provider(aws_sdk_sesv2::config::SharedCredentialsProvider::new(creds)).build();
+    aws_sdk_sesv2::Client::new(&theirs).create_email_identity().email_identity(DOMAIN).send().await.unwrap();
+
+    let exec = executor(&w, moto::endpoint(), roles());
+    let subject = format!("own role {}", w.schema);
+    let id = submit(&w, "own", email(&subject, "bo@example.com")).await;
+    assert_eq!(exec.run_dispatched(&[id]).await.unwrap().0.succeeded, 1, "{}", job(&w, id).await);
+    let (_, sessions) = w.call(Method::GET, &format!("/v1/jobs/{id}/sessions"), None, None).await;
+    assert_eq!((sessions["sessions"][0]["role_arn"].as_str(), sessions["sessions"][0]["external_id"].as_bool()), (Some(arn), Some(true)));
+    let name = format!("relay-{id}-1");
+    let assumed = moto::data().await["sts"]["AssumedRole"].as_array().unwrap().iter().find(|r| r["session_name"] == name.as_str()).cloned().unwrap();
+    assert_eq!(assumed["external_id"].as_str(), Some(external.as_str()), "Relay's external id, not one the tenant chose");
+    assert_eq!(in_moto(&subject).await, 1);
+
+    // Cleared: the platform's own sending role again.
+    let (status, _) = w.call(Method::PUT, "/v1/sending-role", None, Some(json!({"role_arn": null}))).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, role) = w.call(Method::GET, "/v1/sending-role", None, None).await;
+    assert_eq!(role["role_arn"], Value::Null);
+}

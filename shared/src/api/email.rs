@@ -11,6 +11,7 @@ use uuid::Uuid;
 use super::AppState;
 use super::error::{ApiError, ErrorBody, page_limit, reject_nul};
 use super::extract::{Caller, JsonBody, Operator};
+use crate::credentials;
 use crate::email::campaign::{self, CampaignParams, Recipient};
 use crate::email::content;
 use crate::job::JobStatus;
@@ -340,4 +341,48 @@ pub async fn put_recipients(
     }
     let status = if stored == campaign_pages::Stored::New { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(PageReceipt { page, pages_received: received, pages, released })))
+}
+
+/// The caller's own sending role: `email.send` runs under it, assumed with `external_id`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SendingRole {
+    /// Null until the tenant names one (then the platform's own sending role is used).
+    pub role_arn: Option<String>,
+    /// What the role's trust policy must require (`sts:ExternalId`): Relay's, one per tenant.
+    pub external_id: String,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SendingRoleBody {
+    /// `arn:aws:iam::<account>:role/<name>` in the tenant's account; null to stop using one.
+    pub role_arn: Option<String>,
+}
+
+/// `GET /v1/sending-role`: the caller's sending role and the external id its trust policy needs.
+#[utoipa::path(get, path = "/v1/sending-role", tag = "email", security(("tenant_key" = [])),
+    responses((status = 200, body = SendingRole), (status = 401, body = ErrorBody)))]
+pub async fn get_sending_role(State(state): State<AppState>, Caller(tenant): Caller) -> Result<Json<SendingRole>, ApiError> {
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let role_arn = sending_identities::role(&db, tenant.id).await?;
+    Ok(Json(SendingRole { role_arn, external_id: credentials::tenant_external_id(tenant.id) }))
+}
+
+/// `PUT /v1/sending-role`: name (or clear) the role in the caller's account that sends its email.
+#[utoipa::path(put, path = "/v1/sending-role", tag = "email", request_body = SendingRoleBody, security(("tenant_key" = [])),
+    responses((status = 200, body = SendingRole), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn put_sending_role(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    JsonBody(body): JsonBody<SendingRoleBody>,
+) -> Result<Json<SendingRole>, ApiError> {
+    if let Some(arn) = &body.role_arn
+        && !credentials::valid_role_arn(arn)
+    {
+        return Err(ApiError::unprocessable("invalid_field", "role_arn: not an IAM role ARN (arn:aws:iam::<account>:role/<name>)")
+            .with("field", "role_arn"));
+    }
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    sending_identities::set_role(&db, tenant.id, body.role_arn.as_deref()).await?;
+    Ok(Json(SendingRole { role_arn: body.role_arn, external_id: credentials::tenant_external_id(tenant.id) }))
 }

@@ -22,6 +22,7 @@ use super::{admin, callbacks, email, jobs, schedules, status};
         email::list_messages, email::get_message, email::list_suppressions, email::add_suppression,
         email::remove_suppression, email::list_templates, email::get_template, email::put_template,
         email::delete_template, email::get_identities, email::put_identities, email::put_recipients,
+        email::get_sending_role, email::put_sending_role,
         admin::list_exceptions, admin::show_exception, admin::retry, admin::cancel, admin::finish,
         admin::ignore, admin::bulk, admin::get_modes, admin::set_mode,
         schedules::list, schedules::create, schedules::get, schedules::update, schedules::delete,

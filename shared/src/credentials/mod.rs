@@ -176,6 +176,20 @@ impl TaskRoles {
     }
 }
 
+/// The task types that run under a tenant's own sending role when it names one.
+pub const SENDS_AS_TENANT: [&str; 1] = ["email.send"];
+
+/// The external id Relay presents when it assumes a tenant's own role: chosen by Relay, one per
+/// tenant, so no other tenant can make Relay assume it (the confused-deputy guard).
+pub fn tenant_external_id(tenant: TenantId) -> String {
+    format!("relay-{tenant}")
+}
+
+/// Whether a role ARN is well formed (`arn:aws:iam::<12 digits>:role/<name>`).
+pub fn valid_role_arn(arn: &str) -> bool {
+    check_role(&RoleSpec { role_arn: arn.to_owned(), external_id: None }).is_ok()
+}
+
 fn check_role(role: &RoleSpec) -> Result<(), MappingError> {
     let arn = &role.role_arn;
     let parts: Vec<&str> = arn.splitn(6, ':').collect();

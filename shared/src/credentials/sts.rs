@@ -94,7 +94,18 @@ impl JobAws {
                 run.task_type
             )));
         };
-        let Some(role) = source.roles.resolve(run.tenant_id, &run.task_type) else {
+        // A tenant's own sending role (named over the API) comes first for the sending task
+        // types, with Relay's external id for that tenant.
+        let own = if super::SENDS_AS_TENANT.contains(&run.task_type.as_str()) {
+            let db = self.inner.pool.get().await.map_err(|e| TaskError::Retryable(e.to_string()))?;
+            crate::store::sending_identities::role(&db, run.tenant_id)
+                .await
+                .map_err(|e| TaskError::Retryable(e.to_string()))?
+                .map(|role_arn| RoleSpec { role_arn, external_id: Some(super::tenant_external_id(run.tenant_id)) })
+        } else {
+            None
+        };
+        let Some(role) = own.as_ref().or_else(|| source.roles.resolve(run.tenant_id, &run.task_type)) else {
             return Err(TaskError::Fatal(format!(
                 "no AWS credentials for task type {:?}: no role is mapped for it in RELAY_TASK_ROLES \
                  (nor for tenant {} in RELAY_TENANT_TASK_ROLES); default deny",

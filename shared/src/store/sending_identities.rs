@@ -1,5 +1,6 @@
-//! The addresses and domains each tenant may send from. Operators manage them; `email.send`
-//! refuses any other sender, so a routing bug cannot mail from another tenant's domain.
+//! Who a tenant sends as: the addresses and domains it may send from (operators manage them;
+//! `email.send` refuses any other sender), and the sending role in its own AWS account that
+//! `email.send` runs under when it names one (see `credentials`).
 
 use super::{GenericClient, StoreError};
 use crate::job::TenantId;
@@ -43,5 +44,26 @@ pub async fn add(db: &impl GenericClient, tenant: TenantId, identity: &str) -> R
         &[&tenant, &identity],
     )
     .await?;
+    Ok(())
+}
+
+/// The tenant's own sending role, if it named one.
+pub async fn role(db: &impl GenericClient, tenant: TenantId) -> Result<Option<String>, StoreError> {
+    let stmt = db.prepare_cached("SELECT role_arn FROM tenant_sending_roles WHERE tenant_id = $1").await?;
+    Ok(db.query_opt(&stmt, &[&tenant]).await?.map(|r| r.get(0)))
+}
+
+/// Name (or, with `None`, forget) the tenant's own sending role.
+pub async fn set_role(db: &impl GenericClient, tenant: TenantId, role_arn: Option<&str>) -> Result<(), StoreError> {
+    match role_arn {
+        Some(arn) => db
+            .execute(
+                "INSERT INTO tenant_sending_roles (tenant_id, role_arn) VALUES ($1, $2)
+                 ON CONFLICT (tenant_id) DO UPDATE SET role_arn = $2, updated_at = now()",
+                &[&tenant, &arn],
+            )
+            .await?,
+        None => db.execute("DELETE FROM tenant_sending_roles WHERE tenant_id = $1", &[&tenant]).await?,
+    };
     Ok(())
 }
