@@ -49,7 +49,11 @@ async fn page(console: &Console) -> String {
 #[tokio::test]
 async fn older_minor_versions_with_missing_and_unknown_fields_are_shown() {
     let (v10, _a) = fixed(FIXTURE.to_owned()).await;
-    let newer = FIXTURE.replace("\"1.0\"", "\"1.4\"").replace("\"project\"", "\"added_in_1_4\": {\"x\": 1}, \"project\"");
+    let exceptions = r#""exceptions": [{"id": "0193aaaa-0000-7000-8000-00000000beef", "job_id": "j", "tenant": "acme",
+        "task_type": "email.send", "kind": "ambiguous_outcome", "cause": "timed out <b>", "opened_at": "2026-11-30T10:00:00Z"}],"#;
+    let newer = FIXTURE
+        .replace("\"1.0\"", "\"1.4\"")
+        .replace("\"project\"", &format!("\"added_in_1_4\": {{\"x\": 1}}, {exceptions} \"project\""));
     let (v14, _b) = fixed(newer).await;
     let console = Console::new(config(&[
         ("billing", &format!("{v10}/v1/status"), None),
@@ -69,6 +73,8 @@ async fn older_minor_versions_with_missing_and_unknown_fields_are_shown() {
     assert!(html.contains("30 of 120"), "children progress is shown");
     assert!(html.contains("nightly-invoices"), "schedules are shown");
     assert!(html.contains("no activity series"), "a missing optional field is said, not an error");
+    assert!(html.contains(r#"<td class="warn" title="timed out &lt;b&gt;">ambiguous_outcome</td>"#), "open exceptions are listed");
+    assert!(html.contains("…0000beef"));
     assert!(!html.contains("<script>alert"), "every value is escaped");
     assert!(html.contains("&lt;script&gt;alert"));
 }

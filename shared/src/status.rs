@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 pub const CONTRACT: &str = "relay.status/v1";
 /// The version this code writes: major 1 is the contract's name; minors only add fields.
 /// 1.1 added the `count` progress (with `succeeded`, `cancelled`, `pending`) and the elapsed
-/// progress's baseline (`baseline_p50_s`, `baseline_p95_s`, `runs_in_baseline`, `stuck`).
-pub const VERSION: &str = "1.1";
+/// progress's baseline (`baseline_p50_s`, `baseline_p95_s`, `runs_in_baseline`, `stuck`);
+/// 1.2 the newest open exceptions (`exceptions`, optional).
+pub const VERSION: &str = "1.2";
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -29,6 +30,24 @@ pub struct StatusDoc {
     /// Runs and failures per bucket, oldest bucket first (optional).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub activity: Option<Activity>,
+    /// The newest open exceptions, at most 10 (optional; from 1.2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exceptions: Option<Vec<OpenException>>,
+}
+
+/// An open exception: a job that failed for good and waits for an operator.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OpenException {
+    pub id: String,
+    pub job_id: String,
+    pub tenant: Option<String>,
+    pub task_type: String,
+    /// attempts_exhausted, fatal_error, ambiguous_outcome, ...
+    pub kind: String,
+    /// The error that opened it (at most 300 characters).
+    pub cause: String,
+    pub opened_at: Option<DateTime<Utc>>,
 }
 
 /// A process or function instance and when it was last seen.

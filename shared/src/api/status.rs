@@ -43,6 +43,7 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
     }
     let (last_hour, last_24h) = queries::failure_counts(&db).await?;
     let open_exceptions = exceptions::count_open(&db).await?;
+    let newest_exceptions = queries::open_exceptions(&db, 10).await?;
     let activity = queries::activity(&db, ACTIVITY_BUCKETS, ACTIVITY_BUCKET_SECS, ACTIVITY_CAP).await?;
 
     // Every task type in the catalogue has a queue (depth 0 when idle), plus any live type
@@ -104,6 +105,7 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
             failures: activity.failures,
             truncated: activity.truncated,
         }),
+        exceptions: Some(newest_exceptions),
     }))
 }
 

@@ -51,9 +51,22 @@ pub struct DataView {
     pub failures_hour: i64,
     pub failures_day: i64,
     pub open_exceptions: i64,
+    /// The newest open exceptions, when the project reports them (1.2).
+    pub exceptions: Vec<ExceptionView>,
     pub schedules: Vec<ScheduleView>,
     pub runs: Vec<RunView>,
     pub chart: Option<ChartView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ExceptionView {
+    pub short_id: String,
+    pub id: String,
+    pub kind: String,
+    pub task_type: String,
+    pub tenant: String,
+    pub cause: String,
+    pub opened: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -132,6 +145,11 @@ pub fn ago(secs: f64) -> String {
     }
 }
 
+/// The last eight characters of an id (the whole id is in the title).
+fn short(id: &str) -> String {
+    id.chars().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect()
+}
+
 fn since(now: DateTime<Utc>, at: Option<DateTime<Utc>>) -> String {
     at.map_or_else(|| "—".into(), |t| format!("{} ago", ago((now - t).num_milliseconds() as f64 / 1000.0)))
 }
@@ -207,6 +225,20 @@ fn data(doc: &StatusDoc, at: DateTime<Utc>, now: DateTime<Utc>) -> DataView {
         failures_hour: doc.failures.last_hour,
         failures_day: doc.failures.last_24h,
         open_exceptions: doc.failures.open_exceptions,
+        exceptions: doc
+            .exceptions
+            .iter()
+            .flatten()
+            .map(|e| ExceptionView {
+                short_id: short(&e.id),
+                id: e.id.clone(),
+                kind: e.kind.clone(),
+                task_type: e.task_type.clone(),
+                tenant: e.tenant.clone().unwrap_or_default(),
+                cause: e.cause.clone(),
+                opened: since(now, e.opened_at),
+            })
+            .collect(),
         schedules: doc
             .schedules
             .iter()
@@ -239,7 +271,7 @@ fn run(r: &Run, now: DateTime<Utc>) -> RunView {
         None => format!("started {}", since(now, r.started_at.or(r.created_at))),
     };
     RunView {
-        short_id: r.id.chars().rev().take(8).collect::<Vec<_>>().into_iter().rev().collect(),
+        short_id: short(&r.id),
         id: r.id.clone(),
         task_type: r.task_type.clone(),
         tenant: r.tenant.clone().unwrap_or_default(),

@@ -130,3 +130,27 @@ pub async fn recent_runs(db: &impl GenericClient, limit: i64) -> Result<Vec<RunR
         .map(|r| RunRow { job: Job::from_row(r), tenant: r.get::<_, Option<String>>("tenant_name").unwrap_or_default() })
         .collect())
 }
+
+/// The newest open exceptions with their tenant's name; the cause cut to 300 characters.
+pub async fn open_exceptions(db: &impl GenericClient, limit: i64) -> Result<Vec<crate::status::OpenException>, StoreError> {
+    let rows = db
+        .query(
+            "SELECT e.id, e.job_id, t.name, e.task_type, e.kind, left(e.cause, 300), e.opened_at
+             FROM exceptions e JOIN tenants t ON t.id = e.tenant_id
+             WHERE e.status = 'open' ORDER BY e.opened_at DESC LIMIT $1",
+            &[&limit],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| crate::status::OpenException {
+            id: r.get::<_, uuid::Uuid>(0).to_string(),
+            job_id: r.get::<_, uuid::Uuid>(1).to_string(),
+            tenant: Some(r.get(2)),
+            task_type: r.get(3),
+            kind: r.get(4),
+            cause: r.get(5),
+            opened_at: Some(r.get(6)),
+        })
+        .collect())
+}
