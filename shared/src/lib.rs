@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod bench;
+pub mod chaos;
 pub mod catalogue;
 pub mod config;
 pub mod credentials;
@@ -13,6 +14,7 @@ pub mod intake;
 pub mod job;
 pub mod lambda;
 pub mod liveness;
+pub mod localaws;
 pub mod metrics;
 pub mod pgcluster;
 pub mod platform;

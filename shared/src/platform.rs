@@ -33,6 +33,8 @@ pub struct Settings {
     pub pool: PoolOptions,
     /// The project name the status contract reports (`RELAY_PROJECT`, default `relay`).
     pub project: String,
+    /// Per-tenant intake rate limit; `None`: unlimited.
+    pub tenant_rate: Option<crate::api::ratelimit::TenantRate>,
 }
 
 impl Default for Settings {
@@ -45,6 +47,7 @@ impl Default for Settings {
             intake_writers: 4,
             pool: PoolOptions::default(),
             project: "relay".into(),
+            tenant_rate: None,
         }
     }
 }
@@ -104,6 +107,7 @@ impl Platform {
             tenants: TenantCache::default(),
             transport: self.transport.clone(),
             project: self.settings.project.clone(),
+            limits: crate::api::ratelimit::RateLimits::new(self.settings.tenant_rate),
         }
     }
 

@@ -168,13 +168,15 @@ fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, Job), 
     responses((status = 202, description = "created; the row has committed", body = Job),
         (status = 200, description = "a replay of the same request", body = Job),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, body = ErrorBody),
-        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`Retry-After`)", body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
 pub async fn submit(
     State(state): State<AppState>,
     Caller(tenant): Caller,
     IdempotencyKey(key): IdempotencyKey,
     JsonBody(req): JsonBody<JobRequest>,
 ) -> Result<Response, ApiError> {
+    state.limits.check(tenant.id, 1)?;
     let new = req.into_new_job(&key, &state.catalogue, Utc::now())?;
     let hash = new.request_hash.clone();
     let mut inserted = state.intake.enqueue(tenant.id, vec![new]).await?;
@@ -204,7 +206,7 @@ pub struct BatchItemResult {
 #[utoipa::path(post, path = "/v1/jobs:batch", tag = "jobs", request_body = BatchRequest,
     security(("tenant_key" = [])),
     responses((status = 200, body = BatchResults), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 422, body = ErrorBody)))]
+        (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`Retry-After`)", body = ErrorBody)))]
 pub async fn submit_batch(
     State(state): State<AppState>,
     Caller(tenant): Caller,
@@ -214,6 +216,7 @@ pub async fn submit_batch(
         return Err(ApiError::unprocessable("invalid_batch", format!("a batch holds 1 to {MAX_BATCH} jobs"))
             .with("field", "jobs"));
     }
+    state.limits.check(tenant.id, req.jobs.len())?;
     let now = Utc::now();
     let parsed: Vec<Result<NewJob, ApiError>> =
         req.jobs.into_iter().enumerate().map(|(i, item)| parse_item(i, item, &state.catalogue, now)).collect();

@@ -644,3 +644,11 @@ pub async fn take_lost_dispatches(
     let rows = db.query(&stmt, &[&grace_secs, &limit]).await?;
     Ok(rows.iter().map(|r| Dispatch { id: r.get(0), run_at: r.get(1) }).collect())
 }
+
+/// Which of these ids name no job at all.
+pub async fn missing(db: &impl GenericClient, ids: &[JobId]) -> Result<Vec<JobId>, StoreError> {
+    let rows = db
+        .query("SELECT id FROM unnest($1::uuid[]) AS i(id) WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = i.id)", &[&ids])
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
