@@ -15,3 +15,4 @@ mod lambda;
 mod template;
 mod status;
 mod console;
+mod chaos;

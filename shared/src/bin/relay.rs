@@ -217,13 +217,15 @@ enum TenantCommand {
 }
 
 fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // A chaos run's own process logs only errors unless told: its figures are the output.
+    let default_log = if matches!(cli.command, Command::Chaos { .. }) { "error" } else { "info" };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| default_log.into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(run(cli))
 }

@@ -42,7 +42,7 @@ pub const KINDS: &[Kind] = &[
     // long enough that kills land mid-run.
     Kind {
         task_type: "test.effect",
-        params: |_| json!({"sleep_seconds": 0.3}),
+        params: |_| json!({"sleep_seconds": 1.0}),
         count: 2_000,
         effects: Some("SELECT job_id, attempt FROM effects_ledger"),
     },
@@ -60,7 +60,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let _sweeper = Relay::spawn(&env.relay, &["sweep", "--loop", "--sweep-interval-seconds", &sweep_secs, "--lease-seconds", &lease], &url, &[], &env.log("kill9-sweep"))?;
     let (_server, http) = harness::serve(&env.relay, &url, &[], &env.log("kill9-serve")).await?;
 
-    // The mix, interleaved, submitted in batches of 100 over about 20 s at full scale.
+    // The mix, interleaved, submitted in batches of 100 over 20 s (at least 6 s).
     let mut mix: Vec<(&Kind, usize)> = KINDS.iter().flat_map(|k| (0..env.n(k.count, 20)).map(move |i| (k, i))).collect();
     {
         let mut rng = rand::rng();
@@ -80,7 +80,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
                 .collect()
         })
         .collect();
-    let submit_gap = Duration::from_secs_f64(20.0 * env.scale.min(1.0) / batches.len().max(1) as f64);
+    let submit_gap = env.secs(20.0, 6.0) / u32::try_from(batches.len().max(1))?;
     let key = scratch.key.clone();
     let submitter = tokio::spawn(async move {
         let mut accepted: Vec<Uuid> = Vec::new();
@@ -157,6 +157,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     report.fig("jobs by status", &counts);
     report.fig("SIGKILLs", kills.len());
     report.fig("recoveries (lease_expired events)", recoveries.len());
+    report.fig("recoveries matched to their kill", delays.len());
     report.fig("recovery kill→next claim p50 / p99 / max s", format!("{:.2} / {:.2} / {:.2}",
         harness::percentile(&delays, 0.5), harness::percentile(&delays, 0.99), delays.last().copied().unwrap_or(0.0)));
     report.fig("bound: lease + sweep interval + pickup s", bound);
@@ -165,6 +166,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     report.check(finished && terminal == accepted.len() as i64, format!("{} jobs not terminal", accepted.len() as i64 - terminal));
     report.check(unrecorded == 0, format!("{unrecorded} jobs ran again without a recorded recovery"));
     report.check(delays.last().is_none_or(|d| *d <= bound + 0.5), format!("a recovery took longer than {bound} s"));
+    report.check(!recoveries.is_empty(), "no kill landed on a running job: nothing was recovered");
     report.check(alive == WORKERS, format!("only {alive} of {WORKERS} workers alive at the end"));
     for kind in KINDS {
         let Some(sql) = kind.effects else { continue };

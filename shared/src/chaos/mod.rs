@@ -54,6 +54,12 @@ impl Env {
         Env { url, relay, tmp, scale, moto: OnceCell::new() }
     }
 
+    /// Use this moto server (the test harness shares its own).
+    pub fn with_moto(mut self, endpoint: &str) -> Env {
+        self.moto = OnceCell::new_with(Some(endpoint.to_owned()));
+        self
+    }
+
     /// A count scaled down, at least `min`.
     pub fn n(&self, full: usize, min: usize) -> usize {
         ((full as f64 * self.scale).round() as usize).max(min)

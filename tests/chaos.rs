@@ -1,0 +1,103 @@
+//! The chaos suite's fast subset: the scenarios `relay chaos` runs, scaled down, against the
+//! test Postgres, moto and real `relay` child processes. Each fails on any violation. The
+//! full runs (`relay chaos all`) and their last figures are in the README.
+
+use std::path::PathBuf;
+
+use taskdeck::chaos::{self, Env, Report};
+
+async fn scenario(name: &str, scale: f64) -> Report {
+    let env = Env::new(
+        super::support::database_url(),
+        PathBuf::from(env!("CARGO_BIN_EXE_relay")),
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
+        scale,
+    )
+    .with_moto(super::support::moto::endpoint());
+    let report = chaos::run(name, &env).await.unwrap_or_else(|e| panic!("{name} could not run: {e:#}"));
+    report.print();
+    assert!(report.violations.is_empty(), "{name}: {:?}", report.violations);
+    report
+}
+
+fn number(report: &Report, figure: &str) -> f64 {
+    report.figure(figure).and_then(|v| v.as_f64()).unwrap_or_else(|| panic!("no figure {figure:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn duplicate_deliveries_are_claimed_once_and_counted() {
+    let r = scenario("duplicates", 0.05).await;
+    for t in ["sqs", "postgres"] {
+        assert_eq!(number(&r, &format!("{t}: suppressed deliveries")), number(&r, &format!("{t}: injected duplicate copies")));
+        assert!(number(&r, &format!("{t}: injected duplicate copies")) >= 100.0, "2-5 copies of 100 jobs");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lost_and_failed_dispatches_are_resent_by_the_sweep() {
+    let r = scenario("lost-dispatch", 0.06).await;
+    assert!(number(&r, "redispatched events") > 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resumed_zombie_changes_no_row() {
+    let r = scenario("zombie", 0.1).await;
+    assert_eq!(number(&r, "rows changed after the zombie resumed"), 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn poison_messages_are_kept_and_healthy_records_run_once() {
+    scenario("poison", 0.1).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn idempotency_holds_under_concurrent_replays() {
+    let r = scenario("idempotency", 0.05).await;
+    assert_eq!(number(&r, "most jobs for one key"), 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn another_tenants_ids_and_keys_are_indistinguishable_from_missing() {
+    let r = scenario("isolation", 0.1).await;
+    assert_eq!(number(&r, "cells distinguishable from not-found"), 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn random_and_near_miss_keys_are_refused_and_never_logged() {
+    scenario("auth", 0.02).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_workers_lose_nothing_and_recoveries_are_recorded() {
+    let r = scenario("kill9", 0.05).await;
+    assert!(number(&r, "recoveries (lease_expired events)") > 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queue_outage_answers_202_and_everything_runs_after() {
+    scenario("queue-outage", 0.05).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_outage_answers_503_and_workers_recover_without_restart() {
+    scenario("db-outage", 0.05).await;
+}
+
+/// Found by the database-outage scenario: a fast shutdown terminates sessions in flight with
+/// 57P01 (admin_shutdown), which has an error code and so was taken for a refused statement
+/// and answered 500. It is the database going away: 503.
+#[tokio::test]
+async fn a_session_terminated_by_the_server_is_an_outage_not_a_500() {
+    let w = super::support::World::new().await;
+    let victim = w.db().await;
+    let pid: i32 = victim.query_one("SELECT pg_backend_pid()", &[]).await.expect("pid").get(0);
+    // Terminated mid-statement, the statement's answer is the server's FATAL 57P01.
+    let in_flight = tokio::spawn(async move { victim.query_one("SELECT pg_sleep(10)", &[]).await.map(|_| ()) });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    w.db().await.execute("SELECT pg_terminate_backend($1)", &[&pid]).await.expect("terminate");
+    let err = in_flight.await.expect("join").expect_err("the session is gone");
+    assert_eq!(err.code().map(|c| c.code()), Some("57P01"), "{err}");
+    let err = taskdeck::store::StoreError::from(err);
+    assert!(err.is_unavailable(), "{err}");
+    assert_eq!(taskdeck::api::error::ApiError::from(err).status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
+}
