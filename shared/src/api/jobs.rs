@@ -309,7 +309,8 @@ pub async fn sessions(State(state): State<AppState>, Caller(tenant): Caller, Pat
 /// `POST /v1/jobs/{id}/cancel`: pending or waiting jobs (and their pending children).
 #[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs", params(("id" = String, Path)),
     security(("tenant_key" = [])),
-    responses((status = 200, body = Job), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
 pub async fn cancel(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;

@@ -11,6 +11,7 @@ pub mod harness;
 pub mod auth;
 pub mod db_outage;
 pub mod duplicates;
+pub mod fuzz;
 pub mod idempotency;
 pub mod isolation;
 pub mod kill9;
@@ -30,10 +31,10 @@ use tokio::sync::OnceCell;
 use crate::bench::setup::Scratch;
 use crate::platform::Settings;
 
-/// Every scenario, in the order (scenario 10, API fuzzing, is `schemathesis`).
+/// Every scenario, in the order.
 pub const SCENARIOS: &[&str] = &[
     "kill9", "duplicates", "lost-dispatch", "zombie", "db-outage", "queue-outage", "poison", "idempotency",
-    "isolation", "auth", "noisy",
+    "isolation", "fuzz", "auth", "noisy",
 ];
 
 /// Where a chaos run happens.
@@ -168,6 +169,7 @@ pub async fn run(name: &str, env: &Env) -> anyhow::Result<Report> {
         "poison" => poison::run(env).await?,
         "idempotency" => idempotency::run(env).await?,
         "isolation" => isolation::run(env).await?,
+        "fuzz" => fuzz::run(env).await?,
         "auth" => auth::run(env).await?,
         "noisy" => noisy::run(env).await?,
         other => anyhow::bail!("no chaos scenario {other:?}; one of: all, {}", SCENARIOS.join(", ")),
