@@ -101,3 +101,33 @@ async fn a_session_terminated_by_the_server_is_an_outage_not_a_500() {
     assert!(err.is_unavailable(), "{err}");
     assert_eq!(taskdeck::api::error::ApiError::from(err).status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
 }
+
+/// Found by the idempotency scenario: two coalesced inserts holding the same keys in opposite
+/// orders deadlocked (40P01, answered 500). Keys are now inserted in key order.
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_inserts_sharing_keys_in_any_order_do_not_deadlock() {
+    use taskdeck::store::jobs::{self, NewJob};
+    let w = super::support::World::new().await;
+    let job = |round: usize, k: usize| NewJob {
+        id: uuid::Uuid::now_v7(),
+        task_type: "noop".into(),
+        params: serde_json::json!({}),
+        correlation_id: format!("c{k}"),
+        idempotency_key: format!("r{round}-k{k}"),
+        request_hash: vec![0; 32],
+        parent_id: None,
+        run_at: chrono::Utc::now(),
+        max_attempts: 1,
+        timeout_seconds: 10,
+    };
+    for round in 0..30 {
+        let forward: Vec<NewJob> = (0..40).map(|k| job(round, k)).collect();
+        let backward: Vec<NewJob> = (0..40).rev().map(|k| job(round, k)).collect();
+        let (a, b) = (w.db().await, w.db().await);
+        let tenant = w.tenant.id;
+        let (ra, rb) = tokio::join!(jobs::insert_many(&a, tenant, &forward), jobs::insert_many(&b, tenant, &backward));
+        ra.expect("forward insert");
+        rb.expect("backward insert");
+    }
+    assert_eq!(w.count("SELECT count(*) FROM jobs", &[]).await, 30 * 40);
+}

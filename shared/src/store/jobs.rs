@@ -131,8 +131,10 @@ pub async fn insert_many(
                      AS t(id, tenant_id, task_type, params, correlation_id, idempotency_key,
                           request_hash, parent_id, run_at, max_attempts, timeout_seconds)
              ), keys AS (
+                 -- In key order: two concurrent inserts sharing keys then wait for each other
+                 -- instead of deadlocking (found by `relay chaos idempotency`).
                  INSERT INTO job_keys (tenant_id, idempotency_key, correlation_id, job_id)
-                 SELECT tenant_id, idempotency_key, correlation_id, id FROM input
+                 SELECT tenant_id, idempotency_key, correlation_id, id FROM input ORDER BY idempotency_key
                  ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
                  RETURNING job_id
              )
