@@ -131,3 +131,28 @@ async fn concurrent_inserts_sharing_keys_in_any_order_do_not_deadlock() {
     }
     assert_eq!(w.count("SELECT count(*) FROM jobs", &[]).await, 30 * 40);
 }
+
+/// Repeats of a key in one coalesced insert: the first item takes the key (its request made
+/// the job), whatever the key order the insert locks in.
+#[tokio::test]
+async fn the_first_repeat_of_a_key_in_one_insert_makes_the_job() {
+    use taskdeck::store::jobs::{self, Inserted, NewJob};
+    let w = super::support::World::new().await;
+    let item = |n: i32| NewJob {
+        id: uuid::Uuid::now_v7(),
+        task_type: "noop".into(),
+        params: serde_json::json!({"n": n}),
+        correlation_id: "c".into(),
+        idempotency_key: if n == 0 { "b".into() } else { "same".into() },
+        request_hash: vec![n as u8; 32],
+        parent_id: None,
+        run_at: chrono::Utc::now(),
+        max_attempts: 1,
+        timeout_seconds: 10,
+    };
+    let batch: Vec<NewJob> = (1..=8).chain([0]).map(item).collect();
+    let out = jobs::insert_many(&w.db().await, w.tenant.id, &batch).await.expect("insert");
+    let Inserted::Created(first) = &out[0] else { panic!("the first item creates") };
+    assert_eq!(first.params, serde_json::json!({"n": 1}));
+    assert!(out[1..8].iter().all(|i| matches!(i, Inserted::Existing(j) if j.id == first.id)));
+}

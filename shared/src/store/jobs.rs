@@ -127,21 +127,24 @@ pub async fn insert_many(
             "WITH input AS (
                  SELECT * FROM unnest($2::uuid[], $1::uuid[], $3::text[], $4::jsonb[],
                         $5::text[], $6::text[], $7::bytea[], $8::uuid[], $9::timestamptz[],
-                        $10::int[], $11::int[])
+                        $10::int[], $11::int[]) WITH ORDINALITY
                      AS t(id, tenant_id, task_type, params, correlation_id, idempotency_key,
-                          request_hash, parent_id, run_at, max_attempts, timeout_seconds)
+                          request_hash, parent_id, run_at, max_attempts, timeout_seconds, ord)
              ), keys AS (
                  -- In key order: two concurrent inserts sharing keys then wait for each other
-                 -- instead of deadlocking (found by `relay chaos idempotency`).
+                 -- instead of deadlocking (found by `relay chaos idempotency`). Among repeats of
+                 -- a key, input order: the first item takes the key.
                  INSERT INTO job_keys (tenant_id, idempotency_key, correlation_id, job_id)
-                 SELECT tenant_id, idempotency_key, correlation_id, id FROM input ORDER BY idempotency_key
+                 SELECT tenant_id, idempotency_key, correlation_id, id FROM input ORDER BY idempotency_key, ord
                  ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
                  RETURNING job_id
              )
              INSERT INTO jobs (id, tenant_id, task_type, params, correlation_id, idempotency_key,
                                request_hash, parent_id, run_at, max_attempts, timeout_seconds,
                                dispatched_at)
-             SELECT input.*, now() FROM input WHERE id IN (SELECT job_id FROM keys)
+             SELECT id, tenant_id, task_type, params, correlation_id, idempotency_key, request_hash,
+                    parent_id, run_at, max_attempts, timeout_seconds, now()
+             FROM input WHERE id IN (SELECT job_id FROM keys)
              RETURNING {JOB_COLUMNS}"
         ))
         .await?;
