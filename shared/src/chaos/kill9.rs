@@ -42,7 +42,7 @@ pub const KINDS: &[Kind] = &[
     // long enough that kills land mid-run.
     Kind {
         task_type: "test.effect",
-        params: |_| json!({"sleep_seconds": 1.0}),
+        params: |_| json!({"sleep_seconds": 2.0}),
         count: 2_000,
         effects: Some("SELECT job_id, attempt FROM effects_ledger"),
     },
