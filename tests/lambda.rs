@@ -119,9 +119,12 @@ async fn executor_returns_records_to_the_queue_only_when_the_database_is_unreach
     let res = lambda::executor::handle(&down.executor(), event.clone()).await;
     assert_eq!(failed(&res).len(), 3, "every record returns: nothing could be run or kept");
 
-    // A message for a job that does not exist (or not yet due) is acknowledged.
+    // A message for a job that does not exist is acknowledged and kept as a dead letter: a
+    // message without a row cannot come from Relay.
     let res = lambda::executor::handle(&w.platform.executor(), event).await;
     assert!(res.batch_item_failures.is_empty());
+    let kept = w.count("SELECT count(*) FROM dead_letters WHERE reason LIKE 'no job % exists%' AND body LIKE '%' || $1 || '%'", &[&id]).await;
+    assert!(kept >= 1, "{kept}");
 }
 
 #[tokio::test]

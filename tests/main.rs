@@ -20,3 +20,4 @@ mod cli;
 mod campaign;
 mod flow;
 mod callbacks;
+mod chaos;

@@ -20,12 +20,14 @@ pub enum Durability {
     Throwaway,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PrivateCluster {
     pub data_dir: PathBuf,
     pub port: u16,
     bin: PathBuf,
     as_postgres: bool,
+    /// The server options it was started with (`resume` starts it again with them).
+    options: String,
 }
 
 const INSTALL_HINT: &str = "no Postgres server binaries found (initdb, pg_ctl). Install them \
@@ -83,7 +85,7 @@ impl PrivateCluster {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let data_dir = std::fs::canonicalize(dir)?;
         let as_postgres = running_as_root();
-        let mut cluster = PrivateCluster { data_dir, port: 0, bin, as_postgres };
+        let mut cluster = PrivateCluster { data_dir, port: 0, bin, as_postgres, options: String::new() };
         if cluster.as_postgres {
             let mut chown = Command::new("chown");
             chown.args(["-R", "postgres:postgres"]).arg(&cluster.data_dir);
@@ -97,14 +99,11 @@ impl PrivateCluster {
         }
         if let Some(port) = cluster.running_port() {
             cluster.port = port;
+            cluster.options = cluster.base_options();
             return Ok(cluster);
         }
         cluster.port = free_port()?;
-        let mut opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 -c shared_buffers=256MB",
-            cluster.port,
-            cluster.data_dir.display()
-        );
+        let mut opts = cluster.base_options();
         if !extra_options.is_empty() {
             opts.push(' ');
             opts.push_str(extra_options);
@@ -112,12 +111,27 @@ impl PrivateCluster {
         if durability == Durability::Throwaway {
             opts.push_str(" -c fsync=off -c synchronous_commit=off -c full_page_writes=off");
         }
-        let log = cluster.data_dir.join("server.log");
-        let mut start = cluster.pg("pg_ctl");
-        start.arg("-D").arg(&cluster.data_dir).arg("-l").arg(&log);
-        start.args(["-w", "-t", "60", "-o", &opts, "start"]);
-        run(start).with_context(|| format!("starting Postgres; see {}", log.display()))?;
+        cluster.options = opts;
+        cluster.resume()?;
         Ok(cluster)
+    }
+
+    fn base_options(&self) -> String {
+        format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=300 -c shared_buffers=256MB",
+            self.port,
+            self.data_dir.display()
+        )
+    }
+
+    /// Start the server (again) on its port with its options: after `stop`, clients that
+    /// kept its URL reconnect to the same place.
+    pub fn resume(&self) -> anyhow::Result<()> {
+        let log = self.data_dir.join("server.log");
+        let mut start = self.pg("pg_ctl");
+        start.arg("-D").arg(&self.data_dir).arg("-l").arg(&log);
+        start.args(["-w", "-t", "60", "-o", &self.options, "start"]);
+        run(start).with_context(|| format!("starting Postgres; see {}", log.display()))
     }
 
     /// The URL of a database in this cluster.

@@ -35,6 +35,8 @@ pub struct Settings {
     pub project: String,
     /// Addresses callbacks may reach although the guard refuses them (`RELAY_CALLBACK_ALLOW`).
     pub callback_allow: crate::callbacks::AllowList,
+    /// Per-tenant intake rate limit; `None`: unlimited.
+    pub tenant_rate: Option<crate::api::ratelimit::TenantRate>,
 }
 
 impl Default for Settings {
@@ -48,6 +50,7 @@ impl Default for Settings {
             pool: PoolOptions::default(),
             project: "relay".into(),
             callback_allow: Default::default(),
+            tenant_rate: None,
         }
     }
 }
@@ -108,6 +111,7 @@ impl Platform {
             tenants: TenantCache::default(),
             transport: self.transport.clone(),
             project: self.settings.project.clone(),
+            limits: crate::api::ratelimit::RateLimits::new(self.settings.tenant_rate),
         }
     }
 

@@ -5,17 +5,14 @@
 //! a free port, killed by a watchdog when the test process exits. Each test makes its own
 //! queues (unique names), so tests run in parallel against one server.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 use aws_lambda_events::sqs::SqsEvent;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use serde_json::json;
+use taskdeck::localaws;
 use taskdeck::transport::sqs::SqsTransport;
 
 /// moto's endpoint, started on first use.
@@ -25,81 +22,12 @@ pub fn endpoint() -> &'static str {
         if let Ok(url) = std::env::var("RELAY_MOTO_URL") {
             return url.trim_end_matches('/').to_owned();
         }
-        let venv = install().expect("install moto[server] into a venv (needs python3 and PyPI)");
-        start(&venv).expect("start moto_server")
+        let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let venv = localaws::moto_venv(tmp).expect("install moto[server] into a venv (needs python3 and PyPI)");
+        let (url, child) = localaws::start_moto(&venv, tmp).expect("start moto_server");
+        localaws::kill_when_process_exits(child.id(), std::process::id()).expect("moto watchdog");
+        url
     })
-}
-
-/// Create the venv and install moto once; a `.ready` file marks a finished install.
-fn install() -> Result<PathBuf, String> {
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("moto-venv");
-    let ready = venv.join(".ready");
-    if ready.exists() {
-        return Ok(venv);
-    }
-    let _ = std::fs::remove_dir_all(&venv);
-    run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-    run(Command::new(venv.join("bin/pip")).args(["install", "--quiet", "--disable-pip-version-check", "moto[server]>=5,<6"]))?;
-    std::fs::write(&ready, b"").map_err(|e| e.to_string())?;
-    Ok(venv)
-}
-
-fn run(cmd: &mut Command) -> Result<(), String> {
-    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("{cmd:?}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr)))
-    }
-}
-
-fn start(venv: &Path) -> Result<String, String> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
-        .port();
-    let log = std::fs::File::create(Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("moto-{port}.log")))
-        .map_err(|e| e.to_string())?;
-    let child = Command::new(venv.join("bin/moto_server"))
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(|e| e.to_string())?)
-        .stderr(log)
-        .spawn()
-        .map_err(|e| format!("spawning moto_server: {e}"))?;
-    // No hook runs at test-process exit: a detached shell kills moto once we are gone.
-    let script = format!(
-        "while kill -0 {} 2>/dev/null; do sleep 1; done; kill {} 2>/dev/null",
-        std::process::id(),
-        child.id()
-    );
-    Command::new("sh")
-        .args(["-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("spawning the moto watchdog: {e}"))?;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        if answers(port) {
-            return Ok(format!("http://127.0.0.1:{port}"));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Err(format!("moto_server did not answer on port {port} within 60 s"))
-}
-
-/// Whether moto answers an HTTP request on its management API.
-fn answers(port: u16) -> bool {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { return false };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let req = "GET /moto-api/ HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-    if s.write_all(req.as_bytes()).is_err() {
-        return false;
-    }
-    let mut head = [0u8; 12];
-    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.")
 }
 
 /// An SQS client for moto with explicit dummy credentials and region.

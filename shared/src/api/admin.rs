@@ -87,7 +87,7 @@ pub struct ExceptionList {
 /// List exceptions, newest first.
 #[utoipa::path(get, path = "/v1/admin/exceptions", tag = "operations", params(ExceptionQuery),
     security(("operator_key" = [])),
-    responses((status = 200, body = ExceptionList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+    responses((status = 422, body = ErrorBody), (status = 200, body = ExceptionList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn list_exceptions(
     State(state): State<AppState>,
     Operator(_): Operator,
@@ -202,7 +202,7 @@ async fn act(state: &AppState, op: &str, id: &str, action: Action, reason: Optio
 /// Retry the failed job now or at a time; the exception resolves when the job succeeds.
 #[utoipa::path(post, path = "/v1/admin/exceptions/{id}/retry", tag = "operations", params(("id" = String, Path)),
     request_body = RetryBody, security(("operator_key" = [])),
-    responses((status = 200, body = ActionOutcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = ActionOutcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn retry(State(state): State<AppState>, Operator(op): Operator, Path(id): Path<String>, JsonBody(b): JsonBody<RetryBody>) -> Result<Json<ActionOutcome>, ApiError> {
     check_run_at(b.run_at)?;
     act(&state, &op.name, &id, Action::Retry { at: b.run_at }, b.reason).await
@@ -211,7 +211,7 @@ pub async fn retry(State(state): State<AppState>, Operator(op): Operator, Path(i
 /// Cancel the job, its pending or waiting children and its schedule's future runs.
 #[utoipa::path(post, path = "/v1/admin/exceptions/{id}/cancel", tag = "operations", params(("id" = String, Path)),
     request_body = ReasonBody, security(("operator_key" = [])),
-    responses((status = 200, body = ActionOutcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = ActionOutcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn cancel(State(state): State<AppState>, Operator(op): Operator, Path(id): Path<String>, JsonBody(b): JsonBody<ReasonBody>) -> Result<Json<ActionOutcome>, ApiError> {
     act(&state, &op.name, &id, Action::Cancel, b.reason).await
 }
@@ -219,7 +219,7 @@ pub async fn cancel(State(state): State<AppState>, Operator(op): Operator, Path(
 /// Mark the failed job succeeded; the result records who and why. A reason is required.
 #[utoipa::path(post, path = "/v1/admin/exceptions/{id}/finish", tag = "operations", params(("id" = String, Path)),
     request_body = ReasonBody, security(("operator_key" = [])),
-    responses((status = 200, body = ActionOutcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = ActionOutcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn finish(State(state): State<AppState>, Operator(op): Operator, Path(id): Path<String>, JsonBody(b): JsonBody<ReasonBody>) -> Result<Json<ActionOutcome>, ApiError> {
     act(&state, &op.name, &id, Action::Finish { result: b.result }, b.reason).await
 }
@@ -227,7 +227,7 @@ pub async fn finish(State(state): State<AppState>, Operator(op): Operator, Path(
 /// Close the exception as ignored; the job stays as it is. A reason is required.
 #[utoipa::path(post, path = "/v1/admin/exceptions/{id}/ignore", tag = "operations", params(("id" = String, Path)),
     request_body = ReasonBody, security(("operator_key" = [])),
-    responses((status = 200, body = ActionOutcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = ActionOutcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn ignore(State(state): State<AppState>, Operator(op): Operator, Path(id): Path<String>, JsonBody(b): JsonBody<ReasonBody>) -> Result<Json<ActionOutcome>, ApiError> {
     if b.result.is_some() {
         return Err(ApiError::unprocessable("invalid_field", "result: only finish takes a result").with("field", "result"));
@@ -259,7 +259,7 @@ pub struct BulkBody {
 /// Apply one action to every open exception matching a filter; answers with a count.
 #[utoipa::path(post, path = "/v1/admin/exceptions:bulk", tag = "operations", request_body = BulkBody,
     security(("operator_key" = [])),
-    responses((status = 200, body = BulkReport), (status = 422, body = ErrorBody)))]
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = BulkReport), (status = 422, body = ErrorBody)))]
 pub async fn bulk(State(state): State<AppState>, Operator(op): Operator, JsonBody(b): JsonBody<BulkBody>) -> Result<Json<BulkReport>, ApiError> {
     check_run_at(b.run_at)?;
     let f = b.filter;
@@ -342,7 +342,7 @@ pub fn check_mode_name(name: &str, catalogue: &crate::catalogue::Catalogue) -> R
 /// Set one switch; an audit row names the operator. Takes effect on the next claim.
 #[utoipa::path(put, path = "/v1/admin/modes", tag = "operations", request_body = ModeChange,
     security(("operator_key" = [])),
-    responses((status = 200, body = ModesView), (status = 422, body = ErrorBody)))]
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = ModesView), (status = 422, body = ErrorBody)))]
 pub async fn set_mode(State(state): State<AppState>, Operator(op): Operator, JsonBody(b): JsonBody<ModeChange>) -> Result<Json<ModesView>, ApiError> {
     check_mode_name(&b.name, &state.catalogue)?;
     let mut db = state.pool.get().await.map_err(StoreError::from)?;

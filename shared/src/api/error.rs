@@ -63,6 +63,9 @@ impl IntoResponse for ApiError {
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             res.headers_mut().insert("retry-after", axum::http::HeaderValue::from_static("5"));
         }
+        if let Some(secs) = self.details.get("retry_after_seconds").and_then(Value::as_u64) {
+            res.headers_mut().insert("retry-after", axum::http::HeaderValue::from(secs));
+        }
         res
     }
 }

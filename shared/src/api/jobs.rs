@@ -209,13 +209,15 @@ fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, Job), 
     responses((status = 202, description = "created; the row has committed", body = Job),
         (status = 200, description = "a replay of the same request", body = Job),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, body = ErrorBody),
-        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`Retry-After`)", body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
 pub async fn submit(
     State(state): State<AppState>,
     Caller(tenant): Caller,
     IdempotencyKey(key): IdempotencyKey,
     JsonBody(req): JsonBody<JobRequest>,
 ) -> Result<Response, ApiError> {
+    state.limits.check(tenant.id, 1)?;
     let new = req.into_new_job(&key, &state.catalogue, Utc::now())?;
     crate::telemetry::record_job(&new.correlation_id, new.id);
     if new.callback_url.is_some() {
@@ -249,7 +251,7 @@ pub struct BatchItemResult {
 #[utoipa::path(post, path = "/v1/jobs:batch", tag = "jobs", request_body = BatchRequest,
     security(("tenant_key" = [])),
     responses((status = 200, body = BatchResults), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 422, body = ErrorBody)))]
+        (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`Retry-After`)", body = ErrorBody)))]
 pub async fn submit_batch(
     State(state): State<AppState>,
     Caller(tenant): Caller,
@@ -259,6 +261,7 @@ pub async fn submit_batch(
         return Err(ApiError::unprocessable("invalid_batch", format!("a batch holds 1 to {MAX_BATCH} jobs"))
             .with("field", "jobs"));
     }
+    state.limits.check(tenant.id, req.jobs.len())?;
     let now = Utc::now();
     let parsed: Vec<Result<NewJob, ApiError>> =
         req.jobs.into_iter().enumerate().map(|(i, item)| parse_item(i, item, &state.catalogue, now)).collect();
@@ -376,7 +379,8 @@ pub async fn sessions(State(state): State<AppState>, Caller(tenant): Caller, Pat
 /// `POST /v1/jobs/{id}/cancel`: pending or waiting jobs (and their pending children).
 #[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs", params(("id" = String, Path)),
     security(("tenant_key" = [])),
-    responses((status = 200, body = Job), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
 pub async fn cancel(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;

@@ -8,6 +8,7 @@ pub mod error;
 pub mod extract;
 pub mod jobs;
 pub mod openapi;
+pub mod ratelimit;
 pub mod schedules;
 pub mod status;
 
@@ -42,6 +43,8 @@ pub struct AppState {
     pub transport: std::sync::Arc<dyn crate::transport::Transport>,
     /// The project name the status contract reports.
     pub project: String,
+    /// Per-tenant intake rate limits (none by default).
+    pub limits: ratelimit::RateLimits,
 }
 
 pub fn router(state: AppState) -> Router {

@@ -51,7 +51,7 @@ pub async fn list(State(state): State<AppState>, Operator(_): Operator) -> Resul
 /// Create a schedule; its first run is the first slot after now.
 #[utoipa::path(post, path = "/v1/admin/schedules", tag = "operations", request_body = ScheduleSpec,
     security(("operator_key" = [])),
-    responses((status = 201, body = Schedule), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 201, body = Schedule), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
     Operator(op): Operator,
@@ -65,7 +65,7 @@ pub async fn create(
 /// One schedule.
 #[utoipa::path(get, path = "/v1/admin/schedules/{id}", tag = "operations", params(("id" = String, Path)),
     security(("operator_key" = [])),
-    responses((status = 200, body = Schedule), (status = 404, body = ErrorBody)))]
+    responses((status = 401, body = ErrorBody), (status = 200, body = Schedule), (status = 404, body = ErrorBody)))]
 pub async fn get(State(state): State<AppState>, Operator(_): Operator, Path(id): Path<String>) -> Result<Json<Schedule>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
@@ -75,7 +75,7 @@ pub async fn get(State(state): State<AppState>, Operator(_): Operator, Path(id):
 /// Change a schedule: pause (`enabled: false`), resume, params, expression, time zone, catch-up.
 #[utoipa::path(patch, path = "/v1/admin/schedules/{id}", tag = "operations", params(("id" = String, Path)),
     request_body = SchedulePatch, security(("operator_key" = [])),
-    responses((status = 200, body = Schedule), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = Schedule), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn update(
     State(state): State<AppState>,
     Operator(op): Operator,
@@ -90,7 +90,7 @@ pub async fn update(
 /// Delete a schedule (jobs it fired stay).
 #[utoipa::path(delete, path = "/v1/admin/schedules/{id}", tag = "operations", params(("id" = String, Path)),
     security(("operator_key" = [])),
-    responses((status = 200, body = Deleted), (status = 404, body = ErrorBody)))]
+    responses((status = 401, body = ErrorBody), (status = 200, body = Deleted), (status = 404, body = ErrorBody)))]
 pub async fn delete(State(state): State<AppState>, Operator(_): Operator, Path(id): Path<String>) -> Result<Json<Deleted>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;

@@ -58,6 +58,12 @@ struct Run {
     /// (comma-separated; e.g. `127.0.0.1/32` for a receiver on this machine).
     #[arg(long, env = "RELAY_CALLBACK_ALLOW", value_parser = taskdeck::callbacks::AllowList::parse)]
     callback_allow: Option<taskdeck::callbacks::AllowList>,
+    /// Jobs per second each tenant may submit to this API process (429 beyond); unset: no limit.
+    #[arg(long, env = "RELAY_TENANT_RATE")]
+    tenant_rate: Option<f64>,
+    /// Jobs a tenant may submit at once (the bucket's size; default: one second's worth, at least 1).
+    #[arg(long, env = "RELAY_TENANT_BURST")]
+    tenant_burst: Option<f64>,
 }
 
 impl Run {
@@ -69,6 +75,10 @@ impl Run {
         s.sweep_interval = Duration::from_secs(self.sweep_interval_seconds.max(1));
         s.test_tasks = self.test_tasks;
         s.callback_allow = self.callback_allow.clone().unwrap_or_default();
+        s.tenant_rate = self.tenant_rate.filter(|r| *r > 0.0).map(|per_second| taskdeck::api::ratelimit::TenantRate {
+            per_second,
+            burst: self.tenant_burst.unwrap_or(per_second).max(1.0),
+        });
         s.pool.max_size = self.pool_size.unwrap_or(8 + 2 * self.workers).max(1);
         s.sweep.alerts = AlertConfig::from_lookup(|k| std::env::var(k).ok())?;
         Ok(s)
@@ -129,6 +139,25 @@ enum Command {
         /// Run only the named sections (probe, intake, processing, latency, sweep, cost, lambda).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+    },
+    /// Run a chaos scenario (or `all`): faults injected into real processes; prints figures,
+    /// writes JSON, exits non-zero on a violation of Relay's guarantees.
+    Chaos {
+        /// kill9, duplicates, lost-dispatch, zombie, db-outage, queue-outage, poison,
+        /// idempotency, isolation, auth, noisy, fuzz — or all.
+        scenario: String,
+        /// 1.0 = the sizes and durations of the issue; smaller for a quick look.
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// Folder for the JSON reports.
+        #[arg(long, default_value = "target/chaos")]
+        out: PathBuf,
+        /// Folder of the private Postgres cluster used when DATABASE_URL is not set.
+        #[arg(long, default_value = ".relay/chaos-pg")]
+        data_dir: PathBuf,
+        /// Folder for venvs (moto, schemathesis), logs and the outage scenario's own cluster.
+        #[arg(long, default_value = "target/tmp")]
+        tmp: PathBuf,
     },
     /// Manage tenants.
     Tenant {
@@ -195,13 +224,15 @@ enum TenantCommand {
 }
 
 fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // A chaos run's own process logs only errors unless told: its figures are the output.
+    let default_log = if matches!(cli.command, Command::Chaos { .. }) { "error" } else { "info" };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| default_log.into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(run(cli))
 }
@@ -299,6 +330,28 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             result
         }
+        Command::Chaos { scenario, scale, out, data_dir, tmp } => {
+            let (url, cluster) = match cli.database_url {
+                Some(url) => (url, None),
+                None => {
+                    let cluster = PrivateCluster::start(&data_dir, Durability::Throwaway)?;
+                    ensure_database(&cluster.url("postgres"), "relay_chaos").await?;
+                    (cluster.url("relay_chaos"), Some(cluster))
+                }
+            };
+            std::fs::create_dir_all(&tmp)?;
+            let env = taskdeck::chaos::Env::new(url, std::env::current_exe()?, std::fs::canonicalize(&tmp)?, scale);
+            let result = chaos(&env, &scenario, &out).await;
+            if let Some(c) = cluster {
+                c.stop()?;
+            }
+            let failed = result?;
+            if failed > 0 {
+                eprintln!("relay chaos: {failed} scenario(s) violated a guarantee");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Command::StatusKey { command: StatusKeyCommand::Create { name } } => {
             let p = Platform::new(&required_url(cli.database_url)?, Settings::default())?;
             let db = p.pool.get().await?;
@@ -339,6 +392,34 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Run one scenario or all; print and write each report. Returns how many had violations
+/// (a scenario that could not run counts as one).
+async fn chaos(env: &taskdeck::chaos::Env, scenario: &str, out: &std::path::Path) -> anyhow::Result<usize> {
+    let names: Vec<&str> = if scenario == "all" { taskdeck::chaos::SCENARIOS.to_vec() } else { vec![scenario] };
+    std::fs::create_dir_all(out)?;
+    let mut failed = 0;
+    let mut reports = Vec::new();
+    for name in names {
+        match taskdeck::chaos::run(name, env).await {
+            Ok(report) => {
+                report.print();
+                failed += usize::from(!report.violations.is_empty());
+                std::fs::write(out.join(format!("{name}.json")), serde_json::to_string_pretty(&report)?)?;
+                reports.push(report);
+            }
+            Err(e) => {
+                println!("== {name}: could not run: {e:#}");
+                failed += 1;
+            }
+        }
+    }
+    if reports.len() > 1 {
+        std::fs::write(out.join("all.json"), serde_json::to_string_pretty(&reports)?)?;
+    }
+    eprintln!("relay chaos: reports in {}", out.display());
+    Ok(failed)
 }
 
 /// A small platform for one operator command (two connections).

@@ -69,10 +69,15 @@ impl Task for Effect {
     const DESCRIPTION: &'static str = "Test only: writes one effects-ledger row, then sleeps.";
 
     async fn run(&self, ctx: &TaskContext, p: EffectParams) -> Result<Value, TaskError> {
-        let db = ctx.db.get().await.map_err(|e| TaskError::Retryable(e.to_string()))?;
-        effects::record(&db, ctx.job_id, ctx.attempt)
-            .await
-            .map_err(|e| TaskError::Retryable(e.to_string()))?;
+        {
+            // Give the connection back before sleeping: held through the sleep, 64 sleeping
+            // jobs held a worker's whole pool and starved its heartbeat and claims (found by
+            // `relay chaos zombie`: every lease expired, attempts ran out).
+            let db = ctx.db.get().await.map_err(|e| TaskError::Retryable(e.to_string()))?;
+            effects::record(&db, ctx.job_id, ctx.attempt)
+                .await
+                .map_err(|e| TaskError::Retryable(e.to_string()))?;
+        }
         tokio::time::sleep(Duration::from_secs_f64(p.sleep_seconds.clamp(0.0, 3600.0))).await;
         Ok(json!({ "effect": "recorded" }))
     }

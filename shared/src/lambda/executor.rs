@@ -3,12 +3,14 @@
 //! The answer is a partial batch response: only records that met a real failure to reach the
 //! database go back to the queue. A job that cannot be claimed (done, duplicate, not yet due,
 //! paused) is acknowledged: the row decides, and the sweep re-sends what is still due. A body
-//! that is not a work message is kept in `dead_letters` with the reason and acknowledged.
+//! that is not a work message, or that names a job that does not exist (a message without a
+//! row cannot come from Relay), is kept in `dead_letters` with the reason and acknowledged.
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 
 use crate::executor::Executor;
 use crate::store::dead_letters::{self, NewDeadLetter};
+use crate::store::jobs;
 use crate::transport::sqs::WorkMessage;
 
 pub async fn handle(exec: &Executor, event: SqsEvent) -> SqsBatchResponse {
@@ -16,47 +18,90 @@ pub async fn handle(exec: &Executor, event: SqsEvent) -> SqsBatchResponse {
     let mut ids = Vec::new();
     let mut carrying = Vec::new();
     let mut letters = Vec::new();
+    // Every record of a batch comes from the same queue.
+    let arn = event.records.first().and_then(|r| r.event_source_arn.clone());
     for record in event.records {
         let message_id = record.message_id.unwrap_or_default();
         let body = record.body.unwrap_or_default();
         match WorkMessage::parse(&body) {
             Ok(m) => {
                 ids.push(m.job_id);
-                carrying.push(message_id);
+                carrying.push((message_id, body));
             }
             Err(reason) => {
-                let source = format!("executor:{}", record.event_source_arn.as_deref().unwrap_or("unknown"));
+                let source = source(arn.as_deref());
                 tracing::warn!(event = "relay.executor.malformed_message", message_id, reason,
                     "work message kept in dead_letters");
                 letters.push(NewDeadLetter { source, message_id: Some(message_id), body, reason });
             }
         }
     }
+    if !ids.is_empty() {
+        match exec.run_dispatched(&ids).await {
+            Ok((report, claimed)) => {
+                tracing::info!(event = "relay.executor.batch", messages = ids.len(), claimed,
+                    acknowledged_unclaimed = ids.len() - claimed, succeeded = report.succeeded,
+                    retried = report.retried, failed = report.failed, stale = report.stale, "batch done");
+                if claimed < ids.len() {
+                    unknown_jobs(exec, &ids, &carrying, arn.as_deref(), &mut letters, &mut response).await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(event = "relay.executor.batch_failed", error = %e, messages = ids.len(),
+                    "could not claim or record; the messages return to the queue");
+                for (message_id, _) in carrying {
+                    response.add_failure(message_id);
+                }
+            }
+        }
+    }
     if !letters.is_empty() {
         let kept = async { dead_letters::insert_many(&exec.pool.get().await?, &letters).await };
         if let Err(e) = kept.await {
-            tracing::warn!(event = "relay.executor.dead_letter_failed", error = %e, "could not keep malformed messages; they return to the queue");
+            tracing::warn!(event = "relay.executor.dead_letter_failed", error = %e, "could not keep poison messages; they return to the queue");
             for l in letters {
                 response.add_failure(l.message_id.unwrap_or_default());
             }
         }
     }
-    if ids.is_empty() {
-        return response;
-    }
-    match exec.run_dispatched(&ids).await {
-        Ok((report, claimed)) => {
-            tracing::info!(event = "relay.executor.batch", messages = ids.len(), claimed,
-                acknowledged_unclaimed = ids.len() - claimed, succeeded = report.succeeded,
-                retried = report.retried, failed = report.failed, stale = report.stale, "batch done");
+    response
+}
+
+fn source(arn: Option<&str>) -> String {
+    format!("executor:{}", arn.unwrap_or("unknown"))
+}
+
+/// Unclaimed ids that name no job at all are poison: keep their messages. (A job that exists
+/// but was not claimable — done, a duplicate, not yet due, paused — is simply acknowledged.)
+async fn unknown_jobs(
+    exec: &Executor,
+    ids: &[crate::job::JobId],
+    carrying: &[(String, String)],
+    arn: Option<&str>,
+    letters: &mut Vec<NewDeadLetter>,
+    response: &mut SqsBatchResponse,
+) {
+    let missing = async { jobs::missing(&exec.pool.get().await?, ids).await };
+    match missing.await {
+        Ok(missing) => {
+            for (id, (message_id, body)) in ids.iter().zip(carrying) {
+                if missing.contains(id) {
+                    tracing::warn!(event = "relay.executor.unknown_job", message_id, job_id = %id, "work message for no job kept in dead_letters");
+                    letters.push(NewDeadLetter {
+                        source: source(arn),
+                        message_id: Some(message_id.clone()),
+                        body: body.clone(),
+                        reason: format!("no job {id} exists: a work message without a row"),
+                    });
+                }
+            }
         }
         Err(e) => {
-            tracing::warn!(event = "relay.executor.batch_failed", error = %e, messages = ids.len(),
-                "could not claim or record; the messages return to the queue");
-            for message_id in carrying {
-                response.add_failure(message_id);
+            // Return them all: a redelivery of a claimed or finished job claims nothing.
+            tracing::warn!(event = "relay.executor.lookup_failed", error = %e, "could not look the unclaimed ids up; the messages return to the queue");
+            for (message_id, _) in carrying {
+                response.add_failure(message_id.clone());
             }
         }
     }
-    response
 }

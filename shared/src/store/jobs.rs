@@ -184,20 +184,26 @@ pub async fn insert_many(
             "WITH input AS (
                  SELECT * FROM unnest($2::uuid[], $1::uuid[], $3::text[], $4::jsonb[],
                         $5::text[], $6::text[], $7::bytea[], $8::uuid[], $9::timestamptz[],
-                        $10::int[], $11::int[], $12::text[], $13::int[], $14::text[])
+                        $10::int[], $11::int[], $12::text[], $13::int[], $14::text[]) WITH ORDINALITY
                      AS t(id, tenant_id, task_type, params, correlation_id, idempotency_key,
                           request_hash, parent_id, run_at, max_attempts, timeout_seconds,
-                          concurrency_key, concurrency_limit, callback_url)
+                          concurrency_key, concurrency_limit, callback_url, ord)
              ), keys AS (
+                 -- In key order: two concurrent inserts sharing keys then wait for each other
+                 -- instead of deadlocking (found by `relay chaos idempotency`). Among repeats of
+                 -- a key, input order: the first item takes the key.
                  INSERT INTO job_keys (tenant_id, idempotency_key, correlation_id, job_id)
-                 SELECT tenant_id, idempotency_key, correlation_id, id FROM input
+                 SELECT tenant_id, idempotency_key, correlation_id, id FROM input ORDER BY idempotency_key, ord
                  ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
                  RETURNING job_id
              )
              INSERT INTO jobs (id, tenant_id, task_type, params, correlation_id, idempotency_key,
                                request_hash, parent_id, run_at, max_attempts, timeout_seconds,
                                concurrency_key, concurrency_limit, callback_url, dispatched_at)
-             SELECT input.*, now() FROM input WHERE id IN (SELECT job_id FROM keys)
+             SELECT id, tenant_id, task_type, params, correlation_id, idempotency_key, request_hash,
+                    parent_id, run_at, max_attempts, timeout_seconds, concurrency_key, concurrency_limit,
+                    callback_url, now()
+             FROM input WHERE id IN (SELECT job_id FROM keys)
              RETURNING {JOB_COLUMNS}"
         ))
         .await?;
@@ -1035,4 +1041,12 @@ pub async fn finish_parents(db: &impl GenericClient, limit: i64) -> Result<(usiz
     let rows = db.query(&stmt, &[&limit]).await?;
     let callbacks = callbacks_of(&rows, 1);
     Ok((rows.len() - callbacks.len(), callbacks))
+}
+
+/// Which of these ids name no job at all.
+pub async fn missing(db: &impl GenericClient, ids: &[JobId]) -> Result<Vec<JobId>, StoreError> {
+    let rows = db
+        .query("SELECT id FROM unnest($1::uuid[]) AS i(id) WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = i.id)", &[&ids])
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
 }

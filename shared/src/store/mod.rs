@@ -67,9 +67,16 @@ impl StoreError {
             StoreError::Pool(_) | StoreError::IntakeClosed => true,
             // A closed connection or an I/O failure is an outage; an error Postgres answered
             // (it has a code) or one raised on this side (a bad parameter) is not.
+            // So is the server going away: a connection exception (class 08), an operator
+            // intervention such as a shutdown terminating the session (class 57: 57P01 on
+            // `pg_ctl stop -m fast`), or no connection slot left (53300).
             StoreError::Db(e) => {
                 e.is_closed()
                     || std::error::Error::source(e).is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some())
+                    || e.code().is_some_and(|c| {
+                        let c = c.code();
+                        c.starts_with("08") || c.starts_with("57") || c == "53300"
+                    })
             }
             StoreError::Intake(e) => e.is_unavailable(),
             _ => false,

@@ -1,0 +1,160 @@
+//! The chaos suite's fast subset: the scenarios `relay chaos` runs, scaled down, against the
+//! test Postgres, moto and real `relay` child processes. Each fails on any violation. The
+//! full runs (`relay chaos all`) and their last figures are in the README.
+
+use std::path::PathBuf;
+
+use taskdeck::chaos::{self, Env, Report};
+
+async fn scenario(name: &str, scale: f64) -> Report {
+    let env = Env::new(
+        super::support::database_url(),
+        PathBuf::from(env!("CARGO_BIN_EXE_relay")),
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")),
+        scale,
+    )
+    .with_moto(super::support::moto::endpoint());
+    let report = chaos::run(name, &env).await.unwrap_or_else(|e| panic!("{name} could not run: {e:#}"));
+    report.print();
+    assert!(report.violations.is_empty(), "{name}: {:?}", report.violations);
+    report
+}
+
+fn number(report: &Report, figure: &str) -> f64 {
+    report.figure(figure).and_then(|v| v.as_f64()).unwrap_or_else(|| panic!("no figure {figure:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn duplicate_deliveries_are_claimed_once_and_counted() {
+    let r = scenario("duplicates", 0.05).await;
+    for t in ["sqs", "postgres"] {
+        assert_eq!(number(&r, &format!("{t}: suppressed deliveries")), number(&r, &format!("{t}: injected duplicate copies")));
+        assert!(number(&r, &format!("{t}: injected duplicate copies")) >= 100.0, "2-5 copies of 100 jobs");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lost_and_failed_dispatches_are_resent_by_the_sweep() {
+    let r = scenario("lost-dispatch", 0.06).await;
+    assert!(number(&r, "redispatched events") > 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resumed_zombie_changes_no_row() {
+    let r = scenario("zombie", 0.1).await;
+    assert_eq!(number(&r, "rows changed after the zombie resumed"), 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn poison_messages_are_kept_and_healthy_records_run_once() {
+    scenario("poison", 0.1).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn idempotency_holds_under_concurrent_replays() {
+    let r = scenario("idempotency", 0.05).await;
+    assert_eq!(number(&r, "most jobs for one key"), 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn another_tenants_ids_and_keys_are_indistinguishable_from_missing() {
+    let r = scenario("isolation", 0.1).await;
+    assert_eq!(number(&r, "cells distinguishable from not-found"), 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn random_and_near_miss_keys_are_refused_and_never_logged() {
+    scenario("auth", 0.02).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_workers_lose_nothing_and_recoveries_are_recorded() {
+    let r = scenario("kill9", 0.05).await;
+    assert!(number(&r, "recoveries (lease_expired events)") > 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queue_outage_answers_202_and_everything_runs_after() {
+    scenario("queue-outage", 0.05).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_outage_answers_503_and_workers_recover_without_restart() {
+    scenario("db-outage", 0.05).await;
+}
+
+/// Found by the database-outage scenario: a fast shutdown terminates sessions in flight with
+/// 57P01 (admin_shutdown), which has an error code and so was taken for a refused statement
+/// and answered 500. It is the database going away: 503.
+#[tokio::test]
+async fn a_session_terminated_by_the_server_is_an_outage_not_a_500() {
+    let w = super::support::World::new().await;
+    let victim = w.db().await;
+    let pid: i32 = victim.query_one("SELECT pg_backend_pid()", &[]).await.expect("pid").get(0);
+    // Terminated mid-statement, the statement's answer is the server's FATAL 57P01.
+    let in_flight = tokio::spawn(async move { victim.query_one("SELECT pg_sleep(10)", &[]).await.map(|_| ()) });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    w.db().await.execute("SELECT pg_terminate_backend($1)", &[&pid]).await.expect("terminate");
+    let err = in_flight.await.expect("join").expect_err("the session is gone");
+    assert_eq!(err.code().map(|c| c.code()), Some("57P01"), "{err}");
+    let err = taskdeck::store::StoreError::from(err);
+    assert!(err.is_unavailable(), "{err}");
+    assert_eq!(taskdeck::api::error::ApiError::from(err).status, axum::http::StatusCode::SERVICE_UNAVAILABLE);
+}
+
+/// Found by the idempotency scenario: two coalesced inserts holding the same keys in opposite
+/// orders deadlocked (40P01, answered 500). Keys are now inserted in key order.
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_inserts_sharing_keys_in_any_order_do_not_deadlock() {
+    use taskdeck::store::jobs::{self, NewJob};
+    let w = super::support::World::new().await;
+    let job = |round: usize, k: usize| NewJob {
+        id: uuid::Uuid::now_v7(),
+        task_type: "noop".into(),
+        params: serde_json::json!({}),
+        correlation_id: format!("c{k}"),
+        idempotency_key: format!("r{round}-k{k}"),
+        request_hash: vec![0; 32],
+        parent_id: None,
+        run_at: chrono::Utc::now(),
+        max_attempts: 1,
+        timeout_seconds: 10,
+        ..NewJob::default()
+    };
+    for round in 0..30 {
+        let forward: Vec<NewJob> = (0..40).map(|k| job(round, k)).collect();
+        let backward: Vec<NewJob> = (0..40).rev().map(|k| job(round, k)).collect();
+        let (a, b) = (w.db().await, w.db().await);
+        let tenant = w.tenant.id;
+        let (ra, rb) = tokio::join!(jobs::insert_many(&a, tenant, &forward), jobs::insert_many(&b, tenant, &backward));
+        ra.expect("forward insert");
+        rb.expect("backward insert");
+    }
+    assert_eq!(w.count("SELECT count(*) FROM jobs", &[]).await, 30 * 40);
+}
+
+/// Repeats of a key in one coalesced insert: the first item takes the key (its request made
+/// the job), whatever the key order the insert locks in.
+#[tokio::test]
+async fn the_first_repeat_of_a_key_in_one_insert_makes_the_job() {
+    use taskdeck::store::jobs::{self, Inserted, NewJob};
+    let w = super::support::World::new().await;
+    let item = |n: i32| NewJob {
+        id: uuid::Uuid::now_v7(),
+        task_type: "noop".into(),
+        params: serde_json::json!({"n": n}),
+        correlation_id: "c".into(),
+        idempotency_key: if n == 0 { "b".into() } else { "same".into() },
+        request_hash: vec![n as u8; 32],
+        parent_id: None,
+        run_at: chrono::Utc::now(),
+        max_attempts: 1,
+        timeout_seconds: 10,
+        ..NewJob::default()
+    };
+    let batch: Vec<NewJob> = (1..=8).chain([0]).map(item).collect();
+    let out = jobs::insert_many(&w.db().await, w.tenant.id, &batch).await.expect("insert");
+    let Inserted::Created(first) = &out[0] else { panic!("the first item creates") };
+    assert_eq!(first.params, serde_json::json!({"n": 1}));
+    assert!(out[1..8].iter().all(|i| matches!(i, Inserted::Existing(j) if j.id == first.id)));
+}
