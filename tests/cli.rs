@@ -8,7 +8,13 @@ use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 use taskdeck::store::operators;
 
-use crate::support::{World, schema_url};
+use taskdeck::bench::setup::url_with_schema;
+
+use crate::support::{World, database_url};
+
+fn schema_url(schema: &str) -> String {
+    url_with_schema(&database_url(), schema)
+}
 
 fn relay(w: &World, args: &[&str]) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_relay"))

@@ -38,17 +38,6 @@ pub fn database_url() -> String {
     base_url().to_owned()
 }
 
-/// The test server's URL narrowed to one schema (for running the `relay` binary against a test's world).
-pub fn schema_url(schema: &str) -> String {
-    let base = base_url();
-    if base.starts_with("postgres://") || base.starts_with("postgresql://") {
-        let sep = if base.contains('?') { '&' } else { '?' };
-        format!("{base}{sep}options=-c%20search_path%3D{schema}")
-    } else {
-        format!("{base} options='-c search_path={schema}'")
-    }
-}
-
 /// One test's world: its own schema, a platform wired to it, a tenant and its key.
 pub struct World {
     pub platform: Platform,

@@ -5,7 +5,9 @@
 //! job runs its effect again only after a recorded recovery).
 //!
 //! The job kinds are a list (`KINDS`): a kind with an effects ledger names the query that
-//! counts its effects per (job, attempt); `email.send` in shadow mode joins it that way.
+//! lists its effects as (job, attempt). `test.effect` may repeat its effect after a recorded
+//! recovery (once per attempt); `email.send` in shadow mode records at most one message per
+//! job whatever happens (once per job).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -34,23 +36,34 @@ pub struct Kind {
     pub count: usize,
     /// SQL giving `(job_id, attempt)` for every effect this kind performed, if it has a ledger.
     pub effects: Option<&'static str>,
+    /// The effect happens at most once per job (an email), not once per attempt.
+    pub once_per_job: bool,
 }
 
 pub const KINDS: &[Kind] = &[
-    Kind { task_type: "noop", params: |i| json!({"echo": i}), count: 10_000, effects: None },
-    // Stands in for email.send (shadow mode) until that task exists: an effect per run,
-    // long enough that kills land mid-run.
+    Kind { task_type: "noop", params: |i| json!({"echo": i}), count: 10_000, effects: None, once_per_job: false },
+    // Shadow mode (the default): every message is recorded, none sent; one per job, ever.
+    Kind {
+        task_type: "email.send",
+        params: |i| json!({"from": "noreply@chaos.example", "to": [format!("r{i}@example.com")], "subject": format!("chaos {i}"), "text": "x"}),
+        count: 2_000,
+        effects: Some("SELECT job_id, attempt FROM messages"),
+        once_per_job: true,
+    },
+    // An effect per run, long enough that kills land mid-run.
     Kind {
         task_type: "test.effect",
         params: |_| json!({"sleep_seconds": 2.0}),
         count: 2_000,
         effects: Some("SELECT job_id, attempt FROM effects_ledger"),
+        once_per_job: false,
     },
 ];
 
 pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let mut report = Report::new("kill9", env.scale);
     let scratch = env.scratch(Settings::default()).await?;
+    crate::store::sending_identities::set(&mut scratch.platform.pool.get().await?, scratch.tenant.id, &["chaos.example".into()]).await?;
     let url = scratch.url.clone();
     let lease = LEASE_SECS.to_string();
     let worker_args = ["worker", "--workers", "1", "--concurrency", "64", "--lease-seconds", lease.as_str()];
@@ -186,13 +199,27 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         for e in &effects {
             *per_attempt.entry(*e).or_default() += 1;
         }
-        let twice = per_attempt.values().filter(|c| **c > 1).count();
-        let missing = jobs.iter().filter(|(id, (a, s))| s == "succeeded" && !per_attempt.contains_key(&(**id, *a))).count();
+        let mut per_job: HashMap<Uuid, usize> = HashMap::new();
+        for (id, _) in &effects {
+            *per_job.entry(*id).or_default() += 1;
+        }
+        let (twice, missing) = if kind.once_per_job {
+            (
+                per_job.values().filter(|c| **c > 1).count(),
+                jobs.iter().filter(|(id, (_, s))| s == "succeeded" && !per_job.contains_key(*id)).count(),
+            )
+        } else {
+            (
+                per_attempt.values().filter(|c| **c > 1).count(),
+                jobs.iter().filter(|(id, (a, s))| s == "succeeded" && !per_attempt.contains_key(&(**id, *a))).count(),
+            )
+        };
         let beyond = per_attempt.keys().filter(|(id, a)| jobs.get(id).is_none_or(|(last, _)| a > last)).count();
         let rerun = jobs.iter().filter(|(id, _)| per_attempt.keys().filter(|(j, _)| j == *id).count() > 1).count();
         report.fig(&format!("{}: effects / jobs", kind.task_type), format!("{} / {}", effects.len(), jobs.len()));
         report.fig(&format!("{}: jobs whose effect ran again after a recovery", kind.task_type), rerun);
-        report.check(twice == 0, format!("{}: {twice} attempts performed their effect twice", kind.task_type));
+        let unit = if kind.once_per_job { "jobs" } else { "attempts" };
+        report.check(twice == 0, format!("{}: {twice} {unit} performed their effect twice", kind.task_type));
         report.check(missing == 0, format!("{}: {missing} succeeded jobs have no effect for their last attempt", kind.task_type));
         report.check(beyond == 0, format!("{}: {beyond} effects from attempts that never existed", kind.task_type));
     }
