@@ -472,16 +472,21 @@ async fn dev(url: Option<String>, addr: SocketAddr, data_dir: PathBuf, run: Run)
     taskdeck::schedules::ensure_builtin(&p.pool, 30, chrono::Utc::now()).await?;
     let key = {
         let db = p.pool.get().await?;
-        match tenants::by_name(&db, "dev").await? {
-            Some(t) => tenants::rotate_key(&db, t.id).await?,
-            None => tenants::create(&db, "dev").await?.1,
-        }
+        let (tenant, key) = match tenants::by_name(&db, "dev").await? {
+            Some(t) => (t.id, tenants::rotate_key(&db, t.id).await?),
+            None => tenants::create(&db, "dev").await.map(|(t, k)| (t.id, k))?,
+        };
+        // Email works out of the box: any address at example.com, in shadow mode (nothing leaves).
+        taskdeck::store::sending_identities::add(&db, tenant, "example.com").await?;
+        key
     };
     eprintln!(
         "relay dev: API on http://{addr}, {} worker loops, sweep every {}s\n\
          dev tenant API key (new on every start):\n\n  export RELAY_KEY={key}\n\n\
          try:\n  curl -s -X POST http://{addr}/v1/jobs -H \"Authorization: Bearer $RELAY_KEY\" \\\n    \
-         -H 'Idempotency-Key: hello-1' -H 'Content-Type: application/json' -d '{{\"task_type\": \"noop\"}}'\n",
+         -H 'Idempotency-Key: hello-1' -H 'Content-Type: application/json' -d '{{\"task_type\": \"noop\"}}'\n\n\
+         email.send may send from any address at example.com; shadow mode is on, so messages are\n\
+         recorded (GET /v1/messages?job_id=...) and nothing leaves.\n",
         run.workers, run.sweep_interval_seconds
     );
     println!("{key}");
