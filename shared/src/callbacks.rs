@@ -300,7 +300,7 @@ pub async fn post(target: &Target, addr: SocketAddr, headers: &[(&str, String)],
     }
     let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
     let call = async {
-        let res = client.request(req).await.map_err(|e| format!("request failed: {}", error_chain(&e)))?;
+        let res = client.request(req).await.map_err(|e| format!("request failed: {}", crate::telemetry::error_chain(&e)))?;
         let status = res.status().as_u16();
         let retry_after = res.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(parse_retry_after);
         // Read (and drop) a bounded answer so the connection ends cleanly.
@@ -312,16 +312,6 @@ pub async fn post(target: &Target, addr: SocketAddr, headers: &[(&str, String)],
         .map_err(|_| format!("no answer within {}s", REQUEST_TIMEOUT.as_secs()))?
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
 
 /// `Retry-After`: delay-seconds or an HTTP date; capped at `MAX_RETRY_AFTER`.
 pub fn parse_retry_after(v: &str) -> Option<Duration> {

@@ -29,3 +29,15 @@ pub fn record_job(correlation_id: &str, job_id: uuid::Uuid) {
 pub fn record_correlation(correlation_id: &str) {
     Span::current().record("correlation_id", correlation_id);
 }
+
+/// An error with its sources, `outer: inner: innermost` (what an HTTP client's error hides).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}

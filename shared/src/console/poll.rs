@@ -126,7 +126,7 @@ impl Console {
             req = req.header("authorization", format!("Bearer {t}"));
         }
         let req = req.body(Empty::new()).map_err(|e| format!("bad request: {e}"))?;
-        let res = self.http.request(req).await.map_err(|e| format!("unreachable: {}", source_chain(&e)))?;
+        let res = self.http.request(req).await.map_err(|e| format!("unreachable: {}", crate::telemetry::error_chain(&e)))?;
         let status = res.status();
         let body = Limited::new(res.into_body(), MAX_DOC_BYTES)
             .collect()
@@ -140,13 +140,3 @@ impl Console {
     }
 }
 
-fn source_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
