@@ -233,6 +233,7 @@ pub async fn receive_event(client: &Client, url: &str, wait_secs: i32) -> anyhow
         .queue_url(url)
         .max_number_of_messages(10)
         .wait_time_seconds(wait_secs)
+        .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount)
         .send()
         .await
         .map_err(|e| anyhow::anyhow!("{}", aws_sdk_sqs::error::DisplayErrorContext(e)))?;
@@ -242,7 +243,8 @@ pub async fn receive_event(client: &Client, url: &str, wait_secs: i32) -> anyhow
         .map(|m| {
             json!({
                 "messageId": m.message_id(), "receiptHandle": m.receipt_handle(), "body": m.body(),
-                "attributes": {}, "messageAttributes": {}, "md5OfBody": m.md5_of_body(),
+                "attributes": m.attributes().map(|a| a.iter().map(|(k, v)| (k.as_str().to_owned(), v.clone())).collect::<std::collections::BTreeMap<_, _>>()).unwrap_or_default(),
+                "messageAttributes": {}, "md5OfBody": m.md5_of_body(),
                 "eventSource": "aws:sqs", "eventSourceARN": format!("arn:aws:sqs:us-east-1:123456789012:{}", url.rsplit('/').next().unwrap_or("q")),
                 "awsRegion": "us-east-1"
             })
@@ -263,7 +265,8 @@ pub async fn delete_acknowledged(client: &Client, url: &str, event: &SqsEvent, f
     }
 }
 
-/// Feed the executor function's handler from an SQS queue until `stop`, counting records.
+/// Feed the executor function's handler from an SQS queue until `stop`, counting records
+/// received for the first time.
 pub async fn consume_sqs(exec: Executor, client: Client, url: String, received: Arc<AtomicUsize>, mut stop: watch::Receiver<bool>) {
     while !*stop.borrow() {
         let event = tokio::select! {
@@ -277,7 +280,14 @@ pub async fn consume_sqs(exec: Executor, client: Client, url: String, received: 
         if event.records.is_empty() {
             continue;
         }
-        received.fetch_add(event.records.len(), Ordering::Relaxed);
+        // First receives only: SQS's own redeliveries (after a handler failure under load, or a
+        // slow delete) are not duplicates the scenario injected.
+        let first = event
+            .records
+            .iter()
+            .filter(|r| r.attributes.get("ApproximateReceiveCount").is_none_or(|c| c == "1"))
+            .count();
+        received.fetch_add(first, Ordering::Relaxed);
         let response = crate::lambda::executor::handle(&exec, event.clone()).await;
         let failed: Vec<String> = response.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
         delete_acknowledged(&client, &url, &event, &failed).await;
