@@ -147,19 +147,32 @@ pub enum Fate {
     Dropped,
 }
 
-/// A real transport behind injected faults: a share of dispatch calls fail, a share of jobs
-/// are silently dropped, and every job that goes out is sent `dup` times. Logs each job's fate.
+/// A real transport behind injected faults: exactly a share of dispatch calls fail and a share
+/// of jobs are silently dropped (spread evenly, the first half-way in: a small run still gets
+/// its faults), and every job that goes out is sent `dup` times (at random). Logs each fate.
 pub struct Faulty {
     pub inner: Arc<dyn Transport>,
     pub fail: f64,
     pub drop: f64,
     pub dup: (u32, u32),
     pub log: Mutex<Vec<(JobId, DateTime<Utc>, Fate)>>,
+    /// Fault credit carried between calls (failures, drops).
+    credit: Mutex<(f64, f64)>,
 }
 
 impl Faulty {
     pub fn new(inner: Arc<dyn Transport>, fail: f64, drop: f64, dup: (u32, u32)) -> Faulty {
-        Faulty { inner, fail, drop, dup, log: Mutex::default() }
+        Faulty { inner, fail, drop, dup, log: Mutex::default(), credit: Mutex::new((0.5, 0.5)) }
+    }
+
+    /// Whether the next event fails, spending `share` of credit per event.
+    fn due(credit: &mut f64, share: f64) -> bool {
+        *credit += share;
+        let due = *credit >= 1.0;
+        if due {
+            *credit -= 1.0;
+        }
+        due
     }
 
     pub fn log(&self) -> Vec<(JobId, DateTime<Utc>, Fate)> {
@@ -177,10 +190,13 @@ impl Transport for Faulty {
         let now = Utc::now();
         let (fails, fates) = {
             let mut rng = rand::rng();
-            let fails = rng.random_bool(self.fail);
+            let mut credit = self.credit.lock().expect("credit lock");
+            let fails = Self::due(&mut credit.0, self.fail);
             let fates: Vec<Fate> = jobs
                 .iter()
-                .map(|_| if rng.random_bool(self.drop) { Fate::Dropped } else { Fate::Sent(rng.random_range(self.dup.0..=self.dup.1)) })
+                .map(|_| {
+                    if Self::due(&mut credit.1, self.drop) { Fate::Dropped } else { Fate::Sent(rng.random_range(self.dup.0..=self.dup.1)) }
+                })
                 .collect();
             (fails, fates)
         };
