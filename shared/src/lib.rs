@@ -30,3 +30,4 @@ pub mod store;
 pub mod sweep;
 pub mod telemetry;
 pub mod transport;
+pub mod watchdog;

@@ -65,14 +65,7 @@ pub fn start_moto(venv: &Path, log_dir: &Path) -> Result<(String, Child), String
 /// Kill process `child` once process `parent` has exited (a detached shell watches it): for
 /// test runs, which have no hook at exit.
 pub fn kill_when_process_exits(child: u32, parent: u32) -> Result<(), String> {
-    let script = format!("while kill -0 {parent} 2>/dev/null; do sleep 1; done; kill {child} 2>/dev/null");
-    Command::new("sh")
-        .args(["-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map(|_| ())
+    crate::watchdog::when_process_exits(parent, &format!("kill {child} 2>/dev/null"))
         .map_err(|e| format!("spawning the watchdog: {e}"))
 }
 

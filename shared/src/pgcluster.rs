@@ -150,19 +150,13 @@ impl PrivateCluster {
     /// exit). A detached shell watches the pid.
     pub fn stop_when_process_exits(&self, pid: u32) -> anyhow::Result<()> {
         let pg_ctl = self.bin.join("pg_ctl");
-        let script = format!(
-            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; {prefix}{} -D '{}' -m fast stop >/dev/null 2>&1",
+        let stop = format!(
+            "{prefix}{} -D '{}' -m fast stop >/dev/null 2>&1",
             pg_ctl.display(),
             self.data_dir.display(),
             prefix = if self.as_postgres { "runuser -u postgres -- " } else { "" },
         );
-        Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .context("spawning the cluster watchdog")?;
+        crate::watchdog::when_process_exits(pid, &stop).context("spawning the cluster watchdog")?;
         Ok(())
     }
 
