@@ -174,7 +174,8 @@ fn template_name(name: &str) -> Result<(), ApiError> {
 /// `PUT /v1/templates/{name}`: create or replace a template; a syntax error is a 422 naming the part.
 #[utoipa::path(put, path = "/v1/templates/{name}", tag = "email", params(("name" = String, Path)), request_body = TemplateBody,
     security(("tenant_key" = [])),
-    responses((status = 200, body = Template), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = Template), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
 pub async fn put_template(
     State(state): State<AppState>,
     Caller(tenant): Caller,
@@ -257,8 +258,8 @@ pub async fn get_identities(
 /// `PUT /v1/admin/tenants/{tenant_id}/sending-identities`: replace the list.
 #[utoipa::path(put, path = "/v1/admin/tenants/{tenant_id}/sending-identities", tag = "operations",
     params(("tenant_id" = String, Path)), request_body = Identities, security(("operator_key" = [])),
-    responses((status = 200, body = Identities), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = Identities), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn put_identities(
     State(state): State<AppState>,
     Operator(operator): Operator,
@@ -301,8 +302,8 @@ pub struct PageReceipt {
 #[utoipa::path(put, path = "/v1/jobs/{id}/recipients/{page}", tag = "email",
     params(("id" = String, Path), ("page" = u32, Path)), request_body = RecipientPage, security(("tenant_key" = [])),
     responses((status = 201, body = PageReceipt), (status = 200, body = PageReceipt, description = "a replay of a stored page"),
-        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
-        (status = 422, body = ErrorBody)))]
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn put_recipients(
     State(state): State<AppState>,
     Caller(tenant): Caller,
@@ -370,7 +371,8 @@ pub async fn get_sending_role(State(state): State<AppState>, Caller(tenant): Cal
 
 /// `PUT /v1/sending-role`: name (or clear) the role in the caller's account that sends its email.
 #[utoipa::path(put, path = "/v1/sending-role", tag = "email", request_body = SendingRoleBody, security(("tenant_key" = [])),
-    responses((status = 200, body = SendingRole), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = SendingRole), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
 pub async fn put_sending_role(
     State(state): State<AppState>,
     Caller(tenant): Caller,
