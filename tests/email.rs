@@ -44,6 +44,16 @@ async fn sender(w: &World) {
     let _ = ses.create_email_identity().email_identity(DOMAIN).send().await;
 }
 
+/// Verify the domain in the account of `role_arn`, as its tenant would (moto keeps SES per account).
+async fn verify_in_account(role_arn: &str) {
+    let sts = aws_sdk_sts::Client::new(&moto::sdk_config());
+    let c = sts.assume_role().role_arn(role_arn).role_session_name("setup").send().await.unwrap();
+    let c = c.credentials().unwrap();
+    let creds = aws_sdk_sesv2::config::Credentials::new(c.access_key_id(), c.secret_access_key(), Some(c.session_token().to_owned()), None, "test");
+    let theirs = moto::sdk_config().to_builder().credentials_provider(aws_sdk_sesv2::config::SharedCredentialsProvider::new(creds)).build();
+    aws_sdk_sesv2::Client::new(&theirs).create_email_identity().email_identity(DOMAIN).send().await.unwrap();
+}
+
 /// How many messages moto's SES holds with this subject.
 async fn in_moto(subject: &str) -> usize {
     moto_subjects().await.iter().filter(|s| s.as_str() == subject).count()
@@ -481,13 +491,7 @@ async fn operators_manage_sending_identities_and_a_tenant_role_sends() {
     // The tenant's own sending role (in its account, with an external id) is what sends.
     go_live(&w).await;
     let tenant_role = RoleSpec { role_arn: "arn:aws:iam::210987654321:role/acme-sender".into(), external_id: Some("relay-acme".into()) };
-    // moto keeps SES per account: verify the domain in the tenant's account, as the tenant would.
-    let sts = aws_sdk_sts::Client::new(&moto::sdk_config());
-    let c = sts.assume_role().role_arn(&tenant_role.role_arn).role_session_name("setup").send().await.unwrap();
-    let c = c.credentials().unwrap();
-    let creds = aws_sdk_sesv2::config::Credentials::new(c.access_key_id(), c.secret_access_key(), Some(c.session_token().to_owned()), None, "test");
-    let theirs = moto::sdk_config().to_builder().credentials_provider(aws_sdk_sesv2::config::SharedCredentialsProvider::new(creds)).build();
-    aws_sdk_sesv2::Client::new(&theirs).create_email_identity().email_identity(DOMAIN).send().await.unwrap();
+    verify_in_account(&tenant_role.role_arn).await;
     let exec = executor(&w, moto::endpoint(), roles().map_tenant_task(w.tenant.id, "email.send", tenant_role).unwrap());
     let subject = format!("tenant role {}", w.schema);
     let id = submit(&w, "tr", email(&subject, "bo@example.com")).await;
@@ -591,14 +595,8 @@ async fn a_tenant_names_its_own_sending_role_and_relay_assumes_it_with_relays_ex
     let (status, _) = w.call(Method::PUT, "/v1/sending-role", None, Some(json!({"role_arn": arn}))).await;
     assert_eq!(status, StatusCode::OK);
 
-    // Verify the domain in the tenant's account (moto keeps SES per account), as the tenant would.
     sending_identities::set(&mut w.db().await, w.tenant.id, &[DOMAIN.into()]).await.unwrap();
-    let sts = aws_sdk_sts::Client::new(&moto::sdk_config());
-    let c = sts.assume_role().role_arn(arn).role_session_name("setup").send().await.unwrap();
-    let c = c.credentials().unwrap();
-    let creds = aws_sdk_sesv2::config::Credentials::new(c.access_key_id(), c.secret_access_key(), Some(c.session_token().to_owned()), None, "test");
-    let theirs = moto::sdk_config().to_builder().credentials_provider(aws_sdk_sesv2::config::SharedCredentialsProvider::new(creds)).build();
-    aws_sdk_sesv2::Client::new(&theirs).create_email_identity().email_identity(DOMAIN).send().await.unwrap();
+    verify_in_account(arn).await;
 
     let exec = executor(&w, moto::endpoint(), roles());
     let subject = format!("own role {}", w.schema);

@@ -14,7 +14,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::AppState;
-use super::error::{ApiError, ErrorBody};
+use super::error::{ApiError, ErrorBody, page_limit, reject_nul};
 use super::extract::{Caller, IdempotencyKey, JsonBody, check_key};
 use crate::catalogue::Catalogue;
 use crate::job::JobStatus;
@@ -420,7 +420,7 @@ pub async fn list(
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
-    let bad = |field: &str, msg: String| ApiError::bad_request("invalid_query", msg).with("field", field);
+    let bad = |field: &str, msg: String| ApiError::invalid_query(field, msg);
     let status = match q.status.as_deref() {
         None => None,
         Some(s) => Some(JobStatus::parse(s).ok_or_else(|| {
@@ -439,20 +439,12 @@ pub async fn list(
             }
         }
     }
-    let limit = match q.limit.as_deref() {
-        None => 100,
-        Some(s) => s.parse::<i64>().ok().filter(|l| (1..=500).contains(l))
-            .ok_or_else(|| bad("limit", "limit must be 1 to 500".into()))?,
-    };
+    let limit = page_limit(q.limit.as_deref(), 100)?;
     let after = match q.cursor.as_deref() {
         None => since_cursor,
         Some(c) => Some(decode_cursor(c).ok_or_else(|| bad("cursor", "cursor is not one this API issued".into()))?),
     };
-    for (field, v) in [("task_type", &q.task_type), ("correlation_id", &q.correlation_id)] {
-        if v.as_deref().is_some_and(|s| s.contains('\0')) {
-            return Err(bad(field, format!("{field} contains a NUL character")));
-        }
-    }
+    reject_nul(&[("task_type", q.task_type.as_deref()), ("correlation_id", q.correlation_id.as_deref())])?;
     if let Some(c) = &q.correlation_id {
         crate::telemetry::record_correlation(c);
     }
