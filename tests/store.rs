@@ -115,6 +115,38 @@ async fn claims_take_due_rows_once_in_run_at_order_and_bounded() {
 }
 
 #[tokio::test]
+async fn claims_are_fair_across_tenants_however_deep_one_tenants_backlog() {
+    let w = World::new().await;
+    let db = w.db().await;
+    let (quiet, _) = tenants::create(&db, "quiet").await.unwrap();
+    let (third, _) = tenants::create(&db, "third").await.unwrap();
+    // A flood of 5,000 old jobs, then one job each from two quiet tenants.
+    let flood: Vec<NewJob> = (0..5000)
+        .map(|i| NewJob { run_at: Utc::now() - chrono::Duration::seconds(60), ..new_job(&format!("flood-{i}")) })
+        .collect();
+    for chunk in flood.chunks(1000) {
+        jobs::insert_many(&db, w.tenant.id, chunk).await.unwrap();
+    }
+    let q = new_job("quiet");
+    jobs::insert_many(&db, quiet.id, std::slice::from_ref(&q)).await.unwrap();
+    let t = new_job("third");
+    jobs::insert_many(&db, third.id, std::slice::from_ref(&t)).await.unwrap();
+
+    let claim = jobs::claim_due(&db, 30, 30.0).await.unwrap();
+    let ids: Vec<Uuid> = claim.jobs.iter().map(|j| j.id).collect();
+    assert!(ids.contains(&q.id) && ids.contains(&t.id), "both quiet tenants are in the first claim");
+    assert_eq!(claim.jobs.iter().filter(|j| j.tenant_id == w.tenant.id).count(), 10, "the flood gets its share: 30 / 3");
+    assert!(claim.more, "the flood has more due");
+    // Alone again, the flood gets whole claims, oldest first.
+    let next = jobs::claim_due(&db, 30, 30.0).await.unwrap();
+    assert_eq!(next.jobs.len(), 30);
+    assert!(next.more);
+    let drained = jobs::claim_due(&db, 10_000, 30.0).await.unwrap();
+    assert_eq!(drained.jobs.len(), 5000 - 40);
+    assert!(!drained.more, "nothing more is due");
+}
+
+#[tokio::test]
 async fn heartbeat_extends_live_leases_and_reports_lost_ones() {
     let w = World::new().await;
     let db = w.db().await;

@@ -140,7 +140,7 @@ pub async fn db_counters(pool: &Pool) -> anyhow::Result<DbCounters> {
                     coalesce(sum(calls) FILTER (WHERE query LIKE '%FROM tenants WHERE api_key_hash%'
                                                    OR query LIKE 'WITH input AS%'
                                                    OR query LIKE '%pg_notify%'), 0)::bigint,
-                    coalesce(sum(calls) FILTER (WHERE query LIKE 'WITH due AS%'
+                    coalesce(sum(calls) FILTER (WHERE query LIKE 'WITH due AS%' OR query LIKE 'WITH RECURSIVE tenants%'
                                                    OR query LIKE 'SELECT name, enabled FROM operating_modes%'), 0)::bigint,
                     coalesce(sum(calls) FILTER (WHERE query LIKE 'WITH done AS%' OR query LIKE 'WITH retried AS%'
                                                    OR query LIKE 'WITH failed AS%'), 0)::bigint

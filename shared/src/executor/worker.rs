@@ -34,14 +34,16 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
     let heartbeat = tokio::spawn(heartbeat_loop(exec.clone(), in_flight.clone()));
     let mut backoff = Duration::from_millis(100);
     let mut keyed_turn = tokio::time::Instant::now();
+    let mut backlog = false;
 
     let batch = exec.config.claim_batch.clamp(1, concurrency);
     while !*stop.borrow() {
-        // Claim in real batches: with jobs in flight, wait a few milliseconds for half a
-        // batch of slots to free up rather than trickle out claims of one or two (each claim
-        // is a commit); then take whatever is free.
+        // Under a backlog, claim in real batches: with jobs in flight, wait a few milliseconds
+        // for half a batch of slots to free up rather than trickle out claims of one or two
+        // (each claim is a commit); then take whatever is free. Without one, fresh work after
+        // a wake-up is claimed at once into whatever slots are free: it never waits on a batch.
         let busy = concurrency - slots.available_permits();
-        let need = if busy == 0 { 1 } else { (batch / 2).max(1) };
+        let need = if busy == 0 || !backlog { 1 } else { (batch / 2).max(1) };
         let half_batch = tokio::time::timeout(BATCH_WAIT, slots.clone().acquire_many_owned(need as u32));
         let mut held = match half_batch.await {
             Ok(p) => p.expect("semaphore never closes"),
@@ -73,7 +75,8 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
                 continue;
             }
         };
-        let drained = claim.jobs.len() < asked;
+        let drained = !claim.more;
+        backlog = claim.more;
         if !claim.jobs.is_empty() {
             start_jobs(&exec, claim, held, &in_flight, &done_tx);
         }

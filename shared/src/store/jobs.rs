@@ -17,6 +17,8 @@
 //! 200,000 jobs with 4 worker loops went from ~3,800 to ~30,000 jobs/s, and 20,000 jobs
 //! stayed at 22,000-27,000 jobs/s.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -412,18 +414,41 @@ const CLAIMABLE: &str = "status = 'pending' AND run_at <= now()
     AND task_type <> ALL (SELECT substr(name, 7) FROM operating_modes
                           WHERE name LIKE 'pause:%' AND enabled)";
 
-/// Claiming has two paths. Jobs without a concurrency key (the hot path) are claimed by one
-/// statement walking `jobs_due_free`, exactly as before keys existed. Jobs with a key are
-/// claimed by `claim_keyed`, key by key, under a per-key lock (see there).
-fn claim_sql(extra_filter: &str) -> String {
+/// Claiming has two paths. Jobs without a concurrency key (the hot path) are claimed by
+/// `claim_due`, fairly across tenants; jobs with a key by `claim_keyed`, key by key, under a
+/// per-key lock (see there).
+///
+/// `claim_due` is one statement: find each tenant with pending unkeyed jobs by skipping
+/// through `jobs_due_free` (tenant_id, run_at), one index probe per tenant, give each an equal
+/// share of the claim, and take each one's share of due jobs, oldest first (tenants in random
+/// order, which matters only when there are more tenants than jobs to claim). A tenant
+/// flooding the queue holds back only itself: a quiet tenant's job is in the very next claim,
+/// however deep the flood's backlog. One tenant alone gets the whole claim, as before.
+/// `share` comes back so the worker can tell a short claim (nothing more due) from a fair one
+/// (some tenant had more). The tenant probes walk the index backwards, from each tenant's
+/// newest entry: the oldest entries are those of rows just claimed, dead until vacuum, and
+/// only the claim itself should have to step over them.
+fn fair_claim_sql() -> String {
     format!(
-        "WITH due AS (
-             SELECT id FROM jobs WHERE {CLAIMABLE} AND concurrency_key IS NULL {extra_filter}
-             ORDER BY run_at LIMIT $1 FOR UPDATE SKIP LOCKED
-         ), claimed AS (
-             {CLAIM_UPDATE}
-         )
-         {CLAIM_SELECT}"
+        "WITH RECURSIVE tenants(tenant_id) AS (
+            (SELECT tenant_id FROM jobs WHERE status = 'pending' AND concurrency_key IS NULL
+             ORDER BY tenant_id DESC, run_at DESC LIMIT 1)
+            UNION ALL
+            SELECT (SELECT tenant_id FROM jobs WHERE status = 'pending' AND concurrency_key IS NULL
+                      AND tenant_id < t.tenant_id ORDER BY tenant_id DESC, run_at DESC LIMIT 1)
+            FROM tenants t WHERE t.tenant_id IS NOT NULL
+        ), share AS (
+            SELECT ceil($1::int8::float8 / greatest(count(*), 1))::int8 AS n FROM tenants WHERE tenant_id IS NOT NULL
+        ), due AS (
+            SELECT f.id FROM (SELECT tenant_id FROM tenants WHERE tenant_id IS NOT NULL ORDER BY random()) t
+            CROSS JOIN LATERAL (SELECT id FROM jobs
+                                WHERE {CLAIMABLE} AND concurrency_key IS NULL AND tenant_id = t.tenant_id
+                                ORDER BY tenant_id, run_at LIMIT (SELECT n FROM share) FOR UPDATE SKIP LOCKED) f
+            LIMIT $1
+        ), claimed AS (
+            {CLAIM_UPDATE}
+        )
+        SELECT c.*, share.n AS share FROM ({CLAIM_SELECT}) c, share"
     )
 }
 
@@ -527,7 +552,9 @@ pub async fn claim_keyed(
         .await?;
     let rows = tx.query(&stmt, &[&limit, &lease_secs, &keys, &only]).await?;
     tx.commit().await?;
-    Ok(Claim::from_rows(&rows))
+    let mut claim = Claim::from_rows(&rows);
+    claim.more = rows.len() as i64 >= limit;
+    Ok(claim)
 }
 
 /// Mark and return the due jobs of these keys that fit in their free slots now: the hand-on
@@ -577,12 +604,14 @@ pub async fn take_lost_keyed(db: &impl GenericClient, grace_secs: f64, limit: i6
 pub struct Claim {
     pub jobs: Vec<ClaimedJob>,
     pub modes: Modes,
+    /// More jobs may be due right now: claim again rather than wait for a wake-up.
+    pub more: bool,
 }
 
 impl Claim {
     fn from_rows(rows: &[Row]) -> Claim {
         let modes = rows.first().map(|r| Modes::from_json(&r.get::<_, Value>("switches"))).unwrap_or_default();
-        Claim { jobs: rows.iter().map(claimed_from_row).collect(), modes }
+        Claim { jobs: rows.iter().map(claimed_from_row).collect(), modes, more: false }
     }
 
     /// Add the jobs of another claim; the modes are those of whichever claim took jobs first.
@@ -591,13 +620,24 @@ impl Claim {
             self.modes = other.modes;
         }
         self.jobs.extend(other.jobs);
+        self.more |= other.more;
     }
 }
 
-/// Claim up to `limit` due jobs under a lease of `lease_secs` (the Postgres-native transport).
+/// Claim up to `limit` due unkeyed jobs, fairly across tenants, under a lease of
+/// `lease_secs` (the Postgres-native transport).
 pub async fn claim_due(db: &impl GenericClient, limit: i64, lease_secs: f64) -> Result<Claim, StoreError> {
-    let stmt = db.prepare_cached(&claim_sql("")).await?;
-    Ok(Claim::from_rows(&db.query(&stmt, &[&limit, &lease_secs]).await?))
+    let stmt = db.prepare_cached(&fair_claim_sql()).await?;
+    let rows = db.query(&stmt, &[&limit, &lease_secs]).await?;
+    let mut claim = Claim::from_rows(&rows);
+    // More may be due when the claim is full, or when some tenant took its whole share.
+    let share = rows.first().map_or(0, |r| r.get::<_, i64>("share"));
+    let mut per_tenant: HashMap<TenantId, i64> = HashMap::new();
+    for job in &claim.jobs {
+        *per_tenant.entry(job.tenant_id).or_default() += 1;
+    }
+    claim.more = rows.len() as i64 >= limit || per_tenant.values().any(|&n| n >= share);
+    Ok(claim)
 }
 
 /// Claim the named jobs if they are still claimable (a transport that delivers ids, like SQS).
@@ -607,7 +647,17 @@ pub async fn claim_ids(
     ids: &[JobId],
     lease_secs: f64,
 ) -> Result<Claim, StoreError> {
-    let stmt = db.prepare_cached(&claim_sql("AND id = ANY($3)")).await?;
+    let stmt = db
+        .prepare_cached(&format!(
+            "WITH due AS (
+                 SELECT id FROM jobs WHERE {CLAIMABLE} AND concurrency_key IS NULL AND id = ANY($3)
+                 LIMIT $1 FOR UPDATE SKIP LOCKED
+             ), claimed AS (
+                 {CLAIM_UPDATE}
+             )
+             {CLAIM_SELECT}"
+        ))
+        .await?;
     let limit = i64::try_from(ids.len()).unwrap_or(i64::MAX);
     Ok(Claim::from_rows(&db.query(&stmt, &[&limit, &lease_secs, &ids]).await?))
 }

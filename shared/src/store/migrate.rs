@@ -16,6 +16,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (6, "0006_email", include_str!("../../../migrations/0006_email.sql")),
     (7, "0007_callbacks_and_concurrency", include_str!("../../../migrations/0007_callbacks_and_concurrency.sql")),
     (9, "0009_campaigns", include_str!("../../../migrations/0009_campaigns.sql")),
+    (10, "0010_fair_claims", include_str!("../../../migrations/0010_fair_claims.sql")),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's
