@@ -105,8 +105,8 @@ pub async fn put(
 /// for `overlap_seconds`, so receivers can switch without losing a callback.
 #[utoipa::path(post, path = "/v1/callbacks/rotate", tag = "callbacks", request_body = RotateRequest,
     security(("tenant_key" = [])),
-    responses((status = 200, body = CallbackSettings), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 422, body = ErrorBody)))]
+    responses((status = 200, body = CallbackSettings), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn rotate(
     State(state): State<AppState>,
     Caller(tenant): Caller,

@@ -48,6 +48,10 @@ struct Run {
     /// Seconds between sweep passes.
     #[arg(long, env = "RELAY_SWEEP_INTERVAL_SECONDS", default_value_t = 30)]
     sweep_interval_seconds: u64,
+    /// Tasks that coalesce concurrent submissions into multi-row inserts (each holds one
+    /// connection while it writes).
+    #[arg(long, env = "RELAY_INTAKE_WRITERS", default_value_t = 4)]
+    intake_writers: usize,
     /// Database connections in this process's pool (default: 8 + 2 per worker loop).
     #[arg(long, env = "RELAY_POOL_SIZE")]
     pool_size: Option<usize>,
@@ -74,6 +78,7 @@ impl Run {
         s.executor.lease = Duration::from_secs(self.lease_seconds.max(3));
         s.sweep_interval = Duration::from_secs(self.sweep_interval_seconds.max(1));
         s.test_tasks = self.test_tasks;
+        s.intake_writers = self.intake_writers.max(1);
         s.callback_allow = self.callback_allow.clone().unwrap_or_default();
         s.tenant_rate = self.tenant_rate.filter(|r| *r > 0.0).map(|per_second| taskdeck::api::ratelimit::TenantRate {
             per_second,
