@@ -84,6 +84,35 @@ async fn a_job_whose_dispatch_failed_runs_after_the_sweep() {
 }
 
 #[tokio::test]
+async fn while_the_queue_stays_down_the_sweep_backs_off_and_resumes_when_it_returns() {
+    let w = World::new().await;
+    let down = w.with_transport(Arc::new(Down));
+    let (_, job) = down.submit("outage", json!({"task_type": "noop"})).await;
+    let id = id_of(&job);
+    let sweeper = down.platform.sweeper();
+    let resent: Vec<usize> = {
+        let mut v = Vec::new();
+        for _ in 0..9 {
+            v.push(sweeper.pass().await.unwrap().redispatched);
+        }
+        v
+    };
+    // Three passes try, then one is skipped, one tries, three are skipped, one tries.
+    assert_eq!(resent, vec![1, 1, 1, 0, 1, 0, 0, 0, 1]);
+    // The queue returns: the next pass that may re-send does, and the backoff resets.
+    let queue = Arc::new(Recorded::default());
+    let mut healthy = sweeper.clone();
+    healthy.transport = queue.clone();
+    let mut passes = 0;
+    while queue.take().is_empty() {
+        passes += 1;
+        assert!(passes <= 8, "still backing off after the queue returned");
+        healthy.pass().await.unwrap();
+    }
+    assert_eq!(w.count("SELECT count(*) FROM job_events WHERE job_id = $1 AND kind = 'redispatched'", &[&id]).await, 6);
+}
+
+#[tokio::test]
 async fn a_fresh_dispatched_row_is_not_redispatched_early() {
     let w = World::new().await;
     let queue = Arc::new(Recorded::default());

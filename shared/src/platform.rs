@@ -133,6 +133,7 @@ impl Platform {
             transport: self.transport.clone(),
             intake: self.intake.clone(),
             config: self.settings.sweep.clone(),
+            resend: Arc::default(),
         }
     }
 

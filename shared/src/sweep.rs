@@ -4,7 +4,7 @@
 //! job event and a counter. Any number of sweepers may run at once: rows are locked with
 //! `SKIP LOCKED`, so two sweepers never recover the same row.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_postgres::Pool;
@@ -59,6 +59,44 @@ pub struct Sweeper {
     /// Creates the jobs of schedule slots.
     pub intake: Intake,
     pub config: SweepConfig,
+    /// Shared by the clones of one sweeper (its loop, a Lambda container's invocations).
+    pub resend: Arc<Mutex<ResendBackoff>>,
+}
+
+/// While the transport keeps refusing the sweep's re-sends (a queue outage), later passes
+/// skip re-sending: after 3 failing passes in a row one pass is skipped, then 3, 7, 15, at
+/// most 30. Without it every pass sent every pending row again, each with an event: 32,298
+/// re-sends for 1,141 jobs in a 60 s outage (`relay chaos queue-outage`). One or two failures
+/// in a row (a flaky transport) are retried on the very next pass. A re-send that goes out
+/// resets it.
+#[derive(Debug, Default)]
+pub struct ResendBackoff {
+    failures: u32,
+    skip: u32,
+}
+
+impl ResendBackoff {
+    const MAX_SKIP: u32 = 30;
+
+    /// Whether this pass may re-send (a skipped pass counts down).
+    fn ready(&mut self) -> bool {
+        if self.skip > 0 {
+            self.skip -= 1;
+            return false;
+        }
+        true
+    }
+
+    fn record(&mut self, sent: bool) {
+        if sent {
+            *self = Self::default();
+            return;
+        }
+        self.failures += 1;
+        if self.failures >= 3 {
+            self.skip = (1u32 << (self.failures - 2).min(5)).saturating_sub(1).min(Self::MAX_SKIP);
+        }
+    }
 }
 
 /// What to do with expired leases: return those with attempts left, fail the rest. Pure.
@@ -92,7 +130,8 @@ impl Sweeper {
                 break;
             }
         }
-        for _ in 0..self.config.max_batches {
+        let may_resend = self.resend.lock().unwrap_or_else(|p| p.into_inner()).ready();
+        for _ in 0..if may_resend { self.config.max_batches } else { 0 } {
             let lost = {
                 let db = self.pool.get().await?;
                 let grace = self.config.redispatch_grace.as_secs_f64();
@@ -101,8 +140,12 @@ impl Sweeper {
                 lost
             };
             report.redispatched += lost.len();
-            transport::send(&self.transport, &self.pool, &lost).await;
-            if lost.len() < usize::try_from(self.config.batch).unwrap_or(usize::MAX) {
+            let sent = transport::send(&self.transport, &self.pool, &lost).await;
+            if !lost.is_empty() {
+                self.resend.lock().unwrap_or_else(|p| p.into_inner()).record(sent);
+            }
+            // A failing transport: the rest waits for a later pass.
+            if !sent || lost.len() < usize::try_from(self.config.batch).unwrap_or(usize::MAX) {
                 break;
             }
         }
@@ -180,6 +223,26 @@ impl Sweeper {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn resends_back_off_after_three_failing_passes_and_reset_on_success() {
+        let mut b = ResendBackoff::default();
+        let mut pattern = String::new();
+        for _ in 0..40 {
+            if b.ready() {
+                b.record(false);
+                pattern.push('x');
+            } else {
+                pattern.push('.');
+            }
+        }
+        assert_eq!(pattern, "xxx.x...x.......x...............x.......");
+        b.record(true);
+        assert!(b.ready());
+        b.record(false);
+        assert!(b.ready(), "one failure is retried on the next pass");
+    }
+
     use super::*;
 
     #[test]

@@ -30,11 +30,12 @@ pub trait Transport: Send + Sync {
 
 /// Hand committed jobs to the transport. A failure never fails the caller: the rows stay
 /// pending with their dispatch mark cleared, and the sweep sends them.
-pub async fn send(transport: &Arc<dyn Transport>, pool: &Pool, jobs: &[Dispatch]) {
+/// Returns whether the transport took them.
+pub async fn send(transport: &Arc<dyn Transport>, pool: &Pool, jobs: &[Dispatch]) -> bool {
     if jobs.is_empty() {
-        return;
+        return true;
     }
-    let Err(e) = transport.dispatch(jobs).await else { return };
+    let Err(e) = transport.dispatch(jobs).await else { return true };
     metrics::DISPATCH_FAILURES.add(jobs.len());
     tracing::warn!(event = "relay.dispatch.failed", jobs = jobs.len(), error = %e,
         "dispatch failed; the sweep will send these jobs");
@@ -44,4 +45,5 @@ pub async fn send(transport: &Arc<dyn Transport>, pool: &Pool, jobs: &[Dispatch]
         // Still safe: the sweep re-sends rows whose dispatch is older than its grace period.
         tracing::warn!(event = "relay.dispatch.unmark_failed", error = %e, "could not clear dispatch marks");
     }
+    false
 }
