@@ -60,14 +60,21 @@ async fn an_expired_lease_on_the_last_attempt_fails_with_an_exception() {
     assert_eq!(w.count("SELECT count(*) FROM exceptions WHERE job_id = $1 AND kind = 'lease_expired'", &[&id]).await, 1);
 }
 
-#[tokio::test]
-async fn a_job_whose_dispatch_failed_runs_after_the_sweep() {
+/// A world, the same world with a transport that refuses every dispatch, and a job submitted
+/// through it (its failed dispatch has cleared its mark).
+async fn submitted_while_down(task_type: &str) -> (World, World, Uuid) {
     let w = World::new().await;
-    let broken = w.with_transport(Arc::new(Down));
-    let (_, job) = broken.submit("lost", json!({"task_type": "test.effect"})).await;
+    let down = w.with_transport(Arc::new(Down));
+    let (_, job) = down.submit("while-down", json!({"task_type": task_type})).await;
     let id = id_of(&job);
     let unmarked = "SELECT count(*) FROM jobs WHERE id = $1 AND dispatched_at IS NULL";
     assert_eq!(w.eventually(unmarked, &[&id], 1).await, 1, "the failed dispatch cleared its mark");
+    (w, down, id)
+}
+
+#[tokio::test]
+async fn a_job_whose_dispatch_failed_runs_after_the_sweep() {
+    let (w, _, id) = submitted_while_down("test.effect").await;
     // Nothing consumes the table directly here: like SQS, work arrives only by dispatch.
     let queue = Arc::new(Recorded::default());
     let healthy = w.with_transport(queue.clone());
@@ -85,10 +92,7 @@ async fn a_job_whose_dispatch_failed_runs_after_the_sweep() {
 
 #[tokio::test]
 async fn while_the_queue_stays_down_the_sweep_backs_off_and_resumes_when_it_returns() {
-    let w = World::new().await;
-    let down = w.with_transport(Arc::new(Down));
-    let (_, job) = down.submit("outage", json!({"task_type": "noop"})).await;
-    let id = id_of(&job);
+    let (w, down, id) = submitted_while_down("noop").await;
     let sweeper = down.platform.sweeper();
     let resent: Vec<usize> = {
         let mut v = Vec::new();
