@@ -312,7 +312,6 @@ pub async fn post(target: &Target, addr: SocketAddr, headers: &[(&str, String)],
         .map_err(|_| format!("no answer within {}s", REQUEST_TIMEOUT.as_secs()))?
 }
 
-
 /// `Retry-After`: delay-seconds or an HTTP date; capped at `MAX_RETRY_AFTER`.
 pub fn parse_retry_after(v: &str) -> Option<Duration> {
     let v = v.trim();

@@ -130,8 +130,10 @@ impl Sweeper {
                 break;
             }
         }
+        // While the transport keeps refusing re-sends, some passes skip them (`ResendBackoff`).
         let may_resend = self.resend.lock().unwrap_or_else(|p| p.into_inner()).ready();
-        for _ in 0..if may_resend { self.config.max_batches } else { 0 } {
+        let resend_batches = if may_resend { self.config.max_batches } else { 0 };
+        for _ in 0..resend_batches {
             let lost = {
                 let db = self.pool.get().await?;
                 let grace = self.config.redispatch_grace.as_secs_f64();
@@ -223,6 +225,7 @@ impl Sweeper {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
 
     #[test]
     fn resends_back_off_after_three_failing_passes_and_reset_on_success() {
@@ -243,7 +246,6 @@ mod tests {
         assert!(b.ready(), "one failure is retried on the next pass");
     }
 
-    use super::*;
 
     #[test]
     fn expired_leases_go_back_while_attempts_remain() {

@@ -139,4 +139,3 @@ impl Console {
         StatusDoc::parse(&body).map_err(|e| e.to_string())
     }
 }
-

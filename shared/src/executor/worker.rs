@@ -75,12 +75,11 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
                 continue;
             }
         };
-        let drained = !claim.more;
         backlog = claim.more;
         if !claim.jobs.is_empty() {
             start_jobs(&exec, claim, held, &in_flight, &done_tx);
         }
-        if drained {
+        if !backlog {
             // Nothing more is due right now: sleep until a dispatch wakes us, or poll.
             tokio::select! {
                 _ = notified => {},
