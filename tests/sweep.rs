@@ -8,7 +8,7 @@ use taskdeck::store::jobs;
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::support::transports::{Down, Recorded};
+use crate::support::transports::{Down, Partial, Recorded};
 use crate::support::World;
 
 fn id_of(job: &serde_json::Value) -> Uuid {
@@ -127,6 +127,60 @@ async fn a_fresh_dispatched_row_is_not_redispatched_early() {
     // Once the grace period (1 s in tests) has passed with nobody claiming it, it counts as lost.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     assert_eq!(w.platform.sweeper().pass().await.unwrap().redispatched, 1);
+}
+
+#[tokio::test]
+async fn each_resend_of_an_unclaimed_row_waits_twice_as_long_and_a_claim_resets_it() {
+    // A queue that is only behind (not losing messages) must not get a copy of every row it
+    // holds each grace period (1 s in tests).
+    let w = World::new().await;
+    let queue = Arc::new(Recorded::default());
+    let w = w.with_transport(queue.clone());
+    let (_, job) = w.submit("behind", json!({"task_type": "noop"})).await;
+    let id = id_of(&job);
+    let db = w.db().await;
+    db.execute("UPDATE jobs SET run_at = now() - interval '1 hour' WHERE id = $1", &[&id]).await.unwrap();
+    let sweeper = w.platform.sweeper();
+    // Dispatched this long ago, is it sent again? Each re-send doubles the next wait.
+    let mut resent = Vec::new();
+    for secs in [1.5, 1.5, 2.5, 3.5, 4.5, 8.5] {
+        db.execute("UPDATE jobs SET dispatched_at = now() - make_interval(secs => $2) WHERE id = $1", &[&id, &secs])
+            .await
+            .unwrap();
+        resent.push(sweeper.pass().await.unwrap().redispatched);
+    }
+    assert_eq!(resent, vec![1, 0, 1, 0, 1, 1]);
+    assert_eq!(queue.take().len(), 1 + 4);
+    // The wait stops growing at 32 × the grace period.
+    db.execute("UPDATE jobs SET resends = 50, dispatched_at = now() - interval '33 seconds' WHERE id = $1", &[&id])
+        .await
+        .unwrap();
+    assert_eq!(sweeper.pass().await.unwrap().redispatched, 1);
+    // A claim means the dispatch got through: the count starts again.
+    assert_eq!(jobs::claim_due(&db, 10, 30.0).await.unwrap().jobs.len(), 1);
+    assert_eq!(w.count("SELECT resends::bigint FROM jobs WHERE id = $1", &[&id]).await, 0);
+}
+
+#[tokio::test]
+async fn a_partly_failed_dispatch_leaves_only_the_unsent_jobs_to_the_sweep() {
+    let w = World::new().await;
+    let partial = w.with_transport(Arc::new(Partial));
+    let items: Vec<_> = (0..4).map(|i| json!({"idempotency_key": format!("p{i}"), "task_type": "noop"})).collect();
+    let (status, res) = partial.call(axum::http::Method::POST, "/v1/jobs:batch", None, Some(json!({"jobs": items}))).await;
+    assert_eq!(status, 200);
+    let ids: Vec<Uuid> = res["results"].as_array().unwrap().iter().map(|r| id_of(&r["job"])).collect();
+    let unmarked = "SELECT count(*) FROM jobs WHERE id = ANY($1) AND dispatched_at IS NULL";
+    assert_eq!(w.eventually(unmarked, &[&ids], 2).await, 2);
+    let refused = vec![ids[1], ids[3]];
+    assert_eq!(w.count(unmarked, &[&refused]).await, 2, "the refused entries, and only those, wait for the sweep");
+    let queue = Arc::new(Recorded::default());
+    let report = w.with_transport(queue.clone()).platform.sweeper().pass().await.unwrap();
+    assert_eq!(report.redispatched, 2);
+    let mut sent: Vec<Uuid> = queue.take().iter().map(|d| d.id).collect();
+    sent.sort();
+    let mut expected = refused.clone();
+    expected.sort();
+    assert_eq!(sent, expected);
 }
 
 #[tokio::test]

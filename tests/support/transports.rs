@@ -15,8 +15,8 @@ impl Transport for Down {
     fn name(&self) -> &'static str {
         "down"
     }
-    async fn dispatch(&self, _: &[Dispatch]) -> Result<(), TransportError> {
-        Err(TransportError { transport: "down", message: "connection refused".into() })
+    async fn dispatch(&self, jobs: &[Dispatch]) -> Result<(), TransportError> {
+        Err(TransportError::nothing_sent("down", "connection refused", jobs))
     }
 }
 
@@ -38,5 +38,23 @@ impl Transport for Recorded {
 impl Recorded {
     pub fn take(&self) -> Vec<Dispatch> {
         std::mem::take(&mut *self.0.lock().expect("lock"))
+    }
+}
+
+/// Sends every other job of a dispatch and refuses the rest, like an SQS batch with some
+/// entries refused.
+pub struct Partial;
+
+#[async_trait::async_trait]
+impl Transport for Partial {
+    fn name(&self) -> &'static str {
+        "partial"
+    }
+    async fn dispatch(&self, jobs: &[Dispatch]) -> Result<(), TransportError> {
+        let refused: Vec<Dispatch> = jobs.iter().skip(1).step_by(2).copied().collect();
+        if refused.is_empty() {
+            return Ok(());
+        }
+        Err(TransportError::nothing_sent("partial", "some entries refused", &refused))
     }
 }

@@ -202,7 +202,7 @@ impl Transport for Faulty {
         };
         if fails {
             self.log.lock().expect("log lock").extend(jobs.iter().map(|d| (d.id, now, Fate::Failed)));
-            return Err(TransportError { transport: "faulty", message: "injected dispatch failure".into() });
+            return Err(TransportError::nothing_sent("faulty", "injected dispatch failure", jobs));
         }
         // Round r sends every job that still has a copy to go.
         let most = fates.iter().map(|f| if let Fate::Sent(k) = f { *k } else { 0 }).max().unwrap_or(0);

@@ -455,7 +455,7 @@ fn fair_claim_sql() -> String {
 /// `started_at` is the moment of the claim (`clock_timestamp()`), not the start of its
 /// transaction: a keyed claim's transaction begins before it takes its key's lock, and the
 /// recorded start must not precede the end of the job whose slot it took.
-const CLAIM_UPDATE: &str = "UPDATE jobs j SET status = 'running', attempt = j.attempt + 1,
+const CLAIM_UPDATE: &str = "UPDATE jobs j SET status = 'running', attempt = j.attempt + 1, resends = 0,
                  lease_until = now() + make_interval(secs => $2), started_at = clock_timestamp(), updated_at = now()
              WHERE j.id = ANY (ARRAY(SELECT id FROM due))
              RETURNING j.id, j.tenant_id, j.task_type, j.params, j.correlation_id, j.attempt,
@@ -572,20 +572,18 @@ pub async fn keyed_ready(db: &impl GenericClient, keys: &[String], limit: i64) -
     Ok(rows.iter().map(|r| Dispatch { id: r.get(0), run_at: r.get(1) }).collect())
 }
 
-/// The sweep's share of keyed jobs: due jobs that fit in a free slot of their key but were
-/// dispatched more than `grace_secs` ago (or never) and are still not claimed: a hand-on or
-/// its message was lost. Marked dispatched now, each with a `redispatched` event.
+/// The sweep's share of keyed jobs: due jobs that fit in a free slot of their key but whose
+/// dispatch failed or was lost (`lost_dispatch`): a hand-on or its message was lost. Marked dispatched now, each with a `redispatched` event.
 pub async fn take_lost_keyed(db: &impl GenericClient, grace_secs: f64, limit: i64) -> Result<Vec<Dispatch>, StoreError> {
     let fits = fitting(
         &format!("{PENDING_KEYS} SELECT key FROM k WHERE key IS NOT NULL"),
-        "AND (dispatched_at IS NULL OR (dispatched_at < now() - make_interval(secs => $2)
-              AND run_at < now() - make_interval(secs => $2)))",
+        &format!("AND {}", lost_dispatch("$2")),
         "FOR UPDATE SKIP LOCKED",
     );
     let stmt = db
         .prepare_cached(&format!(
             "WITH lost AS (SELECT id FROM ({fits}) f ORDER BY run_at LIMIT $1), marked AS (
-                 UPDATE jobs j SET dispatched_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM lost))
+                 UPDATE jobs j SET {RESENT} WHERE j.id = ANY (ARRAY(SELECT id FROM lost))
                  RETURNING j.id, j.run_at, j.attempt
              ), events AS (
                  INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, reason)
@@ -1001,26 +999,41 @@ pub async fn return_expired(db: &impl GenericClient, fence: &[(JobId, i32)]) -> 
     Ok(refused(fence, &rows))
 }
 
-/// Find due pending jobs without a concurrency key (keyed ones: `take_lost_keyed`) whose dispatch failed (`dispatched_at` NULL) or was lost (dispatched
-/// more than `grace_secs` ago and still not claimed, at least `grace_secs` after falling due),
-/// mark them dispatched now and record a `redispatched` event each. Paused task types wait.
-/// A fresh row is never taken: its own dispatch is still in flight.
+/// A due pending row whose dispatch failed (`dispatched_at` NULL), or that was sent and not
+/// claimed within the grace period (`grace`: a parameter, in seconds) after falling due: its
+/// message is presumed lost. Each earlier re-send of the row doubles the wait (`resends`,
+/// migration 0011), so a queue that is only behind is not flooded with copies.
+fn lost_dispatch(grace: &str) -> String {
+    format!(
+        "(dispatched_at IS NULL
+          OR (dispatched_at < now() - make_interval(secs => {grace}::float8 * (1 << least(resends, 5)))
+              AND run_at < now() - make_interval(secs => {grace})))"
+    )
+}
+
+/// Marks a row sent again by the sweep, counting the re-send when the row had been sent before
+/// (a row whose dispatch failed is only now sent for the first time).
+const RESENT: &str = "dispatched_at = now(),
+    resends = CASE WHEN j.dispatched_at IS NULL THEN j.resends ELSE least(j.resends + 1, 100) END";
+
+/// Find due pending jobs without a concurrency key (keyed ones: `take_lost_keyed`) whose
+/// dispatch failed or was lost (`lost_dispatch`), mark them dispatched now and record a
+/// `redispatched` event each. Paused task types wait. A fresh row is never taken: its own
+/// dispatch is still in flight.
 pub async fn take_lost_dispatches(
     db: &impl GenericClient,
     grace_secs: f64,
     limit: i64,
 ) -> Result<Vec<Dispatch>, StoreError> {
+    let lost = lost_dispatch("$1");
     let stmt = db
         .prepare_cached(&format!(
             "WITH lost AS (
                  SELECT id, dispatched_at IS NULL AS never FROM jobs
-                 WHERE {CLAIMABLE} AND concurrency_key IS NULL
-                   AND (dispatched_at IS NULL
-                        OR (dispatched_at < now() - make_interval(secs => $1)
-                            AND run_at < now() - make_interval(secs => $1)))
+                 WHERE {CLAIMABLE} AND concurrency_key IS NULL AND {lost}
                  ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED
              ), marked AS (
-                 UPDATE jobs j SET dispatched_at = now()
+                 UPDATE jobs j SET {RESENT}
                  WHERE j.id = ANY (ARRAY(SELECT id FROM lost))
                  RETURNING j.id, j.run_at, j.attempt
              ), events AS (

@@ -17,6 +17,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (7, "0007_callbacks_and_concurrency", include_str!("../../../migrations/0007_callbacks_and_concurrency.sql")),
     (9, "0009_campaigns", include_str!("../../../migrations/0009_campaigns.sql")),
     (10, "0010_fair_claims", include_str!("../../../migrations/0010_fair_claims.sql")),
+    (11, "0011_resend_backoff", include_str!("../../../migrations/0011_resend_backoff.sql")),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 
-use crate::job::Dispatch;
+use crate::job::{Dispatch, JobId};
 use crate::metrics;
 use crate::store::jobs;
 
@@ -18,6 +18,16 @@ use crate::store::jobs;
 pub struct TransportError {
     pub transport: &'static str,
     pub message: String,
+    /// The jobs this dispatch did not send: all of them unless the transport knows which got
+    /// through. `send` clears their dispatch marks, so the sweep sends them (and only them).
+    pub unsent: Vec<JobId>,
+}
+
+impl TransportError {
+    /// A dispatch that sent none of `jobs`.
+    pub fn nothing_sent(transport: &'static str, message: impl Into<String>, jobs: &[Dispatch]) -> Self {
+        Self { transport, message: message.into(), unsent: jobs.iter().map(|d| d.id).collect() }
+    }
 }
 
 /// A way to tell workers that jobs are due. Implementations: Postgres LISTEN/NOTIFY
@@ -36,11 +46,10 @@ pub async fn send(transport: &Arc<dyn Transport>, pool: &Pool, jobs: &[Dispatch]
         return true;
     }
     let Err(e) = transport.dispatch(jobs).await else { return true };
-    metrics::DISPATCH_FAILURES.add(jobs.len());
-    tracing::warn!(event = "relay.dispatch.failed", jobs = jobs.len(), error = %e,
-        "dispatch failed; the sweep will send these jobs");
-    let ids: Vec<_> = jobs.iter().map(|d| d.id).collect();
-    let cleared = async { jobs::undispatch(&pool.get().await?, &ids).await };
+    metrics::DISPATCH_FAILURES.add(e.unsent.len());
+    tracing::warn!(event = "relay.dispatch.failed", jobs = jobs.len(), unsent = e.unsent.len(), error = %e,
+        "dispatch failed; the sweep will send the unsent jobs");
+    let cleared = async { jobs::undispatch(&pool.get().await?, &e.unsent).await };
     if let Err(e) = cleared.await {
         // Still safe: the sweep re-sends rows whose dispatch is older than its grace period.
         tracing::warn!(event = "relay.dispatch.unmark_failed", error = %e, "could not clear dispatch marks");

@@ -46,7 +46,7 @@ impl Transport for PgTransport {
         "postgres"
     }
 
-    async fn dispatch(&self, _jobs: &[Dispatch]) -> Result<(), TransportError> {
+    async fn dispatch(&self, jobs: &[Dispatch]) -> Result<(), TransportError> {
         let notifier = self.notifier.get_or_init(|| {
             let n = Arc::new(Notifier { requested: AtomicU64::new(0), wake: Notify::new(), sent: watch::channel((0, Ok(()))).0 });
             tokio::spawn(notify_loop(self.pool.clone(), n.clone()));
@@ -58,8 +58,8 @@ impl Transport for PgTransport {
         let covered = sent.wait_for(|(n, _)| *n >= mine).await;
         match covered.as_deref() {
             Ok((_, Ok(()))) => Ok(()),
-            Ok((_, Err(e))) => Err(TransportError { transport: "postgres", message: e.clone() }),
-            Err(_) => Err(TransportError { transport: "postgres", message: "notifier stopped".into() }),
+            Ok((_, Err(e))) => Err(TransportError::nothing_sent("postgres", e.clone(), jobs)),
+            Err(_) => Err(TransportError::nothing_sent("postgres", "notifier stopped", jobs)),
         }
     }
 }

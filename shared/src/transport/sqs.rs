@@ -82,16 +82,19 @@ impl SqsTransport {
         &self.queue_url
     }
 
-    async fn send_batch(&self, jobs: &[Dispatch], now: DateTime<Utc>) -> Result<(), String> {
+    /// One `SendMessageBatch`; on failure, the reason and the jobs not sent (entries SQS
+    /// refused, or all of them when the call failed).
+    async fn send_batch(&self, jobs: &[Dispatch], now: DateTime<Utc>) -> Result<(), (String, Vec<JobId>)> {
+        let all = || jobs.iter().map(|d| d.id).collect::<Vec<_>>();
         let mut entries = Vec::with_capacity(jobs.len());
         for (i, d) in jobs.iter().enumerate() {
-            let body = serde_json::to_string(&WorkMessage { job_id: d.id, run_at: d.run_at }).map_err(|e| e.to_string())?;
+            let body = serde_json::to_string(&WorkMessage { job_id: d.id, run_at: d.run_at }).map_err(|e| (e.to_string(), all()))?;
             let entry = SendMessageBatchRequestEntry::builder()
                 .id(i.to_string())
                 .message_body(body)
                 .delay_seconds(delay_seconds(d.run_at, now))
                 .build()
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| (e.to_string(), all()))?;
             entries.push(entry);
         }
         let out = self
@@ -101,17 +104,12 @@ impl SqsTransport {
             .set_entries(Some(entries))
             .send()
             .await
-            .map_err(|e| DisplayErrorContext(e).to_string())?;
-        match out.failed().first() {
-            None => Ok(()),
-            Some(f) => Err(format!(
-                "{} of {} entries refused; first: {} {}",
-                out.failed().len(),
-                jobs.len(),
-                f.code(),
-                f.message().unwrap_or("")
-            )),
-        }
+            .map_err(|e| (DisplayErrorContext(e).to_string(), all()))?;
+        let Some(f) = out.failed().first() else { return Ok(()) };
+        let message = format!("{} of {} entries refused; first: {} {}", out.failed().len(), jobs.len(), f.code(), f.message().unwrap_or(""));
+        // An entry's id is its index in this batch.
+        let refused = out.failed().iter().filter_map(|f| jobs.get(f.id().parse::<usize>().ok()?)).map(|d| d.id).collect();
+        Err((message, refused))
     }
 }
 
@@ -121,22 +119,26 @@ impl Transport for SqsTransport {
         "sqs"
     }
 
-    /// Any refused entry fails the whole dispatch: `transport::send` then clears the dispatch
-    /// marks and the sweep sends those jobs again. Jobs whose messages did go out may so be
-    /// sent twice; a duplicate message claims nothing.
+    /// A refused entry or a failed call fails the dispatch for those jobs only:
+    /// `transport::send` clears their dispatch marks and the sweep sends them again. (A call
+    /// that timed out may still have sent its messages; a duplicate message claims nothing.)
     async fn dispatch(&self, jobs: &[Dispatch]) -> Result<(), TransportError> {
         let now = Utc::now();
         let chunks: Vec<&[Dispatch]> = jobs.chunks(BATCH).collect();
-        let mut errors = Vec::new();
+        let (mut errors, mut unsent) = (Vec::new(), Vec::new());
         for group in chunks.chunks(PARALLEL_BATCHES) {
             let sent = futures::future::join_all(group.iter().map(|chunk| self.send_batch(chunk, now))).await;
-            errors.extend(sent.into_iter().filter_map(Result::err));
+            for (message, ids) in sent.into_iter().filter_map(Result::err) {
+                errors.push(message);
+                unsent.extend(ids);
+            }
         }
         match errors.first() {
             None => Ok(()),
             Some(first) => Err(TransportError {
                 transport: "sqs",
                 message: format!("{} of {} batches failed; first: {first}", errors.len(), jobs.len().div_ceil(BATCH)),
+                unsent,
             }),
         }
     }
