@@ -90,13 +90,7 @@ pub async fn receive_event(url: &str, arn: &str, wait_secs: i32) -> SqsEvent {
 /// What the Lambda event source mapping does after a partial batch response: delete every
 /// record not listed as failed.
 pub async fn delete_acknowledged(url: &str, event: &SqsEvent, failed: &[String]) {
-    for r in &event.records {
-        if failed.iter().any(|f| Some(f) == r.message_id.as_ref()) {
-            continue;
-        }
-        let handle = r.receipt_handle.clone().expect("receipt handle");
-        sqs().delete_message().queue_url(url).receipt_handle(handle).send().await.expect("delete");
-    }
+    taskdeck::chaos::harness::delete_acknowledged(&sqs(), url, event, failed).await.expect("delete");
 }
 
 /// Messages in the queue (visible, in flight and delayed).

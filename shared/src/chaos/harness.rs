@@ -269,16 +269,30 @@ pub async fn receive_event(client: &Client, url: &str, wait_secs: i32) -> anyhow
     Ok(serde_json::from_value(json!({ "Records": records }))?)
 }
 
-/// Delete every record the handler did not return as failed (what the event source mapping does).
-pub async fn delete_acknowledged(client: &Client, url: &str, event: &SqsEvent, failed: &[String]) {
-    for r in &event.records {
-        if failed.iter().any(|f| Some(f) == r.message_id.as_ref()) {
-            continue;
-        }
-        if let Some(handle) = r.receipt_handle.clone() {
-            let _ = client.delete_message().queue_url(url).receipt_handle(handle).send().await;
-        }
+/// Delete every record the handler did not return as failed, in one `DeleteMessageBatch` (what
+/// the event source mapping does).
+pub async fn delete_acknowledged(client: &Client, url: &str, event: &SqsEvent, failed: &[String]) -> anyhow::Result<()> {
+    let entries: Vec<_> = event
+        .records
+        .iter()
+        .filter(|r| !failed.iter().any(|f| Some(f) == r.message_id.as_ref()))
+        .filter_map(|r| r.receipt_handle.clone())
+        .enumerate()
+        .filter_map(|(i, handle)| {
+            aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(handle).build().ok()
+        })
+        .collect();
+    if !entries.is_empty() {
+        let out = client
+            .delete_message_batch()
+            .queue_url(url)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("{}", aws_sdk_sqs::error::DisplayErrorContext(e)))?;
+        anyhow::ensure!(out.failed().is_empty(), "{} deletes refused", out.failed().len());
     }
+    Ok(())
 }
 
 /// Feed the executor function's handler from an SQS queue until `stop`, counting records
@@ -306,7 +320,8 @@ pub async fn consume_sqs(exec: Executor, client: Client, url: String, received: 
         received.fetch_add(first, Ordering::Relaxed);
         let response = crate::lambda::executor::handle(&exec, event.clone()).await;
         let failed: Vec<String> = response.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
-        delete_acknowledged(&client, &url, &event, &failed).await;
+        // A failed delete only means SQS delivers the record again (a duplicate claims nothing).
+        let _ = delete_acknowledged(&client, &url, &event, &failed).await;
     }
 }
 

@@ -71,7 +71,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         let response = crate::lambda::executor::handle(&exec, event.clone()).await;
         let failed: Vec<String> = response.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
         report.check(failed.is_empty(), format!("the executor returned {} records to the queue", failed.len()));
-        harness::delete_acknowledged(&client, &work, &event, &failed).await;
+        harness::delete_acknowledged(&client, &work, &event, &failed).await?;
     }
 
     // Ingress: SNS notifications (healthy), bodies that are not JSON, SNS messages of the wrong
@@ -103,7 +103,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         let response = ingress.handle(event.clone()).await;
         let failed: Vec<String> = response.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
         report.check(failed.is_empty(), format!("ingress returned {} records to the queue", failed.len()));
-        harness::delete_acknowledged(&client, &ingress_q, &event, &failed).await;
+        harness::delete_acknowledged(&client, &ingress_q, &event, &failed).await?;
     }
     // The provider events ingress created run on a worker loop here.
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
