@@ -151,17 +151,17 @@ impl<T: Task> ErasedTask for T {
     }
 }
 
-/// The registry of task types, by name.
+/// The registry of task types, by name. Cheap to clone: every API request's state holds it.
 #[derive(Clone)]
 pub struct Catalogue {
-    tasks: BTreeMap<&'static str, Arc<dyn ErasedTask>>,
+    tasks: Arc<BTreeMap<&'static str, Arc<dyn ErasedTask>>>,
 }
 
 impl Catalogue {
     /// The production catalogue, plus the `test.*` tasks (which force failures and count
     /// effects) when `with_test_tasks` is set — never in production.
     pub fn standard(with_test_tasks: bool) -> Self {
-        let mut c = Catalogue { tasks: BTreeMap::new() };
+        let mut c = Catalogue { tasks: Arc::default() };
         c.add(basic::Noop);
         c.add(basic::Sleep);
         c.add(email::SendEmail);
@@ -178,7 +178,7 @@ impl Catalogue {
     }
 
     fn add<T: Task>(&mut self, task: T) {
-        self.tasks.insert(T::NAME, Arc::new(task));
+        Arc::make_mut(&mut self.tasks).insert(T::NAME, Arc::new(task));
     }
 
     /// Replace (or add) a task, e.g. one configured at start-up.
