@@ -211,14 +211,18 @@ impl Sweeper {
 
     /// Sweep every `interval` until `stop` turns true, recording liveness before each pass.
     pub async fn run(&self, interval: Duration, live: Option<Liveness>, mut stop: watch::Receiver<bool>) {
+        // A pass starts every `interval` (not `interval` after the last one ended), so a failed
+        // dispatch waits at most one interval, or one pass when a pass takes longer.
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while !*stop.borrow() {
+            tokio::select! { _ = ticks.tick() => {}, _ = stop.changed() => break }
             if let Some(live) = &live {
                 live.touch().await;
             }
             if let Err(e) = self.pass().await {
                 tracing::warn!(event = "relay.sweep.failed", error = %e, "sweep pass failed; will try again");
             }
-            tokio::select! { _ = tokio::time::sleep(interval) => {}, _ = stop.changed() => {} }
         }
     }
 }

@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -214,11 +213,10 @@ impl Transport for Faulty {
                 result = Err(e);
             }
         }
+        // A job the real transport did not send failed; the others went out as planned.
+        let unsent: &[JobId] = result.as_ref().err().map_or(&[], |e: &TransportError| &e.unsent);
         let mut log = self.log.lock().expect("log lock");
-        match &result {
-            Ok(()) => log.extend(jobs.iter().zip(fates).map(|(d, f)| (d.id, now, f))),
-            Err(_) => log.extend(jobs.iter().map(|d| (d.id, now, Fate::Failed))),
-        }
+        log.extend(jobs.iter().zip(fates).map(|(d, f)| (d.id, now, if unsent.contains(&d.id) { Fate::Failed } else { f })));
         result
     }
 }
@@ -295,9 +293,26 @@ pub async fn delete_acknowledged(client: &Client, url: &str, event: &SqsEvent, f
     Ok(())
 }
 
-/// Feed the executor function's handler from an SQS queue until `stop`, counting records
-/// received for the first time.
-pub async fn consume_sqs(exec: Executor, client: Client, url: String, received: Arc<AtomicUsize>, mut stop: watch::Receiver<bool>) {
+/// The distinct SQS messages consumers have received. A message SQS delivers again (after a
+/// handler failure, a slow delete, or a receive whose answer was lost under load) keeps its
+/// message id and counts once: only copies the scenario sent count as duplicates.
+#[derive(Default)]
+pub struct Received(Mutex<std::collections::HashSet<String>>);
+
+impl Received {
+    pub fn count(&self) -> usize {
+        self.0.lock().expect("received lock").len()
+    }
+
+    fn add(&self, event: &SqsEvent) {
+        let mut seen = self.0.lock().expect("received lock");
+        seen.extend(event.records.iter().filter_map(|r| r.message_id.clone()));
+    }
+}
+
+/// Feed the executor function's handler from an SQS queue until `stop`, counting the distinct
+/// messages received.
+pub async fn consume_sqs(exec: Executor, client: Client, url: String, received: Arc<Received>, mut stop: watch::Receiver<bool>) {
     while !*stop.borrow() {
         let event = tokio::select! {
             e = receive_event(&client, &url, 1) => e,
@@ -310,14 +325,7 @@ pub async fn consume_sqs(exec: Executor, client: Client, url: String, received: 
         if event.records.is_empty() {
             continue;
         }
-        // First receives only: SQS's own redeliveries (after a handler failure under load, or a
-        // slow delete) are not duplicates the scenario injected.
-        let first = event
-            .records
-            .iter()
-            .filter(|r| r.attributes.get("ApproximateReceiveCount").is_none_or(|c| c == "1"))
-            .count();
-        received.fetch_add(first, Ordering::Relaxed);
+        received.add(&event);
         let response = crate::lambda::executor::handle(&exec, event.clone()).await;
         let failed: Vec<String> = response.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
         // A failed delete only means SQS delivers the record again (a duplicate claims nothing).

@@ -4,7 +4,6 @@
 //! one), never re-send a fresh row early, and lose nothing.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use serde_json::json;
@@ -33,13 +32,15 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let faulty = Arc::new(Faulty::new(Arc::new(SqsTransport::new(client.clone(), url.clone())), 0.10, 0.01, (1, 1)));
     scratch.platform = scratch.platform.clone().with_transport(faulty.clone());
     let (stop_tx, stop) = watch::channel(false);
-    let received = Arc::new(AtomicUsize::new(0));
+    let received = Arc::new(harness::Received::default());
     let consumers: Vec<_> = (0..4)
         .map(|_| tokio::spawn(harness::consume_sqs(scratch.platform.executor(), client.clone(), url.clone(), received.clone(), stop.clone())))
         .collect();
     let sweeper = scratch.platform.spawn_sweeper(&stop);
 
-    // One job per dispatch call, from a few concurrent submitters, so a failed call is one job.
+    // One job per dispatch call, from a few concurrent submitters, so a failed call is one job;
+    // about 100 jobs a second, which moto takes in without its queue growing (it recomputes
+    // every queue attribute for each message, so a long queue slows it to a few a second).
     let intake = scratch.platform.intake.clone();
     let tenant = scratch.tenant.id;
     let submitters: Vec<_> = (0..8)
@@ -61,7 +62,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
                         ..NewJob::default()
                     };
                     intake.enqueue(tenant, vec![job]).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    tokio::time::sleep(Duration::from_millis(80)).await;
                 }
                 anyhow::Ok(())
             })
@@ -100,6 +101,9 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     for (i, (id, at, fate)) in log.iter().enumerate() {
         // The re-dispatch that answers this dispatch: the first redispatched event after it.
         let next = events.iter().find(|(j, e)| j == id && e > at).map(|(_, e)| (*e - *at).as_seconds_f64());
+        // Each earlier dispatch of the row that went out unclaimed doubles its grace
+        // (`store::jobs::lost_dispatch`); a failed one does not count.
+        let resends = log[..i].iter().filter(|(j, _, f)| j == id && !matches!(f, Fate::Failed)).count();
         let superseded = log[i + 1..].iter().any(|(j, _, _)| j == id);
         match fate {
             Fate::Failed => {
@@ -112,7 +116,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
             Fate::Dropped => {
                 dropped += 1;
                 match next {
-                    Some(d) => drop_delays.push(d),
+                    // How long after this row's own grace.
+                    Some(d) => drop_delays.push(d - GRACE.as_secs_f64() * f64::from(1u32 << resends.min(5))),
                     None => unrecovered += 1,
                 }
             }
@@ -136,15 +141,16 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     report.fig("dispatch failures injected (jobs)", failed);
     report.fig("silent drops injected (jobs)", dropped);
     report.fig("redispatched events", events.len());
-    report.fig("failed → re-sent, max s (bound: one sweep interval)", fail_delays.last().copied().unwrap_or(0.0));
-    report.fig("dropped → re-sent, max s (bound: grace + one interval)", drop_delays.last().copied().unwrap_or(0.0));
+    report.fig("failed → re-sent, p99 / max s (bound: one sweep interval)",
+        format!("{:.3} / {:.3}", harness::percentile(&fail_delays, 0.99), fail_delays.last().copied().unwrap_or(0.0)));
+    report.fig("dropped → re-sent after its grace, max s (bound: one interval)", drop_delays.last().copied().unwrap_or(0.0));
     report.fig("sweep interval / grace s", format!("{interval} / {grace}"));
     report.fig("fresh rows re-sent before the grace period", early);
     report.fig("delivered rows re-sent after the grace (slow consumer)", late_fresh);
     report.check(finished && counts.get("succeeded").copied().unwrap_or(0) == n as i64, format!("not every job succeeded: {counts:?}"));
     report.check(unrecovered == 0, format!("{unrecovered} failed or dropped dispatches were never re-sent"));
     report.check(fail_delays.last().is_none_or(|d| *d <= interval + SLACK_SECS), "a failed dispatch waited more than one sweep interval");
-    report.check(drop_delays.last().is_none_or(|d| *d <= grace + interval + SLACK_SECS), "a lost dispatch waited more than grace + one sweep interval");
+    report.check(drop_delays.last().is_none_or(|d| *d <= interval + SLACK_SECS), "a lost dispatch waited more than its grace + one sweep interval");
     report.check(early == 0, format!("{early} fresh rows were re-dispatched before the grace period"));
     report.check(effects_doubled == 0, format!("{effects_doubled} jobs ran their effect twice"));
     report.check(failed > 0 && dropped > 0, "no faults were injected (scale too small?)");

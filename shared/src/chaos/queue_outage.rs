@@ -4,7 +4,6 @@
 //! every job must run after the queue returns, with nothing restarted.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -31,7 +30,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     scratch.platform = scratch.platform.clone().with_transport(Arc::new(SqsTransport::new(client.clone(), queue.clone())));
     let (stop_tx, stop) = watch::channel(false);
     let http = harness::serve_in_process(&scratch.platform, stop.clone()).await?;
-    let received = Arc::new(AtomicUsize::new(0));
+    let received = Arc::new(harness::Received::default());
     let consumers: Vec<_> = (0..4)
         .map(|_| tokio::spawn(harness::consume_sqs(scratch.platform.executor(), client.clone(), queue.clone(), received.clone(), stop.clone())))
         .collect();
