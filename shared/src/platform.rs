@@ -28,7 +28,7 @@ pub struct Settings {
     pub sweep_interval: Duration,
     /// Register the `test.*` tasks (tests, chaos runs, `relay dev --test-tasks`).
     pub test_tasks: bool,
-    /// Tasks that coalesce concurrent submissions into multi-row inserts.
+    /// Tasks that coalesce concurrent small submissions into multi-row inserts.
     pub intake_writers: usize,
     pub pool: PoolOptions,
     /// The project name the status contract reports (`RELAY_PROJECT`, default `relay`).
@@ -46,7 +46,7 @@ impl Default for Settings {
             sweep: SweepConfig::default(),
             sweep_interval: Duration::from_secs(30),
             test_tasks: false,
-            intake_writers: 4,
+            intake_writers: 1,
             pool: PoolOptions::default(),
             project: "relay".into(),
             callback_allow: Default::default(),

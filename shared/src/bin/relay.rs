@@ -48,9 +48,9 @@ struct Run {
     /// Seconds between sweep passes.
     #[arg(long, env = "RELAY_SWEEP_INTERVAL_SECONDS", default_value_t = 30)]
     sweep_interval_seconds: u64,
-    /// Tasks that coalesce concurrent submissions into multi-row inserts (each holds one
-    /// connection while it writes).
-    #[arg(long, env = "RELAY_INTAKE_WRITERS", default_value_t = 4)]
+    /// Tasks that coalesce concurrent small submissions into multi-row inserts (each holds
+    /// one connection while it writes).
+    #[arg(long, env = "RELAY_INTAKE_WRITERS", default_value_t = 1)]
     intake_writers: usize,
     /// Database connections in this process's pool (default: 8 + 2 per worker loop).
     #[arg(long, env = "RELAY_POOL_SIZE")]
