@@ -66,7 +66,10 @@ impl Intake {
         let closed = || Arc::new(StoreError::IntakeClosed);
         let request = Request { tenant_id, jobs, reply };
         if request.jobs.len() >= DIRECT_ROWS {
-            write(&self.pool, &self.transport, vec![request]).await;
+            // In its own task, as a writer would: a caller that goes away (a client hanging up)
+            // does not stop the write between its commit and its dispatch.
+            let (pool, transport) = (self.pool.clone(), self.transport.clone());
+            tokio::spawn(async move { write(&pool, &transport, vec![request]).await });
         } else {
             self.tx.send(request).await.map_err(|_| closed())?;
         }
