@@ -128,12 +128,16 @@ async fn write(pool: &Pool, transport: &Arc<dyn Transport>, batch: Vec<Request>)
             .collect();
         // Committed: dispatch, then answer. Dispatching first matters on Lambda, where work
         // left after the response may be frozen with the container; a failed dispatch still
-        // never fails the request (the sweep sends those rows).
-        transport::send(transport, pool, &created).await;
-        let mut rest = inserted.into_iter();
-        for r in requests {
-            let mine: Vec<Inserted> = rest.by_ref().take(r.jobs.len()).collect();
-            let _ = r.reply.send(Ok(mine));
-        }
+        // never fails the request (the sweep sends those rows). In a task of its own, so the
+        // writer goes on to the next insert meanwhile (and a slow queue does not hold it up).
+        let (pool, transport) = (pool.clone(), transport.clone());
+        tokio::spawn(async move {
+            transport::send(&transport, &pool, &created).await;
+            let mut rest = inserted.into_iter();
+            for r in requests {
+                let mine: Vec<Inserted> = rest.by_ref().take(r.jobs.len()).collect();
+                let _ = r.reply.send(Ok(mine));
+            }
+        });
     }
 }
