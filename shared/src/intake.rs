@@ -10,8 +10,8 @@
 //!
 //! One writer is the default: Postgres pays a large fixed cost per statement (it re-parses
 //! the table's check constraints on each one), so fewer, fuller statements win. At 16 clients
-//! one writer made 0.25 statements per job against four writers' 0.63, and accepted ~9,500–
-//! 10,500 jobs/s against ~5,900–7,400 (`relay bench`, README).
+//! one writer made 0.25–0.33 statements per job against four writers' 0.63, and accepted
+//! ~8,000–10,500 jobs/s against ~5,900–7,400 (`relay bench`, README).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
