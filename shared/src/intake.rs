@@ -5,8 +5,9 @@
 //! Concurrent small submissions are coalesced: a writer task takes every request waiting at
 //! that moment and inserts them all in one statement (one commit), so sixteen clients cost a
 //! handful of commits, not sixteen. Nobody waits on purpose: an idle writer takes a lone
-//! request at once. A submission of `DIRECT_ROWS` or more is already a good batch: its caller
-//! inserts it at once, beside the writers, so large batches are written in parallel.
+//! request at once. A submission of `DIRECT_ROWS` or more is already a good batch: it is
+//! inserted at once in a task of its own, beside the writers, so large batches are written in
+//! parallel.
 //!
 //! One writer is the default: Postgres pays a large fixed cost per statement (it re-parses
 //! the table's check constraints on each one), so fewer, fuller statements win. At 16 clients

@@ -250,7 +250,6 @@ mod tests {
         assert!(b.ready(), "one failure is retried on the next pass");
     }
 
-
     #[test]
     fn expired_leases_go_back_while_attempts_remain() {
         let l = |attempt, max_attempts| ExpiredLease { id: uuid::Uuid::now_v7(), attempt, max_attempts };

@@ -131,8 +131,9 @@ async fn one(env: &Env, transport: &str, n: usize, report: &mut Report) -> anyho
     let pool = scratch.platform.pool.clone();
     let finished = harness::wait_until(Duration::from_secs(120), || harness::all_terminal(&pool)).await;
     // Let the last copies arrive (they find the job done and claim nothing).
-    let received = || received.count() + delivered.load(Ordering::Relaxed);
-    harness::wait_until(Duration::from_secs(30), || async { received() >= copies }).await;
+    // Distinct SQS messages, or ids handed to the Postgres consumers.
+    let deliveries = || received.count() + delivered.load(Ordering::Relaxed);
+    harness::wait_until(Duration::from_secs(30), || async { deliveries() >= copies }).await;
     let _ = stop_tx.send(true);
     for c in consumers {
         let _ = c.await;
@@ -148,7 +149,7 @@ async fn one(env: &Env, transport: &str, n: usize, report: &mut Report) -> anyho
         )
         .await?;
     let (jobs, succeeded, claims, effects, doubled): (i64, i64, i64, i64, i64) = (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
-    let received = received();
+    let received = deliveries();
     let suppressed = received as i64 - claims;
     report.fig(&format!("{transport}: jobs"), jobs);
     report.fig(&format!("{transport}: deliveries received"), received);

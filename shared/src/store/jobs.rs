@@ -573,7 +573,8 @@ pub async fn keyed_ready(db: &impl GenericClient, keys: &[String], limit: i64) -
 }
 
 /// The sweep's share of keyed jobs: due jobs that fit in a free slot of their key but whose
-/// dispatch failed or was lost (`lost_dispatch`): a hand-on or its message was lost. Marked dispatched now, each with a `redispatched` event.
+/// dispatch failed or was lost (`lost_dispatch`): a hand-on or its message was lost. Marked
+/// dispatched now, each with a `redispatched` event.
 pub async fn take_lost_keyed(db: &impl GenericClient, grace_secs: f64, limit: i64) -> Result<Vec<Dispatch>, StoreError> {
     let fits = fitting(
         &format!("{PENDING_KEYS} SELECT key FROM k WHERE key IS NOT NULL"),
