@@ -126,7 +126,7 @@ async fn concurrent_inserts_sharing_keys_in_any_order_do_not_deadlock() {
         let backward: Vec<NewJob> = (0..40).rev().map(|k| job(round, k)).collect();
         let (a, b) = (w.db().await, w.db().await);
         let tenant = w.tenant.id;
-        let (ra, rb) = tokio::join!(jobs::insert_many(&a, tenant, &forward), jobs::insert_many(&b, tenant, &backward));
+        let (ra, rb) = tokio::join!(jobs::insert_many(&a, tenant, &forward, None), jobs::insert_many(&b, tenant, &backward, None));
         ra.expect("forward insert");
         rb.expect("backward insert");
     }
@@ -153,7 +153,7 @@ async fn the_first_repeat_of_a_key_in_one_insert_makes_the_job() {
         ..NewJob::default()
     };
     let batch: Vec<NewJob> = (1..=8).chain([0]).map(item).collect();
-    let out = jobs::insert_many(&w.db().await, w.tenant.id, &batch).await.expect("insert");
+    let out = jobs::insert_many(&w.db().await, w.tenant.id, &batch, None).await.expect("insert");
     let Inserted::Created(first) = &out[0] else { panic!("the first item creates") };
     assert_eq!(first.params, serde_json::json!({"n": 1}));
     assert!(out[1..8].iter().all(|i| matches!(i, Inserted::Existing(j) if j.id == first.id)));

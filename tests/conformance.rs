@@ -9,15 +9,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::Utc;
 use futures::StreamExt;
 use serde_json::json;
 use taskdeck::executor::worker;
 use taskdeck::job::Dispatch;
 use taskdeck::platform::Platform;
 use taskdeck::store::effects;
+use taskdeck::store::jobs::{self, NewJob};
 use taskdeck::transport::postgres::{CHANNEL, PgTransport};
 use taskdeck::transport::sqs::SqsTransport;
-use taskdeck::transport::Transport;
+use taskdeck::transport::{self, Transport};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
@@ -140,10 +142,24 @@ async fn dispatch_after_commit_delivers_the_job(kind: Kind) {
 
 async fn a_failed_dispatch_leaves_the_row_for_the_sweep(kind: Kind) {
     let mut rig = Rig::new(kind).await;
-    let broken = rig.world.with_transport(rig.broken());
-    let (status, job) = broken.submit("c-lost", json!({"task_type": "test.effect"})).await;
-    assert_eq!(status, 202, "the client's answer does not depend on the transport");
-    let id: Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    // A committed job whose dispatch fails, as at intake (the SQS transport) or on a re-send by
+    // the sweep (both); the Postgres transport's intake wakes workers in the commit itself.
+    let id = Uuid::now_v7();
+    let job = NewJob {
+        id,
+        task_type: "test.effect".into(),
+        params: json!({}),
+        correlation_id: "c-lost".into(),
+        idempotency_key: "c-lost".into(),
+        request_hash: vec![0; 32],
+        run_at: Utc::now(),
+        max_attempts: 3,
+        timeout_seconds: 60,
+        ..NewJob::default()
+    };
+    let pool = &rig.world.platform.pool;
+    jobs::insert_many(&pool.get().await.unwrap(), rig.world.tenant.id, &[job], None).await.unwrap();
+    assert!(!transport::send(&rig.broken(), pool, &[Dispatch { id, run_at: Utc::now() }]).await, "{kind:?}: failed");
     let unmarked = "SELECT count(*) FROM jobs WHERE id = $1 AND status = 'pending' AND dispatched_at IS NULL";
     assert_eq!(rig.world.eventually(unmarked, &[&id], 1).await, 1, "{kind:?}: pending, dispatch mark cleared");
     if let Some((url, _)) = &rig.queue {

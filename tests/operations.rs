@@ -119,7 +119,7 @@ async fn cancel_cancels_the_job_and_its_pending_children() {
         run_at: chrono::Utc::now() + chrono::Duration::hours(1), max_attempts: 1, timeout_seconds: 10,
         ..NewJob::default()
     };
-    jobs::insert_many(&w.db().await, w.tenant.id, std::slice::from_ref(&child)).await.unwrap();
+    jobs::insert_many(&w.db().await, w.tenant.id, std::slice::from_ref(&child), None).await.unwrap();
     let (s, out) = op_call(&w, &key, Method::POST, &format!("/v1/admin/exceptions/{exc}/cancel"), Some(json!({"reason": "obsolete"}))).await;
     assert_eq!(s, StatusCode::OK, "{out}");
     assert_eq!(out["job"]["status"], "cancelled");

@@ -192,7 +192,7 @@ async fn retention_deletes_only_old_terminal_jobs_with_their_events_and_keys() {
     let child = old_job("child", 40, Some(parent.id));
     let jobs_in = [old.clone(), old_job("old-pending", 40, None), old_job("old-failed", 40, None), parent.clone(), child.clone(),
         old_job("recent", 5, None)];
-    jobs::insert_many(&db, w.tenant.id, &jobs_in).await.unwrap();
+    jobs::insert_many(&db, w.tenant.id, &jobs_in, None).await.unwrap();
     db.batch_execute(&format!(
         "UPDATE jobs SET status = 'succeeded', finished_at = now() - interval '40 days' WHERE idempotency_key IN ('old', 'parent', 'child');
          UPDATE jobs SET status = 'succeeded', finished_at = now() - interval '5 days' WHERE idempotency_key = 'recent';
@@ -223,7 +223,7 @@ async fn the_built_in_retention_schedule_runs_the_retention_task() {
     assert_eq!((again.id, again.params.clone()), (s.id, json!({"older_than_days": 30})), "created once");
     let platform = tenants::by_name(&w.db().await, "platform").await.unwrap().unwrap();
     assert_eq!(s.tenant_id, platform.id);
-    jobs::insert_many(&w.db().await, w.tenant.id, &[old_job("ancient", 60, None)]).await.unwrap();
+    jobs::insert_many(&w.db().await, w.tenant.id, &[old_job("ancient", 60, None)], None).await.unwrap();
     w.db().await.execute("UPDATE jobs SET status = 'cancelled', finished_at = now() - interval '60 days'", &[]).await.unwrap();
     set_next(&w, s.id, Utc::now() - TimeDelta::seconds(1)).await;
     w.platform.sweeper().pass().await.unwrap();

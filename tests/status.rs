@@ -34,11 +34,11 @@ pub async fn populate(w: &World) -> Uuid {
     let db = w.db().await;
     let parent = job("parent", "noop", None);
     let pid = parent.id;
-    jobs::insert_many(&db, w.tenant.id, &[parent]).await.unwrap();
+    jobs::insert_many(&db, w.tenant.id, &[parent], None).await.unwrap();
     let mut later = job("later", "sleep", None);
     later.run_at = Utc::now() + Duration::hours(1);
     let kids = [job("c1", "noop", Some(pid)), job("c2", "noop", Some(pid)), job("c3", "sleep", Some(pid)), later];
-    jobs::insert_many(&db, w.tenant.id, &kids).await.unwrap();
+    jobs::insert_many(&db, w.tenant.id, &kids, None).await.unwrap();
     // Claim the parent and two children (oldest run_at first: parent, c1, c2).
     let claimed = jobs::claim_ids(&db, &[pid, kids[0].id, kids[1].id], 30.0).await.unwrap().jobs;
     assert_eq!(claimed.len(), 3);
@@ -47,7 +47,7 @@ pub async fn populate(w: &World) -> Uuid {
     db.execute("UPDATE jobs SET status = 'waiting', lease_until = NULL WHERE id = $1", &[&pid]).await.unwrap();
     let (top, busy) = (job("top", "noop", None), job("busy", "sleep", None));
     let (top_id, busy_id) = (top.id, busy.id);
-    jobs::insert_many(&db, w.tenant.id, &[top, busy]).await.unwrap();
+    jobs::insert_many(&db, w.tenant.id, &[top, busy], None).await.unwrap();
     let claimed = jobs::claim_ids(&db, &[top_id, busy_id], 30.0).await.unwrap().jobs;
     let top_claim = claimed.iter().find(|c| c.id == top_id).unwrap();
     jobs::succeed(&db, &[(top_id, top_claim.attempt, json!({"ok": true}))]).await.unwrap();

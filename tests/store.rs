@@ -58,10 +58,10 @@ async fn tenants_are_found_by_key_hash_and_keys_rotate() {
 async fn insert_many_creates_new_keys_and_returns_existing_ones_in_order() {
     let w = World::new().await;
     let db = w.db().await;
-    let first = jobs::insert_many(&db, w.tenant.id, &[new_job("a")]).await.unwrap();
+    let first = jobs::insert_many(&db, w.tenant.id, &[new_job("a")], None).await.unwrap();
     assert!(matches!(&first[0], Inserted::Created(j) if j.status == taskdeck::job::JobStatus::Pending));
     let batch = [new_job("b"), new_job("a"), new_job("b")];
-    let out = jobs::insert_many(&db, w.tenant.id, &batch).await.unwrap();
+    let out = jobs::insert_many(&db, w.tenant.id, &batch, None).await.unwrap();
     let shape: Vec<(&str, String)> = out
         .iter()
         .map(|i| match i {
@@ -78,13 +78,48 @@ async fn insert_many_creates_new_keys_and_returns_existing_ones_in_order() {
 }
 
 #[tokio::test]
+async fn an_insert_given_a_wake_channel_notifies_it_when_it_commits_and_only_if_it_created_a_job() {
+    use futures::StreamExt;
+    let w = World::new().await;
+    // A channel of this test's own: channels are database-wide, and tests run side by side.
+    let channel = format!("wake_{}", Uuid::now_v7().simple());
+    let (listener, mut conn) = tokio_postgres::connect(&crate::support::database_url(), tokio_postgres::NoTls).await.unwrap();
+    let (heard_tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(Ok(m)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = m {
+                let _ = heard_tx.send(n.channel().to_owned());
+            }
+        }
+    });
+    listener.batch_execute(&format!("LISTEN \"{channel}\"")).await.unwrap();
+    let quiet = Duration::from_millis(300);
+
+    let mut db = w.db().await;
+    let tx = db.transaction().await.unwrap();
+    jobs::insert_many(&tx, w.tenant.id, &[new_job("w1"), new_job("w2")], Some(&channel)).await.unwrap();
+    assert!(tokio::time::timeout(quiet, heard.recv()).await.is_err(), "nothing before the commit");
+    tx.commit().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), heard.recv()).await.expect("woken by the commit");
+    assert_eq!(got.as_deref(), Some(channel.as_str()));
+    assert!(tokio::time::timeout(quiet, heard.recv()).await.is_err(), "one wake-up for the statement");
+
+    let replay = jobs::insert_many(&db, w.tenant.id, &[new_job("w1")], Some(&channel)).await.unwrap();
+    assert!(matches!(replay[0], Inserted::Existing(_)));
+    assert!(tokio::time::timeout(quiet, heard.recv()).await.is_err(), "a replay creates nothing and wakes nobody");
+    jobs::insert_many(&db, w.tenant.id, &[new_job("w3")], None).await.unwrap();
+    assert!(tokio::time::timeout(quiet, heard.recv()).await.is_err(), "no channel, no wake-up");
+}
+
+#[tokio::test]
 async fn get_and_list_are_scoped_to_the_tenant() {
     let w = World::new().await;
     let db = w.db().await;
     let (other, _) = w.other_tenant("umbrella").await;
     let mine = new_job("x");
-    jobs::insert_many(&db, w.tenant.id, &[mine.clone()]).await.unwrap();
-    jobs::insert_many(&db, other.id, &[new_job("x")]).await.unwrap();
+    jobs::insert_many(&db, w.tenant.id, &[mine.clone()], None).await.unwrap();
+    jobs::insert_many(&db, other.id, &[new_job("x")], None).await.unwrap();
     assert!(jobs::get(&db, w.tenant.id, mine.id).await.unwrap().is_some());
     assert!(jobs::get(&db, other.id, mine.id).await.unwrap().is_none());
     let f = JobFilter { limit: 10, ..Default::default() };
@@ -102,7 +137,7 @@ async fn claims_take_due_rows_once_in_run_at_order_and_bounded() {
     later.run_at = Utc::now() + chrono::Duration::hours(1);
     let mut early = new_job("early");
     early.run_at = Utc::now() - chrono::Duration::seconds(10);
-    jobs::insert_many(&db, w.tenant.id, &[new_job("now"), later, early.clone(), new_job("now2")]).await.unwrap();
+    jobs::insert_many(&db, w.tenant.id, &[new_job("now"), later, early.clone(), new_job("now2")], None).await.unwrap();
     let got = jobs::claim_due(&db, 2, 30.0).await.unwrap().jobs;
     assert_eq!(got.len(), 2);
     assert!(got.iter().any(|j| j.id == early.id), "oldest due first");
@@ -125,12 +160,12 @@ async fn claims_are_fair_across_tenants_however_deep_one_tenants_backlog() {
         .map(|i| NewJob { run_at: Utc::now() - chrono::Duration::seconds(60), ..new_job(&format!("flood-{i}")) })
         .collect();
     for chunk in flood.chunks(1000) {
-        jobs::insert_many(&db, w.tenant.id, chunk).await.unwrap();
+        jobs::insert_many(&db, w.tenant.id, chunk, None).await.unwrap();
     }
     let q = new_job("quiet");
-    jobs::insert_many(&db, quiet.id, std::slice::from_ref(&q)).await.unwrap();
+    jobs::insert_many(&db, quiet.id, std::slice::from_ref(&q), None).await.unwrap();
     let t = new_job("third");
-    jobs::insert_many(&db, third.id, std::slice::from_ref(&t)).await.unwrap();
+    jobs::insert_many(&db, third.id, std::slice::from_ref(&t), None).await.unwrap();
 
     let claim = jobs::claim_due(&db, 30, 30.0).await.unwrap();
     let ids: Vec<Uuid> = claim.jobs.iter().map(|j| j.id).collect();
@@ -150,7 +185,7 @@ async fn claims_are_fair_across_tenants_however_deep_one_tenants_backlog() {
 async fn heartbeat_extends_live_leases_and_reports_lost_ones() {
     let w = World::new().await;
     let db = w.db().await;
-    jobs::insert_many(&db, w.tenant.id, &[new_job("h1"), new_job("h2")]).await.unwrap();
+    jobs::insert_many(&db, w.tenant.id, &[new_job("h1"), new_job("h2")], None).await.unwrap();
     let claimed = jobs::claim_due(&db, 10, 5.0).await.unwrap().jobs;
     let fence: Vec<_> = claimed.iter().map(|j| (j.id, j.attempt)).collect();
     let stale = (fence[1].0, fence[1].1 + 7);
@@ -163,7 +198,7 @@ async fn heartbeat_extends_live_leases_and_reports_lost_ones() {
 async fn retry_and_fail_are_fenced_and_write_their_events() {
     let w = World::new().await;
     let db = w.db().await;
-    jobs::insert_many(&db, w.tenant.id, &[new_job("r"), new_job("f")]).await.unwrap();
+    jobs::insert_many(&db, w.tenant.id, &[new_job("r"), new_job("f")], None).await.unwrap();
     let c = jobs::claim_due(&db, 10, 30.0).await.unwrap().jobs;
     let at = Utc::now() + chrono::Duration::seconds(60);
     let retry = Retry { run_at: at, error: "throttled".into() };
@@ -184,7 +219,7 @@ async fn retry_and_fail_are_fenced_and_write_their_events() {
 async fn expired_leases_are_locked_returned_and_fenced() {
     let w = World::new().await;
     let mut db = w.db().await;
-    jobs::insert_many(&db, w.tenant.id, &[new_job("e1"), new_job("e2")]).await.unwrap();
+    jobs::insert_many(&db, w.tenant.id, &[new_job("e1"), new_job("e2")], None).await.unwrap();
     jobs::claim_due(&db, 10, 0.05).await.unwrap().jobs;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let tx = db.transaction().await.unwrap();
@@ -207,7 +242,7 @@ async fn lost_dispatches_are_taken_once_and_fresh_ones_left_alone() {
     let (never, fresh) = (new_job("never"), new_job("fresh"));
     let mut paused = new_job("paused");
     paused.task_type = "sleep".into();
-    jobs::insert_many(&db, w.tenant.id, &[never.clone(), fresh, paused.clone()]).await.unwrap();
+    jobs::insert_many(&db, w.tenant.id, &[never.clone(), fresh, paused.clone()], None).await.unwrap();
     jobs::undispatch(&db, &[never.id, paused.id]).await.unwrap();
     let mut admin = w.db().await;
     modes::set(&mut admin, "pause:sleep", true, "test", None).await.unwrap();
@@ -223,7 +258,7 @@ async fn cancel_takes_pending_children_with_the_parent() {
     let parent = new_job("parent");
     let mut child = new_job("child");
     child.parent_id = Some(parent.id);
-    jobs::insert_many(&db, w.tenant.id, &[parent.clone(), child.clone()]).await.unwrap();
+    jobs::insert_many(&db, w.tenant.id, &[parent.clone(), child.clone()], None).await.unwrap();
     assert!(jobs::cancel(&db, w.tenant.id, parent.id).await.unwrap());
     assert_eq!(w.count("SELECT count(*) FROM jobs WHERE status = 'cancelled'", &[]).await, 2);
     assert!(!jobs::cancel(&db, w.tenant.id, parent.id).await.unwrap(), "already cancelled");
@@ -240,7 +275,7 @@ async fn modes_default_safely_and_every_change_is_audited() {
     let m = modes::load(&db).await.unwrap();
     assert!(!m.shadow() && m.writes_enabled("ses"));
     // A claim reads the same modes in its own statement.
-    jobs::insert_many(&db, w.tenant.id, &[new_job("m")]).await.unwrap();
+    jobs::insert_many(&db, w.tenant.id, &[new_job("m")], None).await.unwrap();
     assert_eq!(jobs::claim_due(&db, 1, 30.0).await.unwrap().modes, m);
     let audit = db
         .query("SELECT name, old_enabled, new_enabled, changed_by FROM operating_mode_audit ORDER BY id", &[])
@@ -258,7 +293,7 @@ async fn check_constraints_hold_the_lifecycle_invariants() {
     let w = World::new().await;
     let db = w.db().await;
     let j = new_job("inv");
-    jobs::insert_many(&db, w.tenant.id, &[j.clone()]).await.unwrap();
+    jobs::insert_many(&db, w.tenant.id, &[j.clone()], None).await.unwrap();
     for bad in [
         "UPDATE jobs SET status = 'running' WHERE id = $1",                       // running without a lease
         "UPDATE jobs SET status = 'succeeded' WHERE id = $1",                     // terminal without finished_at

@@ -109,7 +109,8 @@ async fn write(pool: &Pool, transport: &Arc<dyn Transport>, batch: Vec<Request>)
     }
     for (tenant_id, requests) in by_tenant {
         let all: Vec<NewJob> = requests.iter().flat_map(|r| r.jobs.iter().cloned()).collect();
-        let inserted = async { jobs::insert_many(&pool.get().await?, tenant_id, &all).await }.await;
+        let wake = transport.commit_wake();
+        let inserted = async { jobs::insert_many(&pool.get().await?, tenant_id, &all, wake).await }.await;
         let inserted = match inserted {
             Ok(i) => i,
             Err(e) => {
@@ -120,6 +121,11 @@ async fn write(pool: &Pool, transport: &Arc<dyn Transport>, batch: Vec<Request>)
                 continue;
             }
         };
+        if wake.is_some() {
+            // The commit sent the wake-up.
+            answer(requests, inserted);
+            continue;
+        }
         let created: Vec<Dispatch> = inserted
             .iter()
             .filter_map(|i| match i {
@@ -134,11 +140,16 @@ async fn write(pool: &Pool, transport: &Arc<dyn Transport>, batch: Vec<Request>)
         let (pool, transport) = (pool.clone(), transport.clone());
         tokio::spawn(async move {
             transport::send(&transport, &pool, &created).await;
-            let mut rest = inserted.into_iter();
-            for r in requests {
-                let mine: Vec<Inserted> = rest.by_ref().take(r.jobs.len()).collect();
-                let _ = r.reply.send(Ok(mine));
-            }
+            answer(requests, inserted);
         });
+    }
+}
+
+/// Give each request its share of the inserted rows, in order.
+fn answer(requests: Vec<Request>, inserted: Vec<Inserted>) {
+    let mut rest = inserted.into_iter();
+    for r in requests {
+        let mine: Vec<Inserted> = rest.by_ref().take(r.jobs.len()).collect();
+        let _ = r.reply.send(Ok(mine));
     }
 }

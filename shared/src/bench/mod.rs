@@ -87,7 +87,7 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
             row("intake", &format!("  latency p50 / p99 ms, {clients} clients"), format!("{:.2} / {:.2}", m(|s| s.p50_ms), m(|s| s.p99_ms)), String::new());
         }
         let lc = |f: fn(&setup::Lifecycle) -> Option<f64>| opt(all.first().and_then(|r| f(&r.single[1].lifecycle)));
-        row("cost", "accept: statements per job (16 clients)", lc(|l| l.accept), "key lookup + insert + notify".into());
+        row("cost", "accept: statements per job (16 clients)", lc(|l| l.accept), "key lookup + insert (its NOTIFY inside)".into());
         let batch = median(all.iter().map(|r| r.batch_jobs_per_sec).collect());
         row("intake", "POST /v1/jobs:batch (500/request): jobs/s", format!("{batch:.0}"), "target ≥ 40,000".into());
         report.insert("intake".into(), json!(all));

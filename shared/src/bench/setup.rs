@@ -71,7 +71,7 @@ impl Scratch {
                 })
                 .collect();
             made += chunk.len();
-            jobs::insert_many(&db, self.tenant.id, &chunk).await?;
+            jobs::insert_many(&db, self.tenant.id, &chunk, None).await?;
         }
         db.batch_execute("ANALYZE jobs").await?;
         Ok(())
@@ -121,7 +121,7 @@ impl Scratch {
 pub struct DbCounters {
     pub commits: i64,
     pub statements: Option<i64>,
-    /// Statements of accept (key lookup, insert, notify), claim (modes, claim) and complete.
+    /// Statements of accept (key lookup, insert, any separate notify), claim (modes, claim) and complete.
     pub phases: Option<[i64; 3]>,
 }
 

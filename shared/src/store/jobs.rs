@@ -173,13 +173,17 @@ pub enum Inserted {
     Existing(Job),
 }
 
-/// Insert jobs for one tenant in one statement, marked as dispatched now (the caller dispatches
-/// after commit and calls `undispatch` if that fails). Keys already taken come back as
-/// `Existing`, in input order.
+/// Insert jobs for one tenant in one statement, marked as dispatched now. Keys already taken
+/// come back as `Existing`, in input order.
+///
+/// With a `wake` channel the statement itself NOTIFYs it when it creates a job, so the wake-up
+/// goes out with the commit (the Postgres transport, `Transport::commit_wake`); otherwise the
+/// caller dispatches after commit and calls `undispatch` if that fails.
 pub async fn insert_many(
     db: &impl GenericClient,
     tenant_id: TenantId,
     jobs: &[NewJob],
+    wake: Option<&str>,
 ) -> Result<Vec<Inserted>, StoreError> {
     let stmt = db
         .prepare_cached(&format!(
@@ -198,6 +202,11 @@ pub async fn insert_many(
                  SELECT tenant_id, idempotency_key, correlation_id, id FROM input ORDER BY idempotency_key, ord
                  ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
                  RETURNING job_id
+             ), wake AS (
+                 -- One row, always; NOTIFYs $15 (when given) if a job is created. Joined below
+                 -- so that it runs; Postgres sends the notification when this commits.
+                 SELECT CASE WHEN $15::text IS NOT NULL AND EXISTS (SELECT FROM keys)
+                             THEN pg_notify($15, '') END
              )
              INSERT INTO jobs (id, tenant_id, task_type, params, correlation_id, idempotency_key,
                                request_hash, parent_id, run_at, max_attempts, timeout_seconds,
@@ -205,7 +214,7 @@ pub async fn insert_many(
              SELECT id, tenant_id, task_type, params, correlation_id, idempotency_key, request_hash,
                     parent_id, run_at, max_attempts, timeout_seconds, concurrency_key, concurrency_limit,
                     callback_url, now()
-             FROM input WHERE id IN (SELECT job_id FROM keys)
+             FROM input CROSS JOIN wake WHERE id IN (SELECT job_id FROM keys)
              RETURNING {JOB_COLUMNS}"
         ))
         .await?;
@@ -227,7 +236,7 @@ pub async fn insert_many(
         .query(
             &stmt,
             &[&tenants, &ids, &types, &params, &corr, &keys, &hashes, &parents, &run_ats,
-              &max_attempts, &timeouts, &ckeys, &climits, &callbacks],
+              &max_attempts, &timeouts, &ckeys, &climits, &callbacks, &wake],
         )
         .await?;
     let mut created: std::collections::HashMap<String, Job> =

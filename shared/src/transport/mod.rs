@@ -1,6 +1,7 @@
 //! Transports carry execution only: a dispatch is a hint that a job row is due; the row
-//! decides. Dispatch happens strictly after the row's transaction committed, through `send`,
-//! which is the only caller of `Transport::dispatch`.
+//! decides. Dispatch happens strictly after the row's transaction committed: through `send`,
+//! the only caller of `Transport::dispatch`, or, for a transport with a `commit_wake` channel,
+//! by the inserting statement's own NOTIFY, which Postgres delivers only when it commits.
 
 pub mod postgres;
 pub mod sqs;
@@ -36,6 +37,13 @@ impl TransportError {
 pub trait Transport: Send + Sync {
     fn name(&self) -> &'static str;
     async fn dispatch(&self, jobs: &[Dispatch]) -> Result<(), TransportError>;
+
+    /// For a transport whose workers listen on the database itself: the channel the inserting
+    /// statement NOTIFYs, so new jobs are dispatched by their own commit (one round trip and
+    /// one commit fewer per insert). The intake then skips `dispatch` for them.
+    fn commit_wake(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// Hand committed jobs to the transport. A failure never fails the caller: the rows stay

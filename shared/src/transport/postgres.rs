@@ -46,6 +46,10 @@ impl Transport for PgTransport {
         "postgres"
     }
 
+    fn commit_wake(&self) -> Option<&'static str> {
+        Some(CHANNEL)
+    }
+
     async fn dispatch(&self, jobs: &[Dispatch]) -> Result<(), TransportError> {
         let notifier = self.notifier.get_or_init(|| {
             let n = Arc::new(Notifier { requested: AtomicU64::new(0), wake: Notify::new(), sent: watch::channel((0, Ok(()))).0 });
