@@ -230,8 +230,10 @@ enum TenantCommand {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    // A chaos run's own process logs only errors unless told: its figures are the output.
-    let default_log = if matches!(cli.command, Command::Chaos { .. }) { "error" } else { "info" };
+    // A chaos or bench run's own process logs only errors unless told: its figures are the
+    // output (a bench's sweep pass would otherwise log each of its 10,000 returned leases).
+    let default_log =
+        if matches!(cli.command, Command::Chaos { .. } | Command::Bench { .. }) { "error" } else { "info" };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| default_log.into()),
