@@ -127,6 +127,13 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
 
     let db = pool.get().await?;
     let counts = harness::status_counts(&db).await?;
+    // Why any job failed (a job every one of whose attempts a kill ended fails for good).
+    let failures: std::collections::BTreeMap<String, i64> = db
+        .query("SELECT task_type || ': ' || coalesce(last_error, '?'), count(*) FROM jobs WHERE status = 'failed' GROUP BY 1", &[])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
     let present: i64 = db.query_one("SELECT count(*) FROM jobs WHERE id = ANY($1)", &[&accepted]).await?.get(0);
     let terminal: i64 = db
         .query_one("SELECT count(*) FROM jobs WHERE id = ANY($1) AND status IN ('succeeded', 'failed', 'cancelled')", &[&accepted])
@@ -169,6 +176,9 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let spread = |xs: &[f64]| format!("{:.2} / {:.2} / {:.2}", harness::percentile(xs, 0.5), harness::percentile(xs, 0.99), xs.last().copied().unwrap_or(0.0));
     report.fig("jobs accepted (202)", accepted.len());
     report.fig("jobs by status", &counts);
+    if !failures.is_empty() {
+        report.fig("failed jobs by task type and last error", &failures);
+    }
     report.fig("SIGKILLs", kills.len());
     report.fig("recoveries (lease_expired events)", recoveries.len());
     report.fig("recoveries matched to their kill", returned.len());
