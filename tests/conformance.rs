@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use futures::StreamExt;
 use serde_json::json;
 use taskdeck::executor::worker;
 use taskdeck::job::Dispatch;
@@ -24,7 +23,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use crate::support::{World, database_url, moto, test_settings};
+use crate::support::{World, listen, moto, test_settings};
 
 #[derive(Clone, Copy, Debug)]
 enum Kind {
@@ -78,18 +77,14 @@ impl Rig {
         if !matches!(self.kind, Kind::Postgres) || self.worker.is_some() {
             return;
         }
-        let (client, mut conn) = tokio_postgres::connect(&database_url(), tokio_postgres::NoTls).await.unwrap();
+        let (client, mut heard) = listen(CHANNEL).await;
         let wake = Arc::new(Notify::new());
         let w = wake.clone();
         tokio::spawn(async move {
-            let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
-            while let Some(Ok(m)) = messages.next().await {
-                if matches!(m, tokio_postgres::AsyncMessage::Notification(_)) {
-                    w.notify_waiters();
-                }
+            while heard.recv().await.is_some() {
+                w.notify_waiters();
             }
         });
-        client.batch_execute(&format!("LISTEN {CHANNEL}")).await.unwrap();
         let mut exec = self.world.platform.executor();
         exec.config.poll_interval = Duration::from_secs(3600);
         let (stop_tx, stop) = watch::channel(false);

@@ -79,21 +79,10 @@ async fn insert_many_creates_new_keys_and_returns_existing_ones_in_order() {
 
 #[tokio::test]
 async fn an_insert_given_a_wake_channel_notifies_it_when_it_commits_and_only_if_it_created_a_job() {
-    use futures::StreamExt;
     let w = World::new().await;
     // A channel of this test's own: channels are database-wide, and tests run side by side.
     let channel = format!("wake_{}", Uuid::now_v7().simple());
-    let (listener, mut conn) = tokio_postgres::connect(&crate::support::database_url(), tokio_postgres::NoTls).await.unwrap();
-    let (heard_tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
-        while let Some(Ok(m)) = messages.next().await {
-            if let tokio_postgres::AsyncMessage::Notification(n) = m {
-                let _ = heard_tx.send(n.channel().to_owned());
-            }
-        }
-    });
-    listener.batch_execute(&format!("LISTEN \"{channel}\"")).await.unwrap();
+    let (_listener, mut heard) = crate::support::listen(&channel).await;
     let quiet = Duration::from_millis(300);
 
     let mut db = w.db().await;

@@ -111,9 +111,9 @@ async fn write(pool: &Pool, transport: &Arc<dyn Transport>, batch: Vec<Request>)
     for r in batch {
         by_tenant.entry(r.tenant_id).or_default().push(r);
     }
+    let wake = transport.commit_wake();
     for (tenant_id, requests) in by_tenant {
         let all: Vec<NewJob> = requests.iter().flat_map(|r| r.jobs.iter().cloned()).collect();
-        let wake = transport.commit_wake();
         let inserted = async { jobs::insert_many(&pool.get().await?, tenant_id, &all, wake).await }.await;
         let inserted = match inserted {
             Ok(i) => i,

@@ -38,6 +38,24 @@ pub fn database_url() -> String {
     base_url().to_owned()
 }
 
+/// A connection LISTENing on `channel` (listening when this returns), and the channel name of
+/// each notification it receives. Keep the client: dropping it ends the listening.
+pub async fn listen(channel: &str) -> (tokio_postgres::Client, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    use futures::StreamExt;
+    let (client, mut conn) = tokio_postgres::connect(&database_url(), tokio_postgres::NoTls).await.unwrap();
+    let (heard_tx, heard) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
+        while let Some(Ok(m)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = m {
+                let _ = heard_tx.send(n.channel().to_owned());
+            }
+        }
+    });
+    client.batch_execute(&format!("LISTEN \"{channel}\"")).await.unwrap();
+    (client, heard)
+}
+
 /// One test's world: its own schema, a platform wired to it, a tenant and its key.
 pub struct World {
     pub platform: Platform,
