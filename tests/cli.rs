@@ -98,3 +98,29 @@ async fn jobs_are_listed_shown_and_watched_to_the_end() {
     let (status, _) = w.call(Method::GET, &format!("/v1/jobs/{pid}"), None, None).await;
     assert_eq!(status, StatusCode::OK);
 }
+
+/// `relay bench` reads what each figure cost the database server's processes from `/proc`.
+/// The harness's Postgres runs on this machine (unless `DATABASE_URL` names another host), so
+/// its postmaster is found and its CPU time grows with the work sent to it.
+#[tokio::test]
+async fn the_bench_finds_the_local_database_server_and_its_cpu_time() {
+    use taskdeck::bench::cpu::{CpuTimes, postmaster_pid};
+    use tokio_postgres::config::Host;
+    let config: tokio_postgres::Config = database_url().parse().unwrap();
+    let local = config.get_hosts().iter().all(|h| match h {
+        Host::Tcp(name) => ["127.0.0.1", "localhost", "::1"].contains(&name.as_str()),
+        Host::Unix(_) => true,
+    });
+    let w = World::new().await;
+    let db = w.db().await;
+    let postmaster = postmaster_pid(&db).await;
+    if !local {
+        return;
+    }
+    assert!(postmaster.is_some(), "the local server's postmaster");
+    let before = CpuTimes::read(postmaster, None);
+    db.batch_execute("SELECT count(*) FROM generate_series(1, 5000000)").await.unwrap();
+    let cost = CpuTimes::read(postmaster, None).per_unit(before, 1);
+    assert!(cost.postgres_us.unwrap() > 50_000.0, "{cost:?}");
+    assert!(cost.ceiling_per_sec.is_some(), "{cost:?}");
+}

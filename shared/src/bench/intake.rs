@@ -1,5 +1,6 @@
 //! Intake over HTTP against a real `relay serve` child process: single submissions at several
-//! concurrencies (accepted/s, p50/p99) and 500-job batches (jobs/s). No workers run meanwhile.
+//! concurrencies (accepted/s, p50/p99) and 500-job batches (jobs/s), each beside the CPU an
+//! accepted job cost the database, the server and this client (`cpu`). No workers run meanwhile.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 use serde_json::json;
 
+use super::cpu::{CpuPerUnit, CpuTimes, postmaster_pid};
 use super::setup::{Lifecycle, Scratch, db_counters};
 use crate::platform::Settings;
 
@@ -25,12 +27,15 @@ pub struct SingleIntake {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub lifecycle: Lifecycle,
+    /// What each accepted job cost the database, `relay serve` and the client.
+    pub cpu_per_job: CpuPerUnit,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Intake {
     pub single: Vec<SingleIntake>,
     pub batch_jobs_per_sec: f64,
+    pub batch_cpu_per_job: CpuPerUnit,
 }
 
 /// A `relay serve` child on a free port, with its scratch schema.
@@ -100,9 +105,11 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 pub async fn run(base_url: &str, secs: f64) -> anyhow::Result<Intake> {
     let server = Arc::new(Server::start(base_url).await?);
+    let postmaster = postmaster_pid(&*server.scratch.platform.pool.get().await?).await;
     let mut single = Vec::new();
     for clients in [1, 16, 64] {
         let before = db_counters(&server.scratch.platform.pool).await?;
+        let cpu_before = CpuTimes::read(postmaster, server.child.id());
         let until = Instant::now() + Duration::from_secs_f64(secs);
         let start = Instant::now();
         let tasks: Vec<_> = (0..clients)
@@ -127,6 +134,7 @@ pub async fn run(base_url: &str, secs: f64) -> anyhow::Result<Intake> {
             lat.extend(t.await??);
         }
         let elapsed = start.elapsed().as_secs_f64();
+        let cpu_per_job = CpuTimes::read(postmaster, server.child.id()).per_unit(cpu_before, lat.len() as u64);
         let after = db_counters(&server.scratch.platform.pool).await?;
         lat.sort_by(f64::total_cmp);
         single.push(SingleIntake {
@@ -135,9 +143,11 @@ pub async fn run(base_url: &str, secs: f64) -> anyhow::Result<Intake> {
             p50_ms: percentile(&lat, 0.5),
             p99_ms: percentile(&lat, 0.99),
             lifecycle: Lifecycle::between(before, after, lat.len()),
+            cpu_per_job,
         });
     }
     // Batches of 500 from 4 clients.
+    let cpu_before = CpuTimes::read(postmaster, server.child.id());
     let until = Instant::now() + Duration::from_secs_f64(secs);
     let start = Instant::now();
     let tasks: Vec<_> = (0..4)
@@ -164,7 +174,8 @@ pub async fn run(base_url: &str, secs: f64) -> anyhow::Result<Intake> {
         n += t.await??;
     }
     let batch_jobs_per_sec = n as f64 / start.elapsed().as_secs_f64();
+    let batch_cpu_per_job = CpuTimes::read(postmaster, server.child.id()).per_unit(cpu_before, n as u64);
     let server = Arc::into_inner(server).ok_or_else(|| anyhow::anyhow!("server still shared"))?;
     server.stop(base_url).await?;
-    Ok(Intake { single, batch_jobs_per_sec })
+    Ok(Intake { single, batch_jobs_per_sec, batch_cpu_per_job })
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::cpu::{CpuPerUnit, CpuTimes, postmaster_pid};
 use super::setup::Scratch;
 use crate::platform::Settings;
 
@@ -16,6 +17,8 @@ pub struct Probe {
     pub commits_per_sec_1: f64,
     pub commits_per_sec_16: f64,
     pub multi_insert_rows_per_sec: f64,
+    /// What each commit cost at 16 clients: the database's processes and this client.
+    pub cpu_per_commit_16: CpuPerUnit,
 }
 
 pub async fn run(base_url: &str, secs: f64) -> anyhow::Result<Probe> {
@@ -26,17 +29,24 @@ pub async fn run(base_url: &str, secs: f64) -> anyhow::Result<Probe> {
     pool.get().await?.batch_execute("CREATE TABLE probe (id bigserial PRIMARY KEY, payload text NOT NULL)").await?;
     let single = "INSERT INTO probe (payload) SELECT $1::text";
     let multi = "INSERT INTO probe (payload) SELECT unnest($1::text[])";
+    let postmaster = postmaster_pid(&*pool.get().await?).await;
+    let commits_per_sec_1 = rate(&pool, 1, secs, single, false).await?.0;
+    let before = CpuTimes::read(postmaster, None);
+    let (commits_per_sec_16, commits) = rate(&pool, 16, secs, single, false).await?;
+    let cpu_per_commit_16 = CpuTimes::read(postmaster, None).per_unit(before, commits);
     let p = Probe {
-        commits_per_sec_1: rate(&pool, 1, secs, single, false).await?,
-        commits_per_sec_16: rate(&pool, 16, secs, single, false).await?,
-        multi_insert_rows_per_sec: rate(&pool, 1, secs, multi, true).await? * 100.0,
+        commits_per_sec_1,
+        commits_per_sec_16,
+        multi_insert_rows_per_sec: rate(&pool, 1, secs, multi, true).await?.0 * 100.0,
+        cpu_per_commit_16,
     };
     scratch.drop_schema(base_url).await?;
     Ok(p)
 }
 
-/// Statements per second from `clients` connections each running `sql` in autocommit.
-async fn rate(pool: &deadpool_postgres::Pool, clients: usize, secs: f64, sql: &'static str, hundred: bool) -> anyhow::Result<f64> {
+/// Statements per second (and how many ran) from `clients` connections each running `sql` in
+/// autocommit.
+async fn rate(pool: &deadpool_postgres::Pool, clients: usize, secs: f64, sql: &'static str, hundred: bool) -> anyhow::Result<(f64, u64)> {
     let done = Arc::new(AtomicU64::new(0));
     let until = Instant::now() + Duration::from_secs_f64(secs);
     let tasks: Vec<_> = (0..clients)
@@ -62,5 +72,6 @@ async fn rate(pool: &deadpool_postgres::Pool, clients: usize, secs: f64, sql: &'
     for t in tasks {
         t.await??;
     }
-    Ok(done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64())
+    let n = done.load(Ordering::Relaxed);
+    Ok((n as f64 / start.elapsed().as_secs_f64(), n))
 }
