@@ -49,7 +49,8 @@ impl CpuTimes {
 
 impl CpuPerUnit {
     /// Each figure's median over runs.
-    pub fn median(all: &[CpuPerUnit]) -> CpuPerUnit {
+    pub fn median(runs: impl IntoIterator<Item = CpuPerUnit>) -> CpuPerUnit {
+        let all: Vec<CpuPerUnit> = runs.into_iter().collect();
         let m = |f: fn(&CpuPerUnit) -> Option<f64>| {
             let xs: Vec<f64> = all.iter().filter_map(f).collect();
             (!xs.is_empty()).then(|| super::median(xs))

@@ -87,8 +87,8 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
             row("intake", &format!("POST /v1/jobs, {clients} clients: accepted/s"), format!("{rate:.0}"), note);
             row("intake", &format!("  latency p50 / p99 ms, {clients} clients"), format!("{:.2} / {:.2}", m(|s| s.p50_ms), m(|s| s.p99_ms)), String::new());
             if clients == 16 {
-                let job = cpu::CpuPerUnit::median(&all.iter().map(|r| r.single[i].cpu_per_job).collect::<Vec<_>>());
-                let commit = cpu::CpuPerUnit::median(&probe_runs.iter().map(|p| p.cpu_per_commit_16).collect::<Vec<_>>());
+                let job = cpu::CpuPerUnit::median(all.iter().map(|r| r.single[i].cpu_per_job));
+                let commit = cpu::CpuPerUnit::median(probe_runs.iter().map(|p| p.cpu_per_commit_16));
                 row("intake", "  CPU µs per job: db / serve / client", job.split(), format!("probe's commit: {}", commit.split()));
                 if let (Some(jobs), Some(commits)) = (job.ceiling_per_sec, commit.ceiling_per_sec) {
                     row("intake", "  at that cost, all cores busy: jobs/s", format!("{jobs:.0}"),
@@ -100,7 +100,7 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
         row("cost", "accept: statements per job (16 clients)", lc(|l| l.accept), "key lookup + insert (its NOTIFY inside)".into());
         let batch = median(all.iter().map(|r| r.batch_jobs_per_sec).collect());
         row("intake", "POST /v1/jobs:batch (500/request): jobs/s", format!("{batch:.0}"), "target ≥ 40,000".into());
-        let cpu = cpu::CpuPerUnit::median(&all.iter().map(|r| r.batch_cpu_per_job).collect::<Vec<_>>());
+        let cpu = cpu::CpuPerUnit::median(all.iter().map(|r| r.batch_cpu_per_job));
         row("intake", "  CPU µs per job: db / serve / client", cpu.split(),
             cpu.ceiling_per_sec.map_or(String::new(), |c| format!("{c:.0} jobs/s at that cost, all cores busy")));
         report.insert("intake".into(), json!(all));
