@@ -4,7 +4,6 @@
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use base64::Engine;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -13,7 +12,8 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::AppState;
-use super::error::{ApiError, ErrorBody, page_limit, reject_nul};
+use super::cursor;
+use super::error::{ApiError, ErrorBody, page_limit};
 use super::extract::{JsonBody, Operator};
 use crate::exceptions::{self as actions, Action, ActionError, ActionOutcome, BulkReport};
 use crate::store::StoreError;
@@ -40,6 +40,7 @@ impl From<ActionError> for ApiError {
 #[into_params(parameter_in = Query)]
 pub struct ExceptionQuery {
     /// open, resolved or ignored.
+    #[param(value_type = Option<ExceptionStatus>)]
     pub status: Option<String>,
     /// e.g. attempts_exhausted, fatal_error, ambiguous_outcome.
     pub kind: Option<String>,
@@ -49,9 +50,20 @@ pub struct ExceptionQuery {
     /// A substring of the cause, case-insensitive.
     pub cause: Option<String>,
     /// 1 to 500; default 100.
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 500)]
     pub limit: Option<String>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
+}
+
+/// An exception's status, for the document (the store's `STATUSES`).
+#[derive(ToSchema)]
+#[schema(rename_all = "snake_case")]
+#[allow(dead_code)]
+pub enum ExceptionStatus {
+    Open,
+    Resolved,
+    Ignored,
 }
 
 /// Filters shared by the list and bulk actions (a bulk action takes only open exceptions).
@@ -94,13 +106,6 @@ pub async fn list_exceptions(
     query: Result<Query<ExceptionQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ExceptionList>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
-    reject_nul(&[
-        ("status", q.status.as_deref()),
-        ("kind", q.kind.as_deref()),
-        ("task_type", q.task_type.as_deref()),
-        ("tenant", q.tenant.as_deref()),
-        ("cause", q.cause.as_deref()),
-    ])?;
     if let Some(s) = &q.status
         && !STATUSES.contains(&s.as_str())
     {
@@ -109,7 +114,7 @@ pub async fn list_exceptions(
     let limit = page_limit(q.limit.as_deref(), 100)?;
     let before = match q.cursor.as_deref() {
         None => None,
-        Some(c) => Some(decode_cursor(c).ok_or_else(|| ApiError::invalid_query("cursor", "cursor is not one this API issued"))?),
+        Some(c) => Some(cursor::decode(c).ok_or_else(|| ApiError::invalid_query("cursor", "cursor is not one this API issued"))?),
     };
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let filter = ExceptionFilter {
@@ -122,18 +127,8 @@ pub async fn list_exceptions(
         limit,
     };
     let page = exceptions::list(&db, &filter).await?;
-    let next_cursor = (page.len() as i64 == limit).then(|| page.last().map(|e| encode_cursor(e.opened_at, e.id))).flatten();
+    let next_cursor = (page.len() as i64 == limit).then(|| page.last().map(|e| cursor::encode(e.opened_at, e.id))).flatten();
     Ok(Json(ExceptionList { exceptions: page, next_cursor }))
-}
-
-fn encode_cursor(at: DateTime<Utc>, id: Uuid) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}|{id}", at.timestamp_micros()))
-}
-
-fn decode_cursor(c: &str) -> Option<(DateTime<Utc>, Uuid)> {
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(c).ok()?;
-    let (micros, id) = std::str::from_utf8(&raw).ok()?.split_once('|')?;
-    Some((DateTime::from_timestamp_micros(micros.parse().ok()?)?, Uuid::parse_str(id).ok()?))
 }
 
 /// One exception with its job, the job's history and the audit of actions taken.
@@ -263,11 +258,6 @@ pub struct BulkBody {
 pub async fn bulk(State(state): State<AppState>, Operator(op): Operator, JsonBody(b): JsonBody<BulkBody>) -> Result<Json<BulkReport>, ApiError> {
     check_run_at(b.run_at)?;
     let f = b.filter;
-    for (field, v) in [("filter.kind", &f.kind), ("filter.task_type", &f.task_type), ("filter.tenant", &f.tenant), ("filter.cause", &f.cause)] {
-        if v.as_deref().is_some_and(|s| s.contains('\0')) {
-            return Err(ApiError::bad_request("nul_character", format!("{field} contains a NUL character")).with("field", field));
-        }
-    }
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let filter = ExceptionFilter {
         tenant_id: tenant_id(&db, f.tenant.as_deref()).await?,

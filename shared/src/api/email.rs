@@ -9,7 +9,7 @@ use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
 
 use super::AppState;
-use super::error::{ApiError, ErrorBody, page_limit, reject_nul};
+use super::error::{ApiError, ErrorBody, page_limit};
 use super::extract::{Caller, JsonBody, Operator};
 use crate::credentials;
 use crate::email::campaign::{self, CampaignParams, Recipient};
@@ -27,8 +27,10 @@ use crate::store::{StoreError, sending_identities};
 #[into_params(parameter_in = Query)]
 pub struct MessageQuery {
     pub correlation_id: Option<String>,
+    #[param(value_type = Option<uuid::Uuid>)]
     pub job_id: Option<String>,
     /// 1 to 500; default 100.
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 500)]
     pub limit: Option<String>,
 }
 
@@ -54,7 +56,6 @@ pub async fn list_messages(
     query: Result<Query<MessageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<MessageList>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
-    reject_nul(&[("correlation_id", q.correlation_id.as_deref())])?;
     let job_id = match q.job_id.as_deref() {
         None => None,
         Some(s) => Some(Uuid::parse_str(s).map_err(|_| ApiError::invalid_query("job_id", "job_id is not a job id"))?),
@@ -89,6 +90,7 @@ pub struct SuppressionQuery {
     /// The last address of the previous page.
     pub after: Option<String>,
     /// 1 to 500; default 100.
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 500)]
     pub limit: Option<String>,
 }
 
@@ -108,7 +110,6 @@ pub async fn list_suppressions(
     query: Result<Query<SuppressionQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<SuppressionList>, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
-    reject_nul(&[("after", q.after.as_deref())])?;
     let limit = page_limit(q.limit.as_deref(), 100)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let page = suppressions::list(&db, tenant.id, q.after.as_deref().unwrap_or(""), limit).await?;

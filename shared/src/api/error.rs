@@ -122,10 +122,3 @@ pub fn page_limit(raw: Option<&str>, default: i64) -> Result<i64, ApiError> {
     }
 }
 
-/// Refuse query values holding a NUL character (Postgres cannot take one in text).
-pub fn reject_nul(fields: &[(&str, Option<&str>)]) -> Result<(), ApiError> {
-    match fields.iter().find(|(_, v)| v.is_some_and(|s| s.contains('\0'))) {
-        Some((field, _)) => Err(ApiError::invalid_query(field, format!("{field} contains a NUL character"))),
-        None => Ok(()),
-    }
-}

@@ -1,6 +1,7 @@
 //! Request extractors whose every rejection is an `ApiError`: the caller's tenant (bearer key),
 //! the operator (bearer operator key), a status reader (read-only status key), the idempotency
-//! key, and a JSON body checked for size, syntax, NUL characters and shape.
+//! key, and a JSON body checked for size, syntax, NUL characters and shape. And the check every
+//! request's path and query pass before any handler (`check_uri`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -192,6 +193,24 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
+/// Refuse a path that is not UTF-8 once percent-decoded (400 `invalid_path`) or that holds a NUL
+/// character (400 `nul_character`), and a query whose decoded names or values hold a NUL
+/// (400 `invalid_query` naming it): Postgres text cannot take a NUL (SQLSTATE 22021), and this
+/// way no handler's path or query parameter can carry one.
+pub fn check_uri(uri: &axum::http::Uri) -> Result<(), ApiError> {
+    let path = percent_encoding::percent_decode_str(uri.path()).decode_utf8().map_err(|_| {
+        ApiError::bad_request("invalid_path", "the path is not UTF-8 once percent-decoded")
+    })?;
+    if path.contains('\0') {
+        return Err(ApiError::bad_request("nul_character", "the path contains a NUL character"));
+    }
+    let pairs = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri).map(|q| q.0).unwrap_or_default();
+    match pairs.iter().find(|(k, v)| k.contains('\0') || v.contains('\0')) {
+        Some((k, _)) => Err(ApiError::invalid_query(k, format!("query parameter {k:?} contains a NUL character"))),
+        None => Ok(()),
+    }
+}
+
 /// The path of the first string (or object key) that contains a NUL character.
 fn nul_path(v: &Value, at: &str) -> Option<String> {
     let here = || if at.is_empty() { ".".to_owned() } else { at.to_owned() };
@@ -216,6 +235,16 @@ mod tests {
         assert_eq!(nul_path(&json!({"a": [1, {"b": "x\u{0}"}]}), ""), Some("a[1].b".into()));
         assert_eq!(nul_path(&json!({"k\u{0}": 1}), ""), Some("k\u{0}".into()));
         assert_eq!(nul_path(&json!({"a": "fine"}), ""), None);
+    }
+
+    #[test]
+    fn paths_and_queries_with_nul_or_bad_utf8_are_refused() {
+        let code = |uri: &str| check_uri(&uri.parse().unwrap()).err().map(|e| (e.status.as_u16(), e.code));
+        assert_eq!(code("/v1/templates/a%00b"), Some((400, "nul_character")));
+        assert_eq!(code("/v1/jobs/%FF"), Some((400, "invalid_path")));
+        assert_eq!(code("/v1/jobs?task_type=a%00"), Some((400, "invalid_query")));
+        assert_eq!(code("/v1/jobs?a%00=1"), Some((400, "invalid_query")));
+        assert_eq!(code("/v1/suppressions/caf%C3%A9%40example.com?limit=5"), None);
     }
 
     #[test]

@@ -5,7 +5,6 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use base64::Engine;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -14,7 +13,8 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::AppState;
-use super::error::{ApiError, ErrorBody, page_limit, reject_nul};
+use super::cursor;
+use super::error::{ApiError, ErrorBody, page_limit};
 use super::extract::{Caller, IdempotencyKey, JsonBody, check_key};
 use crate::catalogue::Catalogue;
 use crate::job::JobStatus;
@@ -39,25 +39,31 @@ pub struct JobRequest {
     pub params: Value,
     /// Carried by every retry, child and event; minted by Relay when absent.
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 200)]
     pub correlation_id: Option<String>,
     /// Run no earlier than this time (RFC 3339). Not with `delay_seconds`.
     #[serde(default)]
     pub run_at: Option<DateTime<Utc>>,
     /// Run no earlier than this many seconds from now. Not with `run_at`.
     #[serde(default)]
+    #[schema(maximum = 31_622_400)]
     pub delay_seconds: Option<u32>,
     /// 1 to 100; default 5.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 100)]
     pub max_attempts: Option<i32>,
     /// Per-attempt time limit, 1 to 86400 seconds; default 300.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 86_400)]
     pub timeout_seconds: Option<i32>,
     /// No more than `concurrency_limit` jobs with this key (1 to 200 characters) run at once;
     /// jobs with other keys or none are not held back. Give both or neither.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 200)]
     pub concurrency_key: Option<String>,
     /// 1 to 10000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 10_000)]
     pub concurrency_limit: Option<i32>,
     /// Where this job's callbacks go (http or https), instead of the tenant's callback URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -204,7 +210,8 @@ fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, Job), 
 
 /// `POST /v1/jobs`
 #[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = JobRequest,
-    params(("Idempotency-Key" = String, Header, description = "1 to 200 visible ASCII characters")),
+    params(("Idempotency-Key" = String, Header, description = "1 to 200 visible ASCII characters",
+        min_length = 1, max_length = 200, pattern = "^[!-~]{1,200}$")),
     security(("tenant_key" = [])),
     responses((status = 202, description = "created; the row has committed", body = Job),
         (status = 200, description = "a replay of the same request", body = Job),
@@ -232,7 +239,8 @@ pub async fn submit(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
-    /// Up to 500 jobs, each a job request plus its own `idempotency_key`.
+    /// 1 to 500 jobs, each a job request plus its own `idempotency_key`.
+    #[schema(min_items = 1, max_items = 500)]
     pub jobs: Vec<Value>,
 }
 
@@ -402,11 +410,14 @@ pub async fn cancel(State(state): State<AppState>, Caller(tenant): Caller, Path(
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    #[param(value_type = Option<JobStatus>)]
     pub status: Option<String>,
     pub task_type: Option<String>,
     pub correlation_id: Option<String>,
     pub updated_since: Option<String>,
     pub cursor: Option<String>,
+    /// 1 to 500; default 100.
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 500)]
     pub limit: Option<String>,
 }
 
@@ -433,7 +444,7 @@ pub async fn list(
         match DateTime::parse_from_rfc3339(s) {
             Ok(t) => updated_since = Some(t.with_timezone(&Utc)),
             Err(_) => {
-                since_cursor = Some(decode_cursor(s).ok_or_else(|| {
+                since_cursor = Some(cursor::decode(s).ok_or_else(|| {
                     bad("updated_since", "updated_since must be an RFC 3339 time or a cursor this API issued".into())
                 })?)
             }
@@ -442,9 +453,8 @@ pub async fn list(
     let limit = page_limit(q.limit.as_deref(), 100)?;
     let after = match q.cursor.as_deref() {
         None => since_cursor,
-        Some(c) => Some(decode_cursor(c).ok_or_else(|| bad("cursor", "cursor is not one this API issued".into()))?),
+        Some(c) => Some(cursor::decode(c).ok_or_else(|| bad("cursor", "cursor is not one this API issued".into()))?),
     };
-    reject_nul(&[("task_type", q.task_type.as_deref()), ("correlation_id", q.correlation_id.as_deref())])?;
     if let Some(c) = &q.correlation_id {
         crate::telemetry::record_correlation(c);
     }
@@ -452,24 +462,14 @@ pub async fn list(
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let mut page = jobs::list(&db, tenant.id, &filter).await?;
     annotate(&db, &mut page).await?;
-    let next_cursor = (page.len() as i64 == limit).then(|| page.last().map(|j| encode_cursor(j.updated_at, j.id))).flatten();
+    let next_cursor = (page.len() as i64 == limit).then(|| page.last().map(|j| cursor::encode(j.updated_at, j.id))).flatten();
     let settled = (Utc::now() - chrono::Duration::seconds(SETTLE_SECONDS), Uuid::nil());
     let reached = page.last().map(|j| (j.updated_at, j.id)).or(after).or(updated_since.map(|t| (t, Uuid::nil())));
     let (at, id) = match reached {
         Some(r) if r < settled => r,
         _ => settled,
     };
-    Ok(Json(json!({ "jobs": page, "next_cursor": next_cursor, "resume_cursor": encode_cursor(at, id) })))
-}
-
-fn encode_cursor(at: DateTime<Utc>, id: Uuid) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}|{id}", at.timestamp_micros()))
-}
-
-fn decode_cursor(c: &str) -> Option<(DateTime<Utc>, Uuid)> {
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(c).ok()?;
-    let (micros, id) = std::str::from_utf8(&raw).ok()?.split_once('|')?;
-    Some((DateTime::from_timestamp_micros(micros.parse().ok()?)?, Uuid::parse_str(id).ok()?))
+    Ok(Json(json!({ "jobs": page, "next_cursor": next_cursor, "resume_cursor": cursor::encode(at, id) })))
 }
 
 /// `GET /v1/tasks`: the catalogue, with each task's parameter schema.
@@ -482,14 +482,6 @@ pub async fn tasks(State(state): State<AppState>, Caller(_): Caller) -> Json<Val
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cursors_round_trip_and_garbage_is_refused() {
-        let at = DateTime::from_timestamp_micros(1_700_000_000_123_456).unwrap();
-        let id = Uuid::now_v7();
-        assert_eq!(decode_cursor(&encode_cursor(at, id)), Some((at, id)));
-        assert_eq!(decode_cursor("not-a-cursor"), None);
-    }
 
     #[test]
     fn a_request_hash_ignores_nothing_the_client_sent() {

@@ -4,12 +4,14 @@
 pub mod admin;
 pub mod email;
 pub mod callbacks;
+pub mod cursor;
 pub mod error;
 pub mod extract;
 pub mod jobs;
 pub mod openapi;
 pub mod ratelimit;
 pub mod schedules;
+pub mod server;
 pub mod status;
 
 use std::time::Duration;
@@ -86,6 +88,7 @@ pub fn router(state: AppState) -> Router {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this route")
         })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn(checked_uri))
         .layer(middleware::from_fn(time_limit))
         .layer(middleware::from_fn(in_span))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
@@ -106,6 +109,14 @@ async fn in_span(req: Request, next: Next) -> Response {
     }
     .instrument(span)
     .await
+}
+
+/// Refuse a path or query no handler may see (`extract::check_uri`), before any handler runs.
+async fn checked_uri(req: Request, next: Next) -> Response {
+    match extract::check_uri(req.uri()) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
 }
 
 /// Answer 503 with a JSON error rather than hang when a request cannot finish in time.

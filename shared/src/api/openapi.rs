@@ -3,6 +3,7 @@
 //! fails when the two differ; regenerate with `relay openapi > shared/openapi.json`).
 
 use axum::Json;
+use serde_json::{Value, json};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -56,9 +57,51 @@ impl Modify for Keys {
 
 /// The document as pretty JSON with a final newline (the checked-in file's exact text).
 pub fn document_json() -> String {
-    let mut s = ApiDoc::openapi().to_pretty_json().unwrap_or_else(|_| "{}".into());
+    let mut s = serde_json::to_string_pretty(&document()).unwrap_or_else(|_| "{}".into());
     s.push('\n');
     s
+}
+
+/// A string without a NUL character: every string the server takes (`api::extract`).
+pub const NO_NUL: &str = "^[^\\x00]*$";
+
+/// The document, with the rules the server applies to every route written in where they apply:
+/// no string (parameter or body field) may hold a NUL character, and every operation with a
+/// path or query parameter may answer 400 (`extract::check_uri`).
+pub fn document() -> Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    no_nul_strings(&mut doc);
+    let bad_request = json!({"description": "a path or query parameter the server refuses (a NUL character, not UTF-8)",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}});
+    for op in doc["paths"].as_object_mut().into_iter().flat_map(|p| p.values_mut()).filter_map(Value::as_object_mut).flat_map(|m| m.values_mut()) {
+        let has_params = op["parameters"].as_array().is_some_and(|ps| ps.iter().any(|p| p["in"] == "path" || p["in"] == "query"));
+        if let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut)
+            && has_params
+            && !responses.contains_key("400")
+        {
+            responses.insert("400".into(), bad_request.clone());
+        }
+    }
+    doc
+}
+
+/// Give every string schema without a pattern, format or enum the `NO_NUL` pattern.
+fn no_nul_strings(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            let is_string = match map.get("type") {
+                Some(Value::String(t)) => t == "string",
+                Some(Value::Array(ts)) => ts.iter().any(|t| t == "string"),
+                _ => false,
+            };
+            if is_string && !["pattern", "format", "enum", "const"].iter().any(|k| map.contains_key(*k)) {
+                map.insert("pattern".into(), NO_NUL.into());
+            }
+            map.values_mut().for_each(no_nul_strings);
+        }
+        Value::Array(items) => items.iter_mut().for_each(no_nul_strings),
+        _ => {}
+    }
 }
 
 #[derive(serde::Serialize, utoipa::ToSchema)]
@@ -74,6 +117,6 @@ pub async fn healthz() -> Json<Health> {
 
 /// This document.
 #[utoipa::path(get, path = "/v1/openapi.json", tag = "meta", responses((status = 200, description = "the OpenAPI 3.1 document")))]
-pub async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
-    Json(ApiDoc::openapi())
+pub async fn openapi_json() -> Json<Value> {
+    Json(document())
 }

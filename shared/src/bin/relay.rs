@@ -377,11 +377,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!("relay console: http://{addr}/ watching {n} projects");
             let (stop_tx, mut stop) = watch::channel(false);
             tokio::spawn(shutdown_on_signal(Arc::new(stop_tx)));
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await?;
+            taskdeck::api::server::serve(listener, router, Default::default(), async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await?;
             Ok(())
         }
         Command::Jobs { tenant, command } => {
@@ -456,11 +455,11 @@ async fn shutdown_on_signal(stop: Arc<watch::Sender<bool>>) {
 async fn serve(p: &Platform, addr: SocketAddr, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
     p.liveness(taskdeck::liveness::Kind::Api).spawn(stop.clone());
-    axum::serve(listener, taskdeck::api::router(p.app_state()))
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
-        .await?;
+    let router = taskdeck::api::router(p.app_state());
+    taskdeck::api::server::serve(listener, router, Default::default(), async move {
+        let _ = stop.wait_for(|s| *s).await;
+    })
+    .await?;
     Ok(())
 }
 

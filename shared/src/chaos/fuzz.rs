@@ -1,7 +1,11 @@
 //! Scenario 10, API fuzzing: schemathesis (PyPI, in a venv of its own) against `relay serve`
 //! and the OpenAPI document it serves, with each kind of key on its own routes (tenant key on
-//! the tenant routes, operator key on `/v1/admin`, status key on `/v1/status`). Checks: no 5xx,
-//! responses match their documented schema, status code and content type.
+//! the tenant routes, operator key on `/v1/admin`, status key on `/v1/status`), every check
+//! (`--checks all`: no 5xx, answers match their documented schema, status and content type, no
+//! valid request refused), NUL characters allowed in what it draws, and a fresh Idempotency-Key
+//! per request (a hook), so every submission is judged on its own body. Then every operation
+//! with a path parameter is called with hostile bytes in each (NUL, not UTF-8, overlong, `%`,
+//! path traversal): each must answer a JSON 4xx with a stable code.
 
 use std::process::Stdio;
 
@@ -10,7 +14,27 @@ use super::{Env, Report};
 use crate::platform::Settings;
 use crate::store::{operators, status_keys};
 
-const CHECKS: &str = "not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance";
+/// schemathesis hooks: a valid Idempotency-Key the case drew is replaced by a fresh one (an
+/// invalid or missing key is sent as drawn, to be refused).
+const HOOKS: &str = r#"import uuid
+
+import schemathesis
+
+
+@schemathesis.hook
+def before_call(ctx, case, kwargs):
+    headers = case.headers or {}
+    key = headers.get("Idempotency-Key")
+    if isinstance(key, str) and 1 <= len(key.strip()) <= 200 and all(33 <= ord(c) <= 126 for c in key.strip()):
+        headers["Idempotency-Key"] = "fuzz-" + uuid.uuid4().hex
+        case.headers = headers
+"#;
+
+/// Path parameter values (already percent-encoded) no route may answer with a 5xx or non-JSON.
+const HOSTILE: [&str; 10] = [
+    "%00", "a%00b%40example.com", "%FF", "%C3%28", "..%2F..%2Fetc%2Fpasswd", "%25", "%E2%80%AE", "-1",
+    "00000000-0000-0000-0000-000000000000", "%20",
+];
 
 pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let mut report = Report::new("fuzz", env.scale);
@@ -30,16 +54,19 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         ("operator", operator_key.as_str(), "^/v1/admin"),
         ("status", status_key.as_str(), "^/(v1/status|v1/openapi.json|healthz)$"),
     ];
+    std::fs::write(env.tmp.join("relay_fuzz_hooks.py"), HOOKS)?;
     let mut total_failures = 0;
     for (who, key, paths) in runs {
         let out = tokio::process::Command::new(venv.join("bin/schemathesis"))
             .args(["run", &format!("{}/v1/openapi.json", http.base)])
             .args(["-H", &format!("Authorization: Bearer {key}")])
-            .args(["-H", &format!("Idempotency-Key: fuzz-{who}")])
-            .args(["--include-path-regex", paths, "-n", &examples.to_string(), "-c", CHECKS, "--no-shrink"])
+            .args(["--include-path-regex", paths, "-n", &examples.to_string(), "-c", "all", "--no-shrink"])
+            .args(["--generation-allow-x00", "true"])
             .args(["--seed", "1", "--max-failures", "50", "--request-timeout", "20"])
             .current_dir(&env.tmp)
             .env("SCHEMATHESIS_TELEMETRY", "false")
+            .env("SCHEMATHESIS_HOOKS", "relay_fuzz_hooks")
+            .env("PYTHONPATH", &env.tmp)
             .stdin(Stdio::null())
             .output()
             .await?;
@@ -57,6 +84,10 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         }
     }
     report.fig("examples per operation (-n)", examples);
+    let (probes, bad) = hostile_paths(&http, &scratch.key, &operator_key).await?;
+    report.fig("hostile path-parameter probes", probes);
+    report.fig("hostile probes answered 5xx or without a JSON error", bad.clone());
+    report.check(bad.is_empty(), format!("{} hostile path probes were not a JSON 4xx: {bad:?}", bad.len()));
     report.fig("runs with failures", total_failures);
     let server_errors = server.log_text().matches("relay.api.internal").count() + server.log_text().matches("relay.api.panic").count();
     report.fig("server: internal errors / panics logged", server_errors);
@@ -64,4 +95,51 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     drop(server);
     scratch.drop_schema(&env.url).await?;
     Ok(report)
+}
+
+/// Call every operation with a path parameter with each `HOSTILE` value in every parameter;
+/// returns how many calls were made and those not answered with a JSON 4xx (or a 2xx).
+async fn hostile_paths(http: &harness::Http, tenant_key: &str, operator_key: &str) -> anyhow::Result<(usize, Vec<String>)> {
+    let (_, doc) = http.call("GET", "/v1/openapi.json", None, None, None).await?;
+    let mut calls = 0;
+    let mut bad = Vec::new();
+    for (template, ops) in doc["paths"].as_object().into_iter().flatten().filter(|(p, _)| p.contains('{')) {
+        let key = if template.starts_with("/v1/admin") { operator_key } else { tenant_key };
+        for method in ops.as_object().into_iter().flat_map(|o| o.keys()) {
+            for value in HOSTILE {
+                let path = fill(template, value);
+                let body = matches!(method.as_str(), "put" | "post" | "patch").then(|| serde_json::json!({}));
+                let idem = format!("fuzz-probe-{calls}");
+                let (status, answer) = http.call(&method.to_uppercase(), &path, Some(key), Some(&idem), body.as_ref()).await?;
+                calls += 1;
+                let json_error = answer["error"]["code"].is_string();
+                if status >= 500 || (status >= 400 && !json_error) {
+                    bad.push(format!("{} {path}: {status} {}", method.to_uppercase(), answer.to_string().chars().take(120).collect::<String>()));
+                }
+            }
+        }
+    }
+    Ok((calls, bad))
+}
+
+/// A path template with every `{param}` replaced by `value`.
+fn fill(template: &str, value: &str) -> String {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        rest = rest[open..].split_once('}').map_or("", |(_, r)| r);
+        out.push_str(value);
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_path_parameter_is_filled() {
+        assert_eq!(super::fill("/v1/jobs/{id}/recipients/{page}", "%00"), "/v1/jobs/%00/recipients/%00");
+        assert_eq!(super::fill("/v1/tasks", "%00"), "/v1/tasks");
+    }
 }
