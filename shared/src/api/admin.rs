@@ -53,6 +53,7 @@ pub struct ExceptionQuery {
     #[param(value_type = Option<i64>, minimum = 1, maximum = 500)]
     pub limit: Option<String>,
     /// `next_cursor` of the previous page.
+    #[param(min_length = 1)]
     pub cursor: Option<String>,
 }
 

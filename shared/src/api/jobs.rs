@@ -414,7 +414,11 @@ pub struct ListQuery {
     pub status: Option<String>,
     pub task_type: Option<String>,
     pub correlation_id: Option<String>,
+    /// An RFC 3339 time, or a `resume_cursor`.
+    #[param(min_length = 1)]
     pub updated_since: Option<String>,
+    /// A `next_cursor`.
+    #[param(min_length = 1)]
     pub cursor: Option<String>,
     /// 1 to 500; default 100.
     #[param(value_type = Option<i64>, minimum = 1, maximum = 500)]

@@ -66,13 +66,13 @@ pub fn document_json() -> String {
 pub const NO_NUL: &str = "^[^\\x00]*$";
 
 /// The document, with the rules the server applies to every route written in where they apply:
-/// no string (parameter or body field) may hold a NUL character, and every operation with a
-/// path or query parameter may answer 400 (`extract::check_uri`).
+/// no string it takes (parameter or request body field, at any depth) may hold a NUL character,
+/// and every operation with a path or query parameter may answer 400 (`extract::check_uri`).
 pub fn document() -> Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
-    no_nul_strings(&mut doc);
     let bad_request = json!({"description": "a path or query parameter the server refuses (a NUL character, not UTF-8)",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}});
+    let mut refs = Vec::new();
     for op in doc["paths"].as_object_mut().into_iter().flat_map(|p| p.values_mut()).filter_map(Value::as_object_mut).flat_map(|m| m.values_mut()) {
         let has_params = op["parameters"].as_array().is_some_and(|ps| ps.iter().any(|p| p["in"] == "path" || p["in"] == "query"));
         if let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut)
@@ -81,8 +81,38 @@ pub fn document() -> Value {
         {
             responses.insert("400".into(), bad_request.clone());
         }
+        for part in ["parameters", "requestBody"] {
+            if let Some(v) = op.get_mut(part) {
+                collect_refs(v, &mut refs);
+                no_nul_strings(v);
+            }
+        }
+    }
+    // The schemas request bodies name, and those they name in turn.
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(name) = refs.pop() {
+        if seen.insert(name.clone())
+            && let Some(schema) = doc["components"]["schemas"].get_mut(&name)
+        {
+            collect_refs(schema, &mut refs);
+            no_nul_strings(schema);
+        }
     }
     doc
+}
+
+/// The component schema names a value refers to (`$ref: #/components/schemas/<name>`).
+fn collect_refs(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(map) => {
+            if let Some(name) = map.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/components/schemas/")) {
+                out.push(name.to_owned());
+            }
+            map.values().for_each(|x| collect_refs(x, out));
+        }
+        Value::Array(items) => items.iter().for_each(|x| collect_refs(x, out)),
+        _ => {}
+    }
 }
 
 /// Give every string schema without a pattern, format or enum the `NO_NUL` pattern.
