@@ -112,6 +112,7 @@ impl Platform {
             transport: self.transport.clone(),
             project: self.settings.project.clone(),
             limits: crate::api::ratelimit::RateLimits::new(self.settings.tenant_rate),
+            callback_allow: self.settings.callback_allow.clone(),
         }
     }
 

@@ -16,6 +16,7 @@ use uuid::Uuid;
 use super::AppState;
 use super::error::{ApiError, ErrorBody, page_limit, reject_nul};
 use super::extract::{Caller, IdempotencyKey, JsonBody, check_key};
+use crate::callbacks::AllowList;
 use crate::catalogue::Catalogue;
 use crate::job::JobStatus;
 use crate::store::jobs::{self, Concurrency, Inserted, Job, JobFilter, NewJob};
@@ -110,7 +111,9 @@ fn empty_object() -> Value {
 
 impl JobRequest {
     /// Validate against the catalogue and turn into a row to insert.
-    pub fn into_new_job(self, key: &str, catalogue: &Catalogue, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
+    /// `allow` is the operator's callback allow-list: a `callback_url` whose host is an address
+    /// the guard refuses is refused here, at submit.
+    pub fn into_new_job(self, key: &str, catalogue: &Catalogue, allow: &AllowList, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
         if !catalogue.client_may_submit(&self.task_type) {
             return Err(ApiError::unprocessable(
                 "unknown_task_type",
@@ -165,7 +168,7 @@ impl JobRequest {
             (None, Some(_)) => return Err(invalid("concurrency_key", "a concurrency_limit needs a concurrency_key")),
         };
         if let Some(url) = &self.callback_url {
-            crate::callbacks::check_url(url).map_err(|why| invalid("callback_url", &why))?;
+            crate::callbacks::check_url(url, allow).map_err(|why| invalid("callback_url", &why))?;
         }
         // The request as the client sent it (no minted id, no computed time) is what a replay
         // must match. Fields added later are left out when absent, so old hashes still match.
@@ -218,7 +221,7 @@ pub async fn submit(
     JsonBody(req): JsonBody<JobRequest>,
 ) -> Result<Response, ApiError> {
     state.limits.check(tenant.id, 1)?;
-    let new = req.into_new_job(&key, &state.catalogue, Utc::now())?;
+    let new = req.into_new_job(&key, &state.catalogue, &state.callback_allow, Utc::now())?;
     crate::telemetry::record_job(&new.correlation_id, new.id);
     if new.callback_url.is_some() {
         require_signing_secret(&state, tenant.id).await?;
@@ -264,7 +267,7 @@ pub async fn submit_batch(
     state.limits.check(tenant.id, req.jobs.len())?;
     let now = Utc::now();
     let parsed: Vec<Result<NewJob, ApiError>> =
-        req.jobs.into_iter().enumerate().map(|(i, item)| parse_item(i, item, &state.catalogue, now)).collect();
+        req.jobs.into_iter().enumerate().map(|(i, item)| parse_item(i, item, &state.catalogue, &state.callback_allow, now)).collect();
     if parsed.iter().any(|p| p.as_ref().is_ok_and(|n| n.callback_url.is_some())) {
         require_signing_secret(&state, tenant.id).await?;
     }
@@ -286,7 +289,7 @@ pub async fn submit_batch(
     Ok(Json(json!({ "results": results })))
 }
 
-fn parse_item(index: usize, item: Value, catalogue: &Catalogue, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
+fn parse_item(index: usize, item: Value, catalogue: &Catalogue, allow: &AllowList, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
     let at = |e: ApiError| {
         let field = e.details.get("field").and_then(Value::as_str).map(|f| format!("jobs[{index}].{f}"));
         match field {
@@ -308,7 +311,7 @@ fn parse_item(index: usize, item: Value, catalogue: &Catalogue, now: DateTime<Ut
         let field = e.path().to_string();
         at(ApiError::unprocessable("invalid_field", format!("{field}: {}", e.inner())).with("field", field))
     })?;
-    req.into_new_job(&key, catalogue, now).map_err(at)
+    req.into_new_job(&key, catalogue, allow, now).map_err(at)
 }
 
 /// A job's own `callback_url` is signed with its tenant's secret, which must exist.
@@ -500,9 +503,9 @@ mod tests {
             delay_seconds: delay, max_attempts: None, timeout_seconds: None,
             concurrency_key: None, concurrency_limit: None, callback_url: None,
         };
-        let a = req(None).into_new_job("k", &cat, now).unwrap();
-        let b = req(None).into_new_job("k", &cat, now + chrono::Duration::seconds(5)).unwrap();
-        let c = req(Some(5)).into_new_job("k", &cat, now).unwrap();
+        let a = req(None).into_new_job("k", &cat, &AllowList::default(), now).unwrap();
+        let b = req(None).into_new_job("k", &cat, &AllowList::default(), now + chrono::Duration::seconds(5)).unwrap();
+        let c = req(Some(5)).into_new_job("k", &cat, &AllowList::default(), now).unwrap();
         assert_eq!(a.request_hash, b.request_hash, "the same request later is a replay");
         assert_ne!(a.request_hash, c.request_hash);
     }

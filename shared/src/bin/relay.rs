@@ -56,7 +56,7 @@ struct Run {
     #[arg(long, env = "RELAY_POOL_SIZE")]
     pool_size: Option<usize>,
     /// Register the test-only tasks (`test.fail`, `test.effect`). Never in production.
-    #[arg(long, env = "RELAY_TEST_TASKS")]
+    #[arg(long, env = "RELAY_TEST_TASKS", value_parser = clap::builder::BoolishValueParser::new())]
     test_tasks: bool,
     /// CIDRs and host names callbacks may reach although the address guard refuses them
     /// (comma-separated; e.g. `127.0.0.1/32` for a receiver on this machine).

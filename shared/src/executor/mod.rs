@@ -153,7 +153,8 @@ impl Executor {
                     retries.push((job.id, job.attempt, Retry { run_at: *run_at, error: error.clone() }))
                 }
                 Outcome::Failed { kind, error } => {
-                    failures.push((job.id, job.attempt, Failure { kind, error: error.clone() }))
+                    let fault = self.catalogue.fault(&job.task_type, &job.params);
+                    failures.push((job.id, job.attempt, Failure { kind, error: error.clone(), fault }))
                 }
                 Outcome::Continue { note } => continues.push((job.id, job.attempt, note.clone())),
                 Outcome::Wait { total } => waits.push((job.id, job.attempt, *total)),

@@ -28,7 +28,7 @@ use uuid::Uuid;
 
 use super::modes::Modes;
 use super::{GenericClient, StoreError};
-use crate::job::{ClaimedJob, Dispatch, JobId, JobStatus, TenantId};
+use crate::job::{ClaimedJob, Dispatch, Fault, JobId, JobStatus, TenantId};
 
 pub mod operator;
 pub mod retention;
@@ -898,6 +898,16 @@ pub async fn count_children(db: &impl GenericClient, id: JobId) -> Result<i64, S
 pub struct Failure {
     pub kind: &'static str,
     pub error: String,
+    /// Whose failure it is. A tenant's own (`Fault::Tenant`: a callback URL it set) opens no
+    /// operator exception; it is counted in `tenant_faults` instead.
+    pub fault: Fault,
+}
+
+impl Failure {
+    /// A failure operators act on (an exception opens).
+    pub fn platform(kind: &'static str, error: impl Into<String>) -> Failure {
+        Failure { kind, error: error.into(), fault: Fault::Platform }
+    }
 }
 
 /// What the terminal-failure path wrote.
@@ -918,7 +928,8 @@ pub async fn fail(db: &impl GenericClient, failures: &[(JobId, i32, Failure)]) -
 }
 
 /// The one terminal-failure path: the job becomes `failed` and an exception opens, in one
-/// statement, for every task type. Fenced. The caller alerts on `opened` after commit
+/// statement, for every task type (a tenant's own failure is counted in `tenant_faults`
+/// instead). Fenced. The caller alerts on `opened` after commit
 /// (`crate::exceptions::alert_opened`).
 pub async fn fail_reporting(db: &impl GenericClient, failures: &[(JobId, i32, Failure)]) -> Result<Failed, StoreError> {
     let stmt = db
@@ -926,29 +937,37 @@ pub async fn fail_reporting(db: &impl GenericClient, failures: &[(JobId, i32, Fa
             "WITH failed AS (
                  UPDATE jobs j SET status = 'failed', lease_until = NULL, last_error = f.error,
                      finished_at = now(), updated_at = now()
-                 FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[])
-                     AS f(id, attempt, kind, error)
+                 FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::uuid[])
+                     AS f(id, attempt, kind, error, at_fault)
                  WHERE j.id = f.id AND j.attempt = f.attempt AND (j.status || '') = 'running'
-                 RETURNING {TERMINAL_RETURNING}, f.kind, f.error
+                 RETURNING {TERMINAL_RETURNING}, f.kind, f.error, f.at_fault
              ), events AS (
                  INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, started_at, reason)
                  SELECT id, 'failed', 'running', 'failed', attempt, started_at, kind || ': ' || error FROM failed
              ), opened AS (
                  INSERT INTO exceptions (id, job_id, tenant_id, task_type, kind, cause)
-                 SELECT gen_random_uuid(), id, tenant_id, task_type, kind, error FROM failed
+                 SELECT gen_random_uuid(), id, tenant_id, task_type, kind, error FROM failed WHERE at_fault IS NULL
                  ON CONFLICT (job_id) WHERE status = 'open' DO NOTHING
                  RETURNING id, job_id
-             ), {callbacks}
+             ), {faults}, {callbacks}
              SELECT f.id, o.id, false, NULL::timestamptz FROM failed f LEFT JOIN opened o ON o.job_id = f.id
              UNION ALL SELECT id, NULL, true, run_at FROM callbacks",
             callbacks = super::callbacks::enqueue_ctes("failed", true),
+            faults = super::tenant_faults::count_cte("failed"),
         ))
         .await?;
     let failures = &by_id(failures);
     let (ids, attempts) = split(failures);
     let kinds: Vec<&str> = failures.iter().map(|f| f.2.kind).collect();
     let errors: Vec<&str> = failures.iter().map(|f| f.2.error.as_str()).collect();
-    let rows = db.query(&stmt, &[&ids, &attempts, &kinds, &errors]).await?;
+    let at_fault: Vec<Option<TenantId>> = failures
+        .iter()
+        .map(|f| match f.2.fault {
+            Fault::Platform => None,
+            Fault::Tenant(t) => Some(t),
+        })
+        .collect();
+    let rows = db.query(&stmt, &[&ids, &attempts, &kinds, &errors, &at_fault]).await?;
     let opened = rows.iter().filter_map(|r| Some((r.get::<_, Option<Uuid>>(1)?, r.get::<_, JobId>(0)))).collect();
     Ok(Failed {
         refused: refused(&ids.into_iter().zip(attempts).collect::<Vec<_>>(), &rows),

@@ -19,6 +19,7 @@ pub mod status;
 pub mod status_keys;
 pub mod suppressions;
 pub mod templates;
+pub mod tenant_faults;
 pub mod tenants;
 pub mod workers;
 
