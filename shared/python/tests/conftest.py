@@ -98,6 +98,11 @@ def relay(tmp_dir: Path) -> Iterator[Relay]:
         wait_for("relay's /healthz", lambda: _answers(url + "/healthz"))
         status_key = subprocess.run([binary, "status-key", "create", "console"], env=env, check=True,
                                     capture_output=True, text=True).stdout.strip()
+        # `relay dev` starts in shadow mode; callbacks (and only they: email stays unsent) must
+        # really go out to the live server.
+        for switch, value in (("shadow", "off"), ("write:callbacks", "on")):
+            subprocess.run([binary, "modes", "set", switch, value, "--reason", "python tests"], env=env,
+                           check=True, capture_output=True)
         yield Relay(url, key, status_key, db_url, binary, log)
     finally:
         proc.terminate()

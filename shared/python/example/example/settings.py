@@ -14,6 +14,7 @@ DEBUG = False
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 USE_TZ = True
 ROOT_URLCONF = "example.urls"
+STATIC_URL = "static/"  # the test live server wraps the app in a static-files handler that needs it
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 INSTALLED_APPS = [
@@ -54,5 +55,8 @@ RELAY = {
 LOGGING = {
     "version": 1,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"relay_client": {"handlers": ["console"], "level": "WARNING"}},
+    "loggers": {
+        "relay_client": {"handlers": ["console"], "level": "WARNING"},
+        "django.request": {"handlers": ["console"], "level": "ERROR"},
+    },
 }
