@@ -10,7 +10,8 @@ use std::process::Command;
 
 const PACKAGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python");
 
-/// A Python 3.12+ interpreter: `RELAY_PYTHON`, `python3.13`/`python3.12` on PATH, or pyenv's newest.
+/// A Python 3.12+ interpreter: `RELAY_PYTHON`, `python3.13`/`python3.12` on PATH, or pyenv's newest
+/// (`PYENV_ROOT`, default `~/.pyenv`: found without pyenv on PATH).
 fn python() -> Option<PathBuf> {
     let works = |p: &Path| {
         Command::new(p)
@@ -20,8 +21,10 @@ fn python() -> Option<PathBuf> {
     };
     let mut candidates: Vec<PathBuf> = std::env::var_os("RELAY_PYTHON").map(PathBuf::from).into_iter().collect();
     candidates.extend(["python3.13", "python3.12", "python3"].map(PathBuf::from));
-    if let Ok(out) = Command::new("pyenv").arg("root").output() {
-        let root = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let pyenv_root = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv")));
+    if let Some(root) = pyenv_root {
         let mut versions: Vec<PathBuf> = std::fs::read_dir(root.join("versions"))
             .map(|d| d.filter_map(|e| e.ok().map(|e| e.path().join("bin/python3"))).collect())
             .unwrap_or_default();
@@ -45,9 +48,10 @@ fn the_python_package_passes_its_pytest_suite() {
     let req = requirements.to_string_lossy().into_owned();
     let venv = taskdeck::localaws::venv_with(&python, &dir, &["-r", &req, "-e", PACKAGE]).expect("the venv");
 
+    let basetemp = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pytest-{}", std::process::id()));
     let out = Command::new(venv.join("bin/pytest"))
         .args(["-q", "-p", "no:cacheprovider", "--basetemp"])
-        .arg(Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pytest-{}", std::process::id())))
+        .arg(&basetemp)
         .current_dir(PACKAGE)
         .env("RELAY_BIN", env!("CARGO_BIN_EXE_relay"))
         .env("DATABASE_URL", crate::support::database_url())
@@ -56,6 +60,7 @@ fn the_python_package_passes_its_pytest_suite() {
         .env_remove("DJANGO_SETTINGS_MODULE")
         .output()
         .expect("pytest runs");
+    let _ = std::fs::remove_dir_all(&basetemp);
     let report = format!("{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "pytest failed:\n{report}");
     assert!(report.contains(" passed"), "pytest ran no test:\n{report}");

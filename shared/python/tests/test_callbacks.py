@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -36,7 +36,7 @@ def send(live_server, body: dict, secret: str, *, msg_id: str | None = None) -> 
     """POST a callback signed the way Relay signs (Standard Webhooks)."""
     data = json.dumps(body)
     msg_id = msg_id or f"cb_{uuid.uuid4()}"
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     headers = {"webhook-id": msg_id, "webhook-timestamp": str(int(now.timestamp())),
                "webhook-signature": Webhook(secret).sign(msg_id, now, data), "content-type": "application/json"}
     return httpx.post(f"{live_server.url}/relay/callbacks", content=data, headers=headers, timeout=10)
@@ -78,7 +78,7 @@ def test_replayed_and_reordered_callbacks_never_move_the_projection_backwards(re
     assert RelayJob.objects.values().get(pk=row.pk) == before
 
     # Reordered: the later state first, the earlier after it.
-    later = enqueue_noop(run_after=datetime.now(timezone.utc) + timedelta(hours=1))
+    later = enqueue_noop(run_after=datetime.now(UTC) + timedelta(hours=1))
     wait_for("the post", lambda: RelayJob.objects.get(pk=later.pk).relay_id)
     with relay.client() as client:
         pending = client.get(str(RelayJob.objects.get(pk=later.pk).relay_id)).raw
@@ -90,17 +90,17 @@ def test_replayed_and_reordered_callbacks_never_move_the_projection_backwards(re
 
 def test_a_bad_signature_is_refused_with_400_and_changes_nothing(relay, signing, live_server):
     secret = signing["SIGNING_SECRETS"][0]
-    row = enqueue_noop(run_after=datetime.now(timezone.utc) + timedelta(hours=1))
+    row = enqueue_noop(run_after=datetime.now(UTC) + timedelta(hours=1))
     with relay.client() as client:
         job = client.get(str(RelayJob.objects.get(pk=row.pk).relay_id)).raw
     before = RelayJob.objects.values().get(pk=row.pk)
-    forged = as_of(job, "succeeded", datetime.now(timezone.utc))
+    forged = as_of(job, "succeeded", datetime.now(UTC))
     other = "whsec_" + "A" * 43 + "="
     res = send(live_server, forged, other)
     assert res.status_code == 400 and res.json()["error"]["code"] == "bad_signature", res.text
     # A body changed after signing.
     data = json.dumps(forged)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     headers = {"webhook-id": "cb_x", "webhook-timestamp": str(int(now.timestamp())),
                "webhook-signature": Webhook(secret).sign("cb_x", now, data)}
     res = httpx.post(f"{live_server.url}/relay/callbacks", content=data.replace("succeeded", "failed"),
@@ -121,7 +121,7 @@ def test_secret_rotation_overlap_either_secret_verifies(relay, signing, live_ser
             signing["SIGNING_SECRETS"] = secrets
             row = enqueue_noop()
             wait_for(f"a callback verified by {'new' if secrets == [new] else 'old'} secret",
-                     lambda: row_status(row.pk) == "succeeded")
+                     lambda row=row: row_status(row.pk) == "succeeded")
         signing["SIGNING_SECRETS"] = ["whsec_" + "B" * 43 + "="]
         row = enqueue_noop()
         with relay.client() as client:

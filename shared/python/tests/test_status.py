@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import subprocess
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -34,7 +34,7 @@ def local_work(relay_settings: dict) -> None:
     """Two runs on the local backend (one fails), one deferred, and one outbox row left unsent."""
     tally_orders.enqueue()
     broken.enqueue()
-    tally_orders.using(run_after=datetime.now(timezone.utc) + timedelta(hours=1)).enqueue()
+    tally_orders.using(run_after=datetime.now(UTC) + timedelta(hours=1)).enqueue()
     out = run_manage("db_worker", "--batch", "--no-startup-delay", "--worker-id", "shop-worker-1",
                      db_name=connection.settings_dict["NAME"], timeout=60)
     assert out.returncode == 0, out.stderr

@@ -53,10 +53,11 @@ class RelayTask(Task):
 
 def relay_task(task_type: str, *, backend: str = "relay", queue_name: str = "default") -> RelayTask:
     """Declare a platform task by its type: ``email_send = relay_task("email.send")``."""
-    return task_backends[backend].task_class(
-        priority=DEFAULT_TASK_PRIORITY, func=runs_on_relay, backend=backend, queue_name=queue_name,
-        run_after=None, takes_context=False, task_type=task_type,
-    )
+    cls = task_backends[backend].task_class
+    if not issubclass(cls, RelayTask):
+        raise InvalidTask(f"task backend {backend!r} is not a RelayBackend")
+    return cls(priority=DEFAULT_TASK_PRIORITY, func=runs_on_relay, backend=backend, queue_name=queue_name,
+               run_after=None, takes_context=False, task_type=task_type)
 
 
 _STATUS = {
@@ -105,7 +106,7 @@ class RelayBackend(BaseTaskBackend):
         if row.status in ("failed", "cancelled", "refused"):
             errors.append(TaskError(exception_class_path="relay_client.errors.RelayError",
                                     traceback=row.last_error or row.post_error or row.status))
-        result = TaskResult(
+        result: TaskResult = TaskResult(
             task=task, id=str(row.id), status=_STATUS.get(row.status, TaskResultStatus.READY),
             enqueued_at=row.created_at, started_at=None, finished_at=row.finished_at,
             last_attempted_at=None, args=[], kwargs=row.params, backend=self.alias,
