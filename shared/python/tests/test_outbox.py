@@ -17,7 +17,7 @@ from relay_client.django.models import RelayJob
 from shop.models import Order
 from shop.tasks import email_send, noop
 
-from .conftest import EXAMPLE, Relay, child_env, wait_for
+from .conftest import EXAMPLE, Relay, child_env, run_manage, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -111,3 +111,22 @@ def test_a_request_relay_refuses_is_closed_not_retried(relay, relay_settings):
     assert (row.status, row.posted_at is not None) == ("refused", True)
     assert "unknown_task_type" in row.post_error
     assert drain() == 0
+
+
+def test_the_periodic_drain_runs_as_local_work(relay, relay_settings):
+    from relay_client.django.periodic import drain_outbox
+
+    corr = f"periodic-{uuid.uuid4()}"
+    url = relay_settings["URL"]
+    relay_settings["URL"] = "http://127.0.0.1:1"
+    try:
+        with transaction.atomic(), correlation(corr):
+            noop.enqueue()
+    finally:
+        relay_settings["URL"] = url
+    drain_outbox.enqueue(min_age_seconds=0)
+    out = run_manage("db_worker", "--batch", "--no-startup-delay", db_name=connection.settings_dict["NAME"],
+                     timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert RelayJob.objects.get(correlation_id=corr).posted_at is not None
+    assert len(jobs_on_relay(relay, corr)) == 1
