@@ -21,7 +21,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use utoipa::{PartialSchema, ToSchema};
+use utoipa::ToSchema;
 
 use crate::credentials::JobAws;
 use crate::job::{Fault, JobId, TaskError, TenantId};
