@@ -45,6 +45,8 @@ pub struct AppState {
     pub project: String,
     /// Per-tenant intake rate limits (none by default).
     pub limits: ratelimit::RateLimits,
+    /// The longest `timeout_seconds` intake accepts (`Settings::max_timeout_seconds`).
+    pub max_timeout_seconds: i32,
 }
 
 pub fn router(state: AppState) -> Router {

@@ -65,7 +65,7 @@ pub async fn run(base_url: &str, n: usize, containers: usize) -> anyhow::Result<
                     let Some(event) = queue.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.pop_front() else {
                         return anyhow::Ok(());
                     };
-                    let res = crate::lambda::executor::handle(&exec, event).await;
+                    let res = crate::lambda::executor::handle(&exec, event, None).await;
                     anyhow::ensure!(res.batch_item_failures.is_empty(), "records failed: {:?}", res.batch_item_failures.len());
                 }
             })
