@@ -18,6 +18,9 @@ pub struct LambdaPath {
     pub jobs: usize,
     pub containers: usize,
     pub jobs_per_sec: f64,
+    /// Commits per job: one claim per batch of 10 plus the statements that wrote outcomes
+    /// (the executor writes outcomes as jobs end, those within 5 ms of each other together).
+    pub commits_per_job: f64,
 }
 
 pub async fn run(base_url: &str, n: usize, containers: usize) -> anyhow::Result<LambdaPath> {
@@ -50,7 +53,9 @@ pub async fn run(base_url: &str, n: usize, containers: usize) -> anyhow::Result<
             event
         })
         .collect();
+    let batches = events.len();
     let queue = Arc::new(Mutex::new(events));
+    let writes_before = crate::metrics::OUTCOME_WRITES.get();
     let start = Instant::now();
     let tasks: Vec<_> = (0..containers)
         .map(|_| {
@@ -75,8 +80,10 @@ pub async fn run(base_url: &str, n: usize, containers: usize) -> anyhow::Result<
         t.await??;
     }
     let seconds = start.elapsed().as_secs_f64();
+    let writes = crate::metrics::OUTCOME_WRITES.get() - writes_before;
+    let commits_per_job = (batches as u64 + writes) as f64 / n as f64;
     let (_, succeeded) = scratch.processing_span().await?;
     anyhow::ensure!(succeeded == n as i64, "{succeeded} of {n} jobs succeeded");
     scratch.drop_schema(base_url).await?;
-    Ok(LambdaPath { jobs: n, containers, jobs_per_sec: n as f64 / seconds })
+    Ok(LambdaPath { jobs: n, containers, jobs_per_sec: n as f64 / seconds, commits_per_job })
 }

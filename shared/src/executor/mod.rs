@@ -262,6 +262,7 @@ impl Executor {
         let stale_continues = if continues.is_empty() { vec![] } else { jobs::continue_later(&db, &continues).await? };
         let stale_waits = if waits.is_empty() { vec![] } else { jobs::wait_running(&db, &waits).await? };
         drop(db);
+        metrics::OUTCOME_WRITES.add([done.len(), retries.len(), failures.len(), continues.len(), waits.len()].iter().filter(|n| **n > 0).count());
         for (exception_id, job_id) in &failed.opened {
             if let Some((_, _, f)) = failures.iter().find(|f| f.0 == *job_id) {
                 crate::exceptions::alert_opened(*exception_id, *job_id, f.kind, &f.error);
