@@ -278,3 +278,28 @@ async fn a_job_runs_end_to_end_through_intake_sqs_and_the_executor() {
     assert_eq!(done["result"], json!({"echo": "from api gateway"}));
     assert_eq!(moto::depth(&url).await, 0, "the acknowledged message is gone");
 }
+
+/// On Lambda an attempt lives inside one executor invocation: intake refuses a timeout that no
+/// invocation can give (900 s less the 5 s reserve), naming the limit.
+#[tokio::test]
+async fn on_lambda_intake_refuses_a_timeout_no_executor_invocation_can_give() {
+    let (w, url, _) = sqs_world("limit").await;
+    let p = lambda_platform(&w, &url, &crate::support::database_url());
+    let intake = taskdeck::api::router(p.app_state());
+    let submit = |key: &str, timeout: i32| {
+        let mut event: Value =
+            serde_json::from_str(&fixture("apigw_v2_submit_job.json", &[("API_KEY", &w.key), ("IDEMPOTENCY_KEY", key)])).unwrap();
+        event["body"] = json!(json!({"task_type": "noop", "timeout_seconds": timeout}).to_string());
+        event["headers"].as_object_mut().unwrap().remove("content-length");
+        event.to_string()
+    };
+    let (status, err) = invoke_http(&intake, &submit("too-long", 896)).await;
+    assert_eq!(status, 422, "{err}");
+    assert_eq!((&err["error"]["field"], &err["error"]["limit"]), (&json!("timeout_seconds"), &json!(895)), "{err}");
+    assert!(err["error"]["message"].as_str().unwrap().contains("between 1 and 895"), "{err}");
+    let (status, _) = invoke_http(&intake, &submit("fits", 895)).await;
+    assert_eq!(status, 202);
+    // Elsewhere (the Postgres transport) the day-long limit stands.
+    let (status, _) = w.submit("long-elsewhere", json!({"task_type": "noop", "timeout_seconds": 3600})).await;
+    assert_eq!(status, 202);
+}

@@ -165,7 +165,8 @@ impl Executor {
         let mut out = Dispatched { claimed, deferred: deferred.iter().map(|d| d.id).collect(), ..Dispatched::default() };
         let mut ended: Vec<(ClaimedJob, Outcome)> = Vec::new();
         let mut flush_at: Option<Instant> = None;
-        loop {
+        // Each turn has an arm enabled: a job running, or an outcome waiting for its flush.
+        while !(running.is_empty() && ended.is_empty()) {
             tokio::select! {
                 next = running.join_next(), if !running.is_empty() => match next {
                     Some(Ok(pair)) => {
@@ -185,9 +186,6 @@ impl Executor {
                     flush_at = None;
                 }
                 _ = sleep_until(stop_at), if stop_at.is_some() => break,
-            }
-            if running.is_empty() && ended.is_empty() {
-                break;
             }
         }
         if !ended.is_empty() {
