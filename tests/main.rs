@@ -12,6 +12,7 @@ mod sweep;
 mod conformance;
 mod credentials;
 mod lambda;
+mod functions;
 mod template;
 mod status;
 mod console;

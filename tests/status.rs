@@ -40,7 +40,7 @@ pub async fn populate(w: &World) -> Uuid {
     let kids = [job("c1", "noop", Some(pid)), job("c2", "noop", Some(pid)), job("c3", "sleep", Some(pid)), later];
     jobs::insert_many(&db, w.tenant.id, &kids, None).await.unwrap();
     // Claim the parent and two children (oldest run_at first: parent, c1, c2).
-    let claimed = jobs::claim_ids(&db, &[pid, kids[0].id, kids[1].id], 30.0).await.unwrap().jobs;
+    let claimed = jobs::claim_ids(&db, &[pid, kids[0].id, kids[1].id], 30.0, None).await.unwrap().jobs;
     assert_eq!(claimed.len(), 3);
     jobs::fail(&db, &[(kids[0].id, 1, Failure::platform("fatal_error", "boom"))]).await.unwrap();
     jobs::succeed(&db, &[(kids[1].id, 1, json!({}))]).await.unwrap();
@@ -48,7 +48,7 @@ pub async fn populate(w: &World) -> Uuid {
     let (top, busy) = (job("top", "noop", None), job("busy", "sleep", None));
     let (top_id, busy_id) = (top.id, busy.id);
     jobs::insert_many(&db, w.tenant.id, &[top, busy], None).await.unwrap();
-    let claimed = jobs::claim_ids(&db, &[top_id, busy_id], 30.0).await.unwrap().jobs;
+    let claimed = jobs::claim_ids(&db, &[top_id, busy_id], 30.0, None).await.unwrap().jobs;
     let top_claim = claimed.iter().find(|c| c.id == top_id).unwrap();
     jobs::succeed(&db, &[(top_id, top_claim.attempt, json!({"ok": true}))]).await.unwrap();
     pid

@@ -40,6 +40,12 @@ pub struct LambdaConfig {
     pub task_roles: TaskRoles,
     /// Alert emails for new exceptions (`RELAY_ALERT_TO`, `RELAY_ALERT_FROM`); the sweeper sends them.
     pub alerts: Option<crate::alerts::AlertConfig>,
+    /// `RELAY_EXECUTOR_TIMEOUT_SECONDS` (default 900): the executor function's timeout. With
+    /// `deadline_reserve` it bounds `timeout_seconds` at intake (`max_job_timeout`).
+    pub executor_timeout: Duration,
+    /// `RELAY_DEADLINE_RESERVE_SECONDS` (default 5): what the executor keeps back of each
+    /// invocation to record outcomes; a job starts only if its timeout fits in the rest.
+    pub deadline_reserve: Duration,
     /// `RELAY_CALLBACK_ALLOW`: CIDRs and host names callbacks may reach although the address
     /// guard refuses them (empty: none).
     pub callback_allow: crate::callbacks::AllowList,
@@ -88,6 +94,8 @@ impl LambdaConfig {
             sweep_passes: u32::try_from(number("RELAY_SWEEP_PASSES", 2, 1..=10)?).unwrap_or(2),
             sweep_gap: Duration::from_secs(number("RELAY_SWEEP_GAP_SECONDS", 30, 0..=300)?),
             db_wait: Duration::from_secs(number("RELAY_DB_WAIT_SECONDS", 5, 1..=60)?),
+            executor_timeout: Duration::from_secs(number("RELAY_EXECUTOR_TIMEOUT_SECONDS", 900, 10..=900)?),
+            deadline_reserve: Duration::from_secs(number("RELAY_DEADLINE_RESERVE_SECONDS", 5, 1..=60)?),
             task_roles: TaskRoles::from_lookup(&get)?,
             alerts: crate::alerts::AlertConfig::from_lookup(&get)?,
             callback_allow: match text("RELAY_CALLBACK_ALLOW") {
@@ -100,6 +108,13 @@ impl LambdaConfig {
 
     pub fn require_database_url(&self) -> Result<&str, ConfigError> {
         self.database_url.as_deref().ok_or(ConfigError::Missing("DATABASE_URL"))
+    }
+
+    /// The longest `timeout_seconds` the executor function can ever give one attempt: its
+    /// timeout less the reserve kept to record outcomes (895 s by default). Intake refuses more.
+    pub fn max_job_timeout(&self) -> i32 {
+        let secs = self.executor_timeout.saturating_sub(self.deadline_reserve).as_secs().max(1);
+        i32::try_from(secs).unwrap_or(i32::MAX)
     }
 
     pub fn require_work_queue_url(&self) -> Result<&str, ConfigError> {
@@ -121,6 +136,7 @@ mod tests {
     fn defaults_apply_and_required_settings_name_their_variable() {
         let c = read(&[]).unwrap();
         assert_eq!(c.lease, Duration::from_secs(960));
+        assert_eq!(c.max_job_timeout(), 895, "900 s of invocation less the 5 s reserve");
         assert_eq!(c.ingress_tenant, "platform");
         assert_eq!((c.sweep_passes, c.sweep_gap), (2, Duration::from_secs(30)));
         assert_eq!(c.require_database_url().unwrap_err().to_string(), "DATABASE_URL is not set");

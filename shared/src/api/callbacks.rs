@@ -92,7 +92,7 @@ pub async fn put(
     JsonBody(req): JsonBody<CallbackSettingsRequest>,
 ) -> Result<Json<CallbackSettings>, ApiError> {
     if let Some(url) = &req.url {
-        crate::callbacks::check_url(url, &state.callback_allow).map_err(|why| {
+        crate::callbacks::check_url(url, &state.admission.callback_allow).map_err(|why| {
             ApiError::unprocessable("invalid_field", format!("url: {why}")).with("field", "url")
         })?;
     }

@@ -45,8 +45,8 @@ pub struct AppState {
     pub project: String,
     /// Per-tenant intake rate limits (none by default).
     pub limits: ratelimit::RateLimits,
-    /// Addresses callbacks may reach although the guard refuses them (`RELAY_CALLBACK_ALLOW`).
-    pub callback_allow: crate::callbacks::AllowList,
+    /// What this deployment admits beyond each task's own parameters.
+    pub admission: jobs::Admission,
 }
 
 pub fn router(state: AppState) -> Router {

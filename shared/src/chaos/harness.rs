@@ -341,7 +341,7 @@ pub async fn consume_sqs(exec: Executor, client: Client, url: String, received: 
             continue;
         }
         received.add(&event);
-        let response = crate::lambda::executor::handle(&exec, event.clone()).await;
+        let response = crate::lambda::executor::handle(&exec, event.clone(), None).await;
         let failed: Vec<String> = response.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
         // A failed delete only means SQS delivers the record again (a duplicate claims nothing).
         let _ = delete_acknowledged(&client, &url, &event, &failed).await;

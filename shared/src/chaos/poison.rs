@@ -73,7 +73,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
             break;
         }
         received += event.records.len();
-        let response = crate::lambda::executor::handle(&exec, event.clone()).await;
+        let response = crate::lambda::executor::handle(&exec, event.clone(), None).await;
         let failed: Vec<String> = response.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
         report.check(failed.is_empty(), format!("the executor returned {} records to the queue", failed.len()));
         harness::delete_acknowledged(&client, &work, &event, &failed).await?;

@@ -52,9 +52,40 @@ pub fn settings(cfg: &LambdaConfig) -> Settings {
     s.pool.verify_on_checkout = true;
     s.pool.wait_timeout = cfg.db_wait;
     s.executor.lease = cfg.lease;
+    s.executor.deadline_reserve = cfg.deadline_reserve;
+    s.max_timeout_seconds = cfg.max_job_timeout();
     s.sweep.alerts = cfg.alerts.clone();
     s.callback_allow = cfg.callback_allow.clone();
     s
+}
+
+/// Run a function's init (config, platform). An error is also reported to the Lambda Runtime
+/// API's `/init/error`, so the service shows it, naming the variable at fault, as the reason
+/// the init failed (a `main` that just returns an error only exits the process).
+pub async fn init<T>(setup: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    let err = match setup.await {
+        Ok(v) => return Ok(v),
+        Err(e) => e,
+    };
+    tracing::error!(event = "relay.lambda.init_failed", error = format!("{err:#}"), "init failed");
+    if let Ok(api) = std::env::var("AWS_LAMBDA_RUNTIME_API")
+        && let Err(e) = report_init_error(&api, &err).await
+    {
+        tracing::error!(event = "relay.lambda.init_report_failed", error = format!("{e:#}"), "could not report the init error");
+    }
+    Err(err)
+}
+
+async fn report_init_error(api: &str, err: &anyhow::Error) -> anyhow::Result<()> {
+    let body = serde_json::json!({ "errorMessage": format!("{err:#}"), "errorType": "Runtime.InitError" }).to_string();
+    let req = hyper::Request::post(format!("http://{api}/2018-06-01/runtime/init/error"))
+        .header("Lambda-Runtime-Function-Error-Type", "Runtime.InitError")
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(http_body_util::Full::new(hyper::body::Bytes::from(body)))?;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+    let res = client.request(req).await?;
+    anyhow::ensure!(res.status().is_success(), "the Runtime API answered {}", res.status());
+    Ok(())
 }
 
 /// JSON logs to stdout (CloudWatch Logs); the filter from `RELAY_LOG`, `info` by default.
