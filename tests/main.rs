@@ -21,3 +21,4 @@ mod campaign;
 mod flow;
 mod callbacks;
 mod chaos;
+mod dbconn;
