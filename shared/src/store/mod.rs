@@ -38,7 +38,7 @@ pub use deadpool_postgres::GenericClient;
 pub enum StoreError {
     #[error("database: {}", describe(.0))]
     Db(#[from] tokio_postgres::Error),
-    #[error("connection pool: {0}")]
+    #[error("connection pool: {}", causes(.0))]
     Pool(#[from] deadpool_postgres::PoolError),
     #[error("stale write refused for job {job_id} attempt {attempt}: the job has moved on")]
     StaleWrite { job_id: uuid::Uuid, attempt: i32 },
@@ -61,6 +61,23 @@ fn describe(e: &tokio_postgres::Error) -> String {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
         None => e.to_string(),
     }
+}
+
+/// An error and its causes, each said once: a refused connection names why ("error
+/// performing TLS handshake: invalid peer certificate: UnknownIssuer", "password
+/// authentication failed"), where the outer `Display`s stop at "error performing TLS handshake".
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 impl StoreError {
