@@ -467,7 +467,8 @@ fn ses_events_flow_from_a_configuration_set_through_a_topic_into_the_ingress_que
     assert_eq!(target(&sub["Endpoint"]), "IngressQueue");
     assert_eq!(sub["RawMessageDelivery"], false, "ingress parses the SNS envelope");
     let policy = &res["IngressQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"][0];
-    assert_eq!(policy["Condition"]["ArnEquals"]["aws:SourceArn"], topic, "only that topic may deliver");
+    assert_eq!(policy["Condition"]["ArnLike"]["aws:SourceArn"][0], topic, "that topic may deliver");
+    assert_eq!(policy["Condition"]["ArnLike"]["aws:SourceArn"].as_array().map(Vec::len), Some(2), "and relay-* topics, nothing else");
     // Created unless given, both of them.
     assert_eq!(res["SesEventTopic"]["Condition"], "CreateSesEventTopic");
     assert_eq!(res["SesConfigurationSet"]["Condition"], "CreateSesConfigurationSet");
