@@ -23,3 +23,4 @@ mod flow;
 mod callbacks;
 mod chaos;
 mod python;
+mod dbconn;

@@ -36,7 +36,10 @@ pub async fn platform(cfg: &LambdaConfig) -> anyhow::Result<Platform> {
     let transport = Arc::new(SqsTransport::new(SqsTransport::client(&sdk), queue_url));
     // Tasks get AWS access only through the roles mapped to their types (default deny).
     let credentials = Arc::new(TaskCredentials::new(cfg.task_roles.clone(), &sdk));
-    Ok(platform_with(cfg, transport)?.with_credentials(credentials))
+    // The database login from Secrets Manager, read on first connect (none in the environment).
+    let mut settings = settings(cfg);
+    settings.pool.secret = cfg.database_secret.as_deref().map(|id| Arc::new(crate::store::secret::DbSecret::new(&sdk, id)));
+    Ok(Platform::new(cfg.require_database_url()?, settings)?.with_transport(transport).with_credentials(credentials))
 }
 
 /// The same, with the transport given (tests pass an SQS transport on a moto queue).
