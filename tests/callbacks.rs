@@ -183,25 +183,38 @@ async fn the_ssrf_corpus_never_connects() {
     w.call(Method::PUT, "/v1/callbacks", None, Some(json!({"url": null}))).await;
     let (addr, seen) = receiver("127.0.0.1", vec![]).await;
     let p = addr.port();
-    let corpus = [
+    // Hosts written as an address the guard refuses: refused when set, at submit and at
+    // `PUT /v1/callbacks`, with a 422 naming the field.
+    let literal = [
         format!("http://127.0.0.1:{p}/"),
+        format!("http://[::1]:{p}/"),
+        format!("http://[::ffff:127.0.0.1]:{p}/"),
+        format!("http://[::ffff:7f00:1]:{p}/"),
+        format!("http://[::ffff:0:7f00:1]:{p}/"),
+        format!("http://0.0.0.0:{p}/"),
+        "http://169.254.169.254/latest/meta-data/".into(),
+        "http://[::ffff:169.254.169.254]/latest/meta-data/".into(),
+        "http://[fd00:ec2::254]/".into(),
+        "http://[64:ff9b:1::a00:1]/".into(),
+        "http://10.0.0.1/".into(),
+        "http://192.168.1.1/".into(),
+        "http://172.16.0.1/".into(),
+        "http://100.100.100.200/".into(),
+    ];
+    for (i, url) in literal.iter().enumerate() {
+        let (s, e) = w.submit(&format!("literal-{i}"), json!({"task_type": "noop", "callback_url": url})).await;
+        assert_eq!((s.as_u16(), e["error"]["field"].as_str()), (422, Some("callback_url")), "{url}: {e}");
+        let (s, e) = w.call(Method::PUT, "/v1/callbacks", None, Some(json!({"url": url}))).await;
+        assert_eq!((s.as_u16(), e["error"]["field"].as_str()), (422, Some("url")), "{url}: {e}");
+    }
+    // Names and odd spellings are judged where they resolve, at delivery.
+    let corpus = [
         format!("http://localhost:{p}/"),
         format!("http://2130706433:{p}/"),
         format!("http://0x7f.1:{p}/"),
         format!("http://0177.0.0.1:{p}/"),
         format!("http://0x7f000001:{p}/"),
         format!("http://127.1:{p}/"),
-        format!("http://[::1]:{p}/"),
-        format!("http://[::ffff:127.0.0.1]:{p}/"),
-        format!("http://[::ffff:7f00:1]:{p}/"),
-        format!("http://0.0.0.0:{p}/"),
-        "http://169.254.169.254/latest/meta-data/".into(),
-        "http://[::ffff:169.254.169.254]/latest/meta-data/".into(),
-        "http://[fd00:ec2::254]/".into(),
-        "http://10.0.0.1/".into(),
-        "http://192.168.1.1/".into(),
-        "http://172.16.0.1/".into(),
-        "http://100.100.100.200/".into(),
     ];
     for (i, url) in corpus.iter().enumerate() {
         let id = run_job(&w, &format!("ssrf-{i}"), json!({"task_type": "noop", "callback_url": url})).await;
@@ -211,9 +224,13 @@ async fn the_ssrf_corpus_never_connects() {
         assert_eq!(a["outcome"], "refused", "{url}: {a}");
     }
     assert!(seen.lock().unwrap().is_empty(), "a refused callback connected");
-    // Refused for good: each delivery failed and opened an exception.
+    // Refused for good, and the tenant's own doing: each delivery failed, shown on the job's
+    // callback attempts; no operator exception, one count per tenant and cause.
     let failed = "SELECT count(*) FROM jobs WHERE task_type = 'callback.deliver' AND status = 'failed'";
     assert_eq!(w.count(failed, &[]).await, corpus.len() as i64);
+    assert_eq!(w.count("SELECT count(*) FROM exceptions", &[]).await, 0, "a tenant's refused callbacks are not operator work");
+    let faults = "SELECT count FROM tenant_faults WHERE tenant_id = $1 AND task_type = 'callback.deliver' AND kind = 'fatal_error'";
+    assert_eq!(w.count(faults, &[&w.tenant.id]).await, corpus.len() as i64);
 
     // A redirect (even from an allowed receiver) is not followed: a failed attempt.
     let (trap, trapped) = receiver("127.0.0.2", vec![]).await;
@@ -348,4 +365,54 @@ async fn the_client_module_verifies_reconciles_and_refreshes_against_a_running_r
     assert!(page["resume_cursor"].is_string());
     let (s, e) = w.call(Method::GET, "/v1/jobs?updated_since=garbage", None, None).await;
     assert_eq!((s.as_u16(), e["error"]["field"].as_str()), (400, Some("updated_since")));
+}
+
+#[tokio::test]
+async fn a_tenants_failing_callbacks_are_its_own_and_reach_operators_once_per_cause() {
+    // The reproduction: 27 jobs whose callback_url the guard refuses. Each is refused at submit,
+    // so nothing is created and no operator exception can follow.
+    let plain = World::new().await;
+    plain.call(Method::PUT, "/v1/callbacks", None, Some(json!({"url": null}))).await;
+    for i in 0..27 {
+        let (s, e) = plain.submit(&format!("refused-{i}"), json!({"task_type": "noop", "callback_url": "http://127.0.0.1/"})).await;
+        assert_eq!((s.as_u16(), e["error"]["field"].as_str()), (422, Some("callback_url")), "{e}");
+    }
+    assert_eq!(plain.count("SELECT count(*) FROM jobs", &[]).await, 0);
+
+    // An endpoint that never answers 2xx: every delivery attempt fails, then the attempts run out.
+    let w = world().await;
+    let attempts = taskdeck::store::callbacks::MAX_ATTEMPTS as usize;
+    let (addr, seen) = receiver("127.0.0.1", vec![(500, None); 3 * attempts]).await;
+    w.call(Method::PUT, "/v1/callbacks", None, Some(json!({"url": format!("http://{addr}/hook")}))).await;
+    let first = run_job(&w, "first", json!({"task_type": "noop"})).await;
+    for _ in 0..attempts {
+        deliver_due(&w).await;
+    }
+    assert_eq!(seen.lock().unwrap().len(), attempts, "every attempt reached the endpoint");
+    let (_, a) = w.call(Method::GET, &format!("/v1/jobs/{first}/callbacks"), None, None).await;
+    assert_eq!(a["attempts"].as_array().unwrap().len(), attempts, "the tenant sees every attempt: {a}");
+    let failed = "SELECT count(*) FROM jobs WHERE task_type = 'callback.deliver' AND status = 'failed'";
+    assert_eq!(w.count(failed, &[]).await, 1);
+    assert_eq!(w.count("SELECT count(*) FROM exceptions", &[]).await, 0, "not an operator exception");
+
+    // Operators get one signal for the tenant and cause, not one per job: a second failure
+    // within the hour counts, and signals nothing new.
+    let sweeper = w.platform.sweeper();
+    assert_eq!(sweeper.pass().await.unwrap().tenant_faults_signalled, 1);
+    assert_eq!(sweeper.pass().await.unwrap().tenant_faults_signalled, 0, "nothing new since");
+    run_job(&w, "second", json!({"task_type": "noop"})).await;
+    for _ in 0..attempts {
+        deliver_due(&w).await;
+    }
+    assert_eq!(w.count(failed, &[]).await, 2);
+    assert_eq!(sweeper.pass().await.unwrap().tenant_faults_signalled, 0, "at most one signal an hour");
+    let op = taskdeck::store::operators::create(&w.db().await, "ops").await.unwrap().1;
+    let (s, list) = w.call_as(&op, Method::GET, "/v1/admin/tenant-faults", None, None).await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    let row = &list["tenant_faults"][0];
+    assert_eq!((row["task_type"].as_str(), row["kind"].as_str(), row["count"].as_i64()),
+        (Some("callback.deliver"), Some("attempts_exhausted"), Some(2)), "{list}");
+    assert_eq!(row["tenant_id"], json!(w.tenant.id));
+    let (s, _) = w.call(Method::GET, "/v1/admin/tenant-faults", None, None).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "a tenant key cannot read operators' routes");
 }

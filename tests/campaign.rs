@@ -56,7 +56,7 @@ async fn ten_thousand_recipients_in_shadow_mode_complete_exactly_though_the_crea
     // A worker claims the campaign and is killed while it creates children: its run stops at
     // whatever it was awaiting and records nothing.
     let exec = w.platform.executor();
-    let claim = jobs::claim_ids(&w.db().await, &[id], 2.0).await.unwrap();
+    let claim = jobs::claim_ids(&w.db().await, &[id], 2.0, None).await.unwrap();
     let job = claim.jobs.into_iter().next().expect("claimed");
     let modes = Arc::new(claim.modes);
     let doomed = {

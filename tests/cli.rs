@@ -124,3 +124,82 @@ async fn the_bench_finds_the_local_database_server_and_its_cpu_time() {
     assert!(cost.postgres_us.unwrap() > 50_000.0, "{cost:?}");
     assert!(cost.ceiling_per_sec.is_some(), "{cost:?}");
 }
+
+/// A child process killed when dropped (the test's `relay serve` / `relay worker`).
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_relay(w: &World, args: &[&str]) -> Child {
+    Child(
+        Command::new(env!("CARGO_BIN_EXE_relay"))
+            .args(args)
+            .env("DATABASE_URL", schema_url(&w.schema))
+            .env("RELAY_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn relay"),
+    )
+}
+
+/// `relay serve` on a free port, answering.
+async fn serve(w: &World) -> (Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = spawn_relay(w, &["serve", "--addr", &format!("127.0.0.1:{port}")]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        assert!(Instant::now() < deadline, "relay serve did not listen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (child, format!("http://127.0.0.1:{port}"))
+}
+
+async fn smoke(url: &str, key: &str, within: &str) -> (bool, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(["smoke", "--within", within])
+        .env("RELAY_API_URL", url)
+        .env("RELAY_API_KEY", key)
+        .env_remove("DATABASE_URL")
+        .output()
+        .await
+        .expect("run relay smoke");
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[tokio::test]
+async fn smoke_passes_when_a_worker_runs_the_job_through_the_public_api() {
+    let w = World::new().await;
+    let (_api, url) = serve(&w).await;
+    let _worker = spawn_relay(&w, &["worker", "--workers", "1"]);
+    let (ok, stdout, stderr) = smoke(&url, &w.key, "30").await;
+    assert!(ok, "smoke failed: {stderr}");
+    assert!(stdout.contains("succeeded"), "{stdout}");
+    // It really went through the API as this tenant: one noop job, succeeded.
+    let n = w.count("SELECT count(*) FROM jobs WHERE task_type = 'noop' AND status = 'succeeded' AND tenant_id = $1", &[&w.tenant.id]).await;
+    assert_eq!(n, 1);
+}
+
+#[tokio::test]
+async fn smoke_fails_with_what_it_saw_when_no_worker_runs_or_the_key_is_wrong() {
+    let w = World::new().await;
+    let (_api, url) = serve(&w).await;
+    let started = Instant::now();
+    let (ok, _, stderr) = smoke(&url, &w.key, "3").await;
+    assert!(!ok, "no worker: the job cannot succeed");
+    assert!(stderr.contains("did not succeed within 3 s") && stderr.contains("\"pending\""), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(15), "bounded");
+    let (ok, _, stderr) = smoke(&url, "rk_not-a-key", "3").await;
+    assert!(!ok);
+    assert!(stderr.contains("submit: Relay answered 401"), "{stderr}");
+    // Nothing listening.
+    drop(_api);
+    let (ok, _, stderr) = smoke(&url, &w.key, "3").await;
+    assert!(!ok);
+    assert!(stderr.contains("submit: request failed") && stderr.contains("onnect"), "{stderr}");
+}

@@ -100,7 +100,7 @@ impl Rig {
             if let Some((url, arn)) = &self.queue {
                 let event = moto::receive_event(url, arn, 1).await;
                 if !event.records.is_empty() {
-                    let res = taskdeck::lambda::executor::handle(&self.world.platform.executor(), event.clone()).await;
+                    let res = taskdeck::lambda::executor::handle(&self.world.platform.executor(), event.clone(), None).await;
                     let failed: Vec<String> = res.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
                     moto::delete_acknowledged(url, &event, &failed).await;
                 }

@@ -53,7 +53,8 @@ async fn older_minor_versions_with_missing_and_unknown_fields_are_shown() {
         "task_type": "email.send", "kind": "ambiguous_outcome", "cause": "timed out <b>", "opened_at": "2026-11-30T10:00:00Z"}],"#;
     let newer = FIXTURE
         .replace("\"1.0\"", "\"1.4\"")
-        .replace("\"project\"", &format!("\"added_in_1_4\": {{\"x\": 1}}, {exceptions} \"project\""));
+        .replace("\"project\"", &format!("\"added_in_1_4\": {{\"x\": 1}}, {exceptions} \"project\""))
+        .replace("\"open_exceptions\":", "\"dead_letters_24h\": 3, \"open_exceptions\":");
     let (v14, _b) = fixed(newer).await;
     let console = Console::new(config(&[
         ("billing", &format!("{v10}/v1/status"), None),
@@ -75,6 +76,8 @@ async fn older_minor_versions_with_missing_and_unknown_fields_are_shown() {
     assert!(html.contains("no activity series"), "a missing optional field is said, not an error");
     assert!(html.contains(r#"<td class="warn" title="timed out &lt;b&gt;">ambiguous_outcome</td>"#), "open exceptions are listed");
     assert!(html.contains("…0000beef"));
+    assert!(html.contains(r#"<div class="dead-letters warn">3 dead letters in 24 h</div>"#), "dead letters are shown (1.3)");
+    assert_eq!(html.matches("dead letters in 24 h").count(), 1, "not for a 1.0 project, which does not report them");
     assert!(!html.contains("<script>alert"), "every value is escaped");
     assert!(html.contains("&lt;script&gt;alert"));
 }

@@ -615,3 +615,50 @@ async fn a_tenant_names_its_own_sending_role_and_relay_assumes_it_with_relays_ex
     let (_, role) = w.call(Method::GET, "/v1/sending-role", None, None).await;
     assert_eq!(role["role_arn"], Value::Null);
 }
+
+#[tokio::test]
+async fn a_tenant_cannot_forge_provider_events_against_another_tenants_messages() {
+    let w = World::new().await;
+    go_live(&w).await;
+    sender(&w).await;
+    let exec = executor(&w, moto::endpoint(), roles());
+    let id = submit(&w, "victim", json!({"task_type": "email.send", "params": {
+        "from": format!("noreply@{DOMAIN}"), "to": ["ceo@victim.example"], "subject": format!("forged {}", w.schema), "text": "x"}})).await;
+    exec.run_dispatched(&[id]).await.unwrap();
+    let m = message_of(&w, id).await;
+    assert_eq!(m["status"], "sent");
+
+    // The attacker posts the forged bounce, naming the victim's message by its id.
+    let (_, attacker) = w.other_tenant("attacker").await;
+    let forged = json!({"task_type": "provider.event", "params": {"source": "s", "envelope": "sns", "message_id": "f1",
+        "message": {"eventType": "Bounce", "mail": {"messageId": "x", "tags": {"relay_message_id": [m["id"]]}},
+            "bounce": {"bounceType": "Permanent", "bouncedRecipients": [{"emailAddress": "ceo@victim.example"},
+                {"emailAddress": "never@victim.example"}]}}}});
+    let (s, e) = w.call_as(&attacker, Method::POST, "/v1/jobs", Some("forge"), Some(forged.to_string().into_bytes())).await;
+    assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("unknown_task_type")), "{e}");
+    assert!(!e["error"]["available"].as_array().unwrap().contains(&json!("provider.event")), "{e}");
+    let batch = json!({"jobs": [{"idempotency_key": "forge-b", "task_type": "provider.event", "params": forged["params"]}]});
+    let (_, b) = w.call_as(&attacker, Method::POST, "/v1/jobs:batch", None, Some(batch.to_string().into_bytes())).await;
+    assert_eq!(b["results"][0]["error"]["code"], "unknown_task_type", "{b}");
+    let (_, tasks) = w.call_as(&attacker, Method::GET, "/v1/tasks", None, None).await;
+    let names: Vec<&str> = tasks["tasks"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(!names.contains(&"provider.event") && names.contains(&"email.send"), "{names:?}");
+    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE task_type = 'provider.event'", &[]).await, 0);
+
+    // Through the real ingress path, an event tagged with the victim's message but carrying
+    // another SES id does not apply to it; the real one applies and suppresses only the
+    // message's own recipient, not an address the event adds.
+    let bounce = |ses_id: &str| json!({"eventType": "Bounce",
+        "mail": {"messageId": ses_id, "tags": {"relay_message_id": [m["id"]]}},
+        "bounce": {"bounceType": "Permanent", "bouncedRecipients": [{"emailAddress": "ceo@victim.example"},
+            {"emailAddress": "never@victim.example"}]}});
+    let results = through_ingress(&w, &exec, vec![sns_record("sns-forged", &bounce("not-the-ses-id"))]).await;
+    assert_eq!(results[0]["applied"], false, "{results:?}");
+    assert_eq!(message_of(&w, id).await["status"], "sent");
+    let real = m["provider_message_id"].as_str().unwrap();
+    let results = through_ingress(&w, &exec, vec![sns_record("sns-real", &bounce(real))]).await;
+    assert_eq!((results[0]["applied"].as_bool(), results[0]["suppressed"].as_i64()), (Some(true), Some(1)), "{results:?}");
+    let (_, list) = w.call(Method::GET, "/v1/suppressions", None, None).await;
+    let listed: Vec<&str> = list["suppressions"].as_array().unwrap().iter().filter_map(|s| s["address"].as_str()).collect();
+    assert_eq!(listed, ["ceo@victim.example"], "only the message's own recipient");
+}

@@ -180,11 +180,11 @@ async fn a_stale_workers_late_result_changes_nothing() {
     let (_, job) = w.submit("zombie", json!({"task_type": "noop"})).await;
     let id = id_of(&job);
     let db = w.db().await;
-    let first = jobs::claim_ids(&db, &[id], 0.2).await.unwrap().jobs;
+    let first = jobs::claim_ids(&db, &[id], 0.2, None).await.unwrap().jobs;
     assert_eq!(first[0].attempt, 1);
     tokio::time::sleep(Duration::from_millis(300)).await;
     w.platform.sweeper().pass().await.unwrap();
-    let second = jobs::claim_ids(&db, &[id], 30.0).await.unwrap().jobs;
+    let second = jobs::claim_ids(&db, &[id], 30.0, None).await.unwrap().jobs;
     assert_eq!(second[0].attempt, 2);
     let refused = jobs::succeed(&db, &[(id, 1, json!({"from": "zombie"}))]).await.unwrap();
     assert_eq!(refused, vec![(id, 1)], "the zombie's write is refused");

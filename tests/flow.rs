@@ -235,7 +235,7 @@ async fn a_running_job_is_measured_against_its_task_types_baseline() {
     assert_eq!(progress::refresh_baselines(&db).await.unwrap(), 1);
     let (_, j) = w.submit("now", json!({"task_type": "sleep", "params": {"seconds": 60}})).await;
     let id = id_of(&j);
-    jobs::claim_ids(&db, &[id], 30.0).await.unwrap();
+    jobs::claim_ids(&db, &[id], 30.0, None).await.unwrap();
     let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
     let p = &job["progress"];
     assert_eq!((p["kind"].as_str(), p["runs_in_baseline"].as_i64(), p["stuck"].as_bool()), (Some("elapsed"), Some(5), Some(false)), "{p}");

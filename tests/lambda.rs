@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_lambda_events::eventbridge::EventBridgeEvent;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -88,7 +87,7 @@ async fn executor_runs_each_job_once_keeps_malformed_bodies_and_fails_no_record(
     let exec = w.platform.executor();
 
     // Two records carry the same job (a duplicate delivery), one carries garbage.
-    let res = lambda::executor::handle(&exec, event.clone()).await;
+    let res = lambda::executor::handle(&exec, event.clone(), None).await;
     assert_eq!(failed(&res), Vec::<String>::new(), "nothing returns to the queue");
     let uuid: Uuid = id.parse().unwrap();
     assert_eq!(effects::count(&w.db().await, uuid).await.unwrap(), 1);
@@ -100,7 +99,7 @@ async fn executor_runs_each_job_once_keeps_malformed_bodies_and_fails_no_record(
     assert!(kept[0].reason.contains("missing field `job_id`"), "{}", kept[0].reason);
 
     // The same batch again (SQS redelivers): the job is done, so everything is acknowledged.
-    let res = lambda::executor::handle(&exec, event).await;
+    let res = lambda::executor::handle(&exec, event, None).await;
     assert!(res.batch_item_failures.is_empty());
     assert_eq!(effects::count(&w.db().await, uuid).await.unwrap(), 1, "the effect ran once");
     assert_eq!(dead_letters::recent(&w.db().await, 10).await.unwrap().len(), 1, "kept once");
@@ -116,12 +115,12 @@ async fn executor_returns_records_to_the_queue_only_when_the_database_is_unreach
     let mut settings = crate::support::test_settings();
     settings.pool.wait_timeout = Duration::from_millis(500);
     let down = Platform::new("postgres://relay@127.0.0.1:1/relay", settings).unwrap().with_transport(Arc::new(Down));
-    let res = lambda::executor::handle(&down.executor(), event.clone()).await;
+    let res = lambda::executor::handle(&down.executor(), event.clone(), None).await;
     assert_eq!(failed(&res).len(), 3, "every record returns: nothing could be run or kept");
 
     // A message for a job that does not exist is acknowledged and kept as a dead letter: a
     // message without a row cannot come from Relay.
-    let res = lambda::executor::handle(&w.platform.executor(), event).await;
+    let res = lambda::executor::handle(&w.platform.executor(), event, None).await;
     assert!(res.batch_item_failures.is_empty());
     let kept = w.count("SELECT count(*) FROM dead_letters WHERE reason LIKE 'no job % exists%' AND body LIKE '%' || $1 || '%'", &[&id]).await;
     assert!(kept >= 1, "{kept}");
@@ -136,7 +135,7 @@ async fn a_lambda_container_reconnects_after_its_connection_is_dropped() {
         let (_, job) = w.submit(&format!("rc-{round}"), json!({"task_type": "noop"})).await;
         let event = moto::receive_event(&url, &arn, 1).await;
         assert_eq!(event.records.len(), 1);
-        let res = lambda::executor::handle(&exec, event.clone()).await;
+        let res = lambda::executor::handle(&exec, event.clone(), None).await;
         assert!(res.batch_item_failures.is_empty(), "round {round}: {:?}", failed(&res));
         moto::delete_acknowledged(&url, &event, &failed(&res)).await;
         let id = job["id"].as_str().unwrap();
@@ -163,7 +162,7 @@ async fn sweeper_handles_a_scheduled_event_and_resends_lost_dispatches() {
     let unmarked = "SELECT count(*) FROM jobs WHERE dispatched_at IS NULL";
     assert_eq!(w.eventually(unmarked, &[], 1).await, 1, "the failed dispatch cleared its mark");
     assert_eq!(moto::depth(&url).await, 0);
-    let event: EventBridgeEvent = serde_json::from_str(&fixture("eventbridge_scheduled.json", &[])).unwrap();
+    let event: Value = serde_json::from_str(&fixture("eventbridge_scheduled.json", &[])).unwrap();
     let reports = lambda::sweeper::handle(&w.platform.sweeper(), &event, 2, Duration::from_millis(10)).await.unwrap();
     assert_eq!(reports.len(), 2, "two passes per invocation");
     assert_eq!(reports[0].redispatched, 1);
@@ -202,7 +201,10 @@ async fn ingress_turns_provider_records_into_jobs_once_and_keeps_what_it_cannot_
         .get(0);
     assert_eq!(params["source"], "arn:aws:sns:eu-west-1:123456789012:relay-ses-events");
     assert_eq!(params["message"]["eventType"], "Delivery", "the SNS Message is kept as parsed JSON");
-    assert_eq!(params["message"]["mail"]["tags"]["relay-correlation-id"][0], "order-4711");
+    assert_eq!(params["message"]["mail"]["tags"]["relay_correlation_id"][0], "order-4711");
+    let correlation: String =
+        w.db().await.query_one("SELECT correlation_id FROM jobs WHERE idempotency_key LIKE 'sns:%'", &[]).await.unwrap().get(0);
+    assert_eq!(correlation, "order-4711", "the event joins the message's correlation id (SES's tag, as Relay sends it)");
     let kept = dead_letters::recent(&w.db().await, 10).await.unwrap();
     assert_eq!(kept.len(), 1);
     assert!(kept[0].body.starts_with("From: someone@example.org\r\n"), "kept whole");
@@ -218,7 +220,7 @@ async fn ingress_turns_provider_records_into_jobs_once_and_keeps_what_it_cannot_
     // Never processed inline: the jobs went to the work queue, and the executor runs them.
     let work = moto::receive_event(&url, &arn, 1).await;
     assert_eq!(work.records.len(), 2);
-    let res = lambda::executor::handle(&p.executor(), work).await;
+    let res = lambda::executor::handle(&p.executor(), work, None).await;
     assert!(res.batch_item_failures.is_empty());
     assert_eq!(w.count("SELECT count(*) FROM jobs WHERE status = 'succeeded'", &[]).await, 2);
 }
@@ -268,11 +270,36 @@ async fn a_job_runs_end_to_end_through_intake_sqs_and_the_executor() {
     assert_eq!(batch.records.len(), 1, "one message for one committed row");
     let body: Value = serde_json::from_str(batch.records[0].body.as_deref().unwrap()).unwrap();
     assert_eq!(body.as_object().unwrap().keys().collect::<Vec<_>>(), ["job_id", "run_at"]);
-    let res = lambda::executor::handle(&p.executor(), batch.clone()).await;
+    let res = lambda::executor::handle(&p.executor(), batch.clone(), None).await;
     moto::delete_acknowledged(&url, &batch, &failed(&res)).await;
     let get = fixture("apigw_v2_get_job.json", &[("API_KEY", &w.key), ("JOB_ID", job["id"].as_str().unwrap())]);
     let (_, done) = invoke_http(&intake, &get).await;
     assert_eq!(done["status"], "succeeded");
     assert_eq!(done["result"], json!({"echo": "from api gateway"}));
     assert_eq!(moto::depth(&url).await, 0, "the acknowledged message is gone");
+}
+
+/// On Lambda an attempt lives inside one executor invocation: intake refuses a timeout that no
+/// invocation can give (900 s less the 5 s reserve), naming the limit.
+#[tokio::test]
+async fn on_lambda_intake_refuses_a_timeout_no_executor_invocation_can_give() {
+    let (w, url, _) = sqs_world("limit").await;
+    let p = lambda_platform(&w, &url, &crate::support::database_url());
+    let intake = taskdeck::api::router(p.app_state());
+    let submit = |key: &str, timeout: i32| {
+        let mut event: Value =
+            serde_json::from_str(&fixture("apigw_v2_submit_job.json", &[("API_KEY", &w.key), ("IDEMPOTENCY_KEY", key)])).unwrap();
+        event["body"] = json!(json!({"task_type": "noop", "timeout_seconds": timeout}).to_string());
+        event["headers"].as_object_mut().unwrap().remove("content-length");
+        event.to_string()
+    };
+    let (status, err) = invoke_http(&intake, &submit("too-long", 896)).await;
+    assert_eq!(status, 422, "{err}");
+    assert_eq!((&err["error"]["field"], &err["error"]["limit"]), (&json!("timeout_seconds"), &json!(895)), "{err}");
+    assert!(err["error"]["message"].as_str().unwrap().contains("between 1 and 895"), "{err}");
+    let (status, _) = invoke_http(&intake, &submit("fits", 895)).await;
+    assert_eq!(status, 202);
+    // Elsewhere (the Postgres transport) the day-long limit stands.
+    let (status, _) = w.submit("long-elsewhere", json!({"task_type": "noop", "timeout_seconds": 3600})).await;
+    assert_eq!(status, 202);
 }

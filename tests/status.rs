@@ -40,15 +40,15 @@ pub async fn populate(w: &World) -> Uuid {
     let kids = [job("c1", "noop", Some(pid)), job("c2", "noop", Some(pid)), job("c3", "sleep", Some(pid)), later];
     jobs::insert_many(&db, w.tenant.id, &kids, None).await.unwrap();
     // Claim the parent and two children (oldest run_at first: parent, c1, c2).
-    let claimed = jobs::claim_ids(&db, &[pid, kids[0].id, kids[1].id], 30.0).await.unwrap().jobs;
+    let claimed = jobs::claim_ids(&db, &[pid, kids[0].id, kids[1].id], 30.0, None).await.unwrap().jobs;
     assert_eq!(claimed.len(), 3);
-    jobs::fail(&db, &[(kids[0].id, 1, Failure { kind: "fatal_error", error: "boom".into() })]).await.unwrap();
+    jobs::fail(&db, &[(kids[0].id, 1, Failure::platform("fatal_error", "boom"))]).await.unwrap();
     jobs::succeed(&db, &[(kids[1].id, 1, json!({}))]).await.unwrap();
     db.execute("UPDATE jobs SET status = 'waiting', lease_until = NULL WHERE id = $1", &[&pid]).await.unwrap();
     let (top, busy) = (job("top", "noop", None), job("busy", "sleep", None));
     let (top_id, busy_id) = (top.id, busy.id);
     jobs::insert_many(&db, w.tenant.id, &[top, busy], None).await.unwrap();
-    let claimed = jobs::claim_ids(&db, &[top_id, busy_id], 30.0).await.unwrap().jobs;
+    let claimed = jobs::claim_ids(&db, &[top_id, busy_id], 30.0, None).await.unwrap().jobs;
     let top_claim = claimed.iter().find(|c| c.id == top_id).unwrap();
     jobs::succeed(&db, &[(top_id, top_claim.attempt, json!({"ok": true}))]).await.unwrap();
     pid
@@ -143,19 +143,26 @@ async fn the_served_status_validates_against_its_schema_and_needs_a_status_key()
     let pid = populate(&w).await;
     w.platform.liveness(Kind::Worker).beat().await.unwrap();
     let (_, key) = status_keys::create(&w.db().await, "console").await.unwrap();
+    let letter = taskdeck::store::dead_letters::NewDeadLetter {
+        source: "executor:test".into(),
+        message_id: Some("m-1".into()),
+        body: "not a work message".into(),
+        reason: "not JSON".into(),
+    };
+    taskdeck::store::dead_letters::insert_many(&w.db().await, &[letter]).await.unwrap();
     taskdeck::schedules::ensure_builtin(&w.platform.pool, 30, chrono::Utc::now()).await.unwrap();
 
     let (s, doc) = w.call_as(&key, Method::GET, "/v1/status", None, None).await;
     assert_eq!(s, StatusCode::OK, "{doc}");
     assert_valid(&doc);
-    assert_eq!((doc["contract"].as_str(), doc["version"].as_str()), (Some("relay.status/v1"), Some("1.2")));
+    assert_eq!((doc["contract"].as_str(), doc["version"].as_str()), (Some("relay.status/v1"), Some("1.3")));
     assert_eq!(doc["project"], "relay");
     assert_eq!(doc["workers"][0]["kind"], "worker");
     let schedules = doc["schedules"].as_array().unwrap();
     assert_eq!(schedules.len(), 1, "{doc}");
     assert_eq!(schedules[0]["name"], "relay.retention");
     assert!(schedules[0]["next_run_at"].is_string() && schedules[0]["last_run_at"].is_null());
-    assert_eq!(doc["failures"], json!({"last_hour": 1, "last_24h": 1, "open_exceptions": 1}));
+    assert_eq!(doc["failures"], json!({"last_hour": 1, "last_24h": 1, "open_exceptions": 1, "dead_letters_24h": 1}));
     let open = doc["exceptions"].as_array().unwrap();
     assert_eq!((open.len(), open[0]["tenant"].as_str()), (1, Some("acme")), "{doc}");
     let sleep = doc["queues"].as_array().unwrap().iter().find(|q| q["name"] == "sleep").unwrap();

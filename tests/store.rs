@@ -193,7 +193,7 @@ async fn retry_and_fail_are_fenced_and_write_their_events() {
     let retry = Retry { run_at: at, error: "throttled".into() };
     assert!(jobs::retry(&db, &[(c[0].id, 1, retry.clone())]).await.unwrap().is_empty());
     assert_eq!(jobs::retry(&db, &[(c[0].id, 1, retry)]).await.unwrap().len(), 1, "no longer running");
-    let failure = || Failure { kind: "fatal_error", error: "rejected".into() };
+    let failure = || Failure::platform("fatal_error", "rejected");
     assert_eq!(jobs::fail(&db, &[(c[1].id, 2, failure())]).await.unwrap().len(), 1, "wrong attempt");
     assert!(jobs::fail(&db, &[(c[1].id, 1, failure())]).await.unwrap().is_empty());
     let open = exceptions::for_job(&db, c[1].id).await.unwrap();

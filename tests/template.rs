@@ -5,10 +5,19 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
-/// The template as JSON, with short-form intrinsics (`!Ref x`) in long form (`{"Ref": x}`).
+/// The platform template as JSON, with short-form intrinsics (`!Ref x`) in long form (`{"Ref": x}`).
 fn template() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../infra/template.yaml");
-    let text = std::fs::read_to_string(path).expect("infra/template.yaml");
+    load("template.yaml")
+}
+
+/// The console's own template.
+fn console() -> Value {
+    load("console.yaml")
+}
+
+fn load(name: &str) -> Value {
+    let path = format!("{}/../infra/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     to_json(serde_yaml_ng::from_str(&text).expect("valid YAML"))
 }
 
@@ -35,10 +44,16 @@ fn num(v: &Value) -> i64 {
     v.as_i64().or_else(|| v.as_str().and_then(|s| s.parse().ok())).unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
-/// The logical id a `!GetAtt X.Arn` / `!Ref X` names.
+/// The logical id a `!GetAtt X.Arn` / `!Ref X` names (a `!Sub`: its text, a literal: itself).
 fn target(v: &Value) -> String {
     if let Some(r) = v.get("Ref") {
         return r.as_str().unwrap().to_owned();
+    }
+    if let Some(sub) = v.get("Fn::Sub") {
+        return sub.as_str().or_else(|| sub[0].as_str()).unwrap().to_owned();
+    }
+    if let Some(literal) = v.as_str() {
+        return literal.to_owned();
     }
     let att = v.get("Fn::GetAtt").unwrap_or_else(|| panic!("not a reference: {v}"));
     att.as_str().map(|s| s.split('.').next().unwrap().to_owned()).unwrap_or_else(|| att[0].as_str().unwrap().to_owned())
@@ -96,22 +111,23 @@ fn task_roles(t: &Value) -> BTreeMap<String, Value> {
 }
 
 #[test]
-fn five_arm64_cargo_lambda_functions_one_per_workspace_crate() {
-    let t = template();
-    let g = &t["Globals"]["Function"];
-    assert_eq!(g["Runtime"], "provided.al2023");
-    assert_eq!(g["Architectures"], json!(["arm64"]));
-    assert_eq!(g["Handler"], "bootstrap");
-    let fns = functions(&t);
-    let binaries: BTreeSet<String> = fns
-        .values()
-        .map(|f| {
+fn five_arm64_traced_cargo_lambda_functions_one_per_workspace_crate() {
+    let mut binaries = BTreeSet::new();
+    for t in [template(), console()] {
+        let g = &t["Globals"]["Function"];
+        for (name, f) in functions(&t) {
+            let p = &f["Properties"];
+            let setting = |key: &str| p.get(key).unwrap_or(&g[key]).clone();
+            assert_eq!(setting("Runtime"), "provided.al2023", "{name}");
+            assert_eq!(setting("Architectures"), json!(["arm64"]), "{name}");
+            assert_eq!(setting("Handler"), "bootstrap", "{name}");
+            assert_eq!(setting("Tracing"), "Active", "{name}: active tracing");
             assert_eq!(f["Metadata"]["BuildMethod"], "rust-cargolambda");
-            assert_eq!(f["Properties"]["CodeUri"], "..", "the workspace root");
-            assert!(f["Properties"].get("Runtime").is_none(), "runtime comes from Globals");
-            f["Metadata"]["BuildProperties"]["Binary"].as_str().unwrap().to_owned()
-        })
-        .collect();
+            assert_eq!(p["CodeUri"], "..", "the workspace root");
+            binaries.insert(f["Metadata"]["BuildProperties"]["Binary"].as_str().unwrap().to_owned());
+        }
+    }
+    assert!(!functions(&template()).contains_key("ConsoleFunction"), "the console is not in the platform stack");
     let members: BTreeSet<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../functions"))
         .unwrap()
         .flatten()
@@ -197,10 +213,62 @@ fn database_connections_are_bounded_and_stated() {
     }
     let stated = t["Outputs"]["DatabaseConnectionBudget"]["Value"].as_str().unwrap();
     assert!(stated.starts_with(&format!("{budget} = ")), "stated {stated:?}, computed {budget}");
-    let console = &t["Resources"]["ConsoleFunction"]["Properties"];
+}
+
+#[test]
+fn the_console_deploys_without_the_platform_stack() {
+    let c = console();
+    let console = &c["Resources"]["ConsoleFunction"]["Properties"];
     assert!(console.get("VpcConfig").is_none(), "the console stands alone: no VPC, no database");
     let env: Vec<&String> = console["Environment"]["Variables"].as_object().map(|m| m.keys().collect()).unwrap_or_default();
     assert_eq!(env, ["RELAY_CONSOLE_PROJECTS"], "the console gets its projects and nothing else");
+    // Nothing imported from another stack: every reference is to its own parameters or resources.
+    let text = serde_json::to_string(&c).unwrap();
+    assert!(!text.contains("Fn::ImportValue"), "the console imports nothing");
+    let own: BTreeSet<&String> =
+        c["Resources"].as_object().unwrap().keys().chain(c["Parameters"].as_object().unwrap().keys()).collect();
+    for r in refs(&c["Resources"]) {
+        assert!(r.starts_with("AWS::") || own.contains(&r), "the console refers to {r}, not its own");
+    }
+    let set = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<String>>();
+    assert_eq!(target(&console["Role"]), "ConsoleRole");
+    assert_eq!(
+        role_actions(&c, "ConsoleRole"),
+        set(&["logs:CreateLogStream ConsoleLogGroup", "logs:PutLogEvents ConsoleLogGroup", "xray:PutTraceSegments *", "xray:PutTelemetryRecords *"])
+    );
+    assert!(c["Resources"]["ConsoleRole"]["Properties"].get("ManagedPolicyArns").is_none());
+    assert!(c["Resources"].as_object().unwrap().values().any(|r| r["Type"] == "AWS::CloudWatch::Alarm"), "console errors page");
+}
+
+/// Every logical id a `Ref`, `GetAtt` or `Sub` under `v` names.
+fn refs(v: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                match (k.as_str(), x) {
+                    ("Ref", Value::String(s)) => out.push(s.clone()),
+                    ("Fn::GetAtt", _) => out.push(target(&json!({"Fn::GetAtt": x}))),
+                    ("Fn::Sub", _) => {
+                        let text = x.as_str().or_else(|| x[0].as_str()).unwrap_or_default();
+                        let vars: BTreeSet<String> =
+                            x.get(1).and_then(Value::as_object).map(|m| m.keys().cloned().collect()).unwrap_or_default();
+                        for part in text.split("${").skip(1) {
+                            let name = part.split('}').next().unwrap().split('.').next().unwrap();
+                            if !vars.contains(name) {
+                                out.push(name.to_owned());
+                            }
+                        }
+                        out.extend(refs(x));
+                    }
+                    _ => out.extend(refs(x)),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| out.extend(refs(x))),
+        _ => {}
+    }
+    out
 }
 
 #[test]
@@ -208,13 +276,23 @@ fn each_function_has_its_own_least_privilege_role() {
     let t = template();
     let set = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<String>>();
     let expected = [
-        ("IntakeFunction", "IntakeRole", set(&["logs:CreateLogStream IntakeLogGroup", "logs:PutLogEvents IntakeLogGroup", "sqs:SendMessage WorkQueue"])),
+        (
+            "IntakeFunction",
+            "IntakeRole",
+            set(&[
+                "logs:CreateLogStream IntakeLogGroup",
+                "logs:PutLogEvents IntakeLogGroup",
+                "secretsmanager:GetSecretValue DatabaseSecretArn",
+                "sqs:SendMessage WorkQueue",
+            ]),
+        ),
         (
             "ExecutorFunction",
             "ExecutorRole",
             set(&[
                 "logs:CreateLogStream ExecutorLogGroup",
                 "logs:PutLogEvents ExecutorLogGroup",
+                "secretsmanager:GetSecretValue DatabaseSecretArn",
                 "sqs:ReceiveMessage WorkQueue",
                 "sqs:DeleteMessage WorkQueue",
                 "sqs:GetQueueAttributes WorkQueue",
@@ -225,28 +303,39 @@ fn each_function_has_its_own_least_privilege_role() {
                 "sts:TagSession TenantTaskRoleArns",
             ]),
         ),
-        ("SweeperFunction", "SweeperRole", set(&["logs:CreateLogStream SweeperLogGroup", "logs:PutLogEvents SweeperLogGroup", "sqs:SendMessage WorkQueue"])),
+        (
+            "SweeperFunction",
+            "SweeperRole",
+            set(&[
+                "logs:CreateLogStream SweeperLogGroup",
+                "logs:PutLogEvents SweeperLogGroup",
+                "secretsmanager:GetSecretValue DatabaseSecretArn",
+                "sqs:SendMessage WorkQueue",
+            ]),
+        ),
         (
             "IngressFunction",
             "IngressRole",
             set(&[
                 "logs:CreateLogStream IngressLogGroup",
                 "logs:PutLogEvents IngressLogGroup",
+                "secretsmanager:GetSecretValue DatabaseSecretArn",
                 "sqs:ReceiveMessage IngressQueue",
                 "sqs:DeleteMessage IngressQueue",
                 "sqs:GetQueueAttributes IngressQueue",
                 "sqs:SendMessage WorkQueue",
             ]),
         ),
-        ("ConsoleFunction", "ConsoleRole", set(&["logs:CreateLogStream ConsoleLogGroup", "logs:PutLogEvents ConsoleLogGroup"])),
     ];
     for (function, role, actions) in expected {
         let p = &t["Resources"][function]["Properties"];
         assert_eq!(target(&p["Role"]), role, "{function} has its own role");
         assert!(p.get("Policies").is_none(), "{function}: no SAM policy templates (they grant on *)");
         assert_eq!(role_actions(&t, role), actions, "{role}");
+        let managed: Vec<String> =
+            t["Resources"][role]["Properties"]["ManagedPolicyArns"].as_array().unwrap().iter().map(target).collect();
+        assert_eq!(managed, ["VpcAccessPolicy", "XrayWritePolicy"], "{role}: VPC interfaces and tracing only");
     }
-    assert!(t["Resources"]["ConsoleRole"]["Properties"].get("ManagedPolicyArns").is_none());
 }
 
 #[test]
@@ -255,9 +344,17 @@ fn each_task_type_has_its_own_role_trusting_only_the_executor() {
     let roles = task_roles(&t);
     assert!(!roles.is_empty());
     // Exactly the actions each task needs.
+    let config_set = "arn:${AWS::Partition}:ses:${AWS::Region}:${AWS::AccountId}:configuration-set/${Name}";
     let expected: BTreeMap<&str, BTreeSet<String>> = [(
         "EmailSendTaskRole",
-        ["ses:SendEmail SesIdentityArns", "ses:SendRawEmail SesIdentityArns"].iter().map(|s| (*s).to_owned()).collect(),
+        [
+            "ses:SendEmail SesIdentityArns".to_owned(),
+            "ses:SendRawEmail SesIdentityArns".to_owned(),
+            format!("ses:SendEmail {config_set}"),
+            format!("ses:SendRawEmail {config_set}"),
+        ]
+        .into_iter()
+        .collect(),
     )]
     .into_iter()
     .collect();
@@ -319,4 +416,179 @@ fn the_alarms_that_page_exist() {
         .find(|a| a["Properties"]["MetricName"] == "Invocations" && target(&a["Properties"]["Dimensions"][0]["Value"]) == "SweeperFunction")
         .expect("a sweep-not-running alarm");
     assert_eq!(sweep["Properties"]["TreatMissingData"], "breaching", "no data means no sweep");
+}
+
+#[test]
+fn queues_and_log_groups_survive_a_stack_deletion_or_replacement() {
+    for t in [template(), console()] {
+        let mut kept = 0;
+        for (name, r) in t["Resources"].as_object().unwrap() {
+            if r["Type"] == "AWS::SQS::Queue" || r["Type"] == "AWS::Logs::LogGroup" {
+                assert_eq!(r["DeletionPolicy"], "Retain", "{name}: DeletionPolicy");
+                assert_eq!(r["UpdateReplacePolicy"], "Retain", "{name}: UpdateReplacePolicy");
+                kept += 1;
+            }
+        }
+        assert!(kept > 0);
+    }
+}
+
+#[test]
+fn every_alarm_pages_a_topic_that_always_exists() {
+    for t in [template(), console()] {
+        let res = &t["Resources"];
+        assert_eq!(t["Conditions"]["CreateAlarmTopic"], json!({"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}));
+        assert_eq!(res["AlarmTopic"]["Type"], "AWS::SNS::Topic");
+        assert_eq!(res["AlarmTopic"]["Condition"], "CreateAlarmTopic", "created exactly when none is given");
+        let sub = &res["AlarmEmailSubscription"];
+        assert_eq!((sub["Properties"]["Protocol"].as_str(), target(&sub["Properties"]["TopicArn"])), (Some("email"), "AlarmTopic".into()));
+        let page = json!([{"Fn::If": ["CreateAlarmTopic", {"Ref": "AlarmTopic"}, {"Ref": "AlarmTopicArn"}]}]);
+        for (name, r) in res.as_object().unwrap().iter().filter(|(_, r)| r["Type"] == "AWS::CloudWatch::Alarm") {
+            assert_eq!(r["Properties"]["AlarmActions"], page, "{name} pages the alarm topic");
+        }
+    }
+}
+
+#[test]
+fn ses_events_flow_from_a_configuration_set_through_a_topic_into_the_ingress_queue() {
+    let t = template();
+    let res = &t["Resources"];
+    let topic = json!({"Fn::If": ["CreateSesEventTopic", {"Ref": "SesEventTopic"}, {"Ref": "SesEventTopicArn"}]});
+    let dest = &res["SesEventDestination"]["Properties"];
+    assert_eq!(target(&dest["ConfigurationSetName"]), "SesConfigurationSet");
+    assert_eq!(dest["EventDestination"]["Enabled"], true);
+    assert_eq!(dest["EventDestination"]["SnsDestination"]["TopicARN"], topic, "events go to the topic");
+    let types: BTreeSet<&str> = dest["EventDestination"]["MatchingEventTypes"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    for needed in ["send", "delivery", "bounce", "complaint", "reject", "open", "click", "deliveryDelay"] {
+        assert!(types.contains(needed), "the destination publishes {needed}");
+    }
+    let sub = &res["SesEventSubscription"]["Properties"];
+    assert_eq!((sub["Protocol"].as_str(), &sub["TopicArn"]), (Some("sqs"), &topic), "the topic is subscribed");
+    assert_eq!(target(&sub["Endpoint"]), "IngressQueue");
+    assert_eq!(sub["RawMessageDelivery"], false, "ingress parses the SNS envelope");
+    let policy = &res["IngressQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"][0];
+    assert_eq!(policy["Condition"]["ArnLike"]["aws:SourceArn"][0], topic, "that topic may deliver");
+    assert_eq!(policy["Condition"]["ArnLike"]["aws:SourceArn"].as_array().map(Vec::len), Some(2), "and relay-* topics, nothing else");
+    // Created unless given, both of them.
+    assert_eq!(res["SesEventTopic"]["Condition"], "CreateSesEventTopic");
+    assert_eq!(res["SesConfigurationSet"]["Condition"], "CreateSesConfigurationSet");
+    assert_eq!(t["Conditions"]["CreateSesEventTopic"], json!({"Fn::Equals": [{"Ref": "SesEventTopicArn"}, ""]}));
+    assert_eq!(t["Conditions"]["CreateSesConfigurationSet"], json!({"Fn::Equals": [{"Ref": "SesConfigurationSetName"}, ""]}));
+    // The email task role covers the very set sends name.
+    let statements = res["EmailSendTaskRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"].as_array().unwrap().clone();
+    let on_set = statements.iter().find(|s| s["Resource"].get("Fn::Sub").is_some()).expect("a statement on the configuration set");
+    assert_eq!(
+        on_set["Resource"]["Fn::Sub"][1]["Name"],
+        json!({"Fn::If": ["CreateSesConfigurationSet", {"Ref": "SesConfigurationSet"}, {"Ref": "SesConfigurationSetName"}]})
+    );
+    assert_eq!(t["Outputs"]["SesConfigurationSet"]["Value"], on_set["Resource"]["Fn::Sub"][1]["Name"]);
+}
+
+#[test]
+fn vpc_endpoints_cover_every_aws_service_the_functions_call_behind_one_switch() {
+    let t = template();
+    let endpoints: BTreeMap<String, &Value> = t["Resources"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter(|r| r["Type"] == "AWS::EC2::VPCEndpoint")
+        .map(|r| (r["Properties"]["ServiceName"]["Fn::Sub"].as_str().unwrap().rsplit('.').next().unwrap().to_owned(), r))
+        .collect();
+    assert_eq!(endpoints.keys().map(String::as_str).collect::<Vec<_>>(), ["email", "secretsmanager", "sqs", "sts"]);
+    for (service, e) in endpoints {
+        assert_eq!(e["Condition"], "WithVpcEndpoints", "{service}");
+        let p = &e["Properties"];
+        assert_eq!((p["VpcEndpointType"].as_str(), p["PrivateDnsEnabled"].as_bool()), (Some("Interface"), Some(true)), "{service}");
+        assert_eq!(target(&p["SubnetIds"]), "SubnetIds", "{service}: in the functions' subnets");
+    }
+}
+
+/// The template's `DATABASE_URL`, its parameters replaced by sample values.
+fn resolved_database_url(p: &Value) -> String {
+    let url = p["Environment"]["Variables"]["DATABASE_URL"]["Fn::Sub"].as_str().expect("DATABASE_URL is a !Sub").to_owned();
+    [("DatabaseUser", "relay"), ("DatabaseProxyEndpoint", "relay.proxy-x.eu-west-1.rds.amazonaws.com"), ("DatabaseName", "relay"), ("DatabaseRootCert", "system")]
+        .iter()
+        .fold(url, |u, (k, v)| u.replace(&format!("${{{k}}}"), v))
+}
+
+#[test]
+fn no_database_password_in_the_environment_and_tls_verified_in_full() {
+    let t = template();
+    let mut with_db = 0;
+    for (name, f) in functions(&t) {
+        let p = &f["Properties"];
+        let vars = &p["Environment"]["Variables"];
+        if vars.get("DATABASE_URL").is_none() {
+            continue;
+        }
+        with_db += 1;
+        let text = serde_json::to_string(vars).unwrap();
+        assert!(!text.contains("resolve:secretsmanager") && !text.to_lowercase().contains("password"), "{name}: {text}");
+        assert_eq!(target(&vars["RELAY_DATABASE_SECRET"]), "DatabaseSecretArn", "{name} reads the login at run time");
+        let role = target(&p["Role"]);
+        assert!(role_actions(&t, &role).contains("secretsmanager:GetSecretValue DatabaseSecretArn"), "{role} may read it");
+        // What the function itself makes of it on AWS: verify-full, no password.
+        let url = resolved_database_url(p);
+        let env = |k: &str| match k {
+            "DATABASE_URL" => Some(url.clone()),
+            "AWS_LAMBDA_FUNCTION_NAME" => Some(name.clone()),
+            _ => None,
+        };
+        let cfg = taskdeck::config::LambdaConfig::from_lookup(env).expect("the functions accept the template's URL");
+        let parsed = taskdeck::store::tls::DbUrl::parse(cfg.require_database_url().unwrap()).unwrap();
+        assert_eq!(parsed.mode, taskdeck::store::tls::SslMode::VerifyFull, "{name}");
+        assert!(parsed.config.get_password().is_none(), "{name}: no password in the URL");
+    }
+    assert_eq!(with_db, 4);
+}
+
+#[test]
+fn dead_letters_are_counted_by_log_events_the_code_really_emits_and_page() {
+    let t = template();
+    let res = t["Resources"].as_object().unwrap();
+    let source: String = ["executor.rs", "ingress.rs"]
+        .iter()
+        .map(|f| std::fs::read_to_string(format!("{}/src/lambda/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap())
+        .collect();
+    // Each place a dead letter is kept logs one line with a stable event name and says so.
+    let kept_at: BTreeSet<String> = source
+        .split("event = \"")
+        .skip(1)
+        .filter_map(|rest| {
+            let (event, after) = rest.split_once('"')?;
+            let line = &after[..after.find(");").unwrap_or(after.len())];
+            line.contains("kept in dead_letters").then(|| event.to_owned())
+        })
+        .collect();
+    assert!(kept_at.len() >= 3, "{kept_at:?}");
+    let mut counted = BTreeSet::new();
+    for f in res.values().filter(|r| r["Type"] == "AWS::Logs::MetricFilter") {
+        let m = &f["Properties"]["MetricTransformations"][0];
+        if m["MetricName"] != "DeadLetters" {
+            continue;
+        }
+        assert_eq!(m["MetricValue"], "1");
+        let pattern = f["Properties"]["FilterPattern"].as_str().unwrap();
+        for part in pattern.split("$.fields.event = \"").skip(1) {
+            counted.insert(part.split('"').next().unwrap().to_owned());
+        }
+    }
+    assert_eq!(counted, kept_at, "every dead-letter event is counted, and only those");
+    let alarm = res
+        .values()
+        .find(|r| r["Type"] == "AWS::CloudWatch::Alarm" && r["Properties"]["MetricName"] == "DeadLetters")
+        .expect("an alarm on DeadLetters");
+    assert_eq!((alarm["Properties"]["Threshold"].as_i64(), alarm["Properties"]["ComparisonOperator"].as_str()), (Some(0), Some("GreaterThanThreshold")));
+}
+
+#[test]
+fn the_api_writes_access_logs_to_a_kept_log_group() {
+    let t = template();
+    let settings = &t["Resources"]["HttpApi"]["Properties"]["AccessLogSettings"];
+    let group = target(&settings["DestinationArn"]);
+    assert_eq!(t["Resources"][&group]["Type"], "AWS::Logs::LogGroup");
+    let format = settings["Format"].as_str().unwrap();
+    for field in ["$context.requestId", "$context.status", "$context.integrationErrorMessage"] {
+        assert!(format.contains(field), "access logs carry {field}");
+    }
 }

@@ -56,9 +56,18 @@ pub fn parse_url(url: &str) -> Result<Target, String> {
     Ok(Target { port: authority.port_u16().unwrap_or(port), host, uri })
 }
 
-/// The shape check the API applies to a callback URL.
-pub fn check_url(url: &str) -> Result<(), String> {
-    parse_url(url).map(|_| ())
+/// The check the API applies to a callback URL when it is set: its shape, and a host written
+/// as an address the guard refuses (a name is resolved only at delivery, where the guard runs
+/// again on every address it resolves to).
+pub fn check_url(url: &str, allow: &AllowList) -> Result<(), String> {
+    let target = parse_url(url)?;
+    match IpAddr::from_str(&target.host) {
+        Ok(ip) if !allow.allows_ip(ip) => match refused(ip) {
+            Some(why) => Err(format!("callbacks may not reach {ip}: {why}")),
+            None => Ok(()),
+        },
+        _ => Ok(()),
+    }
 }
 
 /// Why callbacks may not reach this address, or `None` when they may.
@@ -101,8 +110,14 @@ fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
         [0, 0, 0, 0, 0, 0, 0, 1] => Some("loopback (::1)"),
         // Deprecated IPv4-compatible addresses (::a.b.c.d).
         [0, 0, 0, 0, 0, 0, hi, lo] => refused_v4(embedded(hi, lo)).or(Some("IPv4-compatible address (::/96)")),
+        // IPv4-translated (::ffff:0:a.b.c.d, SIIT) reaches the IPv4 address it carries.
+        [0, 0, 0, 0, 0xffff, 0, hi, lo] => refused_v4(embedded(hi, lo)).or(Some("IPv4-translated address (::ffff:0:0/96)")),
         // NAT64 (64:ff9b::/96) reaches the IPv4 address it carries.
         [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => refused_v4(embedded(hi, lo)),
+        // Local-use NAT64 (64:ff9b:1::/48) translates into a private network of its own.
+        [0x64, 0xff9b, 1, ..] => Some("local-use NAT64 (64:ff9b:1::/48)"),
+        // Teredo (2001::/32) tunnels to an IPv4 address hidden in the rest of the address.
+        [0x2001, 0, ..] => Some("Teredo tunnel (2001::/32)"),
         // 6to4 (2002::/16) carries an IPv4 address in bits 16..48.
         [0x2002, hi, lo, ..] => refused_v4(embedded(hi, lo)),
         [a, ..] if a & 0xfe00 == 0xfc00 => Some("unique local, cloud metadata (fc00::/7)"),
@@ -374,7 +389,8 @@ mod tests {
         for ip in ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "0.0.0.0", "100.64.0.1",
                    "224.0.0.1", "255.255.255.255", "::1", "::", "fe80::1", "fd00:ec2::254", "ff02::1",
                    "::ffff:169.254.169.254", "::ffff:a9fe:a9fe", "::ffff:127.0.0.1", "::127.0.0.1",
-                   "64:ff9b::a9fe:a9fe", "2002:7f00:1::1"] {
+                   "64:ff9b::a9fe:a9fe", "2002:7f00:1::1", "::ffff:0:7f00:1", "::ffff:0:a9fe:a9fe", "64:ff9b:1::808:808",
+                   "2001:0:4136:e378:8000:63bf:3fff:fdd2"] {
             assert!(refused(ip.parse().unwrap()).is_some(), "{ip} must be refused");
         }
         for ip in ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111", "::ffff:8.8.8.8"] {
@@ -393,6 +409,17 @@ mod tests {
         assert!(a.allows_host("Callbacks.Internal"));
         assert!(AllowList::parse("10.0.0.0/33").is_err());
         assert!(AllowList::parse("nonsense/8").is_err());
+    }
+
+    #[test]
+    fn a_literal_address_the_guard_refuses_is_refused_when_set() {
+        let none = AllowList::default();
+        for url in ["http://127.0.0.1/", "http://169.254.169.254/latest", "https://[::1]:8443/", "http://[::ffff:0:7f00:1]/"] {
+            assert!(check_url(url, &none).unwrap_err().contains("may not reach"), "{url}");
+        }
+        assert!(check_url("https://93.184.216.34/hook", &none).is_ok());
+        assert!(check_url("https://localhost/hook", &none).is_ok(), "a name is judged at delivery, where it resolves");
+        assert!(check_url("http://127.0.0.1:9000/", &AllowList::parse("127.0.0.1").unwrap()).is_ok());
     }
 
     #[test]

@@ -79,7 +79,11 @@ impl Client {
             .header("authorization", format!("Bearer {}", self.key))
             .body(Full::default())
             .map_err(|e| ClientError::Http(e.to_string()))?;
-        let res = self.http.request(req).await.map_err(|e| ClientError::Http(e.to_string()))?;
+        self.send(req).await
+    }
+
+    async fn send(&self, req: hyper::Request<Full<Bytes>>) -> Result<(u16, Bytes), ClientError> {
+        let res = self.http.request(req).await.map_err(|e| ClientError::Http(chain(&e)))?;
         let status = res.status().as_u16();
         let body = Limited::new(res.into_body(), MAX_ANSWER_BYTES)
             .collect()
@@ -87,6 +91,22 @@ impl Client {
             .map_err(|e| ClientError::Http(e.to_string()))?
             .to_bytes();
         Ok((status, body))
+    }
+
+    /// Submit one job (`POST /v1/jobs`): Relay's answer, 202 with the job or a 4xx with
+    /// the reason. The same key with the same request returns the same job.
+    pub async fn submit(&self, idempotency_key: &str, request: &Value) -> Result<Value, ClientError> {
+        let req = hyper::Request::post(format!("{}/v1/jobs", self.base))
+            .header("authorization", format!("Bearer {}", self.key))
+            .header("idempotency-key", idempotency_key)
+            .header("content-type", "application/json")
+            .body(Full::from(request.to_string()))
+            .map_err(|e| ClientError::Http(e.to_string()))?;
+        let (status, body) = self.send(req).await?;
+        match status {
+            200..=299 => serde_json::from_slice(&body).map_err(|e| ClientError::Decode(e.to_string())),
+            _ => Err(ClientError::Status { status, body: String::from_utf8_lossy(&body).into_owned() }),
+        }
     }
 
     /// One job as Relay has it now; `None` when Relay does not know it (or it is not yours).
@@ -123,6 +143,17 @@ impl Client {
             }
         }
     }
+}
+
+/// An error with its causes ("client error (Connect): tcp connect error: Connection refused").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    text
 }
 
 /// A client's local copy of its jobs: the newest known state of each, and the cursor to

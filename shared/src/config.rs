@@ -18,8 +18,14 @@ pub enum ConfigError {
 /// `require_*` accessors fail with the variable's name when a needed one is absent.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LambdaConfig {
-    /// `DATABASE_URL`: Postgres (in production, the RDS Proxy endpoint).
+    /// `DATABASE_URL`: Postgres (in production, the RDS Proxy endpoint), with libpq's
+    /// `sslmode` and `sslrootcert`. On AWS (`AWS_LAMBDA_FUNCTION_NAME` set, no
+    /// `AWS_ENDPOINT_URL`) a URL without `sslmode` gets `sslmode=verify-full`.
     pub database_url: Option<String>,
+    /// `RELAY_DATABASE_SECRET`: the Secrets Manager secret (ARN or name) holding the
+    /// database login, read at run time and again after a refused login (rotation). Unset:
+    /// the URL's own login.
+    pub database_secret: Option<String>,
     /// `RELAY_WORK_QUEUE_URL`: the SQS queue the executor consumes.
     pub work_queue_url: Option<String>,
     /// `AWS_ENDPOINT_URL`: a local AWS-protocol server (moto); unset on AWS.
@@ -40,6 +46,12 @@ pub struct LambdaConfig {
     pub task_roles: TaskRoles,
     /// Alert emails for new exceptions (`RELAY_ALERT_TO`, `RELAY_ALERT_FROM`); the sweeper sends them.
     pub alerts: Option<crate::alerts::AlertConfig>,
+    /// `RELAY_EXECUTOR_TIMEOUT_SECONDS` (default 900): the executor function's timeout. With
+    /// `deadline_reserve` it bounds `timeout_seconds` at intake (`max_job_timeout`).
+    pub executor_timeout: Duration,
+    /// `RELAY_DEADLINE_RESERVE_SECONDS` (default 5): what the executor keeps back of each
+    /// invocation to record outcomes; a job starts only if its timeout fits in the rest.
+    pub deadline_reserve: Duration,
     /// `RELAY_CALLBACK_ALLOW`: CIDRs and host names callbacks may reach although the address
     /// guard refuses them (empty: none).
     pub callback_allow: crate::callbacks::AllowList,
@@ -66,13 +78,16 @@ impl LambdaConfig {
                 Err(e) => Err(ConfigError::Invalid { name, value: v, why: e.to_string() }),
             },
         };
-        let database_url = text("DATABASE_URL");
-        if let Some(url) = &database_url
-            && let Err(e) = url.parse::<tokio_postgres::Config>()
-        {
-            // The URL may hold a password: never echo it.
-            return Err(ConfigError::Invalid { name: "DATABASE_URL", value: "<hidden>".into(), why: e.to_string() });
-        }
+        let on_aws = text("AWS_LAMBDA_FUNCTION_NAME").is_some() && text("AWS_ENDPOINT_URL").is_none();
+        let database_url = match text("DATABASE_URL") {
+            Some(url) => Some(match crate::store::tls::DbUrl::parse(&url) {
+                // The URL may hold a password: never echo it.
+                Err(e) => return Err(ConfigError::Invalid { name: "DATABASE_URL", value: "<hidden>".into(), why: e.to_string() }),
+                Ok(_) if on_aws && !has_sslmode(&url) => with_verify_full(&url),
+                Ok(_) => url,
+            }),
+            None => None,
+        };
         let url_like = |name: &'static str| match text(name) {
             Some(v) if !(v.starts_with("https://") || v.starts_with("http://")) => {
                 Err(ConfigError::Invalid { name, value: v, why: "must be an http(s) URL".into() })
@@ -81,6 +96,7 @@ impl LambdaConfig {
         };
         Ok(Self {
             database_url,
+            database_secret: text("RELAY_DATABASE_SECRET"),
             work_queue_url: url_like("RELAY_WORK_QUEUE_URL")?,
             aws_endpoint_url: url_like("AWS_ENDPOINT_URL")?,
             lease: Duration::from_secs(number("RELAY_LEASE_SECONDS", 960, 3..=43_200)?),
@@ -88,6 +104,8 @@ impl LambdaConfig {
             sweep_passes: u32::try_from(number("RELAY_SWEEP_PASSES", 2, 1..=10)?).unwrap_or(2),
             sweep_gap: Duration::from_secs(number("RELAY_SWEEP_GAP_SECONDS", 30, 0..=300)?),
             db_wait: Duration::from_secs(number("RELAY_DB_WAIT_SECONDS", 5, 1..=60)?),
+            executor_timeout: Duration::from_secs(number("RELAY_EXECUTOR_TIMEOUT_SECONDS", 900, 10..=900)?),
+            deadline_reserve: Duration::from_secs(number("RELAY_DEADLINE_RESERVE_SECONDS", 5, 1..=60)?),
             task_roles: TaskRoles::from_lookup(&get)?,
             alerts: crate::alerts::AlertConfig::from_lookup(&get)?,
             callback_allow: match text("RELAY_CALLBACK_ALLOW") {
@@ -102,8 +120,28 @@ impl LambdaConfig {
         self.database_url.as_deref().ok_or(ConfigError::Missing("DATABASE_URL"))
     }
 
+    /// The longest `timeout_seconds` the executor function can ever give one attempt: its
+    /// timeout less the reserve kept to record outcomes (895 s by default). Intake refuses more.
+    pub fn max_job_timeout(&self) -> i32 {
+        let secs = self.executor_timeout.saturating_sub(self.deadline_reserve).as_secs().max(1);
+        i32::try_from(secs).unwrap_or(i32::MAX)
+    }
+
     pub fn require_work_queue_url(&self) -> Result<&str, ConfigError> {
         self.work_queue_url.as_deref().ok_or(ConfigError::Missing("RELAY_WORK_QUEUE_URL"))
+    }
+}
+
+fn has_sslmode(url: &str) -> bool {
+    url.split(['?', '&', ' ']).any(|p| p.trim_start().starts_with("sslmode="))
+}
+
+/// The URL with `sslmode=verify-full` added (URL or `key=value` form).
+fn with_verify_full(url: &str) -> String {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        format!("{url}{}sslmode=verify-full", if url.contains('?') { '&' } else { '?' })
+    } else {
+        format!("{url} sslmode=verify-full")
     }
 }
 
@@ -121,6 +159,7 @@ mod tests {
     fn defaults_apply_and_required_settings_name_their_variable() {
         let c = read(&[]).unwrap();
         assert_eq!(c.lease, Duration::from_secs(960));
+        assert_eq!(c.max_job_timeout(), 895, "900 s of invocation less the 5 s reserve");
         assert_eq!(c.ingress_tenant, "platform");
         assert_eq!((c.sweep_passes, c.sweep_gap), (2, Duration::from_secs(30)));
         assert_eq!(c.require_database_url().unwrap_err().to_string(), "DATABASE_URL is not set");
@@ -139,5 +178,26 @@ mod tests {
         assert!(e.starts_with("DATABASE_URL is invalid") && !e.contains("s3cret"), "{e}");
         let ok = read(&[("DATABASE_URL", "postgres://u:p@proxy:5432/relay"), ("RELAY_WORK_QUEUE_URL", "https://sqs.x/1/q")]);
         assert_eq!(ok.unwrap().require_work_queue_url().unwrap(), "https://sqs.x/1/q");
+    }
+
+    #[test]
+    fn on_aws_the_database_url_defaults_to_verify_full() {
+        let url = |vars: &[(&str, &str)]| read(vars).unwrap().database_url.unwrap();
+        let lambda = ("AWS_LAMBDA_FUNCTION_NAME", "relay-executor");
+        assert_eq!(url(&[lambda, ("DATABASE_URL", "postgres://relay@proxy/relay")]), "postgres://relay@proxy/relay?sslmode=verify-full");
+        assert_eq!(
+            url(&[lambda, ("DATABASE_URL", "postgres://relay@proxy/relay?application_name=x")]),
+            "postgres://relay@proxy/relay?application_name=x&sslmode=verify-full"
+        );
+        assert_eq!(url(&[lambda, ("DATABASE_URL", "host=proxy user=relay")]), "host=proxy user=relay sslmode=verify-full");
+        // Stated modes are kept; off AWS (or against moto) the URL is left as it is.
+        let stated = "postgres://relay@proxy/relay?sslmode=require";
+        assert_eq!(url(&[lambda, ("DATABASE_URL", stated)]), stated);
+        assert_eq!(url(&[("DATABASE_URL", "postgres://relay@db/relay")]), "postgres://relay@db/relay");
+        let local = [lambda, ("AWS_ENDPOINT_URL", "http://127.0.0.1:5000"), ("DATABASE_URL", "postgres://relay@db/relay")];
+        assert_eq!(url(&local), "postgres://relay@db/relay");
+        let e = read(&[("DATABASE_URL", "postgres://u:s3cret@h/db?sslmode=verify")]).unwrap_err().to_string();
+        assert!(e.starts_with("DATABASE_URL is invalid") && e.contains("sslmode") && !e.contains("s3cret"), "{e}");
+        assert_eq!(read(&[("RELAY_DATABASE_SECRET", "arn:aws:secretsmanager:x")]).unwrap().database_secret.as_deref(), Some("arn:aws:secretsmanager:x"));
     }
 }

@@ -130,6 +130,17 @@ pub enum Outcome {
 }
 
 /// The kinds of exception the terminal-failure path opens.
+/// Who can act on a job that failed for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fault {
+    /// Operators: an exception opens.
+    #[default]
+    Platform,
+    /// This tenant (a callback URL it set, refused or never answering): the job and its own
+    /// records say why; the failure is counted per tenant and cause, and opens no exception.
+    Tenant(TenantId),
+}
+
 pub mod exception_kind {
     pub const ATTEMPTS_EXHAUSTED: &str = "attempts_exhausted";
     pub const FATAL_ERROR: &str = "fatal_error";

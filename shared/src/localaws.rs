@@ -11,12 +11,17 @@ use std::time::{Duration, Instant};
 /// A venv in `dir` with `packages` installed (`python3 -m venv`, then `pip install`), made
 /// once: a `.ready` file marks a finished install.
 pub fn venv(dir: &Path, packages: &[&str]) -> Result<PathBuf, String> {
+    venv_with(Path::new("python3"), dir, packages)
+}
+
+/// `venv` made by another interpreter (e.g. a newer Python than the machine's `python3`).
+pub fn venv_with(python: &Path, dir: &Path, packages: &[&str]) -> Result<PathBuf, String> {
     let ready = dir.join(".ready");
     if ready.exists() {
         return Ok(dir.to_owned());
     }
     let _ = std::fs::remove_dir_all(dir);
-    run(Command::new("python3").args(["-m", "venv"]).arg(dir))?;
+    run(Command::new(python).args(["-m", "venv"]).arg(dir))?;
     run(Command::new(dir.join("bin/pip")).args(["install", "--quiet", "--disable-pip-version-check"]).args(packages))?;
     std::fs::write(&ready, b"").map_err(|e| e.to_string())?;
     Ok(dir.to_owned())

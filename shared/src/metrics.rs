@@ -27,6 +27,8 @@ pub static REDISPATCHED: Counter = Counter::new();
 pub static STALE_WRITES: Counter = Counter::new();
 /// Jobs run to an outcome by this process's executors.
 pub static JOBS_RUN: Counter = Counter::new();
+/// Statements that wrote outcomes (each its own commit): with `JOBS_RUN`, commits per job.
+pub static OUTCOME_WRITES: Counter = Counter::new();
 
 /// All counters by name, for the status contract and `relay` output.
 pub fn snapshot() -> Vec<(&'static str, u64)> {
@@ -36,5 +38,6 @@ pub fn snapshot() -> Vec<(&'static str, u64)> {
         ("redispatched", REDISPATCHED.get()),
         ("stale_writes", STALE_WRITES.get()),
         ("jobs_run", JOBS_RUN.get()),
+        ("outcome_writes", OUTCOME_WRITES.get()),
     ]
 }

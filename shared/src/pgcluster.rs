@@ -81,11 +81,45 @@ impl PrivateCluster {
     /// `start`, with extra server options (e.g. `-c shared_preload_libraries=...`) used when
     /// this call starts the server.
     pub fn start_with(dir: &Path, durability: Durability, extra_options: &str) -> anyhow::Result<Self> {
+        Self::init(dir)?.launch(durability, extra_options)
+    }
+
+    /// `start`, with TLS on (`ssl=on`, the given PEM certificate chain and key) and password
+    /// authentication (SCRAM) over TCP for every role but `postgres`, which stays trusted:
+    /// a cluster shaped like RDS for the TLS and secret-rotation tests.
+    pub fn start_tls(dir: &Path, durability: Durability, cert_pem: &str, key_pem: &str) -> anyhow::Result<Self> {
+        let cluster = Self::init(dir)?;
+        let hba = "local all all trust\n\
+                   host all postgres 127.0.0.1/32 trust\n\
+                   host all all 127.0.0.1/32 scram-sha-256\n";
+        for (name, text) in [("server.crt", cert_pem), ("server.key", key_pem), ("relay_hba.conf", hba)] {
+            let path = cluster.data_dir.join(name);
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+            if cluster.as_postgres {
+                let mut chown = Command::new("chown");
+                chown.arg("postgres:postgres").arg(&path);
+                run(chown)?;
+            }
+        }
+        let hba_file = cluster.data_dir.join("relay_hba.conf");
+        cluster.launch(
+            durability,
+            &format!(
+                "-c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key -c hba_file={} \
+                 -c password_encryption=scram-sha-256",
+                hba_file.display()
+            ),
+        )
+    }
+
+    /// The binaries, the folder (owned by `postgres` when we are root) and `initdb` on first use.
+    fn init(dir: &Path) -> anyhow::Result<Self> {
         let bin = find_binaries()?;
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let data_dir = std::fs::canonicalize(dir)?;
         let as_postgres = running_as_root();
-        let mut cluster = PrivateCluster { data_dir, port: 0, bin, as_postgres, options: String::new() };
+        let cluster = PrivateCluster { data_dir, port: 0, bin, as_postgres, options: String::new() };
         if cluster.as_postgres {
             let mut chown = Command::new("chown");
             chown.args(["-R", "postgres:postgres"]).arg(&cluster.data_dir);
@@ -97,13 +131,18 @@ impl PrivateCluster {
             initdb.args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"]);
             run(initdb)?;
         }
-        if let Some(port) = cluster.running_port() {
-            cluster.port = port;
-            cluster.options = cluster.base_options();
-            return Ok(cluster);
+        Ok(cluster)
+    }
+
+    /// Attach to the server running on this folder, or start it with `extra_options`.
+    fn launch(mut self, durability: Durability, extra_options: &str) -> anyhow::Result<Self> {
+        if let Some(port) = self.running_port() {
+            self.port = port;
+            self.options = self.base_options();
+            return Ok(self);
         }
-        cluster.port = free_port()?;
-        let mut opts = cluster.base_options();
+        self.port = free_port()?;
+        let mut opts = self.base_options();
         if !extra_options.is_empty() {
             opts.push(' ');
             opts.push_str(extra_options);
@@ -111,9 +150,9 @@ impl PrivateCluster {
         if durability == Durability::Throwaway {
             opts.push_str(" -c fsync=off -c synchronous_commit=off -c full_page_writes=off");
         }
-        cluster.options = opts;
-        cluster.resume()?;
-        Ok(cluster)
+        self.options = opts;
+        self.resume()?;
+        Ok(self)
     }
 
     fn base_options(&self) -> String {

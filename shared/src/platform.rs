@@ -37,6 +37,9 @@ pub struct Settings {
     pub callback_allow: crate::callbacks::AllowList,
     /// Per-tenant intake rate limit; `None`: unlimited.
     pub tenant_rate: Option<crate::api::ratelimit::TenantRate>,
+    /// The longest `timeout_seconds` intake accepts: 86,400 by default; on Lambda what the
+    /// executor function can give one attempt (`LambdaConfig::max_job_timeout`).
+    pub max_timeout_seconds: i32,
 }
 
 impl Default for Settings {
@@ -51,6 +54,7 @@ impl Default for Settings {
             project: "relay".into(),
             callback_allow: Default::default(),
             tenant_rate: None,
+            max_timeout_seconds: crate::api::jobs::MAX_TIMEOUT_SECONDS,
         }
     }
 }
@@ -112,6 +116,10 @@ impl Platform {
             transport: self.transport.clone(),
             project: self.settings.project.clone(),
             limits: crate::api::ratelimit::RateLimits::new(self.settings.tenant_rate),
+            admission: crate::api::jobs::Admission {
+                callback_allow: self.settings.callback_allow.clone(),
+                max_timeout_seconds: self.settings.max_timeout_seconds,
+            },
         }
     }
 

@@ -13,7 +13,7 @@ pub const CONTRACT: &str = "relay.status/v1";
 /// 1.1 added the `count` progress (with `succeeded`, `cancelled`, `pending`) and the elapsed
 /// progress's baseline (`baseline_p50_s`, `baseline_p95_s`, `runs_in_baseline`, `stuck`);
 /// 1.2 the newest open exceptions (`exceptions`, optional).
-pub const VERSION: &str = "1.2";
+pub const VERSION: &str = "1.3";
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -186,6 +186,9 @@ pub struct Failures {
     pub last_hour: i64,
     pub last_24h: i64,
     pub open_exceptions: i64,
+    /// Messages that could not become work, kept in the last 24 hours (optional, from 1.3).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dead_letters_24h: Option<i64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -50,6 +50,8 @@ pub struct SweepReport {
     pub alerts_queued: usize,
     /// Waiting fan-out parents finished because every child had.
     pub parents_finished: usize,
+    /// Tenant faults signalled to operators (`relay.tenant_fault`).
+    pub tenant_faults_signalled: usize,
 }
 
 #[derive(Clone)]
@@ -111,7 +113,7 @@ pub fn decide_expired(leases: &[ExpiredLease]) -> (Vec<(JobId, i32)>, Vec<(JobId
                 "lease expired on the last attempt ({} of {}); the worker died or hung",
                 l.attempt, l.max_attempts
             );
-            fail.push((l.id, l.attempt, Failure { kind: exception_kind::LEASE_EXPIRED, error }));
+            fail.push((l.id, l.attempt, Failure::platform(exception_kind::LEASE_EXPIRED, error)));
         }
     }
     (back, fail)
@@ -163,6 +165,14 @@ impl Sweeper {
         report.schedules_fired = crate::schedules::fire_due(&self.pool, &self.intake, chrono::Utc::now()).await?.fired;
         if let Some(alerts) = &self.config.alerts {
             report.alerts_queued = crate::alerts::queue_due(&self.pool, &self.intake, alerts).await?;
+        }
+        // A tenant's own failures reach operators as one signal per tenant and cause, at most
+        // hourly, and only when they grew: never one per job.
+        for f in crate::store::tenant_faults::take_due_signals(&self.pool.get().await?, 100).await? {
+            report.tenant_faults_signalled += 1;
+            tracing::warn!(event = "relay.tenant_fault", tenant_id = %f.tenant_id, task_type = %f.task_type,
+                kind = %f.kind, count = f.count, last_error = %f.last_error, last_job_id = %f.last_job_id,
+                "a tenant's jobs keep failing for a reason of its own (GET /v1/admin/tenant-faults)");
         }
         // Lambda containers come and go: forget instances unseen for a week.
         workers::prune(&self.pool.get().await?, chrono::Utc::now() - chrono::Duration::days(7)).await?;

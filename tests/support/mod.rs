@@ -3,6 +3,7 @@
 //! real router with `oneshot`.
 
 pub mod moto;
+pub mod runtime_api;
 pub mod ses_faults;
 pub mod transports;
 

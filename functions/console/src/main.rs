@@ -4,6 +4,6 @@
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
     taskdeck::lambda::init_logging();
-    let router = taskdeck::lambda::console::router_from_env()?;
+    let router = taskdeck::lambda::init(async { taskdeck::lambda::console::router_from_env() }).await?;
     lambda_http::run(router).await
 }

@@ -8,14 +8,13 @@ use taskdeck::config::LambdaConfig;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     taskdeck::lambda::init_logging();
-    let cfg = LambdaConfig::from_env()?;
-    let platform = taskdeck::lambda::platform(&cfg).await?;
+    let platform = taskdeck::lambda::init(async { taskdeck::lambda::platform(&LambdaConfig::from_env()?).await }).await?;
     let exec = platform.executor();
     let live = platform.liveness(taskdeck::liveness::Kind::Executor);
     let (exec, live) = (&exec, &live);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         live.touch().await;
-        Ok::<SqsBatchResponse, Error>(taskdeck::lambda::executor::handle(exec, event.payload).await)
+        Ok::<SqsBatchResponse, Error>(taskdeck::lambda::executor::handle(exec, event.payload, Some(event.context.deadline())).await)
     }))
     .await
 }

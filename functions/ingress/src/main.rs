@@ -9,8 +9,12 @@ use taskdeck::lambda::ingress::Ingress;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     taskdeck::lambda::init_logging();
-    let cfg = LambdaConfig::from_env()?;
-    let platform = taskdeck::lambda::platform(&cfg).await?;
+    let (cfg, platform) = taskdeck::lambda::init(async {
+        let cfg = LambdaConfig::from_env()?;
+        let platform = taskdeck::lambda::platform(&cfg).await?;
+        Ok((cfg, platform))
+    })
+    .await?;
     let ingress = Ingress::new(&platform, &cfg.ingress_tenant);
     let live = platform.liveness(taskdeck::liveness::Kind::Ingress);
     let (ingress, live) = (&ingress, &live);

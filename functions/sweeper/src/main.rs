@@ -1,7 +1,6 @@
 //! The sweeper function: an EventBridge schedule → sweep passes (expired leases, lost
 //! dispatches). Wiring only; the handler is `taskdeck::lambda::sweeper::handle`.
 
-use aws_lambda_events::eventbridge::EventBridgeEvent;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 use taskdeck::config::LambdaConfig;
 use taskdeck::sweep::SweepReport;
@@ -9,12 +8,16 @@ use taskdeck::sweep::SweepReport;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     taskdeck::lambda::init_logging();
-    let cfg = LambdaConfig::from_env()?;
-    let platform = taskdeck::lambda::platform(&cfg).await?;
+    let (cfg, platform) = taskdeck::lambda::init(async {
+        let cfg = LambdaConfig::from_env()?;
+        let platform = taskdeck::lambda::platform(&cfg).await?;
+        Ok((cfg, platform))
+    })
+    .await?;
     let sweeper = platform.sweeper();
     let live = platform.liveness(taskdeck::liveness::Kind::Sweeper);
     let (sweeper, cfg, live) = (&sweeper, &cfg, &live);
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<EventBridgeEvent>| async move {
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| async move {
         live.touch().await;
         let reports: Vec<SweepReport> =
             taskdeck::lambda::sweeper::handle(sweeper, &event.payload, cfg.sweep_passes, cfg.sweep_gap).await?;

@@ -1,5 +1,5 @@
 //! Operator routes under `/v1/admin` (operator key only): exceptions — list, show, act on one
-//! or in bulk — and the operating modes. Every action writes an audit row naming the operator.
+//! or in bulk — tenants' own failures counted per cause, and the operating modes. Every action writes an audit row naming the operator.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -19,6 +19,7 @@ use crate::exceptions::{self as actions, Action, ActionError, ActionOutcome, Bul
 use crate::store::StoreError;
 use crate::store::exceptions::{self, Exception, ExceptionAction, ExceptionFilter, STATUSES};
 use crate::store::jobs::{Job, JobEvent, operator};
+use crate::store::tenant_faults::{self, TenantFault};
 use crate::store::{modes, tenants};
 
 impl From<ActionError> for ApiError {
@@ -130,6 +131,39 @@ pub async fn list_exceptions(
     let page = exceptions::list(&db, &filter).await?;
     let next_cursor = (page.len() as i64 == limit).then(|| page.last().map(|e| cursor::encode(e.opened_at, e.id))).flatten();
     Ok(Json(ExceptionList { exceptions: page, next_cursor }))
+}
+
+/// Query of `GET /v1/admin/tenant-faults`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct TenantFaultQuery {
+    /// A tenant's name or id.
+    pub tenant: Option<String>,
+    /// 1 to 500; default 100.
+    pub limit: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantFaultList {
+    pub tenant_faults: Vec<TenantFault>,
+}
+
+/// Tenants' own failures (a callback URL refused or never answering), one row per tenant,
+/// task type and kind, most recent first. They open no exception; this is where they show.
+#[utoipa::path(get, path = "/v1/admin/tenant-faults", tag = "operations", params(TenantFaultQuery),
+    security(("operator_key" = [])),
+    responses((status = 200, body = TenantFaultList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn list_tenant_faults(
+    State(state): State<AppState>,
+    Operator(_): Operator,
+    query: Result<Query<TenantFaultQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<TenantFaultList>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    let limit = page_limit(q.limit.as_deref(), 100)?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let tenant = tenant_id(&db, q.tenant.as_deref()).await?;
+    Ok(Json(TenantFaultList { tenant_faults: tenant_faults::list(&db, tenant, limit).await? }))
 }
 
 /// One exception with its job, the job's history and the audit of actions taken.

@@ -24,6 +24,7 @@ pub const MAX_OVERLAP_SECONDS: u32 = 30 * 24 * 3600;
 pub struct CallbackSettingsRequest {
     /// http(s) URL for every terminal state of this tenant's top-level jobs; null: only jobs
     /// that name their own `callback_url` get callbacks.
+    #[schema(min_length = 1, max_length = 2000, pattern = "^https?://")]
     pub url: Option<String>,
 }
 
@@ -33,6 +34,7 @@ pub struct CallbackSettingsRequest {
 pub struct RotateRequest {
     /// How long the previous secret keeps signing (1 to 2592000 s; default 86400).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 2_592_000)]
     pub overlap_seconds: Option<u32>,
 }
 
@@ -92,7 +94,7 @@ pub async fn put(
     JsonBody(req): JsonBody<CallbackSettingsRequest>,
 ) -> Result<Json<CallbackSettings>, ApiError> {
     if let Some(url) = &req.url {
-        crate::callbacks::check_url(url).map_err(|why| {
+        crate::callbacks::check_url(url, &state.admission.callback_allow).map_err(|why| {
             ApiError::unprocessable("invalid_field", format!("url: {why}")).with("field", "url")
         })?;
     }

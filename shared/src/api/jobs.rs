@@ -16,6 +16,7 @@ use super::AppState;
 use super::cursor;
 use super::error::{ApiError, ErrorBody, page_limit};
 use super::extract::{Caller, IdempotencyKey, JsonBody, check_key};
+use crate::callbacks::AllowList;
 use crate::catalogue::Catalogue;
 use crate::job::JobStatus;
 use crate::store::jobs::{self, Concurrency, Inserted, Job, JobFilter, NewJob};
@@ -23,8 +24,27 @@ use crate::store::{StoreError, attempt_sessions};
 
 pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
 pub const DEFAULT_TIMEOUT_SECONDS: i32 = 300;
+/// The longest `timeout_seconds` a deployment may allow (one that runs jobs under a deadline,
+/// the SQS transport on Lambda, allows less: `Settings::max_timeout_seconds`).
+pub const MAX_TIMEOUT_SECONDS: i32 = 86_400;
 pub const MAX_DELAY_SECONDS: u32 = 366 * 24 * 3600;
 pub const MAX_BATCH: usize = 500;
+/// What a deployment admits beyond each task's own parameters.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    /// The operator's callback allow-list: a `callback_url` whose host is an address the guard
+    /// refuses is refused at submit unless allowed here.
+    pub callback_allow: AllowList,
+    /// The longest `timeout_seconds` this deployment's executor can give a job.
+    pub max_timeout_seconds: i32,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Admission { callback_allow: AllowList::default(), max_timeout_seconds: MAX_TIMEOUT_SECONDS }
+    }
+}
+
 /// How far ahead a held job is put until it is released.
 const HELD_FOR: chrono::Duration = chrono::Duration::days(366);
 
@@ -115,8 +135,10 @@ fn empty_object() -> Value {
 }
 
 impl JobRequest {
-    /// Validate against the catalogue and turn into a row to insert.
-    pub fn into_new_job(self, key: &str, catalogue: &Catalogue, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
+    /// Validate against the catalogue and what this deployment admits, and turn into a row to
+    /// insert.
+    pub fn into_new_job(self, key: &str, catalogue: &Catalogue, admits: &Admission, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
+        let max_timeout = admits.max_timeout_seconds;
         if !catalogue.client_may_submit(&self.task_type) {
             return Err(ApiError::unprocessable(
                 "unknown_task_type",
@@ -152,9 +174,14 @@ impl JobRequest {
         if !(1..=100).contains(&max_attempts) {
             return Err(invalid("max_attempts", "between 1 and 100"));
         }
-        let timeout_seconds = self.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS);
-        if !(1..=86_400).contains(&timeout_seconds) {
-            return Err(invalid("timeout_seconds", "between 1 and 86400"));
+        let timeout_seconds = self.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS.min(max_timeout));
+        if !(1..=max_timeout).contains(&timeout_seconds) {
+            let why = if max_timeout < MAX_TIMEOUT_SECONDS {
+                format!("between 1 and {max_timeout} on this deployment: each attempt runs within one invocation of the executor function")
+            } else {
+                format!("between 1 and {max_timeout}")
+            };
+            return Err(invalid("timeout_seconds", &why).with("limit", max_timeout));
         }
         let concurrency = match (self.concurrency_key.clone(), self.concurrency_limit) {
             (None, None) => None,
@@ -171,7 +198,7 @@ impl JobRequest {
             (None, Some(_)) => return Err(invalid("concurrency_key", "a concurrency_limit needs a concurrency_key")),
         };
         if let Some(url) = &self.callback_url {
-            crate::callbacks::check_url(url).map_err(|why| invalid("callback_url", &why))?;
+            crate::callbacks::check_url(url, &admits.callback_allow).map_err(|why| invalid("callback_url", &why))?;
         }
         // The request as the client sent it (no minted id, no computed time) is what a replay
         // must match. Fields added later are left out when absent, so old hashes still match.
@@ -225,7 +252,7 @@ pub async fn submit(
     JsonBody(req): JsonBody<JobRequest>,
 ) -> Result<Response, ApiError> {
     state.limits.check(tenant.id, 1)?;
-    let new = req.into_new_job(&key, &state.catalogue, Utc::now())?;
+    let new = req.into_new_job(&key, &state.catalogue, &state.admission, Utc::now())?;
     crate::telemetry::record_job(&new.correlation_id, new.id);
     if new.callback_url.is_some() {
         require_signing_secret(&state, tenant.id).await?;
@@ -272,7 +299,7 @@ pub async fn submit_batch(
     state.limits.check(tenant.id, req.jobs.len())?;
     let now = Utc::now();
     let parsed: Vec<Result<NewJob, ApiError>> =
-        req.jobs.into_iter().enumerate().map(|(i, item)| parse_item(i, item, &state.catalogue, now)).collect();
+        req.jobs.into_iter().enumerate().map(|(i, item)| parse_item(i, item, &state.catalogue, &state.admission, now)).collect();
     if parsed.iter().any(|p| p.as_ref().is_ok_and(|n| n.callback_url.is_some())) {
         require_signing_secret(&state, tenant.id).await?;
     }
@@ -294,7 +321,7 @@ pub async fn submit_batch(
     Ok(Json(json!({ "results": results })))
 }
 
-fn parse_item(index: usize, item: Value, catalogue: &Catalogue, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
+fn parse_item(index: usize, item: Value, catalogue: &Catalogue, admits: &Admission, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
     let at = |e: ApiError| {
         let field = e.details.get("field").and_then(Value::as_str).map(|f| format!("jobs[{index}].{f}"));
         match field {
@@ -316,7 +343,7 @@ fn parse_item(index: usize, item: Value, catalogue: &Catalogue, now: DateTime<Ut
         let field = e.path().to_string();
         at(ApiError::unprocessable("invalid_field", format!("{field}: {}", e.inner())).with("field", field))
     })?;
-    req.into_new_job(&key, catalogue, now).map_err(at)
+    req.into_new_job(&key, catalogue, admits, now).map_err(at)
 }
 
 /// A job's own `callback_url` is signed with its tenant's secret, which must exist.
@@ -496,9 +523,10 @@ mod tests {
             delay_seconds: delay, max_attempts: None, timeout_seconds: None,
             concurrency_key: None, concurrency_limit: None, callback_url: None,
         };
-        let a = req(None).into_new_job("k", &cat, now).unwrap();
-        let b = req(None).into_new_job("k", &cat, now + chrono::Duration::seconds(5)).unwrap();
-        let c = req(Some(5)).into_new_job("k", &cat, now).unwrap();
+        let admits = Admission::default();
+        let a = req(None).into_new_job("k", &cat, &admits, now).unwrap();
+        let b = req(None).into_new_job("k", &cat, &admits, now + chrono::Duration::seconds(5)).unwrap();
+        let c = req(Some(5)).into_new_job("k", &cat, &admits, now).unwrap();
         assert_eq!(a.request_hash, b.request_hash, "the same request later is a replay");
         assert_ne!(a.request_hash, c.request_hash);
     }

@@ -47,6 +47,8 @@ pub struct AppState {
     pub project: String,
     /// Per-tenant intake rate limits (none by default).
     pub limits: ratelimit::RateLimits,
+    /// What this deployment admits beyond each task's own parameters.
+    pub admission: jobs::Admission,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -77,6 +79,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/exceptions/{id}/cancel", post(admin::cancel))
         .route("/v1/admin/exceptions/{id}/finish", post(admin::finish))
         .route("/v1/admin/exceptions/{id}/ignore", post(admin::ignore))
+        .route("/v1/admin/tenant-faults", get(admin::list_tenant_faults))
         .route("/v1/admin/modes", get(admin::get_modes).put(admin::set_mode))
         .route("/v1/admin/schedules", get(schedules::list).post(schedules::create))
         .route("/v1/admin/schedules/{id}", get(schedules::get).patch(schedules::update).delete(schedules::delete))

@@ -25,7 +25,7 @@ use super::{admin, callbacks, email, jobs, schedules, status};
         email::delete_template, email::get_identities, email::put_identities, email::put_recipients,
         email::get_sending_role, email::put_sending_role,
         admin::list_exceptions, admin::show_exception, admin::retry, admin::cancel, admin::finish,
-        admin::ignore, admin::bulk, admin::get_modes, admin::set_mode,
+        admin::ignore, admin::bulk, admin::list_tenant_faults, admin::get_modes, admin::set_mode,
         schedules::list, schedules::create, schedules::get, schedules::update, schedules::delete,
         callbacks::get, callbacks::put, callbacks::rotate, callbacks::delete, callbacks::attempts,
         status::status, healthz, openapi_json,

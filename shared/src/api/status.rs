@@ -43,6 +43,7 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
     }
     let (last_hour, last_24h) = queries::failure_counts(&db).await?;
     let open_exceptions = exceptions::count_open(&db).await?;
+    let dead_letters_24h = crate::store::dead_letters::count_since(&db, now - chrono::Duration::hours(24)).await?;
     let newest_exceptions = queries::open_exceptions(&db, 10).await?;
     let activity = queries::activity(&db, ACTIVITY_BUCKETS, ACTIVITY_BUCKET_SECS, ACTIVITY_CAP).await?;
 
@@ -98,7 +99,7 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
             })
             .collect(),
         recent_runs: runs.into_iter().map(run).collect(),
-        failures: Failures { last_hour, last_24h, open_exceptions },
+        failures: Failures { last_hour, last_24h, open_exceptions, dead_letters_24h: Some(dead_letters_24h) },
         activity: Some(Activity {
             bucket_s: activity.bucket_secs,
             runs: activity.runs,

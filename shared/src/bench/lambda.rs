@@ -18,6 +18,9 @@ pub struct LambdaPath {
     pub jobs: usize,
     pub containers: usize,
     pub jobs_per_sec: f64,
+    /// Commits per job: one claim per batch of 10 plus the statements that wrote outcomes
+    /// (the executor writes outcomes as jobs end, those within 5 ms of each other together).
+    pub commits_per_job: f64,
 }
 
 pub async fn run(base_url: &str, n: usize, containers: usize) -> anyhow::Result<LambdaPath> {
@@ -50,7 +53,9 @@ pub async fn run(base_url: &str, n: usize, containers: usize) -> anyhow::Result<
             event
         })
         .collect();
+    let batches = events.len();
     let queue = Arc::new(Mutex::new(events));
+    let writes_before = crate::metrics::OUTCOME_WRITES.get();
     let start = Instant::now();
     let tasks: Vec<_> = (0..containers)
         .map(|_| {
@@ -65,7 +70,7 @@ pub async fn run(base_url: &str, n: usize, containers: usize) -> anyhow::Result<
                     let Some(event) = queue.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.pop_front() else {
                         return anyhow::Ok(());
                     };
-                    let res = crate::lambda::executor::handle(&exec, event).await;
+                    let res = crate::lambda::executor::handle(&exec, event, None).await;
                     anyhow::ensure!(res.batch_item_failures.is_empty(), "records failed: {:?}", res.batch_item_failures.len());
                 }
             })
@@ -75,8 +80,10 @@ pub async fn run(base_url: &str, n: usize, containers: usize) -> anyhow::Result<
         t.await??;
     }
     let seconds = start.elapsed().as_secs_f64();
+    let writes = crate::metrics::OUTCOME_WRITES.get() - writes_before;
+    let commits_per_job = (batches as u64 + writes) as f64 / n as f64;
     let (_, succeeded) = scratch.processing_span().await?;
     anyhow::ensure!(succeeded == n as i64, "{succeeded} of {n} jobs succeeded");
     scratch.drop_schema(base_url).await?;
-    Ok(LambdaPath { jobs: n, containers, jobs_per_sec: n as f64 / seconds })
+    Ok(LambdaPath { jobs: n, containers, jobs_per_sec: n as f64 / seconds, commits_per_job })
 }

@@ -170,8 +170,9 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
                 rs.push(lambda::run(url, n, containers).await?);
             }
             let rate = median(rs.iter().map(|r| r.jobs_per_sec).collect());
+            let commits = median(rs.iter().map(|r| r.commits_per_job).collect());
             row("lambda", &format!("executor handler, SQS batches of 10, {containers} containers"), format!("{rate:.0}"),
-                "jobs/s, one connection per container".into());
+                format!("jobs/s, one connection per container; {commits:.2} commits per job"));
             all.push(json!({"containers": containers, "median_jobs_per_sec": rate, "runs": rs}));
         }
         report.insert("lambda".into(), Value::Array(all));

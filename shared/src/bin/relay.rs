@@ -8,6 +8,9 @@ mod ops;
 #[path = "relay/jobs.rs"]
 mod jobs;
 
+#[path = "relay/smoke.rs"]
+mod smoke;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -56,7 +59,7 @@ struct Run {
     #[arg(long, env = "RELAY_POOL_SIZE")]
     pool_size: Option<usize>,
     /// Register the test-only tasks (`test.fail`, `test.effect`). Never in production.
-    #[arg(long, env = "RELAY_TEST_TASKS")]
+    #[arg(long, env = "RELAY_TEST_TASKS", value_parser = clap::builder::BoolishValueParser::new())]
     test_tasks: bool,
     /// CIDRs and host names callbacks may reach although the address guard refuses them
     /// (comma-separated; e.g. `127.0.0.1/32` for a receiver on this machine).
@@ -204,6 +207,9 @@ enum Command {
         #[arg(long, env = "RELAY_CONSOLE_PROJECTS_FILE")]
         projects: PathBuf,
     },
+    /// After a deploy: submit a `noop` job through the public API; non-zero unless it
+    /// succeeds within the bound (needs no database).
+    Smoke(smoke::Smoke),
     /// A tenant's jobs, read from the database.
     Jobs {
         /// The tenant's name.
@@ -275,6 +281,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", taskdeck::api::openapi::document_json());
             Ok(())
         }
+        Command::Smoke(s) => smoke::run(s).await,
         Command::Operator { command } => ops::operator(&ops_platform(cli.database_url)?, command).await,
         Command::Exceptions { command } => {
             ops::exceptions(&ops_platform(cli.database_url)?, &actor(cli.operator), command).await

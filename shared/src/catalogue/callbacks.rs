@@ -4,7 +4,9 @@
 //!
 //! Retries follow `RetryPolicy::CALLBACKS` (about three days over 16 attempts), never sooner
 //! than a `Retry-After`; a 410 stops them (the job succeeds with `gone`); an address the guard
-//! refuses fails the delivery for good (an exception opens); exhausted attempts too. Shadow
+//! refuses fails the delivery for good; exhausted attempts too. Both are the tenant's to see
+//! (its callback attempts, the delivery job): they open no operator exception, and are
+//! counted per tenant and cause in `tenant_faults` (`Fault::Tenant`). Shadow
 //! mode or `write:callbacks` off: the attempt is recorded as `shadowed`, nothing is sent.
 
 use serde::Deserialize;
@@ -14,7 +16,7 @@ use uuid::Uuid;
 
 use super::{Task, TaskContext};
 use crate::callbacks::{self, AllowList};
-use crate::job::TaskError;
+use crate::job::{Fault, TaskError};
 use crate::retry::RetryPolicy;
 use crate::store::callbacks::{self as store, Attempt, Outcome};
 use crate::store::{jobs, progress};
@@ -41,6 +43,12 @@ impl Task for Deliver {
     const DESCRIPTION: &'static str = "POSTs a job's resource, signed, to its callback URL (platform only)";
     const PLATFORM_ONLY: bool = true;
     const RETRY: Option<RetryPolicy> = Some(RetryPolicy::CALLBACKS);
+
+    /// The URL and the endpoint are the tenant's: a refused address or an endpoint that never
+    /// answers is recorded on its job's callback attempts, not opened as an operator exception.
+    fn fault(p: &DeliverParams) -> Fault {
+        Fault::Tenant(p.tenant_id)
+    }
 
     async fn run(&self, ctx: &TaskContext, p: DeliverParams) -> Result<Value, TaskError> {
         let db = ctx.db.get().await.map_err(|e| TaskError::Retryable(format!("database: {e}")))?;

@@ -1,8 +1,10 @@
 //! The catalogue: the one registry of task types. Intake refuses a type that is not here
 //! (422, listing what is); the executor fails a job of an unknown type for good.
 //!
-//! A task declares its parameters as a Rust type: the same type validates a request (serde,
-//! unknown fields refused, the failing field named) and publishes the JSON Schema.
+//! A task declares its parameters as a Rust type, which publishes the JSON Schema (self-
+//! contained: nested types under `$defs`). Intake checks parameters against that very schema
+//! (one validator, compiled once per task), then parses them into the type (serde, unknown
+//! fields refused) and runs the task's own checks; each failure names the field.
 
 mod basic;
 pub mod email;
@@ -19,10 +21,10 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use utoipa::{PartialSchema, ToSchema};
+use utoipa::ToSchema;
 
 use crate::credentials::JobAws;
-use crate::job::{JobId, TaskError, TenantId};
+use crate::job::{Fault, JobId, TaskError, TenantId};
 use crate::retry::RetryPolicy;
 use crate::store::modes::Modes;
 
@@ -69,6 +71,12 @@ pub trait Task: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Whose failure a job with these parameters is when it fails for good: the platform's (an
+    /// exception opens) or a tenant's own (counted per tenant and cause; no exception).
+    fn fault(_params: &Self::Params) -> Fault {
+        Fault::Platform
+    }
+
     /// Whether a job with these parameters is held (not due) when submitted, until something
     /// releases it (a campaign waiting for its recipient pages).
     fn held(_params: &Self::Params) -> bool {
@@ -98,10 +106,56 @@ pub struct TaskInfo {
 trait ErasedTask: Send + Sync {
     fn info(&self) -> TaskInfo;
     fn platform_only(&self) -> bool;
+    fn fault(&self, params: &Value) -> Fault;
     fn retry(&self) -> Option<RetryPolicy>;
     fn check(&self, params: &Value) -> Result<(), ParamError>;
     fn held(&self, params: &Value) -> bool;
     fn run<'a>(&'a self, ctx: &'a TaskContext, params: Value) -> BoxFuture<'a, Result<Value, TaskError>>;
+}
+
+/// The JSON Schema of a parameter type, self-contained: the types it names are put under
+/// `$defs` and referred to there (utoipa refers to `#/components/schemas/`).
+fn params_schema<P: ToSchema>() -> Value {
+    fn point_at_defs(v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                if let Some(Value::String(r)) = map.get_mut("$ref")
+                    && let Some(name) = r.strip_prefix("#/components/schemas/")
+                {
+                    *r = format!("#/$defs/{name}");
+                }
+                map.values_mut().for_each(point_at_defs);
+            }
+            Value::Array(items) => items.iter_mut().for_each(point_at_defs),
+            _ => {}
+        }
+    }
+    let mut named = Vec::new();
+    P::schemas(&mut named);
+    let mut root = serde_json::to_value(P::schema()).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut root
+        && !named.is_empty()
+    {
+        let defs = named.into_iter().map(|(name, s)| (name, serde_json::to_value(s).unwrap_or(Value::Null))).collect();
+        map.insert("$defs".into(), Value::Object(defs));
+    }
+    point_at_defs(&mut root);
+    root
+}
+
+/// The first way `params` breaks `schema`, with the field's path.
+fn against_schema(schema: &jsonschema::Validator, params: &Value) -> Result<(), ParamError> {
+    match schema.iter_errors(params).next() {
+        None => Ok(()),
+        Some(e) => {
+            let path = e.instance_path().to_string();
+            let field = match path.trim_start_matches('/') {
+                "" => "params".to_owned(),
+                p => format!("params.{}", p.replace('/', ".")),
+            };
+            Err(ParamError { field, message: e.to_string() })
+        }
+    }
 }
 
 fn parse<T: Task>(params: &Value) -> Result<T::Params, ParamError> {
@@ -121,12 +175,16 @@ impl<T: Task> ErasedTask for T {
         TaskInfo {
             name: T::NAME,
             description: T::DESCRIPTION,
-            params_schema: serde_json::to_value(T::Params::schema()).unwrap_or(Value::Null),
+            params_schema: params_schema::<T::Params>(),
         }
     }
 
     fn platform_only(&self) -> bool {
         T::PLATFORM_ONLY
+    }
+
+    fn fault(&self, params: &Value) -> Fault {
+        parse::<T>(params).map_or(Fault::Platform, |p| T::fault(&p))
     }
 
     fn retry(&self) -> Option<RetryPolicy> {
@@ -155,13 +213,15 @@ impl<T: Task> ErasedTask for T {
 #[derive(Clone)]
 pub struct Catalogue {
     tasks: Arc<BTreeMap<&'static str, Arc<dyn ErasedTask>>>,
+    /// Each task's published parameter schema, compiled: what intake checks first.
+    schemas: Arc<BTreeMap<&'static str, Arc<jsonschema::Validator>>>,
 }
 
 impl Catalogue {
     /// The production catalogue, plus the `test.*` tasks (which force failures and count
     /// effects) when `with_test_tasks` is set — never in production.
     pub fn standard(with_test_tasks: bool) -> Self {
-        let mut c = Catalogue { tasks: Arc::default() };
+        let mut c = Catalogue { tasks: Arc::default(), schemas: Arc::default() };
         c.add(basic::Noop);
         c.add(basic::Sleep);
         c.add(email::SendEmail);
@@ -178,6 +238,11 @@ impl Catalogue {
     }
 
     fn add<T: Task>(&mut self, task: T) {
+        // A schema that does not compile is a bug in a parameter type, found by the first test
+        // that builds the catalogue.
+        let schema = jsonschema::validator_for(&task.info().params_schema)
+            .unwrap_or_else(|e| panic!("the parameter schema of {} does not compile: {e}", T::NAME));
+        Arc::make_mut(&mut self.schemas).insert(T::NAME, Arc::new(schema));
         Arc::make_mut(&mut self.tasks).insert(T::NAME, Arc::new(task));
     }
 
@@ -190,6 +255,12 @@ impl Catalogue {
     /// A task type's own retry schedule, if it has one.
     pub fn retry_policy(&self, name: &str) -> Option<RetryPolicy> {
         self.tasks.get(name).and_then(|t| t.retry())
+    }
+
+    /// Whose failure a job of this type and these parameters is (the platform's for a type
+    /// not in the catalogue, or parameters that no longer parse).
+    pub fn fault(&self, name: &str, params: &Value) -> Fault {
+        self.tasks.get(name).map_or(Fault::Platform, |t| t.fault(params))
     }
 
     /// Every task type, platform ones included.
@@ -218,9 +289,9 @@ impl Catalogue {
 
     /// Validate parameters for a task type known to be in the catalogue.
     pub fn check(&self, name: &str, params: &Value) -> Result<(), ParamError> {
-        match self.tasks.get(name) {
-            Some(t) => t.check(params),
-            None => Err(ParamError { field: "task_type".into(), message: format!("unknown task type {name:?}") }),
+        match (self.tasks.get(name), self.schemas.get(name)) {
+            (Some(t), Some(schema)) => against_schema(schema, params).and_then(|()| t.check(params)),
+            _ => Err(ParamError { field: "task_type".into(), message: format!("unknown task type {name:?}") }),
         }
     }
 
@@ -247,7 +318,7 @@ mod tests {
             Catalogue::standard(false).names(),
             ["callback.deliver", "email.campaign", "email.send", "noop", "provider.event", "relay.retention", "sleep"]
         );
-        assert_eq!(Catalogue::standard(false).client_names(), ["email.campaign", "email.send", "noop", "provider.event", "sleep"]);
+        assert_eq!(Catalogue::standard(false).client_names(), ["email.campaign", "email.send", "noop", "sleep"]);
         assert!(Catalogue::standard(true).contains("test.fail"));
     }
 
@@ -260,9 +331,10 @@ mod tests {
         let e = c.check("sleep", &json!({"seconds": -1})).unwrap_err();
         assert_eq!(e.field, "params.seconds");
         let e = c.check("noop", &json!({"surprise": 1})).unwrap_err();
-        assert!(e.message.contains("unknown field"), "{e}");
+        assert!(e.message.contains("'surprise' was unexpected"), "{e}");
         let e = c.check("sleep", &json!({})).unwrap_err();
-        assert!(e.message.contains("missing field"), "{e}");
+        assert!(e.message.contains("\"seconds\" is a required property"), "{e}");
+        assert!(!e.message.contains("f64"), "no Rust type names in what a client reads: {e}");
     }
 
     #[test]
@@ -270,5 +342,24 @@ mod tests {
         for t in Catalogue::standard(true).describe() {
             assert_eq!(t.params_schema["type"], "object", "{}", t.name);
         }
+    }
+
+    #[test]
+    fn published_schemas_stand_alone_and_intake_holds_params_to_them() {
+        let c = Catalogue::standard(true);
+        for t in c.describe() {
+            let text = t.params_schema.to_string();
+            assert!(!text.contains("#/components/"), "{} refers outside itself: {text}", t.name);
+        }
+        let campaign = c.describe().into_iter().find(|t| t.name == "email.campaign").unwrap();
+        assert!(campaign.params_schema["$defs"]["SendParams"].is_object(), "{}", campaign.params_schema);
+        // What serde alone let through: a struct's fields given as an array.
+        let e = c.check("noop", &json!([1])).unwrap_err();
+        assert_eq!(e.field, "params", "{e}");
+        let e = c.check("sleep", &json!({"seconds": [1]})).unwrap_err();
+        assert_eq!(e.field, "params.seconds", "{e}");
+        let e = c.check("email.campaign", &json!({"message": {"from": "a@b.example", "subject": "s", "text": "t"},
+            "recipients": [{"to": 5}]})).unwrap_err();
+        assert_eq!(e.field, "params.recipients.0.to", "{e}");
     }
 }

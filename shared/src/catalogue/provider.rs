@@ -46,6 +46,9 @@ impl Task for ProviderEvent {
     const NAME: &'static str = "provider.event";
     const DESCRIPTION: &'static str =
         "A provider notification received by ingress (SES events via SNS, inbound mail); acknowledged and kept on the job.";
+    /// Only ingress creates these: an event names messages and addresses of any tenant, so a
+    /// client submitting one could suppress another tenant's recipients.
+    const PLATFORM_ONLY: bool = true;
 
     fn check(p: &ProviderEventParams) -> Result<(), (String, String)> {
         if p.source.is_empty() {

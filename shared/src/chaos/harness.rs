@@ -293,20 +293,35 @@ pub async fn delete_acknowledged(client: &Client, url: &str, event: &SqsEvent, f
     Ok(())
 }
 
-/// The distinct SQS messages consumers have received. A message SQS delivers again (after a
-/// handler failure, a slow delete, or a receive whose answer was lost under load) keeps its
-/// message id and counts once: only copies the scenario sent count as duplicates.
+/// The distinct SQS messages consumers have received, and the job each named. A message SQS
+/// delivers again (after a handler failure, a slow delete, or a receive whose answer was lost
+/// under load) keeps its message id and counts once: only copies the scenario sent count as
+/// duplicates.
 #[derive(Default)]
-pub struct Received(Mutex<std::collections::HashSet<String>>);
+pub struct Received(Mutex<std::collections::HashMap<String, Option<JobId>>>);
 
 impl Received {
     pub fn count(&self) -> usize {
         self.0.lock().expect("received lock").len()
     }
 
+    /// Distinct messages received per job they named (bodies that name none are left out).
+    pub fn per_job(&self) -> std::collections::HashMap<JobId, usize> {
+        let mut out = std::collections::HashMap::new();
+        for job in self.0.lock().expect("received lock").values().flatten() {
+            *out.entry(*job).or_default() += 1;
+        }
+        out
+    }
+
     fn add(&self, event: &SqsEvent) {
         let mut seen = self.0.lock().expect("received lock");
-        seen.extend(event.records.iter().filter_map(|r| r.message_id.clone()));
+        for r in &event.records {
+            let job = r.body.as_deref().and_then(|b| serde_json::from_str::<crate::transport::sqs::WorkMessage>(b).ok()).map(|m| m.job_id);
+            if let Some(id) = r.message_id.clone() {
+                seen.entry(id).or_insert(job);
+            }
+        }
     }
 }
 
@@ -326,7 +341,7 @@ pub async fn consume_sqs(exec: Executor, client: Client, url: String, received: 
             continue;
         }
         received.add(&event);
-        let response = crate::lambda::executor::handle(&exec, event.clone()).await;
+        let response = crate::lambda::executor::handle(&exec, event.clone(), None).await;
         let failed: Vec<String> = response.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
         // A failed delete only means SQS delivers the record again (a duplicate claims nothing).
         let _ = delete_acknowledged(&client, &url, &event, &failed).await;

@@ -99,7 +99,9 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
 async fn scratch_submit(scratch: &crate::bench::setup::Scratch, i: usize, sleep: f64) -> anyhow::Result<(u16, uuid::Uuid)> {
     let req: crate::api::jobs::JobRequest =
         serde_json::from_value(json!({"task_type": "test.effect", "params": {"sleep_seconds": sleep}}))?;
-    let new = req.into_new_job(&format!("zombie-{i}"), &scratch.platform.catalogue, chrono::Utc::now()).map_err(|e| anyhow::anyhow!(e.message))?;
+    let admits = crate::api::jobs::Admission { callback_allow: scratch.platform.settings.callback_allow.clone(),
+        max_timeout_seconds: scratch.platform.settings.max_timeout_seconds };
+    let new = req.into_new_job(&format!("zombie-{i}"), &scratch.platform.catalogue, &admits, chrono::Utc::now()).map_err(|e| anyhow::anyhow!(e.message))?;
     let id = new.id;
     scratch.platform.intake.enqueue(scratch.tenant.id, vec![new]).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok((202, id))

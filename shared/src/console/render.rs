@@ -51,6 +51,8 @@ pub struct DataView {
     pub failures_hour: i64,
     pub failures_day: i64,
     pub open_exceptions: i64,
+    /// Messages kept as dead letters in the last 24 hours, when the project reports them (1.3).
+    pub dead_letters: Option<i64>,
     /// The newest open exceptions, when the project reports them (1.2).
     pub exceptions: Vec<ExceptionView>,
     pub schedules: Vec<ScheduleView>,
@@ -225,6 +227,7 @@ fn data(doc: &StatusDoc, at: DateTime<Utc>, now: DateTime<Utc>) -> DataView {
         failures_hour: doc.failures.last_hour,
         failures_day: doc.failures.last_24h,
         open_exceptions: doc.failures.open_exceptions,
+        dead_letters: doc.failures.dead_letters_24h,
         exceptions: doc
             .exceptions
             .iter()

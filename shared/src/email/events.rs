@@ -88,7 +88,14 @@ fn addresses(list: Option<&Value>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The correlation id Relay tagged the message with, if this is an SES event that carries it.
+/// The tag Relay sends the correlation id in (`ses::send`), as SES emits it back: under
+/// `mail.tags`, named as sent, each value a one-element list. Its value is `tag_value` of the
+/// id (SES tags take only letters, digits, `_` and `-`).
+pub const CORRELATION_TAG: &str = "relay_correlation_id";
+
+/// The correlation id of the message an SES event is about: verbatim from Relay's
+/// `X-Relay-Correlation-Id` header when the event carries the original headers, else from
+/// the `relay_correlation_id` tag (where characters outside the tag charset read `_`).
 pub fn correlation_tag(message: &Value) -> Option<String> {
     let parsed;
     let v = match message {
@@ -98,8 +105,14 @@ pub fn correlation_tag(message: &Value) -> Option<String> {
         }
         v => v,
     };
-    let tag = v.pointer("/mail/tags/relay_correlation_id/0")?.as_str()?;
-    (!tag.is_empty() && tag.len() <= 200).then(|| tag.to_owned())
+    let header = v.pointer("/mail/headers").and_then(Value::as_array).and_then(|hs| {
+        hs.iter()
+            .find(|h| h["name"].as_str().is_some_and(|n| n.eq_ignore_ascii_case(super::content::CORRELATION_HEADER)))
+            .and_then(|h| h["value"].as_str())
+    });
+    let tag = || v.pointer(&format!("/mail/tags/{CORRELATION_TAG}/0")).and_then(Value::as_str);
+    let id = header.or_else(tag)?;
+    (!id.is_empty() && id.len() <= 200).then(|| id.to_owned())
 }
 
 /// Parse an SES event (the SNS `Message`, as JSON or as the JSON text SNS really sends).
@@ -216,6 +229,22 @@ mod tests {
         assert_eq!(e.suppress, ["b@example.com"]);
         let inbound = parse(&json!({"notificationType": "Received", "mail": mail(), "receipt": {"recipients": ["in@acme.example"]}}));
         assert_eq!(inbound.unwrap().kind, EventKind::Received);
+    }
+
+    #[test]
+    fn the_correlation_id_comes_from_relays_header_or_else_its_tag_as_ses_emits_them() {
+        let mut m = mail();
+        m["tags"][CORRELATION_TAG] = json!([crate::email::content::tag_value("order 4711/ü")]);
+        let event = json!({"eventType": "Delivery", "mail": m.clone()});
+        assert_eq!(correlation_tag(&event).as_deref(), Some("order_4711__"), "the tag, as sent");
+        m["headers"] = json!([{"name": "From", "value": "a@acme.example"},
+                              {"name": "X-Relay-Correlation-Id", "value": "order 4711/ü"}]);
+        let event = json!({"eventType": "Delivery", "mail": m});
+        assert_eq!(correlation_tag(&event).as_deref(), Some("order 4711/ü"), "the header is verbatim");
+        assert_eq!(correlation_tag(&Value::String(event.to_string())).as_deref(), Some("order 4711/ü"), "SNS sends text");
+        // Another spelling of the tag is not Relay's.
+        let other = json!({"eventType": "Delivery", "mail": {"tags": {"relay-correlation-id": ["x"]}}});
+        assert_eq!(correlation_tag(&other), None);
     }
 
     #[test]

@@ -203,6 +203,18 @@ async fn existing(db: &deadpool_postgres::Client, m: Message, ctx: &TaskContext)
     }
 }
 
+/// Every address a message was sent to (`to`, `cc`, `bcc`), bare and lower-cased as the
+/// suppression list keeps them.
+fn recipients_of(recipients: &Value) -> std::collections::HashSet<String> {
+    ["to", "cc", "bcc"]
+        .iter()
+        .filter_map(|k| recipients.get(k).and_then(Value::as_array))
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter_map(content::bare)
+        .collect()
+}
+
 /// Apply one SES event (ingress's `provider.event`), once, keyed by the SNS message id: keep
 /// it on its message, move the message's status up, add hard bounces and complaints to the
 /// tenant's suppression list, and settle an `unknown` send it proves (the job is finished
@@ -222,10 +234,14 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
         messages::Applied::Duplicate => json!({ "ses_event": e.kind.name(), "applied": false, "note": "applied before (duplicate)" }),
         messages::Applied::Unmatched => json!({ "ses_event": e.kind.name(), "applied": false, "note": "kept; no message of Relay's matches" }),
         messages::Applied::Applied { message, before } => {
+            // Only the message's own recipients, on its own tenant's list: an event cannot
+            // suppress an address the message was never sent to.
+            let addressed = recipients_of(&message.recipients);
+            let suppress: Vec<String> = e.suppress.iter().filter(|a| addressed.contains(*a)).cloned().collect();
             let mut suppressed = 0;
-            if !e.suppress.is_empty() {
+            if !suppress.is_empty() {
                 let reason = if matches!(e.kind, events::EventKind::Complaint) { "complaint" } else { "bounce" };
-                suppressed = suppressions::add(&tx, message.tenant_id, &e.suppress, reason, e.summary.as_deref(), Some(message.id))
+                suppressed = suppressions::add(&tx, message.tenant_id, &suppress, reason, e.summary.as_deref(), Some(message.id))
                     .await
                     .map_err(retryable)?;
             }

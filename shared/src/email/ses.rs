@@ -71,7 +71,7 @@ pub async fn send(client: &Client, p: &SendParams, body: &Rendered, id: &Identit
     let relay_tags = [
         ("relay_message_id", id.message_id.to_owned()),
         ("relay_job_id", id.job_id.to_owned()),
-        ("relay_correlation_id", tag_value(id.correlation_id)),
+        (super::events::CORRELATION_TAG, tag_value(id.correlation_id)),
     ];
     let mut request = client
         .send_email()

@@ -7,7 +7,7 @@ pub mod worker;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
@@ -28,6 +28,13 @@ use crate::transport::{self, Transport};
 /// The largest result a task may return, serialised.
 pub const MAX_RESULT_BYTES: usize = 256 * 1024;
 
+/// `ExecutorConfig::deadline_reserve` unless configured.
+pub const DEFAULT_DEADLINE_RESERVE: Duration = Duration::from_secs(5);
+
+/// How long the first of a batch's ended jobs waits for others before its outcome is written:
+/// jobs that end together share one statement and one commit.
+pub const FLUSH_WINDOW: Duration = Duration::from_millis(5);
+
 #[derive(Debug, Clone)]
 pub struct ExecutorConfig {
     /// Lease length; a heartbeat renews it every third of this while a job runs.
@@ -38,6 +45,9 @@ pub struct ExecutorConfig {
     pub claim_batch: usize,
     /// How long an idle worker waits for a wake-up before it looks anyway.
     pub poll_interval: Duration,
+    /// Under a deadline (a Lambda invocation), the time kept back to record outcomes: a job
+    /// starts only if its timeout fits in the time left less this.
+    pub deadline_reserve: Duration,
 }
 
 impl Default for ExecutorConfig {
@@ -47,6 +57,7 @@ impl Default for ExecutorConfig {
             concurrency: 64,
             claim_batch: 64,
             poll_interval: Duration::from_secs(1),
+            deadline_reserve: DEFAULT_DEADLINE_RESERVE,
         }
     }
 }
@@ -64,6 +75,22 @@ pub struct Executor {
     pub credentials: Option<Arc<TaskCredentials>>,
     /// How tasks create jobs (a fan-out parent's children): insert, commit, then dispatch.
     pub intake: crate::intake::Intake,
+}
+
+/// What one delivery of ids came to (`run_dispatched_until`).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Dispatched {
+    pub report: RunReport,
+    /// Jobs claimed and started.
+    pub claimed: usize,
+    /// Jobs not started because their timeout did not fit in the time left (no attempt
+    /// charged, a `redispatched` event each); already sent again for a later delivery.
+    pub deferred: Vec<JobId>,
+    /// Jobs still running when the deadline came: nothing of them is recorded; they were
+    /// stopped here, their leases expire and the sweep returns them.
+    pub unfinished: Vec<JobId>,
+    /// Statements that wrote outcomes (each its own commit).
+    pub flushes: usize,
 }
 
 /// What one batch of jobs came to.
@@ -87,26 +114,91 @@ impl Executor {
     /// Claim these ids (if still claimable) and run them to an outcome. A duplicate or stale
     /// delivery claims nothing and runs nothing. Returns the report and how many ids ran.
     pub async fn run_dispatched(&self, ids: &[JobId]) -> Result<(RunReport, usize), StoreError> {
+        let d = self.run_dispatched_until(ids, None).await?;
+        Ok((d.report, d.claimed))
+    }
+
+    /// The same under a deadline (a Lambda invocation's): a job whose timeout does not fit in
+    /// the time left (less `deadline_reserve`) is not claimed but sent again for a later
+    /// delivery. Outcomes are written as jobs end (those ending within `FLUSH_WINDOW` of each
+    /// other in one statement), so a job that is still running cannot hold back the others'.
+    /// Half the reserve before the deadline, whatever still runs is stopped.
+    pub async fn run_dispatched_until(&self, ids: &[JobId], deadline: Option<Instant>) -> Result<Dispatched, StoreError> {
+        let within = deadline.map(|d| {
+            let left = d.saturating_duration_since(Instant::now()).saturating_sub(self.config.deadline_reserve);
+            i32::try_from(left.as_secs()).unwrap_or(i32::MAX)
+        });
         let mut db = self.pool.get().await?;
-        let mut claim = jobs::claim_ids(&db, ids, self.lease_secs()).await?;
+        let mut claim = jobs::claim_ids(&db, ids, self.lease_secs(), within).await?;
         if claim.jobs.len() < ids.len() {
             // Some ids were not claimable without a key: keyed jobs take the keyed path (a
             // duplicate or stale delivery claims nothing there either).
-            let keyed = jobs::claim_keyed(&mut db, i64::try_from(ids.len()).unwrap_or(i64::MAX), self.lease_secs(), Some(ids)).await?;
-            claim.merge(keyed);
+            let n = i64::try_from(ids.len()).unwrap_or(i64::MAX);
+            claim.merge(jobs::claim_keyed(&mut db, n, self.lease_secs(), Some(ids), within).await?);
+        }
+        let mut deferred = Vec::new();
+        if let Some(within) = within
+            && claim.jobs.len() < ids.len()
+        {
+            let rest: Vec<JobId> = ids.iter().filter(|id| !claim.jobs.iter().any(|j| j.id == **id)).copied().collect();
+            deferred = jobs::defer_unfit(&db, &rest, within).await?;
         }
         drop(db);
-        let n = claim.jobs.len();
+        for d in &deferred {
+            tracing::info!(event = "relay.executor.deferred", job_id = %d.id, within_seconds = within,
+                "job not started: its timeout does not fit in the invocation's time left; sent again");
+        }
+        transport::send(&self.transport, &self.pool, &deferred).await;
+        let claimed = claim.jobs.len();
         let modes = Arc::new(claim.modes);
-        let outcomes = futures::future::join_all(claim.jobs.into_iter().map(|job| {
-            let modes = modes.clone();
-            async move {
-                let outcome = self.execute(&job, modes).await;
+        let mut running = tokio::task::JoinSet::new();
+        let mut started: Vec<JobId> = Vec::with_capacity(claimed);
+        for job in claim.jobs {
+            started.push(job.id);
+            let (exec, modes) = (self.clone(), modes.clone());
+            running.spawn(async move {
+                let outcome = exec.execute(&job, modes).await;
                 (job, outcome)
+            });
+        }
+        let stop_at = deadline.map(|d| d.checked_sub(self.config.deadline_reserve / 2).unwrap_or(d));
+        let mut out = Dispatched { claimed, deferred: deferred.iter().map(|d| d.id).collect(), ..Dispatched::default() };
+        let mut ended: Vec<(ClaimedJob, Outcome)> = Vec::new();
+        let mut flush_at: Option<Instant> = None;
+        // Each turn has an arm enabled: a job running, or an outcome waiting for its flush.
+        while !(running.is_empty() && ended.is_empty()) {
+            tokio::select! {
+                next = running.join_next(), if !running.is_empty() => match next {
+                    Some(Ok(pair)) => {
+                        started.retain(|id| *id != pair.0.id);
+                        ended.push(pair);
+                        flush_at.get_or_insert_with(|| Instant::now() + FLUSH_WINDOW);
+                    }
+                    // `execute` catches a task's panic; this is only the executor's own.
+                    Some(Err(e)) => tracing::error!(event = "relay.executor.job_task_failed", error = %e,
+                        "a job's task ended without an outcome; its lease expires and the sweep returns it"),
+                    None => {}
+                },
+                _ = sleep_until(flush_at), if flush_at.is_some() => {
+                    out.report.add(&self.record(&ended).await?);
+                    out.flushes += 1;
+                    ended.clear();
+                    flush_at = None;
+                }
+                _ = sleep_until(stop_at), if stop_at.is_some() => break,
             }
-        }))
-        .await;
-        Ok((self.record(&outcomes).await?, n))
+        }
+        if !ended.is_empty() {
+            out.report.add(&self.record(&ended).await?);
+            out.flushes += 1;
+        }
+        if !running.is_empty() {
+            running.abort_all();
+            tracing::warn!(event = "relay.executor.deadline", jobs = started.len(),
+                "jobs still running at the invocation's deadline were stopped; their leases expire and the sweep returns them");
+            out.unfinished = started;
+        }
+        Ok(out)
     }
 
     /// Run one claimed job to its outcome: timeout, panic and unknown type included.
@@ -153,7 +245,8 @@ impl Executor {
                     retries.push((job.id, job.attempt, Retry { run_at: *run_at, error: error.clone() }))
                 }
                 Outcome::Failed { kind, error } => {
-                    failures.push((job.id, job.attempt, Failure { kind, error: error.clone() }))
+                    let fault = self.catalogue.fault(&job.task_type, &job.params);
+                    failures.push((job.id, job.attempt, Failure { kind, error: error.clone(), fault }))
                 }
                 Outcome::Continue { note } => continues.push((job.id, job.attempt, note.clone())),
                 Outcome::Wait { total } => waits.push((job.id, job.attempt, *total)),
@@ -168,6 +261,7 @@ impl Executor {
         let stale_continues = if continues.is_empty() { vec![] } else { jobs::continue_later(&db, &continues).await? };
         let stale_waits = if waits.is_empty() { vec![] } else { jobs::wait_running(&db, &waits).await? };
         drop(db);
+        metrics::OUTCOME_WRITES.add([done.len(), retries.len(), failures.len(), continues.len(), waits.len()].iter().filter(|n| **n > 0).count());
         for (exception_id, job_id) in &failed.opened {
             if let Some((_, _, f)) = failures.iter().find(|f| f.0 == *job_id) {
                 crate::exceptions::alert_opened(*exception_id, *job_id, f.kind, &f.error);
@@ -205,6 +299,26 @@ impl Executor {
             waiting: waits.len() - stale_waits.len(),
             stale: stale.len(),
         })
+    }
+}
+
+impl RunReport {
+    /// Add another flush's counts to these.
+    pub fn add(&mut self, other: &RunReport) {
+        self.succeeded += other.succeeded;
+        self.retried += other.retried;
+        self.failed += other.failed;
+        self.continued += other.continued;
+        self.waiting += other.waiting;
+        self.stale += other.stale;
+    }
+}
+
+/// Sleep until `at`; never wakes when there is none (the `select!` arm is off then).
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }
 

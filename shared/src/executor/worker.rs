@@ -127,7 +127,7 @@ async fn claim(
     let turn = now >= *keyed_turn;
     if turn {
         *keyed_turn = now + KEYED_TURN;
-        claim.merge(jobs::claim_keyed(&mut db, count(n), lease, None).await?);
+        claim.merge(jobs::claim_keyed(&mut db, count(n), lease, None, None).await?);
     }
     let room = n - claim.jobs.len();
     if room > 0 {
@@ -136,7 +136,7 @@ async fn claim(
         claim.merge(free);
         if short && !turn {
             let room = n - claim.jobs.len();
-            claim.merge(jobs::claim_keyed(&mut db, count(room), lease, None).await?);
+            claim.merge(jobs::claim_keyed(&mut db, count(room), lease, None, None).await?);
         }
     }
     Ok(claim)

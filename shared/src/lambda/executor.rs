@@ -1,10 +1,15 @@
-//! The executor function: an SQS batch of work messages becomes one `run_dispatched` call.
+//! The executor function: an SQS batch of work messages becomes one `run_dispatched_until`
+//! call under the invocation's deadline.
 //!
 //! The answer is a partial batch response: only records that met a real failure to reach the
-//! database go back to the queue. A job that cannot be claimed (done, duplicate, not yet due,
+//! database, or whose job was still running at the deadline (nothing recorded), go back to
+//! the queue. A job whose timeout did not fit in the time left was sent again and is
+//! acknowledged. A job that cannot be claimed (done, duplicate, not yet due,
 //! paused) is acknowledged: the row decides, and the sweep re-sends what is still due. A body
 //! that is not a work message, or that names a job that does not exist (a message without a
 //! row cannot come from Relay), is kept in `dead_letters` with the reason and acknowledged.
+
+use std::time::{Instant, SystemTime};
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 
@@ -13,7 +18,10 @@ use crate::store::dead_letters::{self, NewDeadLetter};
 use crate::store::jobs;
 use crate::transport::sqs::WorkMessage;
 
-pub async fn handle(exec: &Executor, event: SqsEvent) -> SqsBatchResponse {
+/// Handle one batch; `deadline` is the invocation's (`LambdaEvent::context.deadline()`).
+pub async fn handle(exec: &Executor, event: SqsEvent, deadline: Option<SystemTime>) -> SqsBatchResponse {
+    // The runtime gives wall-clock time; the executor measures on the monotonic clock.
+    let deadline = deadline.map(|d| Instant::now() + d.duration_since(SystemTime::now()).unwrap_or_default());
     let mut response = SqsBatchResponse::default();
     let mut ids = Vec::new();
     let mut carrying = Vec::new();
@@ -37,12 +45,20 @@ pub async fn handle(exec: &Executor, event: SqsEvent) -> SqsBatchResponse {
         }
     }
     if !ids.is_empty() {
-        match exec.run_dispatched(&ids).await {
-            Ok((report, claimed)) => {
+        match exec.run_dispatched_until(&ids, deadline).await {
+            Ok(done) => {
+                let (report, claimed) = (&done.report, done.claimed);
                 tracing::info!(event = "relay.executor.batch", messages = ids.len(), claimed,
-                    acknowledged_unclaimed = ids.len() - claimed, succeeded = report.succeeded,
-                    retried = report.retried, failed = report.failed, stale = report.stale, "batch done");
-                if claimed < ids.len() {
+                    deferred = done.deferred.len(), unfinished = done.unfinished.len(), flushes = done.flushes,
+                    succeeded = report.succeeded, retried = report.retried, failed = report.failed,
+                    stale = report.stale, "batch done");
+                // Nothing of these is recorded: do not acknowledge them.
+                for (id, (message_id, _)) in ids.iter().zip(&carrying) {
+                    if done.unfinished.contains(id) {
+                        response.add_failure(message_id.clone());
+                    }
+                }
+                if claimed + done.deferred.len() < ids.len() {
                     unknown_jobs(exec, &ids, &carrying, arn.as_deref(), &mut letters, &mut response).await;
                 }
             }

@@ -36,7 +36,10 @@ pub async fn platform(cfg: &LambdaConfig) -> anyhow::Result<Platform> {
     let transport = Arc::new(SqsTransport::new(SqsTransport::client(&sdk), queue_url));
     // Tasks get AWS access only through the roles mapped to their types (default deny).
     let credentials = Arc::new(TaskCredentials::new(cfg.task_roles.clone(), &sdk));
-    Ok(platform_with(cfg, transport)?.with_credentials(credentials))
+    // The database login from Secrets Manager, read on first connect (none in the environment).
+    let mut settings = settings(cfg);
+    settings.pool.secret = cfg.database_secret.as_deref().map(|id| Arc::new(crate::store::secret::DbSecret::new(&sdk, id)));
+    Ok(Platform::new(cfg.require_database_url()?, settings)?.with_transport(transport).with_credentials(credentials))
 }
 
 /// The same, with the transport given (tests pass an SQS transport on a moto queue).
@@ -52,9 +55,40 @@ pub fn settings(cfg: &LambdaConfig) -> Settings {
     s.pool.verify_on_checkout = true;
     s.pool.wait_timeout = cfg.db_wait;
     s.executor.lease = cfg.lease;
+    s.executor.deadline_reserve = cfg.deadline_reserve;
+    s.max_timeout_seconds = cfg.max_job_timeout();
     s.sweep.alerts = cfg.alerts.clone();
     s.callback_allow = cfg.callback_allow.clone();
     s
+}
+
+/// Run a function's init (config, platform). An error is also reported to the Lambda Runtime
+/// API's `/init/error`, so the service shows it, naming the variable at fault, as the reason
+/// the init failed (a `main` that just returns an error only exits the process).
+pub async fn init<T>(setup: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    let err = match setup.await {
+        Ok(v) => return Ok(v),
+        Err(e) => e,
+    };
+    tracing::error!(event = "relay.lambda.init_failed", error = format!("{err:#}"), "init failed");
+    if let Ok(api) = std::env::var("AWS_LAMBDA_RUNTIME_API")
+        && let Err(e) = report_init_error(&api, &err).await
+    {
+        tracing::error!(event = "relay.lambda.init_report_failed", error = format!("{e:#}"), "could not report the init error");
+    }
+    Err(err)
+}
+
+async fn report_init_error(api: &str, err: &anyhow::Error) -> anyhow::Result<()> {
+    let body = serde_json::json!({ "errorMessage": format!("{err:#}"), "errorType": "Runtime.InitError" }).to_string();
+    let req = hyper::Request::post(format!("http://{api}/2018-06-01/runtime/init/error"))
+        .header("Lambda-Runtime-Function-Error-Type", "Runtime.InitError")
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(http_body_util::Full::new(hyper::body::Bytes::from(body)))?;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+    let res = client.request(req).await?;
+    anyhow::ensure!(res.status().is_success(), "the Runtime API answered {}", res.status());
+    Ok(())
 }
 
 /// JSON logs to stdout (CloudWatch Logs); the filter from `RELAY_LOG`, `info` by default.

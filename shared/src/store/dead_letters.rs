@@ -50,6 +50,12 @@ pub async fn insert_many(db: &impl GenericClient, letters: &[NewDeadLetter]) -> 
     Ok(db.execute(&stmt, &[&ids, &sources, &message_ids, &bodies, &reasons]).await?)
 }
 
+/// How many messages were kept since `since` (the status contract's `dead_letters_24h`).
+pub async fn count_since(db: &impl GenericClient, since: DateTime<Utc>) -> Result<i64, StoreError> {
+    let row = db.query_one("SELECT count(*) FROM dead_letters WHERE received_at >= $1", &[&since]).await?;
+    Ok(row.get(0))
+}
+
 /// The most recent dead letters, newest first.
 pub async fn recent(db: &impl GenericClient, limit: i64) -> Result<Vec<DeadLetter>, StoreError> {
     let rows = db

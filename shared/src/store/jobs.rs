@@ -28,7 +28,7 @@ use uuid::Uuid;
 
 use super::modes::Modes;
 use super::{GenericClient, StoreError};
-use crate::job::{ClaimedJob, Dispatch, JobId, JobStatus, TenantId};
+use crate::job::{ClaimedJob, Dispatch, Fault, JobId, JobStatus, TenantId};
 
 pub mod operator;
 pub mod retention;
@@ -507,12 +507,14 @@ fn fitting(keys: &str, extra_filter: &str, lock: &str) -> String {
 /// counts each locked key's running jobs and claims what fits. The second statement's
 /// snapshot is taken after the locks, so it sees every claim committed by the previous
 /// holder: two claimers can never both fill the same free slot. `only`: claim just these ids
-/// (a transport that delivers ids).
+/// (a transport that delivers ids). `within`: claim only jobs whose `timeout_seconds` is at
+/// most this (what fits in the time an invocation has left).
 pub async fn claim_keyed(
     db: &mut deadpool_postgres::Client,
     limit: i64,
     lease_secs: f64,
     only: Option<&[JobId]>,
+    within: Option<i32>,
 ) -> Result<Claim, StoreError> {
     let tx = db.transaction().await?;
     let lock = "pg_try_advisory_xact_lock(hashtextextended(current_schema() || ':relay.key:' || key, 0))";
@@ -552,14 +554,15 @@ pub async fn claim_keyed(
         return Ok(Claim::default());
     }
     let extra = if only.is_some() { "AND id = ANY($4)" } else { "AND $4::uuid[] IS NULL" };
-    let fits = fitting("SELECT unnest($3::text[]) AS key", extra, "FOR UPDATE SKIP LOCKED");
+    let extra = format!("{extra} AND ($5::int4 IS NULL OR timeout_seconds <= $5)");
+    let fits = fitting("SELECT unnest($3::text[]) AS key", &extra, "FOR UPDATE SKIP LOCKED");
     let stmt = tx
         .prepare_cached(&format!(
             "WITH due AS (SELECT id FROM ({fits}) f ORDER BY run_at LIMIT $1), claimed AS ({CLAIM_UPDATE})
              {CLAIM_SELECT}"
         ))
         .await?;
-    let rows = tx.query(&stmt, &[&limit, &lease_secs, &keys, &only]).await?;
+    let rows = tx.query(&stmt, &[&limit, &lease_secs, &keys, &only, &within]).await?;
     tx.commit().await?;
     let mut claim = Claim::from_rows(&rows);
     claim.more = rows.len() as i64 >= limit;
@@ -649,16 +652,19 @@ pub async fn claim_due(db: &impl GenericClient, limit: i64, lease_secs: f64) -> 
 }
 
 /// Claim the named jobs if they are still claimable (a transport that delivers ids, like SQS).
-/// A duplicate or stale delivery claims nothing.
+/// A duplicate or stale delivery claims nothing. `within`: claim only jobs whose
+/// `timeout_seconds` is at most this (see `defer_unfit` for the ones left).
 pub async fn claim_ids(
     db: &impl GenericClient,
     ids: &[JobId],
     lease_secs: f64,
+    within: Option<i32>,
 ) -> Result<Claim, StoreError> {
     let stmt = db
         .prepare_cached(&format!(
             "WITH due AS (
                  SELECT id FROM jobs WHERE {CLAIMABLE} AND concurrency_key IS NULL AND id = ANY($3)
+                   AND ($4::int4 IS NULL OR timeout_seconds <= $4)
                  LIMIT $1 FOR UPDATE SKIP LOCKED
              ), claimed AS (
                  {CLAIM_UPDATE}
@@ -667,7 +673,33 @@ pub async fn claim_ids(
         ))
         .await?;
     let limit = i64::try_from(ids.len()).unwrap_or(i64::MAX);
-    Ok(Claim::from_rows(&db.query(&stmt, &[&limit, &lease_secs, &ids]).await?))
+    Ok(Claim::from_rows(&db.query(&stmt, &[&limit, &lease_secs, &ids, &within]).await?))
+}
+
+/// Of these ids, the pending jobs whose `timeout_seconds` exceeds `within` (they do not fit in
+/// the time an invocation has left): marked dispatched now, each with a `redispatched` event
+/// giving the reason, and returned for the caller to send again after commit. Nothing else
+/// changes: no attempt is charged.
+pub async fn defer_unfit(db: &impl GenericClient, ids: &[JobId], within: i32) -> Result<Vec<Dispatch>, StoreError> {
+    let stmt = db
+        .prepare_cached(
+            "WITH unfit AS (
+                 SELECT id FROM jobs WHERE status = 'pending' AND id = ANY($1) AND timeout_seconds > $2
+                 ORDER BY id FOR UPDATE SKIP LOCKED
+             ), marked AS (
+                 UPDATE jobs j SET dispatched_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM unfit))
+                 RETURNING j.id, j.run_at, j.attempt, j.timeout_seconds
+             ), events AS (
+                 INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, reason)
+                 SELECT id, 'redispatched', 'pending', 'pending', attempt,
+                        format('not started: its timeout (%s s) does not fit in the %s s the executor''s invocation had left; sent again for a later delivery',
+                               timeout_seconds, $2) FROM marked
+             )
+             SELECT id, run_at FROM marked",
+        )
+        .await?;
+    let rows = db.query(&stmt, &[&ids, &within]).await?;
+    Ok(rows.iter().map(|r| Dispatch { id: r.get(0), run_at: r.get(1) }).collect())
 }
 
 /// Which of the (id, attempt) pairs a fenced write did not reach.
@@ -898,6 +930,16 @@ pub async fn count_children(db: &impl GenericClient, id: JobId) -> Result<i64, S
 pub struct Failure {
     pub kind: &'static str,
     pub error: String,
+    /// Whose failure it is. A tenant's own (`Fault::Tenant`: a callback URL it set) opens no
+    /// operator exception; it is counted in `tenant_faults` instead.
+    pub fault: Fault,
+}
+
+impl Failure {
+    /// A failure operators act on (an exception opens).
+    pub fn platform(kind: &'static str, error: impl Into<String>) -> Failure {
+        Failure { kind, error: error.into(), fault: Fault::Platform }
+    }
 }
 
 /// What the terminal-failure path wrote.
@@ -918,7 +960,8 @@ pub async fn fail(db: &impl GenericClient, failures: &[(JobId, i32, Failure)]) -
 }
 
 /// The one terminal-failure path: the job becomes `failed` and an exception opens, in one
-/// statement, for every task type. Fenced. The caller alerts on `opened` after commit
+/// statement, for every task type (a tenant's own failure is counted in `tenant_faults`
+/// instead). Fenced. The caller alerts on `opened` after commit
 /// (`crate::exceptions::alert_opened`).
 pub async fn fail_reporting(db: &impl GenericClient, failures: &[(JobId, i32, Failure)]) -> Result<Failed, StoreError> {
     let stmt = db
@@ -926,29 +969,37 @@ pub async fn fail_reporting(db: &impl GenericClient, failures: &[(JobId, i32, Fa
             "WITH failed AS (
                  UPDATE jobs j SET status = 'failed', lease_until = NULL, last_error = f.error,
                      finished_at = now(), updated_at = now()
-                 FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[])
-                     AS f(id, attempt, kind, error)
+                 FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[], $5::uuid[])
+                     AS f(id, attempt, kind, error, at_fault)
                  WHERE j.id = f.id AND j.attempt = f.attempt AND (j.status || '') = 'running'
-                 RETURNING {TERMINAL_RETURNING}, f.kind, f.error
+                 RETURNING {TERMINAL_RETURNING}, f.kind, f.error, f.at_fault
              ), events AS (
                  INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, started_at, reason)
                  SELECT id, 'failed', 'running', 'failed', attempt, started_at, kind || ': ' || error FROM failed
              ), opened AS (
                  INSERT INTO exceptions (id, job_id, tenant_id, task_type, kind, cause)
-                 SELECT gen_random_uuid(), id, tenant_id, task_type, kind, error FROM failed
+                 SELECT gen_random_uuid(), id, tenant_id, task_type, kind, error FROM failed WHERE at_fault IS NULL
                  ON CONFLICT (job_id) WHERE status = 'open' DO NOTHING
                  RETURNING id, job_id
-             ), {callbacks}
+             ), {faults}, {callbacks}
              SELECT f.id, o.id, false, NULL::timestamptz FROM failed f LEFT JOIN opened o ON o.job_id = f.id
              UNION ALL SELECT id, NULL, true, run_at FROM callbacks",
             callbacks = super::callbacks::enqueue_ctes("failed", true),
+            faults = super::tenant_faults::count_cte("failed"),
         ))
         .await?;
     let failures = &by_id(failures);
     let (ids, attempts) = split(failures);
     let kinds: Vec<&str> = failures.iter().map(|f| f.2.kind).collect();
     let errors: Vec<&str> = failures.iter().map(|f| f.2.error.as_str()).collect();
-    let rows = db.query(&stmt, &[&ids, &attempts, &kinds, &errors]).await?;
+    let at_fault: Vec<Option<TenantId>> = failures
+        .iter()
+        .map(|f| match f.2.fault {
+            Fault::Platform => None,
+            Fault::Tenant(t) => Some(t),
+        })
+        .collect();
+    let rows = db.query(&stmt, &[&ids, &attempts, &kinds, &errors, &at_fault]).await?;
     let opened = rows.iter().filter_map(|r| Some((r.get::<_, Option<Uuid>>(1)?, r.get::<_, JobId>(0)))).collect();
     Ok(Failed {
         refused: refused(&ids.into_iter().zip(attempts).collect::<Vec<_>>(), &rows),

@@ -345,7 +345,12 @@ pub async fn apply_event(db: &impl GenericClient, event_key: &str, e: &SesEvent,
     if e.kind == EventKind::Received {
         // Inbound mail answers no message of ours; it is kept as it came.
     } else if let Some(id) = e.relay_message_id {
-        found = db.query_opt(&by_relay_id, &[&id]).await?;
+        // The tag names Relay's message; SES's own id must agree once Relay knows it, so an
+        // event about one message cannot be pinned on another by its tag.
+        found = db
+            .query_opt(&by_relay_id, &[&id])
+            .await?
+            .filter(|r| r.get::<_, Option<String>>(10).is_none_or(|known| known == e.ses_message_id));
     }
     if found.is_none() && e.kind != EventKind::Received {
         found = db.query_opt(&by_provider_id, &[&e.ses_message_id]).await?;

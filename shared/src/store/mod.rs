@@ -4,6 +4,7 @@
 pub mod attempt_sessions;
 pub mod campaign_pages;
 pub mod callbacks;
+mod connect;
 pub mod dead_letters;
 pub mod effects;
 pub mod exceptions;
@@ -14,18 +15,21 @@ pub mod modes;
 pub mod operators;
 pub mod progress;
 pub mod schedules;
+pub mod secret;
 pub mod sending_identities;
 pub mod status;
 pub mod status_keys;
 pub mod suppressions;
 pub mod templates;
+pub mod tenant_faults;
 pub mod tenants;
+pub mod tls;
 pub mod workers;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::NoTls;
 
 pub use deadpool_postgres::GenericClient;
 
@@ -35,7 +39,7 @@ pub use deadpool_postgres::GenericClient;
 pub enum StoreError {
     #[error("database: {}", describe(.0))]
     Db(#[from] tokio_postgres::Error),
-    #[error("connection pool: {0}")]
+    #[error("connection pool: {}", causes(.0))]
     Pool(#[from] deadpool_postgres::PoolError),
     #[error("stale write refused for job {job_id} attempt {attempt}: the job has moved on")]
     StaleWrite { job_id: uuid::Uuid, attempt: i32 },
@@ -58,6 +62,23 @@ fn describe(e: &tokio_postgres::Error) -> String {
         Some(db) => format!("{} ({})", db.message(), db.code().code()),
         None => e.to_string(),
     }
+}
+
+/// An error and its causes, each said once: a refused connection names why ("error
+/// performing TLS handshake: invalid peer certificate: UnknownIssuer", "password
+/// authentication failed"), where the outer `Display`s stop at "error performing TLS handshake".
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 impl StoreError {
@@ -95,20 +116,23 @@ pub struct PoolOptions {
     /// Check a pooled connection with a round trip before handing it out. For Lambda, where
     /// a container thaws with a connection the proxy may have closed while it was frozen.
     pub verify_on_checkout: bool,
+    /// The login from a Secrets Manager secret instead of the URL's (the Lambda functions).
+    pub secret: Option<Arc<secret::DbSecret>>,
 }
 
 impl Default for PoolOptions {
     fn default() -> Self {
-        Self { max_size: 16, wait_timeout: Duration::from_secs(5), search_path: None, verify_on_checkout: false }
+        Self { max_size: 16, wait_timeout: Duration::from_secs(5), search_path: None, verify_on_checkout: false, secret: None }
     }
 }
 
 /// Build a pool. No connection is opened here: an outage at start-up cannot leave the pool
-/// broken, and connections that die are replaced on next use.
+/// broken, and connections that die are replaced on next use. TLS follows the URL's
+/// `sslmode` and `sslrootcert` (`tls`); a bad CA file fails here.
 pub fn pool(database_url: &str, opts: &PoolOptions) -> anyhow::Result<Pool> {
-    let mut cfg: tokio_postgres::Config = database_url
-        .parse()
-        .map_err(|e| anyhow::anyhow!("DATABASE_URL is not a valid Postgres URL: {e}"))?;
+    let url = tls::DbUrl::parse(database_url)?;
+    let tls = url.connector()?;
+    let mut cfg = url.config;
     cfg.application_name("relay");
     cfg.connect_timeout(Duration::from_secs(5));
     // JIT never pays off for Relay's short statements, and a plan whose estimate crosses the
@@ -122,7 +146,8 @@ pub fn pool(database_url: &str, opts: &PoolOptions) -> anyhow::Result<Pool> {
     }
     cfg.options(options);
     let recycling_method = if opts.verify_on_checkout { RecyclingMethod::Verified } else { RecyclingMethod::Fast };
-    let mgr = Manager::from_config(cfg, NoTls, ManagerConfig { recycling_method });
+    let connector = connect::Connector { tls, secret: opts.secret.clone() };
+    let mgr = Manager::from_connect(cfg, connector, ManagerConfig { recycling_method });
     Ok(Pool::builder(mgr)
         .max_size(opts.max_size)
         .runtime(Runtime::Tokio1)

@@ -101,11 +101,13 @@ pub fn spawn_listener(database_url: String, search_path: Option<String>) -> Arc<
 }
 
 async fn listen(url: &str, search_path: Option<&str>, wake: &Notify) -> anyhow::Result<()> {
-    let mut cfg: tokio_postgres::Config = url.parse()?;
+    let url = crate::store::tls::DbUrl::parse(url)?;
+    let tls = url.connector()?;
+    let mut cfg = url.config;
     if let Some(p) = search_path {
         cfg.options(format!("-c search_path={p}"));
     }
-    let (client, mut conn) = cfg.connect(tokio_postgres::NoTls).await?;
+    let (client, mut conn) = cfg.connect(tls).await?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let driver = tokio::spawn(async move {
         let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));

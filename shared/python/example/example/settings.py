@@ -1,0 +1,62 @@
+"""A small shop that sends its order confirmations through Relay and tallies orders locally.
+
+Everything comes from the environment: DATABASE_URL (Postgres), RELAY_URL, RELAY_API_KEY,
+RELAY_SIGNING_SECRETS (space-separated), RELAY_STATUS_KEY.
+"""
+
+import os
+from urllib.parse import urlparse
+
+_db = urlparse(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/relay_example"))
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-only-not-secret")
+DEBUG = False
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
+USE_TZ = True
+ROOT_URLCONF = "example.urls"
+STATIC_URL = "static/"  # the test live server wraps the app in a static-files handler that needs it
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django_tasks_db",
+    "relay_client.django",
+    "shop",
+]
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ.get("DJANGO_DB_NAME", _db.path.lstrip("/")),
+        "USER": _db.username or "postgres",
+        "PASSWORD": _db.password or "",
+        "HOST": _db.hostname or "127.0.0.1",
+        "PORT": _db.port or 5432,
+        "TEST": {"NAME": os.environ.get("DJANGO_TEST_DB_NAME")},
+    }
+}
+
+TASKS = {
+    # Local work (the residue that cannot move): django-tasks-db on this project's database.
+    "default": {"BACKEND": "django_tasks_db.DatabaseBackend"},
+    # Platform work: Relay's task types.
+    "relay": {"BACKEND": "relay_client.django.backend.RelayBackend"},
+}
+
+RELAY = {
+    "URL": os.environ.get("RELAY_URL", "http://127.0.0.1:8080"),
+    "API_KEY": os.environ.get("RELAY_API_KEY", ""),
+    "SIGNING_SECRETS": os.environ.get("RELAY_SIGNING_SECRETS", "").split(),
+    "STATUS_KEYS": [k for k in [os.environ.get("RELAY_STATUS_KEY")] if k],
+    "PROJECT": "shop",
+    "SCHEDULES": [{"name": "nightly-tally", "cron": "0 2 * * *", "task": "shop.tasks.tally_orders"}],
+}
+
+LOGGING = {
+    "version": 1,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "relay_client": {"handlers": ["console"], "level": "WARNING"},
+        "django.request": {"handlers": ["console"], "level": "ERROR"},
+    },
+}

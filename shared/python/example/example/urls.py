@@ -1,0 +1,9 @@
+from django.urls import include, path
+
+from shop import views
+
+urlpatterns = [
+    path("orders", views.place_order),
+    path("orders/<uuid:job_id>/refresh", views.refresh_confirmation),
+    path("relay/", include("relay_client.django.urls")),
+]

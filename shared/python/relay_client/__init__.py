@@ -1,0 +1,27 @@
+"""Relay's client for Python: the job API (``RelayClient``) and its typed errors.
+
+The Django integration (``django.tasks`` backend, outbox, callbacks, projection, status
+collector) is ``relay_client.django``.
+"""
+
+from .client import TERMINAL, BatchResult, Job, JobPage, JobRequest, RelayClient
+from .errors import (
+    BadRequest,
+    Conflict,
+    IdempotencyKeyReused,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    RateLimited,
+    RelayError,
+    ServerError,
+    TransportError,
+    Unauthorized,
+    Unavailable,
+)
+
+__all__ = [
+    "TERMINAL", "BatchResult", "Job", "JobPage", "JobRequest", "RelayClient",
+    "BadRequest", "Conflict", "IdempotencyKeyReused", "InvalidRequest", "NotFound", "PayloadTooLarge",
+    "RateLimited", "RelayError", "ServerError", "TransportError", "Unauthorized", "Unavailable",
+]

@@ -1,0 +1,239 @@
+"""A synchronous client for Relay's job API (``/v1/jobs``), on httpx.
+
+Every submit carries an idempotency key and a correlation id chosen by the caller. A submit
+whose answer is lost (timeout, connection reset, 503, 429, 409 ``retry``) is sent again with
+the same key, so Relay answers the retry with the job it already created (200) instead of a
+second job.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import httpx
+
+from .errors import RelayError, TransportError, error_for
+
+TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+#: Relay's job statuses, in the order a job normally moves through them.
+STATUSES = ("pending", "waiting", "running", "succeeded", "failed", "cancelled")
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 time from Relay (``Z`` or an offset), or None."""
+    if not value:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+@dataclass(frozen=True)
+class Job:
+    """The job resource, with the fields a client reads most; ``raw`` holds all of them."""
+
+    id: str
+    task_type: str
+    status: str
+    correlation_id: str
+    idempotency_key: str
+    updated_at: datetime
+    attempt: int = 0
+    progress: dict[str, Any] | None = None
+    result: Any = None
+    waiting_reason: str | None = None
+    last_error: str | None = None
+    finished_at: datetime | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Job:
+        updated = parse_time(d.get("updated_at"))
+        if updated is None:
+            raise ValueError("a job resource without updated_at")
+        return cls(
+            id=str(d["id"]),
+            task_type=str(d["task_type"]),
+            status=str(d["status"]),
+            correlation_id=str(d.get("correlation_id", "")),
+            idempotency_key=str(d.get("idempotency_key", "")),
+            updated_at=updated,
+            attempt=int(d.get("attempt") or 0),
+            progress=d.get("progress"),
+            result=d.get("result"),
+            waiting_reason=d.get("waiting_reason"),
+            last_error=d.get("last_error"),
+            finished_at=parse_time(d.get("finished_at")),
+            raw=dict(d),
+        )
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """One job to submit. ``idempotency_key`` and ``correlation_id`` are mandatory."""
+
+    task_type: str
+    idempotency_key: str
+    correlation_id: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    run_at: datetime | None = None
+    delay_seconds: int | None = None
+    max_attempts: int | None = None
+    timeout_seconds: int | None = None
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+    callback_url: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.idempotency_key:
+            raise ValueError("an idempotency key is mandatory")
+        if not self.correlation_id:
+            raise ValueError("a correlation id is mandatory")
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body of ``POST /v1/jobs`` (the key goes in a header there)."""
+        out: dict[str, Any] = {"task_type": self.task_type, "params": dict(self.params),
+                               "correlation_id": self.correlation_id}
+        if self.run_at is not None:
+            out["run_at"] = self.run_at.isoformat()
+        for name in ("delay_seconds", "max_attempts", "timeout_seconds", "concurrency_key",
+                     "concurrency_limit", "callback_url"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """One item of a batch answer: ``job`` when created (202) or replayed (200), else ``error``."""
+
+    status: int
+    job: Job | None
+    error: RelayError | None
+
+    @property
+    def created(self) -> bool:
+        return self.status == 202
+
+
+@dataclass(frozen=True)
+class JobPage:
+    jobs: list[Job]
+    next_cursor: str | None
+    #: Pass back later as ``updated_since`` to see every job changed after this page.
+    resume_cursor: str
+
+
+class RelayClient:
+    """Relay's job API for one tenant.
+
+    ``attempts`` bounds how often one request is sent (timeouts and retryable answers); the
+    wait between attempts doubles from ``backoff`` seconds, or follows ``Retry-After``.
+    """
+
+    def __init__(self, base_url: str, api_key: str, *, timeout: float = 10.0, attempts: int = 4,
+                 backoff: float = 0.2, transport: httpx.BaseTransport | None = None) -> None:
+        self.attempts = max(1, attempts)
+        self.backoff = backoff
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            headers={"authorization": f"Bearer {api_key}", "user-agent": "relay-client-python/0.1"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> RelayClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    def submit(self, request: JobRequest) -> Job:
+        """``POST /v1/jobs``. A replay of the same request (same key) returns the same job."""
+        data = self._call("POST", "/v1/jobs", json=request.body(),
+                          headers={"idempotency-key": request.idempotency_key})
+        return Job.from_json(data)
+
+    def submit_batch(self, requests: Sequence[JobRequest]) -> list[BatchResult]:
+        """``POST /v1/jobs:batch`` (1 to 500 items); one result per item, in order."""
+        items = [{**r.body(), "idempotency_key": r.idempotency_key} for r in requests]
+        data = self._call("POST", "/v1/jobs:batch", json={"jobs": items})
+        out = []
+        for r in data["results"]:
+            status = int(r["status"])
+            job = Job.from_json(r["job"]) if r.get("job") else None
+            err = error_for(status, {"error": r["error"]}) if r.get("error") else None
+            out.append(BatchResult(status, job, err))
+        return out
+
+    def get(self, job_id: str) -> Job:
+        return Job.from_json(self._call("GET", f"/v1/jobs/{job_id}"))
+
+    def cancel(self, job_id: str) -> Job:
+        """Cancel a pending or waiting job; ``Conflict`` (``not_cancellable``) otherwise."""
+        return Job.from_json(self._call("POST", f"/v1/jobs/{job_id}/cancel"))
+
+    def list(self, *, status: str | None = None, task_type: str | None = None,
+             correlation_id: str | None = None, updated_since: datetime | str | None = None,
+             cursor: str | None = None, limit: int | None = None) -> JobPage:
+        """One page of ``GET /v1/jobs``, ordered by (updated_at, id): a change feed."""
+        since = updated_since.isoformat() if isinstance(updated_since, datetime) else updated_since
+        query = {k: v for k, v in {"status": status, "task_type": task_type, "correlation_id": correlation_id,
+                                   "updated_since": since, "cursor": cursor, "limit": limit}.items()
+                 if v is not None}
+        data = self._call("GET", "/v1/jobs", params=query)
+        return JobPage([Job.from_json(j) for j in data["jobs"]], data.get("next_cursor"), data["resume_cursor"])
+
+    def changes(self, updated_since: datetime | str, *, limit: int = 500) -> Iterator[Job]:
+        """Every job changed at or after ``updated_since``, following the cursor to the end."""
+        page = self.list(updated_since=updated_since, limit=limit)
+        yield from page.jobs
+        while page.next_cursor:
+            page = self.list(cursor=page.next_cursor, limit=limit)
+            yield from page.jobs
+
+    # -- transport ----------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        delay = self.backoff
+        for attempt in range(1, self.attempts + 1):
+            last = attempt == self.attempts
+            try:
+                res = self._http.request(method, path, **kwargs)
+            except httpx.TransportError as e:
+                # Timed out or no connection: the request may have landed; the same key makes
+                # the retry safe.
+                if last:
+                    raise TransportError(0, "transport", f"{method} {path}: {e!r}") from e
+                time.sleep(delay)
+                delay *= 2
+                continue
+            if res.is_success:
+                return res.json()
+            try:
+                body = res.json()
+            except ValueError:
+                body = None
+            err = error_for(res.status_code, body, res.headers.get("retry-after"))
+            if last or not _retryable(err):
+                raise err
+            after = res.headers.get("retry-after")
+            time.sleep(min(float(after), 10.0) if after and after.isdigit() else delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+
+def _retryable(err: RelayError) -> bool:
+    return err.status in (429, 503) or (err.status == 409 and err.code == "retry")

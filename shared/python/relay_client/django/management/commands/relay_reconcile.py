@@ -1,0 +1,18 @@
+"""Re-pull non-terminal jobs whose callbacks may have been lost."""
+
+from datetime import timedelta
+
+from django.core.management.base import BaseCommand
+
+from relay_client.django.outbox import reconcile
+
+
+class Command(BaseCommand):
+    help = "Re-pull from Relay (updated_since) every non-terminal job not heard of for --older-than seconds."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--older-than", type=float, default=600.0)
+
+    def handle(self, *args, older_than, **options):
+        n = reconcile(older_than=timedelta(seconds=older_than))
+        self.stdout.write(f"repaired {n}")

@@ -1,0 +1,163 @@
+"""Fixtures: a real ``relay dev`` (its own database on the test Postgres), the dev tenant's key,
+callbacks pointed at pytest-django's live server, and helpers to wait and sign.
+
+``RELAY_BIN`` names the relay binary (``cargo test`` passes the one it built); the Postgres
+server is the one in ``DATABASE_URL`` (default 127.0.0.1:5432, user postgres).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+import httpx
+import psycopg
+import pytest
+from django.conf import settings
+
+from relay_client import RelayClient
+
+HERE = Path(__file__).resolve().parent
+EXAMPLE = HERE.parent / "example"
+
+
+@dataclass
+class Relay:
+    url: str
+    key: str
+    status_key: str
+    database_url: str
+    bin: str
+    log: Path
+
+    def client(self, **kwargs) -> RelayClient:
+        return RelayClient(self.url, self.key, **kwargs)
+
+    def api(self, method: str, path: str, **kwargs) -> httpx.Response:
+        return httpx.request(method, self.url + path, headers={"authorization": f"Bearer {self.key}"},
+                             timeout=10, **kwargs)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_url(dbname: str) -> str:
+    base = urlparse(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres"))
+    return urlunparse(base._replace(path=f"/{dbname}"))
+
+
+def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0, every: float = 0.1) -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(every)
+
+
+@pytest.fixture(scope="session")
+def tmp_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("relay")
+
+
+@pytest.fixture(scope="session")
+def relay(tmp_dir: Path) -> Iterator[Relay]:
+    """``relay dev`` on a free port with a database of its own, dropped afterwards."""
+    binary = os.environ.get("RELAY_BIN")
+    if not binary or not Path(binary).exists():
+        pytest.fail("RELAY_BIN must name the relay binary (cargo test sets it; or target/debug/relay)")
+    dbname = f"relay_py_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_url("postgres"), autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{dbname}"')
+    db_url = server_url(dbname)
+    port = free_port()
+    log = tmp_dir / "relay-dev.log"
+    env = {**os.environ, "DATABASE_URL": db_url, "RELAY_CALLBACK_ALLOW": "127.0.0.1/32",
+           "RELAY_LOG": "warn", "RELAY_SWEEP_INTERVAL_SECONDS": "2"}
+    proc = subprocess.Popen([binary, "dev", "--addr", f"127.0.0.1:{port}"], env=env, stdout=subprocess.PIPE,
+                            stderr=log.open("w"), text=True)
+    try:
+        key = proc.stdout.readline().strip() if proc.stdout else ""
+        if not key:
+            pytest.fail(f"relay dev printed no key: {log.read_text()}")
+        url = f"http://127.0.0.1:{port}"
+        wait_for("relay's /healthz", lambda: _answers(url + "/healthz"))
+        status_key = subprocess.run([binary, "status-key", "create", "console"], env=env, check=True,
+                                    capture_output=True, text=True).stdout.strip()
+        # `relay dev` starts in shadow mode; callbacks (and only they: email stays unsent) must
+        # really go out to the live server.
+        for switch, value in (("shadow", "off"), ("write:callbacks", "on")):
+            subprocess.run([binary, "modes", "set", switch, value, "--reason", "python tests"], env=env,
+                           check=True, capture_output=True)
+        yield Relay(url, key, status_key, db_url, binary, log)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        with psycopg.connect(server_url("postgres"), autocommit=True) as c:
+            c.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def relay_settings(relay: Relay) -> dict:
+    """Point the project's ``RELAY`` setting at the test Relay."""
+    settings.RELAY.update({"URL": relay.url, "API_KEY": relay.key, "STATUS_KEYS": ["local-status-key"]})
+    return settings.RELAY
+
+
+@pytest.fixture(scope="session")
+def callbacks(relay: Relay, relay_settings: dict, live_server) -> str:
+    """Relay's callbacks go to the live server; returns the signing secret (set in settings)."""
+    res = relay.api("PUT", "/v1/callbacks", json={"url": f"{live_server.url}/relay/callbacks"})
+    assert res.status_code == 200, res.text
+    secret = res.json()["secret"]
+    relay_settings["SIGNING_SECRETS"] = [secret]
+    return secret
+
+
+@pytest.fixture
+def signing(relay_settings: dict, callbacks: str) -> Iterator[dict]:
+    """The RELAY setting, restored after a test that changes its secrets."""
+    before = list(relay_settings["SIGNING_SECRETS"])
+    yield relay_settings
+    relay_settings["SIGNING_SECRETS"] = before
+
+
+def run_manage(*args: str, db_name: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    """``manage.py`` of the example project in a subprocess, on the test database."""
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=EXAMPLE, env=child_env(db_name),
+                          capture_output=True, text=True, check=check, **kwargs)
+
+
+def child_env(db_name: str) -> dict[str, str]:
+    r = settings.RELAY
+    return {**os.environ, "DJANGO_DB_NAME": db_name, "RELAY_URL": r["URL"], "RELAY_API_KEY": r["API_KEY"],
+            "RELAY_SIGNING_SECRETS": " ".join(r.get("SIGNING_SECRETS") or []),
+            "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+
+
+def dump(obj: object) -> str:
+    return json.dumps(obj, indent=1, default=str)

@@ -1,0 +1,149 @@
+//! The real function binaries (`functions/*`, built by cargo) run as child processes under the
+//! Runtime API stand-in (`support::runtime_api`), with moto for AWS and the real Postgres: the
+//! runtime loop, config, init errors and the invocation's deadline as on Lambda.
+
+use std::time::Duration;
+
+use aws_lambda_events::sqs::SqsEvent;
+use serde_json::{Value, json};
+
+use crate::lambda::{fixture, sqs_world};
+use crate::support::runtime_api::{Function, Invoked};
+use crate::support::{World, database_url, moto};
+
+/// The variables a function needs on this test's schema and queue.
+fn env_for(w: &World, queue_url: &str) -> Vec<(&'static str, String)> {
+    let base = database_url();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    vec![
+        ("DATABASE_URL", format!("{base}{sep}options=-c%20search_path%3D{}", w.schema)),
+        ("RELAY_WORK_QUEUE_URL", queue_url.to_owned()),
+        ("AWS_ENDPOINT_URL", moto::endpoint().to_owned()),
+        ("RELAY_DB_WAIT_SECONDS", "2".to_owned()),
+    ]
+}
+
+/// The event source mapping, once: receive up to 10 visible messages, invoke the function
+/// with them, delete what the partial batch response does not name and make the named records
+/// visible again (a function error or timeout returns the whole batch). `None`: nothing came.
+async fn deliver(f: &mut Function, url: &str, arn: &str, timeout: Duration) -> Option<(SqsEvent, Invoked)> {
+    let event = moto::receive_event(url, arn, 2).await;
+    if event.records.is_empty() {
+        return None;
+    }
+    let invoked = f.invoke(&serde_json::to_value(&event).expect("event as JSON"), timeout).await;
+    let named: Vec<String> = match &invoked {
+        Invoked::Response(r) => r["batchItemFailures"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|f| f["itemIdentifier"].as_str().map(str::to_owned)).collect())
+            .unwrap_or_default(),
+        _ => event.records.iter().filter_map(|r| r.message_id.clone()).collect(),
+    };
+    moto::delete_acknowledged(url, &event, &named).await;
+    for r in event.records.iter().filter(|r| r.message_id.as_ref().is_some_and(|m| named.contains(m))) {
+        let handle = r.receipt_handle.as_deref().expect("receipt handle");
+        moto::sqs().change_message_visibility().queue_url(url).receipt_handle(handle).visibility_timeout(0).send().await.expect("visible again");
+    }
+    Some((event, invoked))
+}
+
+fn response(invoked: Invoked) -> Value {
+    match invoked {
+        Invoked::Response(v) => v,
+        other => panic!("expected a response, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn an_api_gateway_request_runs_through_the_intake_queue_and_executor_binaries() {
+    let (w, url, arn) = sqs_world("fn-e2e").await;
+    let env = env_for(&w, &url);
+    let mut intake = Function::start("intake", &env).await;
+    let mut executor = Function::start("executor", &env).await;
+    let event: Value =
+        serde_json::from_str(&fixture("apigw_v2_submit_job.json", &[("API_KEY", &w.key), ("IDEMPOTENCY_KEY", "fn-e2e-1")])).unwrap();
+    let answer = response(intake.invoke(&event, Duration::from_secs(30)).await);
+    assert_eq!(answer["statusCode"], 202, "{answer}");
+    let job: Value = serde_json::from_str(answer["body"].as_str().expect("a body")).unwrap();
+    let id = job["id"].as_str().unwrap();
+
+    // The job's default timeout (300 s) must fit in what the invocation has left, as on AWS.
+    let (batch, invoked) = deliver(&mut executor, &url, &arn, Duration::from_secs(400)).await.expect("the job's message");
+    assert_eq!(batch.records.len(), 1);
+    assert_eq!(response(invoked)["batchItemFailures"], json!([]));
+    let done = w.wait_for(id, Duration::from_secs(5), |j| j["status"] == "succeeded").await;
+    assert_eq!((&done["status"], &done["result"]), (&json!("succeeded"), &json!({"echo": "from api gateway"})));
+    assert_eq!(moto::depth(&url).await, 0, "the acknowledged message was deleted");
+    assert_eq!((intake.starts, executor.starts), (1, 1), "one container each served everything");
+}
+
+/// Ten jobs in one delivery, one of which cannot finish before the invocation's deadline:
+/// the nine are recorded within the invocation, the tenth is not started (no attempt charged,
+/// a reason in its events), comes back in a later delivery and runs once.
+#[tokio::test]
+async fn a_batch_under_a_deadline_records_nine_and_defers_the_job_that_cannot_fit() {
+    let (w, url, arn) = sqs_world("fn-deadline").await;
+    let mut env = env_for(&w, &url);
+    env.push(("RELAY_DEADLINE_RESERVE_SECONDS", "1".into()));
+    let mut executor = Function::start("executor", &env).await;
+    // Warm: the 4 s below are the batch's, not the cold start's (a loaded machine starts slowly).
+    let warm = executor.invoke(&json!({"Records": []}), Duration::from_secs(60)).await;
+    assert_eq!(response(warm)["batchItemFailures"], json!([]));
+    let mut quick = Vec::new();
+    for i in 0..9 {
+        let (_, job) = w.submit(&format!("quick-{i}"), json!({"task_type": "sleep", "params": {"seconds": 0.2}, "timeout_seconds": 2})).await;
+        quick.push(job["id"].as_str().unwrap().to_owned());
+    }
+    let (_, long) = w.submit("long", json!({"task_type": "sleep", "params": {"seconds": 6}, "timeout_seconds": 8})).await;
+    let long = long["id"].as_str().unwrap().to_owned();
+
+    // A 4 s invocation: 3 s fit after the reserve; the long job's 8 s do not.
+    let (batch, invoked) = deliver(&mut executor, &url, &arn, Duration::from_secs(4)).await.expect("ten messages");
+    assert_eq!(batch.records.len(), 10, "one delivery of ten");
+    assert_eq!(response(invoked)["batchItemFailures"], json!([]), "the deferred job was sent again, so its message is done");
+    let succeeded = "SELECT count(*) FROM jobs WHERE status = 'succeeded' AND attempt = 1 AND id::text = ANY($1)";
+    assert_eq!(w.count(succeeded, &[&quick]).await, 9, "the nine outcomes were recorded within the invocation");
+    let (status, attempt): (String, i32) = {
+        let row = w.db().await.query_one("SELECT status, attempt FROM jobs WHERE id::text = $1", &[&long]).await.unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!((status.as_str(), attempt), ("pending", 0), "not started, not charged an attempt");
+    let (_, events) = w.call(axum::http::Method::GET, &format!("/v1/jobs/{long}/events"), None, None).await;
+    let reasons: Vec<&str> = events["events"].as_array().unwrap().iter().filter_map(|e| e["reason"].as_str()).collect();
+    assert!(reasons.iter().any(|r| r.contains("its timeout (8 s) does not fit")), "{events}");
+
+    // The later delivery (a fresh invocation with its full time) runs it, once.
+    let (again, invoked) = deliver(&mut executor, &url, &arn, Duration::from_secs(20)).await.expect("the re-sent message");
+    assert_eq!(again.records.len(), 1);
+    assert_eq!(response(invoked)["batchItemFailures"], json!([]));
+    let done = w.wait_for(&long, Duration::from_secs(2), |j| j["status"] == "succeeded").await;
+    assert_eq!((&done["status"], &done["attempt"]), (&json!("succeeded"), &json!(1)), "{done}");
+    assert_eq!(executor.starts, 1, "no invocation ran past its deadline");
+}
+
+#[tokio::test]
+async fn the_sweeper_binary_accepts_the_schedulers_payload_a_rules_an_empty_and_a_custom_one() {
+    let (w, url, _) = sqs_world("fn-sweeper").await;
+    let mut env = env_for(&w, &url);
+    env.extend([("RELAY_SWEEP_PASSES", "1".to_owned()), ("RELAY_SWEEP_GAP_SECONDS", "0".to_owned())]);
+    let mut sweeper = Function::start("sweeper", &env).await;
+    let scheduler: Value = serde_json::from_str(&fixture("scheduler_default.json", &[])).unwrap();
+    assert_eq!(scheduler["detail"], json!("{}"), "EventBridge Scheduler sends detail as a string");
+    let rule: Value = serde_json::from_str(&fixture("eventbridge_scheduled.json", &[])).unwrap();
+    for payload in [scheduler, rule, json!({}), json!({"reason": "operator run"})] {
+        let reports = response(sweeper.invoke(&payload, Duration::from_secs(20)).await);
+        assert_eq!(reports.as_array().map(Vec::len), Some(1), "one pass for {payload}: {reports}");
+    }
+}
+
+#[tokio::test]
+async fn a_missing_variable_fails_the_init_and_the_init_error_names_it() {
+    let w = World::new().await;
+    let env: Vec<_> = env_for(&w, "http://unused").into_iter().filter(|(k, _)| *k != "RELAY_WORK_QUEUE_URL").collect();
+    let mut executor = Function::start("executor", &env).await;
+    let (headers, body) = executor.api.init_error(Duration::from_secs(20)).await.expect("an init error reported");
+    assert_eq!(headers["lambda-runtime-function-error-type"], "Runtime.InitError");
+    assert!(body["errorMessage"].as_str().unwrap().contains("RELAY_WORK_QUEUE_URL is not set"), "{body}");
+    let status = executor.exited(Duration::from_secs(10)).await.expect("the process ends");
+    assert!(!status.success());
+}
