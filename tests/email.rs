@@ -15,6 +15,7 @@ use taskdeck::store::{modes, operators, sending_identities};
 use uuid::Uuid;
 
 use crate::support::ses_faults::{self, Counts, Faults};
+use crate::support::runtime_api::{Function, Invoked};
 use crate::support::{World, moto};
 
 const SEND_ROLE: &str = "arn:aws:iam::123456789012:role/relay-task-email-send";
@@ -661,4 +662,59 @@ async fn a_tenant_cannot_forge_provider_events_against_another_tenants_messages(
     let (_, list) = w.call(Method::GET, "/v1/suppressions", None, None).await;
     let listed: Vec<&str> = list["suppressions"].as_array().unwrap().iter().filter_map(|s| s["address"].as_str()).collect();
     assert_eq!(listed, ["ceo@victim.example"], "only the message's own recipient");
+}
+
+/// The real wiring after a deploy: an SES event published to an SNS topic whose subscription
+/// delivers into the ingress queue (moto), the ingress binary under the Runtime API stand-in,
+/// then the job it made: the message is updated.
+#[tokio::test]
+async fn an_ses_event_through_an_sns_topic_reaches_the_ingress_binary_and_updates_its_message() {
+    let w = World::new().await;
+    go_live(&w).await;
+    sender(&w).await;
+    let exec = executor(&w, moto::endpoint(), roles());
+    let id = submit(&w, "sns-e2e", json!({"task_type": "email.send", "params": {
+        "from": format!("noreply@{DOMAIN}"), "to": ["bo@example.com"], "subject": format!("sns {}", w.schema), "text": "x"}})).await;
+    exec.run_dispatched(&[id]).await.unwrap();
+    let m = message_of(&w, id).await;
+    assert_eq!(m["status"], "sent");
+
+    let (ingress_url, ingress_arn) = moto::queue("ingress-e2e").await;
+    let (work_url, _) = moto::queue("work-e2e").await;
+    let sns = aws_sdk_sns::Client::new(&moto::sdk_config());
+    let topic = sns.create_topic().name(format!("relay-ses-events-{}", w.schema)).send().await.unwrap();
+    let topic = topic.topic_arn().expect("a topic ARN");
+    sns.subscribe().topic_arn(topic).protocol("sqs").endpoint(&ingress_arn).send().await.unwrap();
+    let delivery = ses_event("Delivery", &m, json!({"delivery": {"timestamp": "2026-11-30T10:00:05.000Z", "recipients": ["bo@example.com"]}}));
+    sns.publish().topic_arn(topic).message(delivery.to_string()).send().await.unwrap();
+
+    let base = crate::support::database_url();
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let env = [
+        ("DATABASE_URL", format!("{base}{sep}options=-c%20search_path%3D{}", w.schema)),
+        ("RELAY_WORK_QUEUE_URL", work_url),
+        ("AWS_ENDPOINT_URL", moto::endpoint().to_owned()),
+        ("RELAY_DB_WAIT_SECONDS", "2".to_owned()),
+    ];
+    let mut ingress = Function::start("ingress", &env).await;
+    let event = moto::receive_event(&ingress_url, &ingress_arn, 5).await;
+    assert_eq!(event.records.len(), 1, "the subscription delivered the notification");
+    match ingress.invoke(&serde_json::to_value(&event).unwrap(), Duration::from_secs(30)).await {
+        Invoked::Response(r) => assert_eq!(r["batchItemFailures"], json!([]), "{r}"),
+        other => panic!("the ingress binary answered {other:?}"),
+    }
+    let made: Vec<Uuid> = w
+        .db()
+        .await
+        .query("SELECT id FROM jobs WHERE task_type = 'provider.event'", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(made.len(), 1, "one provider.event job, made by the binary");
+    exec.run_dispatched(&made).await.unwrap();
+    let m = message_of(&w, id).await;
+    assert_eq!(m["status"], "delivered", "{m}");
+    assert_eq!(m["events"][0]["event_type"], "delivery", "{m}");
 }
