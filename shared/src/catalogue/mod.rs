@@ -170,7 +170,13 @@ fn parse<T: Task>(params: &Value) -> Result<T::Params, ParamError> {
     Ok(parsed)
 }
 
-impl<T: Task> ErasedTask for T {
+/// A task as the catalogue holds it: with its published parameter schema, compiled once.
+struct Registered<T> {
+    task: T,
+    schema: jsonschema::Validator,
+}
+
+impl<T: Task> ErasedTask for Registered<T> {
     fn info(&self) -> TaskInfo {
         TaskInfo {
             name: T::NAME,
@@ -191,7 +197,9 @@ impl<T: Task> ErasedTask for T {
         T::RETRY
     }
 
+    /// The published schema first (what a client reads), then the type and the task's checks.
     fn check(&self, params: &Value) -> Result<(), ParamError> {
+        against_schema(&self.schema, params)?;
         parse::<T>(params).map(|_| ())
     }
 
@@ -204,7 +212,7 @@ impl<T: Task> ErasedTask for T {
             // Parameters were checked at intake; a failure here means the task changed shape
             // since, and another attempt would fail the same way.
             let params = parse::<T>(&params).map_err(|e| TaskError::Fatal(format!("invalid params: {e}")))?;
-            T::run(self, ctx, params).await
+            T::run(&self.task, ctx, params).await
         })
     }
 }
@@ -213,15 +221,13 @@ impl<T: Task> ErasedTask for T {
 #[derive(Clone)]
 pub struct Catalogue {
     tasks: Arc<BTreeMap<&'static str, Arc<dyn ErasedTask>>>,
-    /// Each task's published parameter schema, compiled: what intake checks first.
-    schemas: Arc<BTreeMap<&'static str, Arc<jsonschema::Validator>>>,
 }
 
 impl Catalogue {
     /// The production catalogue, plus the `test.*` tasks (which force failures and count
     /// effects) when `with_test_tasks` is set — never in production.
     pub fn standard(with_test_tasks: bool) -> Self {
-        let mut c = Catalogue { tasks: Arc::default(), schemas: Arc::default() };
+        let mut c = Catalogue { tasks: Arc::default() };
         c.add(basic::Noop);
         c.add(basic::Sleep);
         c.add(email::SendEmail);
@@ -240,10 +246,9 @@ impl Catalogue {
     fn add<T: Task>(&mut self, task: T) {
         // A schema that does not compile is a bug in a parameter type, found by the first test
         // that builds the catalogue.
-        let schema = jsonschema::validator_for(&task.info().params_schema)
+        let schema = jsonschema::validator_for(&params_schema::<T::Params>())
             .unwrap_or_else(|e| panic!("the parameter schema of {} does not compile: {e}", T::NAME));
-        Arc::make_mut(&mut self.schemas).insert(T::NAME, Arc::new(schema));
-        Arc::make_mut(&mut self.tasks).insert(T::NAME, Arc::new(task));
+        Arc::make_mut(&mut self.tasks).insert(T::NAME, Arc::new(Registered { task, schema }));
     }
 
     /// Replace (or add) a task, e.g. one configured at start-up.
@@ -289,9 +294,9 @@ impl Catalogue {
 
     /// Validate parameters for a task type known to be in the catalogue.
     pub fn check(&self, name: &str, params: &Value) -> Result<(), ParamError> {
-        match (self.tasks.get(name), self.schemas.get(name)) {
-            (Some(t), Some(schema)) => against_schema(schema, params).and_then(|()| t.check(params)),
-            _ => Err(ParamError { field: "task_type".into(), message: format!("unknown task type {name:?}") }),
+        match self.tasks.get(name) {
+            Some(t) => t.check(params),
+            None => Err(ParamError { field: "task_type".into(), message: format!("unknown task type {name:?}") }),
         }
     }
 
