@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use taskdeck::chaos::{self, Env, Report};
+use relay::chaos::{self, Env, Report};
 
 async fn scenario(name: &str, scale: f64) -> Report {
     let env = Env::new(

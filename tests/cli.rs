@@ -8,7 +8,7 @@ use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 use taskdeck::store::operators;
 
-use taskdeck::bench::setup::url_with_schema;
+use relay::bench::setup::url_with_schema;
 
 use crate::support::{World, database_url};
 
@@ -104,7 +104,7 @@ async fn jobs_are_listed_shown_and_watched_to_the_end() {
 /// its postmaster is found and its CPU time grows with the work sent to it.
 #[tokio::test]
 async fn the_bench_finds_the_local_database_server_and_its_cpu_time() {
-    use taskdeck::bench::cpu::{CpuTimes, postmaster_pid};
+    use relay::bench::cpu::{CpuTimes, postmaster_pid};
     use tokio_postgres::config::Host;
     let config: tokio_postgres::Config = database_url().parse().unwrap();
     let local = config.get_hosts().iter().all(|h| match h {

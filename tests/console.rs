@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use taskdeck::console::{Console, ConsoleConfig, render};
+use relay_console::{Console, ConsoleConfig, render};
 use taskdeck::store::status_keys;
 use tokio::task::JoinHandle;
 
@@ -165,7 +165,7 @@ async fn headless_chromium_shows_a_healthy_and_an_unreachable_project() {
         ("gone", "http://127.0.0.1:1/v1/status", None),
     ]))
     .unwrap();
-    let (site, _site) = serve(taskdeck::console::router(console)).await;
+    let (site, _site) = serve(relay_console::router(console)).await;
 
     let profile = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("chromium-{}", uuid::Uuid::now_v7()));
     let out = tokio::time::timeout(

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, OnceLock};
 
-use taskdeck::pgcluster::{Durability, PrivateCluster};
+use relay::pgcluster::{Durability, PrivateCluster};
 use taskdeck::store::{self, PoolOptions, secret::DbSecret};
 
 use crate::support::moto;

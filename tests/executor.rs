@@ -95,7 +95,7 @@ async fn every_kind_of_terminal_failure_opens_an_exception() {
     let (_, job) = w.submit("gone", json!({"task_type": "test.effect"})).await;
     let gone = id_of(&job);
     let mut narrow = exec.clone();
-    narrow.catalogue = taskdeck::catalogue::Catalogue::standard(false);
+    narrow.catalogue = taskdeck::catalogue::Catalogue::standard();
     narrow.run_dispatched(&[gone]).await.unwrap();
     exec.run_dispatched(&ids).await.unwrap();
     ids.push(gone);

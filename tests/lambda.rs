@@ -21,7 +21,7 @@ use crate::support::{World, moto};
 
 /// A fixture with its `{{NAME}}` placeholders filled in.
 pub fn fixture(name: &str, vars: &[(&str, &str)]) -> String {
-    let path = format!("{}/../tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/../../tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
     let mut text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     for (k, v) in vars {
         text = text.replace(&format!("{{{{{k}}}}}"), v);
@@ -243,12 +243,12 @@ async fn the_console_function_serves_its_page_on_its_own() {
     event["rawPath"] = json!("/");
     event["requestContext"]["http"]["path"] = json!("/");
     event["requestContext"]["http"]["method"] = json!("GET");
-    let cfg = taskdeck::console::ConsoleConfig::parse(
+    let cfg = relay_console::ConsoleConfig::parse(
         r#"{"projects": [{"name": "gone", "status_url": "http://127.0.0.1:1/v1/status"}], "timeout_seconds": 1}"#,
         "test",
     )
     .unwrap();
-    let router = lambda::console::router(cfg).unwrap();
+    let router = relay_console::lambda::router(cfg).unwrap();
     let req = lambda_http::request::from_str(&event.to_string()).expect("an API Gateway v2 event");
     let res = router.oneshot(req).await.unwrap();
     assert_eq!(res.status().as_u16(), 200);

@@ -270,7 +270,7 @@ async fn the_served_openapi_document_is_the_checked_in_one() {
     let (s, served) = w.call(Method::GET, "/v1/openapi.json", None, None).await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(served["openapi"], "3.1.0");
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../openapi.json");
     let checked_in: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     assert!(
         served == checked_in,

@@ -8,7 +8,7 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const PACKAGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python");
+const PACKAGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../python");
 
 /// A Python 3.12+ interpreter: `RELAY_PYTHON`, `python3.13`/`python3.12` on PATH, or pyenv's newest
 /// (`PYENV_ROOT`, default `~/.pyenv`: found without pyenv on PATH).
@@ -46,7 +46,7 @@ fn the_python_package_passes_its_pytest_suite() {
     (pins.as_str(), python.to_string_lossy()).hash(&mut h);
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("python-venv-{:016x}", h.finish()));
     let req = requirements.to_string_lossy().into_owned();
-    let venv = taskdeck::localaws::venv_with(&python, &dir, &["-r", &req, "-e", PACKAGE]).expect("the venv");
+    let venv = relay::localaws::venv_with(&python, &dir, &["-r", &req, "-e", PACKAGE]).expect("the venv");
 
     let basetemp = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("pytest-{}", std::process::id()));
     let out = Command::new(venv.join("bin/pytest"))

@@ -180,7 +180,7 @@ async fn the_served_status_validates_against_its_schema_and_needs_a_status_key()
     assert_eq!(doc["activity"]["runs"].as_array().unwrap().len(), 12);
 
     // The same document parses with the console's reader.
-    let parsed = taskdeck::status::StatusDoc::parse(doc.to_string().as_bytes()).unwrap();
+    let parsed = relay_status::StatusDoc::parse(doc.to_string().as_bytes()).unwrap();
     assert_eq!(parsed.recent_runs.len(), 3);
 
     // Tenant keys, unknown keys and no key: 401, JSON, stable code.

@@ -16,7 +16,7 @@ fn console() -> Value {
 }
 
 fn load(name: &str) -> Value {
-    let path = format!("{}/../infra/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/../../infra/{name}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     to_json(serde_yaml_ng::from_str(&text).expect("valid YAML"))
 }
@@ -128,7 +128,7 @@ fn five_arm64_traced_cargo_lambda_functions_one_per_workspace_crate() {
         }
     }
     assert!(!functions(&template()).contains_key("ConsoleFunction"), "the console is not in the platform stack");
-    let members: BTreeSet<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../functions"))
+    let members: BTreeSet<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../../functions"))
         .unwrap()
         .flatten()
         .filter(|e| e.path().join("Cargo.toml").exists())
@@ -136,7 +136,7 @@ fn five_arm64_traced_cargo_lambda_functions_one_per_workspace_crate() {
         .collect();
     assert_eq!(binaries, members);
     assert_eq!(binaries.len(), 5);
-    let workspace = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml")).unwrap();
+    let workspace = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.toml")).unwrap();
     for m in &members {
         assert!(workspace.contains(&format!("\"functions/{m}\"")), "functions/{m} is a workspace member");
     }
@@ -548,7 +548,7 @@ fn dead_letters_are_counted_by_log_events_the_code_really_emits_and_page() {
     let res = t["Resources"].as_object().unwrap();
     let source: String = ["executor.rs", "ingress.rs"]
         .iter()
-        .map(|f| std::fs::read_to_string(format!("{}/src/lambda/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap())
+        .map(|f| std::fs::read_to_string(format!("{}/../core/src/lambda/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap())
         .collect();
     // Each place a dead letter is kept logs one line with a stable event name and says so.
     let kept_at: BTreeSet<String> = source

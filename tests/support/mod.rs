@@ -14,7 +14,7 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use serde_json::Value;
-use taskdeck::pgcluster::{Durability, PrivateCluster};
+use relay::pgcluster::{Durability, PrivateCluster};
 use taskdeck::platform::{Platform, Settings};
 use taskdeck::store::tenants;
 use tower::ServiceExt;

@@ -12,7 +12,7 @@ use aws_lambda_events::sqs::SqsEvent;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use serde_json::json;
-use taskdeck::localaws;
+use relay::localaws;
 use taskdeck::transport::sqs::SqsTransport;
 
 /// moto's endpoint, started on first use.
@@ -90,7 +90,7 @@ pub async fn receive_event(url: &str, arn: &str, wait_secs: i32) -> SqsEvent {
 /// What the Lambda event source mapping does after a partial batch response: delete every
 /// record not listed as failed.
 pub async fn delete_acknowledged(url: &str, event: &SqsEvent, failed: &[String]) {
-    taskdeck::chaos::harness::delete_acknowledged(&sqs(), url, event, failed).await.expect("delete");
+    relay::chaos::harness::delete_acknowledged(&sqs(), url, event, failed).await.expect("delete");
 }
 
 /// Messages in the queue (visible, in flight and delayed).

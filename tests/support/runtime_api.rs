@@ -38,7 +38,7 @@ pub fn binary(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
         let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).parent().expect("target dir").to_path_buf();
-        let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace").to_path_buf();
+        let workspace = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = std::process::Command::new(cargo);
         cmd.current_dir(&workspace).env("CARGO_TARGET_DIR", &target).args(["build", "--quiet"]);

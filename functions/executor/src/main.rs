@@ -7,8 +7,8 @@ use taskdeck::config::LambdaConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    taskdeck::lambda::init_logging();
-    let platform = taskdeck::lambda::init(async { taskdeck::lambda::platform(&LambdaConfig::from_env()?).await }).await?;
+    relay_runtime::init_logging();
+    let platform = relay_runtime::init(async { taskdeck::lambda::platform(&LambdaConfig::from_env()?).await }).await?;
     let exec = platform.executor();
     let live = platform.liveness(taskdeck::liveness::Kind::Executor);
     let (exec, live) = (&exec, &live);

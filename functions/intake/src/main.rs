@@ -5,10 +5,10 @@ use taskdeck::config::LambdaConfig;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    taskdeck::lambda::init_logging();
+    relay_runtime::init_logging();
     // Read once per container; an error names the variable and fails the init phase. One pool
     // of one connection and the SQS client; nothing connects until the first request.
-    let platform = taskdeck::lambda::init(async { taskdeck::lambda::platform(&LambdaConfig::from_env()?).await }).await?;
+    let platform = relay_runtime::init(async { taskdeck::lambda::platform(&LambdaConfig::from_env()?).await }).await?;
     let live = platform.liveness(taskdeck::liveness::Kind::Api);
     lambda_http::run(taskdeck::liveness::track(taskdeck::api::router(platform.app_state()), live)).await
 }

@@ -7,8 +7,8 @@ use taskdeck::sweep::SweepReport;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    taskdeck::lambda::init_logging();
-    let (cfg, platform) = taskdeck::lambda::init(async {
+    relay_runtime::init_logging();
+    let (cfg, platform) = relay_runtime::init(async {
         let cfg = LambdaConfig::from_env()?;
         let platform = taskdeck::lambda::platform(&cfg).await?;
         Ok((cfg, platform))

@@ -1,7 +1,7 @@
 """Relay's error answers as typed exceptions.
 
 Every error Relay gives is ``{"error": {"code", "message", ...details}}`` with a stable
-``code`` (``shared/src/api/error.rs`` and the handlers). ``error_for`` picks the class by
+``code`` (``shared/core/src/api/error.rs`` and the handlers). ``error_for`` picks the class by
 code first, then by HTTP status.
 """
 

@@ -1,0 +1,533 @@
+//! The job resource: submit (one or a batch), read, list as a change feed, cancel, history;
+//! and the catalogue. Every query is scoped to the caller's tenant.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::AppState;
+use super::cursor;
+use super::error::{ApiError, ErrorBody, page_limit};
+use super::extract::{Caller, IdempotencyKey, JsonBody, check_key};
+use crate::callbacks::AllowList;
+use crate::catalogue::Catalogue;
+use crate::job::JobStatus;
+use crate::store::jobs::{self, Concurrency, Inserted, Job, JobFilter, NewJob};
+use crate::store::{StoreError, attempt_sessions};
+
+pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
+pub const DEFAULT_TIMEOUT_SECONDS: i32 = 300;
+/// The longest `timeout_seconds` a deployment may allow (one that runs jobs under a deadline,
+/// the SQS transport on Lambda, allows less: `Settings::max_timeout_seconds`).
+pub const MAX_TIMEOUT_SECONDS: i32 = 86_400;
+pub const MAX_DELAY_SECONDS: u32 = 366 * 24 * 3600;
+pub const MAX_BATCH: usize = 500;
+/// What a deployment admits beyond each task's own parameters.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    /// The operator's callback allow-list: a `callback_url` whose host is an address the guard
+    /// refuses is refused at submit unless allowed here.
+    pub callback_allow: AllowList,
+    /// The longest `timeout_seconds` this deployment's executor can give a job.
+    pub max_timeout_seconds: i32,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Admission { callback_allow: AllowList::default(), max_timeout_seconds: MAX_TIMEOUT_SECONDS }
+    }
+}
+
+/// How far ahead a held job is put until it is released.
+const HELD_FOR: chrono::Duration = chrono::Duration::days(366);
+
+/// A job to submit.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobRequest {
+    /// A task type from `GET /v1/tasks`.
+    pub task_type: String,
+    /// Parameters, checked against the task's schema.
+    #[serde(default = "empty_object")]
+    pub params: Value,
+    /// Carried by every retry, child and event; minted by Relay when absent.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 200)]
+    pub correlation_id: Option<String>,
+    /// Run no earlier than this time (RFC 3339). Not with `delay_seconds`.
+    #[serde(default)]
+    pub run_at: Option<DateTime<Utc>>,
+    /// Run no earlier than this many seconds from now. Not with `run_at`.
+    #[serde(default)]
+    #[schema(maximum = 31_622_400)]
+    pub delay_seconds: Option<u32>,
+    /// 1 to 100; default 5.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 100)]
+    pub max_attempts: Option<i32>,
+    /// Per-attempt time limit, 1 to 86400 seconds; default 300.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 86_400)]
+    pub timeout_seconds: Option<i32>,
+    /// No more than `concurrency_limit` jobs with this key (1 to 200 characters) run at once;
+    /// jobs with other keys or none are not held back. Give both or neither.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 200)]
+    pub concurrency_key: Option<String>,
+    /// 1 to 10000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 10_000)]
+    pub concurrency_limit: Option<i32>,
+    /// Where this job's callbacks go (http or https), instead of the tenant's callback URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
+}
+
+/// `{"results": [...]}`, one per submitted item, in order.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchResults {
+    pub results: Vec<BatchItemResult>,
+}
+
+/// A job's history, oldest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventList {
+    pub events: Vec<jobs::JobEvent>,
+}
+
+/// The answer of `GET /v1/jobs/{id}/sessions`.
+#[derive(Serialize, ToSchema)]
+pub struct SessionList {
+    pub sessions: Vec<attempt_sessions::Session>,
+}
+
+/// One page of the change feed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JobPage {
+    pub jobs: Vec<Job>,
+    /// Pass back as `cursor`; null on the last page.
+    pub next_cursor: Option<String>,
+    /// Pass back later as `updated_since` to get every job changed after this page (always
+    /// present). It stays `SETTLE_SECONDS` behind the clock, so a change whose transaction
+    /// began earlier but committed later is not skipped: some jobs come again (same
+    /// `updated_at`), none is missed.
+    pub resume_cursor: String,
+}
+
+/// How far the resume cursor stays behind the present (longer than any write transaction).
+pub const SETTLE_SECONDS: i64 = 15;
+
+/// The catalogue.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskList {
+    pub tasks: Vec<crate::catalogue::TaskInfo>,
+}
+
+fn empty_object() -> Value {
+    json!({})
+}
+
+impl JobRequest {
+    /// Validate against the catalogue and what this deployment admits, and turn into a row to
+    /// insert.
+    pub fn into_new_job(self, key: &str, catalogue: &Catalogue, admits: &Admission, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
+        let max_timeout = admits.max_timeout_seconds;
+        if !catalogue.client_may_submit(&self.task_type) {
+            return Err(ApiError::unprocessable(
+                "unknown_task_type",
+                format!("task type {:?} is not in the catalogue", self.task_type),
+            )
+            .with("field", "task_type")
+            .with("available", catalogue.client_names()));
+        }
+        catalogue.check(&self.task_type, &self.params).map_err(|e| {
+            ApiError::unprocessable("invalid_params", e.to_string()).with("field", e.field.clone())
+        })?;
+        let invalid = |field: &str, msg: &str| {
+            ApiError::unprocessable("invalid_field", format!("{field}: {msg}")).with("field", field)
+        };
+        if let Some(c) = &self.correlation_id
+            && (c.is_empty() || c.len() > 200 || c.chars().any(char::is_control))
+        {
+            return Err(invalid("correlation_id", "1 to 200 characters, no control characters"));
+        }
+        let run_at = match (self.run_at, self.delay_seconds) {
+            (Some(_), Some(_)) => return Err(invalid("delay_seconds", "give run_at or delay_seconds, not both")),
+            (_, Some(d)) if d > MAX_DELAY_SECONDS => return Err(invalid("delay_seconds", "at most one year")),
+            (Some(at), None) if at > now + chrono::Duration::seconds(MAX_DELAY_SECONDS.into()) => {
+                return Err(invalid("run_at", "at most one year ahead"));
+            }
+            (Some(at), None) => at.max(now),
+            (None, Some(d)) => now + chrono::Duration::seconds(d.into()),
+            (None, None) => now,
+        };
+        // A held job (a campaign awaiting its recipient pages) is not due until released.
+        let run_at = if catalogue.held(&self.task_type, &self.params) { now + HELD_FOR } else { run_at };
+        let max_attempts = self.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
+        if !(1..=100).contains(&max_attempts) {
+            return Err(invalid("max_attempts", "between 1 and 100"));
+        }
+        let timeout_seconds = self.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS.min(max_timeout));
+        if !(1..=max_timeout).contains(&timeout_seconds) {
+            let why = if max_timeout < MAX_TIMEOUT_SECONDS {
+                format!("between 1 and {max_timeout} on this deployment: each attempt runs within one invocation of the executor function")
+            } else {
+                format!("between 1 and {max_timeout}")
+            };
+            return Err(invalid("timeout_seconds", &why).with("limit", max_timeout));
+        }
+        let concurrency = match (self.concurrency_key.clone(), self.concurrency_limit) {
+            (None, None) => None,
+            (Some(k), Some(l)) => {
+                if k.is_empty() || k.len() > 200 || k.chars().any(char::is_control) {
+                    return Err(invalid("concurrency_key", "1 to 200 characters, no control characters"));
+                }
+                if !(1..=10_000).contains(&l) {
+                    return Err(invalid("concurrency_limit", "between 1 and 10000"));
+                }
+                Some(Concurrency { key: k, limit: l })
+            }
+            (Some(_), None) => return Err(invalid("concurrency_limit", "a concurrency_key needs a concurrency_limit")),
+            (None, Some(_)) => return Err(invalid("concurrency_key", "a concurrency_limit needs a concurrency_key")),
+        };
+        if let Some(url) = &self.callback_url {
+            crate::callbacks::check_url(url, &admits.callback_allow).map_err(|why| invalid("callback_url", &why))?;
+        }
+        // The request as the client sent it (no minted id, no computed time) is what a replay
+        // must match. Fields added later are left out when absent, so old hashes still match.
+        let request_hash = Sha256::digest(serde_json::to_vec(&self).unwrap_or_default()).to_vec();
+        let id = Uuid::now_v7();
+        Ok(NewJob {
+            id,
+            correlation_id: self.correlation_id.unwrap_or_else(|| id.to_string()),
+            task_type: self.task_type,
+            params: self.params,
+            idempotency_key: key.to_owned(),
+            request_hash,
+            parent_id: None,
+            run_at,
+            max_attempts,
+            timeout_seconds,
+            concurrency,
+            callback_url: self.callback_url,
+        })
+    }
+}
+
+/// 202 for a new job, 200 for a replay of the same request, 422 for a key reused with another.
+fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, Job), ApiError> {
+    match inserted {
+        Inserted::Created(job) => Ok((StatusCode::ACCEPTED, job)),
+        Inserted::Existing(job) if job.request_hash == request_hash => Ok((StatusCode::OK, job)),
+        Inserted::Existing(job) => Err(ApiError::unprocessable(
+            "idempotency_key_reused",
+            format!("idempotency key {:?} was already used for a different request", job.idempotency_key),
+        )
+        .with("idempotency_key", job.idempotency_key.clone())
+        .with("job_id", job.id.to_string())),
+    }
+}
+
+/// `POST /v1/jobs`
+#[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = JobRequest,
+    params(("Idempotency-Key" = String, Header, description = "1 to 200 visible ASCII characters",
+        min_length = 1, max_length = 200, pattern = "^[!-~]{1,200}$")),
+    security(("tenant_key" = [])),
+    responses((status = 202, description = "created; the row has committed", body = Job),
+        (status = 200, description = "a replay of the same request", body = Job),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`Retry-After`)", body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
+pub async fn submit(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    IdempotencyKey(key): IdempotencyKey,
+    JsonBody(req): JsonBody<JobRequest>,
+) -> Result<Response, ApiError> {
+    state.limits.check(tenant.id, 1)?;
+    let new = req.into_new_job(&key, &state.catalogue, &state.admission, Utc::now())?;
+    crate::telemetry::record_job(&new.correlation_id, new.id);
+    if new.callback_url.is_some() {
+        require_signing_secret(&state, tenant.id).await?;
+    }
+    let hash = new.request_hash.clone();
+    let mut inserted = state.intake.enqueue(tenant.id, vec![new]).await?;
+    let (status, job) = answer(inserted.remove(0), &hash)?;
+    Ok((status, Json(job)).into_response())
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    /// 1 to 500 jobs, each a job request plus its own `idempotency_key`.
+    #[schema(min_items = 1, max_items = 500)]
+    pub jobs: Vec<Value>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchItemResult {
+    /// 202 created, 200 replayed, 4xx refused (see `error`).
+    pub status: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<Job>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+}
+
+/// `POST /v1/jobs:batch`: valid items are inserted in one transaction; each item gets its own
+/// result, in order.
+#[utoipa::path(post, path = "/v1/jobs:batch", tag = "jobs", request_body = BatchRequest,
+    security(("tenant_key" = [])),
+    responses((status = 200, body = BatchResults), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`Retry-After`)", body = ErrorBody)))]
+pub async fn submit_batch(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    JsonBody(req): JsonBody<BatchRequest>,
+) -> Result<Json<Value>, ApiError> {
+    if req.jobs.is_empty() || req.jobs.len() > MAX_BATCH {
+        return Err(ApiError::unprocessable("invalid_batch", format!("a batch holds 1 to {MAX_BATCH} jobs"))
+            .with("field", "jobs"));
+    }
+    state.limits.check(tenant.id, req.jobs.len())?;
+    let now = Utc::now();
+    let parsed: Vec<Result<NewJob, ApiError>> =
+        req.jobs.into_iter().enumerate().map(|(i, item)| parse_item(i, item, &state.catalogue, &state.admission, now)).collect();
+    if parsed.iter().any(|p| p.as_ref().is_ok_and(|n| n.callback_url.is_some())) {
+        require_signing_secret(&state, tenant.id).await?;
+    }
+    let valid: Vec<NewJob> = parsed.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
+    let mut inserted = state.intake.enqueue(tenant.id, valid).await?.into_iter();
+    let results: Vec<BatchItemResult> = parsed
+        .into_iter()
+        .map(|p| {
+            let outcome = p.and_then(|new| {
+                let ins = inserted.next().ok_or_else(|| StoreError::Vanished(format!("idempotency key {:?}", new.idempotency_key)))?;
+                answer(ins, &new.request_hash)
+            });
+            match outcome {
+                Ok((status, job)) => BatchItemResult { status: status.as_u16(), job: Some(job), error: None },
+                Err(e) => BatchItemResult { status: e.status.as_u16(), job: None, error: Some(e.body()["error"].clone()) },
+            }
+        })
+        .collect();
+    Ok(Json(json!({ "results": results })))
+}
+
+fn parse_item(index: usize, item: Value, catalogue: &Catalogue, admits: &Admission, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
+    let at = |e: ApiError| {
+        let field = e.details.get("field").and_then(Value::as_str).map(|f| format!("jobs[{index}].{f}"));
+        match field {
+            Some(f) => e.with("field", f),
+            None => e,
+        }
+    };
+    let Value::Object(mut obj) = item else {
+        return Err(at(ApiError::unprocessable("invalid_field", "each job is an object").with("field", ".")));
+    };
+    let key = match obj.remove("idempotency_key") {
+        Some(Value::String(k)) => check_key(&k).map_err(|e| at(e.with("field", "idempotency_key")))?.to_owned(),
+        _ => {
+            return Err(at(ApiError::unprocessable("missing_idempotency_key", "each job needs an idempotency_key string")
+                .with("field", "idempotency_key")));
+        }
+    };
+    let req: JobRequest = serde_path_to_error::deserialize(Value::Object(obj)).map_err(|e| {
+        let field = e.path().to_string();
+        at(ApiError::unprocessable("invalid_field", format!("{field}: {}", e.inner())).with("field", field))
+    })?;
+    req.into_new_job(&key, catalogue, admits, now).map_err(at)
+}
+
+/// A job's own `callback_url` is signed with its tenant's secret, which must exist.
+async fn require_signing_secret(state: &AppState, tenant_id: uuid::Uuid) -> Result<(), ApiError> {
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    if crate::store::callbacks::get(&db, tenant_id).await?.is_none() {
+        return Err(ApiError::unprocessable(
+            "callbacks_not_configured",
+            "callback_url needs the tenant's signing secret: PUT /v1/callbacks first",
+        )
+        .with("field", "callback_url"));
+    }
+    Ok(())
+}
+
+fn parse_id(id: &str) -> Result<Uuid, ApiError> {
+    // A malformed id names no job: the same answer as any other missing job.
+    Uuid::parse_str(id).map_err(|_| ApiError::not_found())
+}
+
+/// `GET /v1/jobs/{id}`
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path)),
+    security(("tenant_key" = [])),
+    responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
+    let id = parse_id(&id)?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let mut job = owned(&db, tenant.id, id).await?;
+    annotate(&db, std::slice::from_mut(&mut job)).await?;
+    Ok(Json(job))
+}
+
+/// The caller's job, or 404: another tenant's job answers exactly like a missing one.
+async fn owned(db: &deadpool_postgres::Client, tenant_id: uuid::Uuid, id: Uuid) -> Result<Job, ApiError> {
+    let job = jobs::get(db, tenant_id, id).await?.ok_or_else(ApiError::not_found)?;
+    crate::telemetry::record_job(&job.correlation_id, job.id);
+    Ok(job)
+}
+
+/// Fill in progress and waiting reasons, as of now.
+async fn annotate(db: &deadpool_postgres::Client, jobs: &mut [Job]) -> Result<(), ApiError> {
+    Ok(crate::store::progress::annotate(db, jobs, Utc::now()).await?)
+}
+
+/// `GET /v1/jobs/{id}/events`
+#[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = String, Path)),
+    security(("tenant_key" = [])),
+    responses((status = 200, body = EventList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn events(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id)?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    owned(&db, tenant.id, id).await?;
+    Ok(Json(json!({ "events": jobs::events(&db, tenant.id, id).await? })))
+}
+
+/// `GET /v1/jobs/{id}/sessions`: the AWS role sessions its attempts assumed (what it could
+/// touch), oldest first.
+#[utoipa::path(get, path = "/v1/jobs/{id}/sessions", tag = "jobs", params(("id" = String, Path)),
+    security(("tenant_key" = [])),
+    responses((status = 200, body = SessionList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn sessions(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id)?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    owned(&db, tenant.id, id).await?;
+    Ok(Json(json!({ "sessions": attempt_sessions::for_job(&db, tenant.id, id).await? })))
+}
+
+/// `POST /v1/jobs/{id}/cancel`: pending or waiting jobs (and their pending children).
+#[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs", params(("id" = String, Path)),
+    security(("tenant_key" = [])),
+    responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
+pub async fn cancel(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
+    let id = parse_id(&id)?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let cancelled = jobs::cancel(&db, tenant.id, id).await?;
+    let mut job = owned(&db, tenant.id, id).await?;
+    annotate(&db, std::slice::from_mut(&mut job)).await?;
+    if !cancelled && job.status != JobStatus::Cancelled {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_cancellable",
+            format!("the job is {}; only pending or waiting jobs can be cancelled", job.status.as_str()),
+        )
+        .with("status", job.status.as_str()));
+    }
+    Ok(Json(job))
+}
+
+/// Query of `GET /v1/jobs`; all optional.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    #[param(value_type = Option<JobStatus>)]
+    pub status: Option<String>,
+    pub task_type: Option<String>,
+    pub correlation_id: Option<String>,
+    /// An RFC 3339 time, or a `resume_cursor`.
+    #[param(min_length = 1)]
+    pub updated_since: Option<String>,
+    /// A `next_cursor`.
+    #[param(min_length = 1)]
+    pub cursor: Option<String>,
+    /// 1 to 500; default 100.
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 500)]
+    pub limit: Option<String>,
+}
+
+/// `GET /v1/jobs`: the caller's jobs ordered by (updated_at, id): a change feed. Pass
+/// `next_cursor` back as `cursor` for the next page; a job that changes again reappears later.
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(ListQuery), security(("tenant_key" = [])),
+    responses((status = 200, body = JobPage), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    let bad = |field: &str, msg: String| ApiError::invalid_query(field, msg);
+    let status = match q.status.as_deref() {
+        None => None,
+        Some(s) => Some(JobStatus::parse(s).ok_or_else(|| {
+            bad("status", format!("status must be one of {}", JobStatus::ALL.map(JobStatus::as_str).join(", ")))
+        })?),
+    };
+    // `updated_since`: an RFC 3339 time, or a cursor this API issued (`resume_cursor`).
+    let (mut updated_since, mut since_cursor) = (None, None);
+    if let Some(s) = q.updated_since.as_deref() {
+        match DateTime::parse_from_rfc3339(s) {
+            Ok(t) => updated_since = Some(t.with_timezone(&Utc)),
+            Err(_) => {
+                since_cursor = Some(cursor::decode(s).ok_or_else(|| {
+                    bad("updated_since", "updated_since must be an RFC 3339 time or a cursor this API issued".into())
+                })?)
+            }
+        }
+    }
+    let limit = page_limit(q.limit.as_deref(), 100)?;
+    let after = match q.cursor.as_deref() {
+        None => since_cursor,
+        Some(c) => Some(cursor::decode(c).ok_or_else(|| bad("cursor", "cursor is not one this API issued".into()))?),
+    };
+    if let Some(c) = &q.correlation_id {
+        crate::telemetry::record_correlation(c);
+    }
+    let filter = JobFilter { status, task_type: q.task_type, correlation_id: q.correlation_id, updated_since, after, limit };
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let mut page = jobs::list(&db, tenant.id, &filter).await?;
+    annotate(&db, &mut page).await?;
+    let next_cursor = (page.len() as i64 == limit).then(|| page.last().map(|j| cursor::encode(j.updated_at, j.id))).flatten();
+    let settled = (Utc::now() - chrono::Duration::seconds(SETTLE_SECONDS), Uuid::nil());
+    let reached = page.last().map(|j| (j.updated_at, j.id)).or(after).or(updated_since.map(|t| (t, Uuid::nil())));
+    let (at, id) = match reached {
+        Some(r) if r < settled => r,
+        _ => settled,
+    };
+    Ok(Json(json!({ "jobs": page, "next_cursor": next_cursor, "resume_cursor": cursor::encode(at, id) })))
+}
+
+/// `GET /v1/tasks`: the catalogue, with each task's parameter schema.
+#[utoipa::path(get, path = "/v1/tasks", tag = "jobs", security(("tenant_key" = [])),
+    responses((status = 200, body = TaskList), (status = 401, body = ErrorBody)))]
+pub async fn tasks(State(state): State<AppState>, Caller(_): Caller) -> Json<Value> {
+    Json(json!({ "tasks": state.catalogue.describe() }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_hash_ignores_nothing_the_client_sent() {
+        let cat = Catalogue::standard();
+        let now = Utc::now();
+        let req = |delay| JobRequest {
+            task_type: "noop".into(), params: json!({}), correlation_id: None, run_at: None,
+            delay_seconds: delay, max_attempts: None, timeout_seconds: None,
+            concurrency_key: None, concurrency_limit: None, callback_url: None,
+        };
+        let admits = Admission::default();
+        let a = req(None).into_new_job("k", &cat, &admits, now).unwrap();
+        let b = req(None).into_new_job("k", &cat, &admits, now + chrono::Duration::seconds(5)).unwrap();
+        let c = req(Some(5)).into_new_job("k", &cat, &admits, now).unwrap();
+        assert_eq!(a.request_hash, b.request_hash, "the same request later is a replay");
+        assert_ne!(a.request_hash, c.request_hash);
+    }
+}

@@ -1,0 +1,441 @@
+//! Signed callbacks: the Standard Webhooks signature, the address guard, and one HTTP POST to
+//! an address resolved once. The delivery job that uses them is `catalogue::callbacks`.
+//!
+//! The guard: a callback URL's host is resolved once (the system resolver, which also reads
+//! numeric spellings such as `2130706433`, `0x7f.1` or `0177.0.0.1`), every address it
+//! resolves to is checked, and the request connects to the checked address, never resolving
+//! again. Loopback, private, shared (CGNAT), link-local (cloud metadata included),
+//! unspecified, multicast, reserved and documentation ranges are refused, in IPv4 and IPv6,
+//! IPv4 embedded in IPv6 (mapped, compatible, NAT64, 6to4) included. Redirects are not
+//! followed: a 3xx is a failed attempt. An operator allow-list (`RELAY_CALLBACK_ALLOW`: CIDRs
+//! and host names, comma-separated) lifts the refusal, e.g. for local development.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::str::FromStr;
+use std::time::Duration;
+
+use base64::Engine;
+use hyper::body::Bytes;
+use sha2::{Digest, Sha256};
+
+/// Longest callback URL accepted.
+pub const MAX_URL_LEN: usize = 2000;
+/// Time limit of one delivery request (connect, send, answer).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// The longest `Retry-After` honoured; a longer one waits this long.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(12 * 3600);
+
+/// A callback URL, checked for shape (not for where it points: that is decided at delivery).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    pub uri: hyper::Uri,
+    /// The host as written, without IPv6 brackets.
+    pub host: String,
+    pub port: u16,
+}
+
+/// Parse a callback URL: `http` or `https`, a host, no user info, at most `MAX_URL_LEN`.
+pub fn parse_url(url: &str) -> Result<Target, String> {
+    if url.len() > MAX_URL_LEN {
+        return Err(format!("at most {MAX_URL_LEN} characters"));
+    }
+    let uri: hyper::Uri = url.parse().map_err(|e| format!("not a URL: {e}"))?;
+    let port = match uri.scheme_str() {
+        Some("https") => 443,
+        Some("http") => 80,
+        _ => return Err("the scheme must be http or https".into()),
+    };
+    let authority = uri.authority().ok_or("the URL has no host")?;
+    if authority.as_str().contains('@') {
+        return Err("user info is not allowed in a callback URL".into());
+    }
+    let host = authority.host().trim_start_matches('[').trim_end_matches(']').to_owned();
+    if host.is_empty() {
+        return Err("the URL has no host".into());
+    }
+    Ok(Target { port: authority.port_u16().unwrap_or(port), host, uri })
+}
+
+/// The check the API applies to a callback URL when it is set: its shape, and a host written
+/// as an address the guard refuses (a name is resolved only at delivery, where the guard runs
+/// again on every address it resolves to).
+pub fn check_url(url: &str, allow: &AllowList) -> Result<(), String> {
+    let target = parse_url(url)?;
+    match IpAddr::from_str(&target.host) {
+        Ok(ip) if !allow.allows_ip(ip) => match refused(ip) {
+            Some(why) => Err(format!("callbacks may not reach {ip}: {why}")),
+            None => Ok(()),
+        },
+        _ => Ok(()),
+    }
+}
+
+/// Why callbacks may not reach this address, or `None` when they may.
+pub fn refused(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        IpAddr::V4(v4) => refused_v4(v4),
+        IpAddr::V6(v6) => refused_v6(v6),
+    }
+}
+
+fn refused_v4(ip: Ipv4Addr) -> Option<&'static str> {
+    let o = ip.octets();
+    let reason = match o {
+        [0, ..] => "unspecified or 'this network' (0.0.0.0/8)",
+        [10, ..] => "private (10.0.0.0/8)",
+        [100, b, ..] if (64..128).contains(&b) => "shared address space (100.64.0.0/10)",
+        [127, ..] => "loopback (127.0.0.0/8)",
+        [169, 254, ..] => "link-local, cloud metadata (169.254.0.0/16)",
+        [172, b, ..] if (16..32).contains(&b) => "private (172.16.0.0/12)",
+        [192, 0, 0, _] => "IETF protocol assignments (192.0.0.0/24)",
+        [192, 0, 2, _] | [198, 51, 100, _] | [203, 0, 113, _] => "documentation range",
+        [192, 168, ..] => "private (192.168.0.0/16)",
+        [198, b, ..] if b == 18 || b == 19 => "benchmarking (198.18.0.0/15)",
+        [a, ..] if (224..240).contains(&a) => "multicast (224.0.0.0/4)",
+        [a, ..] if a >= 240 => "reserved or broadcast (240.0.0.0/4)",
+        _ => return None,
+    };
+    Some(reason)
+}
+
+fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
+    let s = ip.segments();
+    // IPv4 inside IPv6: judged as the IPv4 address it carries.
+    let embedded = |hi: u16, lo: u16| Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return refused_v4(v4);
+    }
+    match s {
+        [0, 0, 0, 0, 0, 0, 0, 0] => Some("unspecified (::)"),
+        [0, 0, 0, 0, 0, 0, 0, 1] => Some("loopback (::1)"),
+        // Deprecated IPv4-compatible addresses (::a.b.c.d).
+        [0, 0, 0, 0, 0, 0, hi, lo] => refused_v4(embedded(hi, lo)).or(Some("IPv4-compatible address (::/96)")),
+        // IPv4-translated (::ffff:0:a.b.c.d, SIIT) reaches the IPv4 address it carries.
+        [0, 0, 0, 0, 0xffff, 0, hi, lo] => refused_v4(embedded(hi, lo)).or(Some("IPv4-translated address (::ffff:0:0/96)")),
+        // NAT64 (64:ff9b::/96) reaches the IPv4 address it carries.
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => refused_v4(embedded(hi, lo)),
+        // Local-use NAT64 (64:ff9b:1::/48) translates into a private network of its own.
+        [0x64, 0xff9b, 1, ..] => Some("local-use NAT64 (64:ff9b:1::/48)"),
+        // Teredo (2001::/32) tunnels to an IPv4 address hidden in the rest of the address.
+        [0x2001, 0, ..] => Some("Teredo tunnel (2001::/32)"),
+        // 6to4 (2002::/16) carries an IPv4 address in bits 16..48.
+        [0x2002, hi, lo, ..] => refused_v4(embedded(hi, lo)),
+        [a, ..] if a & 0xfe00 == 0xfc00 => Some("unique local, cloud metadata (fc00::/7)"),
+        [a, ..] if a & 0xffc0 == 0xfe80 => Some("link-local (fe80::/10)"),
+        [a, ..] if a & 0xffc0 == 0xfec0 => Some("site-local (fec0::/10)"),
+        [a, ..] if a & 0xff00 == 0xff00 => Some("multicast (ff00::/8)"),
+        [0x2001, 0xdb8, ..] => Some("documentation (2001:db8::/32)"),
+        [0x100, 0, 0, 0, ..] => Some("discard-only (100::/64)"),
+        _ => None,
+    }
+}
+
+/// Addresses and host names the guard lets through anyway (`RELAY_CALLBACK_ALLOW`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AllowList {
+    nets: Vec<(IpAddr, u8)>,
+    hosts: Vec<String>,
+}
+
+impl AllowList {
+    /// Comma-separated CIDRs (`127.0.0.1/32`, `10.0.0.0/8`, `::1/128`), addresses, or host names.
+    pub fn parse(s: &str) -> Result<AllowList, String> {
+        let mut out = AllowList::default();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (addr, bits) = match item.split_once('/') {
+                Some((a, b)) => (a, Some(b.parse::<u8>().map_err(|_| format!("{item:?}: bad prefix length"))?)),
+                None => (item, None),
+            };
+            match IpAddr::from_str(addr) {
+                Ok(ip) => {
+                    let max = if ip.is_ipv4() { 32 } else { 128 };
+                    let bits = bits.unwrap_or(max);
+                    if bits > max {
+                        return Err(format!("{item:?}: prefix longer than {max}"));
+                    }
+                    out.nets.push((ip, bits));
+                }
+                Err(_) if bits.is_none() => out.hosts.push(item.to_ascii_lowercase()),
+                Err(_) => return Err(format!("{item:?}: not an address")),
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn allows_host(&self, host: &str) -> bool {
+        self.hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
+    }
+
+    pub fn allows_ip(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        self.nets.iter().any(|(net, bits)| match (net, ip) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => prefix_eq(&n.octets(), &a.octets(), *bits),
+            (IpAddr::V6(n), IpAddr::V6(a)) => prefix_eq(&n.octets(), &a.octets(), *bits),
+            _ => false,
+        })
+    }
+}
+
+fn prefix_eq(a: &[u8], b: &[u8], bits: u8) -> bool {
+    let bits = usize::from(bits);
+    let (whole, rest) = (bits / 8, bits % 8);
+    a[..whole] == b[..whole] && (rest == 0 || (a[whole] ^ b[whole]) >> (8 - rest) == 0)
+}
+
+/// Why a delivery was not attempted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Refusal {
+    /// The host resolves to an address callbacks may not reach (not worth retrying).
+    #[error("refused: {host} resolves to {ip}, {why}")]
+    Address { host: String, ip: IpAddr, why: &'static str },
+    /// The host did not resolve (may be temporary).
+    #[error("could not resolve {host}: {error}")]
+    Resolve { host: String, error: String },
+}
+
+/// Resolve the target's host once and choose the address to connect to. Every address the
+/// name resolves to must pass (a name with one private answer among public ones is refused),
+/// unless the host or the address is allow-listed.
+pub async fn resolve(target: &Target, allow: &AllowList) -> Result<SocketAddr, Refusal> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((target.host.as_str(), target.port))
+        .await
+        .map_err(|e| Refusal::Resolve { host: target.host.clone(), error: e.to_string() })?
+        .collect();
+    let first = *addrs
+        .first()
+        .ok_or_else(|| Refusal::Resolve { host: target.host.clone(), error: "no addresses".into() })?;
+    if allow.allows_host(&target.host) {
+        return Ok(first);
+    }
+    for a in &addrs {
+        if let Some(why) = refused(a.ip()).filter(|_| !allow.allows_ip(a.ip())) {
+            return Err(Refusal::Address { host: target.host.clone(), ip: a.ip(), why });
+        }
+    }
+    Ok(first)
+}
+
+/// A new signing secret in the Standard Webhooks form: `whsec_` and 32 random bytes, base64.
+pub fn new_secret() -> String {
+    let bytes: [u8; 32] = rand::random();
+    format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+/// The key a secret stands for: the base64 after `whsec_` (the raw text otherwise).
+fn secret_key(secret: &str) -> Vec<u8> {
+    let b64 = secret.strip_prefix("whsec_").unwrap_or(secret);
+    base64::engine::general_purpose::STANDARD.decode(b64).unwrap_or_else(|_| secret.as_bytes().to_vec())
+}
+
+/// HMAC-SHA256 (RFC 2104).
+pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+    const BLOCK: usize = 64;
+    let mut k = [0u8; BLOCK];
+    if key.len() > BLOCK {
+        k[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        k[..key.len()].copy_from_slice(key);
+    }
+    let pad = |byte: u8| k.map(|b| b ^ byte);
+    let inner = Sha256::new().chain_update(pad(0x36)).chain_update(message).finalize();
+    Sha256::new().chain_update(pad(0x5c)).chain_update(inner).finalize().into()
+}
+
+/// One signature, `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`.
+pub fn sign(secret: &str, msg_id: &str, timestamp: i64, body: &[u8]) -> String {
+    let mut signed = format!("{msg_id}.{timestamp}.").into_bytes();
+    signed.extend_from_slice(body);
+    let mac = hmac_sha256(&secret_key(secret), &signed);
+    format!("v1,{}", base64::engine::general_purpose::STANDARD.encode(mac))
+}
+
+/// The `webhook-signature` header: one signature per valid secret, space-separated.
+pub fn signature_header(secrets: &[&str], msg_id: &str, timestamp: i64, body: &[u8]) -> String {
+    secrets.iter().map(|s| sign(s, msg_id, timestamp, body)).collect::<Vec<_>>().join(" ")
+}
+
+/// Check a `webhook-signature` header against any of `secrets`, in constant time per
+/// comparison, and the timestamp against `now` within `tolerance` seconds.
+pub fn verify(
+    secrets: &[&str],
+    msg_id: &str,
+    timestamp: i64,
+    body: &[u8],
+    header: &str,
+    now: i64,
+    tolerance: i64,
+) -> Result<(), &'static str> {
+    if (now - timestamp).abs() > tolerance {
+        return Err("the timestamp is outside the tolerance");
+    }
+    let given: Vec<&str> = header.split_whitespace().collect();
+    let ok = secrets.iter().any(|s| {
+        let expected = sign(s, msg_id, timestamp, body);
+        given.iter().any(|g| constant_time_eq(g.as_bytes(), expected.as_bytes()))
+    });
+    if ok { Ok(()) } else { Err("no signature matches") }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The answer to one POST.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    pub status: u16,
+    /// `Retry-After`, in seconds or as an HTTP date, capped at `MAX_RETRY_AFTER`.
+    pub retry_after: Option<Duration>,
+}
+
+/// POST `body` to the target at the address chosen by `resolve` (TLS, when https, is checked
+/// against the URL's host name). No redirect is followed.
+pub async fn post(target: &Target, addr: SocketAddr, headers: &[(&str, String)], body: Bytes) -> Result<Answer, String> {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use hyper_util::rt::TokioExecutor;
+
+    let mut http = HttpConnector::new_with_resolver(Fixed(addr));
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(Duration::from_secs(5)));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_native_roots()
+        .map_err(|e| format!("no TLS root certificates: {e}"))?
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(https);
+    let mut req = hyper::Request::post(target.uri.clone()).header("content-type", "application/json");
+    for (name, value) in headers {
+        req = req.header(*name, value);
+    }
+    let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
+    let call = async {
+        let res = client.request(req).await.map_err(|e| format!("request failed: {}", relay_runtime::error_chain(&e)))?;
+        let status = res.status().as_u16();
+        let retry_after = res.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(parse_retry_after);
+        // Read (and drop) a bounded answer so the connection ends cleanly.
+        let _ = http_body_util::Limited::new(res.into_body(), 16 * 1024).collect().await;
+        Ok::<_, String>(Answer { status, retry_after })
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, call)
+        .await
+        .map_err(|_| format!("no answer within {}s", REQUEST_TIMEOUT.as_secs()))?
+}
+
+/// `Retry-After`: delay-seconds or an HTTP date; capped at `MAX_RETRY_AFTER`.
+pub fn parse_retry_after(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    let d = match v.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => {
+            let at = chrono::DateTime::parse_from_rfc2822(v).ok()?;
+            (at.with_timezone(&chrono::Utc) - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO)
+        }
+    };
+    Some(d.min(MAX_RETRY_AFTER))
+}
+
+/// A resolver that answers every name with the one address already checked.
+#[derive(Clone)]
+struct Fixed(SocketAddr);
+
+impl tower::Service<hyper_util::client::legacy::connect::dns::Name> for Fixed {
+    type Response = std::iter::Once<SocketAddr>;
+    type Error = std::io::Error;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: hyper_util::client::legacy::connect::dns::Name) -> Self::Future {
+        std::future::ready(Ok(std::iter::once(self.0)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hmac_matches_rfc_4231() {
+        // Test case 2 of RFC 4231.
+        let mac = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
+        assert_eq!(hex::encode(mac), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+        // Test case 6: a key longer than the block.
+        let mac = hmac_sha256(&[0xaa; 131], b"Test Using Larger Than Block-Size Key - Hash Key First");
+        assert_eq!(hex::encode(mac), "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+    }
+
+    #[test]
+    fn signatures_verify_with_either_secret_and_fail_otherwise() {
+        let (a, b) = (new_secret(), new_secret());
+        let header = signature_header(&[&a, &b], "msg_1", 1_700_000_000, b"{}");
+        assert_eq!(header.split(' ').count(), 2);
+        assert!(verify(&[&a], "msg_1", 1_700_000_000, b"{}", &header, 1_700_000_010, 300).is_ok());
+        assert!(verify(&[&b], "msg_1", 1_700_000_000, b"{}", &header, 1_700_000_010, 300).is_ok());
+        assert!(verify(&[&new_secret()], "msg_1", 1_700_000_000, b"{}", &header, 1_700_000_010, 300).is_err());
+        assert!(verify(&[&a], "msg_1", 1_700_000_000, b"{ }", &header, 1_700_000_010, 300).is_err(), "body changed");
+        assert!(verify(&[&a], "msg_1", 1_700_000_000, b"{}", &header, 1_700_001_000, 300).is_err(), "too old");
+    }
+
+    #[test]
+    fn the_guard_refuses_private_addresses_in_every_spelling() {
+        for ip in ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "0.0.0.0", "100.64.0.1",
+                   "224.0.0.1", "255.255.255.255", "::1", "::", "fe80::1", "fd00:ec2::254", "ff02::1",
+                   "::ffff:169.254.169.254", "::ffff:a9fe:a9fe", "::ffff:127.0.0.1", "::127.0.0.1",
+                   "64:ff9b::a9fe:a9fe", "2002:7f00:1::1", "::ffff:0:7f00:1", "::ffff:0:a9fe:a9fe", "64:ff9b:1::808:808",
+                   "2001:0:4136:e378:8000:63bf:3fff:fdd2"] {
+            assert!(refused(ip.parse().unwrap()).is_some(), "{ip} must be refused");
+        }
+        for ip in ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111", "::ffff:8.8.8.8"] {
+            assert_eq!(refused(ip.parse().unwrap()), None, "{ip} is public");
+        }
+    }
+
+    #[test]
+    fn allow_lists_take_cidrs_and_hosts() {
+        let a = AllowList::parse("127.0.0.1/32, 10.0.0.0/8,::1, callbacks.internal").unwrap();
+        assert!(a.allows_ip("127.0.0.1".parse().unwrap()));
+        assert!(a.allows_ip("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(!a.allows_ip("127.0.0.2".parse().unwrap()));
+        assert!(a.allows_ip("10.200.3.4".parse().unwrap()));
+        assert!(a.allows_ip("::1".parse().unwrap()));
+        assert!(a.allows_host("Callbacks.Internal"));
+        assert!(AllowList::parse("10.0.0.0/33").is_err());
+        assert!(AllowList::parse("nonsense/8").is_err());
+    }
+
+    #[test]
+    fn a_literal_address_the_guard_refuses_is_refused_when_set() {
+        let none = AllowList::default();
+        for url in ["http://127.0.0.1/", "http://169.254.169.254/latest", "https://[::1]:8443/", "http://[::ffff:0:7f00:1]/"] {
+            assert!(check_url(url, &none).unwrap_err().contains("may not reach"), "{url}");
+        }
+        assert!(check_url("https://93.184.216.34/hook", &none).is_ok());
+        assert!(check_url("https://localhost/hook", &none).is_ok(), "a name is judged at delivery, where it resolves");
+        assert!(check_url("http://127.0.0.1:9000/", &AllowList::parse("127.0.0.1").unwrap()).is_ok());
+    }
+
+    #[test]
+    fn urls_are_checked_for_shape() {
+        assert_eq!(parse_url("https://example.com/hook").unwrap().port, 443);
+        assert_eq!(parse_url("http://[::1]:8080/x").unwrap().host, "::1");
+        assert!(parse_url("ftp://example.com/").is_err());
+        assert!(parse_url("https://user:pw@example.com/").is_err());
+        assert!(parse_url("/relative").is_err());
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_dates_and_is_capped() {
+        assert_eq!(parse_retry_after("120"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_retry_after("99999999"), Some(MAX_RETRY_AFTER));
+        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT"), Some(Duration::ZERO));
+        assert_eq!(parse_retry_after("soon"), None);
+    }
+}

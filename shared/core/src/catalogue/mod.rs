@@ -1,0 +1,378 @@
+//! The catalogue: the one registry of task types. Intake refuses a type that is not here
+//! (422, listing what is); the executor fails a job of an unknown type for good.
+//!
+//! A task declares its parameters as a Rust type, which publishes the JSON Schema (self-
+//! contained: nested types under `$defs`). Intake checks parameters against that very schema
+//! (one validator, compiled once per task), then parses them into the type (serde, unknown
+//! fields refused) and runs the task's own checks; each failure names the field.
+
+mod basic;
+pub mod email;
+pub mod callbacks;
+pub mod housekeeping;
+pub mod provider;
+#[cfg(feature = "testing")]
+mod testing;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::credentials::JobAws;
+use crate::job::{Fault, JobId, TaskError, TenantId};
+use crate::retry::RetryPolicy;
+use crate::store::modes::Modes;
+
+/// What a task sees of the job it runs for, and the platform it runs on.
+#[derive(Clone)]
+pub struct TaskContext {
+    pub job_id: JobId,
+    pub tenant_id: TenantId,
+    pub task_type: String,
+    pub attempt: i32,
+    pub correlation_id: String,
+    /// The modes read when this job was claimed.
+    pub modes: Arc<Modes>,
+    pub db: deadpool_postgres::Pool,
+    /// Creates jobs (a fan-out parent's children): insert, commit, then dispatch.
+    pub intake: crate::intake::Intake,
+    pub(crate) aws: JobAws,
+}
+
+impl TaskContext {
+    /// AWS access for this run only: an SDK configuration whose credentials are the task
+    /// type's own role, assumed for this job and attempt and refreshed before expiry. Build
+    /// every AWS client from it, per run (never at module level, in a static or at start-up).
+    /// A task type with no mapped role gets a fatal error naming the missing mapping (default
+    /// deny): return it with `?` and the job fails for good with an exception.
+    pub async fn aws(&self) -> Result<aws_config::SdkConfig, TaskError> {
+        self.aws.sdk_config().await
+    }
+}
+
+/// A task type. `run` returns plain JSON: a task cannot hand back something unstorable.
+pub trait Task: Send + Sync + 'static {
+    type Params: DeserializeOwned + ToSchema + Send;
+    const NAME: &'static str;
+    const DESCRIPTION: &'static str;
+    /// Run by the platform (built-in schedules) only: clients cannot submit it, nor see it.
+    const PLATFORM_ONLY: bool = false;
+    /// Its own schedule of retries, when the default one does not suit (still a `RetryPolicy`:
+    /// every backoff comes from `retry.rs`).
+    const RETRY: Option<RetryPolicy> = None;
+
+    /// Checks serde cannot express (ranges, cross-field rules), as (field, message).
+    fn check(_params: &Self::Params) -> Result<(), (String, String)> {
+        Ok(())
+    }
+
+    /// Whose failure a job with these parameters is when it fails for good: the platform's (an
+    /// exception opens) or a tenant's own (counted per tenant and cause; no exception).
+    fn fault(_params: &Self::Params) -> Fault {
+        Fault::Platform
+    }
+
+    /// Whether a job with these parameters is held (not due) when submitted, until something
+    /// releases it (a campaign waiting for its recipient pages).
+    fn held(_params: &Self::Params) -> bool {
+        false
+    }
+
+    fn run(&self, ctx: &TaskContext, params: Self::Params) -> impl Future<Output = Result<Value, TaskError>> + Send;
+}
+
+/// A parameter that failed validation, with the path of the field.
+#[derive(Debug, Clone, PartialEq, Serialize, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ParamError {
+    pub field: String,
+    pub message: String,
+}
+
+/// A catalogue entry as `GET /v1/tasks` shows it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TaskInfo {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// JSON Schema of the task's `params`.
+    pub params_schema: Value,
+}
+
+trait ErasedTask: Send + Sync {
+    fn info(&self) -> TaskInfo;
+    fn platform_only(&self) -> bool;
+    fn fault(&self, params: &Value) -> Fault;
+    fn retry(&self) -> Option<RetryPolicy>;
+    fn check(&self, params: &Value) -> Result<(), ParamError>;
+    fn held(&self, params: &Value) -> bool;
+    fn run<'a>(&'a self, ctx: &'a TaskContext, params: Value) -> BoxFuture<'a, Result<Value, TaskError>>;
+}
+
+/// The JSON Schema of a parameter type, self-contained: the types it names are put under
+/// `$defs` and referred to there (utoipa refers to `#/components/schemas/`).
+fn params_schema<P: ToSchema>() -> Value {
+    fn point_at_defs(v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                if let Some(Value::String(r)) = map.get_mut("$ref")
+                    && let Some(name) = r.strip_prefix("#/components/schemas/")
+                {
+                    *r = format!("#/$defs/{name}");
+                }
+                map.values_mut().for_each(point_at_defs);
+            }
+            Value::Array(items) => items.iter_mut().for_each(point_at_defs),
+            _ => {}
+        }
+    }
+    let mut named = Vec::new();
+    P::schemas(&mut named);
+    let mut root = serde_json::to_value(P::schema()).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut root
+        && !named.is_empty()
+    {
+        let defs = named.into_iter().map(|(name, s)| (name, serde_json::to_value(s).unwrap_or(Value::Null))).collect();
+        map.insert("$defs".into(), Value::Object(defs));
+    }
+    point_at_defs(&mut root);
+    root
+}
+
+/// The first way `params` breaks `schema`, with the field's path.
+fn against_schema(schema: &jsonschema::Validator, params: &Value) -> Result<(), ParamError> {
+    match schema.iter_errors(params).next() {
+        None => Ok(()),
+        Some(e) => {
+            let path = e.instance_path().to_string();
+            let field = match path.trim_start_matches('/') {
+                "" => "params".to_owned(),
+                p => format!("params.{}", p.replace('/', ".")),
+            };
+            Err(ParamError { field, message: e.to_string() })
+        }
+    }
+}
+
+fn parse<T: Task>(params: &Value) -> Result<T::Params, ParamError> {
+    let parsed: T::Params = serde_path_to_error::deserialize(params).map_err(|e| ParamError {
+        field: match e.path().to_string() {
+            p if p == "." => "params".to_owned(),
+            p => format!("params.{p}"),
+        },
+        message: e.inner().to_string(),
+    })?;
+    T::check(&parsed).map_err(|(field, message)| ParamError { field: format!("params.{field}"), message })?;
+    Ok(parsed)
+}
+
+/// A task as the catalogue holds it: with its published parameter schema, compiled once.
+struct Registered<T> {
+    task: T,
+    schema: jsonschema::Validator,
+}
+
+impl<T: Task> ErasedTask for Registered<T> {
+    fn info(&self) -> TaskInfo {
+        TaskInfo {
+            name: T::NAME,
+            description: T::DESCRIPTION,
+            params_schema: params_schema::<T::Params>(),
+        }
+    }
+
+    fn platform_only(&self) -> bool {
+        T::PLATFORM_ONLY
+    }
+
+    fn fault(&self, params: &Value) -> Fault {
+        parse::<T>(params).map_or(Fault::Platform, |p| T::fault(&p))
+    }
+
+    fn retry(&self) -> Option<RetryPolicy> {
+        T::RETRY
+    }
+
+    /// The published schema first (what a client reads), then the type and the task's checks.
+    fn check(&self, params: &Value) -> Result<(), ParamError> {
+        against_schema(&self.schema, params)?;
+        parse::<T>(params).map(|_| ())
+    }
+
+    fn held(&self, params: &Value) -> bool {
+        parse::<T>(params).is_ok_and(|p| T::held(&p))
+    }
+
+    fn run<'a>(&'a self, ctx: &'a TaskContext, params: Value) -> BoxFuture<'a, Result<Value, TaskError>> {
+        Box::pin(async move {
+            // Parameters were checked at intake; a failure here means the task changed shape
+            // since, and another attempt would fail the same way.
+            let params = parse::<T>(&params).map_err(|e| TaskError::Fatal(format!("invalid params: {e}")))?;
+            T::run(&self.task, ctx, params).await
+        })
+    }
+}
+
+/// The registry of task types, by name. Cheap to clone: every API request's state holds it.
+#[derive(Clone)]
+pub struct Catalogue {
+    tasks: Arc<BTreeMap<&'static str, Arc<dyn ErasedTask>>>,
+}
+
+impl Catalogue {
+    /// The production catalogue.
+    pub fn standard() -> Self {
+        let mut c = Catalogue { tasks: Arc::default() };
+        c.add(basic::Noop);
+        c.add(basic::Sleep);
+        c.add(email::SendEmail);
+        c.add(email::SendCampaign);
+        c.add(provider::ProviderEvent);
+        c.add(housekeeping::Retention);
+        c.add(callbacks::Deliver::default());
+        c
+    }
+
+    /// With the `test.*` tasks, which force failures and count effects: only in builds with the
+    /// `testing` feature (the tests, the chaos suite, `relay dev --test-tasks`), never in a
+    /// Lambda function.
+    #[cfg(feature = "testing")]
+    pub fn with_test_tasks(mut self) -> Self {
+        self.add(testing::Fail);
+        self.add(testing::Effect);
+        self.add(testing::WhoAmI);
+        self
+    }
+
+    fn add<T: Task>(&mut self, task: T) {
+        // A schema that does not compile is a bug in a parameter type, found by the first test
+        // that builds the catalogue.
+        let schema = jsonschema::validator_for(&params_schema::<T::Params>())
+            .unwrap_or_else(|e| panic!("the parameter schema of {} does not compile: {e}", T::NAME));
+        Arc::make_mut(&mut self.tasks).insert(T::NAME, Arc::new(Registered { task, schema }));
+    }
+
+    /// Replace (or add) a task, e.g. one configured at start-up.
+    pub fn with<T: Task>(mut self, task: T) -> Self {
+        self.add(task);
+        self
+    }
+
+    /// A task type's own retry schedule, if it has one.
+    pub fn retry_policy(&self, name: &str) -> Option<RetryPolicy> {
+        self.tasks.get(name).and_then(|t| t.retry())
+    }
+
+    /// Whose failure a job of this type and these parameters is (the platform's for a type
+    /// not in the catalogue, or parameters that no longer parse).
+    pub fn fault(&self, name: &str, params: &Value) -> Fault {
+        self.tasks.get(name).map_or(Fault::Platform, |t| t.fault(params))
+    }
+
+    /// Every task type, platform ones included.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.tasks.keys().copied().collect()
+    }
+
+    /// The task types a client may submit.
+    pub fn client_names(&self) -> Vec<&'static str> {
+        self.tasks.iter().filter(|(_, t)| !t.platform_only()).map(|(n, _)| *n).collect()
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.tasks.contains_key(name)
+    }
+
+    /// Whether a client may submit this task type.
+    pub fn client_may_submit(&self, name: &str) -> bool {
+        self.tasks.get(name).is_some_and(|t| !t.platform_only())
+    }
+
+    /// The tasks a client may submit, as `GET /v1/tasks` shows them.
+    pub fn describe(&self) -> Vec<TaskInfo> {
+        self.tasks.values().filter(|t| !t.platform_only()).map(|t| t.info()).collect()
+    }
+
+    /// Validate parameters for a task type known to be in the catalogue.
+    pub fn check(&self, name: &str, params: &Value) -> Result<(), ParamError> {
+        match self.tasks.get(name) {
+            Some(t) => t.check(params),
+            None => Err(ParamError { field: "task_type".into(), message: format!("unknown task type {name:?}") }),
+        }
+    }
+
+    /// Whether a job of this type and these (valid) parameters starts held.
+    pub fn held(&self, name: &str, params: &Value) -> bool {
+        self.tasks.get(name).is_some_and(|t| t.held(params))
+    }
+
+    /// Run a task; `None` when the type is not in the catalogue.
+    pub async fn run(&self, name: &str, ctx: &TaskContext, params: Value) -> Option<Result<Value, TaskError>> {
+        let task = self.tasks.get(name)?.clone();
+        Some(task.run(ctx, params).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn test_tasks_exist_only_when_asked_for() {
+        assert_eq!(
+            Catalogue::standard().names(),
+            ["callback.deliver", "email.campaign", "email.send", "noop", "provider.event", "relay.retention", "sleep"]
+        );
+        assert_eq!(Catalogue::standard().client_names(), ["email.campaign", "email.send", "noop", "sleep"]);
+        #[cfg(feature = "testing")]
+        assert!(Catalogue::standard().with_test_tasks().contains("test.fail"));
+        assert!(!Catalogue::standard().contains("test.fail"));
+    }
+
+    #[test]
+    fn params_are_checked_and_the_failing_field_named() {
+        let c = Catalogue::standard();
+        assert!(c.check("sleep", &json!({"seconds": 1.5})).is_ok());
+        let e = c.check("sleep", &json!({"seconds": "soon"})).unwrap_err();
+        assert_eq!(e.field, "params.seconds");
+        let e = c.check("sleep", &json!({"seconds": -1})).unwrap_err();
+        assert_eq!(e.field, "params.seconds");
+        let e = c.check("noop", &json!({"surprise": 1})).unwrap_err();
+        assert!(e.message.contains("'surprise' was unexpected"), "{e}");
+        let e = c.check("sleep", &json!({})).unwrap_err();
+        assert!(e.message.contains("\"seconds\" is a required property"), "{e}");
+        assert!(!e.message.contains("f64"), "no Rust type names in what a client reads: {e}");
+    }
+
+    #[test]
+    fn every_task_publishes_an_object_schema() {
+        for t in Catalogue::standard().describe() {
+            assert_eq!(t.params_schema["type"], "object", "{}", t.name);
+        }
+    }
+
+    #[test]
+    fn published_schemas_stand_alone_and_intake_holds_params_to_them() {
+        let c = Catalogue::standard();
+        for t in c.describe() {
+            let text = t.params_schema.to_string();
+            assert!(!text.contains("#/components/"), "{} refers outside itself: {text}", t.name);
+        }
+        let campaign = c.describe().into_iter().find(|t| t.name == "email.campaign").unwrap();
+        assert!(campaign.params_schema["$defs"]["SendParams"].is_object(), "{}", campaign.params_schema);
+        // What serde alone let through: a struct's fields given as an array.
+        let e = c.check("noop", &json!([1])).unwrap_err();
+        assert_eq!(e.field, "params", "{e}");
+        let e = c.check("sleep", &json!({"seconds": [1]})).unwrap_err();
+        assert_eq!(e.field, "params.seconds", "{e}");
+        let e = c.check("email.campaign", &json!({"message": {"from": "a@b.example", "subject": "s", "text": "t"},
+            "recipients": [{"to": 5}]})).unwrap_err();
+        assert_eq!(e.field, "params.recipients.0.to", "{e}");
+    }
+}

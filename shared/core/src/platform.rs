@@ -1,0 +1,174 @@
+//! Wiring: one place that turns settings into a pool, a transport, the API state, workers
+//! and a sweeper. The `relay` binary and the Lambda mains build a `Platform` and hand over.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::api::{AppState, TenantCache};
+use crate::intake::Intake;
+use crate::catalogue::Catalogue;
+use crate::credentials::TaskCredentials;
+use crate::executor::{Executor, ExecutorConfig, worker};
+use crate::liveness::{Identity, Kind, Liveness};
+use crate::retry::RetryPolicy;
+use crate::store::{self, PoolOptions};
+use crate::sweep::{SweepConfig, Sweeper};
+use crate::transport::Transport;
+use crate::transport::postgres::{PgTransport, spawn_listener};
+
+/// Tunables shared by every process shape.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub executor: ExecutorConfig,
+    pub sweep: SweepConfig,
+    pub sweep_interval: Duration,
+    /// Register the `test.*` tasks (tests, chaos runs, `relay dev --test-tasks`).
+    #[cfg(feature = "testing")]
+    pub test_tasks: bool,
+    /// Tasks that coalesce concurrent small submissions into multi-row inserts.
+    pub intake_writers: usize,
+    pub pool: PoolOptions,
+    /// The project name the status contract reports (`RELAY_PROJECT`, default `relay`).
+    pub project: String,
+    /// Addresses callbacks may reach although the guard refuses them (`RELAY_CALLBACK_ALLOW`).
+    pub callback_allow: crate::callbacks::AllowList,
+    /// Per-tenant intake rate limit; `None`: unlimited.
+    pub tenant_rate: Option<crate::api::ratelimit::TenantRate>,
+    /// The longest `timeout_seconds` intake accepts: 86,400 by default; on Lambda what the
+    /// executor function can give one attempt (`LambdaConfig::max_job_timeout`).
+    pub max_timeout_seconds: i32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            executor: ExecutorConfig::default(),
+            sweep: SweepConfig::default(),
+            sweep_interval: Duration::from_secs(30),
+            #[cfg(feature = "testing")]
+            test_tasks: false,
+            intake_writers: 1,
+            pool: PoolOptions::default(),
+            project: "relay".into(),
+            callback_allow: Default::default(),
+            tenant_rate: None,
+            max_timeout_seconds: crate::api::jobs::MAX_TIMEOUT_SECONDS,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Platform {
+    pub pool: Pool,
+    pub catalogue: Catalogue,
+    pub transport: Arc<dyn Transport>,
+    pub intake: Intake,
+    pub settings: Settings,
+    /// Per-task-type AWS roles; `None` denies every task's AWS access.
+    pub credentials: Option<Arc<TaskCredentials>>,
+    database_url: String,
+}
+
+impl Platform {
+    /// Build the pool, the Postgres-native transport and the intake writers (call inside a
+    /// Tokio runtime). Opens no connection: nothing bound here can be left broken by an outage.
+    pub fn new(database_url: &str, settings: Settings) -> anyhow::Result<Self> {
+        let pool = store::pool(database_url, &settings.pool)?;
+        let transport: Arc<dyn Transport> = Arc::new(PgTransport::new(pool.clone()));
+        let catalogue = Catalogue::standard();
+        #[cfg(feature = "testing")]
+        let catalogue = if settings.test_tasks { catalogue.with_test_tasks() } else { catalogue };
+        Ok(Self {
+            catalogue: catalogue
+                .with(crate::catalogue::callbacks::Deliver { allow: settings.callback_allow.clone() }),
+            intake: Intake::start(pool.clone(), transport.clone(), settings.intake_writers),
+            pool,
+            transport,
+            settings,
+            credentials: None,
+            database_url: database_url.to_owned(),
+        })
+    }
+
+    /// Use another transport (SQS, or a test double that fails on purpose).
+    pub fn with_transport(mut self, transport: Arc<dyn Transport>) -> Self {
+        self.intake = Intake::start(self.pool.clone(), transport.clone(), self.settings.intake_writers);
+        self.transport = transport;
+        self
+    }
+
+    /// Give tasks AWS access through their own roles (see `credentials`).
+    pub fn with_credentials(mut self, credentials: Arc<TaskCredentials>) -> Self {
+        self.credentials = Some(credentials);
+        self
+    }
+
+    pub async fn migrate(&self) -> anyhow::Result<Vec<&'static str>> {
+        let mut db = self.pool.get().await?;
+        Ok(store::migrate::run(&mut db).await?)
+    }
+
+    pub fn app_state(&self) -> AppState {
+        AppState {
+            pool: self.pool.clone(),
+            catalogue: self.catalogue.clone(),
+            intake: self.intake.clone(),
+            tenants: TenantCache::default(),
+            transport: self.transport.clone(),
+            project: self.settings.project.clone(),
+            limits: crate::api::ratelimit::RateLimits::new(self.settings.tenant_rate),
+            admission: crate::api::jobs::Admission {
+                callback_allow: self.settings.callback_allow.clone(),
+                max_timeout_seconds: self.settings.max_timeout_seconds,
+            },
+        }
+    }
+
+    pub fn executor(&self) -> Executor {
+        Executor {
+            pool: self.pool.clone(),
+            catalogue: self.catalogue.clone(),
+            transport: self.transport.clone(),
+            retry: RetryPolicy::default(),
+            config: self.settings.executor.clone(),
+            credentials: self.credentials.clone(),
+            intake: self.intake.clone(),
+        }
+    }
+
+    pub fn sweeper(&self) -> Sweeper {
+        Sweeper {
+            pool: self.pool.clone(),
+            transport: self.transport.clone(),
+            intake: self.intake.clone(),
+            config: self.settings.sweep.clone(),
+            resend: Arc::default(),
+        }
+    }
+
+    /// This process's liveness handle for `kind` (a row in `workers`).
+    pub fn liveness(&self, kind: Kind) -> Liveness {
+        Liveness::new(self.pool.clone(), Identity::of_this_process(kind))
+    }
+
+    /// Start `n` Postgres-native worker loops sharing one LISTEN connection, and the
+    /// process's liveness beat (one row per process, whatever `n`).
+    pub fn spawn_workers(&self, n: usize, stop: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
+        let wake = spawn_listener(self.database_url.clone(), self.settings.pool.search_path.clone());
+        let mut handles: Vec<JoinHandle<()>> =
+            (0..n).map(|_| tokio::spawn(worker::run(self.executor(), wake.clone(), stop.clone()))).collect();
+        handles.push(self.liveness(Kind::Worker).spawn(stop.clone()));
+        handles
+    }
+
+    /// Start the sweep loop; the sweeper records its liveness on every pass.
+    pub fn spawn_sweeper(&self, stop: &watch::Receiver<bool>) -> JoinHandle<()> {
+        let (sweeper, every, stop) = (self.sweeper(), self.settings.sweep_interval, stop.clone());
+        let live = self.liveness(Kind::Sweeper);
+        tokio::spawn(async move { sweeper.run(every, Some(live), stop).await })
+    }
+}

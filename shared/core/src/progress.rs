@@ -1,0 +1,177 @@
+//! Progress and waiting reasons of the job resource: pure decisions from counted rows. No I/O.
+//!
+//! Two shapes, on purpose (deferred outcomes such as opens and deliveries stay on messages):
+//! - `count`, a fan-out: the numerator comes from the children's own rows (terminal states
+//!   counted), against the total the parent declared before creating them, so a child that
+//!   dies without reporting cannot corrupt it and creating children in chunks cannot move it
+//!   backwards.
+//! - `elapsed`, an opaque single unit: time since its attempt started, against the median and
+//!   p95 of earlier successful runs of the same task type; `stuck` past `STUCK_FACTOR` × p95.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::job::JobStatus;
+use crate::store::jobs::{Job, WaitingReason};
+
+/// A running job is `stuck` once its elapsed time passes this multiple of its baseline's p95.
+pub const STUCK_FACTOR: f64 = 3.0;
+/// Fewer earlier runs than this make no baseline worth judging by: `stuck` stays false.
+pub const MIN_BASELINE_RUNS: i32 = 5;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Progress {
+    /// A fan-out parent. `pending` = `total` minus the children in a terminal state (children
+    /// not yet created, waiting or running).
+    Count { total: i64, succeeded: i64, failed: i64, cancelled: i64, pending: i64 },
+    /// A single unit running for `elapsed_s`. The baseline fields are null until its task type
+    /// has finished runs.
+    Elapsed {
+        elapsed_s: f64,
+        baseline_p50_s: Option<f64>,
+        baseline_p95_s: Option<f64>,
+        runs_in_baseline: i32,
+        stuck: bool,
+    },
+}
+
+/// Children of one parent, counted from their rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChildCounts {
+    pub total: i64,
+    pub succeeded: i64,
+    pub failed: i64,
+    pub cancelled: i64,
+}
+
+impl ChildCounts {
+    pub fn terminal(&self) -> i64 {
+        self.succeeded + self.failed + self.cancelled
+    }
+}
+
+/// A task type's run-time baseline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Baseline {
+    pub p50_s: f64,
+    pub p95_s: f64,
+    pub runs: i32,
+}
+
+/// A fan-out's count: the declared total (or the children that exist, if more or none was
+/// declared), and what the children's rows say.
+pub fn count(declared: Option<i32>, c: ChildCounts) -> Progress {
+    let total = c.total.max(declared.map_or(0, i64::from));
+    Progress::Count {
+        total,
+        succeeded: c.succeeded,
+        failed: c.failed,
+        cancelled: c.cancelled,
+        pending: total - c.terminal(),
+    }
+}
+
+/// A running single unit's elapsed time against its task type's baseline.
+pub fn elapsed(now: DateTime<Utc>, started: DateTime<Utc>, baseline: Option<Baseline>) -> Progress {
+    let elapsed_s = ((now - started).num_milliseconds().max(0) as f64) / 1000.0;
+    let stuck = baseline.is_some_and(|b| b.runs >= MIN_BASELINE_RUNS && elapsed_s > STUCK_FACTOR * b.p95_s);
+    Progress::Elapsed {
+        elapsed_s,
+        baseline_p50_s: baseline.map(|b| b.p50_s),
+        baseline_p95_s: baseline.map(|b| b.p95_s),
+        runs_in_baseline: baseline.map_or(0, |b| b.runs),
+        stuck,
+    }
+}
+
+/// The progress of a job: counted when it is a fan-out (declared children or children), its
+/// elapsed time while a single unit runs, nothing otherwise.
+pub fn of(job: &Job, children: Option<ChildCounts>, baseline: Option<Baseline>, now: DateTime<Utc>) -> Option<Progress> {
+    if job.children_total.is_some() || children.is_some() {
+        return Some(count(job.children_total, children.unwrap_or_default()));
+    }
+    match (job.status, job.started_at) {
+        (JobStatus::Running, Some(started)) => Some(elapsed(now, started, baseline)),
+        _ => None,
+    }
+}
+
+/// Why a non-terminal job is not running; `None` while it runs or once it has finished.
+/// `paused`: its task type is paused; `key_running`: how many jobs of its key run now.
+pub fn waiting_reason(job: &Job, now: DateTime<Utc>, paused: bool, key_running: i64) -> Option<WaitingReason> {
+    match job.status {
+        JobStatus::Waiting => Some(WaitingReason::WaitingForChildren),
+        JobStatus::Pending if job.run_at > now => Some(WaitingReason::NotDue),
+        JobStatus::Pending if paused => Some(WaitingReason::Paused),
+        JobStatus::Pending if job.concurrency_limit.is_some_and(|l| key_running >= i64::from(l)) => {
+            Some(WaitingReason::ConcurrencyKeyBusy)
+        }
+        JobStatus::Pending => Some(WaitingReason::NotClaimed),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_count_uses_the_declared_total_and_only_terminal_children() {
+        let c = ChildCounts { total: 3, succeeded: 1, failed: 1, cancelled: 0 };
+        assert_eq!(count(Some(10), c), Progress::Count { total: 10, succeeded: 1, failed: 1, cancelled: 0, pending: 8 });
+        // More children than declared: the total is never below what exists.
+        assert_eq!(count(Some(2), c), Progress::Count { total: 3, succeeded: 1, failed: 1, cancelled: 0, pending: 1 });
+        assert_eq!(count(None, ChildCounts::default()), Progress::Count { total: 0, succeeded: 0, failed: 0, cancelled: 0, pending: 0 });
+    }
+
+    #[test]
+    fn stuck_needs_a_baseline_and_three_times_its_p95() {
+        let now = Utc::now();
+        let b = Baseline { p50_s: 1.0, p95_s: 2.0, runs: 20 };
+        let stuck = |secs: i64, b| match elapsed(now, now - chrono::Duration::seconds(secs), b) {
+            Progress::Elapsed { stuck, .. } => stuck,
+            p => panic!("{p:?}"),
+        };
+        assert!(!stuck(5, Some(b)));
+        assert!(stuck(7, Some(b)));
+        assert!(!stuck(7, Some(Baseline { runs: 4, ..b })), "too few runs to judge");
+        assert!(!stuck(1000, None));
+        let json = serde_json::to_value(elapsed(now, now, None)).unwrap();
+        assert_eq!(json["kind"], "elapsed");
+        assert_eq!(json["baseline_p95_s"], serde_json::Value::Null);
+    }
+}
+
+/// The status contract's flattened form of a job's progress.
+impl From<&Progress> for relay_status::Progress {
+    fn from(p: &Progress) -> Self {
+        use Progress as P;
+        match *p {
+            P::Count { total, succeeded, failed, cancelled, pending } => {
+                let done = total - pending;
+                relay_status::Progress {
+                    kind: "count".into(),
+                    total: Some(total),
+                    succeeded: Some(succeeded),
+                    failed: Some(failed),
+                    cancelled: Some(cancelled),
+                    pending: Some(pending),
+                    done: Some(done),
+                    fraction: Some(if total == 0 { 0.0 } else { done as f64 / total as f64 }),
+                    ..relay_status::Progress::default()
+                }
+            }
+            P::Elapsed { elapsed_s, baseline_p50_s, baseline_p95_s, runs_in_baseline, stuck } => relay_status::Progress {
+                kind: "elapsed".into(),
+                elapsed_s: Some(elapsed_s),
+                baseline_p50_s,
+                baseline_p95_s,
+                runs_in_baseline: Some(runs_in_baseline),
+                stuck: Some(stuck),
+                ..relay_status::Progress::default()
+            },
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! The migration runner: applies `migrations/*.sql` in order, once each, recorded in
+//! `relay_migrations`. Several processes may migrate at once; an advisory lock serialises them.
+
+use sha2::{Digest, Sha256};
+
+use super::StoreError;
+
+/// Every migration, in order. Adding one: a new file in `migrations/` and a line here
+/// (a test fails when the two disagree).
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "0001_core", include_str!("../../../../migrations/0001_core.sql")),
+    (2, "0002_dead_letters", include_str!("../../../../migrations/0002_dead_letters.sql")),
+    (3, "0003_attempt_sessions", include_str!("../../../../migrations/0003_attempt_sessions.sql")),
+    (4, "0004_operations", include_str!("../../../../migrations/0004_operations.sql")),
+    (5, "0005_operations_status", include_str!("../../../../migrations/0005_operations_status.sql")),
+    (6, "0006_email", include_str!("../../../../migrations/0006_email.sql")),
+    (7, "0007_callbacks_and_concurrency", include_str!("../../../../migrations/0007_callbacks_and_concurrency.sql")),
+    (9, "0009_campaigns", include_str!("../../../../migrations/0009_campaigns.sql")),
+    (10, "0010_fair_claims", include_str!("../../../../migrations/0010_fair_claims.sql")),
+    (11, "0011_resend_backoff", include_str!("../../../../migrations/0011_resend_backoff.sql")),
+    (12, "0012_tenant_faults", include_str!("../../../../migrations/0012_tenant_faults.sql")),
+];
+
+/// Apply what is missing, in one transaction. Refuses to run when an applied migration's
+/// text has changed: migrations are additive only.
+pub async fn run(client: &mut deadpool_postgres::Client) -> Result<Vec<&'static str>, StoreError> {
+    let tx = client.transaction().await?;
+    tx.batch_execute(
+        "SELECT pg_advisory_xact_lock(hashtext('relay_migrations:' || current_schema()));
+         CREATE TABLE IF NOT EXISTS relay_migrations (
+             version    integer PRIMARY KEY,
+             name       text NOT NULL,
+             checksum   bytea NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         );",
+    )
+    .await?;
+    let applied = tx.query("SELECT version, name, checksum FROM relay_migrations", &[]).await?;
+    let mut done = Vec::new();
+    for (version, name, sql) in MIGRATIONS {
+        let checksum = Sha256::digest(sql.as_bytes()).to_vec();
+        match applied.iter().find(|r| r.get::<_, i32>(0) == *version) {
+            Some(row) if row.get::<_, Vec<u8>>(2) == checksum => continue,
+            Some(_) => return Err(StoreError::MigrationEdited(name)),
+            None => {}
+        }
+        tx.batch_execute(sql).await.map_err(|source| StoreError::Migration { name, source })?;
+        tx.execute(
+            "INSERT INTO relay_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+            &[version, name, &checksum],
+        )
+        .await?;
+        done.push(*name);
+    }
+    tx.commit().await?;
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_file_in_migrations_is_listed_in_order() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .expect("migrations folder")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".sql"))
+            .map(|n| n.trim_end_matches(".sql").to_owned())
+            .collect();
+        files.sort();
+        let listed: Vec<&str> = MIGRATIONS.iter().map(|m| m.1).collect();
+        assert_eq!(files, listed);
+        // Numbers are assigned per branch, so a branch may hold 0004 before 0003 exists: the
+        // versions must rise strictly and match each file's number.
+        for w in MIGRATIONS.windows(2) {
+            assert!(w[0].0 < w[1].0, "versions rise: {} then {}", w[0].0, w[1].0);
+        }
+        for m in MIGRATIONS {
+            assert_eq!(m.1[..4].parse::<i32>().unwrap(), m.0, "{} has version {}", m.1, m.0);
+        }
+    }
+}

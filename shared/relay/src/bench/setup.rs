@@ -1,0 +1,187 @@
+//! Benchmark scaffolding: a fresh schema per measurement, bulk job rows, and the probes that
+//! read what Postgres did (commits, statements). Benchmark-only SQL lives here and in
+//! `probe.rs`, beside the measurements that need it.
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use deadpool_postgres::Pool;
+use serde_json::json;
+use uuid::Uuid;
+
+use taskdeck::platform::{Platform, Settings};
+use taskdeck::store::jobs::{self, NewJob};
+use taskdeck::store::tenants;
+
+/// One measurement's world: its own schema in the benchmark database.
+pub struct Scratch {
+    pub platform: Platform,
+    pub url: String,
+    pub schema: String,
+    pub tenant: tenants::Tenant,
+    pub key: String,
+}
+
+/// A URL that selects `schema` on every connection (for child processes).
+pub fn url_with_schema(url: &str, schema: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options=-c%20search_path%3D{schema}")
+}
+
+impl Scratch {
+    pub async fn new(base_url: &str, mut settings: Settings) -> anyhow::Result<Scratch> {
+        let schema = format!("bench_{}", Uuid::now_v7().simple());
+        let (client, conn) = tokio_postgres::connect(base_url, tokio_postgres::NoTls).await?;
+        tokio::spawn(conn);
+        client.batch_execute(&format!("CREATE SCHEMA {schema}")).await?;
+        settings.pool.search_path = Some(schema.clone());
+        let platform = Platform::new(base_url, settings)?;
+        platform.migrate().await?;
+        let (tenant, key) = tenants::create(&platform.pool.get().await?, "bench").await?;
+        Ok(Scratch { platform, url: url_with_schema(base_url, &schema), schema, tenant, key })
+    }
+
+    pub async fn drop_schema(self, base_url: &str) -> anyhow::Result<()> {
+        self.platform.pool.close();
+        let (client, conn) = tokio_postgres::connect(base_url, tokio_postgres::NoTls).await?;
+        tokio::spawn(conn);
+        client.batch_execute(&format!("DROP SCHEMA {} CASCADE", self.schema)).await?;
+        Ok(())
+    }
+
+    /// Insert `n` due `noop` jobs straight into the table, 5,000 per statement.
+    pub async fn preload_noops(&self, n: usize) -> anyhow::Result<()> {
+        let db = self.platform.pool.get().await?;
+        let now = Utc::now();
+        let mut made = 0;
+        while made < n {
+            let chunk: Vec<NewJob> = (made..n.min(made + 5000))
+                .map(|i| NewJob {
+                    id: Uuid::now_v7(),
+                    task_type: "noop".into(),
+                    params: json!({}),
+                    correlation_id: format!("bench-{i}"),
+                    idempotency_key: format!("pre-{i}"),
+                    request_hash: vec![0; 32],
+                    parent_id: None,
+                    run_at: now,
+                    max_attempts: 3,
+                    timeout_seconds: 60,
+                    ..NewJob::default()
+                })
+                .collect();
+            made += chunk.len();
+            jobs::insert_many(&db, self.tenant.id, &chunk, None).await?;
+        }
+        db.batch_execute("ANALYZE jobs").await?;
+        Ok(())
+    }
+
+    /// Wait until no job is pending or running; returns false on timeout.
+    pub async fn wait_all_terminal(&self, limit: Duration) -> anyhow::Result<bool> {
+        let db = self.platform.pool.get().await?;
+        let start = Instant::now();
+        loop {
+            let busy: bool = db
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM jobs WHERE status = 'pending')
+                         OR EXISTS (SELECT 1 FROM jobs WHERE status = 'running')",
+                    &[],
+                )
+                .await?
+                .get(0);
+            if !busy {
+                return Ok(true);
+            }
+            if start.elapsed() > limit {
+                return Ok(false);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Seconds from the first claim to the last finish, and how many succeeded.
+    pub async fn processing_span(&self) -> anyhow::Result<(f64, i64)> {
+        let db = self.platform.pool.get().await?;
+        let row = db
+            .query_one(
+                "SELECT EXTRACT(EPOCH FROM (SELECT max(finished_at) FROM jobs)
+                                         - (SELECT min(started_at) FROM jobs))::float8,
+                        (SELECT count(*) FROM jobs WHERE status = 'succeeded')",
+                &[],
+            )
+            .await?;
+        Ok((row.get::<_, Option<f64>>(0).unwrap_or(0.0), row.get(1)))
+    }
+}
+
+/// What Postgres counted: commits, and (when pg_stat_statements is loaded) statements, in
+/// total and by lifecycle phase.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DbCounters {
+    pub commits: i64,
+    pub statements: Option<i64>,
+    /// Statements of accept (key lookup, insert, any separate notify), claim (modes, claim) and complete.
+    pub phases: Option<[i64; 3]>,
+}
+
+pub async fn db_counters(pool: &Pool) -> anyhow::Result<DbCounters> {
+    let db = pool.get().await?;
+    // Statistics are flushed about once a second; give the last ones time to land.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    db.batch_execute("SELECT pg_stat_clear_snapshot()").await?;
+    let commits: i64 = db
+        .query_one("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()", &[])
+        .await?
+        .get(0);
+    let counted = db
+        .query_one(
+            "SELECT sum(calls)::bigint,
+                    coalesce(sum(calls) FILTER (WHERE query LIKE '%FROM tenants WHERE api_key_hash%'
+                                                   OR query LIKE 'WITH input AS%'
+                                                   OR query LIKE '%pg_notify%'), 0)::bigint,
+                    coalesce(sum(calls) FILTER (WHERE query LIKE 'WITH due AS%' OR query LIKE 'WITH RECURSIVE tenants%'
+                                                   OR query LIKE 'SELECT name, enabled FROM operating_modes%'), 0)::bigint,
+                    coalesce(sum(calls) FILTER (WHERE query LIKE 'WITH done AS%' OR query LIKE 'WITH retried AS%'
+                                                   OR query LIKE 'WITH failed AS%'), 0)::bigint
+             FROM public.pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+             WHERE d.datname = current_database()",
+            &[],
+        )
+        .await;
+    let (statements, phases) = match counted {
+        Ok(r) => (r.get::<_, Option<i64>>(0), Some([r.get(1), r.get(2), r.get(3)])),
+        Err(_) => (None, None),
+    };
+    Ok(DbCounters { commits, statements, phases })
+}
+
+/// Statements per job in each phase of the lifecycle, between two readings. Every one of
+/// these statements runs in autocommit, so each is also one commit.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Lifecycle {
+    pub commits_per_job: f64,
+    pub accept: Option<f64>,
+    pub claim: Option<f64>,
+    pub complete: Option<f64>,
+}
+
+impl Lifecycle {
+    pub fn between(before: DbCounters, after: DbCounters, jobs: usize) -> Lifecycle {
+        let n = jobs.max(1) as f64;
+        let phase = |i: usize| after.phases.zip(before.phases).map(|(a, b)| (a[i] - b[i]) as f64 / n);
+        Lifecycle {
+            commits_per_job: (after.commits - before.commits) as f64 / n,
+            accept: phase(0),
+            claim: phase(1),
+            complete: phase(2),
+        }
+    }
+}
+
+/// Peak resident memory of a process, in MiB (Linux).
+pub fn peak_rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: f64 = status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}

@@ -1,0 +1,10 @@
+//! `relay`, the developer and operator tool beside the platform: the `relay` binary (CLI,
+//! `relay dev`, operator commands), the benchmarks, the chaos suite, and the local stand-ins they
+//! and the tests start (a private Postgres cluster, a moto server) with their clean-up.
+//! None of this ships in a Lambda function.
+
+pub mod bench;
+pub mod chaos;
+pub mod localaws;
+pub mod pgcluster;
+pub mod watchdog;

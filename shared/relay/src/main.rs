@@ -1,0 +1,531 @@
+//! `relay`: the operator CLI and local runner. `relay dev` runs the whole platform in one
+//! process; the other commands run one part each against a shared database, and the
+//! operator commands (`ops`) act on exceptions, modes, schedules and keys.
+
+/// The commands that need more than a few lines each.
+mod cli {
+    pub mod jobs;
+    pub mod ops;
+    pub mod smoke;
+}
+
+use cli::{jobs, ops, smoke};
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use taskdeck::alerts::AlertConfig;
+use relay::pgcluster::{Durability, PrivateCluster};
+use taskdeck::platform::{Platform, Settings};
+use taskdeck::store::tenants;
+use tokio::sync::watch;
+
+#[derive(Parser)]
+#[command(name = "relay", version, about = "Relay: durable background jobs for client services")]
+struct Cli {
+    /// Postgres URL. `relay dev` boots a private cluster when it is not set.
+    #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
+    database_url: Option<String>,
+    /// Who the audit rows of operator commands name (default `cli:$USER`).
+    #[arg(long = "as", env = "RELAY_OPERATOR", global = true)]
+    operator: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Clone)]
+struct Run {
+    /// Worker loops in this process.
+    #[arg(long, env = "RELAY_WORKERS", default_value_t = 2)]
+    workers: usize,
+    /// Jobs each worker loop runs at once.
+    #[arg(long, env = "RELAY_CONCURRENCY", default_value_t = 64)]
+    concurrency: usize,
+    /// Lease length in seconds (a heartbeat renews it for long jobs).
+    #[arg(long, env = "RELAY_LEASE_SECONDS", default_value_t = 30)]
+    lease_seconds: u64,
+    /// Seconds between sweep passes.
+    #[arg(long, env = "RELAY_SWEEP_INTERVAL_SECONDS", default_value_t = 30)]
+    sweep_interval_seconds: u64,
+    /// Tasks that coalesce concurrent small submissions into multi-row inserts (each holds
+    /// one connection while it writes).
+    #[arg(long, env = "RELAY_INTAKE_WRITERS", default_value_t = 1)]
+    intake_writers: usize,
+    /// Database connections in this process's pool (default: 8 + 2 per worker loop).
+    #[arg(long, env = "RELAY_POOL_SIZE")]
+    pool_size: Option<usize>,
+    /// Register the test-only tasks (`test.fail`, `test.effect`). Never in production.
+    #[arg(long, env = "RELAY_TEST_TASKS", value_parser = clap::builder::BoolishValueParser::new())]
+    test_tasks: bool,
+    /// CIDRs and host names callbacks may reach although the address guard refuses them
+    /// (comma-separated; e.g. `127.0.0.1/32` for a receiver on this machine).
+    #[arg(long, env = "RELAY_CALLBACK_ALLOW", value_parser = taskdeck::callbacks::AllowList::parse)]
+    callback_allow: Option<taskdeck::callbacks::AllowList>,
+    /// Jobs per second each tenant may submit to this API process (429 beyond); unset: no limit.
+    #[arg(long, env = "RELAY_TENANT_RATE")]
+    tenant_rate: Option<f64>,
+    /// Jobs a tenant may submit at once (the bucket's size; default: one second's worth, at least 1).
+    #[arg(long, env = "RELAY_TENANT_BURST")]
+    tenant_burst: Option<f64>,
+}
+
+impl Run {
+    fn settings(&self) -> anyhow::Result<Settings> {
+        let mut s = Settings::default();
+        s.executor.concurrency = self.concurrency.max(1);
+        s.executor.claim_batch = self.concurrency.clamp(1, 1000);
+        s.executor.lease = Duration::from_secs(self.lease_seconds.max(3));
+        s.sweep_interval = Duration::from_secs(self.sweep_interval_seconds.max(1));
+        s.test_tasks = self.test_tasks;
+        s.intake_writers = self.intake_writers.max(1);
+        s.callback_allow = self.callback_allow.clone().unwrap_or_default();
+        s.tenant_rate = self.tenant_rate.filter(|r| *r > 0.0).map(|per_second| taskdeck::api::ratelimit::TenantRate {
+            per_second,
+            burst: self.tenant_burst.unwrap_or(per_second).max(1.0),
+        });
+        s.pool.max_size = self.pool_size.unwrap_or(8 + 2 * self.workers).max(1);
+        s.sweep.alerts = AlertConfig::from_lookup(|k| std::env::var(k).ok())?;
+        Ok(s)
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The whole platform in one process: API, workers, sweep (private Postgres unless DATABASE_URL).
+    Dev {
+        #[arg(long, env = "RELAY_ADDR", default_value = "127.0.0.1:8080")]
+        addr: SocketAddr,
+        /// Folder of the private Postgres cluster.
+        #[arg(long, default_value = ".relay/pg")]
+        data_dir: PathBuf,
+        #[command(flatten)]
+        run: Run,
+    },
+    /// Apply pending migrations, ensure the built-in schedules, and exit.
+    Migrate {
+        /// Days the built-in retention schedule keeps terminal jobs, when it is created.
+        #[arg(long, env = "RELAY_RETENTION_DAYS", default_value_t = 30)]
+        retention_days: u32,
+    },
+    /// Serve the HTTP API only.
+    Serve {
+        #[arg(long, env = "RELAY_ADDR", default_value = "127.0.0.1:8080")]
+        addr: SocketAddr,
+        #[command(flatten)]
+        run: Run,
+    },
+    /// Run workers only.
+    Worker {
+        #[command(flatten)]
+        run: Run,
+    },
+    /// Run one sweep pass (or keep sweeping with --loop).
+    Sweep {
+        #[arg(long = "loop")]
+        keep_going: bool,
+        #[command(flatten)]
+        run: Run,
+    },
+    /// Measure Relay beside the physical limit of the same database; prints a table, writes JSON.
+    Bench {
+        /// Smaller job counts (for a quick look, not for the record).
+        #[arg(long)]
+        quick: bool,
+        /// Repeat each measurement this many times and report the median.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Where to write the JSON report.
+        #[arg(long, default_value = "target/bench/relay-bench.json")]
+        out: PathBuf,
+        /// Folder of the private Postgres cluster used when DATABASE_URL is not set.
+        #[arg(long, default_value = ".relay/bench-pg")]
+        data_dir: PathBuf,
+        /// Run only the named sections (probe, intake, processing, latency, sweep, cost, lambda).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+    },
+    /// Run a chaos scenario (or `all`): faults injected into real processes; prints figures,
+    /// writes JSON, exits non-zero on a violation of Relay's guarantees.
+    Chaos {
+        /// kill9, duplicates, lost-dispatch, zombie, db-outage, queue-outage, poison,
+        /// idempotency, isolation, auth, noisy, fuzz — or all.
+        scenario: String,
+        /// 1.0 = the sizes and durations of the issue; smaller for a quick look.
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// Folder for the JSON reports.
+        #[arg(long, default_value = "target/chaos")]
+        out: PathBuf,
+        /// Folder of the private Postgres cluster used when DATABASE_URL is not set.
+        #[arg(long, default_value = ".relay/chaos-pg")]
+        data_dir: PathBuf,
+        /// Folder for venvs (moto, schemathesis), logs and the outage scenario's own cluster.
+        #[arg(long, default_value = "target/tmp")]
+        tmp: PathBuf,
+    },
+    /// Manage tenants.
+    Tenant {
+        #[command(subcommand)]
+        command: TenantCommand,
+    },
+    /// Manage operators (their keys call `/v1/admin`).
+    Operator {
+        #[command(subcommand)]
+        command: ops::OperatorCommand,
+    },
+    /// List, show and act on exceptions.
+    Exceptions {
+        #[command(subcommand)]
+        command: ops::ExceptionsCommand,
+    },
+    /// Read or set operating modes.
+    Modes {
+        #[command(subcommand)]
+        command: ops::ModesCommand,
+    },
+    /// List, add, pause and resume schedules.
+    Schedules {
+        #[command(subcommand)]
+        command: ops::SchedulesCommand,
+    },
+    /// Print the OpenAPI 3.1 document of the API (needs no database).
+    Openapi,
+    /// Manage read-only status keys (for GET /v1/status and the console).
+    StatusKey {
+        #[command(subcommand)]
+        command: StatusKeyCommand,
+    },
+    /// Serve the console: polls each project's status contract (no database).
+    Console {
+        #[arg(long, env = "RELAY_CONSOLE_ADDR", default_value = "127.0.0.1:8090")]
+        addr: SocketAddr,
+        /// JSON file: {"projects": [{"name", "status_url", "token"}], "timeout_seconds"?, "refresh_seconds"?}
+        #[arg(long, env = "RELAY_CONSOLE_PROJECTS_FILE")]
+        projects: PathBuf,
+    },
+    /// After a deploy: submit a `noop` job through the public API; non-zero unless it
+    /// succeeds within the bound (needs no database).
+    Smoke(smoke::Smoke),
+    /// A tenant's jobs, read from the database.
+    Jobs {
+        /// The tenant's name.
+        #[arg(long)]
+        tenant: String,
+        #[command(subcommand)]
+        command: jobs::JobsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum StatusKeyCommand {
+    /// Create a status key; prints only the key on stdout.
+    Create { name: String },
+}
+
+#[derive(Subcommand)]
+enum TenantCommand {
+    /// Create a tenant; prints only its new API key on stdout.
+    Create { name: String },
+    #[command(flatten)]
+    Keys(ops::TenantKeyCommand),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // A chaos or bench run's own process logs only errors unless told: its figures are the
+    // output (a bench's sweep pass would otherwise log each of its 10,000 returned leases).
+    let default_log =
+        if matches!(cli.command, Command::Chaos { .. } | Command::Bench { .. }) { "error" } else { "info" };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| default_log.into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(run(cli))
+}
+
+/// Give tasks AWS access when `RELAY_TASK_ROLES`/`RELAY_TENANT_TASK_ROLES` map roles (the SDK's
+/// default chain is the process's own identity, which only assumes them); otherwise every
+/// task's AWS access is denied.
+async fn with_task_roles(p: Platform) -> anyhow::Result<Platform> {
+    let roles = taskdeck::credentials::TaskRoles::from_lookup(|k| std::env::var(k).ok())?;
+    if roles.is_empty() {
+        return Ok(p);
+    }
+    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await;
+    Ok(p.with_credentials(Arc::new(taskdeck::credentials::TaskCredentials::new(roles, &sdk))))
+}
+
+fn required_url(url: Option<String>) -> anyhow::Result<String> {
+    url.context("DATABASE_URL is not set: give --database-url or set DATABASE_URL")
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Dev { addr, data_dir, run } => dev(cli.database_url, addr, data_dir, run).await,
+        Command::Migrate { retention_days } => {
+            let p = Platform::new(&required_url(cli.database_url)?, Settings::default())?;
+            let applied = p.migrate().await?;
+            eprintln!("migrations applied: {}", if applied.is_empty() { "none".into() } else { applied.join(", ") });
+            let s = taskdeck::schedules::ensure_builtin(&p.pool, retention_days.clamp(1, 3650), chrono::Utc::now()).await?;
+            eprintln!("built-in schedule {}: {} ({}), next run {}", s.name, s.cron, s.timezone, s.next_run_at);
+            Ok(())
+        }
+        Command::Openapi => {
+            print!("{}", taskdeck::api::openapi::document_json());
+            Ok(())
+        }
+        Command::Smoke(s) => smoke::run(s).await,
+        Command::Operator { command } => ops::operator(&ops_platform(cli.database_url)?, command).await,
+        Command::Exceptions { command } => {
+            ops::exceptions(&ops_platform(cli.database_url)?, &actor(cli.operator), command).await
+        }
+        Command::Modes { command } => ops::modes(&ops_platform(cli.database_url)?, &actor(cli.operator), command).await,
+        Command::Schedules { command } => {
+            ops::schedules(&ops_platform(cli.database_url)?, &actor(cli.operator), command).await
+        }
+        Command::Tenant { command: TenantCommand::Keys(command) } => {
+            ops::tenant_key(&ops_platform(cli.database_url)?, command).await
+        }
+        Command::Serve { addr, run } => {
+            let p = Platform::new(&required_url(cli.database_url)?, run.settings()?)?;
+            let (stop_tx, stop) = watch::channel(false);
+            let stop_tx = Arc::new(stop_tx);
+            tokio::spawn(shutdown_on_signal(stop_tx));
+            serve(&p, addr, stop).await
+        }
+        Command::Worker { run } => {
+            let p = with_task_roles(Platform::new(&required_url(cli.database_url)?, run.settings()?)?).await?;
+            let (stop_tx, stop) = watch::channel(false);
+            let stop_tx = Arc::new(stop_tx);
+            let workers = p.spawn_workers(run.workers, &stop);
+            eprintln!("relay worker: {} loops x {} concurrent jobs", run.workers, run.concurrency);
+            shutdown_on_signal(stop_tx).await;
+            futures::future::join_all(workers).await;
+            Ok(())
+        }
+        Command::Sweep { keep_going, run } => {
+            let p = Platform::new(&required_url(cli.database_url)?, run.settings()?)?;
+            if keep_going {
+                let (stop_tx, stop) = watch::channel(false);
+            let stop_tx = Arc::new(stop_tx);
+                let sweeper = p.spawn_sweeper(&stop);
+                shutdown_on_signal(stop_tx).await;
+                sweeper.await?;
+            } else {
+                let report = p.sweeper().pass().await?;
+                println!("{}", serde_json::to_string(&report)?);
+            }
+            Ok(())
+        }
+        Command::Bench { quick, runs, out, data_dir, only } => {
+            let (url, cluster) = match cli.database_url {
+                Some(url) => (url, None),
+                None => {
+                    let cluster = PrivateCluster::start_with(
+                        &data_dir,
+                        Durability::Full,
+                        "-c shared_preload_libraries=pg_stat_statements",
+                    )?;
+                    ensure_database(&cluster.url("postgres"), "relay_bench").await?;
+                    (cluster.url("relay_bench"), Some(cluster))
+                }
+            };
+            let opts = relay::bench::Options { quick, runs: runs.max(1), out, only };
+            let result = relay::bench::run(&url, &opts).await;
+            if let Some(c) = cluster {
+                c.stop()?;
+            }
+            result
+        }
+        Command::Chaos { scenario, scale, out, data_dir, tmp } => {
+            let (url, cluster) = match cli.database_url {
+                Some(url) => (url, None),
+                None => {
+                    let cluster = PrivateCluster::start(&data_dir, Durability::Throwaway)?;
+                    ensure_database(&cluster.url("postgres"), "relay_chaos").await?;
+                    (cluster.url("relay_chaos"), Some(cluster))
+                }
+            };
+            std::fs::create_dir_all(&tmp)?;
+            let env = relay::chaos::Env::new(url, std::env::current_exe()?, std::fs::canonicalize(&tmp)?, scale);
+            let result = chaos(&env, &scenario, &out).await;
+            if let Some(c) = cluster {
+                c.stop()?;
+            }
+            let failed = result?;
+            if failed > 0 {
+                eprintln!("relay chaos: {failed} scenario(s) violated a guarantee");
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Command::StatusKey { command: StatusKeyCommand::Create { name } } => {
+            let p = Platform::new(&required_url(cli.database_url)?, Settings::default())?;
+            let db = p.pool.get().await?;
+            if taskdeck::store::status_keys::by_name(&db, &name).await?.is_some() {
+                anyhow::bail!("a status key named {name:?} exists already");
+            }
+            let (_, key) = taskdeck::store::status_keys::create(&db, &name).await?;
+            println!("{key}");
+            Ok(())
+        }
+        Command::Console { addr, projects } => {
+            let config = relay_console::ConsoleConfig::from_file(&projects)?;
+            let n = config.projects.len();
+            let router = relay_console::router(relay_console::Console::new(config)?);
+            let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+            eprintln!("relay console: http://{addr}/ watching {n} projects");
+            let (stop_tx, mut stop) = watch::channel(false);
+            tokio::spawn(shutdown_on_signal(Arc::new(stop_tx)));
+            taskdeck::api::server::serve(listener, router, Default::default(), async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await?;
+            Ok(())
+        }
+        Command::Jobs { tenant, command } => {
+            let p = Platform::new(&required_url(cli.database_url)?, Settings::default())?;
+            jobs::run(&p.pool, &tenant, command).await
+        }
+        Command::Tenant { command: TenantCommand::Create { name } } => {
+            let p = Platform::new(&required_url(cli.database_url)?, Settings::default())?;
+            let db = p.pool.get().await?;
+            if tenants::by_name(&db, &name).await?.is_some() {
+                anyhow::bail!("a tenant named {name:?} exists already");
+            }
+            let (_, key) = tenants::create(&db, &name).await?;
+            println!("{key}");
+            Ok(())
+        }
+    }
+}
+
+/// Run one scenario or all; print and write each report. Returns how many had violations
+/// (a scenario that could not run counts as one).
+async fn chaos(env: &relay::chaos::Env, scenario: &str, out: &std::path::Path) -> anyhow::Result<usize> {
+    let names: Vec<&str> = if scenario == "all" { relay::chaos::SCENARIOS.to_vec() } else { vec![scenario] };
+    std::fs::create_dir_all(out)?;
+    let mut failed = 0;
+    let mut reports = Vec::new();
+    for name in names {
+        match relay::chaos::run(name, env).await {
+            Ok(report) => {
+                report.print();
+                failed += usize::from(!report.violations.is_empty());
+                std::fs::write(out.join(format!("{name}.json")), serde_json::to_string_pretty(&report)?)?;
+                reports.push(report);
+            }
+            Err(e) => {
+                println!("== {name}: could not run: {e:#}");
+                failed += 1;
+            }
+        }
+    }
+    if reports.len() > 1 {
+        std::fs::write(out.join("all.json"), serde_json::to_string_pretty(&reports)?)?;
+    }
+    eprintln!("relay chaos: reports in {}", out.display());
+    Ok(failed)
+}
+
+/// A small platform for one operator command (two connections).
+fn ops_platform(url: Option<String>) -> anyhow::Result<Platform> {
+    let mut s = Settings::default();
+    s.pool.max_size = 2;
+    s.intake_writers = 1;
+    Platform::new(&required_url(url)?, s)
+}
+
+/// The "who" of an operator command's audit rows.
+fn actor(operator: Option<String>) -> String {
+    operator.unwrap_or_else(|| format!("cli:{}", std::env::var("USER").unwrap_or_else(|_| "unknown".into())))
+}
+
+/// Wait for Ctrl-C or SIGTERM, then tell everyone to stop.
+async fn shutdown_on_signal(stop: Arc<watch::Sender<bool>>) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {},
+    }
+    eprintln!("relay: stopping (finishing jobs in flight)...");
+    let _ = stop.send(true);
+}
+
+async fn serve(p: &Platform, addr: SocketAddr, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+    p.liveness(taskdeck::liveness::Kind::Api).spawn(stop.clone());
+    let router = taskdeck::api::router(p.app_state());
+    taskdeck::api::server::serve(listener, router, Default::default(), async move {
+        let _ = stop.wait_for(|s| *s).await;
+    })
+    .await?;
+    Ok(())
+}
+
+async fn dev(url: Option<String>, addr: SocketAddr, data_dir: PathBuf, run: Run) -> anyhow::Result<()> {
+    let (url, cluster) = match url {
+        Some(url) => (url, None),
+        None => {
+            let cluster = PrivateCluster::start(&data_dir, Durability::Full)?;
+            ensure_database(&cluster.url("postgres"), "relay").await?;
+            eprintln!("relay dev: private Postgres in {} on port {}", cluster.data_dir.display(), cluster.port);
+            (cluster.url("relay"), Some(cluster))
+        }
+    };
+    let p = with_task_roles(Platform::new(&url, run.settings()?)?).await?;
+    p.migrate().await?;
+    taskdeck::schedules::ensure_builtin(&p.pool, 30, chrono::Utc::now()).await?;
+    let key = {
+        let db = p.pool.get().await?;
+        let (tenant, key) = match tenants::by_name(&db, "dev").await? {
+            Some(t) => (t.id, tenants::rotate_key(&db, t.id).await?),
+            None => tenants::create(&db, "dev").await.map(|(t, k)| (t.id, k))?,
+        };
+        // Email works out of the box: any address at example.com, in shadow mode (nothing leaves).
+        taskdeck::store::sending_identities::add(&db, tenant, "example.com").await?;
+        key
+    };
+    eprintln!(
+        "relay dev: API on http://{addr}, {} worker loops, sweep every {}s\n\
+         dev tenant API key (new on every start):\n\n  export RELAY_KEY={key}\n\n\
+         try:\n  curl -s -X POST http://{addr}/v1/jobs -H \"Authorization: Bearer $RELAY_KEY\" \\\n    \
+         -H 'Idempotency-Key: hello-1' -H 'Content-Type: application/json' -d '{{\"task_type\": \"noop\"}}'\n\n\
+         email.send may send from any address at example.com; shadow mode is on, so messages are\n\
+         recorded (GET /v1/messages?job_id=...) and nothing leaves.\n",
+        run.workers, run.sweep_interval_seconds
+    );
+    println!("{key}");
+    let (stop_tx, stop) = watch::channel(false);
+            let stop_tx = Arc::new(stop_tx);
+    let workers = p.spawn_workers(run.workers, &stop);
+    let sweeper = p.spawn_sweeper(&stop);
+    tokio::spawn(shutdown_on_signal(stop_tx));
+    let served = serve(&p, addr, stop).await;
+    futures::future::join_all(workers).await;
+    let _ = sweeper.await;
+    if let Some(c) = cluster {
+        p.pool.close();
+        c.stop()?;
+        eprintln!("relay dev: private Postgres stopped; data kept in {}", c.data_dir.display());
+    }
+    served
+}
+
+/// Create a database if it does not exist (private clusters start with only `postgres`).
+async fn ensure_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
+    let (client, conn) = tokio_postgres::connect(admin_url, tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    let exists = client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]).await?.is_some();
+    if !exists {
+        client.batch_execute(&format!("CREATE DATABASE \"{name}\"")).await?;
+    }
+    Ok(())
+}
