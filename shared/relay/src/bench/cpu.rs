@@ -127,13 +127,14 @@ mod tests {
     #[test]
     fn this_process_is_read_and_its_cpu_time_grows_with_work() {
         let before = CpuTimes::read(None, None);
+        // A fixed amount of work, not a wall-clock spin: on a loaded machine the wall clock
+        // says little about the CPU a process got.
         let mut x = 0u64;
-        let start = std::time::Instant::now();
-        while start.elapsed() < std::time::Duration::from_millis(300) {
+        for _ in 0..50_000_000u64 {
             x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
         let cost = CpuTimes::read(None, None).per_unit(before, 1);
-        assert!(cost.client_us.unwrap() > 100_000.0, "{cost:?}");
+        assert!(cost.client_us.unwrap() > 20_000.0, "{cost:?}");
         assert!(cost.postgres_us.is_none() && cost.server_us.is_none() && cost.ceiling_per_sec.is_none());
     }
 }
