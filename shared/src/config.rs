@@ -111,7 +111,7 @@ impl LambdaConfig {
             callback_allow: match text("RELAY_CALLBACK_ALLOW") {
                 None => Default::default(),
                 Some(v) => crate::callbacks::AllowList::parse(&v)
-                    .map_err(|why| ConfigError::Invalid { name: "RELAY_CALLBACK_ALLOW", value: v, why })?,
+                    .map_err(|e| ConfigError::Invalid { name: "RELAY_CALLBACK_ALLOW", value: v, why: e.to_string() })?,
             },
         })
     }

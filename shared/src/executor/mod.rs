@@ -366,7 +366,7 @@ pub fn decide(job: &ClaimedJob, ran: Ran, now: DateTime<Utc>, policy: &RetryPoli
     match ran {
         Ran::Finished(Ok(result)) => match storable(&result) {
             Ok(()) => Outcome::Succeeded { result },
-            Err(why) => Outcome::Failed { kind: exception_kind::FATAL_ERROR, error: why },
+            Err(why) => Outcome::Failed { kind: exception_kind::FATAL_ERROR, error: why.to_string() },
         },
         Ran::Finished(Err(TaskError::Retryable(e))) => retry_or_fail(clean(&e)),
         Ran::Finished(Err(TaskError::RetryAfter(e, after))) => retry_or_fail_after(clean(&e), Some(after)),
@@ -385,14 +385,23 @@ pub fn decide(job: &ClaimedJob, ran: Ran, now: DateTime<Utc>, policy: &RetryPoli
     }
 }
 
+/// Why a task's result cannot be stored (the job fails for good).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum Unstorable {
+    #[error("result is {0} bytes; the limit is {MAX_RESULT_BYTES}")]
+    TooLarge(usize),
+    #[error("result contains a NUL character, which cannot be stored")]
+    Nul,
+}
+
 /// A result must be plain JSON that Postgres can store: no NUL characters, bounded size.
-fn storable(result: &Value) -> Result<(), String> {
+fn storable(result: &Value) -> Result<(), Unstorable> {
     let text = result.to_string();
     if text.len() > MAX_RESULT_BYTES {
-        return Err(format!("result is {} bytes; the limit is {MAX_RESULT_BYTES}", text.len()));
+        return Err(Unstorable::TooLarge(text.len()));
     }
     if text.contains("\\u0000") {
-        return Err("result contains a NUL character, which cannot be stored".into());
+        return Err(Unstorable::Nul);
     }
     Ok(())
 }
