@@ -12,6 +12,10 @@ pub enum ConfigError {
     Missing(&'static str),
     #[error("{name} is invalid ({value:?}): {why}")]
     Invalid { name: &'static str, value: String, why: String },
+    #[error(transparent)]
+    TaskRoles(#[from] crate::credentials::RolesConfigError),
+    #[error(transparent)]
+    Alerts(#[from] crate::alerts::AlertConfigError),
 }
 
 /// Settings shared by the five functions. Which ones a function needs is its own business:
