@@ -42,7 +42,7 @@ pub async fn populate(w: &World) -> Uuid {
     // Claim the parent and two children (oldest run_at first: parent, c1, c2).
     let claimed = jobs::claim_ids(&db, &[pid, kids[0].id, kids[1].id], 30.0, None).await.unwrap().jobs;
     assert_eq!(claimed.len(), 3);
-    jobs::fail(&db, &[(kids[0].id, 1, Failure::platform("fatal_error", "boom"))]).await.unwrap();
+    jobs::fail(&db, &[(kids[0].id, 1, Failure::platform(taskdeck::job::ExceptionKind::FatalError, "boom"))]).await.unwrap();
     jobs::succeed(&db, &[(kids[1].id, 1, json!({}))]).await.unwrap();
     db.execute("UPDATE jobs SET status = 'waiting', lease_until = NULL WHERE id = $1", &[&pid]).await.unwrap();
     let (top, busy) = (job("top", "noop", None), job("busy", "sleep", None));

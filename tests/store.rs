@@ -6,7 +6,7 @@ use chrono::Utc;
 use serde_json::json;
 use sha2::Digest;
 use taskdeck::store::jobs::{self, Failure, Inserted, JobFilter, NewJob, Retry};
-use taskdeck::store::{exceptions, migrate, modes, tenants};
+use taskdeck::store::{StoreError, exceptions, migrate, modes, tenants};
 use uuid::Uuid;
 
 use crate::support::World;
@@ -193,7 +193,7 @@ async fn retry_and_fail_are_fenced_and_write_their_events() {
     let retry = Retry { run_at: at, error: "throttled".into() };
     assert!(jobs::retry(&db, &[(c[0].id, 1, retry.clone())]).await.unwrap().is_empty());
     assert_eq!(jobs::retry(&db, &[(c[0].id, 1, retry)]).await.unwrap().len(), 1, "no longer running");
-    let failure = || Failure::platform("fatal_error", "rejected");
+    let failure = || Failure::platform(taskdeck::job::ExceptionKind::FatalError, "rejected");
     assert_eq!(jobs::fail(&db, &[(c[1].id, 2, failure())]).await.unwrap().len(), 1, "wrong attempt");
     assert!(jobs::fail(&db, &[(c[1].id, 1, failure())]).await.unwrap().is_empty());
     let open = exceptions::for_job(&db, c[1].id).await.unwrap();
@@ -202,6 +202,22 @@ async fn retry_and_fail_are_fenced_and_write_their_events() {
     let r = jobs::get(&db, w.tenant.id, c[0].id).await.unwrap().unwrap();
     assert_eq!((r.status.as_str(), r.last_error.as_deref()), ("pending", Some("throttled")));
     assert!((r.run_at - at).num_milliseconds().abs() < 5);
+}
+
+#[tokio::test]
+async fn an_exception_kind_this_build_does_not_know_is_an_error_not_a_panic() {
+    let w = World::new().await;
+    let db = w.db().await;
+    jobs::insert_many(&db, w.tenant.id, &[new_job("k")], None).await.unwrap();
+    let c = jobs::claim_due(&db, 10, 30.0).await.unwrap().jobs;
+    assert!(jobs::fail(&db, &[(c[0].id, 1, Failure::platform(taskdeck::job::ExceptionKind::AmbiguousOutcome, "?"))]).await.unwrap().is_empty());
+    let e = &exceptions::for_job(&db, c[0].id).await.unwrap()[0];
+    assert_eq!(e.kind, taskdeck::job::ExceptionKind::AmbiguousOutcome, "read back as written");
+    // As a newer build would write it.
+    db.execute("UPDATE exceptions SET kind = 'disk_on_fire' WHERE id = $1", &[&e.id]).await.unwrap();
+    let err = exceptions::get(&db, e.id).await.unwrap_err();
+    assert!(matches!(&err, StoreError::UnknownExceptionKind(k) if k.0 == "disk_on_fire"), "{err}");
+    assert!(exceptions::for_job(&db, c[0].id).await.is_err());
 }
 
 #[tokio::test]

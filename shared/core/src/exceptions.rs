@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::job::{Dispatch, JobId, JobStatus};
+use crate::job::{Dispatch, ExceptionKind, JobId, JobStatus};
 use crate::schedules;
 use crate::store::{GenericClient, StoreError};
 use crate::store::exceptions::{self, Exception, ExceptionFilter};
@@ -215,7 +215,7 @@ pub async fn settle_ambiguous(
 ) -> Result<Vec<Uuid>, StoreError> {
     let mut resolved = Vec::new();
     for e in exceptions::for_job(tx, job_id).await? {
-        if e.status != "open" || e.kind != crate::job::exception_kind::AMBIGUOUS_OUTCOME {
+        if e.status != "open" || e.kind != ExceptionKind::AmbiguousOutcome {
             continue;
         }
         let finish = Action::Finish { result: Some(result.clone()) };
@@ -279,7 +279,7 @@ pub async fn bulk(
 
 /// The immediate alert of a new exception: a log line with a stable event name. The alert
 /// email follows from the sweep (`crate::alerts`).
-pub fn alert_opened(exception_id: Uuid, job_id: JobId, kind: &str, cause: &str) {
+pub fn alert_opened(exception_id: Uuid, job_id: JobId, kind: ExceptionKind, cause: &str) {
     tracing::error!(event = "relay.exception.opened", exception_id = %exception_id, job_id = %job_id,
-        kind, cause, "exception opened: a job failed for good and needs an operator");
+        kind = kind.as_str(), cause, "exception opened: a job failed for good and needs an operator");
 }

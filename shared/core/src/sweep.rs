@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use crate::alerts::AlertConfig;
 use crate::intake::Intake;
-use crate::job::{Dispatch, JobId, exception_kind};
+use crate::job::{Dispatch, ExceptionKind, JobId};
 use crate::metrics;
 use crate::liveness::Liveness;
 use crate::store::{StoreError, workers};
@@ -113,7 +113,7 @@ pub fn decide_expired(leases: &[ExpiredLease]) -> (Vec<(JobId, i32)>, Vec<(JobId
                 "lease expired on the last attempt ({} of {}); the worker died or hung",
                 l.attempt, l.max_attempts
             );
-            fail.push((l.id, l.attempt, Failure::platform(exception_kind::LEASE_EXPIRED, error)));
+            fail.push((l.id, l.attempt, Failure::platform(ExceptionKind::LeaseExpired, error)));
         }
     }
     (back, fail)
@@ -210,7 +210,7 @@ impl Sweeper {
             tracing::info!(event = "relay.sweep.lease_returned", job_id = %id, attempt, "expired lease returned to pending");
         }
         for (id, attempt, f) in &fail {
-            tracing::warn!(event = "relay.job.failed", job_id = %id, attempt, kind = f.kind, error = %f.error,
+            tracing::warn!(event = "relay.job.failed", job_id = %id, attempt, kind = f.kind.as_str(), error = %f.error,
                 "job failed for good; exception opened");
         }
         let now = chrono::Utc::now();
@@ -268,6 +268,6 @@ mod tests {
         assert_eq!(back, vec![(leases[0].id, 1), (leases[2].id, 2)]);
         assert_eq!(fail.len(), 1);
         assert_eq!(fail[0].0, leases[1].id);
-        assert_eq!(fail[0].2.kind, exception_kind::LEASE_EXPIRED);
+        assert_eq!(fail[0].2.kind, ExceptionKind::LeaseExpired);
     }
 }

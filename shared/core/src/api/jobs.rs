@@ -198,7 +198,7 @@ impl JobRequest {
             (None, Some(_)) => return Err(invalid("concurrency_key", "a concurrency_limit needs a concurrency_key")),
         };
         if let Some(url) = &self.callback_url {
-            crate::callbacks::check_url(url, &admits.callback_allow).map_err(|why| invalid("callback_url", &why))?;
+            crate::callbacks::check_url(url, &admits.callback_allow).map_err(|why| invalid("callback_url", &why.to_string()))?;
         }
         // The request as the client sent it (no minted id, no computed time) is what a replay
         // must match. Fields added later are left out when absent, so old hashes still match.

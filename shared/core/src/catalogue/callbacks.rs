@@ -161,9 +161,9 @@ impl Task for Deliver {
             }
             Err(e) => {
                 attempt.outcome = Outcome::Failed;
-                attempt.error = Some(e.clone());
+                attempt.error = Some(e.to_string());
                 record(attempt).await?;
-                Err(TaskError::Retryable(e))
+                Err(TaskError::Retryable(e.to_string()))
             }
         }
     }

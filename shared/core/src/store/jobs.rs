@@ -28,7 +28,7 @@ use uuid::Uuid;
 
 use super::modes::Modes;
 use super::{GenericClient, StoreError};
-use crate::job::{ClaimedJob, Dispatch, Fault, JobId, JobStatus, TenantId};
+use crate::job::{ClaimedJob, Dispatch, ExceptionKind, Fault, JobId, JobStatus, TenantId};
 
 pub mod operator;
 pub mod retention;
@@ -928,7 +928,7 @@ pub async fn count_children(db: &impl GenericClient, id: JobId) -> Result<i64, S
 /// Why a job fails for good: the kind of exception it opens and the error.
 #[derive(Debug, Clone)]
 pub struct Failure {
-    pub kind: &'static str,
+    pub kind: ExceptionKind,
     pub error: String,
     /// Whose failure it is. A tenant's own (`Fault::Tenant`: a callback URL it set) opens no
     /// operator exception; it is counted in `tenant_faults` instead.
@@ -937,7 +937,7 @@ pub struct Failure {
 
 impl Failure {
     /// A failure operators act on (an exception opens).
-    pub fn platform(kind: &'static str, error: impl Into<String>) -> Failure {
+    pub fn platform(kind: ExceptionKind, error: impl Into<String>) -> Failure {
         Failure { kind, error: error.into(), fault: Fault::Platform }
     }
 }
@@ -990,7 +990,7 @@ pub async fn fail_reporting(db: &impl GenericClient, failures: &[(JobId, i32, Fa
         .await?;
     let failures = &by_id(failures);
     let (ids, attempts) = split(failures);
-    let kinds: Vec<&str> = failures.iter().map(|f| f.2.kind).collect();
+    let kinds: Vec<&str> = failures.iter().map(|f| f.2.kind.as_str()).collect();
     let errors: Vec<&str> = failures.iter().map(|f| f.2.error.as_str()).collect();
     let at_fault: Vec<Option<TenantId>> = failures
         .iter()
