@@ -28,6 +28,7 @@ pub mod schedules;
 pub mod status;
 pub mod store;
 pub mod sweep;
+pub mod task;
 pub mod telemetry;
 pub mod transport;
 pub mod watchdog;

@@ -21,10 +21,10 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::content::SendParams;
-use crate::catalogue::TaskContext;
 use crate::job::TaskError;
 use crate::store::jobs::{self, Concurrency, NewJob};
 use crate::store::campaign_pages;
+use crate::task::TaskContext;
 
 /// Children created per statement (one commit, one dispatch).
 pub const CHUNK: usize = 1000;

@@ -21,10 +21,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::catalogue::TaskContext;
 use crate::job::TaskError;
 use crate::store::messages::{self, Intent, Message, NewMessage, Status};
 use crate::store::{StoreError, sending_identities, suppressions, templates};
+use crate::task::TaskContext;
 use content::SendParams;
 use ses::SendFailure;
 

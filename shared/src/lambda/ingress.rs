@@ -16,13 +16,13 @@ use uuid::Uuid;
 use crate::api::jobs::{DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_SECONDS};
 use crate::catalogue::Catalogue;
 use crate::catalogue::provider::ProviderEvent;
-use crate::catalogue::Task;
 use crate::intake::Intake;
 use crate::platform::Platform;
 use crate::job::TenantId;
 use crate::store::dead_letters::{self, NewDeadLetter};
 use crate::store::jobs::NewJob;
 use crate::store::{StoreError, tenants};
+use crate::task::Task;
 
 /// The task type ingress creates.
 pub const TASK_TYPE: &str = ProviderEvent::NAME;
