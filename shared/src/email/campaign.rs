@@ -175,7 +175,7 @@ pub async fn run(ctx: &TaskContext, p: CampaignParams) -> Result<Value, TaskErro
             if got.len() != pages as usize {
                 return Err(TaskError::Fatal(format!("{} of {pages} recipient pages arrived", got.len())));
             }
-            got.into_iter().flatten().collect()
+            got.into_iter().flat_map(|page| serde_json::from_value::<Vec<Recipient>>(page).unwrap_or_default()).collect()
         }
     };
     let total = i32::try_from(recipients.len()).map_err(|_| TaskError::Fatal("too many recipients".into()))?;
