@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use crate::job::terms::IdempotencyKey;
 use crate::job::{Dispatch, ExceptionKind, JobId, JobStatus};
-use crate::schedules;
 use crate::store::{GenericClient, StoreError};
 use crate::store::exceptions::{self, Exception, ExceptionFilter};
 use crate::store::jobs::{Job, operator};
@@ -165,7 +165,7 @@ async fn act_in(
             }
             outcome.cancelled = cancelled;
             if let Some(j) = &job
-                && let Some(sid) = schedules::schedule_of(&j.idempotency_key)
+                && let Some(sid) = IdempotencyKey::schedule_of(&j.idempotency_key)
                 && let Some(last) = schedule_store::disable(tx, sid, j.tenant_id, actor).await?
             {
                 outcome.schedule_disabled = Some(sid);

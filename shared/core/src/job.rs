@@ -1,4 +1,5 @@
-//! The job's vocabulary: ids, states and the values a claim hands to a worker. No I/O here.
+//! The job's vocabulary: ids, states and the values a claim hands to a worker; the terms a new
+//! job is made on are in `terms`. No I/O here.
 //!
 //! The lifecycle (drawn once, in `shared/docs/state_machine.md`):
 //! - `pending`: committed and due at `run_at`. In: intake, a retry, the sweep returning an
@@ -14,6 +15,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
+
+pub mod terms;
 
 /// A job's id: a UUIDv7, so ids sort by creation time.
 pub type JobId = Uuid;

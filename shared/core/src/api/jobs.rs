@@ -15,19 +15,14 @@ use uuid::Uuid;
 use super::AppState;
 use super::cursor;
 use super::error::{ApiError, ErrorBody, page_limit};
-use super::extract::{Caller, IdempotencyKey, JsonBody, check_key};
+use super::extract::{Caller, JsonBody};
 use crate::callbacks::AllowList;
 use crate::catalogue::Catalogue;
 use crate::job::JobStatus;
-use crate::store::jobs::{self, Concurrency, Inserted, Job, JobFilter, NewJob};
+use crate::job::terms::{self, Concurrency, CorrelationId, IdempotencyKey, Limits, MAX_TIMEOUT_SECONDS};
+use crate::store::jobs::{self, Inserted, Job, JobFilter, NewJob};
 use crate::store::{StoreError, attempt_sessions};
 
-pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
-pub const DEFAULT_TIMEOUT_SECONDS: i32 = 300;
-/// The longest `timeout_seconds` a deployment may allow (one that runs jobs under a deadline,
-/// the SQS transport on Lambda, allows less: `Settings::max_timeout_seconds`).
-pub const MAX_TIMEOUT_SECONDS: i32 = 86_400;
-pub const MAX_DELAY_SECONDS: u32 = 366 * 24 * 3600;
 pub const MAX_BATCH: usize = 500;
 /// What a deployment admits beyond each task's own parameters.
 #[derive(Debug, Clone)]
@@ -137,8 +132,7 @@ fn empty_object() -> Value {
 impl JobRequest {
     /// Validate against the catalogue and what this deployment admits, and turn into a row to
     /// insert.
-    pub fn into_new_job(self, key: &str, catalogue: &Catalogue, admits: &Admission, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
-        let max_timeout = admits.max_timeout_seconds;
+    pub fn into_new_job(self, key: IdempotencyKey, catalogue: &Catalogue, admits: &Admission, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
         if !catalogue.client_may_submit(&self.task_type) {
             return Err(ApiError::unprocessable(
                 "unknown_task_type",
@@ -150,55 +144,16 @@ impl JobRequest {
         catalogue.check(&self.task_type, &self.params).map_err(|e| {
             ApiError::unprocessable("invalid_params", e.to_string()).with("field", e.field.clone())
         })?;
-        let invalid = |field: &str, msg: &str| {
-            ApiError::unprocessable("invalid_field", format!("{field}: {msg}")).with("field", field)
-        };
-        if let Some(c) = &self.correlation_id
-            && (c.is_empty() || c.len() > 200 || c.chars().any(char::is_control))
-        {
-            return Err(invalid("correlation_id", "1 to 200 characters, no control characters"));
-        }
-        let run_at = match (self.run_at, self.delay_seconds) {
-            (Some(_), Some(_)) => return Err(invalid("delay_seconds", "give run_at or delay_seconds, not both")),
-            (_, Some(d)) if d > MAX_DELAY_SECONDS => return Err(invalid("delay_seconds", "at most one year")),
-            (Some(at), None) if at > now + chrono::Duration::seconds(MAX_DELAY_SECONDS.into()) => {
-                return Err(invalid("run_at", "at most one year ahead"));
-            }
-            (Some(at), None) => at.max(now),
-            (None, Some(d)) => now + chrono::Duration::seconds(d.into()),
-            (None, None) => now,
-        };
+        let correlation_id = self.correlation_id.as_deref().map(CorrelationId::parse).transpose()?;
+        let run_at = terms::due_at(self.run_at, self.delay_seconds, now)?;
         // A held job (a campaign awaiting its recipient pages) is not due until released.
         let run_at = if catalogue.held(&self.task_type, &self.params) { now + HELD_FOR } else { run_at };
-        let max_attempts = self.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
-        if !(1..=100).contains(&max_attempts) {
-            return Err(invalid("max_attempts", "between 1 and 100"));
-        }
-        let timeout_seconds = self.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS.min(max_timeout));
-        if !(1..=max_timeout).contains(&timeout_seconds) {
-            let why = if max_timeout < MAX_TIMEOUT_SECONDS {
-                format!("between 1 and {max_timeout} on this deployment: each attempt runs within one invocation of the executor function")
-            } else {
-                format!("between 1 and {max_timeout}")
-            };
-            return Err(invalid("timeout_seconds", &why).with("limit", max_timeout));
-        }
-        let concurrency = match (self.concurrency_key.clone(), self.concurrency_limit) {
-            (None, None) => None,
-            (Some(k), Some(l)) => {
-                if k.is_empty() || k.len() > 200 || k.chars().any(char::is_control) {
-                    return Err(invalid("concurrency_key", "1 to 200 characters, no control characters"));
-                }
-                if !(1..=10_000).contains(&l) {
-                    return Err(invalid("concurrency_limit", "between 1 and 10000"));
-                }
-                Some(Concurrency { key: k, limit: l })
-            }
-            (Some(_), None) => return Err(invalid("concurrency_limit", "a concurrency_key needs a concurrency_limit")),
-            (None, Some(_)) => return Err(invalid("concurrency_key", "a concurrency_limit needs a concurrency_key")),
-        };
+        let limits = Limits::parse(self.max_attempts, self.timeout_seconds, admits.max_timeout_seconds)?;
+        let concurrency = Concurrency::parse(self.concurrency_key.clone(), self.concurrency_limit)?;
         if let Some(url) = &self.callback_url {
-            crate::callbacks::check_url(url, &admits.callback_allow).map_err(|why| invalid("callback_url", &why.to_string()))?;
+            crate::callbacks::check_url(url, &admits.callback_allow).map_err(|why| {
+                ApiError::unprocessable("invalid_field", format!("callback_url: {why}")).with("field", "callback_url")
+            })?;
         }
         // The request as the client sent it (no minted id, no computed time) is what a replay
         // must match. Fields added later are left out when absent, so old hashes still match.
@@ -206,15 +161,15 @@ impl JobRequest {
         let id = Uuid::now_v7();
         Ok(NewJob {
             id,
-            correlation_id: self.correlation_id.unwrap_or_else(|| id.to_string()),
+            correlation_id: correlation_id.map_or_else(|| id.to_string(), String::from),
             task_type: self.task_type,
             params: self.params,
-            idempotency_key: key.to_owned(),
+            idempotency_key: key.into(),
             request_hash,
             parent_id: None,
             run_at,
-            max_attempts,
-            timeout_seconds,
+            max_attempts: limits.max_attempts,
+            timeout_seconds: limits.timeout_seconds,
             concurrency,
             callback_url: self.callback_url,
         })
@@ -248,11 +203,11 @@ fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, Job), 
 pub async fn submit(
     State(state): State<AppState>,
     Caller(tenant): Caller,
-    IdempotencyKey(key): IdempotencyKey,
+    key: IdempotencyKey,
     JsonBody(req): JsonBody<JobRequest>,
 ) -> Result<Response, ApiError> {
     state.limits.check(tenant.id, 1)?;
-    let new = req.into_new_job(&key, &state.catalogue, &state.admission, Utc::now())?;
+    let new = req.into_new_job(key, &state.catalogue, &state.admission, Utc::now())?;
     crate::telemetry::record_job(&new.correlation_id, new.id);
     if new.callback_url.is_some() {
         require_signing_secret(&state, tenant.id).await?;
@@ -333,7 +288,7 @@ fn parse_item(index: usize, item: Value, catalogue: &Catalogue, admits: &Admissi
         return Err(at(ApiError::unprocessable("invalid_field", "each job is an object").with("field", ".")));
     };
     let key = match obj.remove("idempotency_key") {
-        Some(Value::String(k)) => check_key(&k).map_err(|e| at(e.with("field", "idempotency_key")))?.to_owned(),
+        Some(Value::String(k)) => IdempotencyKey::parse(&k).map_err(|e| at(ApiError::from(e).with("field", "idempotency_key")))?,
         _ => {
             return Err(at(ApiError::unprocessable("missing_idempotency_key", "each job needs an idempotency_key string")
                 .with("field", "idempotency_key")));
@@ -343,7 +298,7 @@ fn parse_item(index: usize, item: Value, catalogue: &Catalogue, admits: &Admissi
         let field = e.path().to_string();
         at(ApiError::unprocessable("invalid_field", format!("{field}: {}", e.inner())).with("field", field))
     })?;
-    req.into_new_job(&key, catalogue, admits, now).map_err(at)
+    req.into_new_job(key, catalogue, admits, now).map_err(at)
 }
 
 /// A job's own `callback_url` is signed with its tenant's secret, which must exist.
@@ -524,9 +479,10 @@ mod tests {
             concurrency_key: None, concurrency_limit: None, callback_url: None,
         };
         let admits = Admission::default();
-        let a = req(None).into_new_job("k", &cat, &admits, now).unwrap();
-        let b = req(None).into_new_job("k", &cat, &admits, now + chrono::Duration::seconds(5)).unwrap();
-        let c = req(Some(5)).into_new_job("k", &cat, &admits, now).unwrap();
+        let key = || IdempotencyKey::parse("k").unwrap();
+        let a = req(None).into_new_job(key(), &cat, &admits, now).unwrap();
+        let b = req(None).into_new_job(key(), &cat, &admits, now + chrono::Duration::seconds(5)).unwrap();
+        let c = req(Some(5)).into_new_job(key(), &cat, &admits, now).unwrap();
         assert_eq!(a.request_hash, b.request_hash, "the same request later is a replay");
         assert_ne!(a.request_hash, c.request_hash);
     }

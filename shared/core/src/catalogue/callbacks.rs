@@ -14,12 +14,12 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{Task, TaskContext};
 use crate::callbacks::{self, AllowList};
 use crate::job::{Fault, TaskError};
 use crate::retry::RetryPolicy;
 use crate::store::callbacks::{self as store, Attempt, Outcome};
 use crate::store::{jobs, progress};
+use crate::task::{Task, TaskContext};
 
 /// Delivers callbacks; `allow` is the operator's allow-list (`RELAY_CALLBACK_ALLOW`).
 #[derive(Debug, Clone, Default)]

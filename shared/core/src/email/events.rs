@@ -1,77 +1,13 @@
 //! SES events as they reach ingress, parsed: the event-publishing form (`eventType`, from a
 //! configuration set's SNS destination) and the notification form (`notificationType`, from an
-//! identity's SNS topics, including inbound mail `Received`). Written from the formats AWS
-//! documents; pure, so every shape is tested with fixtures.
+//! identity's SNS topics, including inbound mail `Received`), each into the `SesEvent` its
+//! message keeps (`store::messages`). Written from the formats AWS documents; pure, so every
+//! shape is tested with fixtures.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use uuid::Uuid;
 
-/// What happened to a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventKind {
-    Send,
-    Delivery,
-    /// `permanent`: a hard bounce (the address goes on the suppression list).
-    Bounce { permanent: bool },
-    Complaint,
-    Reject,
-    Open,
-    Click,
-    DeliveryDelay,
-    RenderingFailure,
-    Subscription,
-    /// Inbound mail (a receipt rule's SNS action).
-    Received,
-}
-
-impl EventKind {
-    /// The name stored on `message_events`.
-    pub fn name(self) -> &'static str {
-        match self {
-            EventKind::Send => "send",
-            EventKind::Delivery => "delivery",
-            EventKind::Bounce { .. } => "bounce",
-            EventKind::Complaint => "complaint",
-            EventKind::Reject => "reject",
-            EventKind::Open => "open",
-            EventKind::Click => "click",
-            EventKind::DeliveryDelay => "delivery_delay",
-            EventKind::RenderingFailure => "rendering_failure",
-            EventKind::Subscription => "subscription",
-            EventKind::Received => "inbound",
-        }
-    }
-
-    /// Proof that SES accepted the message: settles an `unknown` send.
-    pub fn proves_sent(self) -> bool {
-        matches!(
-            self,
-            EventKind::Send
-                | EventKind::Delivery
-                | EventKind::Bounce { .. }
-                | EventKind::Complaint
-                | EventKind::Open
-                | EventKind::Click
-                | EventKind::DeliveryDelay
-        )
-    }
-}
-
-/// One parsed SES event.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SesEvent {
-    pub kind: EventKind,
-    /// SES's message id (`mail.messageId`).
-    pub ses_message_id: String,
-    /// Relay's message id, from the `relay_message_id` tag Relay sends with every message.
-    pub relay_message_id: Option<Uuid>,
-    pub occurred_at: Option<DateTime<Utc>>,
-    /// Addresses that bounced hard or complained: for the suppression list.
-    pub suppress: Vec<String>,
-    /// A short human summary (bounce type, reject reason, link clicked...).
-    pub summary: Option<String>,
-}
+use crate::store::messages::{EventKind, SesEvent};
 
 fn text<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
     path.iter().try_fold(v, |v, k| v.get(k))?.as_str()

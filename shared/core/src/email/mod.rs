@@ -21,10 +21,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::catalogue::TaskContext;
 use crate::job::TaskError;
 use crate::store::messages::{self, Intent, Message, NewMessage, Status};
 use crate::store::{StoreError, sending_identities, suppressions, templates};
+use crate::task::TaskContext;
 use content::SendParams;
 use ses::SendFailure;
 
@@ -240,7 +240,7 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
             let suppress: Vec<String> = e.suppress.iter().filter(|a| addressed.contains(*a)).cloned().collect();
             let mut suppressed = 0;
             if !suppress.is_empty() {
-                let reason = if matches!(e.kind, events::EventKind::Complaint) { "complaint" } else { "bounce" };
+                let reason = if matches!(e.kind, messages::EventKind::Complaint) { "complaint" } else { "bounce" };
                 suppressed = suppressions::add(&tx, message.tenant_id, &suppress, reason, e.summary.as_deref(), Some(message.id))
                     .await
                     .map_err(retryable)?;

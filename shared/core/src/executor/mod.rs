@@ -15,7 +15,7 @@ use futures::FutureExt;
 use tracing::Instrument;
 use serde_json::Value;
 
-use crate::catalogue::{Catalogue, TaskContext};
+use crate::catalogue::Catalogue;
 use crate::credentials::{JobAws, TaskCredentials};
 use crate::job::{ClaimedJob, Dispatch, ExceptionKind, JobId, Outcome, TaskError};
 use crate::metrics;
@@ -23,6 +23,7 @@ use crate::retry::RetryPolicy;
 use crate::store::jobs::{self, Failure, Retry};
 use crate::store::modes::Modes;
 use crate::store::StoreError;
+use crate::task::TaskContext;
 use crate::transport::{self, Transport};
 
 /// The largest result a task may return, serialised.

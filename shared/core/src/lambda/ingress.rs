@@ -13,16 +13,16 @@ use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 use uuid::Uuid;
 
-use crate::api::jobs::{DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_SECONDS};
 use crate::catalogue::Catalogue;
 use crate::catalogue::provider::ProviderEvent;
-use crate::catalogue::Task;
 use crate::intake::Intake;
 use crate::platform::Platform;
 use crate::job::TenantId;
+use crate::job::terms::{IdempotencyKey, Limits};
 use crate::store::dead_letters::{self, NewDeadLetter};
 use crate::store::jobs::NewJob;
 use crate::store::{StoreError, tenants};
+use crate::task::Task;
 
 /// The task type ingress creates.
 pub const TASK_TYPE: &str = ProviderEvent::NAME;
@@ -175,24 +175,22 @@ impl Ingress {
         }
         self.catalogue.check(TASK_TYPE, &params).map_err(Unparseable::NotAProviderEvent)?;
         let envelope = if is_sns { "sns" } else { "sqs" };
-        let key = format!("{envelope}:{}", params["message_id"].as_str().unwrap_or_default());
-        if key.len() > 200 {
-            return Err(Unparseable::LongMessageId);
-        }
+        let key = IdempotencyKey::provider_message(envelope, params["message_id"].as_str().unwrap_or_default())
+            .ok_or(Unparseable::LongMessageId)?;
         let id = Uuid::now_v7();
         // An SES event carries the correlation id of the message it is about.
-        let correlation_id = crate::email::events::correlation_tag(&params["message"]).unwrap_or_else(|| key.clone());
+        let correlation_id = crate::email::events::correlation_tag(&params["message"]).unwrap_or_else(|| key.as_str().to_owned());
         Ok(NewJob {
             id,
             task_type: TASK_TYPE.into(),
             request_hash: Sha256::digest(params.to_string().as_bytes()).to_vec(),
             params,
             correlation_id,
-            idempotency_key: key,
+            idempotency_key: key.into(),
             parent_id: None,
             run_at: Utc::now(),
-            max_attempts: DEFAULT_MAX_ATTEMPTS,
-            timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
+            max_attempts: Limits::DEFAULT.max_attempts,
+            timeout_seconds: Limits::DEFAULT.timeout_seconds,
             ..NewJob::default()
         })
     }

@@ -28,6 +28,7 @@ use uuid::Uuid;
 
 use super::modes::Modes;
 use super::{GenericClient, StoreError};
+use crate::job::terms::Concurrency;
 use crate::job::{ClaimedJob, Dispatch, ExceptionKind, Fault, JobId, JobStatus, TenantId};
 
 pub mod operator;
@@ -146,13 +147,6 @@ pub struct NewJob {
     /// At most `limit` jobs of this key run at once.
     pub concurrency: Option<Concurrency>,
     pub callback_url: Option<String>,
-}
-
-/// A concurrency key and its limit.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Concurrency {
-    pub key: String,
-    pub limit: i32,
 }
 
 impl NewJob {
