@@ -30,4 +30,5 @@ pub mod store;
 pub mod sweep;
 pub mod telemetry;
 pub mod transport;
+pub mod view;
 pub mod watchdog;
