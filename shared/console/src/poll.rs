@@ -37,7 +37,7 @@ pub enum PollError {
     #[error("HTTP {0}")]
     Status(u16),
     #[error("{0}")]
-    Contract(crate::status::ContractError),
+    Contract(relay_status::ContractError),
 }
 
 /// What the console knows of one project.

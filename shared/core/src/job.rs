@@ -83,6 +83,19 @@ impl ClaimedJob {
     pub fn attempts_left(&self) -> bool {
         self.attempt < self.max_attempts
     }
+
+    /// The fence of every write this claim makes.
+    pub fn fence(&self) -> Fence {
+        Fence { job: self.id, attempt: self.attempt }
+    }
+}
+
+/// A job and the attempt that claimed it: a write after a claim applies only while the job
+/// still runs under that attempt, so a worker that lost its lease cannot overwrite a newer one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Fence {
+    pub job: JobId,
+    pub attempt: i32,
 }
 
 /// A job handed to the transport: a hint that a row is (or will be) due. The row decides.

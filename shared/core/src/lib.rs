@@ -25,3 +25,4 @@ pub mod sweep;
 pub mod task;
 pub mod telemetry;
 pub mod transport;
+pub mod view;

@@ -22,6 +22,7 @@ use crate::job::JobStatus;
 use crate::job::terms::{self, Concurrency, CorrelationId, IdempotencyKey, Limits, MAX_TIMEOUT_SECONDS};
 use crate::store::jobs::{self, Inserted, Job, JobFilter, NewJob};
 use crate::store::{StoreError, attempt_sessions};
+use crate::view::{self, JobView};
 
 pub const MAX_BATCH: usize = 500;
 /// What a deployment admits beyond each task's own parameters.
@@ -106,7 +107,7 @@ pub struct SessionList {
 /// One page of the change feed.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct JobPage {
-    pub jobs: Vec<Job>,
+    pub jobs: Vec<JobView>,
     /// Pass back as `cursor`; null on the last page.
     pub next_cursor: Option<String>,
     /// Pass back later as `updated_since` to get every job changed after this page (always
@@ -177,10 +178,10 @@ impl JobRequest {
 }
 
 /// 202 for a new job, 200 for a replay of the same request, 422 for a key reused with another.
-fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, Job), ApiError> {
+fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, JobView), ApiError> {
     match inserted {
-        Inserted::Created(job) => Ok((StatusCode::ACCEPTED, job)),
-        Inserted::Existing(job) if job.request_hash == request_hash => Ok((StatusCode::OK, job)),
+        Inserted::Created(job) => Ok((StatusCode::ACCEPTED, JobView::bare(job))),
+        Inserted::Existing(job) if job.request_hash == request_hash => Ok((StatusCode::OK, JobView::bare(job))),
         Inserted::Existing(job) => Err(ApiError::unprocessable(
             "idempotency_key_reused",
             format!("idempotency key {:?} was already used for a different request", job.idempotency_key),
@@ -195,8 +196,8 @@ fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, Job), 
     params(("Idempotency-Key" = String, Header, description = "1 to 200 visible ASCII characters",
         min_length = 1, max_length = 200, pattern = "^[!-~]{1,200}$")),
     security(("tenant_key" = [])),
-    responses((status = 202, description = "created; the row has committed", body = Job),
-        (status = 200, description = "a replay of the same request", body = Job),
+    responses((status = 202, description = "created; the row has committed", body = JobView),
+        (status = 200, description = "a replay of the same request", body = JobView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, body = ErrorBody),
         (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`Retry-After`)", body = ErrorBody),
         (status = 503, body = ErrorBody)))]
@@ -231,7 +232,7 @@ pub struct BatchItemResult {
     /// 202 created, 200 replayed, 4xx refused (see `error`).
     pub status: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub job: Option<Job>,
+    pub job: Option<JobView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
 }
@@ -322,13 +323,12 @@ fn parse_id(id: &str) -> Result<Uuid, ApiError> {
 /// `GET /v1/jobs/{id}`
 #[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path)),
     security(("tenant_key" = [])),
-    responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
+    responses((status = 200, body = JobView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<JobView>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    let mut job = owned(&db, tenant.id, id).await?;
-    annotate(&db, std::slice::from_mut(&mut job)).await?;
-    Ok(Json(job))
+    let job = owned(&db, tenant.id, id).await?;
+    Ok(Json(view::annotate_one(&db, job, Utc::now()).await?))
 }
 
 /// The caller's job, or 404: another tenant's job answers exactly like a missing one.
@@ -336,11 +336,6 @@ async fn owned(db: &deadpool_postgres::Client, tenant_id: uuid::Uuid, id: Uuid) 
     let job = jobs::get(db, tenant_id, id).await?.ok_or_else(ApiError::not_found)?;
     crate::telemetry::record_job(&job.correlation_id, job.id);
     Ok(job)
-}
-
-/// Fill in progress and waiting reasons, as of now.
-async fn annotate(db: &deadpool_postgres::Client, jobs: &mut [Job]) -> Result<(), ApiError> {
-    Ok(crate::store::progress::annotate(db, jobs, Utc::now()).await?)
 }
 
 /// `GET /v1/jobs/{id}/events`
@@ -369,14 +364,13 @@ pub async fn sessions(State(state): State<AppState>, Caller(tenant): Caller, Pat
 /// `POST /v1/jobs/{id}/cancel`: pending or waiting jobs (and their pending children).
 #[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs", params(("id" = String, Path)),
     security(("tenant_key" = [])),
-    responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+    responses((status = 200, body = JobView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody)))]
-pub async fn cancel(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
+pub async fn cancel(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<JobView>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let cancelled = jobs::cancel(&db, tenant.id, id).await?;
-    let mut job = owned(&db, tenant.id, id).await?;
-    annotate(&db, std::slice::from_mut(&mut job)).await?;
+    let job = view::annotate_one(&db, owned(&db, tenant.id, id).await?, Utc::now()).await?;
     if !cancelled && job.status != JobStatus::Cancelled {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -446,8 +440,7 @@ pub async fn list(
     }
     let filter = JobFilter { status, task_type: q.task_type, correlation_id: q.correlation_id, updated_since, after, limit };
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    let mut page = jobs::list(&db, tenant.id, &filter).await?;
-    annotate(&db, &mut page).await?;
+    let page = view::annotate(&db, jobs::list(&db, tenant.id, &filter).await?, Utc::now()).await?;
     let next_cursor = (page.len() as i64 == limit).then(|| page.last().map(|j| cursor::encode(j.updated_at, j.id))).flatten();
     let settled = (Utc::now() - chrono::Duration::seconds(SETTLE_SECONDS), Uuid::nil());
     let reached = page.last().map(|j| (j.updated_at, j.id)).or(after).or(updated_since.map(|t| (t, Uuid::nil())));

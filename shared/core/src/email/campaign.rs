@@ -21,7 +21,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::content::SendParams;
-use crate::job::TaskError;
+use crate::job::{Fence, TaskError};
 use crate::job::terms::{Concurrency, IdempotencyKey, Limits};
 use crate::store::jobs::{self, NewJob};
 use crate::store::campaign_pages;
@@ -179,7 +179,7 @@ pub async fn run(ctx: &TaskContext, p: CampaignParams) -> Result<Value, TaskErro
         }
     };
     let total = i32::try_from(recipients.len()).map_err(|_| TaskError::Fatal("too many recipients".into()))?;
-    if !jobs::declare_children(&db, ctx.job_id, ctx.attempt, total).await.map_err(retryable)? {
+    if !jobs::declare_children(&db, Fence { job: ctx.job_id, attempt: ctx.attempt }, total).await.map_err(retryable)? {
         return Err(TaskError::Retryable("this attempt no longer holds the campaign".into()));
     }
     // Each chunk commits whole, so the children that exist are whole chunks (a partial last

@@ -241,16 +241,16 @@ impl Executor {
         let mut waits = Vec::new();
         for (job, outcome) in outcomes {
             match outcome {
-                Outcome::Succeeded { result } => done.push((job.id, job.attempt, result.clone())),
+                Outcome::Succeeded { result } => done.push((job.fence(), result.clone())),
                 Outcome::Retry { run_at, error } => {
-                    retries.push((job.id, job.attempt, Retry { run_at: *run_at, error: error.clone() }))
+                    retries.push((job.fence(), Retry { run_at: *run_at, error: error.clone() }))
                 }
                 Outcome::Failed { kind, error } => {
                     let fault = self.catalogue.fault(&job.task_type, &job.params);
-                    failures.push((job.id, job.attempt, Failure { kind: *kind, error: error.clone(), fault }))
+                    failures.push((job.fence(), Failure { kind: *kind, error: error.clone(), fault }))
                 }
-                Outcome::Continue { note } => continues.push((job.id, job.attempt, note.clone())),
-                Outcome::Wait { total } => waits.push((job.id, job.attempt, *total)),
+                Outcome::Continue { note } => continues.push((job.fence(), note.clone())),
+                Outcome::Wait { total } => waits.push((job.fence(), *total)),
             }
         }
         let db = self.pool.get().await?;
@@ -264,30 +264,29 @@ impl Executor {
         drop(db);
         metrics::OUTCOME_WRITES.add([done.len(), retries.len(), failures.len(), continues.len(), waits.len()].iter().filter(|n| **n > 0).count());
         for (exception_id, job_id) in &failed.opened {
-            if let Some((_, _, f)) = failures.iter().find(|f| f.0 == *job_id) {
+            if let Some((_, f)) = failures.iter().find(|f| f.0.job == *job_id) {
                 crate::exceptions::alert_opened(*exception_id, *job_id, f.kind, &f.error);
             }
         }
-        let is_stale = |id: &JobId, stale: &[(JobId, i32)]| stale.iter().any(|(s, _)| s == id);
-        for (id, attempt, f) in failures.iter().filter(|f| !is_stale(&f.0, &stale_failures)) {
-            tracing::warn!(event = "relay.job.failed", job_id = %id, attempt, kind = f.kind.as_str(),
+        for (fence, f) in failures.iter().filter(|f| !stale_failures.contains(&f.0)) {
+            tracing::warn!(event = "relay.job.failed", job_id = %fence.job, attempt = fence.attempt, kind = f.kind.as_str(),
                 error = %f.error, "job failed for good; exception opened");
         }
         let stale: Vec<_> =
             [&stale_done, &stale_retries, &stale_failures, &stale_continues, &stale_waits].into_iter().flatten().collect();
-        for (id, attempt) in &stale {
-            tracing::warn!(event = "relay.executor.stale_write", job_id = %id, attempt,
+        for fence in &stale {
+            tracing::warn!(event = "relay.executor.stale_write", job_id = %fence.job, attempt = fence.attempt,
                 "outcome refused: the job has moved on to a newer attempt");
         }
         metrics::STALE_WRITES.add(stale.len());
         metrics::JOBS_RUN.add(outcomes.len());
         let mut redo: Vec<Dispatch> = retries
             .iter()
-            .filter(|r| !is_stale(&r.0, &stale_retries))
-            .map(|(id, _, r)| Dispatch { id: *id, run_at: r.run_at })
+            .filter(|r| !stale_retries.contains(&r.0))
+            .map(|(fence, r)| Dispatch { id: fence.job, run_at: r.run_at })
             .collect();
         let now = Utc::now();
-        redo.extend(continues.iter().filter(|c| !is_stale(&c.0, &stale_continues)).map(|c| Dispatch { id: c.0, run_at: now }));
+        redo.extend(continues.iter().filter(|c| !stale_continues.contains(&c.0)).map(|c| Dispatch { id: c.0.job, run_at: now }));
         redo.extend(succeeded.callbacks);
         redo.extend(failed.callbacks);
         redo.extend(self.hand_on(outcomes).await);
