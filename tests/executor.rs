@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use axum::http::Method;
 use serde_json::json;
+use taskdeck::job::Fence;
 use taskdeck::store::{effects, jobs, modes};
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -186,9 +187,9 @@ async fn a_stale_workers_late_result_changes_nothing() {
     w.platform.sweeper().pass().await.unwrap();
     let second = jobs::claim_ids(&db, &[id], 30.0, None).await.unwrap().jobs;
     assert_eq!(second[0].attempt, 2);
-    let refused = jobs::succeed(&db, &[(id, 1, json!({"from": "zombie"}))]).await.unwrap();
-    assert_eq!(refused, vec![(id, 1)], "the zombie's write is refused");
-    let refused = jobs::succeed(&db, &[(id, 2, json!({"from": "owner"}))]).await.unwrap();
+    let refused = jobs::succeed(&db, &[(first[0].fence(), json!({"from": "zombie"}))]).await.unwrap();
+    assert_eq!(refused, vec![Fence { job: id, attempt: 1 }], "the zombie's write is refused");
+    let refused = jobs::succeed(&db, &[(second[0].fence(), json!({"from": "owner"}))]).await.unwrap();
     assert!(refused.is_empty());
     let job = jobs::get(&db, w.tenant.id, id).await.unwrap().unwrap();
     assert_eq!(job.result, Some(json!({"from": "owner"})));

@@ -4,7 +4,7 @@
 
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
-use taskdeck::job::exception_kind;
+use taskdeck::job::ExceptionKind;
 use taskdeck::store::jobs::{self, Failure, NewJob};
 use taskdeck::store::{exceptions, operators, tenants};
 use uuid::Uuid;
@@ -96,7 +96,7 @@ async fn retry_at_a_time_waits_and_a_failing_retry_keeps_one_exception() {
     // Retried again now, it fails again: the one open exception stays, none is added.
     w.db().await.execute("UPDATE jobs SET run_at = now() WHERE id = $1", &[&job]).await.unwrap();
     let claimed = jobs::claim_due(&w.db().await, 10, 5.0).await.unwrap().jobs;
-    let failed = jobs::fail_reporting(&w.db().await, &[(job, claimed[0].attempt, Failure::platform(exception_kind::FATAL_ERROR, "again"))]).await.unwrap();
+    let failed = jobs::fail_reporting(&w.db().await, &[(claimed[0].fence(), Failure::platform(ExceptionKind::FatalError, "again"))]).await.unwrap();
     assert!(failed.refused.is_empty());
     assert!(failed.opened.is_empty(), "no new exception, so no second alert");
     assert_eq!(w.count("SELECT count(*) FROM exceptions WHERE job_id = $1", &[&job]).await, 1);

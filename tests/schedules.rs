@@ -7,6 +7,7 @@ use std::sync::Arc;
 use axum::http::{Method, StatusCode};
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use serde_json::{Value, json};
+use taskdeck::job::terms::IdempotencyKey;
 use taskdeck::schedules::{self, ScheduleSpec};
 use taskdeck::store::jobs::{self, NewJob, retention};
 use taskdeck::store::schedules as store;
@@ -57,8 +58,8 @@ async fn two_concurrent_sweepers_fire_a_slot_once() {
     let after = store::get(&w.db().await, s.id).await.unwrap().unwrap();
     assert_eq!(after.last_fired_slot, Some(slot));
     assert_eq!(after.next_run_at, slot + TimeDelta::minutes(1));
-    let key = schedules::slot_key(s.id, slot);
-    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE idempotency_key = $1 AND id = $2", &[&key, &after.last_job_id.unwrap()]).await, 1);
+    let key = IdempotencyKey::schedule_slot(s.id, slot);
+    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE idempotency_key = $1 AND id = $2", &[&key.as_str(), &after.last_job_id.unwrap()]).await, 1);
     // The same slot again (a sweeper that read before the advance) creates nothing.
     assert!(!store::advance(&w.db().await, s.id, slot, slot, after.last_job_id.unwrap(), after.next_run_at).await.unwrap());
     let again = schedules::fire_due(&w.platform.pool, &w.platform.intake, now).await.unwrap();

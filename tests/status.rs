@@ -5,6 +5,7 @@ use axum::http::{Method, StatusCode};
 use chrono::{Duration, Utc};
 use serde_json::{Value, json};
 use sha2::Digest;
+use taskdeck::job::Fence;
 use taskdeck::liveness::{Identity, Kind, Liveness};
 use taskdeck::store::jobs::{self, Failure, NewJob};
 use taskdeck::store::{status, status_keys, workers};
@@ -42,15 +43,15 @@ pub async fn populate(w: &World) -> Uuid {
     // Claim the parent and two children (oldest run_at first: parent, c1, c2).
     let claimed = jobs::claim_ids(&db, &[pid, kids[0].id, kids[1].id], 30.0, None).await.unwrap().jobs;
     assert_eq!(claimed.len(), 3);
-    jobs::fail(&db, &[(kids[0].id, 1, Failure::platform("fatal_error", "boom"))]).await.unwrap();
-    jobs::succeed(&db, &[(kids[1].id, 1, json!({}))]).await.unwrap();
+    jobs::fail(&db, &[(Fence { job: kids[0].id, attempt: 1 }, Failure::platform(taskdeck::job::ExceptionKind::FatalError, "boom"))]).await.unwrap();
+    jobs::succeed(&db, &[(Fence { job: kids[1].id, attempt: 1 }, json!({}))]).await.unwrap();
     db.execute("UPDATE jobs SET status = 'waiting', lease_until = NULL WHERE id = $1", &[&pid]).await.unwrap();
     let (top, busy) = (job("top", "noop", None), job("busy", "sleep", None));
     let (top_id, busy_id) = (top.id, busy.id);
     jobs::insert_many(&db, w.tenant.id, &[top, busy], None).await.unwrap();
     let claimed = jobs::claim_ids(&db, &[top_id, busy_id], 30.0, None).await.unwrap().jobs;
     let top_claim = claimed.iter().find(|c| c.id == top_id).unwrap();
-    jobs::succeed(&db, &[(top_id, top_claim.attempt, json!({"ok": true}))]).await.unwrap();
+    jobs::succeed(&db, &[(top_claim.fence(), json!({"ok": true}))]).await.unwrap();
     pid
 }
 
@@ -123,7 +124,7 @@ async fn status_queries_count_live_work_failures_runs_and_children() {
 
     let counts = taskdeck::store::progress::child_counts(&db, &[pid, Uuid::now_v7()]).await.unwrap();
     assert_eq!(counts.len(), 1);
-    assert_eq!(counts[&pid], taskdeck::progress::ChildCounts { total: 3, succeeded: 1, failed: 1, cancelled: 0 });
+    assert_eq!(counts[&pid], taskdeck::store::progress::ChildCounts { total: 3, succeeded: 1, failed: 1, cancelled: 0 });
 }
 
 /// The JSON Schema checked into the repository.

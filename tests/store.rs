@@ -5,8 +5,9 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::json;
 use sha2::Digest;
+use taskdeck::job::Fence;
 use taskdeck::store::jobs::{self, Failure, Inserted, JobFilter, NewJob, Retry};
-use taskdeck::store::{exceptions, migrate, modes, tenants};
+use taskdeck::store::{StoreError, exceptions, migrate, modes, tenants};
 use uuid::Uuid;
 
 use crate::support::World;
@@ -176,8 +177,8 @@ async fn heartbeat_extends_live_leases_and_reports_lost_ones() {
     let db = w.db().await;
     jobs::insert_many(&db, w.tenant.id, &[new_job("h1"), new_job("h2")], None).await.unwrap();
     let claimed = jobs::claim_due(&db, 10, 5.0).await.unwrap().jobs;
-    let fence: Vec<_> = claimed.iter().map(|j| (j.id, j.attempt)).collect();
-    let stale = (fence[1].0, fence[1].1 + 7);
+    let fence: Vec<_> = claimed.iter().map(|j| j.fence()).collect();
+    let stale = Fence { attempt: fence[1].attempt + 7, ..fence[1] };
     let lost = jobs::heartbeat(&db, &[fence[0], stale], 600.0).await.unwrap();
     assert_eq!(lost, vec![stale]);
     assert_eq!(w.count("SELECT count(*) FROM jobs WHERE lease_until > now() + interval '500 seconds'", &[]).await, 1);
@@ -191,17 +192,34 @@ async fn retry_and_fail_are_fenced_and_write_their_events() {
     let c = jobs::claim_due(&db, 10, 30.0).await.unwrap().jobs;
     let at = Utc::now() + chrono::Duration::seconds(60);
     let retry = Retry { run_at: at, error: "throttled".into() };
-    assert!(jobs::retry(&db, &[(c[0].id, 1, retry.clone())]).await.unwrap().is_empty());
-    assert_eq!(jobs::retry(&db, &[(c[0].id, 1, retry)]).await.unwrap().len(), 1, "no longer running");
-    let failure = || Failure::platform("fatal_error", "rejected");
-    assert_eq!(jobs::fail(&db, &[(c[1].id, 2, failure())]).await.unwrap().len(), 1, "wrong attempt");
-    assert!(jobs::fail(&db, &[(c[1].id, 1, failure())]).await.unwrap().is_empty());
+    let fence = |j: usize, attempt| Fence { job: c[j].id, attempt };
+    assert!(jobs::retry(&db, &[(fence(0, 1), retry.clone())]).await.unwrap().is_empty());
+    assert_eq!(jobs::retry(&db, &[(fence(0, 1), retry)]).await.unwrap().len(), 1, "no longer running");
+    let failure = || Failure::platform(taskdeck::job::ExceptionKind::FatalError, "rejected");
+    assert_eq!(jobs::fail(&db, &[(fence(1, 2), failure())]).await.unwrap().len(), 1, "wrong attempt");
+    assert!(jobs::fail(&db, &[(fence(1, 1), failure())]).await.unwrap().is_empty());
     let open = exceptions::for_job(&db, c[1].id).await.unwrap();
     assert_eq!((open.len(), open[0].kind.as_str(), open[0].status.as_str()), (1, "fatal_error", "open"));
     assert_eq!(exceptions::count_open(&db).await.unwrap(), 1);
     let r = jobs::get(&db, w.tenant.id, c[0].id).await.unwrap().unwrap();
     assert_eq!((r.status.as_str(), r.last_error.as_deref()), ("pending", Some("throttled")));
     assert!((r.run_at - at).num_milliseconds().abs() < 5);
+}
+
+#[tokio::test]
+async fn an_exception_kind_this_build_does_not_know_is_an_error_not_a_panic() {
+    let w = World::new().await;
+    let db = w.db().await;
+    jobs::insert_many(&db, w.tenant.id, &[new_job("k")], None).await.unwrap();
+    let c = jobs::claim_due(&db, 10, 30.0).await.unwrap().jobs;
+    assert!(jobs::fail(&db, &[(c[0].fence(), Failure::platform(taskdeck::job::ExceptionKind::AmbiguousOutcome, "?"))]).await.unwrap().is_empty());
+    let e = &exceptions::for_job(&db, c[0].id).await.unwrap()[0];
+    assert_eq!(e.kind, taskdeck::job::ExceptionKind::AmbiguousOutcome, "read back as written");
+    // As a newer build would write it.
+    db.execute("UPDATE exceptions SET kind = 'disk_on_fire' WHERE id = $1", &[&e.id]).await.unwrap();
+    let err = exceptions::get(&db, e.id).await.unwrap_err();
+    assert!(matches!(&err, StoreError::UnknownExceptionKind(k) if k.0 == "disk_on_fire"), "{err}");
+    assert!(exceptions::for_job(&db, c[0].id).await.is_err());
 }
 
 #[tokio::test]
@@ -217,7 +235,7 @@ async fn expired_leases_are_locked_returned_and_fenced() {
     // Another sweeper sees nothing while these rows are locked.
     let other = w.db().await;
     assert!(jobs::lock_expired_leases(&other, 10).await.unwrap().is_empty());
-    let fence: Vec<_> = expired.iter().map(|e| (e.id, e.attempt)).collect();
+    let fence: Vec<_> = expired.iter().map(|e| e.fence).collect();
     assert!(jobs::return_expired(&tx, &fence).await.unwrap().is_empty());
     tx.commit().await.unwrap();
     assert_eq!(jobs::return_expired(&other, &fence).await.unwrap().len(), 2, "already returned");

@@ -22,6 +22,24 @@ pub const MAX_DOC_BYTES: usize = 4 * 1024 * 1024;
 
 type Http = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
 
+/// Why a project's status document could not be had (shown on the page as the project's error).
+#[derive(Debug, thiserror::Error)]
+pub enum PollError {
+    #[error("no answer within {} s", .0.as_secs_f64())]
+    Timeout(Duration),
+    #[error("bad request: {0}")]
+    Request(hyper::http::Error),
+    /// The message carries the whole cause chain (the client's own `Display` stops at the top).
+    #[error("unreachable: {}", relay_runtime::error_chain(.0))]
+    Unreachable(hyper_util::client::legacy::Error),
+    #[error("reading the answer: {0}")]
+    Reading(Box<dyn std::error::Error + Send + Sync>),
+    #[error("HTTP {0}")]
+    Status(u16),
+    #[error("{0}")]
+    Contract(relay_status::ContractError),
+}
+
 /// What the console knows of one project.
 #[derive(Debug, Clone)]
 pub struct ProjectState {
@@ -107,35 +125,35 @@ impl Console {
                 Err(e) => {
                     tracing::warn!(event = "relay.console.unreachable", project = %state.name, error = %e, "project unreachable");
                     state.unreachable_since.get_or_insert(now);
-                    state.last_error = Some(e);
+                    state.last_error = Some(e.to_string());
                 }
             }
         }
     }
 
-    async fn poll(&self, p: &Project) -> Result<StatusDoc, String> {
+    async fn poll(&self, p: &Project) -> Result<StatusDoc, PollError> {
         match tokio::time::timeout(self.config.timeout, self.fetch(p)).await {
             Ok(r) => r,
-            Err(_) => Err(format!("no answer within {} s", self.config.timeout.as_secs_f64())),
+            Err(_) => Err(PollError::Timeout(self.config.timeout)),
         }
     }
 
-    async fn fetch(&self, p: &Project) -> Result<StatusDoc, String> {
+    async fn fetch(&self, p: &Project) -> Result<StatusDoc, PollError> {
         let mut req = hyper::Request::get(&p.status_url).header("accept", "application/json");
         if let Some(t) = &p.token {
             req = req.header("authorization", format!("Bearer {t}"));
         }
-        let req = req.body(Empty::new()).map_err(|e| format!("bad request: {e}"))?;
-        let res = self.http.request(req).await.map_err(|e| format!("unreachable: {}", relay_runtime::error_chain(&e)))?;
+        let req = req.body(Empty::new()).map_err(PollError::Request)?;
+        let res = self.http.request(req).await.map_err(PollError::Unreachable)?;
         let status = res.status();
         let body = Limited::new(res.into_body(), MAX_DOC_BYTES)
             .collect()
             .await
-            .map_err(|e| format!("reading the answer: {e}"))?
+            .map_err(PollError::Reading)?
             .to_bytes();
         if !status.is_success() {
-            return Err(format!("HTTP {}", status.as_u16()));
+            return Err(PollError::Status(status.as_u16()));
         }
-        StatusDoc::parse(&body).map_err(|e| e.to_string())
+        StatusDoc::parse(&body).map_err(PollError::Contract)
     }
 }

@@ -13,7 +13,6 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::config::ConfigError;
 use crate::email::content;
 use crate::intake::Intake;
 use crate::store::exceptions::{self, Unalerted};
@@ -24,6 +23,13 @@ use crate::store::{StoreError, sending_identities, tenants};
 pub const LOOKBACK: Duration = Duration::hours(1);
 /// Most alerts queued by one sweep pass.
 pub const BATCH: i64 = 100;
+
+/// An alert setting that is not an email address; the message names the variable.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AlertConfigError {
+    #[error("{name} is invalid ({value:?}): not an email address")]
+    NotAnAddress { name: &'static str, value: String },
+}
 
 /// Where alert emails go (`RELAY_ALERT_TO`, comma-separated) and whom they are from
 /// (`RELAY_ALERT_FROM`, default `relay-alerts@` the first recipient's domain). The sender is
@@ -38,17 +44,17 @@ pub struct AlertConfig {
 
 impl AlertConfig {
     /// `None` when `RELAY_ALERT_TO` is unset: alerts are the log line only.
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Option<AlertConfig>, ConfigError> {
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Option<AlertConfig>, AlertConfigError> {
         let Some(raw) = get("RELAY_ALERT_TO").filter(|v| !v.trim().is_empty()) else { return Ok(None) };
         let mut to = Vec::new();
         for a in raw.split(',').map(str::trim).filter(|a| !a.is_empty()) {
             let bare = content::bare(a)
-                .ok_or_else(|| ConfigError::Invalid { name: "RELAY_ALERT_TO", value: a.into(), why: "not an email address".into() })?;
+                .ok_or_else(|| AlertConfigError::NotAnAddress { name: "RELAY_ALERT_TO", value: a.into() })?;
             to.push(bare);
         }
         let from = match get("RELAY_ALERT_FROM").map(|f| f.trim().to_owned()).filter(|f| !f.is_empty()) {
             Some(f) => content::bare(&f)
-                .ok_or_else(|| ConfigError::Invalid { name: "RELAY_ALERT_FROM", value: f, why: "not an email address".into() })?,
+                .ok_or_else(|| AlertConfigError::NotAnAddress { name: "RELAY_ALERT_FROM", value: f })?,
             None => format!("relay-alerts@{}", to[0].rsplit_once('@').map_or("localhost", |(_, d)| d)),
         };
         let tenant = get("RELAY_INGRESS_TENANT").filter(|t| !t.trim().is_empty()).unwrap_or_else(|| "platform".into());
@@ -111,7 +117,7 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    fn read(vars: &[(&str, &str)]) -> Result<Option<AlertConfig>, ConfigError> {
+    fn read(vars: &[(&str, &str)]) -> Result<Option<AlertConfig>, AlertConfigError> {
         let map: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         AlertConfig::from_lookup(|k| map.get(k).cloned())
     }

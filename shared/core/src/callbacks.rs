@@ -34,24 +34,42 @@ pub struct Target {
     pub port: u16,
 }
 
+/// Why a callback URL is not accepted. The message says what to fix; the API prefixes the field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum UrlError {
+    #[error("at most {MAX_URL_LEN} characters")]
+    TooLong,
+    #[error("not a URL: {0}")]
+    NotAUrl(String),
+    #[error("the scheme must be http or https")]
+    Scheme,
+    #[error("the URL has no host")]
+    NoHost,
+    #[error("user info is not allowed in a callback URL")]
+    UserInfo,
+    /// The host is written as an address the guard refuses (`check_url` only).
+    #[error("callbacks may not reach {ip}: {why}")]
+    Refused { ip: IpAddr, why: &'static str },
+}
+
 /// Parse a callback URL: `http` or `https`, a host, no user info, at most `MAX_URL_LEN`.
-pub fn parse_url(url: &str) -> Result<Target, String> {
+pub fn parse_url(url: &str) -> Result<Target, UrlError> {
     if url.len() > MAX_URL_LEN {
-        return Err(format!("at most {MAX_URL_LEN} characters"));
+        return Err(UrlError::TooLong);
     }
-    let uri: hyper::Uri = url.parse().map_err(|e| format!("not a URL: {e}"))?;
+    let uri: hyper::Uri = url.parse().map_err(|e: hyper::http::uri::InvalidUri| UrlError::NotAUrl(e.to_string()))?;
     let port = match uri.scheme_str() {
         Some("https") => 443,
         Some("http") => 80,
-        _ => return Err("the scheme must be http or https".into()),
+        _ => return Err(UrlError::Scheme),
     };
-    let authority = uri.authority().ok_or("the URL has no host")?;
+    let authority = uri.authority().ok_or(UrlError::NoHost)?;
     if authority.as_str().contains('@') {
-        return Err("user info is not allowed in a callback URL".into());
+        return Err(UrlError::UserInfo);
     }
     let host = authority.host().trim_start_matches('[').trim_end_matches(']').to_owned();
     if host.is_empty() {
-        return Err("the URL has no host".into());
+        return Err(UrlError::NoHost);
     }
     Ok(Target { port: authority.port_u16().unwrap_or(port), host, uri })
 }
@@ -59,11 +77,11 @@ pub fn parse_url(url: &str) -> Result<Target, String> {
 /// The check the API applies to a callback URL when it is set: its shape, and a host written
 /// as an address the guard refuses (a name is resolved only at delivery, where the guard runs
 /// again on every address it resolves to).
-pub fn check_url(url: &str, allow: &AllowList) -> Result<(), String> {
+pub fn check_url(url: &str, allow: &AllowList) -> Result<(), UrlError> {
     let target = parse_url(url)?;
     match IpAddr::from_str(&target.host) {
         Ok(ip) if !allow.allows_ip(ip) => match refused(ip) {
-            Some(why) => Err(format!("callbacks may not reach {ip}: {why}")),
+            Some(why) => Err(UrlError::Refused { ip, why }),
             None => Ok(()),
         },
         _ => Ok(()),
@@ -130,6 +148,17 @@ fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
     }
 }
 
+/// An entry of `RELAY_CALLBACK_ALLOW` that does not parse; the message quotes the entry.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AllowListError {
+    #[error("{0:?}: bad prefix length")]
+    BadPrefix(String),
+    #[error("{item:?}: prefix longer than {max}")]
+    PrefixTooLong { item: String, max: u8 },
+    #[error("{0:?}: not an address")]
+    NotAnAddress(String),
+}
+
 /// Addresses and host names the guard lets through anyway (`RELAY_CALLBACK_ALLOW`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AllowList {
@@ -139,11 +168,11 @@ pub struct AllowList {
 
 impl AllowList {
     /// Comma-separated CIDRs (`127.0.0.1/32`, `10.0.0.0/8`, `::1/128`), addresses, or host names.
-    pub fn parse(s: &str) -> Result<AllowList, String> {
+    pub fn parse(s: &str) -> Result<AllowList, AllowListError> {
         let mut out = AllowList::default();
         for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let (addr, bits) = match item.split_once('/') {
-                Some((a, b)) => (a, Some(b.parse::<u8>().map_err(|_| format!("{item:?}: bad prefix length"))?)),
+                Some((a, b)) => (a, Some(b.parse::<u8>().map_err(|_| AllowListError::BadPrefix(item.to_owned()))?)),
                 None => (item, None),
             };
             match IpAddr::from_str(addr) {
@@ -151,12 +180,12 @@ impl AllowList {
                     let max = if ip.is_ipv4() { 32 } else { 128 };
                     let bits = bits.unwrap_or(max);
                     if bits > max {
-                        return Err(format!("{item:?}: prefix longer than {max}"));
+                        return Err(AllowListError::PrefixTooLong { item: item.to_owned(), max });
                     }
                     out.nets.push((ip, bits));
                 }
                 Err(_) if bits.is_none() => out.hosts.push(item.to_ascii_lowercase()),
-                Err(_) => return Err(format!("{item:?}: not an address")),
+                Err(_) => return Err(AllowListError::NotAnAddress(item.to_owned())),
             }
         }
         Ok(out)
@@ -291,9 +320,23 @@ pub struct Answer {
     pub retry_after: Option<Duration>,
 }
 
+/// Why a POST got no answer (worth another attempt).
+#[derive(Debug, thiserror::Error)]
+pub enum PostError {
+    #[error("no TLS root certificates: {0}")]
+    TlsRoots(std::io::Error),
+    #[error("{0}")]
+    Request(hyper::http::Error),
+    /// The message carries the whole cause chain (the client's own `Display` stops at the top).
+    #[error("request failed: {}", relay_runtime::error_chain(.0))]
+    Failed(hyper_util::client::legacy::Error),
+    #[error("no answer within {}s", REQUEST_TIMEOUT.as_secs())]
+    Timeout,
+}
+
 /// POST `body` to the target at the address chosen by `resolve` (TLS, when https, is checked
 /// against the URL's host name). No redirect is followed.
-pub async fn post(target: &Target, addr: SocketAddr, headers: &[(&str, String)], body: Bytes) -> Result<Answer, String> {
+pub async fn post(target: &Target, addr: SocketAddr, headers: &[(&str, String)], body: Bytes) -> Result<Answer, PostError> {
     use http_body_util::{BodyExt, Full};
     use hyper_util::client::legacy::Client;
     use hyper_util::client::legacy::connect::HttpConnector;
@@ -304,7 +347,7 @@ pub async fn post(target: &Target, addr: SocketAddr, headers: &[(&str, String)],
     http.set_connect_timeout(Some(Duration::from_secs(5)));
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_native_roots()
-        .map_err(|e| format!("no TLS root certificates: {e}"))?
+        .map_err(PostError::TlsRoots)?
         .https_or_http()
         .enable_http1()
         .wrap_connector(http);
@@ -313,18 +356,16 @@ pub async fn post(target: &Target, addr: SocketAddr, headers: &[(&str, String)],
     for (name, value) in headers {
         req = req.header(*name, value);
     }
-    let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
+    let req = req.body(Full::new(body)).map_err(PostError::Request)?;
     let call = async {
-        let res = client.request(req).await.map_err(|e| format!("request failed: {}", relay_runtime::error_chain(&e)))?;
+        let res = client.request(req).await.map_err(PostError::Failed)?;
         let status = res.status().as_u16();
         let retry_after = res.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(parse_retry_after);
         // Read (and drop) a bounded answer so the connection ends cleanly.
         let _ = http_body_util::Limited::new(res.into_body(), 16 * 1024).collect().await;
-        Ok::<_, String>(Answer { status, retry_after })
+        Ok::<_, PostError>(Answer { status, retry_after })
     };
-    tokio::time::timeout(REQUEST_TIMEOUT, call)
-        .await
-        .map_err(|_| format!("no answer within {}s", REQUEST_TIMEOUT.as_secs()))?
+    tokio::time::timeout(REQUEST_TIMEOUT, call).await.map_err(|_| PostError::Timeout)?
 }
 
 /// `Retry-After`: delay-seconds or an HTTP date; capped at `MAX_RETRY_AFTER`.
@@ -415,7 +456,7 @@ mod tests {
     fn a_literal_address_the_guard_refuses_is_refused_when_set() {
         let none = AllowList::default();
         for url in ["http://127.0.0.1/", "http://169.254.169.254/latest", "https://[::1]:8443/", "http://[::ffff:0:7f00:1]/"] {
-            assert!(check_url(url, &none).unwrap_err().contains("may not reach"), "{url}");
+            assert!(check_url(url, &none).unwrap_err().to_string().contains("may not reach"), "{url}");
         }
         assert!(check_url("https://93.184.216.34/hook", &none).is_ok());
         assert!(check_url("https://localhost/hook", &none).is_ok(), "a name is judged at delivery, where it resolves");

@@ -12,6 +12,10 @@ pub enum ConfigError {
     Missing(&'static str),
     #[error("{name} is invalid ({value:?}): {why}")]
     Invalid { name: &'static str, value: String, why: String },
+    #[error(transparent)]
+    TaskRoles(#[from] crate::credentials::RolesConfigError),
+    #[error(transparent)]
+    Alerts(#[from] crate::alerts::AlertConfigError),
 }
 
 /// Settings shared by the five functions. Which ones a function needs is its own business:
@@ -111,7 +115,7 @@ impl LambdaConfig {
             callback_allow: match text("RELAY_CALLBACK_ALLOW") {
                 None => Default::default(),
                 Some(v) => crate::callbacks::AllowList::parse(&v)
-                    .map_err(|why| ConfigError::Invalid { name: "RELAY_CALLBACK_ALLOW", value: v, why })?,
+                    .map_err(|e| ConfigError::Invalid { name: "RELAY_CALLBACK_ALLOW", value: v, why: e.to_string() })?,
             },
         })
     }

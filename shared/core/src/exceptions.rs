@@ -17,13 +17,14 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use crate::job::{Dispatch, JobId, JobStatus};
-use crate::schedules;
+use crate::job::terms::IdempotencyKey;
+use crate::job::{Dispatch, ExceptionKind, JobId, JobStatus};
 use crate::store::{GenericClient, StoreError};
 use crate::store::exceptions::{self, Exception, ExceptionFilter};
-use crate::store::jobs::{Job, operator};
+use crate::store::jobs::operator;
 use crate::store::schedules as schedule_store;
 use crate::transport::{self, Transport};
+use crate::view::JobView;
 
 /// Most exceptions one bulk action touches.
 pub const MAX_BULK: i64 = 1000;
@@ -90,7 +91,7 @@ impl ActionError {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ActionOutcome {
     pub exception: Exception,
-    pub job: Option<Job>,
+    pub job: Option<JobView>,
     /// Jobs this action cancelled (the job, its children, its schedule's pending run).
     pub cancelled: Vec<Uuid>,
     /// The schedule disabled by a cancel, when the job was fired by one.
@@ -155,7 +156,7 @@ async fn act_in(
                 });
             };
             dispatch = Some(Dispatch { id: j.id, run_at: j.run_at });
-            outcome.job = Some(j);
+            outcome.job = Some(JobView::bare(j));
             json!({ "run_at": run_at })
         }
         Action::Cancel => {
@@ -165,7 +166,7 @@ async fn act_in(
             }
             outcome.cancelled = cancelled;
             if let Some(j) = &job
-                && let Some(sid) = schedules::schedule_of(&j.idempotency_key)
+                && let Some(sid) = IdempotencyKey::schedule_of(&j.idempotency_key)
                 && let Some(last) = schedule_store::disable(tx, sid, j.tenant_id, actor).await?
             {
                 outcome.schedule_disabled = Some(sid);
@@ -182,7 +183,7 @@ async fn act_in(
             let recorded = json!({ "forced": true, "by": actor, "reason": reason, "result": result });
             let finished = operator::force_finish(tx, exc.job_id, &recorded, &said("finished")).await?;
             let Some(j) = finished else { return Err(ActionError::JobState(job_status, "failed")) };
-            outcome.job = Some(j);
+            outcome.job = Some(JobView::bare(j));
             exceptions::close(tx, id, "resolved", actor, &said("force finished")).await?;
             json!({ "result": recorded })
         }
@@ -198,7 +199,7 @@ async fn act_in(
     exceptions::record_action(tx, id, exc.job_id, action.name(), actor, reason, detail.as_ref()).await?;
     outcome.exception = exceptions::get(tx, id).await?.ok_or(ActionError::NotFound)?;
     if outcome.job.is_none() {
-        outcome.job = operator::get_any(tx, exc.job_id).await?;
+        outcome.job = operator::get_any(tx, exc.job_id).await?.map(JobView::bare);
     }
     Ok((outcome, dispatch))
 }
@@ -215,7 +216,7 @@ pub async fn settle_ambiguous(
 ) -> Result<Vec<Uuid>, StoreError> {
     let mut resolved = Vec::new();
     for e in exceptions::for_job(tx, job_id).await? {
-        if e.status != "open" || e.kind != crate::job::exception_kind::AMBIGUOUS_OUTCOME {
+        if e.status != "open" || e.kind != ExceptionKind::AmbiguousOutcome {
             continue;
         }
         let finish = Action::Finish { result: Some(result.clone()) };
@@ -279,7 +280,7 @@ pub async fn bulk(
 
 /// The immediate alert of a new exception: a log line with a stable event name. The alert
 /// email follows from the sweep (`crate::alerts`).
-pub fn alert_opened(exception_id: Uuid, job_id: JobId, kind: &str, cause: &str) {
+pub fn alert_opened(exception_id: Uuid, job_id: JobId, kind: ExceptionKind, cause: &str) {
     tracing::error!(event = "relay.exception.opened", exception_id = %exception_id, job_id = %job_id,
-        kind, cause, "exception opened: a job failed for good and needs an operator");
+        kind = kind.as_str(), cause, "exception opened: a job failed for good and needs an operator");
 }

@@ -1,4 +1,5 @@
-//! The job's vocabulary: ids, states and the values a claim hands to a worker. No I/O here.
+//! The job's vocabulary: ids, states and the values a claim hands to a worker; the terms a new
+//! job is made on are in `terms`. No I/O here.
 //!
 //! The lifecycle (drawn once, in `shared/docs/state_machine.md`):
 //! - `pending`: committed and due at `run_at`. In: intake, a retry, the sweep returning an
@@ -14,6 +15,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
+
+pub mod terms;
 
 /// A job's id: a UUIDv7, so ids sort by creation time.
 pub type JobId = Uuid;
@@ -80,6 +83,19 @@ impl ClaimedJob {
     pub fn attempts_left(&self) -> bool {
         self.attempt < self.max_attempts
     }
+
+    /// The fence of every write this claim makes.
+    pub fn fence(&self) -> Fence {
+        Fence { job: self.id, attempt: self.attempt }
+    }
+}
+
+/// A job and the attempt that claimed it: a write after a claim applies only while the job
+/// still runs under that attempt, so a worker that lost its lease cannot overwrite a newer one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Fence {
+    pub job: JobId,
+    pub attempt: i32,
 }
 
 /// A job handed to the transport: a hint that a row is (or will be) due. The row decides.
@@ -122,14 +138,13 @@ pub enum Outcome {
     Succeeded { result: serde_json::Value },
     Retry { run_at: DateTime<Utc>, error: String },
     /// Fails for good and opens an exception of the given kind.
-    Failed { kind: &'static str, error: String },
+    Failed { kind: ExceptionKind, error: String },
     /// Pending again at once, with one more attempt allowed (`TaskError::Continue`).
     Continue { note: String },
     /// Waiting for `total` children (`TaskError::WaitForChildren`).
     Wait { total: i32 },
 }
 
-/// The kinds of exception the terminal-failure path opens.
 /// Who can act on a job that failed for good.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Fault {
@@ -141,13 +156,59 @@ pub enum Fault {
     Tenant(TenantId),
 }
 
-pub mod exception_kind {
-    pub const ATTEMPTS_EXHAUSTED: &str = "attempts_exhausted";
-    pub const FATAL_ERROR: &str = "fatal_error";
-    pub const AMBIGUOUS_OUTCOME: &str = "ambiguous_outcome";
-    pub const UNKNOWN_TASK_TYPE: &str = "unknown_task_type";
-    pub const LEASE_EXPIRED: &str = "lease_expired";
+/// Why a job failed for good: the kind of exception the terminal-failure path opens (or of
+/// tenant fault it counts). Stored as text (`exceptions.kind`, `tenant_faults.kind`), the same
+/// names serde writes. Text no variant names (a newer build's kind) is `UnknownExceptionKind`,
+/// an error for whoever reads it; there is no catch-all variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExceptionKind {
+    /// Every attempt failed with a retryable error.
+    AttemptsExhausted,
+    /// The task said it can never succeed, or its result could not be stored.
+    FatalError,
+    /// The effect may or may not have happened; never retried automatically.
+    AmbiguousOutcome,
+    /// The executor's catalogue has no task of the job's type.
+    UnknownTaskType,
+    /// The lease of the last attempt expired: the worker died or hung.
+    LeaseExpired,
 }
+
+impl ExceptionKind {
+    pub const ALL: [ExceptionKind; 5] =
+        [Self::AttemptsExhausted, Self::FatalError, Self::AmbiguousOutcome, Self::UnknownTaskType, Self::LeaseExpired];
+
+    /// The stored text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AttemptsExhausted => "attempts_exhausted",
+            Self::FatalError => "fatal_error",
+            Self::AmbiguousOutcome => "ambiguous_outcome",
+            Self::UnknownTaskType => "unknown_task_type",
+            Self::LeaseExpired => "lease_expired",
+        }
+    }
+}
+
+impl std::fmt::Display for ExceptionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ExceptionKind {
+    type Err = UnknownExceptionKind;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| UnknownExceptionKind(s.to_owned()))
+    }
+}
+
+/// Stored text that names no `ExceptionKind` (written by a newer build, or by hand).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not an exception kind this build knows")]
+pub struct UnknownExceptionKind(pub String);
 
 #[cfg(test)]
 mod tests {
@@ -160,6 +221,19 @@ mod tests {
             assert_eq!(serde_json::to_value(st).unwrap(), st.as_str());
         }
         assert_eq!(JobStatus::parse("done"), None);
+    }
+
+    #[test]
+    fn exception_kinds_round_trip_through_their_stored_text() {
+        for k in ExceptionKind::ALL {
+            assert_eq!(k.as_str().parse::<ExceptionKind>(), Ok(k));
+            assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
+            assert_eq!(k.to_string(), k.as_str());
+        }
+        let names: Vec<&str> = ExceptionKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["attempts_exhausted", "fatal_error", "ambiguous_outcome", "unknown_task_type", "lease_expired"]);
+        assert_eq!("disk_on_fire".parse::<ExceptionKind>(), Err(UnknownExceptionKind("disk_on_fire".into())));
+        assert!(serde_json::from_value::<ExceptionKind>(serde_json::json!("disk_on_fire")).is_err());
     }
 
     #[test]

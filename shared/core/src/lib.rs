@@ -22,5 +22,7 @@ pub mod retry;
 pub mod schedules;
 pub mod store;
 pub mod sweep;
+pub mod task;
 pub mod telemetry;
 pub mod transport;
+pub mod view;

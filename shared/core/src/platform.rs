@@ -56,7 +56,7 @@ impl Default for Settings {
             project: "relay".into(),
             callback_allow: Default::default(),
             tenant_rate: None,
-            max_timeout_seconds: crate::api::jobs::MAX_TIMEOUT_SECONDS,
+            max_timeout_seconds: crate::job::terms::MAX_TIMEOUT_SECONDS,
         }
     }
 }

@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::job::JobStatus;
-use crate::store::jobs::{Job, WaitingReason};
+use crate::store::jobs::Job;
+use crate::store::progress::{Baseline, ChildCounts};
 
 /// A running job is `stuck` once its elapsed time passes this multiple of its baseline's p95.
 pub const STUCK_FACTOR: f64 = 3.0;
@@ -37,27 +38,20 @@ pub enum Progress {
     },
 }
 
-/// Children of one parent, counted from their rows.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ChildCounts {
-    pub total: i64,
-    pub succeeded: i64,
-    pub failed: i64,
-    pub cancelled: i64,
-}
-
-impl ChildCounts {
-    pub fn terminal(&self) -> i64 {
-        self.succeeded + self.failed + self.cancelled
-    }
-}
-
-/// A task type's run-time baseline.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Baseline {
-    pub p50_s: f64,
-    pub p95_s: f64,
-    pub runs: i32,
+/// Why a non-terminal job is not running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitingReason {
+    /// `run_at` is in the future (a delay or a retry's backoff).
+    NotDue,
+    /// Its task type is paused by an operator.
+    Paused,
+    /// As many jobs of its concurrency key as its limit allows are running.
+    ConcurrencyKeyBusy,
+    /// A fan-out parent whose children have not all finished.
+    WaitingForChildren,
+    /// Due and free to run, but no worker has taken it yet.
+    NotClaimed,
 }
 
 /// A fan-out's count: the declared total (or the children that exist, if more or none was

@@ -10,7 +10,7 @@
 
 use std::str::FromStr;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use deadpool_postgres::Pool;
@@ -21,6 +21,7 @@ use uuid::Uuid;
 
 use crate::intake::Intake;
 use crate::job::TenantId;
+use crate::job::terms::{CorrelationId, IdempotencyKey, Limits};
 use crate::store::StoreError;
 use crate::store::jobs::{Inserted, NewJob};
 use crate::store::schedules::{self, NewSchedule, Schedule};
@@ -86,30 +87,19 @@ impl CronTz {
     }
 }
 
-/// The idempotency key of one slot of one schedule.
-pub fn slot_key(schedule_id: Uuid, slot: DateTime<Utc>) -> String {
-    format!("schedule:{schedule_id}:{}", slot.to_rfc3339_opts(SecondsFormat::Secs, true))
-}
-
-/// The schedule a job was fired by, read back from its idempotency key.
-pub fn schedule_of(idempotency_key: &str) -> Option<Uuid> {
-    let rest = idempotency_key.strip_prefix("schedule:")?;
-    Uuid::parse_str(rest.split(':').next()?).ok()
-}
-
 fn slot_job(s: &Schedule, slot: DateTime<Utc>, now: DateTime<Utc>) -> NewJob {
-    let key = slot_key(s.id, slot);
+    let key = IdempotencyKey::schedule_slot(s.id, slot);
     NewJob {
         id: Uuid::now_v7(),
         task_type: s.task_type.clone(),
         params: s.params.clone(),
-        correlation_id: format!("schedule:{}:{}", s.name, slot.to_rfc3339_opts(SecondsFormat::Secs, true)),
-        request_hash: Sha256::digest(key.as_bytes()).to_vec(),
-        idempotency_key: key,
+        correlation_id: CorrelationId::schedule_slot(&s.name, slot).into(),
+        request_hash: Sha256::digest(key.as_str().as_bytes()).to_vec(),
+        idempotency_key: key.into(),
         parent_id: None,
         run_at: now,
-        max_attempts: crate::api::jobs::DEFAULT_MAX_ATTEMPTS,
-        timeout_seconds: crate::api::jobs::DEFAULT_TIMEOUT_SECONDS,
+        max_attempts: Limits::DEFAULT.max_attempts,
+        timeout_seconds: Limits::DEFAULT.timeout_seconds,
         ..NewJob::default()
     }
 }
@@ -385,14 +375,5 @@ mod tests {
         let (slots, after) = c.due_slots(t("2024-01-01T00:00:00Z"), t("2024-01-02T00:00:00Z"), true);
         assert_eq!(slots.len(), MAX_CATCH_UP);
         assert_eq!(after, Some(t("2024-01-01T01:40:00Z")), "the rest next pass");
-    }
-
-    #[test]
-    fn slot_keys_name_their_schedule() {
-        let id = Uuid::now_v7();
-        let key = slot_key(id, t("2024-01-01T10:00:00Z"));
-        assert_eq!(key, format!("schedule:{id}:2024-01-01T10:00:00Z"));
-        assert_eq!(schedule_of(&key), Some(id));
-        assert_eq!(schedule_of("order-7"), None);
     }
 }

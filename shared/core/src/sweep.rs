@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use crate::alerts::AlertConfig;
 use crate::intake::Intake;
-use crate::job::{Dispatch, JobId, exception_kind};
+use crate::job::{Dispatch, ExceptionKind, Fence};
 use crate::metrics;
 use crate::liveness::Liveness;
 use crate::store::{StoreError, workers};
@@ -102,18 +102,18 @@ impl ResendBackoff {
 }
 
 /// What to do with expired leases: return those with attempts left, fail the rest. Pure.
-pub fn decide_expired(leases: &[ExpiredLease]) -> (Vec<(JobId, i32)>, Vec<(JobId, i32, Failure)>) {
+pub fn decide_expired(leases: &[ExpiredLease]) -> (Vec<Fence>, Vec<(Fence, Failure)>) {
     let mut back = Vec::new();
     let mut fail = Vec::new();
     for l in leases {
-        if l.attempt < l.max_attempts {
-            back.push((l.id, l.attempt));
+        if l.fence.attempt < l.max_attempts {
+            back.push(l.fence);
         } else {
             let error = format!(
                 "lease expired on the last attempt ({} of {}); the worker died or hung",
-                l.attempt, l.max_attempts
+                l.fence.attempt, l.max_attempts
             );
-            fail.push((l.id, l.attempt, Failure::platform(exception_kind::LEASE_EXPIRED, error)));
+            fail.push((l.fence, Failure::platform(ExceptionKind::LeaseExpired, error)));
         }
     }
     (back, fail)
@@ -202,19 +202,19 @@ impl Sweeper {
         let failed = if fail.is_empty() { jobs::Failed::default() } else { jobs::fail_reporting(&tx, &fail).await? };
         tx.commit().await?;
         for (exception_id, job_id) in &failed.opened {
-            if let Some((_, _, f)) = fail.iter().find(|f| f.0 == *job_id) {
+            if let Some((_, f)) = fail.iter().find(|f| f.0.job == *job_id) {
                 crate::exceptions::alert_opened(*exception_id, *job_id, f.kind, &f.error);
             }
         }
-        for (id, attempt) in &back {
-            tracing::info!(event = "relay.sweep.lease_returned", job_id = %id, attempt, "expired lease returned to pending");
+        for fence in &back {
+            tracing::info!(event = "relay.sweep.lease_returned", job_id = %fence.job, attempt = fence.attempt, "expired lease returned to pending");
         }
-        for (id, attempt, f) in &fail {
-            tracing::warn!(event = "relay.job.failed", job_id = %id, attempt, kind = f.kind, error = %f.error,
+        for (fence, f) in &fail {
+            tracing::warn!(event = "relay.job.failed", job_id = %fence.job, attempt = fence.attempt, kind = f.kind.as_str(), error = %f.error,
                 "job failed for good; exception opened");
         }
         let now = chrono::Utc::now();
-        let mut send: Vec<Dispatch> = back.into_iter().map(|(id, _)| Dispatch { id, run_at: now }).collect();
+        let mut send: Vec<Dispatch> = back.into_iter().map(|fence| Dispatch { id: fence.job, run_at: now }).collect();
         send.extend(failed.callbacks);
         Ok((send, fail.len()))
     }
@@ -262,12 +262,12 @@ mod tests {
 
     #[test]
     fn expired_leases_go_back_while_attempts_remain() {
-        let l = |attempt, max_attempts| ExpiredLease { id: uuid::Uuid::now_v7(), attempt, max_attempts };
+        let l = |attempt, max_attempts| ExpiredLease { fence: Fence { job: uuid::Uuid::now_v7(), attempt }, max_attempts };
         let leases = [l(1, 3), l(3, 3), l(2, 3)];
         let (back, fail) = decide_expired(&leases);
-        assert_eq!(back, vec![(leases[0].id, 1), (leases[2].id, 2)]);
+        assert_eq!(back, vec![leases[0].fence, leases[2].fence]);
         assert_eq!(fail.len(), 1);
-        assert_eq!(fail[0].0, leases[1].id);
-        assert_eq!(fail[0].2.kind, exception_kind::LEASE_EXPIRED);
+        assert_eq!(fail[0].0, leases[1].fence);
+        assert_eq!(fail[0].1.kind, ExceptionKind::LeaseExpired);
     }
 }

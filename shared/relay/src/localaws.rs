@@ -8,14 +8,32 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Why a venv or moto's server could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalAwsError {
+    /// A command that could not run (`cmd` as `Command`'s `Debug` shows it).
+    #[error("{cmd}: {error}")]
+    Run { cmd: String, error: std::io::Error },
+    #[error("{cmd} failed: {stderr}")]
+    Failed { cmd: String, stderr: String },
+    #[error("{0}")]
+    Io(std::io::Error),
+    #[error("spawning moto_server: {0}")]
+    Spawn(std::io::Error),
+    #[error("moto_server did not answer on port {0} within 60 s")]
+    NoAnswer(u16),
+    #[error("spawning the watchdog: {0}")]
+    Watchdog(std::io::Error),
+}
+
 /// A venv in `dir` with `packages` installed (`python3 -m venv`, then `pip install`), made
 /// once: a `.ready` file marks a finished install.
-pub fn venv(dir: &Path, packages: &[&str]) -> Result<PathBuf, String> {
+pub fn venv(dir: &Path, packages: &[&str]) -> Result<PathBuf, LocalAwsError> {
     venv_with(Path::new("python3"), dir, packages)
 }
 
 /// `venv` made by another interpreter (e.g. a newer Python than the machine's `python3`).
-pub fn venv_with(python: &Path, dir: &Path, packages: &[&str]) -> Result<PathBuf, String> {
+pub fn venv_with(python: &Path, dir: &Path, packages: &[&str]) -> Result<PathBuf, LocalAwsError> {
     let ready = dir.join(".ready");
     if ready.exists() {
         return Ok(dir.to_owned());
@@ -23,39 +41,39 @@ pub fn venv_with(python: &Path, dir: &Path, packages: &[&str]) -> Result<PathBuf
     let _ = std::fs::remove_dir_all(dir);
     run(Command::new(python).args(["-m", "venv"]).arg(dir))?;
     run(Command::new(dir.join("bin/pip")).args(["install", "--quiet", "--disable-pip-version-check"]).args(packages))?;
-    std::fs::write(&ready, b"").map_err(|e| e.to_string())?;
+    std::fs::write(&ready, b"").map_err(LocalAwsError::Io)?;
     Ok(dir.to_owned())
 }
 
 /// The venv holding moto's server, under `tmp` (the target dir's `tmp` for tests and chaos).
-pub fn moto_venv(tmp: &Path) -> Result<PathBuf, String> {
+pub fn moto_venv(tmp: &Path) -> Result<PathBuf, LocalAwsError> {
     venv(&tmp.join("moto-venv"), &["moto[server]>=5,<6"])
 }
 
-fn run(cmd: &mut Command) -> Result<(), String> {
-    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("{cmd:?}: {e}"))?;
+fn run(cmd: &mut Command) -> Result<(), LocalAwsError> {
+    let out = cmd.stdin(Stdio::null()).output().map_err(|error| LocalAwsError::Run { cmd: format!("{cmd:?}"), error })?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr)))
+        Err(LocalAwsError::Failed { cmd: format!("{cmd:?}"), stderr: String::from_utf8_lossy(&out.stderr).into_owned() })
     }
 }
 
 /// Start `moto_server` from `venv` on a free port, logging to `log_dir/moto-<port>.log`; returns
 /// its endpoint and the child once it answers.
-pub fn start_moto(venv: &Path, log_dir: &Path) -> Result<(String, Child), String> {
+pub fn start_moto(venv: &Path, log_dir: &Path) -> Result<(String, Child), LocalAwsError> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
+        .map_err(LocalAwsError::Io)?
         .port();
-    let log = std::fs::File::create(log_dir.join(format!("moto-{port}.log"))).map_err(|e| e.to_string())?;
+    let log = std::fs::File::create(log_dir.join(format!("moto-{port}.log"))).map_err(LocalAwsError::Io)?;
     let mut child = Command::new(venv.join("bin/moto_server"))
         .args(["-H", "127.0.0.1", "-p", &port.to_string()])
         .stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stdout(log.try_clone().map_err(LocalAwsError::Io)?)
         .stderr(log)
         .spawn()
-        .map_err(|e| format!("spawning moto_server: {e}"))?;
+        .map_err(LocalAwsError::Spawn)?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         if answers(port) {
@@ -64,14 +82,13 @@ pub fn start_moto(venv: &Path, log_dir: &Path) -> Result<(String, Child), String
         std::thread::sleep(Duration::from_millis(100));
     }
     let _ = child.kill();
-    Err(format!("moto_server did not answer on port {port} within 60 s"))
+    Err(LocalAwsError::NoAnswer(port))
 }
 
 /// Kill process `child` once process `parent` has exited (a detached shell watches it): for
 /// test runs, which have no hook at exit.
-pub fn kill_when_process_exits(child: u32, parent: u32) -> Result<(), String> {
-    crate::watchdog::when_process_exits(parent, &format!("kill {child} 2>/dev/null"))
-        .map_err(|e| format!("spawning the watchdog: {e}"))
+pub fn kill_when_process_exits(child: u32, parent: u32) -> Result<(), LocalAwsError> {
+    crate::watchdog::when_process_exits(parent, &format!("kill {child} 2>/dev/null")).map_err(LocalAwsError::Watchdog)
 }
 
 /// Whether moto answers an HTTP request on its management API.

@@ -18,9 +18,10 @@ use super::extract::{JsonBody, Operator};
 use crate::exceptions::{self as actions, Action, ActionError, ActionOutcome, BulkReport};
 use crate::store::StoreError;
 use crate::store::exceptions::{self, Exception, ExceptionAction, ExceptionFilter, STATUSES};
-use crate::store::jobs::{Job, JobEvent, operator};
+use crate::store::jobs::{JobEvent, operator};
 use crate::store::tenant_faults::{self, TenantFault};
 use crate::store::{modes, tenants};
+use crate::view::JobView;
 
 impl From<ActionError> for ApiError {
     fn from(e: ActionError) -> Self {
@@ -171,7 +172,7 @@ pub async fn list_tenant_faults(
 pub struct ExceptionDetail {
     pub exception: Exception,
     /// Null when retention has deleted the job.
-    pub job: Option<Job>,
+    pub job: Option<JobView>,
     pub events: Vec<JobEvent>,
     pub actions: Vec<ExceptionAction>,
 }
@@ -193,7 +194,7 @@ pub async fn show_exception(
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let exception = exceptions::get(&db, id).await?.ok_or_else(ApiError::not_found)?;
     Ok(Json(ExceptionDetail {
-        job: operator::get_any(&db, exception.job_id).await?,
+        job: operator::get_any(&db, exception.job_id).await?.map(JobView::bare),
         events: operator::events_any(&db, exception.job_id).await?,
         actions: exceptions::actions(&db, id).await?,
         exception,

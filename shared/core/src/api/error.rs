@@ -5,6 +5,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
+use crate::job::terms::Invalid;
 use crate::store::StoreError;
 
 #[derive(Debug)]
@@ -93,6 +94,18 @@ impl From<&StoreError> for ApiError {
         }
         tracing::error!(event = "relay.api.internal", error = %e, "internal error");
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
+    }
+}
+
+/// A job's term out of bounds: 422 `invalid_field` naming it (and the deployment's `limit` for a
+/// timeout); a malformed idempotency key is a 400 of its own.
+impl From<Invalid> for ApiError {
+    fn from(e: Invalid) -> Self {
+        match e {
+            Invalid::IdempotencyKey => ApiError::bad_request("invalid_idempotency_key", e.to_string()),
+            Invalid::Timeout { longest } => ApiError::unprocessable("invalid_field", e.to_string()).with("field", e.field()).with("limit", longest),
+            _ => ApiError::unprocessable("invalid_field", e.to_string()).with("field", e.field()),
+        }
     }
 }
 

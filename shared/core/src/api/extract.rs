@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use super::AppState;
 use super::error::ApiError;
+use crate::job::terms::IdempotencyKey;
 use crate::store::operators;
 use crate::store::status_keys::{self, StatusKey};
 use crate::store::tenants::{self, Tenant};
@@ -136,10 +137,6 @@ impl TenantCache {
 }
 
 /// The `Idempotency-Key` header, required on submissions.
-pub struct IdempotencyKey(pub String);
-
-pub const MAX_KEY_LEN: usize = 200;
-
 impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
     type Rejection = ApiError;
 
@@ -148,19 +145,8 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
             ApiError::bad_request("missing_idempotency_key", "the Idempotency-Key header is required")
         })?;
         let key = v.to_str().ok().map(str::trim).unwrap_or_default();
-        check_key(key).map(|k| IdempotencyKey(k.to_owned()))
+        Ok(IdempotencyKey::parse(key)?)
     }
-}
-
-/// An idempotency key is 1 to 200 visible ASCII characters.
-pub fn check_key(key: &str) -> Result<&str, ApiError> {
-    if key.is_empty() || key.len() > MAX_KEY_LEN || !key.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(ApiError::bad_request(
-            "invalid_idempotency_key",
-            format!("an idempotency key is 1 to {MAX_KEY_LEN} visible ASCII characters"),
-        ));
-    }
-    Ok(key)
 }
 
 /// A JSON body: 413 over the size limit, 400 when not JSON or when any string holds a NUL
@@ -245,13 +231,5 @@ mod tests {
         assert_eq!(code("/v1/jobs?task_type=a%00"), Some((400, "invalid_query")));
         assert_eq!(code("/v1/jobs?a%00=1"), Some((400, "invalid_query")));
         assert_eq!(code("/v1/suppressions/caf%C3%A9%40example.com?limit=5"), None);
-    }
-
-    #[test]
-    fn idempotency_keys_are_bounded_visible_ascii() {
-        assert!(check_key("order-42").is_ok());
-        assert!(check_key("").is_err());
-        assert!(check_key("has space").is_err());
-        assert!(check_key(&"k".repeat(201)).is_err());
     }
 }

@@ -15,19 +15,15 @@ use uuid::Uuid;
 use super::AppState;
 use super::cursor;
 use super::error::{ApiError, ErrorBody, page_limit};
-use super::extract::{Caller, IdempotencyKey, JsonBody, check_key};
+use super::extract::{Caller, JsonBody};
 use crate::callbacks::AllowList;
 use crate::catalogue::Catalogue;
 use crate::job::JobStatus;
-use crate::store::jobs::{self, Concurrency, Inserted, Job, JobFilter, NewJob};
+use crate::job::terms::{self, Concurrency, CorrelationId, IdempotencyKey, Limits, MAX_TIMEOUT_SECONDS};
+use crate::store::jobs::{self, Inserted, Job, JobFilter, NewJob};
 use crate::store::{StoreError, attempt_sessions};
+use crate::view::{self, JobView};
 
-pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
-pub const DEFAULT_TIMEOUT_SECONDS: i32 = 300;
-/// The longest `timeout_seconds` a deployment may allow (one that runs jobs under a deadline,
-/// the SQS transport on Lambda, allows less: `Settings::max_timeout_seconds`).
-pub const MAX_TIMEOUT_SECONDS: i32 = 86_400;
-pub const MAX_DELAY_SECONDS: u32 = 366 * 24 * 3600;
 pub const MAX_BATCH: usize = 500;
 /// What a deployment admits beyond each task's own parameters.
 #[derive(Debug, Clone)]
@@ -111,7 +107,7 @@ pub struct SessionList {
 /// One page of the change feed.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct JobPage {
-    pub jobs: Vec<Job>,
+    pub jobs: Vec<JobView>,
     /// Pass back as `cursor`; null on the last page.
     pub next_cursor: Option<String>,
     /// Pass back later as `updated_since` to get every job changed after this page (always
@@ -137,8 +133,7 @@ fn empty_object() -> Value {
 impl JobRequest {
     /// Validate against the catalogue and what this deployment admits, and turn into a row to
     /// insert.
-    pub fn into_new_job(self, key: &str, catalogue: &Catalogue, admits: &Admission, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
-        let max_timeout = admits.max_timeout_seconds;
+    pub fn into_new_job(self, key: IdempotencyKey, catalogue: &Catalogue, admits: &Admission, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
         if !catalogue.client_may_submit(&self.task_type) {
             return Err(ApiError::unprocessable(
                 "unknown_task_type",
@@ -150,55 +145,16 @@ impl JobRequest {
         catalogue.check(&self.task_type, &self.params).map_err(|e| {
             ApiError::unprocessable("invalid_params", e.to_string()).with("field", e.field.clone())
         })?;
-        let invalid = |field: &str, msg: &str| {
-            ApiError::unprocessable("invalid_field", format!("{field}: {msg}")).with("field", field)
-        };
-        if let Some(c) = &self.correlation_id
-            && (c.is_empty() || c.len() > 200 || c.chars().any(char::is_control))
-        {
-            return Err(invalid("correlation_id", "1 to 200 characters, no control characters"));
-        }
-        let run_at = match (self.run_at, self.delay_seconds) {
-            (Some(_), Some(_)) => return Err(invalid("delay_seconds", "give run_at or delay_seconds, not both")),
-            (_, Some(d)) if d > MAX_DELAY_SECONDS => return Err(invalid("delay_seconds", "at most one year")),
-            (Some(at), None) if at > now + chrono::Duration::seconds(MAX_DELAY_SECONDS.into()) => {
-                return Err(invalid("run_at", "at most one year ahead"));
-            }
-            (Some(at), None) => at.max(now),
-            (None, Some(d)) => now + chrono::Duration::seconds(d.into()),
-            (None, None) => now,
-        };
+        let correlation_id = self.correlation_id.as_deref().map(CorrelationId::parse).transpose()?;
+        let run_at = terms::due_at(self.run_at, self.delay_seconds, now)?;
         // A held job (a campaign awaiting its recipient pages) is not due until released.
         let run_at = if catalogue.held(&self.task_type, &self.params) { now + HELD_FOR } else { run_at };
-        let max_attempts = self.max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
-        if !(1..=100).contains(&max_attempts) {
-            return Err(invalid("max_attempts", "between 1 and 100"));
-        }
-        let timeout_seconds = self.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS.min(max_timeout));
-        if !(1..=max_timeout).contains(&timeout_seconds) {
-            let why = if max_timeout < MAX_TIMEOUT_SECONDS {
-                format!("between 1 and {max_timeout} on this deployment: each attempt runs within one invocation of the executor function")
-            } else {
-                format!("between 1 and {max_timeout}")
-            };
-            return Err(invalid("timeout_seconds", &why).with("limit", max_timeout));
-        }
-        let concurrency = match (self.concurrency_key.clone(), self.concurrency_limit) {
-            (None, None) => None,
-            (Some(k), Some(l)) => {
-                if k.is_empty() || k.len() > 200 || k.chars().any(char::is_control) {
-                    return Err(invalid("concurrency_key", "1 to 200 characters, no control characters"));
-                }
-                if !(1..=10_000).contains(&l) {
-                    return Err(invalid("concurrency_limit", "between 1 and 10000"));
-                }
-                Some(Concurrency { key: k, limit: l })
-            }
-            (Some(_), None) => return Err(invalid("concurrency_limit", "a concurrency_key needs a concurrency_limit")),
-            (None, Some(_)) => return Err(invalid("concurrency_key", "a concurrency_limit needs a concurrency_key")),
-        };
+        let limits = Limits::parse(self.max_attempts, self.timeout_seconds, admits.max_timeout_seconds)?;
+        let concurrency = Concurrency::parse(self.concurrency_key.clone(), self.concurrency_limit)?;
         if let Some(url) = &self.callback_url {
-            crate::callbacks::check_url(url, &admits.callback_allow).map_err(|why| invalid("callback_url", &why))?;
+            crate::callbacks::check_url(url, &admits.callback_allow).map_err(|why| {
+                ApiError::unprocessable("invalid_field", format!("callback_url: {why}")).with("field", "callback_url")
+            })?;
         }
         // The request as the client sent it (no minted id, no computed time) is what a replay
         // must match. Fields added later are left out when absent, so old hashes still match.
@@ -206,15 +162,15 @@ impl JobRequest {
         let id = Uuid::now_v7();
         Ok(NewJob {
             id,
-            correlation_id: self.correlation_id.unwrap_or_else(|| id.to_string()),
+            correlation_id: correlation_id.map_or_else(|| id.to_string(), String::from),
             task_type: self.task_type,
             params: self.params,
-            idempotency_key: key.to_owned(),
+            idempotency_key: key.into(),
             request_hash,
             parent_id: None,
             run_at,
-            max_attempts,
-            timeout_seconds,
+            max_attempts: limits.max_attempts,
+            timeout_seconds: limits.timeout_seconds,
             concurrency,
             callback_url: self.callback_url,
         })
@@ -222,10 +178,10 @@ impl JobRequest {
 }
 
 /// 202 for a new job, 200 for a replay of the same request, 422 for a key reused with another.
-fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, Job), ApiError> {
+fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, JobView), ApiError> {
     match inserted {
-        Inserted::Created(job) => Ok((StatusCode::ACCEPTED, job)),
-        Inserted::Existing(job) if job.request_hash == request_hash => Ok((StatusCode::OK, job)),
+        Inserted::Created(job) => Ok((StatusCode::ACCEPTED, JobView::bare(job))),
+        Inserted::Existing(job) if job.request_hash == request_hash => Ok((StatusCode::OK, JobView::bare(job))),
         Inserted::Existing(job) => Err(ApiError::unprocessable(
             "idempotency_key_reused",
             format!("idempotency key {:?} was already used for a different request", job.idempotency_key),
@@ -240,19 +196,19 @@ fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, Job), 
     params(("Idempotency-Key" = String, Header, description = "1 to 200 visible ASCII characters",
         min_length = 1, max_length = 200, pattern = "^[!-~]{1,200}$")),
     security(("tenant_key" = [])),
-    responses((status = 202, description = "created; the row has committed", body = Job),
-        (status = 200, description = "a replay of the same request", body = Job),
+    responses((status = 202, description = "created; the row has committed", body = JobView),
+        (status = 200, description = "a replay of the same request", body = JobView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, body = ErrorBody),
         (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`Retry-After`)", body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 pub async fn submit(
     State(state): State<AppState>,
     Caller(tenant): Caller,
-    IdempotencyKey(key): IdempotencyKey,
+    key: IdempotencyKey,
     JsonBody(req): JsonBody<JobRequest>,
 ) -> Result<Response, ApiError> {
     state.limits.check(tenant.id, 1)?;
-    let new = req.into_new_job(&key, &state.catalogue, &state.admission, Utc::now())?;
+    let new = req.into_new_job(key, &state.catalogue, &state.admission, Utc::now())?;
     crate::telemetry::record_job(&new.correlation_id, new.id);
     if new.callback_url.is_some() {
         require_signing_secret(&state, tenant.id).await?;
@@ -276,7 +232,7 @@ pub struct BatchItemResult {
     /// 202 created, 200 replayed, 4xx refused (see `error`).
     pub status: u16,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub job: Option<Job>,
+    pub job: Option<JobView>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
 }
@@ -333,7 +289,7 @@ fn parse_item(index: usize, item: Value, catalogue: &Catalogue, admits: &Admissi
         return Err(at(ApiError::unprocessable("invalid_field", "each job is an object").with("field", ".")));
     };
     let key = match obj.remove("idempotency_key") {
-        Some(Value::String(k)) => check_key(&k).map_err(|e| at(e.with("field", "idempotency_key")))?.to_owned(),
+        Some(Value::String(k)) => IdempotencyKey::parse(&k).map_err(|e| at(ApiError::from(e).with("field", "idempotency_key")))?,
         _ => {
             return Err(at(ApiError::unprocessable("missing_idempotency_key", "each job needs an idempotency_key string")
                 .with("field", "idempotency_key")));
@@ -343,7 +299,7 @@ fn parse_item(index: usize, item: Value, catalogue: &Catalogue, admits: &Admissi
         let field = e.path().to_string();
         at(ApiError::unprocessable("invalid_field", format!("{field}: {}", e.inner())).with("field", field))
     })?;
-    req.into_new_job(&key, catalogue, admits, now).map_err(at)
+    req.into_new_job(key, catalogue, admits, now).map_err(at)
 }
 
 /// A job's own `callback_url` is signed with its tenant's secret, which must exist.
@@ -367,13 +323,12 @@ fn parse_id(id: &str) -> Result<Uuid, ApiError> {
 /// `GET /v1/jobs/{id}`
 #[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path)),
     security(("tenant_key" = [])),
-    responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
+    responses((status = 200, body = JobView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<JobView>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    let mut job = owned(&db, tenant.id, id).await?;
-    annotate(&db, std::slice::from_mut(&mut job)).await?;
-    Ok(Json(job))
+    let job = owned(&db, tenant.id, id).await?;
+    Ok(Json(view::annotate_one(&db, job, Utc::now()).await?))
 }
 
 /// The caller's job, or 404: another tenant's job answers exactly like a missing one.
@@ -381,11 +336,6 @@ async fn owned(db: &deadpool_postgres::Client, tenant_id: uuid::Uuid, id: Uuid) 
     let job = jobs::get(db, tenant_id, id).await?.ok_or_else(ApiError::not_found)?;
     crate::telemetry::record_job(&job.correlation_id, job.id);
     Ok(job)
-}
-
-/// Fill in progress and waiting reasons, as of now.
-async fn annotate(db: &deadpool_postgres::Client, jobs: &mut [Job]) -> Result<(), ApiError> {
-    Ok(crate::store::progress::annotate(db, jobs, Utc::now()).await?)
 }
 
 /// `GET /v1/jobs/{id}/events`
@@ -414,14 +364,13 @@ pub async fn sessions(State(state): State<AppState>, Caller(tenant): Caller, Pat
 /// `POST /v1/jobs/{id}/cancel`: pending or waiting jobs (and their pending children).
 #[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs", params(("id" = String, Path)),
     security(("tenant_key" = [])),
-    responses((status = 200, body = Job), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+    responses((status = 200, body = JobView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody)))]
-pub async fn cancel(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Job>, ApiError> {
+pub async fn cancel(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<JobView>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let cancelled = jobs::cancel(&db, tenant.id, id).await?;
-    let mut job = owned(&db, tenant.id, id).await?;
-    annotate(&db, std::slice::from_mut(&mut job)).await?;
+    let job = view::annotate_one(&db, owned(&db, tenant.id, id).await?, Utc::now()).await?;
     if !cancelled && job.status != JobStatus::Cancelled {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -491,8 +440,7 @@ pub async fn list(
     }
     let filter = JobFilter { status, task_type: q.task_type, correlation_id: q.correlation_id, updated_since, after, limit };
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    let mut page = jobs::list(&db, tenant.id, &filter).await?;
-    annotate(&db, &mut page).await?;
+    let page = view::annotate(&db, jobs::list(&db, tenant.id, &filter).await?, Utc::now()).await?;
     let next_cursor = (page.len() as i64 == limit).then(|| page.last().map(|j| cursor::encode(j.updated_at, j.id))).flatten();
     let settled = (Utc::now() - chrono::Duration::seconds(SETTLE_SECONDS), Uuid::nil());
     let reached = page.last().map(|j| (j.updated_at, j.id)).or(after).or(updated_since.map(|t| (t, Uuid::nil())));
@@ -524,9 +472,10 @@ mod tests {
             concurrency_key: None, concurrency_limit: None, callback_url: None,
         };
         let admits = Admission::default();
-        let a = req(None).into_new_job("k", &cat, &admits, now).unwrap();
-        let b = req(None).into_new_job("k", &cat, &admits, now + chrono::Duration::seconds(5)).unwrap();
-        let c = req(Some(5)).into_new_job("k", &cat, &admits, now).unwrap();
+        let key = || IdempotencyKey::parse("k").unwrap();
+        let a = req(None).into_new_job(key(), &cat, &admits, now).unwrap();
+        let b = req(None).into_new_job(key(), &cat, &admits, now + chrono::Duration::seconds(5)).unwrap();
+        let c = req(Some(5)).into_new_job(key(), &cat, &admits, now).unwrap();
         assert_eq!(a.request_hash, b.request_hash, "the same request later is a replay");
         assert_ne!(a.request_hash, c.request_hash);
     }

@@ -11,8 +11,9 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::StatusReader;
 use relay_status::{self as status, Activity, Failures, Progress, Queue, Run, Schedule, StatusDoc, Worker};
-use crate::store::status::{self as queries, RunRow};
+use crate::store::status as queries;
 use crate::store::{StoreError, exceptions, schedules, workers};
+use crate::view::{self, JobView};
 
 /// Workers seen within this window are listed.
 pub const WORKERS_WINDOW_HOURS: i64 = 24;
@@ -35,12 +36,8 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
     let now = Utc::now();
     let seen = workers::seen_since(&db, now - chrono::Duration::hours(WORKERS_WINDOW_HOURS), MAX_WORKERS).await?;
     let live = queries::queues(&db).await?;
-    let mut runs = queries::recent_runs(&db, RUNS_PER_PART).await?;
-    let mut jobs: Vec<_> = runs.iter().map(|r| r.job.clone()).collect();
-    crate::store::progress::annotate(&db, &mut jobs, now).await?;
-    for (r, j) in runs.iter_mut().zip(jobs) {
-        r.job = j;
-    }
+    let (jobs, tenants): (Vec<_>, Vec<_>) = queries::recent_runs(&db, RUNS_PER_PART).await?.into_iter().map(|r| (r.job, r.tenant)).unzip();
+    let runs = view::annotate(&db, jobs, now).await?.into_iter().zip(tenants);
     let (last_hour, last_24h) = queries::failure_counts(&db).await?;
     let open_exceptions = exceptions::count_open(&db).await?;
     let dead_letters_24h = crate::store::dead_letters::count_since(&db, now - chrono::Duration::hours(24)).await?;
@@ -98,7 +95,7 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
                 next_run_at: s.enabled.then_some(s.next_run_at),
             })
             .collect(),
-        recent_runs: runs.into_iter().map(run).collect(),
+        recent_runs: runs.map(|(j, tenant)| run(j, tenant)).collect(),
         failures: Failures { last_hour, last_24h, open_exceptions, dead_letters_24h: Some(dead_letters_24h) },
         activity: Some(Activity {
             bucket_s: activity.bucket_secs,
@@ -114,15 +111,14 @@ fn age_secs(now: DateTime<Utc>, at: DateTime<Utc>) -> f64 {
     ((now - at).num_milliseconds().max(0) as f64) / 1000.0
 }
 
-/// A job as a run, with the progress of the job resource (annotated by the caller).
-pub fn run(r: RunRow) -> Run {
-    let j = r.job;
+/// A job as a run, with the progress of the job resource, and its tenant's name.
+pub fn run(j: JobView, tenant: String) -> Run {
     let progress = j.progress.as_ref().map(Progress::from);
     Run {
         id: j.id.to_string(),
         task_type: j.task_type,
         status: j.status.as_str().into(),
-        tenant: Some(r.tenant),
+        tenant: Some(tenant),
         correlation_id: Some(j.correlation_id),
         idempotency_key: Some(j.idempotency_key),
         parent_id: j.parent_id.map(|p| p.to_string()),

@@ -6,8 +6,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use super::{Task, TaskContext};
 use crate::job::TaskError;
+use crate::task::{Task, TaskContext};
 
 /// Does nothing and succeeds; returns `echo` when given.
 pub struct Noop;

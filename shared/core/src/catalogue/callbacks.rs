@@ -14,12 +14,13 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{Task, TaskContext};
 use crate::callbacks::{self, AllowList};
 use crate::job::{Fault, TaskError};
 use crate::retry::RetryPolicy;
 use crate::store::callbacks::{self as store, Attempt, Outcome};
-use crate::store::{jobs, progress};
+use crate::store::jobs;
+use crate::task::{Task, TaskContext};
+use crate::view;
 
 /// Delivers callbacks; `allow` is the operator's allow-list (`RELAY_CALLBACK_ALLOW`).
 #[derive(Debug, Clone, Default)]
@@ -53,11 +54,11 @@ impl Task for Deliver {
     async fn run(&self, ctx: &TaskContext, p: DeliverParams) -> Result<Value, TaskError> {
         let db = ctx.db.get().await.map_err(|e| TaskError::Retryable(format!("database: {e}")))?;
         let db_err = |e: crate::store::StoreError| TaskError::Retryable(e.to_string());
-        let Some(mut job) = jobs::get(&db, p.tenant_id, p.job_id).await.map_err(db_err)? else {
+        let Some(job) = jobs::get(&db, p.tenant_id, p.job_id).await.map_err(db_err)? else {
             return Ok(json!({"delivered": false, "skipped": "the job no longer exists"}));
         };
         let now = chrono::Utc::now();
-        progress::annotate(&db, std::slice::from_mut(&mut job), now).await.map_err(db_err)?;
+        let job = view::annotate_one(&db, job, now).await.map_err(db_err)?;
         let settings = store::get(&db, p.tenant_id).await.map_err(db_err)?;
         let url = job.callback_url.clone().or_else(|| settings.as_ref().and_then(|s| s.url.clone()));
         let mut attempt = Attempt {
@@ -161,9 +162,9 @@ impl Task for Deliver {
             }
             Err(e) => {
                 attempt.outcome = Outcome::Failed;
-                attempt.error = Some(e.clone());
+                attempt.error = Some(e.to_string());
                 record(attempt).await?;
-                Err(TaskError::Retryable(e))
+                Err(TaskError::Retryable(e.to_string()))
             }
         }
     }

@@ -3,10 +3,10 @@
 
 use serde_json::Value;
 
-use super::{Task, TaskContext};
 use crate::email::campaign::CampaignParams;
 use crate::email::content::SendParams;
 use crate::job::TaskError;
+use crate::task::{Task, TaskContext};
 
 pub struct SendEmail;
 

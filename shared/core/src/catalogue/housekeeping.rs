@@ -4,9 +4,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use super::{Task, TaskContext};
 use crate::job::TaskError;
 use crate::store::jobs::retention;
+use crate::task::{Task, TaskContext};
 
 pub const RETENTION: &str = "relay.retention";
 

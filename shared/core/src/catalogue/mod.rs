@@ -1,5 +1,6 @@
-//! The catalogue: the one registry of task types. Intake refuses a type that is not here
-//! (422, listing what is); the executor fails a job of an unknown type for good.
+//! The catalogue: the one registry of task types (each implements `crate::task::Task`).
+//! Intake refuses a type that is not here (422, listing what is); the executor fails a job of
+//! an unknown type for good.
 //!
 //! A task declares its parameters as a Rust type, which publishes the JSON Schema (self-
 //! contained: nested types under `$defs`). Intake checks parameters against that very schema
@@ -15,77 +16,16 @@ pub mod provider;
 mod testing;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::credentials::JobAws;
-use crate::job::{Fault, JobId, TaskError, TenantId};
+use crate::job::{Fault, TaskError};
 use crate::retry::RetryPolicy;
-use crate::store::modes::Modes;
-
-/// What a task sees of the job it runs for, and the platform it runs on.
-#[derive(Clone)]
-pub struct TaskContext {
-    pub job_id: JobId,
-    pub tenant_id: TenantId,
-    pub task_type: String,
-    pub attempt: i32,
-    pub correlation_id: String,
-    /// The modes read when this job was claimed.
-    pub modes: Arc<Modes>,
-    pub db: deadpool_postgres::Pool,
-    /// Creates jobs (a fan-out parent's children): insert, commit, then dispatch.
-    pub intake: crate::intake::Intake,
-    pub(crate) aws: JobAws,
-}
-
-impl TaskContext {
-    /// AWS access for this run only: an SDK configuration whose credentials are the task
-    /// type's own role, assumed for this job and attempt and refreshed before expiry. Build
-    /// every AWS client from it, per run (never at module level, in a static or at start-up).
-    /// A task type with no mapped role gets a fatal error naming the missing mapping (default
-    /// deny): return it with `?` and the job fails for good with an exception.
-    pub async fn aws(&self) -> Result<aws_config::SdkConfig, TaskError> {
-        self.aws.sdk_config().await
-    }
-}
-
-/// A task type. `run` returns plain JSON: a task cannot hand back something unstorable.
-pub trait Task: Send + Sync + 'static {
-    type Params: DeserializeOwned + ToSchema + Send;
-    const NAME: &'static str;
-    const DESCRIPTION: &'static str;
-    /// Run by the platform (built-in schedules) only: clients cannot submit it, nor see it.
-    const PLATFORM_ONLY: bool = false;
-    /// Its own schedule of retries, when the default one does not suit (still a `RetryPolicy`:
-    /// every backoff comes from `retry.rs`).
-    const RETRY: Option<RetryPolicy> = None;
-
-    /// Checks serde cannot express (ranges, cross-field rules), as (field, message).
-    fn check(_params: &Self::Params) -> Result<(), (String, String)> {
-        Ok(())
-    }
-
-    /// Whose failure a job with these parameters is when it fails for good: the platform's (an
-    /// exception opens) or a tenant's own (counted per tenant and cause; no exception).
-    fn fault(_params: &Self::Params) -> Fault {
-        Fault::Platform
-    }
-
-    /// Whether a job with these parameters is held (not due) when submitted, until something
-    /// releases it (a campaign waiting for its recipient pages).
-    fn held(_params: &Self::Params) -> bool {
-        false
-    }
-
-    fn run(&self, ctx: &TaskContext, params: Self::Params) -> impl Future<Output = Result<Value, TaskError>> + Send;
-}
+use crate::task::{Task, TaskContext};
 
 /// A parameter that failed validation, with the path of the field.
 #[derive(Debug, Clone, PartialEq, Serialize, thiserror::Error)]

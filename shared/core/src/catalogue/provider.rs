@@ -7,8 +7,8 @@ use serde::Deserialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::{Task, TaskContext};
 use crate::job::TaskError;
+use crate::task::{Task, TaskContext};
 
 pub struct ProviderEvent;
 

@@ -8,8 +8,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use super::{Task, TaskContext};
 use crate::job::TaskError;
+use crate::task::{Task, TaskContext};
 use crate::store::effects;
 
 /// Fails its first `times` attempts with the given kind of error, then succeeds.

@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::ConfigError;
 use crate::job::TenantId;
 
 pub use sts::{JobAws, TaskCredentials};
@@ -87,6 +86,35 @@ pub enum MappingError {
     TenantWithoutExternalId { tenant: TenantId, task_type: String },
 }
 
+/// A task-role setting that cannot be used; the message names the variable.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{name} is invalid ({value:?}): {problem}")]
+pub struct RolesConfigError {
+    pub name: &'static str,
+    /// The value as set (its first 200 characters).
+    pub value: String,
+    pub problem: RolesProblem,
+}
+
+/// What is wrong with a task-role setting.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RolesProblem {
+    #[error("{0}")]
+    NotANumber(std::num::ParseIntError),
+    #[error("STS sessions last at least {MIN_STS_SESSION_SECONDS} s")]
+    BelowStsMinimum,
+    /// `RELAY_TASK_ROLES` is not the expected JSON (serde's message).
+    #[error("expected {{\"<task type>\": \"<role arn>\" | {{\"role_arn\", \"external_id\"?}}}}: {0}")]
+    TaskRolesShape(String),
+    /// `RELAY_TENANT_TASK_ROLES` is not the expected JSON (serde's message).
+    #[error("expected {{\"<tenant id>\": {{\"<task type>\": {{\"role_arn\", \"external_id\"}}}}}}: {0}")]
+    TenantRolesShape(String),
+    #[error("{task}: {error}")]
+    Task { task: String, error: MappingError },
+    #[error("{0}")]
+    Mapping(MappingError),
+}
+
 impl TaskRoles {
     /// An empty mapping whose sessions last `secs` seconds (at most 3600: refused here, up
     /// front, rather than by STS at the first call).
@@ -133,42 +161,40 @@ impl TaskRoles {
 
     /// Read `RELAY_TASK_ROLES`, `RELAY_TENANT_TASK_ROLES` and `RELAY_TASK_SESSION_SECONDS`
     /// (default 3600, 900 to 3600). Every error names the variable.
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, RolesConfigError> {
         let text = |name: &'static str| get(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        let invalid = |name: &'static str, value: &str, why: String| ConfigError::Invalid {
+        let invalid = |name: &'static str, value: &str, problem: RolesProblem| RolesConfigError {
             name,
             value: value.chars().take(200).collect(),
-            why,
+            problem,
         };
         const SECS: &str = "RELAY_TASK_SESSION_SECONDS";
         let secs = match text(SECS) {
             None => MAX_SESSION.as_secs(),
             Some(v) => {
-                let n: u64 = v.parse().map_err(|e: std::num::ParseIntError| invalid(SECS, &v, e.to_string()))?;
+                let n: u64 = v.parse().map_err(|e| invalid(SECS, &v, RolesProblem::NotANumber(e)))?;
                 if n < MIN_STS_SESSION_SECONDS {
-                    return Err(invalid(SECS, &v, format!("STS sessions last at least {MIN_STS_SESSION_SECONDS} s")));
+                    return Err(invalid(SECS, &v, RolesProblem::BelowStsMinimum));
                 }
                 n
             }
         };
-        let mut roles = Self::with_session_seconds(secs).map_err(|e| invalid(SECS, &secs.to_string(), e.to_string()))?;
+        let mut roles = Self::with_session_seconds(secs).map_err(|e| invalid(SECS, &secs.to_string(), RolesProblem::Mapping(e)))?;
         const TASKS: &str = "RELAY_TASK_ROLES";
         if let Some(v) = text(TASKS) {
-            let map: BTreeMap<String, Entry> = serde_json::from_str(&v).map_err(|e| {
-                invalid(TASKS, &v, format!("expected {{\"<task type>\": \"<role arn>\" | {{\"role_arn\", \"external_id\"?}}}}: {e}"))
-            })?;
+            let map: BTreeMap<String, Entry> =
+                serde_json::from_str(&v).map_err(|e| invalid(TASKS, &v, RolesProblem::TaskRolesShape(e.to_string())))?;
             for (task, entry) in map {
-                roles = roles.map_task(&task, entry.into()).map_err(|e| invalid(TASKS, &v, format!("{task}: {e}")))?;
+                roles = roles.map_task(&task, entry.into()).map_err(|error| invalid(TASKS, &v, RolesProblem::Task { task, error }))?;
             }
         }
         const TENANTS: &str = "RELAY_TENANT_TASK_ROLES";
         if let Some(v) = text(TENANTS) {
-            let map: BTreeMap<TenantId, BTreeMap<String, RoleSpec>> = serde_json::from_str(&v).map_err(|e| {
-                invalid(TENANTS, &v, format!("expected {{\"<tenant id>\": {{\"<task type>\": {{\"role_arn\", \"external_id\"}}}}}}: {e}"))
-            })?;
+            let map: BTreeMap<TenantId, BTreeMap<String, RoleSpec>> =
+                serde_json::from_str(&v).map_err(|e| invalid(TENANTS, &v, RolesProblem::TenantRolesShape(e.to_string())))?;
             for (tenant, tasks) in map {
                 for (task, role) in tasks {
-                    roles = roles.map_tenant_task(tenant, &task, role).map_err(|e| invalid(TENANTS, &v, e.to_string()))?;
+                    roles = roles.map_tenant_task(tenant, &task, role).map_err(|e| invalid(TENANTS, &v, RolesProblem::Mapping(e)))?;
                 }
             }
         }
@@ -218,7 +244,7 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    fn read(vars: &[(&str, &str)]) -> Result<TaskRoles, ConfigError> {
+    fn read(vars: &[(&str, &str)]) -> Result<TaskRoles, RolesConfigError> {
         let map: HashMap<String, String> = vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         TaskRoles::from_lookup(|k| map.get(k).cloned())
     }

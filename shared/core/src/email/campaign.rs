@@ -21,10 +21,11 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::content::SendParams;
-use crate::catalogue::TaskContext;
-use crate::job::TaskError;
-use crate::store::jobs::{self, Concurrency, NewJob};
+use crate::job::{Fence, TaskError};
+use crate::job::terms::{Concurrency, IdempotencyKey, Limits};
+use crate::store::jobs::{self, NewJob};
 use crate::store::campaign_pages;
+use crate::task::TaskContext;
 
 /// Children created per statement (one commit, one dispatch).
 pub const CHUNK: usize = 1000;
@@ -36,6 +37,8 @@ pub const MAX_PAGES: u32 = 1_000;
 pub const DEFAULT_CHILDREN_PER_RUN: u32 = 20_000;
 /// Children of one campaign sending at once, unless the campaign says otherwise.
 pub const DEFAULT_CONCURRENCY: i32 = 10;
+/// Seconds each child's attempt may run: one email.
+pub const CHILD_TIMEOUT_SECONDS: i32 = 60;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -145,22 +148,19 @@ fn child(ctx: &TaskContext, p: &CampaignParams, r: &Recipient, position: usize) 
     let mut m = p.message.clone();
     m.to = vec![r.to.clone()];
     m.data.extend(r.data.clone());
-    let key = format!("campaign:{}:{position}", ctx.job_id);
-    m.message_key = Some(key.clone());
+    let key = IdempotencyKey::campaign_child(ctx.job_id, position);
+    m.message_key = Some(key.as_str().to_owned());
     let params = serde_json::to_value(&m).unwrap_or_default();
     NewJob::child_of(ctx.job_id, &ctx.correlation_id, NewJob {
         id: Uuid::now_v7(),
         task_type: "email.send".into(),
         request_hash: Sha256::digest(params.to_string().as_bytes()).to_vec(),
         params,
-        idempotency_key: key,
+        idempotency_key: key.into(),
         run_at: chrono::Utc::now(),
-        max_attempts: 5,
-        timeout_seconds: 60,
-        concurrency: Some(Concurrency {
-            key: format!("campaign:{}", ctx.job_id),
-            limit: p.concurrency_limit.unwrap_or(DEFAULT_CONCURRENCY),
-        }),
+        max_attempts: Limits::DEFAULT.max_attempts,
+        timeout_seconds: CHILD_TIMEOUT_SECONDS,
+        concurrency: Some(Concurrency::campaign(ctx.job_id, p.concurrency_limit.unwrap_or(DEFAULT_CONCURRENCY))),
         ..NewJob::default()
     })
 }
@@ -175,11 +175,11 @@ pub async fn run(ctx: &TaskContext, p: CampaignParams) -> Result<Value, TaskErro
             if got.len() != pages as usize {
                 return Err(TaskError::Fatal(format!("{} of {pages} recipient pages arrived", got.len())));
             }
-            got.into_iter().flatten().collect()
+            got.into_iter().flat_map(|page| serde_json::from_value::<Vec<Recipient>>(page).unwrap_or_default()).collect()
         }
     };
     let total = i32::try_from(recipients.len()).map_err(|_| TaskError::Fatal("too many recipients".into()))?;
-    if !jobs::declare_children(&db, ctx.job_id, ctx.attempt, total).await.map_err(retryable)? {
+    if !jobs::declare_children(&db, Fence { job: ctx.job_id, attempt: ctx.attempt }, total).await.map_err(retryable)? {
         return Err(TaskError::Retryable("this attempt no longer holds the campaign".into()));
     }
     // Each chunk commits whole, so the children that exist are whole chunks (a partial last

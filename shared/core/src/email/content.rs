@@ -129,7 +129,7 @@ impl SendParams {
                 if self.subject.is_some() || self.text.is_some() || self.html.is_some() {
                     return Err(("template".into(), "give a template or literal subject/text/html, not both".into()));
                 }
-                crate::store::templates::check_name(name).map_err(|m| ("template".to_owned(), m))?;
+                crate::store::templates::check_name(name).map_err(|m| ("template".to_owned(), m.to_string()))?;
             }
             None => {
                 if !self.data.is_empty() {
@@ -178,17 +178,29 @@ impl SendParams {
     }
 
     /// The content to send: literal, or the stored template rendered with `data`.
-    pub fn render(&self, template: Option<&Template>) -> Result<Rendered, String> {
+    pub fn render(&self, template: Option<&Template>) -> Result<Rendered, RenderError> {
         match (&self.template, template) {
             (None, _) => Ok(Rendered {
                 subject: self.subject.clone().unwrap_or_default(),
                 text: self.text.clone(),
                 html: self.html.clone(),
             }),
-            (Some(name), None) => Err(format!("template {name:?} does not exist")),
+            (Some(name), None) => Err(RenderError::NoTemplate(name.clone())),
             (Some(_), Some(t)) => render_template(t, &self.data),
         }
     }
+}
+
+/// Why a message's content could not be rendered (the job fails for good).
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error("template {0:?} does not exist")]
+    NoTemplate(String),
+    /// A part did not compile or render (strict mode: a missing variable is an error).
+    #[error("template {template:?}, {part}: {error}")]
+    Part { template: String, part: &'static str, error: minijinja::Error },
+    #[error("template {0:?}: the subject rendered empty or on several lines")]
+    Subject(String),
 }
 
 fn environment() -> Environment<'static> {
@@ -212,16 +224,16 @@ pub fn compile_check(subject: &str, text: Option<&str>, html: Option<&str>) -> R
     Ok(())
 }
 
-fn render_template(t: &Template, data: &BTreeMap<String, Value>) -> Result<Rendered, String> {
+fn render_template(t: &Template, data: &BTreeMap<String, Value>) -> Result<Rendered, RenderError> {
     let env = environment();
-    let render = |part: &str, src: &str| -> Result<String, String> {
+    let render = |part: &'static str, src: &str| -> Result<String, RenderError> {
         env.template_from_named_str(part, src)
             .and_then(|tpl| tpl.render(minijinja::value::Serde(data)))
-            .map_err(|e| format!("template {:?}, {part}: {e}", t.name))
+            .map_err(|error| RenderError::Part { template: t.name.clone(), part, error })
     };
     let subject = render("subject", &t.subject)?;
     if subject.contains(['\r', '\n']) || subject.trim().is_empty() {
-        return Err(format!("template {:?}: the subject rendered empty or on several lines", t.name));
+        return Err(RenderError::Subject(t.name.clone()));
     }
     Ok(Rendered {
         subject,
@@ -280,9 +292,9 @@ mod tests {
         assert_eq!(r.text.as_deref(), Some("Hi <Bo>"));
         assert_eq!(r.html.as_deref(), Some("<p>Hi &lt;Bo&gt;</p>"));
         let missing = params(json!({"from": "a@acme.example", "to": ["b@example.com"], "template": "welcome"}));
-        let e = missing.render(Some(&t)).unwrap_err();
+        let e = missing.render(Some(&t)).unwrap_err().to_string();
         assert!(e.contains("undefined"), "{e}");
-        assert!(missing.render(None).unwrap_err().contains("does not exist"));
+        assert!(missing.render(None).unwrap_err().to_string().contains("does not exist"));
         assert!(compile_check("{{ oops", None, None).is_err());
     }
 

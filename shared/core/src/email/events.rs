@@ -1,77 +1,13 @@
 //! SES events as they reach ingress, parsed: the event-publishing form (`eventType`, from a
 //! configuration set's SNS destination) and the notification form (`notificationType`, from an
-//! identity's SNS topics, including inbound mail `Received`). Written from the formats AWS
-//! documents; pure, so every shape is tested with fixtures.
+//! identity's SNS topics, including inbound mail `Received`), each into the `SesEvent` its
+//! message keeps (`store::messages`). Written from the formats AWS documents; pure, so every
+//! shape is tested with fixtures.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use uuid::Uuid;
 
-/// What happened to a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventKind {
-    Send,
-    Delivery,
-    /// `permanent`: a hard bounce (the address goes on the suppression list).
-    Bounce { permanent: bool },
-    Complaint,
-    Reject,
-    Open,
-    Click,
-    DeliveryDelay,
-    RenderingFailure,
-    Subscription,
-    /// Inbound mail (a receipt rule's SNS action).
-    Received,
-}
-
-impl EventKind {
-    /// The name stored on `message_events`.
-    pub fn name(self) -> &'static str {
-        match self {
-            EventKind::Send => "send",
-            EventKind::Delivery => "delivery",
-            EventKind::Bounce { .. } => "bounce",
-            EventKind::Complaint => "complaint",
-            EventKind::Reject => "reject",
-            EventKind::Open => "open",
-            EventKind::Click => "click",
-            EventKind::DeliveryDelay => "delivery_delay",
-            EventKind::RenderingFailure => "rendering_failure",
-            EventKind::Subscription => "subscription",
-            EventKind::Received => "inbound",
-        }
-    }
-
-    /// Proof that SES accepted the message: settles an `unknown` send.
-    pub fn proves_sent(self) -> bool {
-        matches!(
-            self,
-            EventKind::Send
-                | EventKind::Delivery
-                | EventKind::Bounce { .. }
-                | EventKind::Complaint
-                | EventKind::Open
-                | EventKind::Click
-                | EventKind::DeliveryDelay
-        )
-    }
-}
-
-/// One parsed SES event.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SesEvent {
-    pub kind: EventKind,
-    /// SES's message id (`mail.messageId`).
-    pub ses_message_id: String,
-    /// Relay's message id, from the `relay_message_id` tag Relay sends with every message.
-    pub relay_message_id: Option<Uuid>,
-    pub occurred_at: Option<DateTime<Utc>>,
-    /// Addresses that bounced hard or complained: for the suppression list.
-    pub suppress: Vec<String>,
-    /// A short human summary (bounce type, reject reason, link clicked...).
-    pub summary: Option<String>,
-}
+use crate::store::messages::{EventKind, SesEvent};
 
 fn text<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {
     path.iter().try_fold(v, |v, k| v.get(k))?.as_str()
@@ -115,19 +51,32 @@ pub fn correlation_tag(message: &Value) -> Option<String> {
     (!id.is_empty() && id.len() <= 200).then(|| id.to_owned())
 }
 
+/// Why a message is not an SES event (kept on the job as the reason).
+#[derive(Debug, thiserror::Error)]
+pub enum NotAnEvent {
+    #[error("not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("neither eventType nor notificationType: not an SES event")]
+    NoType,
+    #[error("unknown SES event type {0:?}")]
+    UnknownType(String),
+    #[error("no mail.messageId")]
+    NoMessageId,
+}
+
 /// Parse an SES event (the SNS `Message`, as JSON or as the JSON text SNS really sends).
-pub fn parse(message: &Value) -> Result<SesEvent, String> {
+pub fn parse(message: &Value) -> Result<SesEvent, NotAnEvent> {
     let owned;
     let v = match message {
         Value::String(s) => {
-            owned = serde_json::from_str::<Value>(s).map_err(|e| format!("not JSON: {e}"))?;
+            owned = serde_json::from_str::<Value>(s).map_err(NotAnEvent::NotJson)?;
             &owned
         }
         v => v,
     };
     let type_name = text(v, &["eventType"])
         .or_else(|| text(v, &["notificationType"]))
-        .ok_or("neither eventType nor notificationType: not an SES event")?;
+        .ok_or(NotAnEvent::NoType)?;
     // The detail object is named after the type, in camelCase (`deliveryDelay`), except
     // rendering failures (`failure`).
     let detail = |key: &str| v.get(key);
@@ -146,9 +95,9 @@ pub fn parse(message: &Value) -> Result<SesEvent, String> {
         "Rendering Failure" | "RenderingFailure" => (EventKind::RenderingFailure, "failure"),
         "Subscription" => (EventKind::Subscription, "subscription"),
         "Received" => (EventKind::Received, "receipt"),
-        other => return Err(format!("unknown SES event type {other:?}")),
+        other => return Err(NotAnEvent::UnknownType(other.to_owned())),
     };
-    let ses_message_id = text(v, &["mail", "messageId"]).ok_or("no mail.messageId")?.to_owned();
+    let ses_message_id = text(v, &["mail", "messageId"]).ok_or(NotAnEvent::NoMessageId)?.to_owned();
     let relay_message_id = v
         .pointer("/mail/tags/relay_message_id/0")
         .and_then(Value::as_str)
@@ -249,9 +198,9 @@ mod tests {
 
     #[test]
     fn what_is_not_an_ses_event_says_why() {
-        assert!(parse(&json!({"hello": 1})).unwrap_err().contains("not an SES event"));
-        assert!(parse(&json!({"eventType": "Teleport", "mail": mail()})).unwrap_err().contains("unknown"));
-        assert!(parse(&json!({"eventType": "Send"})).unwrap_err().contains("messageId"));
-        assert!(parse(&Value::String("{oops".into())).unwrap_err().contains("not JSON"));
+        assert!(parse(&json!({"hello": 1})).unwrap_err().to_string().contains("not an SES event"));
+        assert!(matches!(parse(&json!({"eventType": "Teleport", "mail": mail()})), Err(NotAnEvent::UnknownType(t)) if t == "Teleport"));
+        assert!(matches!(parse(&json!({"eventType": "Send"})), Err(NotAnEvent::NoMessageId)));
+        assert!(parse(&Value::String("{oops".into())).unwrap_err().to_string().starts_with("not JSON: "));
     }
 }

@@ -21,10 +21,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::catalogue::TaskContext;
 use crate::job::TaskError;
 use crate::store::messages::{self, Intent, Message, NewMessage, Status};
 use crate::store::{StoreError, sending_identities, suppressions, templates};
+use crate::task::TaskContext;
 use content::SendParams;
 use ses::SendFailure;
 
@@ -53,7 +53,7 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         Some(name) => templates::get(&db, tenant, name).await.map_err(retryable)?,
         None => None,
     };
-    let body = p.render(template.as_ref()).map_err(TaskError::Fatal)?;
+    let body = p.render(template.as_ref()).map_err(|e| TaskError::Fatal(e.to_string()))?;
     let from = content::bare(&p.from).unwrap_or_default();
     let refused = if !sending_identities::allows(&db, tenant, &from).await.map_err(retryable)? {
         Some(format!("{from} is not one of this tenant's sending identities"))
@@ -222,7 +222,7 @@ fn recipients_of(recipients: &Value) -> std::collections::HashSet<String> {
 pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -> Result<Value, TaskError> {
     let e = match events::parse(message) {
         Ok(e) => e,
-        Err(why) => return Ok(json!({ "ses_event": false, "kept": true, "reason": why })),
+        Err(why) => return Ok(json!({ "ses_event": false, "kept": true, "reason": why.to_string() })),
     };
     let detail = match message {
         Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| message.clone()),
@@ -240,7 +240,7 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
             let suppress: Vec<String> = e.suppress.iter().filter(|a| addressed.contains(*a)).cloned().collect();
             let mut suppressed = 0;
             if !suppress.is_empty() {
-                let reason = if matches!(e.kind, events::EventKind::Complaint) { "complaint" } else { "bounce" };
+                let reason = if matches!(e.kind, messages::EventKind::Complaint) { "complaint" } else { "bounce" };
                 suppressed = suppressions::add(&tx, message.tenant_id, &suppress, reason, e.summary.as_deref(), Some(message.id))
                     .await
                     .map_err(retryable)?;

@@ -15,14 +15,15 @@ use futures::FutureExt;
 use tracing::Instrument;
 use serde_json::Value;
 
-use crate::catalogue::{Catalogue, TaskContext};
+use crate::catalogue::Catalogue;
 use crate::credentials::{JobAws, TaskCredentials};
-use crate::job::{ClaimedJob, Dispatch, JobId, Outcome, TaskError, exception_kind};
+use crate::job::{ClaimedJob, Dispatch, ExceptionKind, JobId, Outcome, TaskError};
 use crate::metrics;
 use crate::retry::RetryPolicy;
 use crate::store::jobs::{self, Failure, Retry};
 use crate::store::modes::Modes;
 use crate::store::StoreError;
+use crate::task::TaskContext;
 use crate::transport::{self, Transport};
 
 /// The largest result a task may return, serialised.
@@ -240,16 +241,16 @@ impl Executor {
         let mut waits = Vec::new();
         for (job, outcome) in outcomes {
             match outcome {
-                Outcome::Succeeded { result } => done.push((job.id, job.attempt, result.clone())),
+                Outcome::Succeeded { result } => done.push((job.fence(), result.clone())),
                 Outcome::Retry { run_at, error } => {
-                    retries.push((job.id, job.attempt, Retry { run_at: *run_at, error: error.clone() }))
+                    retries.push((job.fence(), Retry { run_at: *run_at, error: error.clone() }))
                 }
                 Outcome::Failed { kind, error } => {
                     let fault = self.catalogue.fault(&job.task_type, &job.params);
-                    failures.push((job.id, job.attempt, Failure { kind, error: error.clone(), fault }))
+                    failures.push((job.fence(), Failure { kind: *kind, error: error.clone(), fault }))
                 }
-                Outcome::Continue { note } => continues.push((job.id, job.attempt, note.clone())),
-                Outcome::Wait { total } => waits.push((job.id, job.attempt, *total)),
+                Outcome::Continue { note } => continues.push((job.fence(), note.clone())),
+                Outcome::Wait { total } => waits.push((job.fence(), *total)),
             }
         }
         let db = self.pool.get().await?;
@@ -263,30 +264,29 @@ impl Executor {
         drop(db);
         metrics::OUTCOME_WRITES.add([done.len(), retries.len(), failures.len(), continues.len(), waits.len()].iter().filter(|n| **n > 0).count());
         for (exception_id, job_id) in &failed.opened {
-            if let Some((_, _, f)) = failures.iter().find(|f| f.0 == *job_id) {
+            if let Some((_, f)) = failures.iter().find(|f| f.0.job == *job_id) {
                 crate::exceptions::alert_opened(*exception_id, *job_id, f.kind, &f.error);
             }
         }
-        let is_stale = |id: &JobId, stale: &[(JobId, i32)]| stale.iter().any(|(s, _)| s == id);
-        for (id, attempt, f) in failures.iter().filter(|f| !is_stale(&f.0, &stale_failures)) {
-            tracing::warn!(event = "relay.job.failed", job_id = %id, attempt, kind = f.kind,
+        for (fence, f) in failures.iter().filter(|f| !stale_failures.contains(&f.0)) {
+            tracing::warn!(event = "relay.job.failed", job_id = %fence.job, attempt = fence.attempt, kind = f.kind.as_str(),
                 error = %f.error, "job failed for good; exception opened");
         }
         let stale: Vec<_> =
             [&stale_done, &stale_retries, &stale_failures, &stale_continues, &stale_waits].into_iter().flatten().collect();
-        for (id, attempt) in &stale {
-            tracing::warn!(event = "relay.executor.stale_write", job_id = %id, attempt,
+        for fence in &stale {
+            tracing::warn!(event = "relay.executor.stale_write", job_id = %fence.job, attempt = fence.attempt,
                 "outcome refused: the job has moved on to a newer attempt");
         }
         metrics::STALE_WRITES.add(stale.len());
         metrics::JOBS_RUN.add(outcomes.len());
         let mut redo: Vec<Dispatch> = retries
             .iter()
-            .filter(|r| !is_stale(&r.0, &stale_retries))
-            .map(|(id, _, r)| Dispatch { id: *id, run_at: r.run_at })
+            .filter(|r| !stale_retries.contains(&r.0))
+            .map(|(fence, r)| Dispatch { id: fence.job, run_at: r.run_at })
             .collect();
         let now = Utc::now();
-        redo.extend(continues.iter().filter(|c| !is_stale(&c.0, &stale_continues)).map(|c| Dispatch { id: c.0, run_at: now }));
+        redo.extend(continues.iter().filter(|c| !stale_continues.contains(&c.0)).map(|c| Dispatch { id: c.0.job, run_at: now }));
         redo.extend(succeeded.callbacks);
         redo.extend(failed.callbacks);
         redo.extend(self.hand_on(outcomes).await);
@@ -359,40 +359,49 @@ pub fn decide(job: &ClaimedJob, ran: Ran, now: DateTime<Utc>, policy: &RetryPoli
             Outcome::Retry { run_at: policy.next_run_at_after(now, job.attempt, asked), error }
         } else {
             let error = format!("{error} (attempt {} of {})", job.attempt, job.max_attempts);
-            Outcome::Failed { kind: exception_kind::ATTEMPTS_EXHAUSTED, error }
+            Outcome::Failed { kind: ExceptionKind::AttemptsExhausted, error }
         }
     };
     let retry_or_fail = |error: String| retry_or_fail_after(error, None);
     match ran {
         Ran::Finished(Ok(result)) => match storable(&result) {
             Ok(()) => Outcome::Succeeded { result },
-            Err(why) => Outcome::Failed { kind: exception_kind::FATAL_ERROR, error: why },
+            Err(why) => Outcome::Failed { kind: ExceptionKind::FatalError, error: why.to_string() },
         },
         Ran::Finished(Err(TaskError::Retryable(e))) => retry_or_fail(clean(&e)),
         Ran::Finished(Err(TaskError::RetryAfter(e, after))) => retry_or_fail_after(clean(&e), Some(after)),
-        Ran::Finished(Err(TaskError::Fatal(e))) => Outcome::Failed { kind: exception_kind::FATAL_ERROR, error: clean(&e) },
+        Ran::Finished(Err(TaskError::Fatal(e))) => Outcome::Failed { kind: ExceptionKind::FatalError, error: clean(&e) },
         Ran::Finished(Err(TaskError::Ambiguous(e))) => {
-            Outcome::Failed { kind: exception_kind::AMBIGUOUS_OUTCOME, error: clean(&e) }
+            Outcome::Failed { kind: ExceptionKind::AmbiguousOutcome, error: clean(&e) }
         }
         Ran::Finished(Err(TaskError::Continue(note))) => Outcome::Continue { note: clean(&note) },
         Ran::Finished(Err(TaskError::WaitForChildren(total))) => Outcome::Wait { total },
         Ran::TimedOut(t) => retry_or_fail(format!("timed out after {}s", t.as_secs())),
         Ran::Panicked(msg) => retry_or_fail(format!("task panicked: {}", clean(&msg))),
         Ran::UnknownType => Outcome::Failed {
-            kind: exception_kind::UNKNOWN_TASK_TYPE,
+            kind: ExceptionKind::UnknownTaskType,
             error: format!("task type {:?} is not in this executor's catalogue", job.task_type),
         },
     }
 }
 
+/// Why a task's result cannot be stored (the job fails for good).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+enum Unstorable {
+    #[error("result is {0} bytes; the limit is {MAX_RESULT_BYTES}")]
+    TooLarge(usize),
+    #[error("result contains a NUL character, which cannot be stored")]
+    Nul,
+}
+
 /// A result must be plain JSON that Postgres can store: no NUL characters, bounded size.
-fn storable(result: &Value) -> Result<(), String> {
+fn storable(result: &Value) -> Result<(), Unstorable> {
     let text = result.to_string();
     if text.len() > MAX_RESULT_BYTES {
-        return Err(format!("result is {} bytes; the limit is {MAX_RESULT_BYTES}", text.len()));
+        return Err(Unstorable::TooLarge(text.len()));
     }
     if text.contains("\\u0000") {
-        return Err("result contains a NUL character, which cannot be stored".into());
+        return Err(Unstorable::Nul);
     }
     Ok(())
 }
@@ -437,7 +446,7 @@ mod tests {
         assert!(matches!(decide(&job(1, 3), err(), now, &p), Outcome::Retry { run_at, .. } if run_at > now));
         match decide(&job(3, 3), err(), now, &p) {
             Outcome::Failed { kind, error } => {
-                assert_eq!(kind, exception_kind::ATTEMPTS_EXHAUSTED);
+                assert_eq!(kind, ExceptionKind::AttemptsExhausted);
                 assert!(error.contains("attempt 3 of 3"), "{error}");
             }
             o => panic!("{o:?}"),
@@ -452,9 +461,9 @@ mod tests {
             Outcome::Failed { kind, .. } => kind,
             o => panic!("{o:?}"),
         };
-        assert_eq!(kind(Ran::Finished(Err(TaskError::Fatal("no".into())))), exception_kind::FATAL_ERROR);
-        assert_eq!(kind(Ran::Finished(Err(TaskError::Ambiguous("?".into())))), exception_kind::AMBIGUOUS_OUTCOME);
-        assert_eq!(kind(Ran::UnknownType), exception_kind::UNKNOWN_TASK_TYPE);
+        assert_eq!(kind(Ran::Finished(Err(TaskError::Fatal("no".into())))), ExceptionKind::FatalError);
+        assert_eq!(kind(Ran::Finished(Err(TaskError::Ambiguous("?".into())))), ExceptionKind::AmbiguousOutcome);
+        assert_eq!(kind(Ran::UnknownType), ExceptionKind::UnknownTaskType);
     }
 
     #[test]

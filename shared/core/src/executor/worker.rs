@@ -13,7 +13,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::AbortHandle;
 
 use super::Executor;
-use crate::job::{ClaimedJob, JobId, Outcome};
+use crate::job::{ClaimedJob, Fence, JobId, Outcome};
 use crate::store::jobs;
 
 type InFlight = Arc<Mutex<HashMap<JobId, (i32, AbortHandle)>>>;
@@ -217,8 +217,8 @@ async fn heartbeat_loop(exec: Executor, in_flight: InFlight) {
     let every = exec.config.lease / 3;
     loop {
         tokio::time::sleep(every).await;
-        let fence: Vec<(JobId, i32)> =
-            in_flight.lock().expect("in-flight lock").iter().map(|(id, (a, _))| (*id, *a)).collect();
+        let fence: Vec<Fence> =
+            in_flight.lock().expect("in-flight lock").iter().map(|(id, (a, _))| Fence { job: *id, attempt: *a }).collect();
         if fence.is_empty() {
             continue;
         }
@@ -229,7 +229,7 @@ async fn heartbeat_loop(exec: Executor, in_flight: InFlight) {
         match lost.await {
             Ok(lost) => {
                 let mut registry = in_flight.lock().expect("in-flight lock");
-                for (id, attempt) in lost {
+                for Fence { job: id, attempt } in lost {
                     // Still in flight and still lost: stop the zombie.
                     if let Some((a, handle)) = registry.get(&id)
                         && *a == attempt

@@ -36,7 +36,8 @@ pub async fn handle(exec: &Executor, event: SqsEvent, deadline: Option<SystemTim
                 ids.push(m.job_id);
                 carrying.push((message_id, body));
             }
-            Err(reason) => {
+            Err(why) => {
+                let reason = why.to_string();
                 let source = source(arn.as_deref());
                 tracing::warn!(event = "relay.executor.malformed_message", message_id, reason,
                     "work message kept in dead_letters");

@@ -13,16 +13,16 @@ use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 use uuid::Uuid;
 
-use crate::api::jobs::{DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_SECONDS};
 use crate::catalogue::Catalogue;
 use crate::catalogue::provider::ProviderEvent;
-use crate::catalogue::Task;
 use crate::intake::Intake;
 use crate::platform::Platform;
 use crate::job::TenantId;
+use crate::job::terms::{IdempotencyKey, Limits};
 use crate::store::dead_letters::{self, NewDeadLetter};
 use crate::store::jobs::NewJob;
 use crate::store::{StoreError, tenants};
+use crate::task::Task;
 
 /// The task type ingress creates.
 pub const TASK_TYPE: &str = ProviderEvent::NAME;
@@ -50,6 +50,27 @@ struct SnsEnvelope {
     subject: Option<String>,
     #[serde(default)]
     timestamp: Option<String>,
+}
+
+/// Why a record cannot be a job (kept in `dead_letters` with this reason).
+#[derive(Debug, thiserror::Error)]
+pub enum Unparseable {
+    #[error("the record has no body")]
+    NoBody,
+    #[error("the body is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("not a valid SNS envelope: {0}")]
+    BadEnvelope(serde_json::Error),
+    #[error("SNS message of type {0:?}, not a Notification (confirm or ignore it by hand)")]
+    NotANotification(String),
+    #[error("the record has no messageId")]
+    NoMessageId,
+    #[error("the message contains a NUL character, which Postgres cannot store in JSON")]
+    Nul,
+    #[error("not a provider event: {0}")]
+    NotAProviderEvent(crate::catalogue::ParamError),
+    #[error("the provider's message id is longer than 195 characters")]
+    LongMessageId,
 }
 
 impl Ingress {
@@ -83,7 +104,8 @@ impl Ingress {
                     jobs.push(job);
                     carrying.push(message_id);
                 }
-                Err(reason) => {
+                Err(why) => {
+                    let reason = why.to_string();
                     tracing::warn!(event = "relay.ingress.unparseable", message_id, reason, "record kept in dead_letters");
                     letters.push(NewDeadLetter {
                         source: format!("ingress:{}", record.event_source_arn.as_deref().unwrap_or("unknown")),
@@ -126,15 +148,15 @@ impl Ingress {
     }
 
     /// One record as a job, or the reason it cannot be one.
-    fn to_job(&self, record: &SqsMessage) -> Result<NewJob, String> {
-        let body = record.body.as_deref().ok_or("the record has no body")?;
+    fn to_job(&self, record: &SqsMessage) -> Result<NewJob, Unparseable> {
+        let body = record.body.as_deref().ok_or(Unparseable::NoBody)?;
         let source_queue = record.event_source_arn.clone().unwrap_or_else(|| "unknown".into());
-        let value: Value = serde_json::from_str(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+        let value: Value = serde_json::from_str(body).map_err(Unparseable::NotJson)?;
         let is_sns = value.get("Type").is_some() && value.get("TopicArn").is_some();
         let params = if is_sns {
-            let sns: SnsEnvelope = serde_json::from_value(value).map_err(|e| format!("not a valid SNS envelope: {e}"))?;
+            let sns: SnsEnvelope = serde_json::from_value(value).map_err(Unparseable::BadEnvelope)?;
             if sns.kind != "Notification" {
-                return Err(format!("SNS message of type {:?}, not a Notification (confirm or ignore it by hand)", sns.kind));
+                return Err(Unparseable::NotANotification(sns.kind));
             }
             let message = serde_json::from_str(&sns.message).unwrap_or(Value::String(sns.message));
             json!({
@@ -142,35 +164,33 @@ impl Ingress {
                 "message": message, "subject": sns.subject, "sent_at": sns.timestamp,
             })
         } else {
-            let message_id = record.message_id.clone().ok_or("the record has no messageId")?;
+            let message_id = record.message_id.clone().ok_or(Unparseable::NoMessageId)?;
             json!({
                 "source": source_queue, "envelope": "sqs", "message_id": message_id, "message": value,
                 "subject": null, "sent_at": record.attributes.get("SentTimestamp"),
             })
         };
         if params.to_string().contains("\\u0000") {
-            return Err("the message contains a NUL character, which Postgres cannot store in JSON".into());
+            return Err(Unparseable::Nul);
         }
-        self.catalogue.check(TASK_TYPE, &params).map_err(|e| format!("not a provider event: {e}"))?;
+        self.catalogue.check(TASK_TYPE, &params).map_err(Unparseable::NotAProviderEvent)?;
         let envelope = if is_sns { "sns" } else { "sqs" };
-        let key = format!("{envelope}:{}", params["message_id"].as_str().unwrap_or_default());
-        if key.len() > 200 {
-            return Err("the provider's message id is longer than 195 characters".into());
-        }
+        let key = IdempotencyKey::provider_message(envelope, params["message_id"].as_str().unwrap_or_default())
+            .ok_or(Unparseable::LongMessageId)?;
         let id = Uuid::now_v7();
         // An SES event carries the correlation id of the message it is about.
-        let correlation_id = crate::email::events::correlation_tag(&params["message"]).unwrap_or_else(|| key.clone());
+        let correlation_id = crate::email::events::correlation_tag(&params["message"]).unwrap_or_else(|| key.as_str().to_owned());
         Ok(NewJob {
             id,
             task_type: TASK_TYPE.into(),
             request_hash: Sha256::digest(params.to_string().as_bytes()).to_vec(),
             params,
             correlation_id,
-            idempotency_key: key,
+            idempotency_key: key.into(),
             parent_id: None,
             run_at: Utc::now(),
-            max_attempts: DEFAULT_MAX_ATTEMPTS,
-            timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
+            max_attempts: Limits::DEFAULT.max_attempts,
+            timeout_seconds: Limits::DEFAULT.timeout_seconds,
             ..NewJob::default()
         })
     }

@@ -1,9 +1,9 @@
-//! Recipient pages of campaigns that take their list after submit (`email::campaign`).
+//! Recipient pages of campaigns that take their list after submit (`email::campaign`), kept
+//! as the JSON they came in; the campaign reads its recipients out of them.
 
 use serde_json::Value;
 
 use super::{GenericClient, StoreError};
-use crate::email::campaign::Recipient;
 use crate::job::JobId;
 
 /// What storing a page found.
@@ -37,8 +37,8 @@ pub async fn put(db: &impl GenericClient, job_id: JobId, page: i32, recipients: 
     Ok((stored, count))
 }
 
-/// Every page of a campaign, in page order.
-pub async fn all(db: &impl GenericClient, job_id: JobId) -> Result<Vec<Vec<Recipient>>, StoreError> {
+/// Every page of a campaign, in page order, as stored.
+pub async fn all(db: &impl GenericClient, job_id: JobId) -> Result<Vec<Value>, StoreError> {
     let rows = db.query("SELECT recipients FROM campaign_pages WHERE job_id = $1 ORDER BY page", &[&job_id]).await?;
-    Ok(rows.iter().map(|r| serde_json::from_value(r.get::<_, Value>(0)).unwrap_or_default()).collect())
+    Ok(rows.iter().map(|r| r.get(0)).collect())
 }

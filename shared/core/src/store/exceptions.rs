@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::{GenericClient, StoreError};
-use crate::job::JobId;
+use crate::job::{ExceptionKind, JobId};
 
 /// Statuses an exception can have.
 pub const STATUSES: [&str; 3] = ["open", "resolved", "ignored"];
@@ -22,7 +22,8 @@ pub struct Exception {
     pub tenant_id: Uuid,
     pub task_type: String,
     /// Why the job failed for good: attempts_exhausted, fatal_error, ambiguous_outcome, ...
-    pub kind: String,
+    #[schema(value_type = String)]
+    pub kind: ExceptionKind,
     /// The error that opened it.
     pub cause: String,
     /// open, resolved or ignored.
@@ -38,20 +39,20 @@ const COLUMNS: &str =
     "id, job_id, tenant_id, task_type, kind, cause, status, opened_at, closed_at, closed_by, close_reason";
 
 impl Exception {
-    fn from_row(r: &Row) -> Self {
-        Exception {
+    fn from_row(r: &Row) -> Result<Self, StoreError> {
+        Ok(Exception {
             id: r.get(0),
             job_id: r.get(1),
             tenant_id: r.get(2),
             task_type: r.get(3),
-            kind: r.get(4),
+            kind: r.get::<_, &str>(4).parse()?,
             cause: r.get(5),
             status: r.get(6),
             opened_at: r.get(7),
             closed_at: r.get(8),
             closed_by: r.get(9),
             close_reason: r.get(10),
-        }
+        })
     }
 }
 
@@ -60,7 +61,7 @@ pub async fn for_job(db: &impl GenericClient, job_id: JobId) -> Result<Vec<Excep
     let rows = db
         .query(&format!("SELECT {COLUMNS} FROM exceptions WHERE job_id = $1 ORDER BY opened_at DESC"), &[&job_id])
         .await?;
-    Ok(rows.iter().map(Exception::from_row).collect())
+    rows.iter().map(Exception::from_row).collect()
 }
 
 /// How many exceptions are open.
@@ -103,19 +104,19 @@ pub async fn list(db: &impl GenericClient, f: &ExceptionFilter) -> Result<Vec<Ex
             &[&f.status, &f.kind, &f.task_type, &f.tenant_id, &f.cause, &before_at, &before_id, &f.limit],
         )
         .await?;
-    Ok(rows.iter().map(Exception::from_row).collect())
+    rows.iter().map(Exception::from_row).collect()
 }
 
 pub async fn get(db: &impl GenericClient, id: Uuid) -> Result<Option<Exception>, StoreError> {
     let row = db.query_opt(&format!("SELECT {COLUMNS} FROM exceptions WHERE id = $1"), &[&id]).await?;
-    Ok(row.as_ref().map(Exception::from_row))
+    row.as_ref().map(Exception::from_row).transpose()
 }
 
 /// Lock an exception for an action in the caller's transaction (concurrent actions on one
 /// exception take turns; the second sees what the first did).
 pub async fn lock(db: &impl GenericClient, id: Uuid) -> Result<Option<Exception>, StoreError> {
     let row = db.query_opt(&format!("SELECT {COLUMNS} FROM exceptions WHERE id = $1 FOR UPDATE"), &[&id]).await?;
-    Ok(row.as_ref().map(Exception::from_row))
+    row.as_ref().map(Exception::from_row).transpose()
 }
 
 /// Close an open exception as `resolved` or `ignored`. Returns false when it was not open.
@@ -199,7 +200,7 @@ pub struct Unalerted {
     pub job_id: JobId,
     pub tenant: String,
     pub task_type: String,
-    pub kind: String,
+    pub kind: ExceptionKind,
     pub cause: String,
     pub opened_at: DateTime<Utc>,
     pub correlation_id: String,
@@ -218,19 +219,20 @@ pub async fn unalerted(db: &impl GenericClient, since: DateTime<Utc>, limit: i64
             &[&since, &limit],
         )
         .await?;
-    Ok(rows
-        .iter()
-        .map(|r| Unalerted {
-            id: r.get(0),
-            job_id: r.get(1),
-            tenant: r.get(2),
-            task_type: r.get(3),
-            kind: r.get(4),
-            cause: r.get(5),
-            opened_at: r.get(6),
-            correlation_id: r.get(7),
+    rows.iter()
+        .map(|r| {
+            Ok(Unalerted {
+                id: r.get(0),
+                job_id: r.get(1),
+                tenant: r.get(2),
+                task_type: r.get(3),
+                kind: r.get::<_, &str>(4).parse()?,
+                cause: r.get(5),
+                opened_at: r.get(6),
+                correlation_id: r.get(7),
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// Record that these exceptions' alerts are queued.

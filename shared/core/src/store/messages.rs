@@ -1,4 +1,5 @@
-//! Messages: the at-most-once record of every email, and the provider events on it.
+//! Messages: the at-most-once record of every email, and the provider events on it (parsed
+//! by `email::events`).
 //!
 //! The intent is written (in its own committed statement, under the job's fence) before SES is
 //! called. Whoever finds an existing row never sends: a `sending` row left by an earlier
@@ -13,8 +14,73 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::{GenericClient, StoreError};
-use crate::email::events::{EventKind, SesEvent};
 use crate::job::{JobId, TenantId};
+
+/// What happened to a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Send,
+    Delivery,
+    /// `permanent`: a hard bounce (the address goes on the suppression list).
+    Bounce { permanent: bool },
+    Complaint,
+    Reject,
+    Open,
+    Click,
+    DeliveryDelay,
+    RenderingFailure,
+    Subscription,
+    /// Inbound mail (a receipt rule's SNS action).
+    Received,
+}
+
+impl EventKind {
+    /// The name stored on `message_events`.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::Send => "send",
+            EventKind::Delivery => "delivery",
+            EventKind::Bounce { .. } => "bounce",
+            EventKind::Complaint => "complaint",
+            EventKind::Reject => "reject",
+            EventKind::Open => "open",
+            EventKind::Click => "click",
+            EventKind::DeliveryDelay => "delivery_delay",
+            EventKind::RenderingFailure => "rendering_failure",
+            EventKind::Subscription => "subscription",
+            EventKind::Received => "inbound",
+        }
+    }
+
+    /// Proof that SES accepted the message: settles an `unknown` send.
+    pub fn proves_sent(self) -> bool {
+        matches!(
+            self,
+            EventKind::Send
+                | EventKind::Delivery
+                | EventKind::Bounce { .. }
+                | EventKind::Complaint
+                | EventKind::Open
+                | EventKind::Click
+                | EventKind::DeliveryDelay
+        )
+    }
+}
+
+/// One parsed SES event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SesEvent {
+    pub kind: EventKind,
+    /// SES's message id (`mail.messageId`).
+    pub ses_message_id: String,
+    /// Relay's message id, from the `relay_message_id` tag Relay sends with every message.
+    pub relay_message_id: Option<Uuid>,
+    pub occurred_at: Option<DateTime<Utc>>,
+    /// Addresses that bounced hard or complained: for the suppression list.
+    pub suppress: Vec<String>,
+    /// A short human summary (bounce type, reject reason, link clicked...).
+    pub summary: Option<String>,
+}
 
 /// Where a message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]

@@ -55,6 +55,9 @@ pub enum StoreError {
     MigrationEdited(&'static str),
     #[error("migration {name}: {source}")]
     Migration { name: &'static str, source: tokio_postgres::Error },
+    /// A stored exception kind this build does not know (a newer build wrote it).
+    #[error(transparent)]
+    UnknownExceptionKind(#[from] crate::job::UnknownExceptionKind),
 }
 
 /// A database error with Postgres's own message (tokio-postgres's `Display` says only "db error").

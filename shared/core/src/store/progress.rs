@@ -3,12 +3,31 @@
 
 use std::collections::HashMap;
 
-use chrono::{DateTime, Utc};
+use super::{GenericClient, StoreError};
+use crate::job::JobId;
 
-use super::jobs::Job;
-use super::{GenericClient, StoreError, modes};
-use crate::job::{JobId, JobStatus};
-use crate::progress::{self, Baseline, ChildCounts};
+/// Children of one parent, counted from their rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChildCounts {
+    pub total: i64,
+    pub succeeded: i64,
+    pub failed: i64,
+    pub cancelled: i64,
+}
+
+impl ChildCounts {
+    pub fn terminal(&self) -> i64 {
+        self.succeeded + self.failed + self.cancelled
+    }
+}
+
+/// A task type's run-time baseline.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Baseline {
+    pub p50_s: f64,
+    pub p95_s: f64,
+    pub runs: i32,
+}
 
 /// Earlier runs a baseline is computed from, per task type (the latest successful ones).
 pub const BASELINE_RUNS: i64 = 100;
@@ -84,30 +103,4 @@ pub async fn running_per_key(db: &impl GenericClient, keys: &[&str]) -> Result<H
         )
         .await?;
     Ok(db.query(&stmt, &[&keys]).await?.iter().map(|r| (r.get(0), r.get(1))).collect())
-}
-
-/// Fill in `progress` and `waiting_reason` of jobs read for a client. Each input is read only
-/// when some job needs it, so a page of finished single jobs costs one query (children).
-pub async fn annotate(db: &impl GenericClient, jobs: &mut [Job], now: DateTime<Utc>) -> Result<(), StoreError> {
-    if jobs.is_empty() {
-        return Ok(());
-    }
-    let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
-    let children = child_counts(db, &ids).await?;
-    let running_types: Vec<&str> = jobs
-        .iter()
-        .filter(|j| j.status == JobStatus::Running && !children.contains_key(&j.id) && j.children_total.is_none())
-        .map(|j| j.task_type.as_str())
-        .collect();
-    let baselines = if running_types.is_empty() { HashMap::new() } else { baselines(db, &running_types).await? };
-    let due_now = |j: &Job| j.status == JobStatus::Pending && j.run_at <= now;
-    let modes = if jobs.iter().any(due_now) { modes::load(db).await? } else { modes::Modes::default() };
-    let keys: Vec<&str> = jobs.iter().filter(|j| due_now(j)).filter_map(|j| j.concurrency_key.as_deref()).collect();
-    let running = if keys.is_empty() { HashMap::new() } else { running_per_key(db, &keys).await? };
-    for j in jobs.iter_mut() {
-        let busy = j.concurrency_key.as_ref().and_then(|k| running.get(k)).copied().unwrap_or(0);
-        j.waiting_reason = progress::waiting_reason(j, now, modes.paused(&j.task_type), busy);
-        j.progress = progress::of(j, children.get(&j.id).copied(), baselines.get(&j.task_type).copied(), now);
-    }
-    Ok(())
 }

@@ -23,12 +23,17 @@ impl Template {
     }
 }
 
+/// A template name that breaks the rule below; the message states the rule.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("1 to 100 letters, digits, '.', '_' or '-'")]
+pub struct BadName;
+
 /// A template name: 1 to 100 letters, digits, `.`, `_` or `-`.
-pub fn check_name(name: &str) -> Result<(), String> {
+pub fn check_name(name: &str) -> Result<(), BadName> {
     let ok = !name.is_empty()
         && name.len() <= 100
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok { Ok(()) } else { Err("1 to 100 letters, digits, '.', '_' or '-'".into()) }
+    if ok { Ok(()) } else { Err(BadName) }
 }
 
 const COLUMNS: &str = "name, subject, text_body, html_body, updated_at";

@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::{GenericClient, StoreError};
+use crate::job::ExceptionKind;
 
 /// The shortest time between two signals about one tenant and cause.
 pub const SIGNAL_EVERY: chrono::Duration = chrono::Duration::hours(1);
@@ -20,7 +21,8 @@ pub struct TenantFault {
     pub tenant_id: Uuid,
     pub task_type: String,
     /// fatal_error, attempts_exhausted, ...
-    pub kind: String,
+    #[schema(value_type = String)]
+    pub kind: ExceptionKind,
     /// Jobs failed this way, in all.
     pub count: i64,
     pub last_error: String,
@@ -34,18 +36,18 @@ pub struct TenantFault {
 const COLUMNS: &str = "tenant_id, task_type, kind, count, last_error, last_job_id, first_at, last_at, signalled_at";
 
 impl TenantFault {
-    fn from_row(r: &Row) -> TenantFault {
-        TenantFault {
+    fn from_row(r: &Row) -> Result<TenantFault, StoreError> {
+        Ok(TenantFault {
             tenant_id: r.get(0),
             task_type: r.get(1),
-            kind: r.get(2),
+            kind: r.get::<_, &str>(2).parse()?,
             count: r.get(3),
             last_error: r.get(4),
             last_job_id: r.get(5),
             first_at: r.get(6),
             last_at: r.get(7),
             signalled_at: r.get(8),
-        }
+        })
     }
 }
 
@@ -71,7 +73,7 @@ pub async fn list(db: &impl GenericClient, tenant: Option<Uuid>, limit: i64) -> 
     let sql = format!(
         "SELECT {COLUMNS} FROM tenant_faults WHERE ($1::uuid IS NULL OR tenant_id = $1) ORDER BY last_at DESC LIMIT $2"
     );
-    Ok(db.query(&sql, &[&tenant, &limit]).await?.iter().map(TenantFault::from_row).collect())
+    db.query(&sql, &[&tenant, &limit]).await?.iter().map(TenantFault::from_row).collect()
 }
 
 /// Take the rows due a signal (new since their last one, and none in `SIGNAL_EVERY`), marking
@@ -87,5 +89,5 @@ pub async fn take_due_signals(db: &impl GenericClient, limit: i64) -> Result<Vec
         COLUMNS.split(", ").map(|c| format!("t.{c}")).collect::<Vec<_>>().join(", ")
     );
     let every = SIGNAL_EVERY.num_seconds() as f64;
-    Ok(db.query(&sql, &[&every, &limit]).await?.iter().map(TenantFault::from_row).collect())
+    db.query(&sql, &[&every, &limit]).await?.iter().map(TenantFault::from_row).collect()
 }

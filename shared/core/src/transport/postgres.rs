@@ -31,7 +31,17 @@ struct Notifier {
     requested: AtomicU64,
     wake: Notify,
     /// The highest dispatch covered so far, and how its NOTIFY went.
-    sent: watch::Sender<(u64, Result<(), String>)>,
+    sent: watch::Sender<(u64, Result<(), NotifyError>)>,
+}
+
+/// Why a NOTIFY did not go out, told to every dispatch it was to cover. The text is the whole
+/// cause chain (the errors' own `Display`s stop at the top).
+#[derive(Debug, thiserror::Error)]
+enum NotifyError {
+    #[error("{}", relay_runtime::error_chain(.0))]
+    Pool(deadpool_postgres::PoolError),
+    #[error("{}", relay_runtime::error_chain(.0))]
+    Db(tokio_postgres::Error),
 }
 
 impl PgTransport {
@@ -62,7 +72,7 @@ impl Transport for PgTransport {
         let covered = sent.wait_for(|(n, _)| *n >= mine).await;
         match covered.as_deref() {
             Ok((_, Ok(()))) => Ok(()),
-            Ok((_, Err(e))) => Err(TransportError::nothing_sent("postgres", e.clone(), jobs)),
+            Ok((_, Err(e))) => Err(TransportError::nothing_sent("postgres", e.to_string(), jobs)),
             Err(_) => Err(TransportError::nothing_sent("postgres", "notifier stopped", jobs)),
         }
     }
@@ -73,12 +83,12 @@ async fn notify_loop(pool: Pool, n: Arc<Notifier>) {
         n.wake.notified().await;
         let covers = n.requested.load(Ordering::SeqCst);
         let sent = async {
-            let db = pool.get().await?;
-            let stmt = db.prepare_cached("SELECT pg_notify($1, '')").await?;
-            db.execute(&stmt, &[&CHANNEL]).await?;
-            anyhow::Ok(())
+            let db = pool.get().await.map_err(NotifyError::Pool)?;
+            let stmt = db.prepare_cached("SELECT pg_notify($1, '')").await.map_err(NotifyError::Db)?;
+            db.execute(&stmt, &[&CHANNEL]).await.map_err(NotifyError::Db)?;
+            Ok(())
         };
-        let _previous = n.sent.send_replace((covers, sent.await.map_err(|e| format!("{e:#}"))));
+        let _previous = n.sent.send_replace((covers, sent.await));
     }
 }
 

@@ -32,10 +32,15 @@ pub struct WorkMessage {
     pub run_at: DateTime<Utc>,
 }
 
+/// A message body that is not a `WorkMessage`; the text is the dead-letter record's reason.
+#[derive(Debug, thiserror::Error)]
+#[error("not a work message ({{\"job_id\", \"run_at\"}}): {0}")]
+pub struct NotAWorkMessage(serde_json::Error);
+
 impl WorkMessage {
     /// Parse a message body; the error says what is wrong, for the dead-letter record.
-    pub fn parse(body: &str) -> Result<Self, String> {
-        serde_json::from_str(body).map_err(|e| format!("not a work message ({{\"job_id\", \"run_at\"}}): {e}"))
+    pub fn parse(body: &str) -> Result<Self, NotAWorkMessage> {
+        serde_json::from_str(body).map_err(NotAWorkMessage)
     }
 }
 
@@ -84,17 +89,17 @@ impl SqsTransport {
 
     /// One `SendMessageBatch`; on failure, the reason and the jobs not sent (entries SQS
     /// refused, or all of them when the call failed).
-    async fn send_batch(&self, jobs: &[Dispatch], now: DateTime<Utc>) -> Result<(), (String, Vec<JobId>)> {
-        let all = || jobs.iter().map(|d| d.id).collect::<Vec<_>>();
+    async fn send_batch(&self, jobs: &[Dispatch], now: DateTime<Utc>) -> Result<(), TransportError> {
+        let all = |e: String| TransportError::nothing_sent("sqs", e, jobs);
         let mut entries = Vec::with_capacity(jobs.len());
         for (i, d) in jobs.iter().enumerate() {
-            let body = serde_json::to_string(&WorkMessage { job_id: d.id, run_at: d.run_at }).map_err(|e| (e.to_string(), all()))?;
+            let body = serde_json::to_string(&WorkMessage { job_id: d.id, run_at: d.run_at }).map_err(|e| all(e.to_string()))?;
             let entry = SendMessageBatchRequestEntry::builder()
                 .id(i.to_string())
                 .message_body(body)
                 .delay_seconds(delay_seconds(d.run_at, now))
                 .build()
-                .map_err(|e| (e.to_string(), all()))?;
+                .map_err(|e| all(e.to_string()))?;
             entries.push(entry);
         }
         let out = self
@@ -104,12 +109,12 @@ impl SqsTransport {
             .set_entries(Some(entries))
             .send()
             .await
-            .map_err(|e| (DisplayErrorContext(e).to_string(), all()))?;
+            .map_err(|e| all(DisplayErrorContext(e).to_string()))?;
         let Some(f) = out.failed().first() else { return Ok(()) };
         let message = format!("{} of {} entries refused; first: {} {}", out.failed().len(), jobs.len(), f.code(), f.message().unwrap_or(""));
         // An entry's id is its index in this batch.
-        let refused = out.failed().iter().filter_map(|f| jobs.get(f.id().parse::<usize>().ok()?)).map(|d| d.id).collect();
-        Err((message, refused))
+        let unsent = out.failed().iter().filter_map(|f| jobs.get(f.id().parse::<usize>().ok()?)).map(|d| d.id).collect();
+        Err(TransportError { transport: "sqs", message, unsent })
     }
 }
 
@@ -128,9 +133,9 @@ impl Transport for SqsTransport {
         let (mut errors, mut unsent) = (Vec::new(), Vec::new());
         for group in chunks.chunks(PARALLEL_BATCHES) {
             let sent = futures::future::join_all(group.iter().map(|chunk| self.send_batch(chunk, now))).await;
-            for (message, ids) in sent.into_iter().filter_map(Result::err) {
-                errors.push(message);
-                unsent.extend(ids);
+            for e in sent.into_iter().filter_map(Result::err) {
+                errors.push(e.message);
+                unsent.extend(e.unsent);
             }
         }
         match errors.first() {
@@ -164,7 +169,7 @@ mod tests {
         let v: serde_json::Value = serde_json::to_value(m).unwrap();
         assert_eq!(v.as_object().unwrap().len(), 2);
         assert_eq!(WorkMessage::parse(&v.to_string()).unwrap(), m);
-        assert!(WorkMessage::parse("{\"job_id\": 3}").unwrap_err().starts_with("not a work message"));
+        assert!(WorkMessage::parse("{\"job_id\": 3}").unwrap_err().to_string().starts_with("not a work message"));
         assert!(WorkMessage::parse("hello").is_err());
     }
 }

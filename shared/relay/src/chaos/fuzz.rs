@@ -41,8 +41,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let examples = env.n(1000, 20);
     let tmp = env.tmp.clone();
     let venv = tokio::task::spawn_blocking(move || crate::localaws::venv(&tmp.join("schemathesis-venv"), &["schemathesis>=4,<5"]))
-        .await?
-        .map_err(|e| anyhow::anyhow!(e))?;
+        .await??;
     let scratch = env.scratch(Settings::default()).await?;
     let (operator_key, status_key) = {
         let db = scratch.platform.pool.get().await?;

@@ -82,14 +82,13 @@ impl Env {
                 }
                 let tmp = self.tmp.clone();
                 tokio::task::spawn_blocking(move || {
-                    std::fs::create_dir_all(&tmp).map_err(|e| e.to_string())?;
+                    std::fs::create_dir_all(&tmp)?;
                     let venv = crate::localaws::moto_venv(&tmp)?;
                     let (url, child) = crate::localaws::start_moto(&venv, &tmp)?;
                     crate::localaws::kill_when_process_exits(child.id(), std::process::id())?;
-                    Ok::<_, String>(url)
+                    anyhow::Ok(url)
                 })
                 .await?
-                .map_err(|e| anyhow::anyhow!(e))
             })
             .await?;
         Ok(url.clone())

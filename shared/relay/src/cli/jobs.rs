@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use taskdeck::job::JobStatus;
 use taskdeck::store::jobs::{self, JobFilter};
 use taskdeck::store::{progress, tenants};
+use taskdeck::view::JobView;
 use uuid::Uuid;
 
 #[derive(clap::Subcommand)]
@@ -81,7 +82,7 @@ pub async fn run(pool: &Pool, tenant_name: &str, command: JobsCommand) -> anyhow
             let events = jobs::events(&db, t.id, id).await?;
             let children = progress::child_counts(&db, &[id]).await?.remove(&id).unwrap_or_default();
             println!("{}", serde_json::to_string_pretty(&serde_json::json!({
-                "job": job,
+                "job": JobView::bare(job),
                 "events": events,
                 "children": { "total": children.total, "terminal": children.terminal(), "succeeded": children.succeeded, "failed": children.failed, "cancelled": children.cancelled },
             }))?);

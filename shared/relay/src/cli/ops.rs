@@ -12,6 +12,7 @@ use taskdeck::schedules::{self, SchedulePatch, ScheduleSpec};
 use taskdeck::store::exceptions::{self, ExceptionFilter};
 use taskdeck::store::jobs::operator;
 use taskdeck::store::{modes, operators, schedules as schedule_store, sending_identities, tenants};
+use taskdeck::view::JobView;
 use uuid::Uuid;
 
 #[derive(Subcommand)]
@@ -182,7 +183,7 @@ pub async fn exceptions(p: &Platform, actor: &str, cmd: ExceptionsCommand) -> an
             let db = p.pool.get().await?;
             let e = exceptions::get(&db, id).await?.context("no such exception")?;
             print(&json!({
-                "job": operator::get_any(&db, e.job_id).await?,
+                "job": operator::get_any(&db, e.job_id).await?.map(JobView::bare),
                 "events": operator::events_any(&db, e.job_id).await?,
                 "actions": exceptions::actions(&db, id).await?,
                 "exception": e,

@@ -1,0 +1,308 @@
+//! The terms a new job is made on, whoever makes it (the API, schedules, ingress, a campaign's
+//! fan-out): its idempotency key, its correlation id, when it is due, how many attempts it has
+//! and how long each may run, and how many jobs of its concurrency key run at once. What a
+//! client gives is parsed here into values that hold their bounds; the defaults are stated once.
+//! No I/O here.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use uuid::Uuid;
+
+use super::JobId;
+
+/// Attempts a job has unless its submitter says otherwise.
+pub const DEFAULT_MAX_ATTEMPTS: i32 = 5;
+/// The most attempts a job may ask for.
+pub const MAX_ATTEMPTS: i32 = 100;
+/// Seconds an attempt may run unless its submitter says otherwise (or the deployment allows less).
+pub const DEFAULT_TIMEOUT_SECONDS: i32 = 300;
+/// The longest `timeout_seconds` a deployment may allow (one that runs jobs under a deadline,
+/// the SQS transport on Lambda, allows less: `Settings::max_timeout_seconds`).
+pub const MAX_TIMEOUT_SECONDS: i32 = 86_400;
+/// How far ahead a job may be put.
+pub const MAX_DELAY_SECONDS: u32 = 366 * 24 * 3600;
+/// The longest idempotency key, correlation id and concurrency key.
+pub const MAX_KEY_LEN: usize = 200;
+/// The largest `concurrency_limit`.
+pub const MAX_CONCURRENCY_LIMIT: i32 = 10_000;
+
+/// A term that breaks its bounds. The message is what a client reads; `field` names the field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    #[error("an idempotency key is 1 to {MAX_KEY_LEN} visible ASCII characters")]
+    IdempotencyKey,
+    #[error("correlation_id: 1 to {MAX_KEY_LEN} characters, no control characters")]
+    CorrelationId,
+    #[error("delay_seconds: give run_at or delay_seconds, not both")]
+    RunAtAndDelay,
+    #[error("delay_seconds: at most one year")]
+    DelayTooLong,
+    #[error("run_at: at most one year ahead")]
+    RunAtTooFar,
+    #[error("max_attempts: between 1 and {MAX_ATTEMPTS}")]
+    MaxAttempts,
+    /// `longest` is what this deployment allows.
+    #[error("timeout_seconds: between 1 and {longest}{}", on_deployment(*longest))]
+    Timeout { longest: i32 },
+    #[error("concurrency_key: 1 to {MAX_KEY_LEN} characters, no control characters")]
+    ConcurrencyKey,
+    #[error("concurrency_limit: between 1 and {MAX_CONCURRENCY_LIMIT}")]
+    ConcurrencyLimit,
+    #[error("concurrency_limit: a concurrency_key needs a concurrency_limit")]
+    KeyWithoutLimit,
+    #[error("concurrency_key: a concurrency_limit needs a concurrency_key")]
+    LimitWithoutKey,
+}
+
+fn on_deployment(longest: i32) -> &'static str {
+    if longest < MAX_TIMEOUT_SECONDS {
+        " on this deployment: each attempt runs within one invocation of the executor function"
+    } else {
+        ""
+    }
+}
+
+impl Invalid {
+    /// The field at fault.
+    pub fn field(self) -> &'static str {
+        match self {
+            Invalid::IdempotencyKey => "idempotency_key",
+            Invalid::CorrelationId => "correlation_id",
+            Invalid::RunAtAndDelay | Invalid::DelayTooLong => "delay_seconds",
+            Invalid::RunAtTooFar => "run_at",
+            Invalid::MaxAttempts => "max_attempts",
+            Invalid::Timeout { .. } => "timeout_seconds",
+            Invalid::ConcurrencyKey | Invalid::LimitWithoutKey => "concurrency_key",
+            Invalid::ConcurrencyLimit | Invalid::KeyWithoutLimit => "concurrency_limit",
+        }
+    }
+}
+
+/// A key or id a client names: 1 to `MAX_KEY_LEN` characters, none of them a control character.
+fn printable(s: &str) -> bool {
+    !s.is_empty() && s.len() <= MAX_KEY_LEN && !s.chars().any(char::is_control)
+}
+
+/// A job's idempotency key: unique per tenant, so a job is made once however often it is asked
+/// for. A client's is 1 to `MAX_KEY_LEN` visible ASCII characters; Relay derives the keys of the
+/// jobs it makes itself from what made them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    pub fn parse(key: &str) -> Result<Self, Invalid> {
+        if key.is_empty() || key.len() > MAX_KEY_LEN || !key.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(Invalid::IdempotencyKey);
+        }
+        Ok(Self(key.to_owned()))
+    }
+
+    /// The job of one slot of one schedule: `schedule:<schedule id>:<slot, RFC 3339>`.
+    pub fn schedule_slot(schedule_id: Uuid, slot: DateTime<Utc>) -> Self {
+        Self(format!("schedule:{schedule_id}:{}", slot.to_rfc3339_opts(SecondsFormat::Secs, true)))
+    }
+
+    /// The schedule a job was fired by, read back from its key.
+    pub fn schedule_of(key: &str) -> Option<Uuid> {
+        let rest = key.strip_prefix("schedule:")?;
+        Uuid::parse_str(rest.split(':').next()?).ok()
+    }
+
+    /// A campaign's child for the recipient at `position`: `campaign:<campaign id>:<position>`.
+    pub fn campaign_child(campaign: JobId, position: usize) -> Self {
+        Self(format!("campaign:{campaign}:{position}"))
+    }
+
+    /// A provider's message (`sns` or `sqs` and its id, as received): `<envelope>:<id>`, or
+    /// `None` when that is longer than `MAX_KEY_LEN`.
+    pub fn provider_message(envelope: &str, message_id: &str) -> Option<Self> {
+        let key = format!("{envelope}:{message_id}");
+        (key.len() <= MAX_KEY_LEN).then_some(Self(key))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<IdempotencyKey> for String {
+    fn from(key: IdempotencyKey) -> String {
+        key.0
+    }
+}
+
+/// A correlation id as a client gives it; carried by every retry, child and event of its job.
+/// A job given none is correlated by its own id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CorrelationId(String);
+
+impl CorrelationId {
+    pub fn parse(id: &str) -> Result<Self, Invalid> {
+        if !printable(id) {
+            return Err(Invalid::CorrelationId);
+        }
+        Ok(Self(id.to_owned()))
+    }
+
+    /// The job of one slot of the schedule named `name`: `schedule:<name>:<slot, RFC 3339>`.
+    pub fn schedule_slot(name: &str, slot: DateTime<Utc>) -> Self {
+        Self(format!("schedule:{name}:{}", slot.to_rfc3339_opts(SecondsFormat::Secs, true)))
+    }
+}
+
+impl From<CorrelationId> for String {
+    fn from(id: CorrelationId) -> String {
+        id.0
+    }
+}
+
+/// When a job asked to run at `run_at`, or `delay_seconds` from `now` (not both), is due: never
+/// before `now`, at most `MAX_DELAY_SECONDS` ahead.
+pub fn due_at(run_at: Option<DateTime<Utc>>, delay_seconds: Option<u32>, now: DateTime<Utc>) -> Result<DateTime<Utc>, Invalid> {
+    match (run_at, delay_seconds) {
+        (Some(_), Some(_)) => Err(Invalid::RunAtAndDelay),
+        (_, Some(d)) if d > MAX_DELAY_SECONDS => Err(Invalid::DelayTooLong),
+        (Some(at), None) if at > now + chrono::Duration::seconds(MAX_DELAY_SECONDS.into()) => Err(Invalid::RunAtTooFar),
+        (Some(at), None) => Ok(at.max(now)),
+        (None, Some(d)) => Ok(now + chrono::Duration::seconds(d.into())),
+        (None, None) => Ok(now),
+    }
+}
+
+/// How many attempts a job has, and how long each may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_attempts: i32,
+    pub timeout_seconds: i32,
+}
+
+impl Limits {
+    /// What a job gets when nobody says otherwise.
+    pub const DEFAULT: Limits = Limits { max_attempts: DEFAULT_MAX_ATTEMPTS, timeout_seconds: DEFAULT_TIMEOUT_SECONDS };
+
+    /// What a submitter asked for, on a deployment whose attempts may run at most `longest`
+    /// seconds (the default timeout is cut to it).
+    pub fn parse(max_attempts: Option<i32>, timeout_seconds: Option<i32>, longest: i32) -> Result<Limits, Invalid> {
+        let max_attempts = max_attempts.unwrap_or(DEFAULT_MAX_ATTEMPTS);
+        if !(1..=MAX_ATTEMPTS).contains(&max_attempts) {
+            return Err(Invalid::MaxAttempts);
+        }
+        let timeout_seconds = timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS.min(longest));
+        if !(1..=longest).contains(&timeout_seconds) {
+            return Err(Invalid::Timeout { longest });
+        }
+        Ok(Limits { max_attempts, timeout_seconds })
+    }
+}
+
+/// No more than `limit` jobs with this key run at once; jobs with other keys or none are not
+/// held back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Concurrency {
+    pub key: String,
+    pub limit: i32,
+}
+
+impl Concurrency {
+    /// A key and a limit as a client gives them: both or neither.
+    pub fn parse(key: Option<String>, limit: Option<i32>) -> Result<Option<Concurrency>, Invalid> {
+        match (key, limit) {
+            (None, None) => Ok(None),
+            (Some(key), Some(limit)) => {
+                if !printable(&key) {
+                    return Err(Invalid::ConcurrencyKey);
+                }
+                if !(1..=MAX_CONCURRENCY_LIMIT).contains(&limit) {
+                    return Err(Invalid::ConcurrencyLimit);
+                }
+                Ok(Some(Concurrency { key, limit }))
+            }
+            (Some(_), None) => Err(Invalid::KeyWithoutLimit),
+            (None, Some(_)) => Err(Invalid::LimitWithoutKey),
+        }
+    }
+
+    /// A campaign's children: `limit` of them send at once.
+    pub fn campaign(campaign: JobId, limit: i32) -> Concurrency {
+        Concurrency { key: format!("campaign:{campaign}"), limit }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn idempotency_keys_are_bounded_visible_ascii() {
+        assert_eq!(IdempotencyKey::parse("order-42").unwrap().as_str(), "order-42");
+        for bad in ["", "has space", "tab\t", "é", &"k".repeat(201)] {
+            assert_eq!(IdempotencyKey::parse(bad), Err(Invalid::IdempotencyKey), "{bad:?}");
+        }
+        assert!(IdempotencyKey::parse(&"k".repeat(200)).is_ok());
+    }
+
+    #[test]
+    fn slot_keys_name_their_schedule() {
+        let id = Uuid::now_v7();
+        let key = IdempotencyKey::schedule_slot(id, t("2024-01-01T10:00:00Z"));
+        assert_eq!(key.as_str(), format!("schedule:{id}:2024-01-01T10:00:00Z"));
+        assert_eq!(IdempotencyKey::parse(key.as_str()).as_ref(), Ok(&key), "a slot key is a valid key");
+        assert_eq!(IdempotencyKey::schedule_of(key.as_str()), Some(id));
+        assert_eq!(IdempotencyKey::schedule_of("order-7"), None);
+        assert_eq!(IdempotencyKey::schedule_of("schedule:nightly:2024"), None);
+    }
+
+    #[test]
+    fn provider_keys_are_bounded() {
+        assert_eq!(IdempotencyKey::provider_message("sns", "m-1").unwrap().as_str(), "sns:m-1");
+        assert!(IdempotencyKey::provider_message("sqs", &"m".repeat(196)).is_some());
+        assert!(IdempotencyKey::provider_message("sqs", &"m".repeat(197)).is_none());
+    }
+
+    #[test]
+    fn correlation_ids_are_bounded_and_printable() {
+        assert!(CorrelationId::parse("order 42 é").is_ok());
+        for bad in ["", "line\nbreak", &"c".repeat(201)] {
+            assert_eq!(CorrelationId::parse(bad), Err(Invalid::CorrelationId), "{bad:?}");
+        }
+        let slot = CorrelationId::schedule_slot("nightly", t("2024-01-01T10:00:00Z"));
+        assert_eq!(String::from(slot), "schedule:nightly:2024-01-01T10:00:00Z");
+    }
+
+    #[test]
+    fn a_job_is_due_now_or_later_and_within_a_year() {
+        let now = t("2024-01-01T00:00:00Z");
+        assert_eq!(due_at(None, None, now), Ok(now));
+        assert_eq!(due_at(Some(t("2023-01-01T00:00:00Z")), None, now), Ok(now), "the past is now");
+        assert_eq!(due_at(None, Some(60), now), Ok(t("2024-01-01T00:01:00Z")));
+        assert_eq!(due_at(Some(now), Some(1), now), Err(Invalid::RunAtAndDelay));
+        assert_eq!(due_at(None, Some(MAX_DELAY_SECONDS + 1), now), Err(Invalid::DelayTooLong));
+        assert_eq!(due_at(Some(t("2025-06-01T00:00:00Z")), None, now), Err(Invalid::RunAtTooFar));
+    }
+
+    #[test]
+    fn limits_default_and_hold_their_bounds() {
+        assert_eq!(Limits::parse(None, None, MAX_TIMEOUT_SECONDS), Ok(Limits::DEFAULT));
+        assert_eq!(Limits::parse(None, None, 60), Ok(Limits { max_attempts: 5, timeout_seconds: 60 }), "the default is cut to the deployment's");
+        assert_eq!(Limits::parse(Some(0), None, MAX_TIMEOUT_SECONDS), Err(Invalid::MaxAttempts));
+        assert_eq!(Limits::parse(Some(101), None, MAX_TIMEOUT_SECONDS), Err(Invalid::MaxAttempts));
+        assert_eq!(Limits::parse(None, Some(61), 60), Err(Invalid::Timeout { longest: 60 }));
+        assert_eq!(Limits::parse(None, Some(0), MAX_TIMEOUT_SECONDS), Err(Invalid::Timeout { longest: MAX_TIMEOUT_SECONDS }));
+        assert_eq!(Invalid::Timeout { longest: MAX_TIMEOUT_SECONDS }.to_string(), "timeout_seconds: between 1 and 86400");
+        assert!(Invalid::Timeout { longest: 60 }.to_string().starts_with("timeout_seconds: between 1 and 60 on this deployment: "));
+    }
+
+    #[test]
+    fn concurrency_takes_both_or_neither() {
+        assert_eq!(Concurrency::parse(None, None), Ok(None));
+        assert_eq!(Concurrency::parse(Some("k".into()), Some(3)), Ok(Some(Concurrency { key: "k".into(), limit: 3 })));
+        assert_eq!(Concurrency::parse(Some("k".into()), None), Err(Invalid::KeyWithoutLimit));
+        assert_eq!(Concurrency::parse(None, Some(3)), Err(Invalid::LimitWithoutKey));
+        assert_eq!(Concurrency::parse(Some(String::new()), Some(3)), Err(Invalid::ConcurrencyKey));
+        assert_eq!(Concurrency::parse(Some("k".into()), Some(10_001)), Err(Invalid::ConcurrencyLimit));
+        assert_eq!(Invalid::KeyWithoutLimit.field(), "concurrency_limit", "the missing one is named");
+    }
+}

@@ -1,0 +1,285 @@
+//! Claiming due jobs for a worker: fairly across tenants (`claim_due`), key by key within
+//! concurrency limits (`claim_keyed`), or by id for a transport that delivers ids
+//! (`claim_ids`); and the hand-on of keyed jobs once a slot frees.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+use tokio_postgres::Row;
+
+use crate::job::{ClaimedJob, Dispatch, JobId, TenantId};
+use crate::store::modes::Modes;
+use crate::store::{GenericClient, StoreError};
+
+fn claimed_from_row(r: &Row) -> ClaimedJob {
+    ClaimedJob {
+        id: r.get(0),
+        tenant_id: r.get(1),
+        task_type: r.get(2),
+        params: r.get(3),
+        correlation_id: r.get(4),
+        attempt: r.get(5),
+        max_attempts: r.get(6),
+        timeout_seconds: r.get(7),
+        concurrency_key: r.get(8),
+    }
+}
+
+/// The rows a claim takes: due, pending, not of a paused task type, not locked by another
+/// claimer. Shared by every claim shape so they cannot disagree.
+pub(super) const CLAIMABLE: &str = "status = 'pending' AND run_at <= now()
+    AND task_type <> ALL (SELECT substr(name, 7) FROM operating_modes
+                          WHERE name LIKE 'pause:%' AND enabled)";
+
+/// Claiming has two paths. Jobs without a concurrency key (the hot path) are claimed by
+/// `claim_due`, fairly across tenants; jobs with a key by `claim_keyed`, key by key, under a
+/// per-key lock (see there).
+///
+/// `claim_due` is one statement: find each tenant with pending unkeyed jobs by skipping
+/// through `jobs_due_free` (tenant_id, run_at), one index probe per tenant, give each an equal
+/// share of the claim, and take each one's share of due jobs, oldest first (tenants in random
+/// order, which matters only when there are more tenants than jobs to claim). A tenant
+/// flooding the queue holds back only itself: a quiet tenant's job is in the very next claim,
+/// however deep the flood's backlog. One tenant alone gets the whole claim, as before.
+/// `share` comes back so the worker can tell a short claim (nothing more due) from a fair one
+/// (some tenant had more). The tenant probes walk the index backwards, from each tenant's
+/// newest entry: the oldest entries are those of rows just claimed, dead until vacuum, and
+/// only the claim itself should have to step over them.
+fn fair_claim_sql() -> String {
+    format!(
+        "WITH RECURSIVE tenants(tenant_id) AS (
+            (SELECT tenant_id FROM jobs WHERE status = 'pending' AND concurrency_key IS NULL
+             ORDER BY tenant_id DESC, run_at DESC LIMIT 1)
+            UNION ALL
+            SELECT (SELECT tenant_id FROM jobs WHERE status = 'pending' AND concurrency_key IS NULL
+                      AND tenant_id < t.tenant_id ORDER BY tenant_id DESC, run_at DESC LIMIT 1)
+            FROM tenants t WHERE t.tenant_id IS NOT NULL
+        ), share AS (
+            SELECT ceil($1::int8::float8 / greatest(count(*), 1))::int8 AS n FROM tenants WHERE tenant_id IS NOT NULL
+        ), due AS (
+            SELECT f.id FROM (SELECT tenant_id FROM tenants WHERE tenant_id IS NOT NULL ORDER BY random()) t
+            CROSS JOIN LATERAL (SELECT id FROM jobs
+                                WHERE {CLAIMABLE} AND concurrency_key IS NULL AND tenant_id = t.tenant_id
+                                ORDER BY tenant_id, run_at LIMIT (SELECT n FROM share) FOR UPDATE SKIP LOCKED) f
+            LIMIT $1
+        ), claimed AS (
+            {CLAIM_UPDATE}
+        )
+        SELECT c.*, share.n AS share FROM ({CLAIM_SELECT}) c, share"
+    )
+}
+
+/// `started_at` is the moment of the claim (`clock_timestamp()`), not the start of its
+/// transaction: a keyed claim's transaction begins before it takes its key's lock, and the
+/// recorded start must not precede the end of the job whose slot it took.
+const CLAIM_UPDATE: &str = "UPDATE jobs j SET status = 'running', attempt = j.attempt + 1, resends = 0,
+                 lease_until = now() + make_interval(secs => $2), started_at = clock_timestamp(), updated_at = now()
+             WHERE j.id = ANY (ARRAY(SELECT id FROM due))
+             RETURNING j.id, j.tenant_id, j.task_type, j.params, j.correlation_id, j.attempt,
+                 j.max_attempts, j.timeout_seconds, j.concurrency_key";
+
+const CLAIM_SELECT: &str = "SELECT claimed.*, modes.switches FROM claimed,
+             (SELECT coalesce(jsonb_object_agg(name, enabled), '{}') AS switches FROM operating_modes) modes";
+
+/// Each distinct concurrency key with pending jobs, found by skipping through
+/// `jobs_keyed_pending` (one index probe per key, however many jobs each key holds).
+pub(super) const PENDING_KEYS: &str = "WITH RECURSIVE k(key) AS (
+        (SELECT concurrency_key FROM jobs WHERE status = 'pending' AND concurrency_key IS NOT NULL
+         ORDER BY concurrency_key LIMIT 1)
+        UNION ALL
+        SELECT (SELECT concurrency_key FROM jobs WHERE status = 'pending' AND concurrency_key IS NOT NULL
+                  AND concurrency_key > k.key ORDER BY concurrency_key LIMIT 1)
+        FROM k WHERE k.key IS NOT NULL
+    )";
+
+/// For each key in `keys`, the due pending jobs that fit in its free slots (running jobs of
+/// the key counted from `jobs_keyed_running`; each job's own limit decides), oldest first.
+/// `$1` bounds the rows; `{lock}` is `FOR UPDATE SKIP LOCKED` for a claim.
+pub(super) fn fitting(keys: &str, extra_filter: &str, lock: &str) -> String {
+    format!(
+        "SELECT c.id, c.run_at FROM ({keys}) k
+         CROSS JOIN LATERAL (SELECT count(*) AS running FROM jobs
+                             WHERE status = 'running' AND concurrency_key = k.key) r
+         CROSS JOIN LATERAL (SELECT id, run_at, concurrency_limit,
+                                    row_number() OVER (ORDER BY run_at, id) AS rn
+                             FROM (SELECT id, run_at, concurrency_limit FROM jobs
+                                   WHERE {CLAIMABLE} AND concurrency_key = k.key {extra_filter}
+                                   ORDER BY run_at, id LIMIT $1 {lock}) q) c
+         WHERE r.running + c.rn <= c.concurrency_limit"
+    )
+}
+
+/// Claim up to `limit` due jobs that carry a concurrency key, never more per key than its
+/// limit. One transaction of two statements: the first takes a transaction-scoped advisory
+/// lock per key with due work (skipping keys another claimer holds right now), the second
+/// counts each locked key's running jobs and claims what fits. The second statement's
+/// snapshot is taken after the locks, so it sees every claim committed by the previous
+/// holder: two claimers can never both fill the same free slot. `only`: claim just these ids
+/// (a transport that delivers ids). `within`: claim only jobs whose `timeout_seconds` is at
+/// most this (what fits in the time an invocation has left).
+pub async fn claim_keyed(
+    db: &mut deadpool_postgres::Client,
+    limit: i64,
+    lease_secs: f64,
+    only: Option<&[JobId]>,
+    within: Option<i32>,
+) -> Result<Claim, StoreError> {
+    let tx = db.transaction().await?;
+    let lock = "pg_try_advisory_xact_lock(hashtextextended(current_schema() || ':relay.key:' || key, 0))";
+    let keys: Vec<String> = match only {
+        None => {
+            // Keys whose oldest pending job is due and that look free, oldest head first.
+            let stmt = tx
+                .prepare_cached(&format!(
+                    "{PENDING_KEYS}
+                     SELECT key FROM (
+                         SELECT k.key FROM k
+                         CROSS JOIN LATERAL (SELECT run_at, concurrency_limit FROM jobs
+                                             WHERE status = 'pending' AND concurrency_key = k.key
+                                             ORDER BY run_at LIMIT 1) head
+                         WHERE k.key IS NOT NULL AND head.run_at <= now()
+                           AND (SELECT count(*) FROM jobs WHERE status = 'running' AND concurrency_key = k.key)
+                               < head.concurrency_limit
+                         ORDER BY head.run_at LIMIT $1
+                     ) free WHERE {lock}"
+                ))
+                .await?;
+            tx.query(&stmt, &[&limit]).await?.iter().map(|r| r.get(0)).collect()
+        }
+        Some(ids) => {
+            let stmt = tx
+                .prepare_cached(&format!(
+                    "SELECT key FROM (SELECT DISTINCT concurrency_key AS key FROM jobs
+                                      WHERE id = ANY($1) AND status = 'pending' AND concurrency_key IS NOT NULL) d
+                     WHERE {lock}"
+                ))
+                .await?;
+            tx.query(&stmt, &[&ids]).await?.iter().map(|r| r.get(0)).collect()
+        }
+    };
+    if keys.is_empty() {
+        tx.commit().await?;
+        return Ok(Claim::default());
+    }
+    let extra = if only.is_some() { "AND id = ANY($4)" } else { "AND $4::uuid[] IS NULL" };
+    let extra = format!("{extra} AND ($5::int4 IS NULL OR timeout_seconds <= $5)");
+    let fits = fitting("SELECT unnest($3::text[]) AS key", &extra, "FOR UPDATE SKIP LOCKED");
+    let stmt = tx
+        .prepare_cached(&format!(
+            "WITH due AS (SELECT id FROM ({fits}) f ORDER BY run_at LIMIT $1), claimed AS ({CLAIM_UPDATE})
+             {CLAIM_SELECT}"
+        ))
+        .await?;
+    let rows = tx.query(&stmt, &[&limit, &lease_secs, &keys, &only, &within]).await?;
+    tx.commit().await?;
+    let mut claim = Claim::from_rows(&rows);
+    claim.more = rows.len() as i64 >= limit;
+    Ok(claim)
+}
+
+/// Mark and return the due jobs of these keys that fit in their free slots now: the hand-on
+/// after keyed jobs finish, so the next job of a key starts promptly on any transport.
+pub async fn keyed_ready(db: &impl GenericClient, keys: &[String], limit: i64) -> Result<Vec<Dispatch>, StoreError> {
+    let fits = fitting("SELECT DISTINCT unnest($2::text[]) AS key", "", "");
+    let stmt = db
+        .prepare_cached(&format!(
+            "UPDATE jobs j SET dispatched_at = now()
+             WHERE j.id = ANY (ARRAY(SELECT id FROM ({fits}) f ORDER BY run_at LIMIT $1))
+             RETURNING j.id, j.run_at"
+        ))
+        .await?;
+    let rows = db.query(&stmt, &[&limit, &keys]).await?;
+    Ok(rows.iter().map(|r| Dispatch { id: r.get(0), run_at: r.get(1) }).collect())
+}
+
+/// Jobs taken by one claim, with the operating modes read in the same statement.
+#[derive(Debug, Clone, Default)]
+pub struct Claim {
+    pub jobs: Vec<ClaimedJob>,
+    pub modes: Modes,
+    /// More jobs may be due right now: claim again rather than wait for a wake-up.
+    pub more: bool,
+}
+
+impl Claim {
+    fn from_rows(rows: &[Row]) -> Claim {
+        let modes = rows.first().map(|r| Modes::from_json(&r.get::<_, Value>("switches"))).unwrap_or_default();
+        Claim { jobs: rows.iter().map(claimed_from_row).collect(), modes, more: false }
+    }
+
+    /// Add the jobs of another claim; the modes are those of whichever claim took jobs first.
+    pub fn merge(&mut self, other: Claim) {
+        if self.jobs.is_empty() {
+            self.modes = other.modes;
+        }
+        self.jobs.extend(other.jobs);
+        self.more |= other.more;
+    }
+}
+
+/// Claim up to `limit` due unkeyed jobs, fairly across tenants, under a lease of
+/// `lease_secs` (the Postgres-native transport).
+pub async fn claim_due(db: &impl GenericClient, limit: i64, lease_secs: f64) -> Result<Claim, StoreError> {
+    let stmt = db.prepare_cached(&fair_claim_sql()).await?;
+    let rows = db.query(&stmt, &[&limit, &lease_secs]).await?;
+    let mut claim = Claim::from_rows(&rows);
+    // More may be due when the claim is full, or when some tenant took its whole share.
+    let share = rows.first().map_or(0, |r| r.get::<_, i64>("share"));
+    let mut per_tenant: HashMap<TenantId, i64> = HashMap::new();
+    for job in &claim.jobs {
+        *per_tenant.entry(job.tenant_id).or_default() += 1;
+    }
+    claim.more = rows.len() as i64 >= limit || per_tenant.values().any(|&n| n >= share);
+    Ok(claim)
+}
+
+/// Claim the named jobs if they are still claimable (a transport that delivers ids, like SQS).
+/// A duplicate or stale delivery claims nothing. `within`: claim only jobs whose
+/// `timeout_seconds` is at most this (see `defer_unfit` for the ones left).
+pub async fn claim_ids(
+    db: &impl GenericClient,
+    ids: &[JobId],
+    lease_secs: f64,
+    within: Option<i32>,
+) -> Result<Claim, StoreError> {
+    let stmt = db
+        .prepare_cached(&format!(
+            "WITH due AS (
+                 SELECT id FROM jobs WHERE {CLAIMABLE} AND concurrency_key IS NULL AND id = ANY($3)
+                   AND ($4::int4 IS NULL OR timeout_seconds <= $4)
+                 LIMIT $1 FOR UPDATE SKIP LOCKED
+             ), claimed AS (
+                 {CLAIM_UPDATE}
+             )
+             {CLAIM_SELECT}"
+        ))
+        .await?;
+    let limit = i64::try_from(ids.len()).unwrap_or(i64::MAX);
+    Ok(Claim::from_rows(&db.query(&stmt, &[&limit, &lease_secs, &ids, &within]).await?))
+}
+
+/// Of these ids, the pending jobs whose `timeout_seconds` exceeds `within` (they do not fit in
+/// the time an invocation has left): marked dispatched now, each with a `redispatched` event
+/// giving the reason, and returned for the caller to send again after commit. Nothing else
+/// changes: no attempt is charged.
+pub async fn defer_unfit(db: &impl GenericClient, ids: &[JobId], within: i32) -> Result<Vec<Dispatch>, StoreError> {
+    let stmt = db
+        .prepare_cached(
+            "WITH unfit AS (
+                 SELECT id FROM jobs WHERE status = 'pending' AND id = ANY($1) AND timeout_seconds > $2
+                 ORDER BY id FOR UPDATE SKIP LOCKED
+             ), marked AS (
+                 UPDATE jobs j SET dispatched_at = now() WHERE j.id = ANY (ARRAY(SELECT id FROM unfit))
+                 RETURNING j.id, j.run_at, j.attempt, j.timeout_seconds
+             ), events AS (
+                 INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, reason)
+                 SELECT id, 'redispatched', 'pending', 'pending', attempt,
+                        format('not started: its timeout (%s s) does not fit in the %s s the executor''s invocation had left; sent again for a later delivery',
+                               timeout_seconds, $2) FROM marked
+             )
+             SELECT id, run_at FROM marked",
+        )
+        .await?;
+    let rows = db.query(&stmt, &[&ids, &within]).await?;
+    Ok(rows.iter().map(|r| Dispatch { id: r.get(0), run_at: r.get(1) }).collect())
+}

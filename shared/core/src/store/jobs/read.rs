@@ -1,0 +1,117 @@
+//! Reading jobs: one tenant's job, its change feed and its history; children counted; ids
+//! that name no job.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tokio_postgres::Row;
+use utoipa::ToSchema;
+
+use super::{JOB_COLUMNS, Job};
+use crate::job::{JobId, JobStatus, TenantId};
+use crate::store::{GenericClient, StoreError};
+
+/// One job of one tenant; another tenant's job is indistinguishable from a missing one.
+pub async fn get(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> Result<Option<Job>, StoreError> {
+    let stmt = db
+        .prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND tenant_id = $2"))
+        .await?;
+    Ok(db.query_opt(&stmt, &[&id, &tenant_id]).await?.as_ref().map(Job::from_row))
+}
+
+/// Filters for a tenant's change feed, ordered by (updated_at, id).
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    pub status: Option<JobStatus>,
+    pub task_type: Option<String>,
+    pub correlation_id: Option<String>,
+    pub updated_since: Option<DateTime<Utc>>,
+    /// Resume after this (updated_at, id): the cursor of the previous page.
+    pub after: Option<(DateTime<Utc>, JobId)>,
+    pub limit: i64,
+}
+
+pub async fn list(db: &impl GenericClient, tenant_id: TenantId, f: &JobFilter) -> Result<Vec<Job>, StoreError> {
+    // With a correlation id, start from that chain's keys (an index on job_keys); otherwise
+    // walk the tenant's change feed index.
+    let source = if f.correlation_id.is_some() {
+        "jobs WHERE id IN (SELECT job_id FROM job_keys WHERE tenant_id = $1 AND correlation_id = $4) AND tenant_id = $1"
+    } else {
+        "jobs WHERE tenant_id = $1 AND $4::text IS NULL"
+    };
+    let stmt = db
+        .prepare_cached(&format!(
+            "SELECT {JOB_COLUMNS} FROM {source}
+               AND ($2::text IS NULL OR status = $2)
+               AND ($3::text IS NULL OR task_type = $3)
+               AND ($5::timestamptz IS NULL OR updated_at >= $5)
+               AND ($6::timestamptz IS NULL OR (updated_at, id) > ($6, $7::uuid))
+             ORDER BY updated_at, id
+             LIMIT $8"
+        ))
+        .await?;
+    let status = f.status.map(JobStatus::as_str);
+    let (after_at, after_id) = f.after.map_or((None, None), |(a, i)| (Some(a), Some(i)));
+    let rows = db
+        .query(
+            &stmt,
+            &[&tenant_id, &status, &f.task_type, &f.correlation_id, &f.updated_since, &after_at,
+              &after_id, &f.limit],
+        )
+        .await?;
+    Ok(rows.iter().map(Job::from_row).collect())
+}
+
+/// One recorded transition or recovery.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct JobEvent {
+    pub at: DateTime<Utc>,
+    pub kind: String,
+    pub from_status: Option<String>,
+    pub to_status: Option<String>,
+    pub attempt: i32,
+    /// When the attempt this event ends was claimed.
+    pub started_at: Option<DateTime<Utc>>,
+    pub reason: Option<String>,
+}
+
+impl JobEvent {
+    /// From a row of `at, kind, from_status, to_status, attempt, started_at, reason`.
+    pub(crate) fn from_row(r: &Row) -> Self {
+        JobEvent {
+            at: r.get(0),
+            kind: r.get(1),
+            from_status: r.get(2),
+            to_status: r.get(3),
+            attempt: r.get(4),
+            started_at: r.get(5),
+            reason: r.get(6),
+        }
+    }
+}
+
+/// A tenant's job's history, oldest first.
+pub async fn events(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> Result<Vec<JobEvent>, StoreError> {
+    let rows = db
+        .query(
+            "SELECT e.at, e.kind, e.from_status, e.to_status, e.attempt, e.started_at, e.reason
+             FROM job_events e JOIN jobs j ON j.id = e.job_id
+             WHERE e.job_id = $1 AND j.tenant_id = $2 ORDER BY e.id",
+            &[&id, &tenant_id],
+        )
+        .await?;
+    Ok(rows.iter().map(JobEvent::from_row).collect())
+}
+
+/// How many children a job has.
+pub async fn count_children(db: &impl GenericClient, id: JobId) -> Result<i64, StoreError> {
+    let stmt = db.prepare_cached("SELECT count(*) FROM jobs WHERE parent_id = $1").await?;
+    Ok(db.query_one(&stmt, &[&id]).await?.get(0))
+}
+
+/// Which of these ids name no job at all.
+pub async fn missing(db: &impl GenericClient, ids: &[JobId]) -> Result<Vec<JobId>, StoreError> {
+    let rows = db
+        .query("SELECT id FROM unnest($1::uuid[]) AS i(id) WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = i.id)", &[&ids])
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}

@@ -1,0 +1,262 @@
+//! A running job's transitions, each fenced (see `fence`) and batched: heartbeat, success,
+//! retry, continue, wait for children, terminal failure; and a client's cancel and a parent's
+//! wait, which match on the state instead.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{TERMINAL_RETURNING, callbacks_of};
+use super::fence::{self, Transition, by_id, fences};
+use crate::job::{Dispatch, ExceptionKind, Fault, Fence, JobId, TenantId};
+use crate::store::{GenericClient, StoreError, callbacks, tenant_faults};
+
+/// Extend the leases of jobs still running under these attempts; returns the ones lost.
+pub async fn heartbeat(db: &impl GenericClient, fences: &[Fence], lease_secs: f64) -> Result<Vec<Fence>, StoreError> {
+    let mut sorted = fences.to_vec();
+    sorted.sort();
+    let sql = fence::update("lease_until = now() + make_interval(secs => $3)", &[], "j.id");
+    Ok(fence::write(db, &sql, &sorted, &[&lease_secs]).await?.1)
+}
+
+/// What a terminal write wrote besides the transitions.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Succeeded {
+    /// The fences refused as stale.
+    pub refused: Vec<Fence>,
+    /// Callback deliveries created in the same statement, for the caller to dispatch after
+    /// commit.
+    pub callbacks: Vec<Dispatch>,
+}
+
+const SUCCEED: Transition = Transition {
+    rows: "done",
+    set: "status = 'succeeded', result = i.result, lease_until = NULL,
+                     last_error = NULL, finished_at = now(), updated_at = now()",
+    inputs: &[("result", "jsonb")],
+    kind: "succeeded",
+    to: "succeeded",
+    reason: "NULL",
+};
+
+/// Record successes (fenced). Returns the fences refused as stale.
+pub async fn succeed(db: &impl GenericClient, done: &[(Fence, Value)]) -> Result<Vec<Fence>, StoreError> {
+    Ok(succeed_reporting(db, done).await?.refused)
+}
+
+/// Record successes (fenced), and create their callback deliveries in the same statement.
+pub async fn succeed_reporting(db: &impl GenericClient, done: &[(Fence, Value)]) -> Result<Succeeded, StoreError> {
+    let sql = SUCCEED.sql(&format!(
+        ", resolved AS (
+                 -- A job with an open exception (retried by an operator) that now succeeds
+                 -- closes it: the condition cleared. A probe of the small open-exception index.
+                 UPDATE exceptions x SET status = 'resolved', closed_at = now(), closed_by = 'system',
+                     close_reason = 'the job succeeded'
+                 WHERE x.job_id = ANY (ARRAY(SELECT id FROM done)) AND x.status = 'open'
+                 RETURNING x.id, x.job_id
+             ), audit AS (
+                 INSERT INTO exception_actions (exception_id, job_id, action, actor, reason)
+                 SELECT id, job_id, 'resolve', 'system', 'the job succeeded' FROM resolved
+             ), {callbacks}
+             SELECT id, false, NULL::timestamptz FROM done
+             UNION ALL SELECT id, true, run_at FROM callbacks",
+        callbacks = callbacks::enqueue_ctes("done", true),
+    ));
+    let done = &by_id(done);
+    let results: Vec<&Value> = done.iter().map(|d| &d.1).collect();
+    let (rows, refused) = fence::write(db, &sql, &fences(done), &[&results]).await?;
+    Ok(Succeeded { refused, callbacks: callbacks_of(&rows, 1) })
+}
+
+/// A retry to schedule: back to pending at `run_at`, with the error that caused it.
+#[derive(Debug, Clone)]
+pub struct Retry {
+    pub run_at: DateTime<Utc>,
+    pub error: String,
+}
+
+const RETRY: Transition = Transition {
+    rows: "retried",
+    set: "status = 'pending', run_at = i.run_at, lease_until = NULL,
+                     last_error = i.error, dispatched_at = now(), updated_at = now()",
+    inputs: &[("run_at", "timestamptz"), ("error", "text")],
+    kind: "retry_scheduled",
+    to: "pending",
+    reason: "error",
+};
+
+/// Send jobs back to pending for another attempt (fenced); marked dispatched now, since the
+/// caller dispatches them after commit. Returns the fences refused as stale.
+pub async fn retry(db: &impl GenericClient, retries: &[(Fence, Retry)]) -> Result<Vec<Fence>, StoreError> {
+    let retries = &by_id(retries);
+    let run_ats: Vec<DateTime<Utc>> = retries.iter().map(|r| r.1.run_at).collect();
+    let errors: Vec<&str> = retries.iter().map(|r| r.1.error.as_str()).collect();
+    let sql = RETRY.sql("\n             SELECT id FROM retried");
+    Ok(fence::write(db, &sql, &fences(retries), &[&run_ats, &errors]).await?.1)
+}
+
+const CONTINUE: Transition = Transition {
+    rows: "continued",
+    set: "status = 'pending', run_at = now(), lease_until = NULL,
+                     max_attempts = least(j.max_attempts + 1, 100), last_error = NULL,
+                     dispatched_at = now(), updated_at = now()",
+    inputs: &[("note", "text")],
+    kind: "continued",
+    to: "pending",
+    reason: "note",
+};
+
+/// Running jobs that continue themselves: pending again at once, with one more attempt allowed
+/// (`max_attempts` raised, at most to 100), so a job making progress in slices does not use
+/// up its retries. Fenced; returns the fences refused as stale.
+pub async fn continue_later(db: &impl GenericClient, jobs: &[(Fence, String)]) -> Result<Vec<Fence>, StoreError> {
+    let jobs = &by_id(jobs);
+    let notes: Vec<&str> = jobs.iter().map(|j| j.1.as_str()).collect();
+    let sql = CONTINUE.sql("\n             SELECT id FROM continued");
+    Ok(fence::write(db, &sql, &fences(jobs), &[&notes]).await?.1)
+}
+
+const WAIT: Transition = Transition {
+    rows: "waiting",
+    set: "status = 'waiting', children_total = i.total, lease_until = NULL, updated_at = now()",
+    inputs: &[("total", "int")],
+    kind: "waiting",
+    to: "waiting",
+    reason: "'waiting for ' || total || ' children'",
+};
+
+/// Running parents whose children all exist now wait for them (`children_total` set); the
+/// sweep finishes them (`finish_parents`). Fenced; returns the fences refused as stale.
+pub async fn wait_running(db: &impl GenericClient, jobs: &[(Fence, i32)]) -> Result<Vec<Fence>, StoreError> {
+    let jobs = &by_id(jobs);
+    let totals: Vec<i32> = jobs.iter().map(|j| j.1).collect();
+    let sql = WAIT.sql("\n             SELECT id FROM waiting");
+    Ok(fence::write(db, &sql, &fences(jobs), &[&totals]).await?.1)
+}
+
+/// Declare how many children a running job will have, before it creates them (fenced), so
+/// its progress never counts against a moving total.
+pub async fn declare_children(db: &impl GenericClient, fence: Fence, total: i32) -> Result<bool, StoreError> {
+    let n = db
+        .execute(
+            "UPDATE jobs SET children_total = $3, updated_at = now() WHERE id = $1 AND attempt = $2 AND status = 'running'",
+            &[&fence.job, &fence.attempt, &total],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// Why a job fails for good: the kind of exception it opens and the error.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub kind: ExceptionKind,
+    pub error: String,
+    /// Whose failure it is. A tenant's own (`Fault::Tenant`: a callback URL it set) opens no
+    /// operator exception; it is counted in `tenant_faults` instead.
+    pub fault: Fault,
+}
+
+impl Failure {
+    /// A failure operators act on (an exception opens).
+    pub fn platform(kind: ExceptionKind, error: impl Into<String>) -> Failure {
+        Failure { kind, error: error.into(), fault: Fault::Platform }
+    }
+}
+
+/// What the terminal-failure path wrote.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Failed {
+    /// The fences refused as stale.
+    pub refused: Vec<Fence>,
+    /// Exceptions newly opened, as (exception id, job id). A job failing again while its
+    /// exception is still open (an operator's retry that failed) opens none.
+    pub opened: Vec<(Uuid, JobId)>,
+    /// Callback deliveries created in the same statement, for the caller to dispatch.
+    pub callbacks: Vec<Dispatch>,
+}
+
+const FAIL: Transition = Transition {
+    rows: "failed",
+    set: "status = 'failed', lease_until = NULL, last_error = i.error,
+                     finished_at = now(), updated_at = now()",
+    inputs: &[("kind", "text"), ("error", "text"), ("at_fault", "uuid")],
+    kind: "failed",
+    to: "failed",
+    reason: "kind || ': ' || error",
+};
+
+/// The one terminal-failure path (see `fail_reporting`); returns the fences refused as stale.
+pub async fn fail(db: &impl GenericClient, failures: &[(Fence, Failure)]) -> Result<Vec<Fence>, StoreError> {
+    Ok(fail_reporting(db, failures).await?.refused)
+}
+
+/// The one terminal-failure path: the job becomes `failed` and an exception opens, in one
+/// statement, for every task type (a tenant's own failure is counted in `tenant_faults`
+/// instead). Fenced. The caller alerts on `opened` after commit
+/// (`crate::exceptions::alert_opened`).
+pub async fn fail_reporting(db: &impl GenericClient, failures: &[(Fence, Failure)]) -> Result<Failed, StoreError> {
+    let sql = FAIL.sql(&format!(
+        ", opened AS (
+                 INSERT INTO exceptions (id, job_id, tenant_id, task_type, kind, cause)
+                 SELECT gen_random_uuid(), id, tenant_id, task_type, kind, error FROM failed WHERE at_fault IS NULL
+                 ON CONFLICT (job_id) WHERE status = 'open' DO NOTHING
+                 RETURNING id, job_id
+             ), {faults}, {callbacks}
+             SELECT f.id, o.id, false, NULL::timestamptz FROM failed f LEFT JOIN opened o ON o.job_id = f.id
+             UNION ALL SELECT id, NULL, true, run_at FROM callbacks",
+        callbacks = callbacks::enqueue_ctes("failed", true),
+        faults = tenant_faults::count_cte("failed"),
+    ));
+    let failures = &by_id(failures);
+    let kinds: Vec<&str> = failures.iter().map(|f| f.1.kind.as_str()).collect();
+    let errors: Vec<&str> = failures.iter().map(|f| f.1.error.as_str()).collect();
+    let at_fault: Vec<Option<TenantId>> = failures
+        .iter()
+        .map(|f| match f.1.fault {
+            Fault::Platform => None,
+            Fault::Tenant(t) => Some(t),
+        })
+        .collect();
+    let (rows, refused) = fence::write(db, &sql, &fences(failures), &[&kinds, &errors, &at_fault]).await?;
+    let opened = rows.iter().filter_map(|r| Some((r.get::<_, Option<Uuid>>(1)?, r.get::<_, JobId>(0)))).collect();
+    Ok(Failed { refused, opened, callbacks: callbacks_of(&rows, 2) })
+}
+
+/// Cancel a pending or waiting job and its pending or waiting children. Returns false when
+/// the job is in another state (or not this tenant's); the caller reads it to say why. Its
+/// callback delivery is created in the same statement and sent by the next sweep pass.
+pub async fn cancel(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> Result<bool, StoreError> {
+    let stmt = db
+        .prepare_cached(&format!(
+            "WITH cancelled AS (
+                 UPDATE jobs j SET status = 'cancelled', finished_at = now(), updated_at = now()
+                 WHERE (id = $1 OR parent_id = $1) AND tenant_id = $2
+                   AND status IN ('pending', 'waiting')
+                 RETURNING {TERMINAL_RETURNING}
+             ), events AS (
+                 INSERT INTO job_events (job_id, kind, to_status, attempt, reason)
+                 SELECT id, 'cancelled', 'cancelled', attempt, 'cancelled by client' FROM cancelled
+             ), {callbacks}
+             SELECT count(*) FILTER (WHERE id = $1) FROM cancelled",
+            callbacks = callbacks::enqueue_ctes("cancelled", false),
+        ))
+        .await?;
+    let n: i64 = db.query_one(&stmt, &[&id, &tenant_id]).await?.get(0);
+    Ok(n == 1)
+}
+
+/// Move a pending or running job to `waiting` for `total` children (declared before they are
+/// created, so its progress never counts against a moving total). Children are created with
+/// `NewJob::child_of` through the intake, in as many chunks as suit. False when the job is in
+/// another state or not this tenant's.
+pub async fn wait_for_children(db: &impl GenericClient, tenant_id: TenantId, id: JobId, total: i32) -> Result<bool, StoreError> {
+    let n = db
+        .execute(
+            "UPDATE jobs SET status = 'waiting', children_total = $3, lease_until = NULL, updated_at = now()
+             WHERE id = $1 AND tenant_id = $2 AND status IN ('pending', 'running') AND $3 >= 0",
+            &[&id, &tenant_id, &total],
+        )
+        .await?;
+    Ok(n == 1)
+}
+

@@ -1,0 +1,130 @@
+//! The job resource, as the API answers and callbacks send it (`data`): the stored row
+//! (tenant and request hash left out) with its waiting reason and progress, decided in
+//! `crate::progress` from what the store counts.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::job::{JobId, JobStatus};
+use crate::progress::{self, Progress, WaitingReason};
+use crate::store::jobs::Job;
+use crate::store::progress::{baselines, child_counts, running_per_key};
+use crate::store::{GenericClient, StoreError, modes};
+
+/// The job resource. Its schema keeps the name and description it was published with.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = Job, description = "A job as stored. Serialises as the API's job resource (tenant and request hash omitted).")]
+pub struct JobView {
+    pub id: Uuid,
+    pub task_type: String,
+    pub status: JobStatus,
+    pub params: Value,
+    pub correlation_id: String,
+    pub idempotency_key: String,
+    pub parent_id: Option<Uuid>,
+    pub run_at: DateTime<Utc>,
+    pub attempt: i32,
+    pub max_attempts: i32,
+    pub timeout_seconds: i32,
+    pub lease_until: Option<DateTime<Utc>>,
+    /// When the current (or last) attempt was claimed.
+    pub started_at: Option<DateTime<Utc>>,
+    pub result: Option<Value>,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// No more than `concurrency_limit` jobs with this key run at once.
+    pub concurrency_key: Option<String>,
+    pub concurrency_limit: Option<i32>,
+    /// A fan-out parent's declared number of children.
+    pub children_total: Option<i32>,
+    /// Where this job's callbacks go, instead of the tenant's callback URL.
+    pub callback_url: Option<String>,
+    /// Why a pending or waiting job is not running (null when running or finished): `not_due`,
+    /// `paused`, `concurrency_key_busy`, `waiting_for_children` or `not_claimed` (due, but no
+    /// worker has taken it yet). Filled on reads (`annotate`), not in a submit's answer.
+    pub waiting_reason: Option<WaitingReason>,
+    /// How far it has got (see `progress`): counted children for a fan-out, elapsed time
+    /// against a baseline for a single unit. Filled on reads, not in a submit's answer.
+    pub progress: Option<Progress>,
+}
+
+impl JobView {
+    /// The row with its waiting reason and progress.
+    pub fn new(job: Job, waiting_reason: Option<WaitingReason>, progress: Option<Progress>) -> JobView {
+        JobView {
+            id: job.id,
+            task_type: job.task_type,
+            status: job.status,
+            params: job.params,
+            correlation_id: job.correlation_id,
+            idempotency_key: job.idempotency_key,
+            parent_id: job.parent_id,
+            run_at: job.run_at,
+            attempt: job.attempt,
+            max_attempts: job.max_attempts,
+            timeout_seconds: job.timeout_seconds,
+            lease_until: job.lease_until,
+            started_at: job.started_at,
+            result: job.result,
+            last_error: job.last_error,
+            created_at: job.created_at,
+            updated_at: job.updated_at,
+            finished_at: job.finished_at,
+            concurrency_key: job.concurrency_key,
+            concurrency_limit: job.concurrency_limit,
+            children_total: job.children_total,
+            callback_url: job.callback_url,
+            waiting_reason,
+            progress,
+        }
+    }
+
+    /// The row alone, without waiting reason or progress (a submit's answer, an operator's
+    /// action).
+    pub fn bare(job: Job) -> JobView {
+        JobView::new(job, None, None)
+    }
+}
+
+/// Jobs read for a client, with their waiting reasons and progress as of `now`. Each input is
+/// read only when some job needs it, so a page of finished single jobs costs one query
+/// (children).
+pub async fn annotate(db: &impl GenericClient, jobs: Vec<Job>, now: DateTime<Utc>) -> Result<Vec<JobView>, StoreError> {
+    if jobs.is_empty() {
+        return Ok(vec![]);
+    }
+    let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+    let children = child_counts(db, &ids).await?;
+    let running_types: Vec<&str> = jobs
+        .iter()
+        .filter(|j| j.status == JobStatus::Running && !children.contains_key(&j.id) && j.children_total.is_none())
+        .map(|j| j.task_type.as_str())
+        .collect();
+    let baselines = if running_types.is_empty() { HashMap::new() } else { baselines(db, &running_types).await? };
+    let due_now = |j: &Job| j.status == JobStatus::Pending && j.run_at <= now;
+    let modes = if jobs.iter().any(due_now) { modes::load(db).await? } else { modes::Modes::default() };
+    let keys: Vec<&str> = jobs.iter().filter(|j| due_now(j)).filter_map(|j| j.concurrency_key.as_deref()).collect();
+    let running = if keys.is_empty() { HashMap::new() } else { running_per_key(db, &keys).await? };
+    Ok(jobs
+        .into_iter()
+        .map(|j| {
+            let busy = j.concurrency_key.as_ref().and_then(|k| running.get(k)).copied().unwrap_or(0);
+            let waiting = progress::waiting_reason(&j, now, modes.paused(&j.task_type), busy);
+            let progress = progress::of(&j, children.get(&j.id).copied(), baselines.get(&j.task_type).copied(), now);
+            JobView::new(j, waiting, progress)
+        })
+        .collect())
+}
+
+/// One job read for a client (see `annotate`).
+pub async fn annotate_one(db: &impl GenericClient, job: Job, now: DateTime<Utc>) -> Result<JobView, StoreError> {
+    let mut one = annotate(db, vec![job], now).await?;
+    Ok(one.remove(0))
+}
