@@ -54,7 +54,7 @@ impl AlertConfig {
         }
         let from = match get("RELAY_ALERT_FROM").map(|f| f.trim().to_owned()).filter(|f| !f.is_empty()) {
             Some(f) => content::bare(&f)
-                .ok_or_else(|| AlertConfigError::NotAnAddress { name: "RELAY_ALERT_FROM", value: f })?,
+                .ok_or(AlertConfigError::NotAnAddress { name: "RELAY_ALERT_FROM", value: f })?,
             None => format!("relay-alerts@{}", to[0].rsplit_once('@').map_or("localhost", |(_, d)| d)),
         };
         let tenant = get("RELAY_INGRESS_TENANT").filter(|t| !t.trim().is_empty()).unwrap_or_else(|| "platform".into());

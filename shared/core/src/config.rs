@@ -185,6 +185,24 @@ mod tests {
     }
 
     #[test]
+    fn the_alert_task_role_and_callback_settings_errors_read_as_every_other_setting_error() {
+        let e = |vars: &[(&str, &str)]| read(vars).unwrap_err().to_string();
+        assert_eq!(e(&[("RELAY_ALERT_TO", "ops")]), r#"RELAY_ALERT_TO is invalid ("ops"): not an email address"#);
+        assert_eq!(
+            e(&[("RELAY_TASK_SESSION_SECONDS", "60")]),
+            r#"RELAY_TASK_SESSION_SECONDS is invalid ("60"): STS sessions last at least 900 s"#
+        );
+        assert_eq!(
+            e(&[("RELAY_TASK_ROLES", r#"{"email.send": "x"}"#)]),
+            r#"RELAY_TASK_ROLES is invalid ("{\"email.send\": \"x\"}"): email.send: "x" is not an IAM role ARN (arn:aws:iam::<account>:role/<name>)"#
+        );
+        assert_eq!(
+            e(&[("RELAY_CALLBACK_ALLOW", "10.0.0.0/33")]),
+            r#"RELAY_CALLBACK_ALLOW is invalid ("10.0.0.0/33"): "10.0.0.0/33": prefix longer than 32"#
+        );
+    }
+
+    #[test]
     fn on_aws_the_database_url_defaults_to_verify_full() {
         let url = |vars: &[(&str, &str)]| read(vars).unwrap().database_url.unwrap();
         let lambda = ("AWS_LAMBDA_FUNCTION_NAME", "relay-executor");
