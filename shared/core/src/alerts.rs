@@ -16,6 +16,7 @@ use uuid::Uuid;
 use crate::email::content;
 use crate::intake::Intake;
 use crate::store::exceptions::{self, Unalerted};
+use crate::job::JobId;
 use crate::store::jobs::NewJob;
 use crate::store::{StoreError, sending_identities, tenants};
 
@@ -76,9 +77,8 @@ fn alert_job(cfg: &AlertConfig, e: &Unalerted) -> NewJob {
         ),
         "message_key": format!("alert:{}", e.id),
     });
-    let id = Uuid::now_v7();
     NewJob {
-        id,
+        id: JobId::new(),
         task_type: "email.send".into(),
         request_hash: Sha256::digest(params.to_string().as_bytes()).to_vec(),
         params,

@@ -21,7 +21,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 use serde_json::Value;
-use uuid::Uuid;
+
+use crate::job::JobId;
 
 /// Most bytes of one answer read.
 const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
@@ -110,7 +111,7 @@ impl Client {
     }
 
     /// One job as Relay has it now; `None` when Relay does not know it (or it is not yours).
-    pub async fn job(&self, id: Uuid) -> Result<Option<Value>, ClientError> {
+    pub async fn job(&self, id: JobId) -> Result<Option<Value>, ClientError> {
         match self.get(&format!("/v1/jobs/{id}")).await? {
             (200, body) => serde_json::from_slice(&body).map(Some).map_err(|e| ClientError::Decode(e.to_string())),
             (404, _) => Ok(None),
@@ -160,7 +161,7 @@ fn chain(e: &dyn std::error::Error) -> String {
 /// reconcile from.
 #[derive(Debug, Clone, Default)]
 pub struct Projection {
-    pub jobs: HashMap<Uuid, Value>,
+    pub jobs: HashMap<JobId, Value>,
     pub cursor: Option<String>,
 }
 
@@ -171,7 +172,7 @@ fn updated_at(job: &Value) -> Option<DateTime<Utc>> {
 impl Projection {
     /// Keep `job` unless a newer state of it is already known. Returns whether it was kept.
     pub fn apply(&mut self, job: Value) -> bool {
-        let Some(id) = job["id"].as_str().and_then(|s| s.parse::<Uuid>().ok()) else { return false };
+        let Some(id) = job["id"].as_str().and_then(|s| s.parse::<JobId>().ok()) else { return false };
         let newer = match self.jobs.get(&id) {
             Some(known) => updated_at(&job) >= updated_at(known),
             None => true,
@@ -194,7 +195,7 @@ impl Projection {
     }
 
     /// Re-read one job from Relay and apply it.
-    pub async fn refresh(&mut self, client: &Client, id: Uuid) -> Result<Option<&Value>, ClientError> {
+    pub async fn refresh(&mut self, client: &Client, id: JobId) -> Result<Option<&Value>, ClientError> {
         if let Some(job) = client.job(id).await? {
             self.apply(job);
         }

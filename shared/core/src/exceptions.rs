@@ -93,7 +93,8 @@ pub struct ActionOutcome {
     pub exception: Exception,
     pub job: Option<JobView>,
     /// Jobs this action cancelled (the job, its children, its schedule's pending run).
-    pub cancelled: Vec<Uuid>,
+    #[schema(value_type = Vec<Uuid>)]
+    pub cancelled: Vec<JobId>,
     /// The schedule disabled by a cancel, when the job was fired by one.
     pub schedule_disabled: Option<Uuid>,
 }

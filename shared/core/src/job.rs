@@ -12,15 +12,78 @@
 //! - `succeeded`, `failed` (an exception is open), `cancelled`: terminal.
 
 use chrono::{DateTime, Utc};
+use postgres_types::{FromSql, ToSql};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
 pub mod terms;
 
-/// A job's id: a UUIDv7, so ids sort by creation time.
-pub type JobId = Uuid;
-pub type TenantId = Uuid;
+/// An id that is a UUID on the wire and in Postgres, and a type of its own in Rust, so a job's
+/// id cannot be passed where a tenant's is meant. Serialises, stores, prints (`Display` and
+/// `Debug`) and parses exactly as the UUID does; new ids are UUIDv7, so they sort by creation
+/// time. The API documents id fields as plain UUIDs (`#[schema(value_type = Uuid)]`).
+macro_rules! uuid_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, ToSql, FromSql)]
+        #[serde(transparent)]
+        #[postgres(transparent)]
+        pub struct $name(Uuid);
+
+        impl $name {
+            /// A new id (UUIDv7).
+            #[allow(clippy::new_without_default)]
+            pub fn new() -> Self {
+                Self(Uuid::now_v7())
+            }
+
+            pub const fn from_uuid(id: Uuid) -> Self {
+                Self(id)
+            }
+
+            pub const fn as_uuid(self) -> Uuid {
+                self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::Display::fmt(&self.0, f)
+            }
+        }
+
+        impl std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = uuid::Error;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Uuid::parse_str(s).map(Self)
+            }
+        }
+    };
+}
+
+uuid_id!(
+    /// A job's id: a UUIDv7, so ids sort by creation time.
+    JobId
+);
+uuid_id!(
+    /// A tenant's id.
+    TenantId
+);
+
+/// A new id, as `JobId::new` (so a `NewJob` can fill its fields from `Default`).
+impl Default for JobId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 /// Where a job is in its lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]

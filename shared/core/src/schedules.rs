@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::intake::Intake;
-use crate::job::TenantId;
+use crate::job::{JobId, TenantId};
 use crate::job::terms::{CorrelationId, IdempotencyKey, Limits};
 use crate::store::StoreError;
 use crate::store::jobs::{Inserted, NewJob};
@@ -90,7 +90,7 @@ impl CronTz {
 fn slot_job(s: &Schedule, slot: DateTime<Utc>, now: DateTime<Utc>) -> NewJob {
     let key = IdempotencyKey::schedule_slot(s.id, slot);
     NewJob {
-        id: Uuid::now_v7(),
+        id: JobId::new(),
         task_type: s.task_type.clone(),
         params: s.params.clone(),
         correlation_id: CorrelationId::schedule_slot(&s.name, slot).into(),

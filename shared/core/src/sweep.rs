@@ -240,6 +240,7 @@ impl Sweeper {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::JobId;
 
     #[test]
     fn resends_back_off_after_three_failing_passes_and_reset_on_success() {
@@ -262,7 +263,7 @@ mod tests {
 
     #[test]
     fn expired_leases_go_back_while_attempts_remain() {
-        let l = |attempt, max_attempts| ExpiredLease { fence: Fence { job: uuid::Uuid::now_v7(), attempt }, max_attempts };
+        let l = |attempt, max_attempts| ExpiredLease { fence: Fence { job: JobId::new(), attempt }, max_attempts };
         let leases = [l(1, 3), l(3, 3), l(2, 3)];
         let (back, fail) = decide_expired(&leases);
         assert_eq!(back, vec![leases[0].fence, leases[2].fence]);

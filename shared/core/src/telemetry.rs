@@ -19,7 +19,7 @@ pub fn request_span(method: &str, path: &str) -> Span {
 }
 
 /// Name the job (and its correlation id) the current request is about.
-pub fn record_job(correlation_id: &str, job_id: uuid::Uuid) {
+pub fn record_job(correlation_id: &str, job_id: crate::job::JobId) {
     let span = Span::current();
     span.record("correlation_id", correlation_id);
     span.record("job_id", display(job_id));

@@ -8,7 +8,6 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
-use uuid::Uuid;
 
 use crate::job::{JobId, JobStatus};
 use crate::progress::{self, Progress, WaitingReason};
@@ -20,13 +19,15 @@ use crate::store::{GenericClient, StoreError, modes};
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[schema(as = Job, description = "A job as stored. Serialises as the API's job resource (tenant and request hash omitted).")]
 pub struct JobView {
-    pub id: Uuid,
+    #[schema(value_type = uuid::Uuid)]
+    pub id: JobId,
     pub task_type: String,
     pub status: JobStatus,
     pub params: Value,
     pub correlation_id: String,
     pub idempotency_key: String,
-    pub parent_id: Option<Uuid>,
+    #[schema(value_type = Option<uuid::Uuid>)]
+    pub parent_id: Option<JobId>,
     pub run_at: DateTime<Utc>,
     pub attempt: i32,
     pub max_attempts: i32,

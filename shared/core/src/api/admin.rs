@@ -16,6 +16,7 @@ use super::cursor;
 use super::error::{ApiError, ErrorBody, page_limit};
 use super::extract::{JsonBody, Operator};
 use crate::exceptions::{self as actions, Action, ActionError, ActionOutcome, BulkReport};
+use crate::job::TenantId;
 use crate::store::StoreError;
 use crate::store::exceptions::{self, Exception, ExceptionAction, ExceptionFilter, STATUSES};
 use crate::store::jobs::{JobEvent, operator};
@@ -81,9 +82,9 @@ pub struct FilterBody {
     pub cause: Option<String>,
 }
 
-async fn tenant_id(db: &impl crate::store::GenericClient, t: Option<&str>) -> Result<Option<Uuid>, ApiError> {
+async fn tenant_id(db: &impl crate::store::GenericClient, t: Option<&str>) -> Result<Option<TenantId>, ApiError> {
     let Some(t) = t else { return Ok(None) };
-    if let Ok(id) = Uuid::parse_str(t) {
+    if let Ok(id) = t.parse() {
         return Ok(Some(id));
     }
     match tenants::by_name(db, t).await? {

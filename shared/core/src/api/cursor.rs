@@ -4,18 +4,18 @@
 
 use base64::Engine;
 use chrono::{DateTime, NaiveDate, Utc};
-use uuid::Uuid;
 
-pub fn encode(at: DateTime<Utc>, id: Uuid) -> String {
+/// The cursor of the row at (`at`, `id`); the id is a job's or an exception's.
+pub fn encode(at: DateTime<Utc>, id: impl std::fmt::Display) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}|{id}", at.timestamp_micros()))
 }
 
-pub fn decode(c: &str) -> Option<(DateTime<Utc>, Uuid)> {
+pub fn decode<Id: std::str::FromStr>(c: &str) -> Option<(DateTime<Utc>, Id)> {
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(c).ok()?;
     let (micros, id) = std::str::from_utf8(&raw).ok()?.split_once('|')?;
     let at = DateTime::from_timestamp_micros(micros.parse().ok()?)?;
     in_range(at).then_some(())?;
-    Some((at, Uuid::parse_str(id).ok()?))
+    Some((at, id.parse().ok()?))
 }
 
 /// Whether a time lies in years 0 to 9999 (UTC).
@@ -30,21 +30,22 @@ fn in_range(at: DateTime<Utc>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uuid::Uuid;
 
     #[test]
     fn cursors_round_trip_and_garbage_is_refused() {
         let at = DateTime::from_timestamp_micros(1_700_000_000_123_456).unwrap();
         let id = Uuid::now_v7();
         assert_eq!(decode(&encode(at, id)), Some((at, id)));
-        assert_eq!(decode("not-a-cursor"), None);
+        assert_eq!(decode::<Uuid>("not-a-cursor"), None);
     }
 
     #[test]
     fn times_postgres_cannot_hold_are_refused() {
         let raw = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
         let nil = Uuid::nil();
-        assert_eq!(decode(&raw(&format!("-8000000000000000000|{nil}"))), None);
-        assert_eq!(decode(&raw(&format!("9000000000000000000|{nil}"))), None);
+        assert_eq!(decode::<Uuid>(&raw(&format!("-8000000000000000000|{nil}"))), None);
+        assert_eq!(decode::<Uuid>(&raw(&format!("9000000000000000000|{nil}"))), None);
         let year1 = DateTime::parse_from_rfc3339("0001-01-01T00:00:00Z").unwrap().with_timezone(&Utc);
         let year9999 = DateTime::parse_from_rfc3339("9999-12-31T23:59:59.999999Z").unwrap().with_timezone(&Utc);
         assert_eq!(decode(&encode(year1, nil)), Some((year1, nil)), "an RFC 3339 time the API took comes back");

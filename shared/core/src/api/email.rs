@@ -14,7 +14,7 @@ use super::extract::{Caller, JsonBody, Operator};
 use crate::credentials;
 use crate::email::campaign::{self, CampaignParams, Recipient};
 use crate::email::content;
-use crate::job::JobStatus;
+use crate::job::{JobId, JobStatus, TenantId};
 use crate::store::{campaign_pages, jobs};
 use crate::transport;
 use crate::store::messages::{self, Message, MessageEvent};
@@ -58,7 +58,7 @@ pub async fn list_messages(
     let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
     let job_id = match q.job_id.as_deref() {
         None => None,
-        Some(s) => Some(Uuid::parse_str(s).map_err(|_| ApiError::invalid_query("job_id", "job_id is not a job id"))?),
+        Some(s) => Some(s.parse::<JobId>().map_err(|_| ApiError::invalid_query("job_id", "job_id is not a job id"))?),
     };
     if q.correlation_id.is_none() && job_id.is_none() {
         return Err(ApiError::invalid_query("correlation_id", "give correlation_id or job_id"));
@@ -237,8 +237,8 @@ pub struct Identities {
     pub identities: Vec<String>,
 }
 
-fn tenant_path(raw: &str) -> Result<Uuid, ApiError> {
-    Uuid::parse_str(raw).map_err(|_| ApiError::not_found())
+fn tenant_path(raw: &str) -> Result<TenantId, ApiError> {
+    raw.parse().map_err(|_| ApiError::not_found())
 }
 
 /// `GET /v1/admin/tenants/{tenant_id}/sending-identities`
@@ -311,7 +311,7 @@ pub async fn put_recipients(
     Path((id, page)): Path<(String, String)>,
     JsonBody(body): JsonBody<RecipientPage>,
 ) -> Result<(StatusCode, Json<PageReceipt>), ApiError> {
-    let id = Uuid::parse_str(&id).map_err(|_| ApiError::not_found())?;
+    let id: JobId = id.parse().map_err(|_| ApiError::not_found())?;
     let page: u32 = page
         .parse()
         .map_err(|_| ApiError::unprocessable("invalid_field", "page: a page number (0, 1, ...)").with("field", "page"))?;

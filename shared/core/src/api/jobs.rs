@@ -18,7 +18,7 @@ use super::error::{ApiError, ErrorBody, page_limit};
 use super::extract::{Caller, JsonBody};
 use crate::callbacks::AllowList;
 use crate::catalogue::Catalogue;
-use crate::job::JobStatus;
+use crate::job::{JobId, JobStatus, TenantId};
 use crate::job::terms::{self, Concurrency, CorrelationId, IdempotencyKey, Limits, MAX_TIMEOUT_SECONDS};
 use crate::store::jobs::{self, Inserted, Job, JobFilter, NewJob};
 use crate::store::{StoreError, attempt_sessions};
@@ -159,7 +159,7 @@ impl JobRequest {
         // The request as the client sent it (no minted id, no computed time) is what a replay
         // must match. Fields added later are left out when absent, so old hashes still match.
         let request_hash = Sha256::digest(serde_json::to_vec(&self).unwrap_or_default()).to_vec();
-        let id = Uuid::now_v7();
+        let id = JobId::new();
         Ok(NewJob {
             id,
             correlation_id: correlation_id.map_or_else(|| id.to_string(), String::from),
@@ -303,7 +303,7 @@ fn parse_item(index: usize, item: Value, catalogue: &Catalogue, admits: &Admissi
 }
 
 /// A job's own `callback_url` is signed with its tenant's secret, which must exist.
-async fn require_signing_secret(state: &AppState, tenant_id: uuid::Uuid) -> Result<(), ApiError> {
+async fn require_signing_secret(state: &AppState, tenant_id: TenantId) -> Result<(), ApiError> {
     let db = state.pool.get().await.map_err(StoreError::from)?;
     if crate::store::callbacks::get(&db, tenant_id).await?.is_none() {
         return Err(ApiError::unprocessable(
@@ -315,9 +315,9 @@ async fn require_signing_secret(state: &AppState, tenant_id: uuid::Uuid) -> Resu
     Ok(())
 }
 
-fn parse_id(id: &str) -> Result<Uuid, ApiError> {
+fn parse_id(id: &str) -> Result<JobId, ApiError> {
     // A malformed id names no job: the same answer as any other missing job.
-    Uuid::parse_str(id).map_err(|_| ApiError::not_found())
+    id.parse().map_err(|_| ApiError::not_found())
 }
 
 /// `GET /v1/jobs/{id}`
@@ -332,7 +332,7 @@ pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(id)
 }
 
 /// The caller's job, or 404: another tenant's job answers exactly like a missing one.
-async fn owned(db: &deadpool_postgres::Client, tenant_id: uuid::Uuid, id: Uuid) -> Result<Job, ApiError> {
+async fn owned(db: &deadpool_postgres::Client, tenant_id: TenantId, id: JobId) -> Result<Job, ApiError> {
     let job = jobs::get(db, tenant_id, id).await?.ok_or_else(ApiError::not_found)?;
     crate::telemetry::record_job(&job.correlation_id, job.id);
     Ok(job)
@@ -442,8 +442,9 @@ pub async fn list(
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let page = view::annotate(&db, jobs::list(&db, tenant.id, &filter).await?, Utc::now()).await?;
     let next_cursor = (page.len() as i64 == limit).then(|| page.last().map(|j| cursor::encode(j.updated_at, j.id))).flatten();
-    let settled = (Utc::now() - chrono::Duration::seconds(SETTLE_SECONDS), Uuid::nil());
-    let reached = page.last().map(|j| (j.updated_at, j.id)).or(after).or(updated_since.map(|t| (t, Uuid::nil())));
+    let nil = JobId::from_uuid(Uuid::nil());
+    let settled = (Utc::now() - chrono::Duration::seconds(SETTLE_SECONDS), nil);
+    let reached = page.last().map(|j| (j.updated_at, j.id)).or(after).or(updated_since.map(|t| (t, nil)));
     let (at, id) = match reached {
         Some(r) if r < settled => r,
         _ => settled,

@@ -84,7 +84,7 @@ mod tests {
     #[test]
     fn a_bucket_refills_at_its_rate_up_to_its_burst() {
         let limits = RateLimits::new(Some(TenantRate { per_second: 10.0, burst: 5.0 }));
-        let (a, b) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+        let (a, b) = (TenantId::new(), TenantId::new());
         let t = Instant::now();
         assert!(limits.take(a, 5, t).is_ok());
         let Refused::Wait(wait) = limits.take(a, 1, t).unwrap_err() else { panic!("a wait") };
@@ -99,7 +99,7 @@ mod tests {
     #[test]
     fn a_request_larger_than_the_burst_is_refused_for_good_not_told_to_wait() {
         let limits = RateLimits::new(Some(TenantRate { per_second: 10.0, burst: 5.0 }));
-        let a = uuid::Uuid::now_v7();
+        let a = TenantId::new();
         let t = Instant::now();
         assert_eq!(limits.take(a, 6, t + Duration::from_secs(3600)), Err(Refused::Never { burst: 5 }));
         assert!(limits.take(a, 5, t).is_ok(), "the refusal took no tokens");

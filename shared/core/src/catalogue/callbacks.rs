@@ -12,10 +12,9 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
-use uuid::Uuid;
 
 use crate::callbacks::{self, AllowList};
-use crate::job::{Fault, TaskError};
+use crate::job::{Fault, JobId, TaskError, TenantId};
 use crate::retry::RetryPolicy;
 use crate::store::callbacks::{self as store, Attempt, Outcome};
 use crate::store::jobs;
@@ -32,8 +31,10 @@ pub struct Deliver {
 #[serde(deny_unknown_fields)]
 pub struct DeliverParams {
     /// The job the callback reports on.
-    pub job_id: Uuid,
-    pub tenant_id: Uuid,
+    #[schema(value_type = uuid::Uuid)]
+    pub job_id: JobId,
+    #[schema(value_type = uuid::Uuid)]
+    pub tenant_id: TenantId,
     /// `job.<status>`: the state that caused it.
     pub event: String,
 }

@@ -254,7 +254,7 @@ mod tests {
 
     #[test]
     fn task_types_map_to_roles_and_tenants_override_with_an_external_id() {
-        let tenant = uuid::Uuid::now_v7();
+        let tenant = TenantId::new();
         let r = read(&[
             ("RELAY_TASK_ROLES", &format!(r#"{{"email.send": "{EMAIL}"}}"#)),
             (
@@ -264,7 +264,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(r.session(), MAX_SESSION);
-        assert_eq!(r.resolve(uuid::Uuid::now_v7(), "email.send").unwrap().role_arn, EMAIL);
+        assert_eq!(r.resolve(TenantId::new(), "email.send").unwrap().role_arn, EMAIL);
         let own = r.resolve(tenant, "email.send").unwrap();
         assert_eq!((own.role_arn.as_str(), own.external_id.as_deref()), (TENANT_ROLE, Some("relay-acme")));
         assert_eq!(r.resolve(tenant, "noop"), None, "default deny");
@@ -287,7 +287,7 @@ mod tests {
         assert!(e.starts_with("RELAY_TASK_ROLES is invalid"), "{e}");
         let e = read(&[("RELAY_TASK_ROLES", r#"{"email.send": "relay-task-email"}"#)]).unwrap_err().to_string();
         assert!(e.starts_with("RELAY_TASK_ROLES is invalid") && e.contains("not an IAM role ARN"), "{e}");
-        let t = uuid::Uuid::now_v7();
+        let t = TenantId::new();
         let no_external = format!(r#"{{"{t}": {{"email.send": {{"role_arn": "{TENANT_ROLE}"}}}}}}"#);
         let e = read(&[("RELAY_TENANT_TASK_ROLES", &no_external)]).unwrap_err().to_string();
         assert!(e.starts_with("RELAY_TENANT_TASK_ROLES is invalid") && e.contains("external id"), "{e}");

@@ -18,10 +18,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
-use uuid::Uuid;
 
 use super::content::SendParams;
-use crate::job::{Fence, TaskError};
+use crate::job::{Fence, JobId, TaskError};
 use crate::job::terms::{Concurrency, IdempotencyKey, Limits};
 use crate::store::jobs::{self, NewJob};
 use crate::store::campaign_pages;
@@ -152,7 +151,7 @@ fn child(ctx: &TaskContext, p: &CampaignParams, r: &Recipient, position: usize) 
     m.message_key = Some(key.as_str().to_owned());
     let params = serde_json::to_value(&m).unwrap_or_default();
     NewJob::child_of(ctx.job_id, &ctx.correlation_id, NewJob {
-        id: Uuid::now_v7(),
+        id: JobId::new(),
         task_type: "email.send".into(),
         request_hash: Sha256::digest(params.to_string().as_bytes()).to_vec(),
         params,

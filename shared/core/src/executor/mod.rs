@@ -422,12 +422,13 @@ fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::job::TenantId;
     use serde_json::json;
 
     fn job(attempt: i32, max_attempts: i32) -> ClaimedJob {
         ClaimedJob {
-            id: uuid::Uuid::now_v7(),
-            tenant_id: uuid::Uuid::now_v7(),
+            id: JobId::new(),
+            tenant_id: TenantId::new(),
             task_type: "noop".into(),
             params: json!({}),
             correlation_id: "c".into(),

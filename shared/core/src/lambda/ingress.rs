@@ -11,13 +11,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
-use uuid::Uuid;
 
 use crate::catalogue::Catalogue;
 use crate::catalogue::provider::ProviderEvent;
 use crate::intake::Intake;
 use crate::platform::Platform;
-use crate::job::TenantId;
+use crate::job::{JobId, TenantId};
 use crate::job::terms::{IdempotencyKey, Limits};
 use crate::store::dead_letters::{self, NewDeadLetter};
 use crate::store::jobs::NewJob;
@@ -177,7 +176,7 @@ impl Ingress {
         let envelope = if is_sns { "sns" } else { "sqs" };
         let key = IdempotencyKey::provider_message(envelope, params["message_id"].as_str().unwrap_or_default())
             .ok_or(Unparseable::LongMessageId)?;
-        let id = Uuid::now_v7();
+        let id = JobId::new();
         // An SES event carries the correlation id of the message it is about.
         let correlation_id = crate::email::events::correlation_tag(&params["message"]).unwrap_or_else(|| key.as_str().to_owned());
         Ok(NewJob {

@@ -5,7 +5,6 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tokio_postgres::Row;
 use utoipa::ToSchema;
-use uuid::Uuid;
 
 use super::{GenericClient, StoreError};
 use crate::job::{JobId, TenantId};
@@ -158,7 +157,8 @@ pub struct Attempt {
     #[serde(skip)]
     pub tenant_id: TenantId,
     /// The platform job delivering this callback (also the `webhook-id`, as `cb_<id>`).
-    pub delivery_job_id: Uuid,
+    #[schema(value_type = uuid::Uuid)]
+    pub delivery_job_id: JobId,
     pub attempt: i32,
     /// `job.<status>`.
     pub event: String,

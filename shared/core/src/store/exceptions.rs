@@ -10,7 +10,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::{GenericClient, StoreError};
-use crate::job::{ExceptionKind, JobId};
+use crate::job::{ExceptionKind, JobId, TenantId};
 
 /// Statuses an exception can have.
 pub const STATUSES: [&str; 3] = ["open", "resolved", "ignored"];
@@ -18,8 +18,10 @@ pub const STATUSES: [&str; 3] = ["open", "resolved", "ignored"];
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Exception {
     pub id: Uuid,
-    pub job_id: Uuid,
-    pub tenant_id: Uuid,
+    #[schema(value_type = Uuid)]
+    pub job_id: JobId,
+    #[schema(value_type = Uuid)]
+    pub tenant_id: TenantId,
     pub task_type: String,
     /// Why the job failed for good: attempts_exhausted, fatal_error, ambiguous_outcome, ...
     #[schema(value_type = String)]
@@ -75,7 +77,7 @@ pub struct ExceptionFilter {
     pub status: Option<String>,
     pub kind: Option<String>,
     pub task_type: Option<String>,
-    pub tenant_id: Option<Uuid>,
+    pub tenant_id: Option<TenantId>,
     /// A substring of the cause (case-insensitive).
     pub cause: Option<String>,
     /// Resume before this (opened_at, id): the cursor of the previous page.
@@ -141,7 +143,8 @@ pub async fn close(
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ExceptionAction {
     pub exception_id: Uuid,
-    pub job_id: Uuid,
+    #[schema(value_type = Uuid)]
+    pub job_id: JobId,
     /// retry, cancel, finish, ignore, or resolve (the system's own).
     pub action: String,
     /// The operator's name, or `system`.

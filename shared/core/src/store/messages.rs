@@ -182,7 +182,8 @@ impl Status {
 pub struct Message {
     pub id: Uuid,
     pub message_key: String,
-    pub job_id: Uuid,
+    #[schema(value_type = Uuid)]
+    pub job_id: JobId,
     /// The job attempt that recorded the intent.
     pub attempt: i32,
     pub correlation_id: String,

@@ -43,7 +43,7 @@ pub enum StoreError {
     #[error("connection pool: {}", causes(.0))]
     Pool(#[from] deadpool_postgres::PoolError),
     #[error("stale write refused for job {job_id} attempt {attempt}: the job has moved on")]
-    StaleWrite { job_id: uuid::Uuid, attempt: i32 },
+    StaleWrite { job_id: crate::job::JobId, attempt: i32 },
     #[error("the intake writers have stopped")]
     IntakeClosed,
     /// An error the intake writers met, shared by every request of their batch.

@@ -18,7 +18,8 @@ use crate::job::{JobId, TenantId};
 pub struct Schedule {
     pub id: Uuid,
     pub name: String,
-    pub tenant_id: Uuid,
+    #[schema(value_type = Uuid)]
+    pub tenant_id: TenantId,
     pub task_type: String,
     pub params: Value,
     /// A cron expression (5 fields, or 6 with seconds first).
@@ -30,7 +31,8 @@ pub struct Schedule {
     pub catch_up: bool,
     /// The slot last fired (its job's idempotency key holds it).
     pub last_fired_slot: Option<DateTime<Utc>>,
-    pub last_job_id: Option<Uuid>,
+    #[schema(value_type = Option<Uuid>)]
+    pub last_job_id: Option<JobId>,
     /// The status of the last job: its last outcome (`succeeded`, `failed`, ...) or where it is.
     pub last_outcome: Option<String>,
     pub next_run_at: DateTime<Utc>,

@@ -145,7 +145,7 @@ pub async fn open_exceptions(db: &impl GenericClient, limit: i64) -> Result<Vec<
         .iter()
         .map(|r| relay_status::OpenException {
             id: r.get::<_, uuid::Uuid>(0).to_string(),
-            job_id: r.get::<_, uuid::Uuid>(1).to_string(),
+            job_id: r.get::<_, crate::job::JobId>(1).to_string(),
             tenant: Some(r.get(2)),
             task_type: r.get(3),
             kind: r.get(4),

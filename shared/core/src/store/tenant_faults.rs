@@ -7,10 +7,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tokio_postgres::Row;
 use utoipa::ToSchema;
-use uuid::Uuid;
 
 use super::{GenericClient, StoreError};
-use crate::job::ExceptionKind;
+use crate::job::{ExceptionKind, JobId, TenantId};
 
 /// The shortest time between two signals about one tenant and cause.
 pub const SIGNAL_EVERY: chrono::Duration = chrono::Duration::hours(1);
@@ -18,7 +17,8 @@ pub const SIGNAL_EVERY: chrono::Duration = chrono::Duration::hours(1);
 /// One tenant's failures of one kind, for one task type.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct TenantFault {
-    pub tenant_id: Uuid,
+    #[schema(value_type = uuid::Uuid)]
+    pub tenant_id: TenantId,
     pub task_type: String,
     /// fatal_error, attempts_exhausted, ...
     #[schema(value_type = String)]
@@ -26,7 +26,8 @@ pub struct TenantFault {
     /// Jobs failed this way, in all.
     pub count: i64,
     pub last_error: String,
-    pub last_job_id: Uuid,
+    #[schema(value_type = uuid::Uuid)]
+    pub last_job_id: JobId,
     pub first_at: DateTime<Utc>,
     pub last_at: DateTime<Utc>,
     /// When operators were last told about it.
@@ -69,7 +70,7 @@ pub(super) fn count_cte(source: &str) -> String {
 }
 
 /// Every tenant fault, most recent first; `tenant` narrows to one tenant.
-pub async fn list(db: &impl GenericClient, tenant: Option<Uuid>, limit: i64) -> Result<Vec<TenantFault>, StoreError> {
+pub async fn list(db: &impl GenericClient, tenant: Option<TenantId>, limit: i64) -> Result<Vec<TenantFault>, StoreError> {
     let sql = format!(
         "SELECT {COLUMNS} FROM tenant_faults WHERE ($1::uuid IS NULL OR tenant_id = $1) ORDER BY last_at DESC LIMIT $2"
     );

@@ -3,7 +3,6 @@
 use base64::Engine;
 use rand::RngCore;
 use sha2::{Digest, Sha256};
-use uuid::Uuid;
 
 use super::{GenericClient, StoreError};
 use crate::job::TenantId;
@@ -29,7 +28,7 @@ pub fn hash_key(key: &str) -> Vec<u8> {
 /// Create a tenant and return it with its API key (the only time the key exists in clear).
 pub async fn create(db: &impl GenericClient, name: &str) -> Result<(Tenant, String), StoreError> {
     let key = new_key("rk");
-    let id = Uuid::now_v7();
+    let id = TenantId::new();
     db.execute(
         "INSERT INTO tenants (id, name, api_key_hash) VALUES ($1, $2, $3)",
         &[&id, &name, &hash_key(&key)],
@@ -74,7 +73,7 @@ pub async fn ensure(db: &impl GenericClient, name: &str) -> Result<Tenant, Store
              ON CONFLICT (name) DO NOTHING",
         )
         .await?;
-    db.execute(&stmt, &[&Uuid::now_v7(), &name, &hash_key(&new_key("rk"))]).await?;
+    db.execute(&stmt, &[&TenantId::new(), &name, &hash_key(&new_key("rk"))]).await?;
     by_name(db, name).await?.ok_or_else(|| StoreError::Vanished(format!("tenant {name:?}")))
 }
 

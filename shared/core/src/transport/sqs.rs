@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn a_message_carries_only_the_id_and_the_due_time() {
-        let m = WorkMessage { job_id: uuid::Uuid::now_v7(), run_at: Utc::now() };
+        let m = WorkMessage { job_id: JobId::new(), run_at: Utc::now() };
         let v: serde_json::Value = serde_json::to_value(m).unwrap();
         assert_eq!(v.as_object().unwrap().len(), 2);
         assert_eq!(WorkMessage::parse(&v.to_string()).unwrap(), m);

@@ -3,7 +3,6 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use uuid::Uuid;
 
 use super::{JOB_COLUMNS, Job};
 use crate::job::terms::Concurrency;
@@ -13,13 +12,13 @@ use crate::store::{GenericClient, StoreError};
 /// A job to insert, already validated.
 #[derive(Debug, Clone, Default)]
 pub struct NewJob {
-    pub id: Uuid,
+    pub id: JobId,
     pub task_type: String,
     pub params: Value,
     pub correlation_id: String,
     pub idempotency_key: String,
     pub request_hash: Vec<u8>,
-    pub parent_id: Option<Uuid>,
+    pub parent_id: Option<JobId>,
     pub run_at: DateTime<Utc>,
     pub max_attempts: i32,
     pub timeout_seconds: i32,
@@ -92,13 +91,13 @@ pub async fn insert_many(
         ))
         .await?;
     let tenants = vec![tenant_id; jobs.len()];
-    let ids: Vec<Uuid> = jobs.iter().map(|j| j.id).collect();
+    let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
     let types: Vec<&str> = jobs.iter().map(|j| j.task_type.as_str()).collect();
     let params: Vec<&Value> = jobs.iter().map(|j| &j.params).collect();
     let corr: Vec<&str> = jobs.iter().map(|j| j.correlation_id.as_str()).collect();
     let keys: Vec<&str> = jobs.iter().map(|j| j.idempotency_key.as_str()).collect();
     let hashes: Vec<&[u8]> = jobs.iter().map(|j| j.request_hash.as_slice()).collect();
-    let parents: Vec<Option<Uuid>> = jobs.iter().map(|j| j.parent_id).collect();
+    let parents: Vec<Option<JobId>> = jobs.iter().map(|j| j.parent_id).collect();
     let run_ats: Vec<DateTime<Utc>> = jobs.iter().map(|j| j.run_at).collect();
     let max_attempts: Vec<i32> = jobs.iter().map(|j| j.max_attempts).collect();
     let timeouts: Vec<i32> = jobs.iter().map(|j| j.timeout_seconds).collect();

@@ -24,9 +24,8 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::Row;
-use uuid::Uuid;
 
-use crate::job::{Dispatch, JobStatus, TenantId};
+use crate::job::{Dispatch, JobId, JobStatus, TenantId};
 
 mod claim;
 mod fence;
@@ -49,7 +48,7 @@ pub use transition::{
 /// A job as stored.
 #[derive(Debug, Clone)]
 pub struct Job {
-    pub id: Uuid,
+    pub id: JobId,
     pub tenant_id: TenantId,
     pub task_type: String,
     pub status: JobStatus,
@@ -57,7 +56,7 @@ pub struct Job {
     pub correlation_id: String,
     pub idempotency_key: String,
     pub request_hash: Vec<u8>,
-    pub parent_id: Option<Uuid>,
+    pub parent_id: Option<JobId>,
     pub run_at: DateTime<Utc>,
     pub attempt: i32,
     pub max_attempts: i32,

@@ -11,16 +11,17 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use crate::job::JobId;
 use crate::store::{GenericClient, StoreError};
 
 /// The smallest UUIDv7 of the millisecond `at`: every id minted before `at` sorts below it.
-pub fn first_id_at(at: DateTime<Utc>) -> Uuid {
+pub fn first_id_at(at: DateTime<Utc>) -> JobId {
     let ms = u64::try_from(at.timestamp_millis()).unwrap_or(0);
     let mut b = [0u8; 16];
     b[..6].copy_from_slice(&ms.to_be_bytes()[2..]);
     b[6] = 0x70;
     b[8] = 0x80;
-    Uuid::from_bytes(b)
+    JobId::from_uuid(Uuid::from_bytes(b))
 }
 
 /// Delete up to `limit` terminal jobs created and finished before `cutoff` (with their
@@ -60,11 +61,11 @@ mod tests {
 
     #[test]
     fn ids_minted_before_the_cutoff_sort_below_its_first_id() {
-        let before = Uuid::now_v7();
+        let before = JobId::new();
         let cutoff = Utc::now() + chrono::Duration::milliseconds(2);
         let bound = first_id_at(cutoff);
         assert!(before < bound);
-        assert_eq!(bound.get_version_num(), 7);
+        assert_eq!(bound.as_uuid().get_version_num(), 7);
         assert!(first_id_at(cutoff + chrono::Duration::seconds(1)) > bound);
     }
 }
