@@ -26,7 +26,7 @@ pub struct LambdaPath {
 pub async fn run(base_url: &str, n: usize, containers: usize) -> anyhow::Result<LambdaPath> {
     let scratch = Scratch::new(base_url, Settings::default()).await?;
     scratch.preload_noops(n).await?;
-    let ids: Vec<uuid::Uuid> = scratch
+    let ids: Vec<taskdeck::job::JobId> = scratch
         .platform
         .pool
         .get()

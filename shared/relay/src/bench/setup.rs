@@ -57,7 +57,7 @@ impl Scratch {
         while made < n {
             let chunk: Vec<NewJob> = (made..n.min(made + 5000))
                 .map(|i| NewJob {
-                    id: Uuid::now_v7(),
+                    id: taskdeck::job::JobId::new(),
                     task_type: "noop".into(),
                     params: json!({}),
                     correlation_id: format!("bench-{i}"),

@@ -120,7 +120,7 @@ async fn one(env: &Env, transport: &str, n: usize, report: &mut Report) -> anyho
         let jobs: Vec<NewJob> = chunk
             .iter()
             .map(|i| NewJob {
-                id: uuid::Uuid::now_v7(),
+                id: JobId::new(),
                 task_type: "test.effect".into(),
                 params: json!({}),
                 correlation_id: format!("dup-{i}"),

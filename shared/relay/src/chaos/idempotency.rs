@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use rand::seq::SliceRandom;
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 use super::harness;
 use super::{Env, Report};
@@ -73,7 +72,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let mut rows: HashMap<(usize, usize), Vec<(String, Value)>> = HashMap::new();
     let mut owner: HashMap<String, usize> = HashMap::new();
     for r in db.query("SELECT tenant_id, idempotency_key, id, params FROM jobs", &[]).await? {
-        let (tenant, key, id, params): (Uuid, String, Uuid, Value) = (r.get(0), r.get(1), r.get(2), r.get(3));
+        let (tenant, key, id, params): (taskdeck::job::TenantId, String, taskdeck::job::JobId, Value) = (r.get(0), r.get(1), r.get(2), r.get(3));
         let t = tenant_ids.iter().position(|x| *x == tenant).unwrap_or(usize::MAX);
         let k: usize = key.trim_start_matches("idem-").parse().unwrap_or(usize::MAX);
         owner.insert(id.to_string(), t);

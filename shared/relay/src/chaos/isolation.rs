@@ -30,7 +30,7 @@ const A_ROWS: &[(&str, &str)] = &[
     ("campaign_pages", "SELECT row_to_json(p)::text FROM campaign_pages p JOIN jobs j ON j.id = p.job_id WHERE j.tenant_id = $1"),
 ];
 
-async fn a_rows(db: &impl taskdeck::store::GenericClient, tenant: uuid::Uuid) -> anyhow::Result<BTreeMap<&'static str, Vec<String>>> {
+async fn a_rows(db: &impl taskdeck::store::GenericClient, tenant: taskdeck::job::TenantId) -> anyhow::Result<BTreeMap<&'static str, Vec<String>>> {
     let mut out = BTreeMap::new();
     for (table, sql) in A_ROWS {
         let mut rows: Vec<String> = db.query(*sql, &[&tenant]).await?.iter().map(|r| r.get(0)).collect();

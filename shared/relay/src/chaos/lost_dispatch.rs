@@ -49,7 +49,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
             tokio::spawn(async move {
                 for i in (s..n).step_by(8) {
                     let job = NewJob {
-                        id: uuid::Uuid::now_v7(),
+                        id: taskdeck::job::JobId::new(),
                         task_type: "test.effect".into(),
                         params: json!({}),
                         correlation_id: format!("lost-{i}"),
@@ -81,7 +81,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
 
     let db = pool.get().await?;
     let counts = harness::status_counts(&db).await?;
-    let events: Vec<(uuid::Uuid, chrono::DateTime<chrono::Utc>)> = db
+    let events: Vec<(taskdeck::job::JobId, chrono::DateTime<chrono::Utc>)> = db
         .query("SELECT job_id, at FROM job_events WHERE kind = 'redispatched' ORDER BY at", &[])
         .await?
         .iter()

@@ -100,7 +100,7 @@ async fn beside_flood(
     scratch: &crate::bench::setup::Scratch,
     http: &Http,
     noisy_key: &str,
-    noisy_tenant: uuid::Uuid,
+    noisy_tenant: taskdeck::job::TenantId,
     tag: &'static str,
     samples: usize,
     drain: Duration,
@@ -175,7 +175,7 @@ async fn flood(http: Http, key: String, tag: &'static str, done: Arc<AtomicBool>
 }
 
 /// (jobs, p99 ms, p50 ms) of accept→start for a tenant's jobs created since `from`.
-async fn latencies(scratch: &crate::bench::setup::Scratch, tenant: uuid::Uuid, from: chrono::DateTime<chrono::Utc>) -> anyhow::Result<Latencies> {
+async fn latencies(scratch: &crate::bench::setup::Scratch, tenant: taskdeck::job::TenantId, from: chrono::DateTime<chrono::Utc>) -> anyhow::Result<Latencies> {
     let pool = scratch.platform.pool.clone();
     harness::wait_until(Duration::from_secs(60), || harness::all_terminal(&pool)).await;
     let db = pool.get().await?;

@@ -35,7 +35,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let mut poison_bodies: Vec<(String, String)> = Vec::new();
     for r in 0..rounds {
         let job = NewJob {
-            id: uuid::Uuid::now_v7(),
+            id: taskdeck::job::JobId::new(),
             task_type: "test.effect".into(),
             params: json!({}),
             correlation_id: format!("poison-{r}"),
@@ -51,8 +51,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         // Inserted straight through intake with the Postgres transport: nobody listens, so
         // only the SQS message below runs it.
         platform.intake.enqueue(scratch.tenant.id, vec![job]).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-        let good = serde_json::to_string(&WorkMessage { job_id: *healthy.last().unwrap_or(&uuid::Uuid::nil()), run_at: chrono::Utc::now() })?;
-        let nobody = uuid::Uuid::now_v7();
+        let good = serde_json::to_string(&WorkMessage { job_id: *healthy.last().unwrap_or(&taskdeck::job::JobId::from_uuid(uuid::Uuid::nil())), run_at: chrono::Utc::now() })?;
+        let nobody = taskdeck::job::JobId::new();
         let not_work = "not a work message".to_owned();
         let bad = [
             (format!("not json {r}"), not_work.clone()),

@@ -96,7 +96,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     Ok(report)
 }
 
-async fn scratch_submit(scratch: &crate::bench::setup::Scratch, i: usize, sleep: f64) -> anyhow::Result<(u16, uuid::Uuid)> {
+async fn scratch_submit(scratch: &crate::bench::setup::Scratch, i: usize, sleep: f64) -> anyhow::Result<(u16, taskdeck::job::JobId)> {
     let req: taskdeck::api::jobs::JobRequest =
         serde_json::from_value(json!({"task_type": "test.effect", "params": {"sleep_seconds": sleep}}))?;
     let admits = taskdeck::api::jobs::Admission { callback_allow: scratch.platform.settings.callback_allow.clone(),

@@ -8,11 +8,10 @@ use anyhow::Context;
 use chrono::Utc;
 use deadpool_postgres::Pool;
 use indicatif::{ProgressBar, ProgressStyle};
-use taskdeck::job::JobStatus;
+use taskdeck::job::{JobId, JobStatus, TenantId};
 use taskdeck::store::jobs::{self, JobFilter};
 use taskdeck::store::{progress, tenants};
 use taskdeck::view::JobView;
-use uuid::Uuid;
 
 #[derive(clap::Subcommand)]
 pub enum JobsCommand {
@@ -29,10 +28,10 @@ pub enum JobsCommand {
         limit: i64,
     },
     /// One job as JSON, its history, and its children's counts.
-    Show { id: Uuid },
+    Show { id: JobId },
     /// A live progress bar of a job and its children until it is done (Ctrl-C leaves it running).
     Watch {
-        id: Uuid,
+        id: JobId,
         /// Seconds between reads.
         #[arg(long, default_value_t = 0.5)]
         every: f64,
@@ -92,7 +91,7 @@ pub async fn run(pool: &Pool, tenant_name: &str, command: JobsCommand) -> anyhow
     }
 }
 
-async fn watch(pool: &Pool, tenant_id: Uuid, id: Uuid, every: Duration) -> anyhow::Result<()> {
+async fn watch(pool: &Pool, tenant_id: TenantId, id: JobId, every: Duration) -> anyhow::Result<()> {
     let bar = ProgressBar::new(0);
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar:.cyan/blue} {pos}/{len} {msg}")
