@@ -14,7 +14,7 @@ async fn accepted_means_committed_and_readable() {
     assert_eq!(status, StatusCode::ACCEPTED, "{job}");
     assert_eq!(job["status"], "pending");
     // Visible from a fresh connection: the row committed before the answer.
-    let id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    let id: taskdeck::job::JobId = job["id"].as_str().unwrap().parse().unwrap();
     assert_eq!(w.count("SELECT count(*) FROM jobs WHERE id = $1", &[&id]).await, 1);
     let (status, read) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
     assert_eq!(status, StatusCode::OK);
@@ -210,7 +210,7 @@ async fn cancel_stops_pending_jobs_and_refuses_finished_ones() {
 
     let (_, now) = w.submit("c2", json!({"task_type": "noop"})).await;
     let exec = w.platform.executor();
-    let id2: uuid::Uuid = now["id"].as_str().unwrap().parse().unwrap();
+    let id2: taskdeck::job::JobId = now["id"].as_str().unwrap().parse().unwrap();
     exec.run_dispatched(&[id2]).await.unwrap();
     let (s, err) = w.call(Method::POST, &format!("/v1/jobs/{id2}/cancel"), None, None).await;
     assert_eq!((s, err["error"]["code"].as_str()), (StatusCode::CONFLICT, Some("not_cancellable")));
@@ -231,7 +231,7 @@ async fn a_failed_dispatch_never_fails_the_request() {
     let w = World::new().await.with_transport(Arc::new(crate::support::transports::Down));
     let (s, job) = w.submit("d1", json!({"task_type": "noop"})).await;
     assert_eq!(s, StatusCode::ACCEPTED);
-    let id: uuid::Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    let id: taskdeck::job::JobId = job["id"].as_str().unwrap().parse().unwrap();
     assert_eq!(
         w.eventually("SELECT count(*) FROM jobs WHERE id = $1 AND status = 'pending' AND dispatched_at IS NULL", &[&id], 1).await,
         1,

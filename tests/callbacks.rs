@@ -11,10 +11,10 @@ use axum::http::{HeaderMap, Method, StatusCode};
 use serde_json::{Value, json};
 use taskdeck::callbacks::AllowList;
 use taskdeck::client::{Client, Projection, Verifier};
+use taskdeck::job::JobId;
 use taskdeck::store::jobs::{self, NewJob};
 use taskdeck::store::modes;
 use tokio::sync::watch;
-use uuid::Uuid;
 
 use crate::support::{World, test_settings};
 
@@ -60,7 +60,7 @@ async fn world() -> World {
 /// Run the due `callback.deliver` jobs once (time travel: backoffs are made due now).
 async fn deliver_due(w: &World) -> usize {
     let db = w.db().await;
-    let ids: Vec<Uuid> = db
+    let ids: Vec<JobId> = db
         .query("UPDATE jobs SET run_at = now() WHERE task_type = 'callback.deliver' AND status = 'pending' RETURNING id", &[])
         .await
         .unwrap()
@@ -70,11 +70,11 @@ async fn deliver_due(w: &World) -> usize {
     w.platform.executor().run_dispatched(&ids).await.unwrap().1
 }
 
-fn id_of(job: &Value) -> Uuid {
+fn id_of(job: &Value) -> JobId {
     job["id"].as_str().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no id in {job}"))
 }
 
-async fn run_job(w: &World, key: &str, body: Value) -> Uuid {
+async fn run_job(w: &World, key: &str, body: Value) -> JobId {
     let (s, job) = w.submit(key, body).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{job}");
     let id = id_of(&job);
@@ -292,12 +292,12 @@ async fn a_correlation_id_reaches_children_callbacks_and_log_lines() {
     let parent = jobs::get(&w.db().await, w.tenant.id, pid).await.unwrap().unwrap();
     let kids: Vec<NewJob> = (0..2)
         .map(|i| NewJob::child_of(parent.id, &parent.correlation_id, NewJob {
-            id: Uuid::now_v7(), task_type: "noop".into(), params: json!({}), idempotency_key: format!("top:{i}"),
+            id: JobId::new(), task_type: "noop".into(), params: json!({}), idempotency_key: format!("top:{i}"),
             request_hash: vec![0; 32], run_at: chrono::Utc::now(), max_attempts: 1, timeout_seconds: 10,
             ..NewJob::default()
         }))
         .collect();
-    let kid_ids: Vec<Uuid> = kids.iter().map(|k| k.id).collect();
+    let kid_ids: Vec<JobId> = kids.iter().map(|k| k.id).collect();
     w.platform.intake.enqueue(w.tenant.id, kids).await.unwrap();
     w.platform.executor().run_dispatched(&kid_ids).await.unwrap();
     // Children finished: the sweep finishes the parent, which calls back.
@@ -359,7 +359,7 @@ async fn the_client_module_verifies_reconciles_and_refreshes_against_a_running_r
     assert!(!projection.apply(stale));
     // Refresh one; an unknown id is None.
     assert_eq!(projection.refresh(&client, ids[1]).await.unwrap().unwrap()["status"], "succeeded");
-    assert!(client.job(Uuid::now_v7()).await.unwrap().is_none());
+    assert!(client.job(JobId::new()).await.unwrap().is_none());
     // Past the settle window with nothing new: an empty page, a cursor that still works.
     let (_, page) = w.call(Method::GET, &format!("/v1/jobs?updated_since={}", projection.cursor.as_ref().unwrap()), None, None).await;
     assert!(page["resume_cursor"].is_string());

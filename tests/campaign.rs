@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
+use taskdeck::job::JobId;
 use taskdeck::store::{jobs, sending_identities};
-use uuid::Uuid;
 
 use crate::support::World;
 
@@ -51,7 +51,7 @@ async fn ten_thousand_recipients_in_shadow_mode_complete_exactly_though_the_crea
         .submit("spring", campaign(json!(recipients), json!({"children_per_run": 2000, "concurrency_limit": 200})))
         .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{}", parent["error"]);
-    let id: Uuid = parent["id"].as_str().unwrap().parse().unwrap();
+    let id: JobId = parent["id"].as_str().unwrap().parse().unwrap();
 
     // A worker claims the campaign and is killed while it creates children: its run stops at
     // whatever it was awaiting and records nothing.
@@ -138,10 +138,10 @@ async fn a_paged_campaign_is_held_until_its_last_page_arrives() {
     assert_eq!((status, r["released"].as_bool()), (StatusCode::CREATED, Some(true)), "{r}");
 
     let exec = w.platform.executor();
-    let pid: Uuid = id.parse().unwrap();
+    let pid: JobId = id.parse().unwrap();
     let (report, _) = exec.run_dispatched(&[pid]).await.unwrap();
     assert_eq!(report.waiting, 1, "all six children exist; the campaign waits");
-    let kids: Vec<Uuid> = w.db().await.query("SELECT id FROM jobs WHERE parent_id = $1", &[&pid]).await.unwrap().iter().map(|r| r.get(0)).collect();
+    let kids: Vec<JobId> = w.db().await.query("SELECT id FROM jobs WHERE parent_id = $1", &[&pid]).await.unwrap().iter().map(|r| r.get(0)).collect();
     assert_eq!(kids.len(), 6);
     let (_, j) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
     assert_eq!((j["status"].as_str(), j["waiting_reason"].as_str()), (Some("waiting"), Some("waiting_for_children")));

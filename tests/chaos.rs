@@ -111,7 +111,7 @@ async fn concurrent_inserts_sharing_keys_in_any_order_do_not_deadlock() {
     use taskdeck::store::jobs::{self, NewJob};
     let w = super::support::World::new().await;
     let job = |round: usize, k: usize| NewJob {
-        id: uuid::Uuid::now_v7(),
+        id: taskdeck::job::JobId::new(),
         task_type: "noop".into(),
         params: serde_json::json!({}),
         correlation_id: format!("c{k}"),
@@ -142,7 +142,7 @@ async fn the_first_repeat_of_a_key_in_one_insert_makes_the_job() {
     use taskdeck::store::jobs::{self, Inserted, NewJob};
     let w = super::support::World::new().await;
     let item = |n: i32| NewJob {
-        id: uuid::Uuid::now_v7(),
+        id: taskdeck::job::JobId::new(),
         task_type: "noop".into(),
         params: serde_json::json!({"n": n}),
         correlation_id: "c".into(),

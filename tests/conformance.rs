@@ -12,7 +12,7 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::json;
 use taskdeck::executor::worker;
-use taskdeck::job::Dispatch;
+use taskdeck::job::{Dispatch, JobId};
 use taskdeck::platform::Platform;
 use taskdeck::store::effects;
 use taskdeck::store::jobs::{self, NewJob};
@@ -139,7 +139,7 @@ async fn a_failed_dispatch_leaves_the_row_for_the_sweep(kind: Kind) {
     let mut rig = Rig::new(kind).await;
     // A committed job whose dispatch fails, as at intake (the SQS transport) or on a re-send by
     // the sweep (both); the Postgres transport's intake wakes workers in the commit itself.
-    let id = Uuid::now_v7();
+    let id = JobId::new();
     let job = NewJob {
         id,
         task_type: "test.effect".into(),
@@ -172,7 +172,7 @@ async fn a_failed_dispatch_leaves_the_row_for_the_sweep(kind: Kind) {
 async fn a_duplicate_delivery_runs_the_effect_once(kind: Kind) {
     let mut rig = Rig::new(kind).await;
     let (_, job) = rig.world.submit("c-dup", json!({"task_type": "test.effect", "params": {"sleep_seconds": 0.1}})).await;
-    let id: Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    let id: JobId = job["id"].as_str().unwrap().parse().unwrap();
     // The transport carries the job twice more (a redelivery, a sweep racing intake).
     let again = Dispatch { id, run_at: chrono::Utc::now() };
     rig.world.platform.transport.dispatch(&[again, again]).await.unwrap();

@@ -8,8 +8,8 @@ use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 use taskdeck::credentials::{RoleSpec, TaskCredentials, TaskRoles};
 use taskdeck::executor::Executor;
+use taskdeck::job::JobId;
 use taskdeck::store::attempt_sessions::{self, NewSession};
-use uuid::Uuid;
 
 use crate::support::{World, moto};
 
@@ -25,13 +25,13 @@ fn executor(w: &World, roles: TaskRoles) -> Executor {
     w.platform.clone().with_credentials(creds).executor()
 }
 
-async fn submit(w: &World, key: &str, params: Value) -> Uuid {
+async fn submit(w: &World, key: &str, params: Value) -> JobId {
     let (status, job) = w.submit(key, json!({"task_type": "test.whoami", "params": params, "max_attempts": 2})).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{job}");
     job["id"].as_str().expect("id").parse().expect("uuid")
 }
 
-async fn job(w: &World, id: Uuid) -> Value {
+async fn job(w: &World, id: JobId) -> Value {
     w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await.1
 }
 
@@ -154,7 +154,7 @@ async fn a_tenant_scoped_role_is_assumed_with_the_tenants_external_id() {
 async fn attempt_sessions_are_recorded_and_read_per_tenant() {
     let w = World::new().await;
     let (_, job) = w.submit("s", json!({"task_type": "noop"})).await;
-    let id: Uuid = job["id"].as_str().unwrap().parse().unwrap();
+    let id: JobId = job["id"].as_str().unwrap().parse().unwrap();
     let db = w.db().await;
     let at = chrono::Utc::now() + chrono::Duration::hours(1);
     for (attempt, arn) in [(2, "arn:aws:sts::1:assumed-role/r/b"), (1, "arn:aws:sts::1:assumed-role/r/a")] {
@@ -174,7 +174,7 @@ async fn attempt_sessions_are_recorded_and_read_per_tenant() {
     assert!(got.iter().all(|s| s.expires_at.timestamp() == at.timestamp()));
     let (other, _) = w.other_tenant("globex").await;
     assert!(attempt_sessions::for_job(&db, other.id, id).await.unwrap().is_empty(), "tenant-scoped");
-    let bad = NewSession { job_id: Uuid::now_v7(), attempt: 1, role_arn: "r".into(), session_arn: "s".into(), external_id: false, expires_at: at };
+    let bad = NewSession { job_id: JobId::new(), attempt: 1, role_arn: "r".into(), session_arn: "s".into(), external_id: false, expires_at: at };
     assert!(attempt_sessions::record(&db, &bad).await.is_err(), "only for a job that exists");
 }
 

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use taskdeck::credentials::{RoleSpec, TaskCredentials, TaskRoles};
 use taskdeck::executor::Executor;
 use taskdeck::lambda::ingress::Ingress;
+use taskdeck::job::JobId;
 use taskdeck::store::{modes, operators, sending_identities};
 use uuid::Uuid;
 
@@ -70,17 +71,17 @@ fn email(subject: &str, to: &str) -> Value {
         "from": format!("Acme <noreply@{DOMAIN}>"), "to": [to], "subject": subject, "text": "Hello"}})
 }
 
-async fn submit(w: &World, key: &str, body: Value) -> Uuid {
+async fn submit(w: &World, key: &str, body: Value) -> JobId {
     let (status, job) = w.submit(key, body).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{job}");
     job["id"].as_str().unwrap().parse().unwrap()
 }
 
-async fn job(w: &World, id: Uuid) -> Value {
+async fn job(w: &World, id: JobId) -> Value {
     w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await.1
 }
 
-async fn message_of(w: &World, id: Uuid) -> Value {
+async fn message_of(w: &World, id: JobId) -> Value {
     let (status, list) = w.call(Method::GET, &format!("/v1/messages?job_id={id}"), None, None).await;
     assert_eq!(status, StatusCode::OK, "{list}");
     let mid = list["messages"][0]["id"].as_str().unwrap_or_else(|| panic!("job {id} has a message: {list}")).to_owned();
@@ -174,7 +175,7 @@ async fn a_thousand_sends_through_faults_never_send_twice() {
         let (status, body) = w.call(Method::POST, "/v1/jobs:batch", None, Some(json!({ "jobs": jobs }))).await;
         assert_eq!(status, StatusCode::OK);
         assert!(body["results"].as_array().unwrap().iter().all(|r| r["status"] == 202));
-        ids.extend(body["results"].as_array().unwrap().iter().map(|r| r["job"]["id"].as_str().unwrap().parse::<Uuid>().unwrap()));
+        ids.extend(body["results"].as_array().unwrap().iter().map(|r| r["job"]["id"].as_str().unwrap().parse::<JobId>().unwrap()));
     }
     assert_eq!(ids.len(), N);
 
@@ -300,7 +301,7 @@ async fn through_ingress(w: &World, exec: &Executor, records: Vec<Value>) -> Vec
     let ingress = Ingress::new(&w.platform, "platform");
     let response = ingress.handle(event).await;
     assert!(response.batch_item_failures.is_empty());
-    let ids: Vec<Uuid> = w
+    let ids: Vec<JobId> = w
         .db()
         .await
         .query("SELECT id FROM jobs WHERE task_type = 'provider.event' AND status = 'pending' ORDER BY id", &[])
@@ -514,13 +515,13 @@ async fn a_new_exception_sends_one_alert_email_and_an_alert_never_alerts() {
     let w = World::with_settings(settings).await;
     let exec = w.platform.executor();
     let (_, failing) = w.submit("boom", json!({"task_type": "test.fail", "params": {"times": 9, "kind": "fatal"}})).await;
-    let failing: Uuid = failing["id"].as_str().unwrap().parse().unwrap();
+    let failing: JobId = failing["id"].as_str().unwrap().parse().unwrap();
     assert_eq!(exec.run_dispatched(&[failing]).await.unwrap().0.failed, 1);
 
     let sweeper = w.platform.sweeper();
     assert_eq!(sweeper.pass().await.unwrap().alerts_queued, 1);
     assert_eq!(sweeper.pass().await.unwrap().alerts_queued, 0, "one alert per exception");
-    let alert: Uuid = w.db().await
+    let alert: JobId = w.db().await
         .query_one("SELECT id FROM jobs WHERE task_type = 'email.send' AND correlation_id LIKE 'relay-alert:%'", &[])
         .await
         .unwrap()
@@ -533,11 +534,11 @@ async fn a_new_exception_sends_one_alert_email_and_an_alert_never_alerts() {
 
     // An alert job that fails opens an exception of its own, which does not alert again.
     let (_, second) = w.submit("boom2", json!({"task_type": "test.fail", "params": {"times": 9, "kind": "fatal"}})).await;
-    let second: Uuid = second["id"].as_str().unwrap().parse().unwrap();
+    let second: JobId = second["id"].as_str().unwrap().parse().unwrap();
     exec.run_dispatched(&[second]).await.unwrap();
     assert_eq!(sweeper.pass().await.unwrap().alerts_queued, 1);
     w.db().await.execute("DELETE FROM sending_identities", &[]).await.unwrap();
-    let alert2: Uuid = w.db().await
+    let alert2: JobId = w.db().await
         .query_one("SELECT id FROM jobs WHERE task_type = 'email.send' AND status = 'pending'", &[])
         .await
         .unwrap()
@@ -703,7 +704,7 @@ async fn an_ses_event_through_an_sns_topic_reaches_the_ingress_binary_and_update
         Invoked::Response(r) => assert_eq!(r["batchItemFailures"], json!([]), "{r}"),
         other => panic!("the ingress binary answered {other:?}"),
     }
-    let made: Vec<Uuid> = w
+    let made: Vec<JobId> = w
         .db()
         .await
         .query("SELECT id FROM jobs WHERE task_type = 'provider.event'", &[])

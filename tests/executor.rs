@@ -5,14 +5,13 @@ use std::time::Duration;
 
 use axum::http::Method;
 use serde_json::json;
-use taskdeck::job::Fence;
+use taskdeck::job::{Fence, JobId};
 use taskdeck::store::{effects, jobs, modes};
 use tokio::sync::watch;
-use uuid::Uuid;
 
 use crate::support::{World, test_settings};
 
-fn id_of(job: &serde_json::Value) -> Uuid {
+fn id_of(job: &serde_json::Value) -> JobId {
     job["id"].as_str().expect("job id").parse().expect("uuid")
 }
 

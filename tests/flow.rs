@@ -6,14 +6,14 @@ use std::time::Duration;
 use axum::http::Method;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
+use taskdeck::job::JobId;
 use taskdeck::store::jobs::{self, NewJob};
 use taskdeck::store::{modes, progress};
 use tokio::sync::watch;
-use uuid::Uuid;
 
 use crate::support::World;
 
-fn id_of(job: &Value) -> Uuid {
+fn id_of(job: &Value) -> JobId {
     job["id"].as_str().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no id in {job}"))
 }
 
@@ -114,7 +114,7 @@ async fn a_keyed_job_delivered_by_id_waits_for_its_slot_and_is_handed_on() {
 #[tokio::test]
 async fn waiting_reasons_say_why_a_job_is_not_running() {
     let w = World::new().await;
-    let reason = |id: Uuid| {
+    let reason = |id: JobId| {
         let w = &w;
         async move { w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await.1["waiting_reason"].clone() }
     };
@@ -136,7 +136,7 @@ async fn waiting_reasons_say_why_a_job_is_not_running() {
 }
 
 /// Read a parent's count progress through the API.
-async fn count_of(w: &World, id: Uuid) -> (i64, i64, i64) {
+async fn count_of(w: &World, id: JobId) -> (i64, i64, i64) {
     let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
     let p = &job["progress"];
     assert_eq!(p["kind"], "count", "{job}");
@@ -171,7 +171,7 @@ async fn fan_out_progress_never_decreases_and_never_exceeds_the_total() {
                     ("test.effect", json!({"sleep_seconds": 0.02}))
                 };
                 NewJob::child_of(parent.id, &parent.correlation_id, NewJob {
-                    id: Uuid::now_v7(),
+                    id: JobId::new(),
                     task_type: task_type.into(),
                     params,
                     idempotency_key: format!("campaign:{n}"),

@@ -8,13 +8,13 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use taskdeck::config::LambdaConfig;
+use taskdeck::job::JobId;
 use taskdeck::lambda;
 use taskdeck::lambda::ingress::Ingress;
 use taskdeck::platform::Platform;
 use taskdeck::store::{dead_letters, effects, tenants};
 use taskdeck::transport::sqs::SqsTransport;
 use tower::ServiceExt;
-use uuid::Uuid;
 
 use crate::support::transports::Down;
 use crate::support::{World, moto};
@@ -89,8 +89,8 @@ async fn executor_runs_each_job_once_keeps_malformed_bodies_and_fails_no_record(
     // Two records carry the same job (a duplicate delivery), one carries garbage.
     let res = lambda::executor::handle(&exec, event.clone(), None).await;
     assert_eq!(failed(&res), Vec::<String>::new(), "nothing returns to the queue");
-    let uuid: Uuid = id.parse().unwrap();
-    assert_eq!(effects::count(&w.db().await, uuid).await.unwrap(), 1);
+    let job_id: JobId = id.parse().unwrap();
+    assert_eq!(effects::count(&w.db().await, job_id).await.unwrap(), 1);
     let kept = dead_letters::recent(&w.db().await, 10).await.unwrap();
     assert_eq!(kept.len(), 1);
     assert_eq!(kept[0].body, "{\"jobId\": \"not-a-uuid\"}", "kept whole");
@@ -101,7 +101,7 @@ async fn executor_runs_each_job_once_keeps_malformed_bodies_and_fails_no_record(
     // The same batch again (SQS redelivers): the job is done, so everything is acknowledged.
     let res = lambda::executor::handle(&exec, event, None).await;
     assert!(res.batch_item_failures.is_empty());
-    assert_eq!(effects::count(&w.db().await, uuid).await.unwrap(), 1, "the effect ran once");
+    assert_eq!(effects::count(&w.db().await, job_id).await.unwrap(), 1, "the effect ran once");
     assert_eq!(dead_letters::recent(&w.db().await, 10).await.unwrap().len(), 1, "kept once");
     let done = w.wait_for(&id, Duration::from_secs(1), |j| j["status"] == "succeeded").await;
     assert_eq!(done["status"], "succeeded");
@@ -110,7 +110,7 @@ async fn executor_runs_each_job_once_keeps_malformed_bodies_and_fails_no_record(
 #[tokio::test]
 async fn executor_returns_records_to_the_queue_only_when_the_database_is_unreachable() {
     let w = World::new().await;
-    let id = Uuid::now_v7().to_string();
+    let id = JobId::new().to_string();
     let event: SqsEvent = serde_json::from_str(&fixture("sqs_work_batch.json", &[("JOB_ID", &id)])).unwrap();
     let mut settings = crate::support::test_settings();
     settings.pool.wait_timeout = Duration::from_millis(500);

@@ -4,14 +4,14 @@
 
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
-use taskdeck::job::ExceptionKind;
+use taskdeck::job::{ExceptionKind, JobId};
 use taskdeck::store::jobs::{self, Failure, NewJob};
 use taskdeck::store::{exceptions, operators, tenants};
 use uuid::Uuid;
 
 use crate::support::World;
 
-fn id_of(v: &Value) -> Uuid {
+fn id_of(v: &Value) -> JobId {
     v.as_str().or_else(|| v["id"].as_str()).unwrap().parse().unwrap()
 }
 
@@ -20,7 +20,7 @@ async fn operator(w: &World, name: &str) -> String {
 }
 
 /// A job that failed for good (fatal on its first attempt) and its open exception.
-async fn failed_job(w: &World, key: &str, params: Value) -> (Uuid, Uuid) {
+async fn failed_job(w: &World, key: &str, params: Value) -> (JobId, Uuid) {
     let (s, job) = w.submit(key, json!({"task_type": "test.fail", "params": params, "max_attempts": 1})).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{job}");
     let id = id_of(&job);
@@ -48,7 +48,7 @@ async fn audit(w: &World, exc: Uuid) -> Vec<(String, String, Option<String>)> {
         .collect()
 }
 
-async fn event_kinds(w: &World, job: Uuid) -> Vec<String> {
+async fn event_kinds(w: &World, job: JobId) -> Vec<String> {
     w.db()
         .await
         .query("SELECT kind FROM job_events WHERE job_id = $1 ORDER BY id", &[&job])
@@ -113,7 +113,7 @@ async fn cancel_cancels_the_job_and_its_pending_children() {
     let key = operator(&w, "bob").await;
     let (job, exc) = failed_job(&w, "c1", fatal()).await;
     let child = NewJob {
-        id: Uuid::now_v7(), task_type: "noop".into(), params: json!({}), correlation_id: "c".into(),
+        id: JobId::new(), task_type: "noop".into(), params: json!({}), correlation_id: "c".into(),
         idempotency_key: "child".into(), request_hash: vec![0; 32], parent_id: Some(job),
         run_at: chrono::Utc::now() + chrono::Duration::hours(1), max_attempts: 1, timeout_seconds: 10,
         ..NewJob::default()

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use axum::http::{Method, StatusCode};
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use serde_json::{Value, json};
+use taskdeck::job::JobId;
 use taskdeck::job::terms::IdempotencyKey;
 use taskdeck::schedules::{self, ScheduleSpec};
 use taskdeck::store::jobs::{self, NewJob, retention};
@@ -129,7 +130,7 @@ async fn schedules_are_managed_over_the_api_and_report_last_and_next_run() {
     w.platform.sweeper().pass().await.unwrap();
     let (_, shown) = call(Method::GET, format!("/v1/admin/schedules/{id}"), None).await;
     assert_eq!(shown["last_outcome"], "pending");
-    let job: Uuid = shown["last_job_id"].as_str().unwrap().parse().unwrap();
+    let job: JobId = shown["last_job_id"].as_str().unwrap().parse().unwrap();
     w.platform.executor().run_dispatched(&[job]).await.unwrap();
     let (_, listed) = call(Method::GET, "/v1/admin/schedules".into(), None).await;
     assert_eq!(listed["schedules"][0]["last_outcome"], "succeeded");
@@ -173,11 +174,11 @@ async fn cancelling_a_scheduled_jobs_exception_disables_its_schedule() {
     assert_eq!(after.last_outcome.as_deref(), Some("cancelled"));
 }
 
-fn old_job(key: &str, days: i64, parent: Option<Uuid>) -> NewJob {
+fn old_job(key: &str, days: i64, parent: Option<JobId>) -> NewJob {
     let at = Utc::now() - TimeDelta::days(days);
     let ts = uuid::Timestamp::from_unix(uuid::NoContext, u64::try_from(at.timestamp()).unwrap(), 0);
     NewJob {
-        id: Uuid::new_v7(ts), task_type: "noop".into(), params: json!({}), correlation_id: key.into(),
+        id: JobId::from_uuid(Uuid::new_v7(ts)), task_type: "noop".into(), params: json!({}), correlation_id: key.into(),
         idempotency_key: key.into(), request_hash: vec![0; 32], parent_id: parent, run_at: at,
         max_attempts: 1, timeout_seconds: 10,
         ..NewJob::default()

@@ -5,17 +5,16 @@ use axum::http::{Method, StatusCode};
 use chrono::{Duration, Utc};
 use serde_json::{Value, json};
 use sha2::Digest;
-use taskdeck::job::Fence;
+use taskdeck::job::{Fence, JobId};
 use taskdeck::liveness::{Identity, Kind, Liveness};
 use taskdeck::store::jobs::{self, Failure, NewJob};
 use taskdeck::store::{status, status_keys, workers};
-use uuid::Uuid;
 
 use crate::support::World;
 
-pub fn job(key: &str, task_type: &str, parent: Option<Uuid>) -> NewJob {
+pub fn job(key: &str, task_type: &str, parent: Option<JobId>) -> NewJob {
     NewJob {
-        id: Uuid::now_v7(),
+        id: JobId::new(),
         task_type: task_type.into(),
         params: json!({}),
         correlation_id: format!("corr-{key}"),
@@ -31,7 +30,7 @@ pub fn job(key: &str, task_type: &str, parent: Option<Uuid>) -> NewJob {
 
 /// A parent with three children (one failed for good, one succeeded, one pending), one top-level
 /// job that succeeded, one running top-level job, one job due later. Returns the parent's id.
-pub async fn populate(w: &World) -> Uuid {
+pub async fn populate(w: &World) -> JobId {
     let db = w.db().await;
     let parent = job("parent", "noop", None);
     let pid = parent.id;
@@ -122,7 +121,7 @@ async fn status_queries_count_live_work_failures_runs_and_children() {
     assert_eq!(shape, [("running", "busy"), ("waiting", "parent"), ("succeeded", "top")]);
     assert!(runs.iter().all(|r| r.tenant == "acme"));
 
-    let counts = taskdeck::store::progress::child_counts(&db, &[pid, Uuid::now_v7()]).await.unwrap();
+    let counts = taskdeck::store::progress::child_counts(&db, &[pid, JobId::new()]).await.unwrap();
     assert_eq!(counts.len(), 1);
     assert_eq!(counts[&pid], taskdeck::store::progress::ChildCounts { total: 3, succeeded: 1, failed: 1, cancelled: 0 });
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::json;
 use sha2::Digest;
-use taskdeck::job::Fence;
+use taskdeck::job::{Fence, JobId};
 use taskdeck::store::jobs::{self, Failure, Inserted, JobFilter, NewJob, Retry};
 use taskdeck::store::{StoreError, exceptions, migrate, modes, tenants};
 use uuid::Uuid;
@@ -14,7 +14,7 @@ use crate::support::World;
 
 fn new_job(key: &str) -> NewJob {
     NewJob {
-        id: Uuid::now_v7(),
+        id: JobId::new(),
         task_type: "noop".into(),
         params: json!({}),
         correlation_id: format!("corr-{key}"),
@@ -73,7 +73,7 @@ async fn insert_many_creates_new_keys_and_returns_existing_ones_in_order() {
     assert_eq!(shape, [("created", "b".into()), ("existing", "a".into()), ("existing", "b".into())]);
     assert_eq!(w.count("SELECT count(*) FROM jobs", &[]).await, 2);
     assert_eq!(w.count("SELECT count(*) FROM jobs WHERE dispatched_at IS NOT NULL", &[]).await, 2);
-    let ids: Vec<Uuid> = out.iter().take(1).map(|i| match i { Inserted::Created(j) | Inserted::Existing(j) => j.id }).collect();
+    let ids: Vec<JobId> = out.iter().take(1).map(|i| match i { Inserted::Created(j) | Inserted::Existing(j) => j.id }).collect();
     jobs::undispatch(&db, &ids).await.unwrap();
     assert_eq!(w.count("SELECT count(*) FROM jobs WHERE dispatched_at IS NULL", &[]).await, 1);
 }
@@ -158,7 +158,7 @@ async fn claims_are_fair_across_tenants_however_deep_one_tenants_backlog() {
     jobs::insert_many(&db, third.id, std::slice::from_ref(&t), None).await.unwrap();
 
     let claim = jobs::claim_due(&db, 30, 30.0).await.unwrap();
-    let ids: Vec<Uuid> = claim.jobs.iter().map(|j| j.id).collect();
+    let ids: Vec<JobId> = claim.jobs.iter().map(|j| j.id).collect();
     assert!(ids.contains(&q.id) && ids.contains(&t.id), "both quiet tenants are in the first claim");
     assert_eq!(claim.jobs.iter().filter(|j| j.tenant_id == w.tenant.id).count(), 10, "the flood gets its share: 30 / 3");
     assert!(claim.more, "the flood has more due");

@@ -4,14 +4,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use taskdeck::job::JobId;
 use taskdeck::store::jobs;
 use tokio::sync::watch;
-use uuid::Uuid;
 
 use crate::support::transports::{Down, Partial, Recorded};
 use crate::support::World;
 
-fn id_of(job: &serde_json::Value) -> Uuid {
+fn id_of(job: &serde_json::Value) -> JobId {
     job["id"].as_str().unwrap().parse().unwrap()
 }
 
@@ -62,7 +62,7 @@ async fn an_expired_lease_on_the_last_attempt_fails_with_an_exception() {
 
 /// A world, the same world with a transport that refuses every dispatch, and a job submitted
 /// through it (its failed dispatch has cleared its mark).
-async fn submitted_while_down(task_type: &str) -> (World, World, Uuid) {
+async fn submitted_while_down(task_type: &str) -> (World, World, JobId) {
     let w = World::new().await;
     let down = w.with_transport(Arc::new(Down));
     let (_, job) = down.submit("while-down", json!({"task_type": task_type})).await;
@@ -168,7 +168,7 @@ async fn a_partly_failed_dispatch_leaves_only_the_unsent_jobs_to_the_sweep() {
     let items: Vec<_> = (0..4).map(|i| json!({"idempotency_key": format!("p{i}"), "task_type": "noop"})).collect();
     let (status, res) = partial.call(axum::http::Method::POST, "/v1/jobs:batch", None, Some(json!({"jobs": items}))).await;
     assert_eq!(status, 200);
-    let ids: Vec<Uuid> = res["results"].as_array().unwrap().iter().map(|r| id_of(&r["job"])).collect();
+    let ids: Vec<JobId> = res["results"].as_array().unwrap().iter().map(|r| id_of(&r["job"])).collect();
     let unmarked = "SELECT count(*) FROM jobs WHERE id = ANY($1) AND dispatched_at IS NULL";
     assert_eq!(w.eventually(unmarked, &[&ids], 2).await, 2);
     let refused = vec![ids[1], ids[3]];
@@ -176,7 +176,7 @@ async fn a_partly_failed_dispatch_leaves_only_the_unsent_jobs_to_the_sweep() {
     let queue = Arc::new(Recorded::default());
     let report = w.with_transport(queue.clone()).platform.sweeper().pass().await.unwrap();
     assert_eq!(report.redispatched, 2);
-    let mut sent: Vec<Uuid> = queue.take().iter().map(|d| d.id).collect();
+    let mut sent: Vec<JobId> = queue.take().iter().map(|d| d.id).collect();
     sent.sort();
     let mut expected = refused.clone();
     expected.sort();

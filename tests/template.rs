@@ -388,7 +388,7 @@ fn each_task_type_has_its_own_role_trusting_only_the_executor() {
         _ => None,
     };
     let parsed = taskdeck::credentials::TaskRoles::from_lookup(env).expect("the executor accepts the template's mapping");
-    let anyone = uuid::Uuid::now_v7();
+    let anyone = taskdeck::job::TenantId::new();
     assert!(parsed.resolve(anyone, "email.send").is_some());
     assert!(parsed.resolve(anyone, "noop").is_none(), "default deny for everything else");
     assert_eq!(target(&vars["RELAY_TENANT_TASK_ROLES"]), "TenantTaskRoles");
