@@ -1,28 +1,42 @@
 //! taskdeck: Relay's core, the platform itself. Each Lambda in `functions/` and the `relay`
 //! tool only wire configuration, pools and clients, then call into this crate.
 
-pub mod alerts;
+// Read top-down: each layer imports only the layers below it.
+
+// Edges: how the outside reaches the platform.
 pub mod api;
-pub mod callbacks;
-pub mod catalogue;
-pub mod client;
-pub mod config;
-pub mod credentials;
-pub mod email;
-pub mod exceptions;
-pub mod executor;
-pub mod intake;
-pub mod job;
 pub mod lambda;
-pub mod liveness;
-pub mod metrics;
 pub mod platform;
-pub mod progress;
-pub mod retry;
-pub mod schedules;
-pub mod store;
-pub mod sweep;
-pub mod task;
-pub mod telemetry;
+pub mod config;
+pub mod client;
+
+// Services: what the platform does with a job.
+pub mod intake;
 pub mod transport;
+pub mod executor;
+pub mod sweep;
+pub mod schedules;
+pub mod exceptions;
+pub mod alerts;
+pub mod callbacks;
+pub mod email;
+pub mod credentials;
+pub mod liveness;
+pub mod telemetry;
+pub mod metrics;
+
+// The task contract and the task types that implement it.
+pub mod task;
+pub mod catalogue;
+
+// What a job looks like from outside, built from its rows: the job resource, its progress
+// and why it waits.
 pub mod view;
+pub mod progress;
+
+// Postgres: all SQL.
+pub mod store;
+
+// The domain: the job's vocabulary and pure rules, no I/O.
+pub mod retry;
+pub mod job;

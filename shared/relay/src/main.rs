@@ -521,11 +521,6 @@ async fn dev(url: Option<String>, addr: SocketAddr, data_dir: PathBuf, run: Run)
 
 /// Create a database if it does not exist (private clusters start with only `postgres`).
 async fn ensure_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
-    let (client, conn) = tokio_postgres::connect(admin_url, tokio_postgres::NoTls).await?;
-    tokio::spawn(conn);
-    let exists = client.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]).await?.is_some();
-    if !exists {
-        client.batch_execute(&format!("CREATE DATABASE \"{name}\"")).await?;
-    }
-    Ok(())
+    let admin = relay::bench::setup::admin(admin_url).await?;
+    Ok(taskdeck::store::tooling::ensure_database(&admin, name).await?)
 }

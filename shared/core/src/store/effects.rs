@@ -13,3 +13,19 @@ pub async fn record(db: &impl GenericClient, job_id: JobId, attempt: i32) -> Res
 pub async fn count(db: &impl GenericClient, job_id: JobId) -> Result<i64, StoreError> {
     Ok(db.query_one("SELECT count(*) FROM effects_ledger WHERE job_id = $1", &[&job_id]).await?.get(0))
 }
+
+/// Every effect performed, as (job, attempt).
+pub async fn all(db: &impl GenericClient) -> Result<Vec<(JobId, i32)>, StoreError> {
+    Ok(db.query("SELECT job_id, attempt FROM effects_ledger", &[]).await?.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// How many jobs performed their effect more than once.
+pub async fn jobs_with_repeats(db: &impl GenericClient) -> Result<i64, StoreError> {
+    let sql = "SELECT count(*) FROM (SELECT job_id FROM effects_ledger GROUP BY job_id HAVING count(*) > 1) d";
+    Ok(db.query_one(sql, &[]).await?.get(0))
+}
+
+/// How many effects these jobs performed, together.
+pub async fn count_among(db: &impl GenericClient, ids: &[JobId]) -> Result<i64, StoreError> {
+    Ok(db.query_one("SELECT count(*) FROM effects_ledger WHERE job_id = ANY($1)", &[&ids]).await?.get(0))
+}

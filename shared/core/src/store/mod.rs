@@ -1,5 +1,6 @@
 //! Postgres, the only source of truth. All SQL lives in this folder, one module per table;
-//! nothing outside `store` writes SQL (tests excepted).
+//! nothing outside `store` writes SQL (tests excepted). `tooling` holds what the `relay` tool's
+//! benchmarks and chaos suite ask of the database.
 
 pub mod attempt_sessions;
 pub mod campaign_pages;
@@ -25,6 +26,8 @@ pub mod templates;
 pub mod tenant_faults;
 pub mod tenants;
 pub mod tls;
+#[cfg(feature = "testing")]
+pub mod tooling;
 pub mod workers;
 
 use std::sync::Arc;

@@ -72,8 +72,8 @@ impl CpuPerUnit {
 
 /// The pid of the server process behind `db`'s connection, when that server runs on this
 /// machine (its backend's parent is a local `postgres`); `None` for a remote database.
-pub async fn postmaster_pid(db: &tokio_postgres::Client) -> Option<u32> {
-    let backend: i32 = db.query_one("SELECT pg_backend_pid()", &[]).await.ok()?.get(0);
+pub async fn postmaster_pid(db: &impl taskdeck::store::GenericClient) -> Option<u32> {
+    let backend = taskdeck::store::tooling::bench::backend_pid(db).await.ok()?;
     let stat = Stat::read(u32::try_from(backend).ok()?)?;
     let parent = Stat::read(stat.ppid)?;
     (stat.comm == "postgres" && parent.comm == "postgres").then_some(stat.ppid)

@@ -105,7 +105,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 pub async fn run(base_url: &str, secs: f64) -> anyhow::Result<Intake> {
     let server = Arc::new(Server::start(base_url).await?);
-    let postmaster = postmaster_pid(&*server.scratch.platform.pool.get().await?).await;
+    let postmaster = postmaster_pid(&server.scratch.platform.pool.get().await?).await;
     let mut single = Vec::new();
     for clients in [1, 16, 64] {
         let before = db_counters(&server.scratch.platform.pool).await?;

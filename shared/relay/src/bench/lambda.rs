@@ -26,16 +26,7 @@ pub struct LambdaPath {
 pub async fn run(base_url: &str, n: usize, containers: usize) -> anyhow::Result<LambdaPath> {
     let scratch = Scratch::new(base_url, Settings::default()).await?;
     scratch.preload_noops(n).await?;
-    let ids: Vec<taskdeck::job::JobId> = scratch
-        .platform
-        .pool
-        .get()
-        .await?
-        .query("SELECT id FROM jobs ORDER BY id", &[])
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let ids = taskdeck::store::tooling::bench::job_ids(&scratch.platform.pool.get().await?).await?;
     let now = chrono::Utc::now();
     let events: VecDeque<SqsEvent> = ids
         .chunks(10)

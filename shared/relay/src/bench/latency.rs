@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::intake::Server;
 use super::setup::{Lifecycle, db_counters};
+use taskdeck::store::tooling::readouts;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Latency {
@@ -43,16 +44,7 @@ pub async fn run(base_url: &str, jobs: usize) -> anyhow::Result<Latency> {
     let after = db_counters(&pool).await?;
     let lifecycle = Lifecycle::between(before, after, jobs);
     let db = pool.get().await?;
-    let mut lat: Vec<f64> = db
-        .query(
-            "SELECT EXTRACT(EPOCH FROM (e.started_at - j.created_at))::float8 * 1000
-             FROM jobs j JOIN job_events e ON e.job_id = j.id AND e.attempt = 1",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let mut lat = readouts::start_latencies_ms(&db, None, None).await?;
     drop(db);
     lat.sort_by(f64::total_cmp);
     let pick = |p: f64| lat[((lat.len() - 1) as f64 * p).round() as usize];

@@ -195,8 +195,7 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
 /// Statement counts need pg_stat_statements (preloaded in the bench's private cluster); without
 /// it the cost figures show commits only.
 async fn enable_statement_counts(url: &str) {
-    if let Ok((client, conn)) = tokio_postgres::connect(url, tokio_postgres::NoTls).await {
-        tokio::spawn(conn);
-        let _ = client.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").await;
+    if let Ok(client) = setup::admin(url).await {
+        taskdeck::store::tooling::bench::enable_statement_counts(&client).await;
     }
 }

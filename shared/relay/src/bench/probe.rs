@@ -11,6 +11,7 @@ use serde::Serialize;
 use super::cpu::{CpuPerUnit, CpuTimes, postmaster_pid};
 use super::setup::Scratch;
 use taskdeck::platform::Settings;
+use taskdeck::store::tooling::bench;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Probe {
@@ -26,27 +27,25 @@ pub async fn run(base_url: &str, secs: f64) -> anyhow::Result<Probe> {
     settings.pool.max_size = 20;
     let scratch = Scratch::new(base_url, settings).await?;
     let pool = scratch.platform.pool.clone();
-    pool.get().await?.batch_execute("CREATE TABLE probe (id bigserial PRIMARY KEY, payload text NOT NULL)").await?;
-    let single = "INSERT INTO probe (payload) SELECT $1::text";
-    let multi = "INSERT INTO probe (payload) SELECT unnest($1::text[])";
-    let postmaster = postmaster_pid(&*pool.get().await?).await;
-    let commits_per_sec_1 = rate(&pool, 1, secs, single, false).await?.0;
+    bench::create_probe(&pool.get().await?).await?;
+    let postmaster = postmaster_pid(&pool.get().await?).await;
+    let commits_per_sec_1 = rate(&pool, 1, secs, false).await?.0;
     let before = CpuTimes::read(postmaster, None);
-    let (commits_per_sec_16, commits) = rate(&pool, 16, secs, single, false).await?;
+    let (commits_per_sec_16, commits) = rate(&pool, 16, secs, false).await?;
     let cpu_per_commit_16 = CpuTimes::read(postmaster, None).per_unit(before, commits);
     let p = Probe {
         commits_per_sec_1,
         commits_per_sec_16,
-        multi_insert_rows_per_sec: rate(&pool, 1, secs, multi, true).await?.0 * 100.0,
+        multi_insert_rows_per_sec: rate(&pool, 1, secs, true).await?.0 * 100.0,
         cpu_per_commit_16,
     };
     scratch.drop_schema(base_url).await?;
     Ok(p)
 }
 
-/// Statements per second (and how many ran) from `clients` connections each running `sql` in
-/// autocommit.
-async fn rate(pool: &deadpool_postgres::Pool, clients: usize, secs: f64, sql: &'static str, hundred: bool) -> anyhow::Result<(f64, u64)> {
+/// Commits per second (and how many ran) from `clients` connections each inserting one probe
+/// row (or a hundred) per commit.
+async fn rate(pool: &deadpool_postgres::Pool, clients: usize, secs: f64, hundred: bool) -> anyhow::Result<(f64, u64)> {
     let done = Arc::new(AtomicU64::new(0));
     let until = Instant::now() + Duration::from_secs_f64(secs);
     let tasks: Vec<_> = (0..clients)
@@ -54,13 +53,12 @@ async fn rate(pool: &deadpool_postgres::Pool, clients: usize, secs: f64, sql: &'
             let (pool, done) = (pool.clone(), done.clone());
             tokio::spawn(async move {
                 let db = pool.get().await?;
-                let stmt = db.prepare(sql).await?;
                 let rows: Vec<String> = (0..100).map(|i| format!("row {i}")).collect();
                 while Instant::now() < until {
                     if hundred {
-                        db.execute(&stmt, &[&rows]).await?;
+                        bench::probe_insert_many(&db, &rows).await?;
                     } else {
-                        db.execute(&stmt, &[&"one row"]).await?;
+                        bench::probe_insert(&db, "one row").await?;
                     }
                     done.fetch_add(1, Ordering::Relaxed);
                 }

@@ -12,6 +12,7 @@ use uuid::Uuid;
 use taskdeck::platform::{Platform, Settings};
 use taskdeck::store::jobs::{self, NewJob};
 use taskdeck::store::tenants;
+use taskdeck::store::tooling;
 
 /// One measurement's world: its own schema in the benchmark database.
 pub struct Scratch {
@@ -31,9 +32,7 @@ pub fn url_with_schema(url: &str, schema: &str) -> String {
 impl Scratch {
     pub async fn new(base_url: &str, mut settings: Settings) -> anyhow::Result<Scratch> {
         let schema = format!("bench_{}", Uuid::now_v7().simple());
-        let (client, conn) = tokio_postgres::connect(base_url, tokio_postgres::NoTls).await?;
-        tokio::spawn(conn);
-        client.batch_execute(&format!("CREATE SCHEMA {schema}")).await?;
+        tooling::create_schema(&admin(base_url).await?, &schema).await?;
         settings.pool.search_path = Some(schema.clone());
         let platform = Platform::new(base_url, settings)?;
         platform.migrate().await?;
@@ -43,9 +42,7 @@ impl Scratch {
 
     pub async fn drop_schema(self, base_url: &str) -> anyhow::Result<()> {
         self.platform.pool.close();
-        let (client, conn) = tokio_postgres::connect(base_url, tokio_postgres::NoTls).await?;
-        tokio::spawn(conn);
-        client.batch_execute(&format!("DROP SCHEMA {} CASCADE", self.schema)).await?;
+        tooling::drop_schema(&admin(base_url).await?, &self.schema).await?;
         Ok(())
     }
 
@@ -73,7 +70,7 @@ impl Scratch {
             made += chunk.len();
             jobs::insert_many(&db, self.tenant.id, &chunk, None).await?;
         }
-        db.batch_execute("ANALYZE jobs").await?;
+        tooling::bench::analyze_jobs(&db, false).await?;
         Ok(())
     }
 
@@ -82,15 +79,7 @@ impl Scratch {
         let db = self.platform.pool.get().await?;
         let start = Instant::now();
         loop {
-            let busy: bool = db
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM jobs WHERE status = 'pending')
-                         OR EXISTS (SELECT 1 FROM jobs WHERE status = 'running')",
-                    &[],
-                )
-                .await?
-                .get(0);
-            if !busy {
+            if !tooling::bench::any_pending_or_running(&db).await? {
                 return Ok(true);
             }
             if start.elapsed() > limit {
@@ -102,16 +91,7 @@ impl Scratch {
 
     /// Seconds from the first claim to the last finish, and how many succeeded.
     pub async fn processing_span(&self) -> anyhow::Result<(f64, i64)> {
-        let db = self.platform.pool.get().await?;
-        let row = db
-            .query_one(
-                "SELECT EXTRACT(EPOCH FROM (SELECT max(finished_at) FROM jobs)
-                                         - (SELECT min(started_at) FROM jobs))::float8,
-                        (SELECT count(*) FROM jobs WHERE status = 'succeeded')",
-                &[],
-            )
-            .await?;
-        Ok((row.get::<_, Option<f64>>(0).unwrap_or(0.0), row.get(1)))
+        Ok(tooling::bench::processing_span(&self.platform.pool.get().await?).await?)
     }
 }
 
@@ -129,30 +109,9 @@ pub async fn db_counters(pool: &Pool) -> anyhow::Result<DbCounters> {
     let db = pool.get().await?;
     // Statistics are flushed about once a second; give the last ones time to land.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    db.batch_execute("SELECT pg_stat_clear_snapshot()").await?;
-    let commits: i64 = db
-        .query_one("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()", &[])
-        .await?
-        .get(0);
-    let counted = db
-        .query_one(
-            "SELECT sum(calls)::bigint,
-                    coalesce(sum(calls) FILTER (WHERE query LIKE '%FROM tenants WHERE api_key_hash%'
-                                                   OR query LIKE 'WITH input AS%'
-                                                   OR query LIKE '%pg_notify%'), 0)::bigint,
-                    coalesce(sum(calls) FILTER (WHERE query LIKE 'WITH due AS%' OR query LIKE 'WITH RECURSIVE tenants%'
-                                                   OR query LIKE 'SELECT name, enabled FROM operating_modes%'), 0)::bigint,
-                    coalesce(sum(calls) FILTER (WHERE query LIKE 'WITH done AS%' OR query LIKE 'WITH retried AS%'
-                                                   OR query LIKE 'WITH failed AS%'), 0)::bigint
-             FROM public.pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
-             WHERE d.datname = current_database()",
-            &[],
-        )
-        .await;
-    let (statements, phases) = match counted {
-        Ok(r) => (r.get::<_, Option<i64>>(0), Some([r.get(1), r.get(2), r.get(3)])),
-        Err(_) => (None, None),
-    };
+    let commits = tooling::bench::commits(&db).await?;
+    let counted = tooling::bench::statement_counts(&db).await?;
+    let (statements, phases) = (counted.map(|c| c.0), counted.map(|c| c.1));
     Ok(DbCounters { commits, statements, phases })
 }
 
@@ -184,4 +143,11 @@ pub fn peak_rss_mib(pid: u32) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kib: f64 = status.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
+}
+
+/// A connection of its own to the database at `url`, outside any scratch schema.
+pub async fn admin(url: &str) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+    tokio::spawn(conn);
+    Ok(client)
 }

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::setup::Scratch;
 use taskdeck::platform::Settings;
+use taskdeck::store::tooling::bench;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SweepCost {
@@ -23,20 +24,11 @@ pub async fn run(base_url: &str, terminal: i64, due: i64) -> anyhow::Result<Swee
         // Bulk rows straight from SQL: `terminal` succeeded jobs, then `due` running jobs
         // whose leases expired a minute ago. Ids are time-ordered like the UUIDv7 ids Relay
         // mints: old terminal rows sort before the live ones.
-        let insert = "INSERT INTO jobs (id, tenant_id, task_type, params, correlation_id, idempotency_key,
-                                        request_hash, status, run_at, attempt, max_attempts, timeout_seconds,
-                                        lease_until, started_at, result, finished_at)
-             SELECT ($5 || lpad(to_hex(i), 12, '0'))::uuid, $1, 'noop', '{}', 'c' || i, $2 || i, decode(repeat('00', 32), 'hex'),
-                    $3, now(), 1, 3, 60,
-                    CASE WHEN $3 = 'running' THEN now() - interval '1 minute' END, now(),
-                    CASE WHEN $3 = 'succeeded' THEN '{}'::jsonb END,
-                    CASE WHEN $3 = 'succeeded' THEN now() END
-             FROM generate_series(1, $4::bigint) i";
         let old = "01000000-0000-7000-8000-";
         let recent = "01f00000-0000-7000-8000-";
-        db.execute(insert, &[&scratch.tenant.id, &"t", &"succeeded", &terminal, &old]).await?;
-        db.execute(insert, &[&scratch.tenant.id, &"d", &"running", &due, &recent]).await?;
-        db.batch_execute("VACUUM ANALYZE jobs").await?;
+        bench::load_noops(&db, scratch.tenant.id, "t", "succeeded", terminal, old).await?;
+        bench::load_noops(&db, scratch.tenant.id, "d", "running", due, recent).await?;
+        bench::analyze_jobs(&db, true).await?;
     }
     let sweeper = scratch.platform.sweeper();
     let start = Instant::now();

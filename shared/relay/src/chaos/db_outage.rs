@@ -14,6 +14,8 @@ use super::{Env, Report};
 use taskdeck::api::REQUEST_TIMEOUT;
 use crate::pgcluster::{Durability, PrivateCluster};
 use taskdeck::platform::Settings;
+use taskdeck::job::{JobId, JobStatus};
+use taskdeck::store::tooling::{bench, readouts};
 
 pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let mut report = Report::new("db-outage", env.scale);
@@ -86,14 +88,12 @@ async fn outage(env: &Env, cluster: &PrivateCluster, base: &str, report: &mut Re
     let finished = harness::wait_until(Duration::from_secs(90), || harness::all_terminal(&pool)).await;
     let finished_at = t0.elapsed().as_secs_f64();
 
-    let accepted: Vec<uuid::Uuid> = answers.iter().filter(|a| a.2 == 202).filter_map(|a| a.3.as_deref()?.parse().ok()).collect();
+    let accepted: Vec<JobId> = answers.iter().filter(|a| a.2 == 202).filter_map(|a| a.3.as_deref()?.parse().ok()).collect();
     let db = pool.get().await?;
-    let present: i64 = db.query_one("SELECT count(*) FROM jobs WHERE id = ANY($1)", &[&accepted]).await?.get(0);
-    let succeeded: i64 = db.query_one("SELECT count(*) FROM jobs WHERE id = ANY($1) AND status = 'succeeded'", &[&accepted]).await?.get(0);
-    let first_finish_after_up: Option<f64> = db
-        .query_one("SELECT EXTRACT(EPOCH FROM (min(finished_at) - $1))::float8 FROM jobs WHERE finished_at > $1", &[&up_wall])
-        .await?
-        .get(0);
+    let jobs = readouts::jobs_among(&db, &accepted).await?;
+    let present = jobs.len() as i64;
+    let succeeded = jobs.iter().filter(|j| j.status == JobStatus::Succeeded).count() as i64;
+    let first_finish_after_up = bench::first_finish_after(&db, up_wall).await?;
     let during = |a: &&(f64, f64, u16, Option<String>, Option<String>)| a.0 + a.1 >= down_at && a.0 <= up_at;
     let in_outage: Vec<_> = answers.iter().filter(during).collect();
     let count = |s: u16| answers.iter().filter(|a| a.2 == s).count();

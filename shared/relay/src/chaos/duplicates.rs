@@ -16,9 +16,11 @@ use tokio::sync::{mpsc, watch};
 
 use super::harness::{self, Fate, Faulty};
 use super::{Env, Report};
-use taskdeck::job::{Dispatch, JobId};
+use taskdeck::job::{Dispatch, JobId, JobStatus};
 use taskdeck::platform::Settings;
 use taskdeck::store::jobs::NewJob;
+use taskdeck::store::effects;
+use taskdeck::store::tooling::readouts;
 use taskdeck::transport::sqs::SqsTransport;
 use taskdeck::transport::{Transport, TransportError};
 
@@ -161,14 +163,13 @@ async fn one(env: &Env, transport: &str, n: usize, report: &mut Report) -> anyho
     }
     let observed = observed();
     let db = pool.get().await?;
-    let jobs: HashMap<JobId, (String, i32)> =
-        db.query("SELECT id, status, attempt FROM jobs", &[]).await?.iter().map(|r| (r.get(0), (r.get(1), r.get(2)))).collect();
+    let jobs: HashMap<JobId, (JobStatus, i32)> = readouts::jobs(&db).await?.into_iter().map(|j| (j.id, (j.status, j.attempt))).collect();
     // The effects ledger: (job, attempt) of every effect that really happened.
     let mut effects: HashMap<JobId, Vec<i32>> = HashMap::new();
-    for r in db.query("SELECT job_id, attempt FROM effects_ledger", &[]).await? {
-        effects.entry(r.get(0)).or_default().push(r.get(1));
+    for (job, attempt) in effects::all(&db).await? {
+        effects.entry(job).or_default().push(attempt);
     }
-    let succeeded = jobs.values().filter(|(s, _)| s == "succeeded").count();
+    let succeeded = jobs.values().filter(|(s, _)| *s == JobStatus::Succeeded).count();
     let claims: i64 = jobs.values().map(|(_, a)| i64::from(*a)).sum();
     let deliveries: usize = observed.values().sum();
     let duplicates_seen: usize = observed.values().map(|k| k.saturating_sub(1)).sum();

@@ -22,6 +22,7 @@ use taskdeck::executor::Executor;
 use taskdeck::job::{Dispatch, JobId};
 use taskdeck::transport::sqs::SqsTransport;
 use taskdeck::transport::{Transport, TransportError};
+use taskdeck::store::tooling::readouts;
 
 /// A `relay` child process (killed when dropped), its stderr in a log file.
 pub struct Relay {
@@ -364,8 +365,7 @@ pub fn sorted(mut xs: Vec<f64>) -> Vec<f64> {
 
 /// Counts of jobs by status in the scratch schema.
 pub async fn status_counts(db: &impl taskdeck::store::GenericClient) -> anyhow::Result<std::collections::BTreeMap<String, i64>> {
-    let rows = db.query("SELECT status, count(*) FROM jobs GROUP BY status", &[]).await?;
-    Ok(rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1))).collect())
+    Ok(readouts::status_counts(db).await?)
 }
 
 /// Wait until `check` holds or `within` passes; returns whether it held.
@@ -389,13 +389,7 @@ where
 /// True when no job is pending, running or waiting.
 pub async fn all_terminal(pool: &deadpool_postgres::Pool) -> bool {
     let Ok(db) = pool.get().await else { return false };
-    db.query_one(
-        "SELECT NOT EXISTS (SELECT 1 FROM jobs WHERE status IN ('pending', 'running', 'waiting'))",
-        &[],
-    )
-    .await
-    .map(|r| r.get::<_, bool>(0))
-    .unwrap_or(false)
+    readouts::all_terminal(&db).await.unwrap_or(false)
 }
 
 /// A TCP proxy in front of a server that can be taken down: while down, new connections are

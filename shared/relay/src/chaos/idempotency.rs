@@ -16,6 +16,7 @@ use super::harness;
 use super::{Env, Report};
 use taskdeck::platform::Settings;
 use taskdeck::store::tenants;
+use taskdeck::store::tooling::readouts;
 
 const TENANTS: usize = 4;
 const REPLAYS: usize = 20;
@@ -71,8 +72,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let db = scratch.platform.pool.get().await?;
     let mut rows: HashMap<(usize, usize), Vec<(String, Value)>> = HashMap::new();
     let mut owner: HashMap<String, usize> = HashMap::new();
-    for r in db.query("SELECT tenant_id, idempotency_key, id, params FROM jobs", &[]).await? {
-        let (tenant, key, id, params): (taskdeck::job::TenantId, String, taskdeck::job::JobId, Value) = (r.get(0), r.get(1), r.get(2), r.get(3));
+    for job in readouts::jobs(&db).await? {
+        let (tenant, key, id, params) = (job.tenant_id, job.idempotency_key, job.id, job.params);
         let t = tenant_ids.iter().position(|x| *x == tenant).unwrap_or(usize::MAX);
         let k: usize = key.trim_start_matches("idem-").parse().unwrap_or(usize::MAX);
         owner.insert(id.to_string(), t);

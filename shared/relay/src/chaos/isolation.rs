@@ -19,26 +19,7 @@ use super::harness::{self, Http};
 use super::{Env, Report};
 use taskdeck::platform::Settings;
 use taskdeck::store::tenants;
-
-/// Every row tenant A owns, table by table, as JSON text (chaos-only SQL).
-const A_ROWS: &[(&str, &str)] = &[
-    ("jobs", "SELECT row_to_json(t)::text FROM jobs t WHERE tenant_id = $1"),
-    ("job_keys", "SELECT row_to_json(t)::text FROM job_keys t WHERE tenant_id = $1"),
-    ("messages", "SELECT row_to_json(t)::text FROM messages t WHERE tenant_id = $1"),
-    ("email_templates", "SELECT row_to_json(t)::text FROM email_templates t WHERE tenant_id = $1"),
-    ("suppressions", "SELECT row_to_json(t)::text FROM suppressions t WHERE tenant_id = $1"),
-    ("campaign_pages", "SELECT row_to_json(p)::text FROM campaign_pages p JOIN jobs j ON j.id = p.job_id WHERE j.tenant_id = $1"),
-];
-
-async fn a_rows(db: &impl taskdeck::store::GenericClient, tenant: taskdeck::job::TenantId) -> anyhow::Result<BTreeMap<&'static str, Vec<String>>> {
-    let mut out = BTreeMap::new();
-    for (table, sql) in A_ROWS {
-        let mut rows: Vec<String> = db.query(*sql, &[&tenant]).await?.iter().map(|r| r.get(0)).collect();
-        rows.sort();
-        out.insert(*table, rows);
-    }
-    Ok(out)
-}
+use taskdeck::store::tooling::readouts;
 
 /// An answer with the probed identifier replaced and timestamps dropped, so B's answer for
 /// A's identifier compares with its answer for a missing one. A change feed's resume cursor
@@ -119,7 +100,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let pool = scratch.platform.pool.clone();
     let sent = harness::wait_until(Duration::from_secs(60), || async {
         let Ok(db) = pool.get().await else { return false };
-        db.query_one("SELECT count(*) FROM messages WHERE tenant_id = $1", &[&a_tenant]).await.is_ok_and(|r| r.get::<_, i64>(0) == m as i64)
+        readouts::count_messages(&db, a_tenant).await.is_ok_and(|sent| sent == m as i64)
     })
     .await;
     anyhow::ensure!(sent, "A's {m} email jobs did not record their messages");
@@ -132,7 +113,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     }
     anyhow::ensure!(messages.len() == m, "A sees {} of its {m} messages", messages.len());
     let db = scratch.platform.pool.get().await?;
-    let before = a_rows(&db, a_tenant).await?;
+    let before = readouts::tenant_rows(&db, a_tenant).await?;
 
     // The matrix, as B: A's identifier against one that exists nowhere, kind by kind, in order
     // (a template: read, delete, put B's own, read it, delete it).
@@ -187,7 +168,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let (_, b_templates) = http.call("GET", "/v1/templates", Some(&b_key), None, None).await?;
     let (_, b_sups) = http.call("GET", "/v1/suppressions?limit=500", Some(&b_key), None, None).await?;
     let in_b_lists = templates.iter().chain(&addresses).filter(|x| b_templates.to_string().contains(x.as_str()) || b_sups.to_string().contains(x.as_str())).count();
-    let after = a_rows(&db, a_tenant).await?;
+    let after = readouts::tenant_rows(&db, a_tenant).await?;
     let changed: Vec<String> = before
         .iter()
         .map(|(table, rows)| {
@@ -234,11 +215,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let requests = env.n(4000, 300);
     let (leaks, aborted, answered) = hammer(&http, &a_key, &b_key, &a_all, &b_ids, &a_ids, requests).await?;
 
-    let b_rows: i64 = db.query_one("SELECT count(*) FROM jobs WHERE tenant_id = $1", &[&b_tenant.id]).await?.get(0);
-    let cross: i64 = db
-        .query_one("SELECT count(*) FROM job_keys k JOIN jobs j ON j.id = k.job_id WHERE k.tenant_id <> j.tenant_id", &[])
-        .await?
-        .get(0);
+    let b_rows = readouts::jobs(&db).await?.iter().filter(|j| j.tenant_id == b_tenant.id).count() as i64;
+    let cross = readouts::keys_across_tenants(&db).await?;
     let a_owned: usize = before.values().map(Vec::len).sum();
     report.fig("A's rows (jobs, keys, messages, templates, suppressions, pages)",
         before.iter().map(|(t, r)| format!("{t} {}", r.len())).collect::<Vec<_>>().join(", "));

@@ -4,8 +4,8 @@
 //! within lease + sweep interval + pickup, and effects must be counted once per attempt (a
 //! job runs its effect again only after a recorded recovery).
 //!
-//! The job kinds are a list (`KINDS`): a kind with an effects ledger names the query that
-//! lists its effects as (job, attempt). `test.effect` may repeat its effect after a recorded
+//! The job kinds are a list (`KINDS`): a kind with effects names where they are recorded
+//! as (job, attempt). `test.effect` may repeat its effect after a recorded
 //! recovery (once per attempt); `email.send` in shadow mode records at most one message per
 //! job whatever happens (once per job).
 
@@ -15,11 +15,13 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use rand::Rng;
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 use super::harness::{self, Relay};
 use super::{Env, Report};
+use taskdeck::job::{JobId, JobStatus};
 use taskdeck::platform::Settings;
+use taskdeck::store::effects;
+use taskdeck::store::tooling::readouts;
 
 pub const LEASE_SECS: u64 = 3;
 pub const SWEEP_SECS: u64 = 1;
@@ -34,10 +36,28 @@ pub struct Kind {
     pub params: fn(usize) -> Value,
     /// Jobs at scale 1.
     pub count: usize,
-    /// SQL giving `(job_id, attempt)` for every effect this kind performed, if it has a ledger.
-    pub effects: Option<&'static str>,
+    /// Where every effect this kind performed is recorded, if anywhere.
+    pub effects: Option<Effects>,
     /// The effect happens at most once per job (an email), not once per attempt.
     pub once_per_job: bool,
+}
+
+/// Where a kind's effects are recorded, each as (job, attempt).
+#[derive(Debug, Clone, Copy)]
+pub enum Effects {
+    /// A message per `email.send` attempt that got as far as recording one.
+    Messages,
+    /// The effects ledger of the test-only tasks.
+    Ledger,
+}
+
+impl Effects {
+    async fn read(self, db: &impl taskdeck::store::GenericClient) -> anyhow::Result<Vec<(JobId, i32)>> {
+        Ok(match self {
+            Effects::Messages => readouts::message_attempts(db).await?,
+            Effects::Ledger => effects::all(db).await?,
+        })
+    }
 }
 
 pub const KINDS: &[Kind] = &[
@@ -47,7 +67,7 @@ pub const KINDS: &[Kind] = &[
         task_type: "email.send",
         params: |i| json!({"from": "noreply@chaos.example", "to": [format!("r{i}@example.com")], "subject": format!("chaos {i}"), "text": "x"}),
         count: 2_000,
-        effects: Some("SELECT job_id, attempt FROM messages"),
+        effects: Some(Effects::Messages),
         once_per_job: true,
     },
     // An effect per run, long enough that kills land mid-run.
@@ -55,7 +75,7 @@ pub const KINDS: &[Kind] = &[
         task_type: "test.effect",
         params: |_| json!({"sleep_seconds": 2.0}),
         count: 2_000,
-        effects: Some("SELECT job_id, attempt FROM effects_ledger"),
+        effects: Some(Effects::Ledger),
         once_per_job: false,
     },
 ];
@@ -96,7 +116,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let submit_gap = env.secs(20.0, 6.0) / u32::try_from(batches.len().max(1))?;
     let key = scratch.key.clone();
     let submitter = tokio::spawn(async move {
-        let mut accepted: Vec<Uuid> = Vec::new();
+        let mut accepted: Vec<JobId> = Vec::new();
         for jobs in batches {
             let (status, body) = http.call("POST", "/v1/jobs:batch", Some(&key), None, Some(&json!({ "jobs": jobs }))).await?;
             anyhow::ensure!(status == 200, "batch answered {status}: {body}");
@@ -127,40 +147,20 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
 
     let db = pool.get().await?;
     let counts = harness::status_counts(&db).await?;
+    let all = readouts::jobs(&db).await?;
     // Why any job failed (a job every one of whose attempts a kill ended fails for good).
-    let failures: std::collections::BTreeMap<String, i64> = db
-        .query("SELECT task_type || ': ' || coalesce(last_error, '?'), count(*) FROM jobs WHERE status = 'failed' GROUP BY 1", &[])
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let present: i64 = db.query_one("SELECT count(*) FROM jobs WHERE id = ANY($1)", &[&accepted]).await?.get(0);
-    let terminal: i64 = db
-        .query_one("SELECT count(*) FROM jobs WHERE id = ANY($1) AND status IN ('succeeded', 'failed', 'cancelled')", &[&accepted])
-        .await?
-        .get(0);
+    let mut failures: std::collections::BTreeMap<String, i64> = Default::default();
+    for j in all.iter().filter(|j| j.status == JobStatus::Failed) {
+        *failures.entry(format!("{}: {}", j.task_type, j.last_error.as_deref().unwrap_or("?"))).or_default() += 1;
+    }
+    let ours = readouts::jobs_among(&db, &accepted).await?;
+    let present = ours.len() as i64;
+    let terminal = ours.iter().filter(|j| j.status.is_terminal()).count() as i64;
     // Every attempt beyond the first follows a recovery (these kinds never retry otherwise).
-    let unrecorded: i64 = db
-        .query_one(
-            "SELECT count(*) FROM jobs j WHERE j.attempt - 1 <>
-                 (SELECT count(*) FROM job_events e WHERE e.job_id = j.id AND e.kind = 'lease_expired')",
-            &[],
-        )
-        .await?
-        .get(0);
+    let unrecorded = readouts::reruns_without_recovery(&db).await?;
     // Recovery delay: from the kill that ended an attempt to the next attempt's claim.
-    let recoveries: Vec<(DateTime<Utc>, DateTime<Utc>, DateTime<Utc>)> = db
-        .query(
-            "SELECT e.started_at, e.at, coalesce(n.started_at, j.started_at)
-             FROM job_events e JOIN jobs j ON j.id = e.job_id
-             LEFT JOIN job_events n ON n.job_id = e.job_id AND n.attempt = e.attempt + 1 AND n.started_at IS NOT NULL
-             WHERE e.kind = 'lease_expired'",
-            &[],
-        )
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
+    let recoveries: Vec<(DateTime<Utc>, DateTime<Utc>, DateTime<Utc>)> =
+        readouts::recoveries(&db).await?.iter().map(|r| (r.began, r.expired, r.claimed_again)).collect();
     // The kill that ended an attempt came after its claim and at least two thirds of a lease
     // (the heartbeat's renewal) before its lease expired: the latest such kill.
     let renewal = chrono::Duration::milliseconds((LEASE_SECS * 2000 / 3) as i64);
@@ -200,31 +200,27 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     report.check(!recoveries.is_empty() && !landed.is_empty(), "no kill landed on a running job: nothing was recovered");
     report.check(alive == WORKERS, format!("only {alive} of {WORKERS} workers alive at the end"));
     for kind in KINDS {
-        let Some(sql) = kind.effects else { continue };
-        let effects: Vec<(Uuid, i32)> = db.query(sql, &[]).await?.iter().map(|r| (r.get(0), r.get(1))).collect();
-        let jobs: HashMap<Uuid, (i32, String)> = db
-            .query("SELECT id, attempt, status FROM jobs WHERE task_type = $1", &[&kind.task_type])
-            .await?
-            .iter()
-            .map(|r| (r.get(0), (r.get(1), r.get(2))))
-            .collect();
-        let mut per_attempt: HashMap<(Uuid, i32), usize> = HashMap::new();
+        let Some(recorded) = kind.effects else { continue };
+        let effects = recorded.read(&db).await?;
+        let jobs: HashMap<JobId, (i32, JobStatus)> =
+            all.iter().filter(|j| j.task_type == kind.task_type).map(|j| (j.id, (j.attempt, j.status))).collect();
+        let mut per_attempt: HashMap<(JobId, i32), usize> = HashMap::new();
         for e in &effects {
             *per_attempt.entry(*e).or_default() += 1;
         }
-        let mut per_job: HashMap<Uuid, usize> = HashMap::new();
+        let mut per_job: HashMap<JobId, usize> = HashMap::new();
         for (id, _) in &effects {
             *per_job.entry(*id).or_default() += 1;
         }
         let (twice, missing) = if kind.once_per_job {
             (
                 per_job.values().filter(|c| **c > 1).count(),
-                jobs.iter().filter(|(id, (_, s))| s == "succeeded" && !per_job.contains_key(*id)).count(),
+                jobs.iter().filter(|(id, (_, s))| *s == JobStatus::Succeeded && !per_job.contains_key(*id)).count(),
             )
         } else {
             (
                 per_attempt.values().filter(|c| **c > 1).count(),
-                jobs.iter().filter(|(id, (a, s))| s == "succeeded" && !per_attempt.contains_key(&(**id, *a))).count(),
+                jobs.iter().filter(|(id, (a, s))| *s == JobStatus::Succeeded && !per_attempt.contains_key(&(**id, *a))).count(),
             )
         };
         let beyond = per_attempt.keys().filter(|(id, a)| jobs.get(id).is_none_or(|(last, _)| a > last)).count();

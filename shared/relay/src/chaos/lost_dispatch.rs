@@ -13,6 +13,8 @@ use super::harness::{self, Fate, Faulty};
 use super::{Env, Report};
 use taskdeck::platform::Settings;
 use taskdeck::store::jobs::NewJob;
+use taskdeck::store::effects;
+use taskdeck::store::tooling::readouts;
 use taskdeck::transport::sqs::SqsTransport;
 
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
@@ -49,7 +51,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
             tokio::spawn(async move {
                 for i in (s..n).step_by(8) {
                     let job = NewJob {
-                        id: taskdeck::job::JobId::new(),
+                        id: uuid::Uuid::now_v7(),
                         task_type: "test.effect".into(),
                         params: json!({}),
                         correlation_id: format!("lost-{i}"),
@@ -81,16 +83,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
 
     let db = pool.get().await?;
     let counts = harness::status_counts(&db).await?;
-    let events: Vec<(taskdeck::job::JobId, chrono::DateTime<chrono::Utc>)> = db
-        .query("SELECT job_id, at FROM job_events WHERE kind = 'redispatched' ORDER BY at", &[])
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
-    let effects_doubled: i64 = db
-        .query_one("SELECT count(*) FROM (SELECT job_id FROM effects_ledger GROUP BY job_id HAVING count(*) > 1) d", &[])
-        .await?
-        .get(0);
+    let events = readouts::events_of_kind(&db, "redispatched").await?;
+    let effects_doubled = effects::jobs_with_repeats(&db).await?;
     let log = faulty.log();
     let (mut failed, mut dropped) = (0, 0);
     let mut early = 0;

@@ -179,17 +179,6 @@ async fn latencies(scratch: &crate::bench::setup::Scratch, tenant: taskdeck::job
     let pool = scratch.platform.pool.clone();
     harness::wait_until(Duration::from_secs(60), || harness::all_terminal(&pool)).await;
     let db = pool.get().await?;
-    let lat = harness::sorted(
-        db.query(
-            "SELECT EXTRACT(EPOCH FROM (coalesce(e.started_at, j.started_at) - j.created_at))::float8 * 1000
-             FROM jobs j LEFT JOIN job_events e ON e.job_id = j.id AND e.attempt = 1
-             WHERE j.tenant_id = $1 AND j.created_at >= $2",
-            &[&tenant, &from],
-        )
-        .await?
-        .iter()
-        .filter_map(|r| r.get::<_, Option<f64>>(0))
-        .collect(),
-    );
+    let lat = harness::sorted(taskdeck::store::tooling::readouts::start_latencies_ms(&db, Some(tenant), Some(from)).await?);
     Ok((lat.len(), harness::percentile(&lat, 0.99), harness::percentile(&lat, 0.5)))
 }

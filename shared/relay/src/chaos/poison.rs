@@ -15,6 +15,10 @@ use super::{Env, Report};
 use taskdeck::lambda::ingress::Ingress;
 use taskdeck::platform::Settings;
 use taskdeck::store::jobs::NewJob;
+use taskdeck::job::JobStatus;
+use taskdeck::store::effects;
+use taskdeck::store::jobs::Job;
+use taskdeck::store::tooling::readouts;
 use taskdeck::transport::sqs::WorkMessage;
 
 /// Just under SQS's 256 KiB message limit.
@@ -121,12 +125,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     futures::future::join_all(workers).await;
 
     let db = pool.get().await?;
-    let kept: Vec<(String, String, String)> = db
-        .query("SELECT source, body, reason FROM dead_letters", &[])
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
+    let kept: Vec<(String, String, String)> =
+        readouts::dead_letters(&db).await?.into_iter().map(|d| (d.source, d.body, d.reason)).collect();
     // Each poison body kept once, under its own queue, with its kind's reason.
     let placed = |poison: &[(String, String)], source: &str| {
         poison
@@ -148,16 +148,15 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         m
     });
     let left = left_in(&client, &work).await? + left_in(&client, &ingress_q).await?;
-    let runs: i64 = db.query_one("SELECT count(*) FROM effects_ledger WHERE job_id = ANY($1)", &[&healthy]).await?.get(0);
-    let once: i64 = db
-        .query_one("SELECT count(*) FROM jobs WHERE id = ANY($1) AND status = 'succeeded' AND attempt = 1", &[&healthy])
+    let runs = effects::count_among(&db, &healthy).await?;
+    let first_time = |j: &&Job| j.status == JobStatus::Succeeded && j.attempt == 1;
+    let once = readouts::jobs_among(&db, &healthy).await?.iter().filter(first_time).count() as i64;
+    let events = readouts::jobs(&db)
         .await?
-        .get(0);
-    let events: i64 = db
-        .query_one("SELECT count(*) FROM jobs WHERE task_type = 'provider.event' AND status = 'succeeded' AND attempt = 1 AND idempotency_key = ANY($1)",
-            &[&notifications.iter().collect::<Vec<_>>()])
-        .await?
-        .get(0);
+        .iter()
+        .filter(|j| j.task_type == "provider.event" && notifications.contains(&j.idempotency_key))
+        .filter(first_time)
+        .count() as i64;
     report.fig("records received (both queues)", received);
     report.fig("work queue: poison sent / kept once, in place, with its reason", format!("{} / {work_kept}", poison_bodies.len()));
     report.fig("ingress queue: poison sent / kept once, in place, with its reason", format!("{} / {ingress_kept}", ingress_poison.len()));

@@ -12,6 +12,9 @@ use tokio::sync::watch;
 use super::harness::{self, Proxy};
 use super::{Env, Report};
 use taskdeck::platform::Settings;
+use taskdeck::job::{JobId, JobStatus};
+use taskdeck::store::effects;
+use taskdeck::store::tooling::readouts;
 use taskdeck::transport::sqs::SqsTransport;
 
 pub async fn run(env: &Env) -> anyhow::Result<Report> {
@@ -89,14 +92,11 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     }
     let _ = sweeper.await;
 
-    let accepted: Vec<uuid::Uuid> = answers.iter().filter(|a| a.2 == 202).filter_map(|a| a.3.as_deref()?.parse().ok()).collect();
+    let accepted: Vec<JobId> = answers.iter().filter(|a| a.2 == 202).filter_map(|a| a.3.as_deref()?.parse().ok()).collect();
     let db = pool.get().await?;
-    let succeeded: i64 = db.query_one("SELECT count(*) FROM jobs WHERE id = ANY($1) AND status = 'succeeded'", &[&accepted]).await?.get(0);
-    let redispatched: i64 = db.query_one("SELECT count(*) FROM job_events WHERE kind = 'redispatched'", &[]).await?.get(0);
-    let doubled: i64 = db
-        .query_one("SELECT count(*) FROM (SELECT job_id FROM effects_ledger GROUP BY job_id HAVING count(*) > 1) d", &[])
-        .await?
-        .get(0);
+    let succeeded = readouts::jobs_among(&db, &accepted).await?.iter().filter(|j| j.status == JobStatus::Succeeded).count() as i64;
+    let redispatched = readouts::count_events(&db, "redispatched", None).await?;
+    let doubled = effects::jobs_with_repeats(&db).await?;
     let during: Vec<_> = answers.iter().filter(|a| a.0 + a.1 >= down_at && a.0 <= up_at).collect();
     let lat = harness::sorted(during.iter().map(|a| a.1).collect());
     let not_202 = answers.len() - accepted.len();

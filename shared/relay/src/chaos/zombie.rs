@@ -10,6 +10,8 @@ use serde_json::json;
 use super::harness::{self, Relay};
 use super::{Env, Report};
 use taskdeck::platform::Settings;
+use taskdeck::job::{JobId, JobStatus};
+use taskdeck::store::tooling::readouts;
 
 const LEASE_SECS: u64 = 3;
 
@@ -33,10 +35,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let zombie = Relay::spawn(&env.relay, &args, &scratch.url, &[("RELAY_LOG", "warn".into())], &env.log("zombie-a"))?;
     let all_running = harness::wait_until(Duration::from_secs(30), || async {
         let Ok(db) = pool.get().await else { return false };
-        db.query_one("SELECT count(*) FROM jobs WHERE status = 'running' AND attempt = 1", &[])
-            .await
-            .map(|r| r.get::<_, i64>(0) == n as i64)
-            .unwrap_or(false)
+        readouts::running_in_attempt(&db, 1).await.is_ok_and(|running| running == n as i64)
     })
     .await;
     anyhow::ensure!(all_running, "the first worker did not claim every job");
@@ -49,28 +48,15 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let done = harness::wait_until(Duration::from_secs(60), || harness::all_terminal(&pool)).await;
     let paused_for = paused_at.elapsed().as_secs_f64();
     let db = pool.get().await?;
-    let before: Vec<(uuid::Uuid, String, i32, Option<serde_json::Value>, chrono::DateTime<chrono::Utc>)> = db
-        .query("SELECT id, status, attempt, result, updated_at FROM jobs ORDER BY id", &[])
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
-        .collect();
+    let before = states(&db).await?;
     // Resume the zombie: its jobs' sleeps are over, so it tries to record at once.
     zombie.signal("CONT")?;
     tokio::time::sleep(Duration::from_secs(LEASE_SECS)).await;
-    let after: Vec<(uuid::Uuid, String, i32, Option<serde_json::Value>, chrono::DateTime<chrono::Utc>)> = db
-        .query("SELECT id, status, attempt, result, updated_at FROM jobs ORDER BY id", &[])
-        .await?
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
-        .collect();
+    let after = states(&db).await?;
     let changed = before.iter().zip(&after).filter(|(b, a)| b != a).count();
-    let second_won = after.iter().filter(|(_, s, a, _, _)| s == "succeeded" && *a == 2).count();
-    let first_succeeded: i64 = db
-        .query_one("SELECT count(*) FROM job_events WHERE kind = 'succeeded' AND attempt = 1", &[])
-        .await?
-        .get(0);
-    let returned: i64 = db.query_one("SELECT count(*) FROM job_events WHERE kind = 'lease_expired'", &[]).await?.get(0);
+    let second_won = after.iter().filter(|(_, s, a, _, _)| *s == JobStatus::Succeeded && *a == 2).count();
+    let first_succeeded = readouts::count_events(&db, "succeeded", Some(1)).await?;
+    let returned = readouts::count_events(&db, "lease_expired", None).await?;
     let log = zombie.log_text();
     let stale = log.matches("relay.executor.stale_write").count();
     let aborted = log.matches("relay.worker.lease_lost").count();
@@ -106,4 +92,11 @@ async fn scratch_submit(scratch: &crate::bench::setup::Scratch, i: usize, sleep:
     let id = new.id;
     scratch.platform.intake.enqueue(scratch.tenant.id, vec![new]).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok((202, id))
+}
+
+/// Each job's (id, status, attempt, result, last update), in id order: what a stale write would change.
+type State = (JobId, JobStatus, i32, Option<serde_json::Value>, chrono::DateTime<chrono::Utc>);
+
+async fn states(db: &impl taskdeck::store::GenericClient) -> anyhow::Result<Vec<State>> {
+    Ok(readouts::jobs(db).await?.into_iter().map(|j| (j.id, j.status, j.attempt, j.result, j.updated_at)).collect())
 }

@@ -1,0 +1,32 @@
+//! What the `relay` tool asks of Postgres beyond the platform's own statements: `readouts` of
+//! what a chaos run or a benchmark did, counted from the rows; `bench`'s bulk seeding and the
+//! database's own counters; scratch schemas and databases. Behind the `testing` feature: the
+//! Lambda functions never compile it.
+
+pub mod bench;
+pub mod readouts;
+
+use super::StoreError;
+
+/// Create a database unless it exists (a private cluster starts with only `postgres`).
+pub async fn ensure_database(admin: &tokio_postgres::Client, name: &str) -> Result<(), StoreError> {
+    let exists = admin.query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&name]).await?.is_some();
+    if !exists {
+        admin.batch_execute(&format!("CREATE DATABASE {}", quoted(name))).await?;
+    }
+    Ok(())
+}
+
+/// A schema of its own for one run (its tables made by the migrations, dropped after).
+pub async fn create_schema(admin: &tokio_postgres::Client, name: &str) -> Result<(), StoreError> {
+    Ok(admin.batch_execute(&format!("CREATE SCHEMA {}", quoted(name))).await?)
+}
+
+pub async fn drop_schema(admin: &tokio_postgres::Client, name: &str) -> Result<(), StoreError> {
+    Ok(admin.batch_execute(&format!("DROP SCHEMA {} CASCADE", quoted(name))).await?)
+}
+
+/// An identifier quoted for SQL.
+fn quoted(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
