@@ -30,3 +30,16 @@ pub async fn drop_schema(admin: &tokio_postgres::Client, name: &str) -> Result<(
 fn quoted(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
+
+/// The job a tenant's idempotency key names (what `relay ingress send` follows).
+pub async fn job_by_key(db: &impl super::GenericClient, tenant: crate::job::TenantId, key: &str) -> Result<Option<crate::job::JobId>, StoreError> {
+    let row = db.query_opt("SELECT job_id FROM job_keys WHERE tenant_id = $1 AND idempotency_key = $2", &[&tenant, &key]).await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// SES's id of a message of any tenant: `None` when no message has this id, `Some(None)`
+/// when it was never sent (shadowed, refused). For `relay ingress send --message`.
+pub async fn message_provider_id(db: &impl super::GenericClient, id: uuid::Uuid) -> Result<Option<Option<String>>, StoreError> {
+    let row = db.query_opt("SELECT provider_message_id FROM messages WHERE id = $1", &[&id]).await?;
+    Ok(row.map(|r| r.get(0)))
+}
