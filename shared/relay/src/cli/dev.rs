@@ -197,7 +197,7 @@ async fn stop_on_signals(stop: watch::Sender<bool>, grace: Duration, cluster: Op
                 let left = grace.saturating_sub(started.elapsed()).as_secs();
                 if tty {
                     eprint!("\rrelay dev: {left:>3} s left for jobs in flight (Ctrl-C: stop now)\x1b[K");
-                } else if left % 5 == 0 {
+                } else if left % 5 == 0 || left + 2 >= grace.as_secs() {
                     eprintln!("relay dev: {left} s left for jobs in flight (Ctrl-C: stop now)");
                 }
             }

@@ -24,7 +24,7 @@ pub enum IngressCommand {
     /// through the ingress handler, then wait for the job it made and print it.
     Send {
         file: PathBuf,
-        /// Address the SES event to this Relay message (its id, from `GET /v1/messages`):
+        /// Address the SES event to this Relay message (its id, or its `email.send` job's id):
         /// sets the event's `relay_message_id` tag, and SES's message id when it is known.
         #[arg(long)]
         message: Option<Uuid>,
@@ -49,7 +49,7 @@ pub async fn run(p: &Platform, command: IngressCommand) -> anyhow::Result<()> {
     let mut input: Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", file.display()))?;
     if let Some(id) = message {
         let db = p.pool.get().await?;
-        let ses_id = tooling::message_provider_id(&db, id).await?.with_context(|| format!("no message {id}"))?;
+        let (id, ses_id) = tooling::message_for_event(&db, id).await?.with_context(|| format!("no message (or job with a message) {id}"))?;
         address_to(&mut input, id, ses_id.as_deref())?;
     }
     let (event, keys) = as_sqs_event(input)?;

@@ -37,9 +37,11 @@ pub async fn job_by_key(db: &impl super::GenericClient, tenant: crate::job::Tena
     Ok(row.map(|r| r.get(0)))
 }
 
-/// SES's id of a message of any tenant: `None` when no message has this id, `Some(None)`
-/// when it was never sent (shadowed, refused). For `relay ingress send --message`.
-pub async fn message_provider_id(db: &impl super::GenericClient, id: uuid::Uuid) -> Result<Option<Option<String>>, StoreError> {
-    let row = db.query_opt("SELECT provider_message_id FROM messages WHERE id = $1", &[&id]).await?;
-    Ok(row.map(|r| r.get(0)))
+/// A message of any tenant, by its id or its job's id (the job's first message): its id and
+/// SES's id (`None` when it was never sent: shadowed, refused). For `relay ingress send --message`.
+pub async fn message_for_event(db: &impl super::GenericClient, id: uuid::Uuid) -> Result<Option<(uuid::Uuid, Option<String>)>, StoreError> {
+    let row = db
+        .query_opt("SELECT id, provider_message_id FROM messages WHERE id = $1 OR job_id = $1 ORDER BY id = $1 DESC, created_at LIMIT 1", &[&id])
+        .await?;
+    Ok(row.map(|r| (r.get(0), r.get(1))))
 }
