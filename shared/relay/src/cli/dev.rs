@@ -203,7 +203,7 @@ async fn stop_on_signals(stop: watch::Sender<bool>, grace: Duration, cluster: Op
             }
         }
     }
-    eprintln!("\nrelay dev: stopping now; jobs in flight return to the queue when their leases expire");
+    eprintln!("{}relay dev: stopping now; jobs in flight return to the queue when their leases expire", if tty { "\n" } else { "" });
     if let Some(c) = cluster {
         if let Err(e) = c.stop() {
             eprintln!("relay dev: could not stop the private Postgres: {e:#}");
