@@ -75,7 +75,10 @@ pub async fn run(p: &Platform, command: IngressCommand) -> anyhow::Result<()> {
         if !job.status.is_terminal() && wait > 0.0 {
             eprintln!("relay ingress: job {id} is {} after {wait} s: is a worker (relay dev) running?", job.status.as_str());
         }
-        println!("{}", serde_json::to_string_pretty(&JobView::bare(job))?);
+        let view = JobView::bare(job);
+        println!("{}", serde_json::to_string_pretty(&json!({
+            "id": view.id, "task_type": view.task_type, "status": view.status, "result": view.result, "last_error": view.last_error,
+        }))?);
     }
     Ok(())
 }
