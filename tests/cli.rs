@@ -97,6 +97,24 @@ async fn jobs_are_listed_shown_and_watched_to_the_end() {
     assert!(started.elapsed() < Duration::from_secs(5));
     let (status, _) = w.call(Method::GET, &format!("/v1/jobs/{pid}"), None, None).await;
     assert_eq!(status, StatusCode::OK);
+
+    // Piped, `watch` prints a line per change and exits non-zero when the job failed.
+    let piped = relay(&w, &["jobs", "--tenant", "acme", "watch", &pid]);
+    assert!(stdout(&piped).contains("noop succeeded"), "{}", stdout(&piped));
+    let (_, bad) = w.submit("fails", json!({"task_type": "test.fail", "params": {"times": 9, "kind": "fatal"}})).await;
+    let bid = bad["id"].as_str().unwrap().to_owned();
+    w.platform.executor().run_dispatched(&[bid.parse().unwrap()]).await.unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(["jobs", "--tenant", "acme", "watch", &bid])
+        .env("DATABASE_URL", schema_url(&w.schema))
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "a failed job's watch fails");
+    assert!(stdout(&out).contains("test.fail failed"), "{}", stdout(&out));
+    // `list` shows the newest change first.
+    let list = stdout(&relay(&w, &["jobs", "--tenant", "acme", "list"]));
+    let rows: Vec<&str> = list.lines().skip(1).collect();
+    assert!(rows[0].starts_with(&bid) && rows.last().unwrap().starts_with(&id), "{list}");
 }
 
 /// `relay bench` reads what each figure cost the database server's processes from `/proc`.

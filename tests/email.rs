@@ -20,27 +20,27 @@ use crate::support::runtime_api::{Function, Invoked};
 use crate::support::{World, moto};
 
 const SEND_ROLE: &str = "arn:aws:iam::123456789012:role/relay-task-email-send";
-const DOMAIN: &str = "acme.example";
+pub(crate) const DOMAIN: &str = "acme.example";
 
-fn roles() -> TaskRoles {
+pub(crate) fn roles() -> TaskRoles {
     TaskRoles::default().map_task("email.send", RoleSpec { role_arn: SEND_ROLE.into(), external_id: None }).unwrap()
 }
 
 /// An executor whose AWS calls go to `endpoint` (moto, or the fault stand-in before it).
-fn executor(w: &World, endpoint: &str, roles: TaskRoles) -> Executor {
+pub(crate) fn executor(w: &World, endpoint: &str, roles: TaskRoles) -> Executor {
     let base = moto::sdk_config().to_builder().endpoint_url(endpoint).build();
     w.platform.clone().with_credentials(Arc::new(TaskCredentials::new(roles, &base))).executor()
 }
 
 /// Shadow off and SES writes on: email really leaves (for moto).
-async fn go_live(w: &World) {
+pub(crate) async fn go_live(w: &World) {
     let mut db = w.db().await;
     modes::set(&mut db, "shadow", false, "test", Some("email tests")).await.unwrap();
     modes::set(&mut db, "write:ses", true, "test", Some("email tests")).await.unwrap();
 }
 
 /// The tenant may send from the domain, and moto has it verified.
-async fn sender(w: &World) {
+pub(crate) async fn sender(w: &World) {
     sending_identities::set(&mut w.db().await, w.tenant.id, &[DOMAIN.into()]).await.unwrap();
     let ses = aws_sdk_sesv2::Client::new(&moto::sdk_config());
     let _ = ses.create_email_identity().email_identity(DOMAIN).send().await;
@@ -71,7 +71,7 @@ fn email(subject: &str, to: &str) -> Value {
         "from": format!("Acme <noreply@{DOMAIN}>"), "to": [to], "subject": subject, "text": "Hello"}})
 }
 
-async fn submit(w: &World, key: &str, body: Value) -> JobId {
+pub(crate) async fn submit(w: &World, key: &str, body: Value) -> JobId {
     let (status, job) = w.submit(key, body).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{job}");
     job["id"].as_str().unwrap().parse().unwrap()
@@ -81,7 +81,7 @@ async fn job(w: &World, id: JobId) -> Value {
     w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await.1
 }
 
-async fn message_of(w: &World, id: JobId) -> Value {
+pub(crate) async fn message_of(w: &World, id: JobId) -> Value {
     let (status, list) = w.call(Method::GET, &format!("/v1/messages?job_id={id}"), None, None).await;
     assert_eq!(status, StatusCode::OK, "{list}");
     let mid = list["messages"][0]["id"].as_str().unwrap_or_else(|| panic!("job {id} has a message: {list}")).to_owned();

@@ -18,6 +18,7 @@ mod status;
 mod console;
 mod email;
 mod cli;
+mod dev;
 mod campaign;
 mod flow;
 mod callbacks;

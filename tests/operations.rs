@@ -256,7 +256,7 @@ async fn modes_are_read_and_set_with_an_audit_row_naming_the_operator() {
     assert_eq!(s, StatusCode::OK, "{m}");
     assert_eq!(m["switches"]["pause:noop"], true);
     assert_eq!(w.count("SELECT count(*) FROM operating_mode_audit WHERE changed_by = 'grace' AND reason = 'drain'", &[]).await, 1);
-    for (name, code) in [("pause:nope", "unknown_task_type"), ("write:SES", "invalid_mode"), ("turbo", "invalid_mode")] {
+    for (name, code) in [("pause:nope", "unknown_task_type"), ("write:SES", "invalid_mode"), ("write:bogus", "invalid_mode"), ("turbo", "invalid_mode")] {
         let (s, err) = op_call(&w, &key, Method::PUT, "/v1/admin/modes", Some(json!({"name": name, "enabled": true}))).await;
         assert_eq!((s, err["error"]["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some(code)), "{name}");
     }

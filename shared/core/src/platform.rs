@@ -158,7 +158,7 @@ impl Platform {
     /// Start `n` Postgres-native worker loops sharing one LISTEN connection, and the
     /// process's liveness beat (one row per process, whatever `n`).
     pub fn spawn_workers(&self, n: usize, stop: &watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
-        let wake = spawn_listener(self.database_url.clone(), self.settings.pool.search_path.clone());
+        let wake = spawn_listener(self.database_url.clone(), self.settings.pool.search_path.clone(), stop.clone());
         let mut handles: Vec<JoinHandle<()>> =
             (0..n).map(|_| tokio::spawn(worker::run(self.executor(), wake.clone(), stop.clone()))).collect();
         handles.push(self.liveness(Kind::Worker).spawn(stop.clone()));

@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod chaos;
+pub mod devinstance;
 pub mod localaws;
 pub mod pgcluster;
 pub mod watchdog;

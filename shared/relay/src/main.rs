@@ -4,12 +4,14 @@
 
 /// The commands that need more than a few lines each.
 mod cli {
+    pub mod dev;
+    pub mod ingress;
     pub mod jobs;
     pub mod ops;
     pub mod smoke;
 }
 
-use cli::{jobs, ops, smoke};
+use cli::{dev, ingress, jobs, ops, smoke};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -27,9 +29,14 @@ use tokio::sync::watch;
 #[derive(Parser)]
 #[command(name = "relay", version, about = "Relay: durable background jobs for client services")]
 struct Cli {
-    /// Postgres URL. `relay dev` boots a private cluster when it is not set.
+    /// Postgres URL. `relay dev` boots a private cluster when it is not set; the other
+    /// commands then use the one `relay dev` recorded in its data dir.
     #[arg(long, env = "DATABASE_URL", global = true, hide_env_values = true)]
     database_url: Option<String>,
+    /// Folder of the private Postgres cluster (`relay dev`: .relay/pg, where the other
+    /// commands find its database; `bench`: .relay/bench-pg; `chaos`: .relay/chaos-pg).
+    #[arg(long, env = "RELAY_DATA_DIR", global = true)]
+    data_dir: Option<PathBuf>,
     /// Who the audit rows of operator commands name (default `cli:$USER`).
     #[arg(long = "as", env = "RELAY_OPERATOR", global = true)]
     operator: Option<String>,
@@ -95,13 +102,13 @@ impl Run {
 
 #[derive(Subcommand)]
 enum Command {
-    /// The whole platform in one process: API, workers, sweep (private Postgres unless DATABASE_URL).
+    /// The whole platform in one process: API, workers, sweep, console (private Postgres unless DATABASE_URL).
     Dev {
         #[arg(long, env = "RELAY_ADDR", default_value = "127.0.0.1:8080")]
         addr: SocketAddr,
-        /// Folder of the private Postgres cluster.
-        #[arg(long, default_value = ".relay/pg")]
-        data_dir: PathBuf,
+        /// Where the console watching this instance listens.
+        #[arg(long, env = "RELAY_CONSOLE_ADDR", default_value = "127.0.0.1:8090")]
+        console_addr: SocketAddr,
         #[command(flatten)]
         run: Run,
     },
@@ -141,9 +148,6 @@ enum Command {
         /// Where to write the JSON report.
         #[arg(long, default_value = "target/bench/relay-bench.json")]
         out: PathBuf,
-        /// Folder of the private Postgres cluster used when DATABASE_URL is not set.
-        #[arg(long, default_value = ".relay/bench-pg")]
-        data_dir: PathBuf,
         /// Run only the named sections (probe, intake, processing, latency, sweep, cost, lambda).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
@@ -160,9 +164,6 @@ enum Command {
         /// Folder for the JSON reports.
         #[arg(long, default_value = "target/chaos")]
         out: PathBuf,
-        /// Folder of the private Postgres cluster used when DATABASE_URL is not set.
-        #[arg(long, default_value = ".relay/chaos-pg")]
-        data_dir: PathBuf,
         /// Folder for venvs (moto, schemathesis), logs and the outage scenario's own cluster.
         #[arg(long, default_value = "target/tmp")]
         tmp: PathBuf,
@@ -210,6 +211,11 @@ enum Command {
     /// After a deploy: submit a `noop` job through the public API; non-zero unless it
     /// succeeds within the bound (needs no database).
     Smoke(smoke::Smoke),
+    /// Provider notifications fed locally through the ingress function's handler.
+    Ingress {
+        #[command(subcommand)]
+        command: ingress::IngressCommand,
+    },
     /// A tenant's jobs, read from the database.
     Jobs {
         /// The tenant's name.
@@ -245,6 +251,7 @@ fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| default_log.into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(run(cli))
@@ -262,15 +269,17 @@ async fn with_task_roles(p: Platform) -> anyhow::Result<Platform> {
     Ok(p.with_credentials(Arc::new(taskdeck::credentials::TaskCredentials::new(roles, &sdk))))
 }
 
-fn required_url(url: Option<String>) -> anyhow::Result<String> {
-    url.context("DATABASE_URL is not set: give --database-url or set DATABASE_URL")
-}
-
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    let url = || relay::devinstance::database_url(cli.database_url.clone(), cli.data_dir.as_deref());
+    let ops = || ops_platform(url()?);
     match cli.command {
-        Command::Dev { addr, data_dir, run } => dev(cli.database_url, addr, data_dir, run).await,
+        Command::Dev { addr, console_addr, run } => {
+            let data_dir = cli.data_dir.clone().unwrap_or_else(|| relay::devinstance::DEFAULT_DATA_DIR.into());
+            dev::run(cli.database_url.clone(), dev::Dev { addr, console_addr, data_dir, run }).await
+        }
+        Command::Ingress { command } => ingress::run(&ops()?, command).await,
         Command::Migrate { retention_days } => {
-            let p = Platform::new(&required_url(cli.database_url)?, Settings::default())?;
+            let p = Platform::new(&url()?, Settings::default())?;
             let applied = p.migrate().await?;
             eprintln!("migrations applied: {}", if applied.is_empty() { "none".into() } else { applied.join(", ") });
             let s = taskdeck::schedules::ensure_builtin(&p.pool, retention_days.clamp(1, 3650), chrono::Utc::now()).await?;
@@ -282,26 +291,26 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Smoke(s) => smoke::run(s).await,
-        Command::Operator { command } => ops::operator(&ops_platform(cli.database_url)?, command).await,
+        Command::Operator { command } => ops::operator(&ops()?, command).await,
         Command::Exceptions { command } => {
-            ops::exceptions(&ops_platform(cli.database_url)?, &actor(cli.operator), command).await
+            ops::exceptions(&ops()?, &actor(cli.operator), command).await
         }
-        Command::Modes { command } => ops::modes(&ops_platform(cli.database_url)?, &actor(cli.operator), command).await,
+        Command::Modes { command } => ops::modes(&ops()?, &actor(cli.operator), command).await,
         Command::Schedules { command } => {
-            ops::schedules(&ops_platform(cli.database_url)?, &actor(cli.operator), command).await
+            ops::schedules(&ops()?, &actor(cli.operator), command).await
         }
         Command::Tenant { command: TenantCommand::Keys(command) } => {
-            ops::tenant_key(&ops_platform(cli.database_url)?, command).await
+            ops::tenant_key(&ops()?, command).await
         }
         Command::Serve { addr, run } => {
-            let p = Platform::new(&required_url(cli.database_url)?, run.settings()?)?;
+            let p = Platform::new(&url()?, run.settings()?)?;
             let (stop_tx, stop) = watch::channel(false);
             let stop_tx = Arc::new(stop_tx);
             tokio::spawn(shutdown_on_signal(stop_tx));
-            serve(&p, addr, stop).await
+            serve(&p, bind(addr).await?, stop).await
         }
         Command::Worker { run } => {
-            let p = with_task_roles(Platform::new(&required_url(cli.database_url)?, run.settings()?)?).await?;
+            let p = with_task_roles(Platform::new(&url()?, run.settings()?)?).await?;
             let (stop_tx, stop) = watch::channel(false);
             let stop_tx = Arc::new(stop_tx);
             let workers = p.spawn_workers(run.workers, &stop);
@@ -311,7 +320,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Sweep { keep_going, run } => {
-            let p = Platform::new(&required_url(cli.database_url)?, run.settings()?)?;
+            let p = Platform::new(&url()?, run.settings()?)?;
             if keep_going {
                 let (stop_tx, stop) = watch::channel(false);
             let stop_tx = Arc::new(stop_tx);
@@ -324,8 +333,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Bench { quick, runs, out, data_dir, only } => {
-            let (url, cluster) = match cli.database_url {
+        Command::Bench { quick, runs, out, only } => {
+            let data_dir = cli.data_dir.clone().unwrap_or_else(|| ".relay/bench-pg".into());
+            let (url, cluster) = match cli.database_url.clone() {
                 Some(url) => (url, None),
                 None => {
                     let cluster = PrivateCluster::start_with(
@@ -344,8 +354,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             result
         }
-        Command::Chaos { scenario, scale, out, data_dir, tmp } => {
-            let (url, cluster) = match cli.database_url {
+        Command::Chaos { scenario, scale, out, tmp } => {
+            let data_dir = cli.data_dir.clone().unwrap_or_else(|| ".relay/chaos-pg".into());
+            let (url, cluster) = match cli.database_url.clone() {
                 Some(url) => (url, None),
                 None => {
                     let cluster = PrivateCluster::start(&data_dir, Durability::Throwaway)?;
@@ -367,7 +378,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::StatusKey { command: StatusKeyCommand::Create { name } } => {
-            let p = Platform::new(&required_url(cli.database_url)?, Settings::default())?;
+            let p = Platform::new(&url()?, Settings::default())?;
             let db = p.pool.get().await?;
             if taskdeck::store::status_keys::by_name(&db, &name).await?.is_some() {
                 anyhow::bail!("a status key named {name:?} exists already");
@@ -391,11 +402,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Jobs { tenant, command } => {
-            let p = Platform::new(&required_url(cli.database_url)?, Settings::default())?;
+            let p = Platform::new(&url()?, Settings::default())?;
             jobs::run(&p.pool, &tenant, command).await
         }
         Command::Tenant { command: TenantCommand::Create { name } } => {
-            let p = Platform::new(&required_url(cli.database_url)?, Settings::default())?;
+            let p = Platform::new(&url()?, Settings::default())?;
             let db = p.pool.get().await?;
             if tenants::by_name(&db, &name).await?.is_some() {
                 anyhow::bail!("a tenant named {name:?} exists already");
@@ -436,11 +447,11 @@ async fn chaos(env: &relay::chaos::Env, scenario: &str, out: &std::path::Path) -
 }
 
 /// A small platform for one operator command (two connections).
-fn ops_platform(url: Option<String>) -> anyhow::Result<Platform> {
+fn ops_platform(url: String) -> anyhow::Result<Platform> {
     let mut s = Settings::default();
     s.pool.max_size = 2;
     s.intake_writers = 1;
-    Platform::new(&required_url(url)?, s)
+    Platform::new(&url, s)
 }
 
 /// The "who" of an operator command's audit rows.
@@ -459,8 +470,11 @@ async fn shutdown_on_signal(stop: Arc<watch::Sender<bool>>) {
     let _ = stop.send(true);
 }
 
-async fn serve(p: &Platform, addr: SocketAddr, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))
+}
+
+async fn serve(p: &Platform, listener: tokio::net::TcpListener, mut stop: watch::Receiver<bool>) -> anyhow::Result<()> {
     p.liveness(taskdeck::liveness::Kind::Api).spawn(stop.clone());
     let router = taskdeck::api::router(p.app_state());
     taskdeck::api::server::serve(listener, router, Default::default(), async move {
@@ -468,55 +482,6 @@ async fn serve(p: &Platform, addr: SocketAddr, mut stop: watch::Receiver<bool>) 
     })
     .await?;
     Ok(())
-}
-
-async fn dev(url: Option<String>, addr: SocketAddr, data_dir: PathBuf, run: Run) -> anyhow::Result<()> {
-    let (url, cluster) = match url {
-        Some(url) => (url, None),
-        None => {
-            let cluster = PrivateCluster::start(&data_dir, Durability::Full)?;
-            ensure_database(&cluster.url("postgres"), "relay").await?;
-            eprintln!("relay dev: private Postgres in {} on port {}", cluster.data_dir.display(), cluster.port);
-            (cluster.url("relay"), Some(cluster))
-        }
-    };
-    let p = with_task_roles(Platform::new(&url, run.settings()?)?).await?;
-    p.migrate().await?;
-    taskdeck::schedules::ensure_builtin(&p.pool, 30, chrono::Utc::now()).await?;
-    let key = {
-        let db = p.pool.get().await?;
-        let (tenant, key) = match tenants::by_name(&db, "dev").await? {
-            Some(t) => (t.id, tenants::rotate_key(&db, t.id).await?),
-            None => tenants::create(&db, "dev").await.map(|(t, k)| (t.id, k))?,
-        };
-        // Email works out of the box: any address at example.com, in shadow mode (nothing leaves).
-        taskdeck::store::sending_identities::add(&db, tenant, "example.com").await?;
-        key
-    };
-    eprintln!(
-        "relay dev: API on http://{addr}, {} worker loops, sweep every {}s\n\
-         dev tenant API key (new on every start):\n\n  export RELAY_KEY={key}\n\n\
-         try:\n  curl -s -X POST http://{addr}/v1/jobs -H \"Authorization: Bearer $RELAY_KEY\" \\\n    \
-         -H 'Idempotency-Key: hello-1' -H 'Content-Type: application/json' -d '{{\"task_type\": \"noop\"}}'\n\n\
-         email.send may send from any address at example.com; shadow mode is on, so messages are\n\
-         recorded (GET /v1/messages?job_id=...) and nothing leaves.\n",
-        run.workers, run.sweep_interval_seconds
-    );
-    println!("{key}");
-    let (stop_tx, stop) = watch::channel(false);
-            let stop_tx = Arc::new(stop_tx);
-    let workers = p.spawn_workers(run.workers, &stop);
-    let sweeper = p.spawn_sweeper(&stop);
-    tokio::spawn(shutdown_on_signal(stop_tx));
-    let served = serve(&p, addr, stop).await;
-    futures::future::join_all(workers).await;
-    let _ = sweeper.await;
-    if let Some(c) = cluster {
-        p.pool.close();
-        c.stop()?;
-        eprintln!("relay dev: private Postgres stopped; data kept in {}", c.data_dir.display());
-    }
-    served
 }
 
 /// Create a database if it does not exist (private clusters start with only `postgres`).

@@ -81,7 +81,13 @@ impl PrivateCluster {
     /// `start`, with extra server options (e.g. `-c shared_preload_libraries=...`) used when
     /// this call starts the server.
     pub fn start_with(dir: &Path, durability: Durability, extra_options: &str) -> anyhow::Result<Self> {
-        Self::init(dir)?.launch(durability, extra_options)
+        Self::init(dir)?.launch(durability, extra_options, None)
+    }
+
+    /// `start`, on `port` when it is given and free (a stable address for `relay dev`);
+    /// on another free port otherwise (compare `port` of the result).
+    pub fn start_on(dir: &Path, durability: Durability, port: Option<u16>) -> anyhow::Result<Self> {
+        Self::init(dir)?.launch(durability, "", port)
     }
 
     /// `start`, with TLS on (`ssl=on`, the given PEM certificate chain and key) and password
@@ -110,6 +116,7 @@ impl PrivateCluster {
                  -c password_encryption=scram-sha-256",
                 hba_file.display()
             ),
+            None,
         )
     }
 
@@ -134,14 +141,18 @@ impl PrivateCluster {
         Ok(cluster)
     }
 
-    /// Attach to the server running on this folder, or start it with `extra_options`.
-    fn launch(mut self, durability: Durability, extra_options: &str) -> anyhow::Result<Self> {
+    /// Attach to the server running on this folder, or start it with `extra_options` (on
+    /// `port` when given and free).
+    fn launch(mut self, durability: Durability, extra_options: &str, port: Option<u16>) -> anyhow::Result<Self> {
         if let Some(port) = self.running_port() {
             self.port = port;
             self.options = self.base_options();
             return Ok(self);
         }
-        self.port = free_port()?;
+        self.port = match port.filter(|p| *p != 0 && TcpListener::bind(("127.0.0.1", *p)).is_ok()) {
+            Some(p) => p,
+            None => free_port()?,
+        };
         let mut opts = self.base_options();
         if !extra_options.is_empty() {
             opts.push(' ');

@@ -353,7 +353,12 @@ pub fn check_mode_name(name: &str, catalogue: &crate::catalogue::Catalogue) -> R
         return Ok(());
     }
     if let Some(i) = name.strip_prefix("write:") {
-        return (!i.is_empty() && i.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')).then_some(()).ok_or_else(invalid);
+        if !modes::INTEGRATIONS.contains(&i) {
+            let known = modes::INTEGRATIONS.iter().map(|i| format!("write:{i}")).collect::<Vec<_>>().join(", ");
+            return Err(ApiError::unprocessable("invalid_mode", format!("unknown integration {i:?}: the write switches are {known}"))
+                .with("field", "name"));
+        }
+        return Ok(());
     }
     if let Some(t) = name.strip_prefix("pause:") {
         if !catalogue.contains(t) {

@@ -449,10 +449,14 @@ pub async fn apply_event(db: &impl GenericClient, event_key: &str, e: &SesEvent,
          WHERE id = $1 RETURNING {COLUMNS}"
     );
     let reason = e.summary.clone().or_else(|| Some(format!("SES {} event", e.kind.name())));
+    // A shadowed or refused message was never sent: an event about it (fed by hand) does not
+    // give it SES's id or a send time.
+    let was_sent = m.status.rank() > 0;
     let row = db
         .query_one(
             &sql,
-            &[&m.id, &after.as_str(), &opens, &clicks, &e.ses_message_id, &e.kind.proves_sent(), &e.occurred_at, &reason],
+            &[&m.id, &after.as_str(), &opens, &clicks, &was_sent.then_some(&e.ses_message_id), &(was_sent && e.kind.proves_sent()),
+              &e.occurred_at, &reason],
         )
         .await?;
     Ok(Applied::Applied { message: Message::from_row(&row), before: m.status })

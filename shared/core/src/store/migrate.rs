@@ -27,12 +27,14 @@ pub async fn run(client: &mut deadpool_postgres::Client) -> Result<Vec<&'static 
     let tx = client.transaction().await?;
     tx.batch_execute(
         "SELECT pg_advisory_xact_lock(hashtext('relay_migrations:' || current_schema()));
+         SET LOCAL client_min_messages = warning; -- no \"already exists, skipping\" notice at every start
          CREATE TABLE IF NOT EXISTS relay_migrations (
              version    integer PRIMARY KEY,
              name       text NOT NULL,
              checksum   bytea NOT NULL,
              applied_at timestamptz NOT NULL DEFAULT now()
-         );",
+         );
+         RESET client_min_messages;",
     )
     .await?;
     let applied = tx.query("SELECT version, name, checksum FROM relay_migrations", &[]).await?;

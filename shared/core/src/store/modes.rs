@@ -11,6 +11,9 @@ pub struct Modes {
     pub switches: BTreeMap<String, bool>,
 }
 
+/// The integrations a `write:<integration>` switch may name: SES (email) and callbacks.
+pub const INTEGRATIONS: &[&str] = &["ses", "callbacks"];
+
 impl Modes {
     /// Outbound effects are recorded, not sent. On unless a row turns it off.
     pub fn shadow(&self) -> bool {

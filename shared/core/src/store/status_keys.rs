@@ -34,6 +34,16 @@ pub async fn by_name(db: &impl GenericClient, name: &str) -> Result<Option<Statu
     Ok(row.map(|r| StatusKey { id: r.get(0), name: r.get(1) }))
 }
 
+/// Give the named key a new value (enabled again if it was disabled); returns the new key,
+/// or None when no key has that name. The old value stops at once.
+pub async fn rotate(db: &impl GenericClient, name: &str) -> Result<Option<String>, StoreError> {
+    let key = new_key("rs");
+    let n = db
+        .execute("UPDATE status_keys SET key_hash = $2, disabled_at = NULL WHERE name = $1", &[&name, &hash_key(&key)])
+        .await?;
+    Ok((n == 1).then_some(key))
+}
+
 /// Disable a key by name; returns false when no enabled key has that name.
 pub async fn disable(db: &impl GenericClient, name: &str) -> Result<bool, StoreError> {
     let n = db

@@ -94,12 +94,20 @@ async fn notify_loop(pool: Pool, n: Arc<Notifier>) {
 
 /// Wakes this process's workers when a NOTIFY arrives. Holds one dedicated connection,
 /// re-established after it drops; workers also poll, so a missed wake-up only costs latency.
-pub fn spawn_listener(database_url: String, search_path: Option<String>) -> Arc<Notify> {
+/// It ends (without a warning) once `stop` turns true.
+pub fn spawn_listener(database_url: String, search_path: Option<String>, mut stop: watch::Receiver<bool>) -> Arc<Notify> {
     let wake = Arc::new(Notify::new());
     let w = wake.clone();
     tokio::spawn(async move {
-        loop {
-            if let Err(e) = listen(&database_url, search_path.as_deref(), &w).await {
+        while !*stop.borrow() {
+            let listened = tokio::select! {
+                r = listen(&database_url, search_path.as_deref(), &w) => r,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            if let Err(e) = listened {
+                if *stop.borrow() {
+                    return;
+                }
                 tracing::warn!(event = "relay.listener.reconnect", error = %e, "LISTEN connection lost; reconnecting");
             }
             // A reconnect may have missed notifications: wake everyone to look.

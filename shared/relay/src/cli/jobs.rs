@@ -1,7 +1,8 @@
 //! `relay jobs list|show|watch`: a tenant's jobs read straight from the database
-//! (`DATABASE_URL`), for an operator at a terminal. `watch` draws a live progress bar of a job
+//! (`DATABASE_URL`, or `relay dev`'s), for an operator at a terminal. `watch` draws a live progress bar of a job
 //! and its children (the numerator counts children in a terminal state).
 
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -15,7 +16,7 @@ use taskdeck::view::JobView;
 
 #[derive(clap::Subcommand)]
 pub enum JobsCommand {
-    /// The tenant's jobs changed within --since, oldest change first.
+    /// The tenant's jobs changed within --since, newest change first.
     List {
         #[arg(long)]
         status: Option<String>,
@@ -52,14 +53,32 @@ pub async fn run(pool: &Pool, tenant_name: &str, command: JobsCommand) -> anyhow
                     format!("--status must be one of {}", JobStatus::ALL.map(JobStatus::as_str).join(", "))
                 })?),
             };
-            let filter = JobFilter {
+            let mut filter = JobFilter {
                 status,
                 task_type,
                 updated_since: Some(Utc::now() - chrono::Duration::minutes(since.max(1))),
-                limit: limit.clamp(1, 1000),
+                limit: 1000,
                 ..JobFilter::default()
             };
-            let page = jobs::list(&pool.get().await?, t.id, &filter).await?;
+            // The change feed runs oldest first: follow it to its end, keep the last `limit`.
+            let keep = usize::try_from(limit.clamp(1, 1000)).unwrap_or(100);
+            let mut page = std::collections::VecDeque::new();
+            let db = pool.get().await?;
+            loop {
+                let got = jobs::list(&db, t.id, &filter).await?;
+                let full = got.len() as i64 == filter.limit;
+                filter.after = got.last().map(|j| (j.updated_at, j.id));
+                for j in got {
+                    if page.len() == keep {
+                        page.pop_front();
+                    }
+                    page.push_back(j);
+                }
+                if !full {
+                    break;
+                }
+            }
+            let page: Vec<_> = page.into_iter().rev().collect();
             println!("{:<36}  {:<18}  {:<9}  {:>7}  {:<20}  correlation", "id", "task", "status", "attempt", "updated");
             for j in &page {
                 println!(
@@ -91,13 +110,19 @@ pub async fn run(pool: &Pool, tenant_name: &str, command: JobsCommand) -> anyhow
     }
 }
 
+/// Draws a bar on a terminal; piped or redirected, prints a line on stdout at each change.
+/// Exits non-zero unless the job succeeded.
 async fn watch(pool: &Pool, tenant_id: TenantId, id: JobId, every: Duration) -> anyhow::Result<()> {
-    let bar = ProgressBar::new(0);
+    let tty = std::io::stderr().is_terminal();
+    let bar = if tty { ProgressBar::new(0) } else { ProgressBar::hidden() };
+    let mut last_line = String::new();
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar:.cyan/blue} {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    bar.enable_steady_tick(Duration::from_millis(120));
+    if tty {
+        bar.enable_steady_tick(Duration::from_millis(120));
+    }
     loop {
         let (job, children) = {
             let db = pool.get().await?;
@@ -112,11 +137,26 @@ async fn watch(pool: &Pool, tenant_id: TenantId, id: JobId, every: Duration) -> 
             bar.set_position(u64::from(job.status.is_terminal()));
         }
         let failed = if children.failed > 0 { format!(", {} children failed", children.failed) } else { String::new() };
-        bar.set_message(format!("{} {} (attempt {}/{}){failed}", job.task_type, job.status.as_str(), job.attempt, job.max_attempts));
+        let message = format!("{} {} (attempt {}/{}){failed}", job.task_type, job.status.as_str(), job.attempt, job.max_attempts);
+        if !tty {
+            let line = if children.total > 0 {
+                format!("{}/{} children done: {message}", children.terminal(), children.total)
+            } else {
+                message.clone()
+            };
+            if line != last_line {
+                println!("{} {line}", Utc::now().format("%H:%M:%S"));
+                last_line = line;
+            }
+        }
+        bar.set_message(message);
         if job.status.is_terminal() && children.terminal() == children.total {
             bar.finish();
             if let Some(e) = job.last_error.filter(|_| job.status == JobStatus::Failed) {
                 eprintln!("failed: {e}");
+            }
+            if job.status != JobStatus::Succeeded {
+                anyhow::bail!("job {id} {}", job.status.as_str());
             }
             return Ok(());
         }

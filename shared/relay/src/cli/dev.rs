@@ -1,0 +1,213 @@
+//! `relay dev`: the whole platform in one process: API, workers, sweep, and the console
+//! watching this instance. A private Postgres cluster unless `DATABASE_URL` is set; its
+//! address stays the same across starts and is recorded in the data dir (`relay-dev.json`)
+//! for the other `relay` commands.
+
+use std::io::IsTerminal;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use relay::devinstance::{self, DevInstance};
+use relay::pgcluster::{Durability, PrivateCluster};
+use taskdeck::platform::Platform;
+use taskdeck::store::{status_keys, tenants};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::{Run, bind, ensure_database, serve, with_task_roles};
+
+/// The status key the dev console reads `/v1/status` with.
+const CONSOLE_KEY_NAME: &str = "relay-dev-console";
+
+pub struct Dev {
+    pub addr: SocketAddr,
+    pub console_addr: SocketAddr,
+    pub data_dir: PathBuf,
+    pub run: Run,
+}
+
+pub async fn run(url: Option<String>, dev: Dev) -> anyhow::Result<()> {
+    let Dev { addr, console_addr, data_dir, run } = dev;
+    let previous = DevInstance::read(&data_dir);
+    let (url, cluster) = match url {
+        Some(url) => (url, None),
+        None => {
+            let wanted = previous.as_ref().and_then(DevInstance::database_port);
+            let cluster = PrivateCluster::start_on(&data_dir, Durability::Full, wanted)?;
+            ensure_database(&cluster.url("postgres"), "relay").await?;
+            eprintln!("relay dev: private Postgres in {} on port {}", cluster.data_dir.display(), cluster.port);
+            if let Some(w) = wanted.filter(|w| *w != cluster.port) {
+                eprintln!("relay dev: port {w}, the database's port at the last start, is taken by another program; \
+                           using {} from now on", cluster.port);
+            }
+            (cluster.url("relay"), Some(cluster))
+        }
+    };
+    let p = with_task_roles(Platform::new(&url, run.settings()?)?).await?;
+    p.migrate().await?;
+    taskdeck::schedules::ensure_builtin(&p.pool, 30, chrono::Utc::now()).await?;
+    let key = dev_tenant_key(&p).await?;
+    let status_key = console_key(&p, previous.and_then(|d| d.status_key)).await?;
+    let api = bind(addr).await?;
+    let here = if addr.ip().is_unspecified() { SocketAddr::from((Ipv4Addr::LOCALHOST, addr.port())) } else { addr };
+    let api_url = format!("http://{here}");
+    let console = match TcpListener::bind(console_addr).await {
+        Ok(l) => Some(l),
+        Err(e) => {
+            eprintln!("relay dev: no console: cannot listen on {console_addr} ({e}); choose another with --console-addr");
+            None
+        }
+    };
+    let console_url = console.as_ref().map(|_| format!("http://{console_addr}/"));
+    if let Some(c) = &cluster {
+        let instance = DevInstance {
+            database_url: url.clone(),
+            api_url: api_url.clone(),
+            console_url: console_url.clone(),
+            status_key: Some(status_key.clone()),
+        };
+        instance.write(&c.data_dir)?;
+    }
+    banner(&run, &api_url, console_url.as_deref(), &key, cluster.as_ref().map(|_| url.as_str()), &data_dir);
+    println!("{key}");
+
+    let (stop_tx, stop) = watch::channel(false);
+    let workers = p.spawn_workers(run.workers, &stop);
+    let sweeper = p.spawn_sweeper(&stop);
+    let console = console.map(|listener| {
+        let project = relay_console::Project {
+            name: "relay dev".into(),
+            status_url: format!("{api_url}/v1/status"),
+            token: Some(status_key),
+        };
+        let config = relay_console::ConsoleConfig {
+            projects: vec![project],
+            timeout: relay_console::ConsoleConfig::DEFAULT_TIMEOUT,
+            refresh: Duration::from_secs(5),
+        };
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            let router = relay_console::router(relay_console::Console::new(config)?);
+            taskdeck::api::server::serve(listener, router, Default::default(), async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await?;
+            anyhow::Ok(())
+        })
+    });
+    let grace = Duration::from_secs(run.lease_seconds.max(3));
+    let signals = tokio::spawn(stop_on_signals(stop_tx, grace, cluster.clone()));
+    let served = serve(&p, api, stop).await;
+    futures::future::join_all(workers).await;
+    let _ = sweeper.await;
+    if let Some(c) = console {
+        let _ = c.await;
+    }
+    signals.abort();
+    if let Some(c) = cluster {
+        p.pool.close();
+        c.stop()?;
+        eprintln!("relay dev: private Postgres stopped; data kept in {}", c.data_dir.display());
+    }
+    served
+}
+
+/// The `dev` tenant's key, new on every start; the tenant may send from example.com.
+async fn dev_tenant_key(p: &Platform) -> anyhow::Result<String> {
+    let db = p.pool.get().await?;
+    let (tenant, key) = match tenants::by_name(&db, "dev").await? {
+        Some(t) => (t.id, tenants::rotate_key(&db, t.id).await?),
+        None => tenants::create(&db, "dev").await.map(|(t, k)| (t.id, k))?,
+    };
+    // Email works out of the box: any address at example.com, in shadow mode (nothing leaves).
+    taskdeck::store::sending_identities::add(&db, tenant, "example.com").await?;
+    Ok(key)
+}
+
+/// The console's status key: the one kept from the last start while it still works, else
+/// the named key with a new value (or a new named key).
+async fn console_key(p: &Platform, kept: Option<String>) -> anyhow::Result<String> {
+    let db = p.pool.get().await?;
+    if let Some(key) = kept {
+        if status_keys::by_key(&db, &key).await?.is_some_and(|k| k.name == CONSOLE_KEY_NAME) {
+            return Ok(key);
+        }
+    }
+    match status_keys::rotate(&db, CONSOLE_KEY_NAME).await? {
+        Some(key) => Ok(key),
+        None => Ok(status_keys::create(&db, CONSOLE_KEY_NAME).await?.1),
+    }
+}
+
+fn banner(run: &Run, api: &str, console: Option<&str>, key: &str, database_url: Option<&str>, data_dir: &Path) {
+    let try_key = format!("try-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]);
+    let console = match console {
+        Some(url) => format!("console on {url} (watching this instance)"),
+        None => "no console (see above)".into(),
+    };
+    let database = match database_url {
+        Some(url) => format!(
+            "  export DATABASE_URL={url}\n      \
+             (optional: relay commands run here find it in {} by themselves)\n",
+            devinstance::path(data_dir).display()
+        ),
+        None => String::new(),
+    };
+    eprintln!(
+        "relay dev: API on {api}, {workers} worker loops, sweep every {sweep}s; {console}\n\n\
+         dev tenant API key (new on every start):\n\n  export RELAY_KEY={key}\n{database}\n\
+         try:\n  curl -s -X POST {api}/v1/jobs -H \"Authorization: Bearer $RELAY_KEY\" \\\n    \
+         -H 'Idempotency-Key: {try_key}' -H 'Content-Type: application/json' \\\n    \
+         -d '{{\"task_type\": \"noop\", \"params\": {{\"echo\": \"hi\"}}}}'\n  \
+         relay jobs --tenant dev watch <id>\n\n\
+         shadow mode is on: email and callbacks are recorded, not sent (GET /v1/messages?job_id=<id>,\n\
+         GET /v1/jobs/<id>/callbacks). email.send may send from any address at example.com. To let them\n\
+         out: relay modes set shadow off, then relay modes set write:ses on / write:callbacks on\n\
+         (or PUT /v1/admin/modes with an operator key).\n\
+         Ctrl-C stops (jobs in flight get up to {grace} s); Ctrl-C twice stops at once.\n",
+        workers = run.workers,
+        sweep = run.sweep_interval_seconds,
+        grace = run.lease_seconds.max(3),
+    );
+}
+
+/// The first Ctrl-C (or SIGTERM) stops gracefully, counting down the time jobs in flight
+/// have left; a second one exits at once (their leases expire and the sweep returns them, as
+/// after a crash), stopping the private cluster first.
+async fn stop_on_signals(stop: watch::Sender<bool>, grace: Duration, cluster: Option<PrivateCluster>) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let mut signal = async || {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {},
+        }
+    };
+    signal().await;
+    eprintln!("relay dev: stopping: no new claims; jobs in flight have up to {} s to finish (Ctrl-C again: stop now)", grace.as_secs());
+    let _ = stop.send(true);
+    let started = Instant::now();
+    let tty = std::io::stderr().is_terminal();
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    ticks.tick().await;
+    loop {
+        tokio::select! {
+            _ = signal() => break,
+            _ = ticks.tick() => {
+                let left = grace.saturating_sub(started.elapsed()).as_secs();
+                if tty {
+                    eprint!("\rrelay dev: {left:>3} s left for jobs in flight (Ctrl-C: stop now)\x1b[K");
+                } else if left % 5 == 0 || left + 2 >= grace.as_secs() {
+                    eprintln!("relay dev: {left} s left for jobs in flight (Ctrl-C: stop now)");
+                }
+            }
+        }
+    }
+    eprintln!("{}relay dev: stopping now; jobs in flight return to the queue when their leases expire", if tty { "\n" } else { "" });
+    if let Some(c) = cluster {
+        if let Err(e) = c.stop() {
+            eprintln!("relay dev: could not stop the private Postgres: {e:#}");
+        }
+    }
+    std::process::exit(130);
+}

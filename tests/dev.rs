@@ -1,0 +1,188 @@
+//! `relay dev` as a newcomer runs it: its private database at the same address after a
+//! restart, found by the other commands with `DATABASE_URL` unset; the console it serves;
+//! Ctrl-C twice stopping at once with a job in flight; and an SES bounce fed locally through
+//! the ingress handler (`relay ingress send`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use axum::http::Method;
+use relay::devinstance::DevInstance;
+use relay::pgcluster::{Durability, PrivateCluster};
+use serde_json::json;
+use taskdeck::client::Client;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+use crate::email::{executor, go_live, message_of, roles, sender, submit, DOMAIN};
+use crate::support::{World, database_url, moto};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A running `relay dev` on its own data dir, its stderr in a file; killed when dropped.
+struct DevProcess {
+    child: tokio::process::Child,
+    log: PathBuf,
+    key: String,
+}
+
+impl DevProcess {
+    async fn start(dir: &Path, api: u16, console: u16, n: usize) -> DevProcess {
+        let log = dir.with_extension(format!("log{n}"));
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_relay"))
+            .args(["dev", "--data-dir"])
+            .arg(dir)
+            .args(["--addr", &format!("127.0.0.1:{api}"), "--console-addr", &format!("127.0.0.1:{console}")])
+            .env_remove("DATABASE_URL")
+            .env("RELAY_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn relay dev");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let key = tokio::time::timeout(Duration::from_secs(120), lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("relay dev printed no key: {}", std::fs::read_to_string(&log).unwrap_or_default()))
+            .unwrap()
+            .unwrap_or_else(|| panic!("relay dev ended: {}", std::fs::read_to_string(&log).unwrap_or_default()));
+        DevProcess { child, log, key }
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn interrupt(&self) {
+        let pid = self.child.id().expect("running").to_string();
+        assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    }
+
+    /// Wait until stderr contains `text`.
+    async fn said(&self, text: &str, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while !self.stderr().contains(text) {
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        true
+    }
+}
+
+/// A `relay` command with `DATABASE_URL` unset, run in `dir`'s data dir.
+fn relay_here(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_relay")).args(args).arg("--data-dir").arg(dir).env_remove("DATABASE_URL").env("RELAY_LOG", "warn").output().unwrap()
+}
+
+async fn http_get(url: &str) -> String {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let mut s = tokio::net::TcpStream::connect(host).await.unwrap();
+    s.write_all(format!("GET {} HTTP/1.0\r\nHost: {host}\r\n\r\n", if path.is_empty() { "/" } else { path }).as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+#[tokio::test]
+async fn relay_dev_keeps_its_database_address_the_cli_finds_it_and_ctrl_c_twice_stops_at_once() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("relay-dev-{}", uuid::Uuid::now_v7().simple()));
+    let (api, console) = (free_port(), free_port());
+    let dev = DevProcess::start(&dir, api, console, 1).await;
+    // Whatever happens below, the cluster stops when this test process exits.
+    PrivateCluster::start(&dir, Durability::Full).unwrap().stop_when_process_exits(std::process::id()).unwrap();
+    let recorded = DevInstance::read(&dir).expect("relay-dev.json");
+    let banner = dev.stderr();
+    assert!(banner.contains(&format!("export DATABASE_URL={}", recorded.database_url)), "{banner}");
+    assert!(banner.contains(&format!("console on http://127.0.0.1:{console}/")), "{banner}");
+    assert!(banner.contains("email and callbacks are recorded, not sent") && banner.contains("relay modes set shadow off"), "{banner}");
+    assert!(!banner.contains("hello-1") && banner.contains("Idempotency-Key: try-"), "{banner}");
+    assert!(!banner.contains("already exists"), "no migration notice: {banner}");
+    assert!(!banner.contains('\u{1b}'), "no colours in a file: {banner}");
+
+    // An operator command with DATABASE_URL unset finds the database and says so.
+    let made = relay_here(&dir, &["status-key", "create", "probe"]);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    assert!(String::from_utf8_lossy(&made.stdout).trim().starts_with("rs_"));
+    assert!(String::from_utf8_lossy(&made.stderr).contains("using relay dev's database"), "{}", String::from_utf8_lossy(&made.stderr));
+    // No dev instance there and no DATABASE_URL: a clear error.
+    let empty = dir.with_extension("empty");
+    let none = relay_here(&empty, &["status-key", "create", "x"]);
+    assert!(!none.status.success());
+    assert!(String::from_utf8_lossy(&none.stderr).contains("Start `relay dev`"), "{}", String::from_utf8_lossy(&none.stderr));
+
+    // The console watches this instance with the key relay dev made.
+    let page = http_get(&format!("http://127.0.0.1:{console}/")).await;
+    assert!(page.contains(r#"data-project="relay dev""#), "{page}");
+    assert!(!page.contains(r#"data-state="unreachable""#), "the console reads this instance's status: {page}");
+
+    // A job runs 60 s; the first Ctrl-C counts down, the second stops at once.
+    let client = Client::new(&format!("http://127.0.0.1:{api}"), &dev.key).unwrap();
+    let job = client.submit("long", &json!({"task_type": "sleep", "params": {"seconds": 60}})).await.unwrap();
+    let id = job["id"].as_str().unwrap().parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while client.job(id).await.unwrap().unwrap()["status"] != "running" {
+        assert!(Instant::now() < deadline, "the sleep job never ran");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    dev.interrupt();
+    assert!(dev.said("s left for jobs in flight", Duration::from_secs(5)).await, "a countdown: {}", dev.stderr());
+    let mut dev = dev;
+    assert!(dev.child.try_wait().unwrap().is_none(), "the first Ctrl-C waits for the job");
+    let second = Instant::now();
+    dev.interrupt();
+    let status = tokio::time::timeout(Duration::from_secs(10), dev.child.wait()).await.expect("the second Ctrl-C stops at once").unwrap();
+    assert!(!status.success());
+    assert!(second.elapsed() < Duration::from_secs(10));
+
+    // Restarted: the same database address, the job still there (its lease returns it).
+    let dev = DevProcess::start(&dir, api, console, 2).await;
+    assert_eq!(DevInstance::read(&dir).unwrap().database_url, recorded.database_url, "the same address after a restart");
+    let list = relay_here(&dir, &["jobs", "--tenant", "dev", "list"]);
+    assert!(String::from_utf8_lossy(&list.stdout).contains(&id.to_string()), "{}", String::from_utf8_lossy(&list.stderr));
+    // One Ctrl-C with nothing in flight: a prompt, clean stop, no warning about LISTEN.
+    let mut dev = dev;
+    dev.interrupt();
+    let status = tokio::time::timeout(Duration::from_secs(30), dev.child.wait()).await.expect("a clean stop").unwrap();
+    assert!(status.success(), "{}", dev.stderr());
+    assert!(!dev.stderr().contains("LISTEN connection lost"), "{}", dev.stderr());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The Quickstart's example bounce, fed through the real ingress handler: the message is
+/// bounced and its recipient suppressed.
+#[tokio::test]
+async fn an_ses_bounce_fed_through_relay_ingress_send_bounces_the_message_and_suppresses_its_recipient() {
+    let w = World::new().await;
+    go_live(&w).await;
+    sender(&w).await;
+    let exec = executor(&w, moto::endpoint(), roles());
+    let id = submit(&w, "to-bounce", json!({"task_type": "email.send", "params": {
+        "from": format!("noreply@{DOMAIN}"), "to": ["bounce@simulator.amazonses.com"], "subject": format!("bounce {}", w.schema), "text": "x"}})).await;
+    exec.run_dispatched(&[id]).await.unwrap();
+    assert_eq!(message_of(&w, id).await["status"], "sent");
+
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/ses-bounce.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(["ingress", "send"])
+        .arg(&example)
+        .args(["--message", &id.to_string(), "--wait", "0"])
+        .env("DATABASE_URL", relay::bench::setup::url_with_schema(&database_url(), &w.schema))
+        .env("RELAY_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((made["task_type"].as_str(), made["status"].as_str()), (Some("provider.event"), Some("pending")), "{made}");
+    exec.run_dispatched(&[made["id"].as_str().unwrap().parse().unwrap()]).await.unwrap();
+
+    let m = message_of(&w, id).await;
+    assert_eq!(m["status"], "bounced", "{m}");
+    let (_, list) = w.call(Method::GET, "/v1/suppressions", None, None).await;
+    assert_eq!(list["suppressions"][0]["address"], "bounce@simulator.amazonses.com", "{list}");
+    assert_eq!(list["suppressions"][0]["reason"], "bounce");
+}
