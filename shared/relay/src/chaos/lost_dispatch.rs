@@ -51,7 +51,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
             tokio::spawn(async move {
                 for i in (s..n).step_by(8) {
                     let job = NewJob {
-                        id: uuid::Uuid::now_v7(),
+                        id: taskdeck::job::JobId::new(),
                         task_type: "test.effect".into(),
                         params: json!({}),
                         correlation_id: format!("lost-{i}"),
