@@ -172,4 +172,131 @@ async fn campaign_requests_are_checked_at_submit() {
         let (status, e) = w.submit(&format!("bad{i}"), body).await;
         assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some(field)), "{e}");
     }
+
+    // The children are checked as a single email.send is: literal content with a recipient's
+    // template data is one 422 naming that recipient, not thousands of failed children.
+    let literal = json!({"from": "News <news@acme.example>", "subject": "News", "text": "Hello"});
+    let mut recipients: Vec<Value> = (0..5).map(|i| json!({"to": format!("r{i}@example.com")})).collect();
+    recipients[3]["data"] = json!({"name": "Bo"});
+    let body = json!({"task_type": "email.campaign", "params": {"message": literal, "recipients": recipients}});
+    let (status, e) = w.submit("literal-data", body).await;
+    assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("params.recipients[3].data")), "{e}");
+    let single = json!({"task_type": "email.send", "params": {"from": "news@acme.example", "to": ["r3@example.com"],
+        "subject": "News", "text": "Hello", "data": {"name": "Bo"}}});
+    let (status, e) = w.submit("single-data", single).await;
+    assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("params.data")), "a single send, the same rule: {e}");
+
+    // A template the tenant has not stored: one 422, for a campaign as for a single send.
+    let (status, e) = w.submit("no-template", campaign(json!([{"to": "a@example.com"}]), json!({}))).await;
+    assert_eq!((status, e["error"]["code"].as_str(), e["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("unknown_template"), Some("params.message.template")), "{e}");
+    let single = json!({"task_type": "email.send", "params": {"from": "news@acme.example", "to": ["a@example.com"], "template": "news"}});
+    let (status, e) = w.submit("single-no-template", single.clone()).await;
+    assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("params.template")), "{e}");
+    let (_, batch) = w.call(Method::POST, "/v1/jobs:batch", None, Some(json!({"jobs": [
+        {"idempotency_key": "b0", "task_type": "noop"},
+        {"idempotency_key": "b1", "task_type": "email.send", "params": single["params"]}]}))).await;
+    assert_eq!(batch["results"][0]["status"], 202, "{batch}");
+    assert_eq!((batch["results"][1]["status"].as_u64(), batch["results"][1]["error"]["field"].as_str()),
+        (Some(422), Some("jobs[1].params.template")), "{batch}");
+    template(&w).await;
+    let (status, e) = w.submit("with-template", campaign(json!([{"to": "a@example.com", "data": {"name": "A"}}]), json!({}))).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{e}");
+
+    // Pages uploaded later are checked the same way, each naming its recipient.
+    let (status, paged) = w.submit("paged-literal", json!({"task_type": "email.campaign", "params": {"message": literal, "pages": 1}})).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{paged}");
+    let page = json!({"recipients": [{"to": "a@example.com"}, {"to": "b@example.com", "data": {"x": 1}}]});
+    let (status, e) = w.call(Method::PUT, &format!("/v1/jobs/{}/recipients/0", paged["id"].as_str().unwrap()), None, Some(page)).await;
+    assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("recipients[1].data")), "{e}");
+}
+
+/// Run workers (no sweeper: a parent must close as its last child ends) until the job is
+/// terminal; returns its resource.
+async fn run_until_done(w: &World, id: &str) -> Value {
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let handles = w.platform.spawn_workers(1, &stop);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let last = loop {
+        let (_, j) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
+        if ["succeeded", "failed", "cancelled"].contains(&j["status"].as_str().unwrap_or("")) || Instant::now() > deadline {
+            break j;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    stop_tx.send(true).unwrap();
+    for h in handles {
+        let _ = h.await;
+    }
+    last
+}
+
+/// Seconds between the last child's end and its parent's.
+async fn closing_lag(w: &World, id: JobId) -> f64 {
+    w.db()
+        .await
+        .query_one(
+            "SELECT extract(epoch FROM p.finished_at - max(c.finished_at))::float8 FROM jobs p JOIN jobs c ON c.parent_id = p.id
+             WHERE p.id = $1 GROUP BY p.finished_at",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test]
+async fn children_failing_for_one_cause_fail_their_campaign_once_and_at_once() {
+    let w = World::new().await;
+    template(&w).await;
+    // No sending identity: every child is refused for the same reason.
+    let recipients: Vec<Value> = (0..30).map(|i| json!({"to": format!("r{i}@example.com")})).collect();
+    let (status, parent) = w.submit("unsendable", campaign(json!(recipients), json!({}))).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{parent}");
+    let id_text = parent["id"].as_str().unwrap().to_owned();
+    let id: JobId = id_text.parse().unwrap();
+    let j = run_until_done(&w, &id_text).await;
+    assert_eq!(j["status"], "failed", "not succeeded when its children failed: {j}");
+    let error = j["last_error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("30 of 30 children failed; 30 with: "), "{error}");
+    assert!(error.contains("is not one of this tenant's sending identities"), "the shared cause: {error}");
+    assert!(!error.contains("other causes"), "one cause: {error}");
+    assert_eq!(j["progress"]["failed"], 30, "{j}");
+    // One exception, the parent's, with the cause; none per child.
+    assert_eq!(w.count("SELECT count(*) FROM exceptions", &[]).await, 1);
+    let (kind, cause): (String, String) = {
+        let r = w.db().await.query_one("SELECT kind, cause FROM exceptions WHERE job_id = $1", &[&id]).await.unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!((kind.as_str(), cause.as_str()), ("children_failed", error));
+    // Closed by the last child's end, not by a sweep (none ran).
+    let lag = closing_lag(&w, id).await;
+    assert!((0.0..1.0).contains(&lag), "the parent closed {lag:.3} s after its last child");
+}
+
+#[tokio::test]
+async fn a_campaign_with_some_failed_children_says_how_many_and_why() {
+    let w = World::new().await;
+    sender(&w).await;
+    let (status, _) = w
+        .call(Method::PUT, "/v1/templates/news", None, Some(json!({"subject": "News for {{ name }}", "text": "Your code: {{ code }}"})))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    // Four of ten recipients lack the `code` the template needs.
+    let recipients: Vec<Value> = (0..10)
+        .map(|i| if i % 3 == 0 { json!({"to": format!("r{i}@example.com")}) } else { json!({"to": format!("r{i}@example.com"), "data": {"code": i}}) })
+        .collect();
+    let (status, parent) = w.submit("mixed", campaign(json!(recipients), json!({}))).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{parent}");
+    let id_text = parent["id"].as_str().unwrap().to_owned();
+    let j = run_until_done(&w, &id_text).await;
+    assert_eq!(j["status"], "failed", "{j}");
+    let error = j["last_error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("4 of 10 children failed; 4 with: "), "{error}");
+    assert!(error.contains("undefined"), "{error}");
+    assert_eq!((j["progress"]["succeeded"].as_i64(), j["progress"]["failed"].as_i64()), (Some(6), Some(4)), "{j}");
+    assert_eq!(w.count("SELECT count(*) FROM exceptions WHERE kind = 'children_failed'", &[]).await, 1);
+    assert_eq!(w.count("SELECT count(*) FROM exceptions", &[]).await, 1, "no exception per child");
+    let lag = closing_lag(&w, id_text.parse().unwrap()).await;
+    assert!((0.0..1.0).contains(&lag), "the parent closed {lag:.3} s after its last child");
 }

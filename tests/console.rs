@@ -74,7 +74,7 @@ async fn older_minor_versions_with_missing_and_unknown_fields_are_shown() {
     assert!(html.contains("30 of 120"), "children progress is shown");
     assert!(html.contains("nightly-invoices"), "schedules are shown");
     assert!(html.contains("no activity series"), "a missing optional field is said, not an error");
-    assert!(html.contains(r#"<td class="warn" title="timed out &lt;b&gt;">ambiguous_outcome</td>"#), "open exceptions are listed");
+    assert!(html.contains(r#"<td class="warn">ambiguous_outcome</td><td class="cause">timed out &lt;b&gt;</td>"#), "open exceptions are listed, each with its cause");
     assert!(html.contains("…0000beef"));
     assert!(html.contains(r#"<div class="dead-letters warn">3 dead letters in 24 h</div>"#), "dead letters are shown (1.3)");
     assert_eq!(html.matches("dead letters in 24 h").count(), 1, "not for a 1.0 project, which does not report them");
@@ -158,11 +158,25 @@ async fn headless_chromium_shows_a_healthy_and_an_unreachable_project() {
     crate::status::populate(&w).await;
     w.platform.liveness(taskdeck::liveness::Kind::Worker).beat().await.unwrap();
     w.platform.liveness(taskdeck::liveness::Kind::Sweeper).beat().await.unwrap();
+    // A worker of an earlier start, last seen two hours ago: replaced, not missing.
+    let old = chrono::Utc::now() - chrono::Duration::hours(3);
+    taskdeck::store::workers::beat(&w.db().await, "worker", "worker:old:1:a", "old", Some(1), old).await.unwrap();
+    w.db().await.execute("UPDATE workers SET last_seen_at = now() - interval '2 hours' WHERE instance_id = 'worker:old:1:a'", &[]).await.unwrap();
     let (_, key) = status_keys::create(&w.db().await, "console").await.unwrap();
     let (api, _api) = serve(w.router.clone()).await;
+    // A client project with a stuck run and a schedule whose slot is due but not yet fired.
+    let now = chrono::Utc::now();
+    let other = serde_json::json!({"contract": "relay.status/v1", "version": "1.3", "project": "other", "generated_at": now,
+        "schedules": [{"name": "hourly-report", "next_run_at": now - chrono::Duration::seconds(10)}],
+        "recent_runs": [{"id": "0193aaaa-0000-7000-8000-00000000dead", "task_type": "export", "status": "running",
+            "started_at": now - chrono::Duration::minutes(4),
+            "progress": {"kind": "elapsed", "elapsed_s": 240.0, "baseline_p95_s": 30.0, "stuck": true}}],
+        "failures": {"last_hour": 0, "last_24h": 0, "open_exceptions": 0}});
+    let (other_url, _other) = fixed(other.to_string()).await;
     let console = Console::new(config(&[
         ("relay", &format!("{api}/v1/status"), Some(&key)),
         ("gone", "http://127.0.0.1:1/v1/status", None),
+        ("other", &format!("{other_url}/v1/status"), None),
     ]))
     .unwrap();
     let (site, _site) = serve(relay_console::router(console)).await;
@@ -179,13 +193,33 @@ async fn headless_chromium_shows_a_healthy_and_an_unreachable_project() {
     .await
     .expect("chromium finishes within 90 s")
     .expect("chromium runs");
+    // RELAY_CONSOLE_SCREENSHOT=path.png: also keep a picture of the page (for a report).
+    if let Ok(png) = std::env::var("RELAY_CONSOLE_SCREENSHOT") {
+        let _ = tokio::process::Command::new(&chromium)
+            .args(chromium_flags(&profile))
+            .args([format!("--screenshot={png}"), "--window-size=1400,1500".into(), format!("{site}/")])
+            .kill_on_drop(true)
+            .output()
+            .await;
+    }
     let _ = std::fs::remove_dir_all(&profile);
     let dom = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && dom.contains("Relay console"), "{}\n{}", String::from_utf8_lossy(&out.stderr), dom);
     assert!(dom.contains(r#"data-project="relay" data-state="ok""#), "{dom}");
     assert!(dom.contains(r#"data-project="gone" data-state="unreachable""#), "{dom}");
-    assert!(dom.contains("2 live of 2"), "liveness of the worker and the sweeper: {dom}");
+    assert!(dom.contains("2 live of 2"), "liveness of the worker and the sweeper, not the earlier start's: {dom}");
+    assert!(dom.contains("(an earlier start)"), "{dom}");
     assert!(dom.contains("2 of 3, 1 failed"), "the fan-out's progress: {dom}");
+    assert!(dom.contains("(1 children failed)"), "failed children shown on the parent: {dom}");
+    assert!(dom.contains(r#"class="bad" style="width: 33.3%""#), "the failed share of the bar, in red: {dom}");
+    assert!(dom.contains(r#"data-status="failed" data-outcome="failed""#), "a failed run is coloured as failed: {dom}");
+    assert!(dom.contains(r#"<div class="muted run-error">bust</div>"#), "with its error beside it: {dom}");
+    assert!(dom.contains(r#"data-status="succeeded" data-outcome="ok""#), "{dom}");
+    assert!(dom.contains(r#"<td class="cause">bust</td>"#), "each open exception with its cause: {dom}");
     assert!(dom.contains("<svg"), "the activity chart is inline SVG");
+    assert!(dom.contains(r#"class="axis y-axis""#) && dom.contains(r#"class="axis x-axis""#), "the chart has axes: {dom}");
+    assert!(dom.contains("2 runs (blue), 1 failed (red), one scale: 0 to 2 per 5 min"), "runs and failures on one basis: {dom}");
+    assert!(dom.contains(r#"data-stuck="true""#) && dom.contains("running 4 min — stuck (usually under 30 s)"), "a stuck run is marked: {dom}");
+    assert!(dom.contains("<td>hourly-report</td><td>—</td><td>—</td><td>due now</td>"), "a due schedule is due, not in the past: {dom}");
     assert!(dom.contains("unreachable since"), "{dom}");
 }

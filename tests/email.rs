@@ -103,6 +103,7 @@ async fn a_live_send_reaches_ses_once_and_its_message_says_so() {
     assert_eq!(report.succeeded, 1, "{}", job(&w, id).await);
     let m = message_of(&w, id).await;
     assert_eq!(m["status"], "sent", "{m}");
+    assert!(m["preview"].is_null(), "a message really sent keeps no preview: {m}");
     assert_eq!(m["correlation_id"], "order-42");
     assert!(m["provider_message_id"].as_str().is_some_and(|p| !p.is_empty()));
     assert_eq!(job(&w, id).await["result"]["provider_message_id"], m["provider_message_id"]);
@@ -126,13 +127,28 @@ async fn shadow_mode_records_everything_and_sends_nothing() {
     sender(&w).await;
     let exec = executor(&w, moto::endpoint(), roles());
     let subject = format!("shadowed {}", w.schema);
-    let id = submit(&w, "s", email(&subject, "bo@example.com")).await;
+    let mut body = email(&subject, "bo@example.com");
+    let extra = json!({"html": "<p>Hello</p>", "cc": ["cy@example.com"], "reply_to": ["help@acme.example"],
+        "headers": {"X-Campaign": "spring"}, "tags": {"campaign": "spring"}});
+    body["params"].as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    body["correlation_id"] = json!("order-7");
+    let id = submit(&w, "s", body).await;
     let (report, _) = exec.run_dispatched(&[id]).await.unwrap();
     assert_eq!(report.succeeded, 1, "{}", job(&w, id).await);
     let m = message_of(&w, id).await;
     assert_eq!((m["status"].as_str(), m["subject"].as_str()), (Some("shadowed"), Some(subject.as_str())), "{m}");
     assert!(m["reason"].as_str().unwrap().contains("shadow mode"));
     assert_eq!(m["recipients"]["to"][0], "bo@example.com");
+    // The preview: exactly what the SES request would have carried, Relay's headers and tags too.
+    let p = &m["preview"];
+    assert_eq!(p["from"], format!("Acme <noreply@{DOMAIN}>"), "{m}");
+    assert_eq!((p["to"].clone(), p["cc"].clone(), p["reply_to"].clone()), (json!(["bo@example.com"]), json!(["cy@example.com"]), json!(["help@acme.example"])));
+    assert_eq!((p["subject"].as_str(), p["text"].as_str(), p["html"].as_str()), (Some(subject.as_str()), Some("Hello"), Some("<p>Hello</p>")));
+    assert_eq!(p["headers"], json!({"X-Campaign": "spring", "X-Relay-Correlation-Id": "order-7"}));
+    assert_eq!(p["tags"]["campaign"], "spring");
+    assert_eq!(p["tags"]["relay_message_id"], m["id"]);
+    assert_eq!(p["tags"]["relay_job_id"], id.to_string());
+    assert_eq!(p["tags"]["relay_correlation_id"], "order-7", "{p}");
     assert_eq!(in_moto(&subject).await, 0);
     assert_eq!(w.count("SELECT count(*) FROM attempt_sessions WHERE job_id = $1", &[&id]).await, 0, "no AWS access at all");
 

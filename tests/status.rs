@@ -29,7 +29,8 @@ pub fn job(key: &str, task_type: &str, parent: Option<JobId>) -> NewJob {
 }
 
 /// A parent with three children (one failed for good, one succeeded, one pending), one top-level
-/// job that succeeded, one running top-level job, one job due later. Returns the parent's id.
+/// job that failed for good and then one that succeeded, one running top-level job, one job due
+/// later. Returns the parent's id.
 pub async fn populate(w: &World) -> JobId {
     let db = w.db().await;
     let parent = job("parent", "noop", None);
@@ -45,6 +46,11 @@ pub async fn populate(w: &World) -> JobId {
     jobs::fail(&db, &[(Fence { job: kids[0].id, attempt: 1 }, Failure::platform(taskdeck::job::ExceptionKind::FatalError, "boom"))]).await.unwrap();
     jobs::succeed(&db, &[(Fence { job: kids[1].id, attempt: 1 }, json!({}))]).await.unwrap();
     db.execute("UPDATE jobs SET status = 'waiting', lease_until = NULL WHERE id = $1", &[&pid]).await.unwrap();
+    let broke = job("broke", "noop", None);
+    let broke_id = broke.id;
+    jobs::insert_many(&db, w.tenant.id, &[broke], None).await.unwrap();
+    jobs::claim_ids(&db, &[broke_id], 30.0, None).await.unwrap();
+    jobs::fail(&db, &[(Fence { job: broke_id, attempt: 1 }, Failure::platform(taskdeck::job::ExceptionKind::FatalError, "bust"))]).await.unwrap();
     let (top, busy) = (job("top", "noop", None), job("busy", "sleep", None));
     let (top_id, busy_id) = (top.id, busy.id);
     jobs::insert_many(&db, w.tenant.id, &[top, busy], None).await.unwrap();
@@ -105,7 +111,7 @@ async fn status_queries_count_live_work_failures_runs_and_children() {
     assert!(sleep.oldest_due.is_some());
     assert!(queues.iter().all(|q| q.task_type != "noop"), "no live noop job: {queues:?}");
 
-    assert_eq!(status::failure_counts(&db).await.unwrap(), (1, 1));
+    assert_eq!(status::failure_counts(&db).await.unwrap(), (1, 1), "the failed top-level job, counted as runs are; not the child");
     db.execute("UPDATE jobs SET finished_at = now() - interval '2 hours' WHERE status = 'failed'", &[]).await.unwrap();
     assert_eq!(status::failure_counts(&db).await.unwrap(), (0, 1));
 
@@ -118,7 +124,7 @@ async fn status_queries_count_live_work_failures_runs_and_children() {
 
     let runs = status::recent_runs(&db, 10).await.unwrap();
     let shape: Vec<(&str, &str)> = runs.iter().map(|r| (r.job.status.as_str(), r.job.idempotency_key.as_str())).collect();
-    assert_eq!(shape, [("running", "busy"), ("waiting", "parent"), ("succeeded", "top")]);
+    assert_eq!(shape, [("running", "busy"), ("waiting", "parent"), ("succeeded", "top"), ("failed", "broke")]);
     assert!(runs.iter().all(|r| r.tenant == "acme"));
 
     let counts = taskdeck::store::progress::child_counts(&db, &[pid, JobId::new()]).await.unwrap();
@@ -181,7 +187,7 @@ async fn the_served_status_validates_against_its_schema_and_needs_a_status_key()
 
     // The same document parses with the console's reader.
     let parsed = relay_status::StatusDoc::parse(doc.to_string().as_bytes()).unwrap();
-    assert_eq!(parsed.recent_runs.len(), 3);
+    assert_eq!(parsed.recent_runs.len(), 4);
 
     // Tenant keys, unknown keys and no key: 401, JSON, stable code.
     for bad in [w.key.as_str(), "rs_nope"] {

@@ -13,8 +13,11 @@ use relay_status::{Activity, Run, StatusDoc};
 
 /// A worker seen within this long of its project's document counts as live.
 pub const LIVE_WITHIN_SECS: i64 = 90;
-const CHART_W: f64 = 288.0;
-const CHART_H: f64 = 48.0;
+const CHART_W: f64 = 320.0;
+const CHART_H: f64 = 72.0;
+/// Room for the y axis's labels, and for the x axis's below the plot.
+const AXIS_LEFT: f64 = 32.0;
+const AXIS_BELOW: f64 = 14.0;
 
 #[derive(Debug, Serialize)]
 pub struct PageView {
@@ -77,6 +80,9 @@ pub struct WorkerView {
     pub instance_id: String,
     pub last_seen: String,
     pub live: bool,
+    /// Not live, and a live instance of its kind started after it was last seen: an earlier
+    /// start, not a missing worker (left out of the liveness count).
+    pub replaced: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -104,8 +110,17 @@ pub struct RunView {
     pub task_type: String,
     pub tenant: String,
     pub status: String,
-    /// 0–100 when the run has a countable progress.
+    /// How it ended, for its colour: `ok` (succeeded, every child too), `partial` (succeeded
+    /// by a 1.x document while children failed), `failed`, `cancelled`; `live` while it runs.
+    pub outcome: &'static str,
+    /// 0–100 when the run has a countable progress: the share of children ended well, and
+    /// of children that failed (drawn red beside it).
     pub percent: Option<f64>,
+    pub failed_percent: Option<f64>,
+    /// Children that failed, when any.
+    pub failed_children: Option<i64>,
+    /// Running past its task type's usual time (`progress.stuck`).
+    pub stuck: bool,
     pub progress: String,
     pub when: String,
     pub error: Option<String>,
@@ -115,10 +130,17 @@ pub struct RunView {
 pub struct ChartView {
     pub width: f64,
     pub height: f64,
+    /// The plot's left edge (the y axis; its labels to the left) and its floor.
+    pub left: f64,
+    pub floor: f64,
+    /// The one scale both series share: its top value.
+    pub y_max: i64,
     pub bars: Vec<BarView>,
     pub runs_total: i64,
     pub failures_total: i64,
     pub window: String,
+    /// One bucket's span ("5 min").
+    pub bucket: String,
     pub truncated: bool,
 }
 
@@ -156,11 +178,22 @@ fn since(now: DateTime<Utc>, at: Option<DateTime<Utc>>) -> String {
     at.map_or_else(|| "—".into(), |t| format!("{} ago", ago((now - t).num_milliseconds() as f64 / 1000.0)))
 }
 
+/// When a schedule runs next: "in 4 min", or "due now" once its time has come (a slot the
+/// sweep has not fired yet is due, not in the past).
 fn until(now: DateTime<Utc>, at: Option<DateTime<Utc>>) -> String {
     at.map_or_else(|| "—".into(), |t| {
         let s = (t - now).num_milliseconds() as f64 / 1000.0;
-        if s >= 0.0 { format!("in {}", ago(s)) } else { format!("{} ago", ago(-s)) }
+        if s >= 0.5 { format!("in {}", ago(s)) } else { "due now".into() }
     })
+}
+
+/// The age of the oldest due job: "—" only when none is due.
+fn oldest(depth: i64, age_s: f64) -> String {
+    match (depth, age_s) {
+        (0, _) => "—".into(),
+        (_, a) if a < 1.0 => "< 1 s".into(),
+        (_, a) => ago(a),
+    }
 }
 
 fn clock(t: DateTime<Utc>) -> String {
@@ -189,28 +222,31 @@ pub fn view(states: &[ProjectState], refresh_s: u64, now: DateTime<Utc>) -> Page
 }
 
 fn data(doc: &StatusDoc, at: DateTime<Utc>, now: DateTime<Utc>) -> DataView {
+    let is_live = |w: &relay_status::Worker| w.last_seen_at.is_some_and(|t| (at - t).num_seconds() <= LIVE_WITHIN_SECS);
     let workers: Vec<WorkerView> = doc
         .workers
         .iter()
-        .map(|w| WorkerView {
-            kind: w.kind.clone(),
-            instance_id: w.instance_id.clone(),
-            last_seen: since(now, w.last_seen_at),
-            live: w.last_seen_at.is_some_and(|t| (at - t).num_seconds() <= LIVE_WITHIN_SECS),
+        .map(|w| {
+            let live = is_live(w);
+            let replaced = !live
+                && doc.workers.iter().any(|o| {
+                    o.kind == w.kind && is_live(o) && matches!((o.started_at, w.last_seen_at), (Some(s), Some(l)) if s >= l)
+                });
+            WorkerView { kind: w.kind.clone(), instance_id: w.instance_id.clone(), last_seen: since(now, w.last_seen_at), live, replaced }
         })
         .collect();
     let mut kinds: Vec<&str> = workers.iter().filter(|w| w.live).map(|w| w.kind.as_str()).collect();
     kinds.sort_unstable();
     kinds.dedup();
-    let oldest = doc.queues.iter().map(|q| q.oldest_pending_age_s).fold(0.0, f64::max);
+    let oldest_age = doc.queues.iter().map(|q| q.oldest_pending_age_s).fold(0.0, f64::max);
     DataView {
         contract_version: doc.version.clone(),
         live: workers.iter().filter(|w| w.live).count(),
-        seen: workers.len(),
+        seen: workers.iter().filter(|w| !w.replaced).count(),
         live_kinds: kinds.join(", "),
         workers,
         depth: doc.queues.iter().map(|q| q.depth).sum(),
-        oldest_pending: if oldest > 0.0 { ago(oldest) } else { "—".into() },
+        oldest_pending: oldest(doc.queues.iter().map(|q| q.depth).sum(), oldest_age),
         queues: doc
             .queues
             .iter()
@@ -221,7 +257,7 @@ fn data(doc: &StatusDoc, at: DateTime<Utc>, now: DateTime<Utc>) -> DataView {
                 depth: q.depth,
                 running: q.running,
                 scheduled: q.scheduled,
-                oldest: if q.oldest_pending_age_s > 0.0 { ago(q.oldest_pending_age_s) } else { "—".into() },
+                oldest: oldest(q.depth, q.oldest_pending_age_s),
             })
             .collect(),
         failures_hour: doc.failures.last_hour,
@@ -258,16 +294,36 @@ fn data(doc: &StatusDoc, at: DateTime<Utc>, now: DateTime<Utc>) -> DataView {
 }
 
 fn run(r: &Run, now: DateTime<Utc>) -> RunView {
+    let failed_children = r.progress.as_ref().and_then(|p| p.failed).filter(|f| *f > 0);
+    let mut failed_percent = None;
     let (percent, progress) = match &r.progress {
         Some(p) if p.kind == "count" || p.kind == "children" => {
             let (done, total) = (p.done.unwrap_or(0), p.total.unwrap_or(0));
             let pct = p.fraction.unwrap_or(if total > 0 { done as f64 / total as f64 } else { 0.0 });
-            let failed = p.failed.filter(|f| *f > 0).map(|f| format!(", {f} failed")).unwrap_or_default();
-            (Some((pct * 100.0).clamp(0.0, 100.0)), format!("{done} of {total}{failed}"))
+            let failed = failed_children.unwrap_or(0);
+            // The bar: children that ended well, then those that failed (red), of the total.
+            let bad = if total > 0 { failed as f64 / total as f64 } else { 0.0 };
+            failed_percent = failed_children.map(|_| (bad * 100.0).clamp(0.0, 100.0));
+            let failed_text = failed_children.map(|f| format!(", {f} failed")).unwrap_or_default();
+            (Some(((pct - bad) * 100.0).clamp(0.0, 100.0)), format!("{done} of {total}{failed_text}"))
         }
-        Some(p) if p.kind == "elapsed" => (None, format!("running {}", ago(p.elapsed_s.unwrap_or(0.0)))),
+        Some(p) if p.kind == "elapsed" => {
+            let stuck = if p.stuck == Some(true) {
+                p.baseline_p95_s.map_or_else(|| " — stuck".to_owned(), |b| format!(" — stuck (usually under {})", ago(b)))
+            } else {
+                String::new()
+            };
+            (None, format!("running {}{stuck}", ago(p.elapsed_s.unwrap_or(0.0))))
+        }
         _ if r.status == "succeeded" => (Some(100.0), String::new()),
         _ => (None, String::new()),
+    };
+    let outcome = match r.status.as_str() {
+        "succeeded" if failed_children.is_some() => "partial",
+        "succeeded" => "ok",
+        "failed" => "failed",
+        "cancelled" => "cancelled",
+        _ => "live",
     };
     let when = match r.finished_at {
         Some(t) => format!("finished {}", since(now, Some(t))),
@@ -279,7 +335,11 @@ fn run(r: &Run, now: DateTime<Utc>) -> RunView {
         task_type: r.task_type.clone(),
         tenant: r.tenant.clone().unwrap_or_default(),
         status: r.status.clone(),
+        outcome,
         percent,
+        failed_percent,
+        failed_children,
+        stuck: r.progress.as_ref().is_some_and(|p| p.stuck == Some(true)),
         progress,
         when,
         error: r.last_error.clone().filter(|_| r.status == "failed"),
@@ -292,21 +352,24 @@ fn chart(a: &Activity) -> Option<ChartView> {
         return None;
     }
     let at = |v: &[i64], i: usize| v.get(i).copied().unwrap_or(0).max(0);
-    let max = (0..n).map(|i| at(&a.runs, i).max(at(&a.failures, i))).max().unwrap_or(0).max(1) as f64;
-    let w = CHART_W / n as f64;
+    // One scale for both series (runs and failures are counted on the same basis).
+    let y_max = (0..n).map(|i| at(&a.runs, i).max(at(&a.failures, i))).max().unwrap_or(0).max(1);
+    let max = y_max as f64;
+    let plot_h = CHART_H - AXIS_BELOW;
+    let w = (CHART_W - AXIS_LEFT) / n as f64;
     let bucket_min = a.bucket_s as f64 / 60.0;
     let bars = (0..n)
         .map(|i| {
             let (runs, fails) = (at(&a.runs, i), at(&a.failures, i));
-            let runs_h = (runs as f64 / max * (CHART_H - 2.0)).max(if runs > 0 { 1.0 } else { 0.0 });
-            let fail_h = (fails as f64 / max * (CHART_H - 2.0)).max(if fails > 0 { 1.0 } else { 0.0 });
+            let runs_h = (runs as f64 / max * (plot_h - 2.0)).max(if runs > 0 { 1.0 } else { 0.0 });
+            let fail_h = (fails as f64 / max * (plot_h - 2.0)).max(if fails > 0 { 1.0 } else { 0.0 });
             let start = (n - i) as f64 * bucket_min;
             BarView {
-                x: i as f64 * w + 1.0,
+                x: AXIS_LEFT + i as f64 * w + 1.0,
                 w: (w - 2.0).max(1.0),
-                runs_y: CHART_H - runs_h,
+                runs_y: plot_h - runs_h,
                 runs_h,
-                fail_y: CHART_H - fail_h,
+                fail_y: plot_h - fail_h,
                 fail_h,
                 title: format!("{start:.0}–{:.0} min ago: {runs} runs, {fails} failures", start - bucket_min),
             }
@@ -315,10 +378,14 @@ fn chart(a: &Activity) -> Option<ChartView> {
     Some(ChartView {
         width: CHART_W,
         height: CHART_H,
+        left: AXIS_LEFT,
+        floor: plot_h,
+        y_max,
         bars,
         runs_total: a.runs.iter().sum(),
         failures_total: a.failures.iter().sum(),
         window: ago(a.bucket_s as f64 * n as f64),
+        bucket: ago(a.bucket_s as f64),
         truncated: a.truncated,
     })
 }

@@ -285,3 +285,10 @@ pub fn alert_opened(exception_id: Uuid, job_id: JobId, kind: ExceptionKind, caus
     tracing::error!(event = "relay.exception.opened", exception_id = %exception_id, job_id = %job_id,
         kind = kind.as_str(), cause, "exception opened: a job failed for good and needs an operator");
 }
+
+/// Alert on the exceptions finished parents opened (one per parent whose children failed).
+pub fn alert_parents(finished: &crate::store::jobs::Finished) {
+    for (exception_id, job_id, cause) in &finished.opened {
+        alert_opened(*exception_id, *job_id, ExceptionKind::ChildrenFailed, cause);
+    }
+}

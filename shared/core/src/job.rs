@@ -236,11 +236,20 @@ pub enum ExceptionKind {
     UnknownTaskType,
     /// The lease of the last attempt expired: the worker died or hung.
     LeaseExpired,
+    /// Children of a fan-out parent failed: one exception for the parent, with the most
+    /// common cause (its children open none of their own).
+    ChildrenFailed,
 }
 
 impl ExceptionKind {
-    pub const ALL: [ExceptionKind; 5] =
-        [Self::AttemptsExhausted, Self::FatalError, Self::AmbiguousOutcome, Self::UnknownTaskType, Self::LeaseExpired];
+    pub const ALL: [ExceptionKind; 6] = [
+        Self::AttemptsExhausted,
+        Self::FatalError,
+        Self::AmbiguousOutcome,
+        Self::UnknownTaskType,
+        Self::LeaseExpired,
+        Self::ChildrenFailed,
+    ];
 
     /// The stored text.
     pub fn as_str(self) -> &'static str {
@@ -250,6 +259,7 @@ impl ExceptionKind {
             Self::AmbiguousOutcome => "ambiguous_outcome",
             Self::UnknownTaskType => "unknown_task_type",
             Self::LeaseExpired => "lease_expired",
+            Self::ChildrenFailed => "children_failed",
         }
     }
 }
@@ -294,7 +304,7 @@ mod tests {
             assert_eq!(k.to_string(), k.as_str());
         }
         let names: Vec<&str> = ExceptionKind::ALL.iter().map(|k| k.as_str()).collect();
-        assert_eq!(names, ["attempts_exhausted", "fatal_error", "ambiguous_outcome", "unknown_task_type", "lease_expired"]);
+        assert_eq!(names, ["attempts_exhausted", "fatal_error", "ambiguous_outcome", "unknown_task_type", "lease_expired", "children_failed"]);
         assert_eq!("disk_on_fire".parse::<ExceptionKind>(), Err(UnknownExceptionKind("disk_on_fire".into())));
         assert!(serde_json::from_value::<ExceptionKind>(serde_json::json!("disk_on_fire")).is_err());
     }

@@ -154,9 +154,11 @@ impl Sweeper {
             }
         }
         for _ in 0..self.config.max_batches {
-            let (n, callbacks) = jobs::finish_parents(&self.pool.get().await?, self.config.batch).await?;
+            let finished = jobs::finish_parents(&self.pool.get().await?, self.config.batch).await?;
+            let n = finished.parents;
             report.parents_finished += n;
-            transport::send(&self.transport, &self.pool, &callbacks).await;
+            crate::exceptions::alert_parents(&finished);
+            transport::send(&self.transport, &self.pool, &finished.callbacks).await;
             if n < usize::try_from(self.config.batch).unwrap_or(usize::MAX) {
                 break;
             }
@@ -211,7 +213,7 @@ impl Sweeper {
         }
         for (fence, f) in &fail {
             tracing::warn!(event = "relay.job.failed", job_id = %fence.job, attempt = fence.attempt, kind = f.kind.as_str(), error = %f.error,
-                "job failed for good; exception opened");
+                "job failed for good");
         }
         let now = chrono::Utc::now();
         let mut send: Vec<Dispatch> = back.into_iter().map(|fence| Dispatch { id: fence.job, run_at: now }).collect();

@@ -65,6 +65,12 @@ pub trait Task: Send + Sync + 'static {
         Fault::Platform
     }
 
+    /// The stored template these parameters name, as (field under `params`, name): intake
+    /// refuses a name the tenant has not stored, naming that field.
+    fn template(_params: &Self::Params) -> Option<(&'static str, String)> {
+        None
+    }
+
     /// Whether a job with these parameters is held (not due) when submitted, until something
     /// releases it (a campaign waiting for its recipient pages).
     fn held(_params: &Self::Params) -> bool {

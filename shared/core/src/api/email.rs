@@ -17,7 +17,7 @@ use crate::email::content;
 use crate::job::{JobId, JobStatus, TenantId};
 use crate::store::{campaign_pages, jobs};
 use crate::transport;
-use crate::store::messages::{self, Message, MessageEvent};
+use crate::store::messages::{self, Message, MessageEvent, Preview};
 use crate::store::suppressions::{self, Suppression};
 use crate::store::templates::{self, Template};
 use crate::store::{StoreError, sending_identities};
@@ -45,6 +45,10 @@ pub struct MessageDetail {
     #[serde(flatten)]
     pub message: Message,
     pub events: Vec<MessageEvent>,
+    /// For a shadowed message: exactly what would have been sent (addressing, rendered
+    /// subject and bodies, headers and tags, Relay's own included). Null for a message
+    /// really sent or refused.
+    pub preview: Option<Preview>,
 }
 
 /// `GET /v1/messages?correlation_id=` (or `job_id=`): the caller's messages, newest first.
@@ -81,7 +85,8 @@ pub async fn get_message(
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let message = messages::get(&db, tenant.id, id).await?.ok_or_else(ApiError::not_found)?;
     let events = messages::events(&db, id).await?;
-    Ok(Json(MessageDetail { message, events }))
+    let preview = messages::preview(&db, tenant.id, id).await?;
+    Ok(Json(MessageDetail { message, events, preview }))
 }
 
 #[derive(Debug, Default, Deserialize, IntoParams)]

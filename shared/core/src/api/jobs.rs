@@ -209,6 +209,7 @@ pub async fn submit(
 ) -> Result<Response, ApiError> {
     state.limits.check(tenant.id, 1)?;
     let new = req.into_new_job(key, &state.catalogue, &state.admission, Utc::now())?;
+    require_template(&state, tenant.id, &new).await?;
     crate::telemetry::record_job(&new.correlation_id, new.id);
     if new.callback_url.is_some() {
         require_signing_secret(&state, tenant.id).await?;
@@ -254,8 +255,19 @@ pub async fn submit_batch(
     }
     state.limits.check(tenant.id, req.jobs.len())?;
     let now = Utc::now();
-    let parsed: Vec<Result<NewJob, ApiError>> =
+    let mut parsed: Vec<Result<NewJob, ApiError>> =
         req.jobs.into_iter().enumerate().map(|(i, item)| parse_item(i, item, &state.catalogue, &state.admission, now)).collect();
+    for (i, p) in parsed.iter_mut().enumerate() {
+        if let Ok(new) = p
+            && let Err(e) = require_template(&state, tenant.id, new).await
+        {
+            let field = e.details.get("field").and_then(Value::as_str).map(|f| format!("jobs[{i}].{f}"));
+            *p = Err(match field {
+                Some(f) => e.with("field", f),
+                None => e,
+            });
+        }
+    }
     if parsed.iter().any(|p| p.as_ref().is_ok_and(|n| n.callback_url.is_some())) {
         require_signing_secret(&state, tenant.id).await?;
     }
@@ -300,6 +312,21 @@ fn parse_item(index: usize, item: Value, catalogue: &Catalogue, admits: &Admissi
         at(ApiError::unprocessable("invalid_field", format!("{field}: {}", e.inner())).with("field", field))
     })?;
     req.into_new_job(key, catalogue, admits, now).map_err(at)
+}
+
+/// The stored template a job names must exist for its tenant: a send or campaign naming a
+/// missing one is refused here, not failed once per message later.
+async fn require_template(state: &AppState, tenant_id: TenantId, new: &NewJob) -> Result<(), ApiError> {
+    let Some((field, name)) = state.catalogue.template(&new.task_type, &new.params) else { return Ok(()) };
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    if crate::store::templates::get(&db, tenant_id, &name).await?.is_none() {
+        return Err(ApiError::unprocessable(
+            "unknown_template",
+            format!("{field}: this tenant has no template {name:?} (PUT /v1/templates/{name} first)"),
+        )
+        .with("field", field));
+    }
+    Ok(())
 }
 
 /// A job's own `callback_url` is signed with its tenant's secret, which must exist.

@@ -19,6 +19,10 @@ impl Task for SendEmail {
         p.check()
     }
 
+    fn template(p: &SendParams) -> Option<(&'static str, String)> {
+        p.template.clone().map(|t| ("template", t))
+    }
+
     async fn run(&self, ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> {
         crate::email::send(ctx, p).await
     }
@@ -34,6 +38,10 @@ impl Task for SendCampaign {
 
     fn check(p: &CampaignParams) -> Result<(), (String, String)> {
         p.check()
+    }
+
+    fn template(p: &CampaignParams) -> Option<(&'static str, String)> {
+        p.message.template.clone().map(|t| ("message.template", t))
     }
 
     fn held(p: &CampaignParams) -> bool {

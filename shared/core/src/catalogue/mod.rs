@@ -51,6 +51,7 @@ trait ErasedTask: Send + Sync {
     fn retry(&self) -> Option<RetryPolicy>;
     fn check(&self, params: &Value) -> Result<(), ParamError>;
     fn held(&self, params: &Value) -> bool;
+    fn template(&self, params: &Value) -> Option<(&'static str, String)>;
     fn run<'a>(&'a self, ctx: &'a TaskContext, params: Value) -> BoxFuture<'a, Result<Value, TaskError>>;
 }
 
@@ -146,6 +147,10 @@ impl<T: Task> ErasedTask for Registered<T> {
 
     fn held(&self, params: &Value) -> bool {
         parse::<T>(params).is_ok_and(|p| T::held(&p))
+    }
+
+    fn template(&self, params: &Value) -> Option<(&'static str, String)> {
+        parse::<T>(params).ok().and_then(|p| T::template(&p))
     }
 
     fn run<'a>(&'a self, ctx: &'a TaskContext, params: Value) -> BoxFuture<'a, Result<Value, TaskError>> {
@@ -249,6 +254,13 @@ impl Catalogue {
     /// Whether a job of this type and these (valid) parameters starts held.
     pub fn held(&self, name: &str, params: &Value) -> bool {
         self.tasks.get(name).is_some_and(|t| t.held(params))
+    }
+
+    /// The stored template a job of this type and these (valid) parameters names, as
+    /// (`params.` field, name).
+    pub fn template(&self, name: &str, params: &Value) -> Option<(String, String)> {
+        let (field, template) = self.tasks.get(name)?.template(params)?;
+        Some((format!("params.{field}"), template))
     }
 
     /// Run a task; `None` when the type is not in the catalogue.

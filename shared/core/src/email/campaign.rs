@@ -70,11 +70,32 @@ pub struct CampaignParams {
     pub children_per_run: Option<u32>,
 }
 
-/// A recipient's address, checked as `email.send` checks its own.
-fn check_recipient(message: &SendParams, r: &Recipient, field: &str) -> Result<(), (String, String)> {
-    let mut one = message.clone();
-    one.to = vec![r.to.clone()];
-    one.check().map_err(|(f, m)| if f.starts_with("to") { (field.to_owned(), m) } else { (format!("message.{f}"), m) })
+/// The `email.send` parameters of one recipient's child: the message, addressed to the
+/// recipient, with the recipient's data over the message's.
+fn addressed(message: &SendParams, r: &Recipient) -> SendParams {
+    let mut m = message.clone();
+    m.to = vec![r.to.clone()];
+    m.data.extend(r.data.clone());
+    m
+}
+
+/// A recipient's child checked exactly as `email.send` checks a single send, so a mistake
+/// every child would fail on is refused at submit; the error names the recipient's field
+/// (`recipients[i].to`, `recipients[i].data`) or the message's. `message` passed the same
+/// check already (with a sample recipient).
+fn check_recipient(message: &SendParams, r: &Recipient, at: &str) -> Result<(), (String, String)> {
+    addressed(message, r).check().map_err(|(f, m)| match f.as_str() {
+        f if f.starts_with("to") => (format!("{at}.to"), m),
+        "data" if !r.data.is_empty() => (format!("{at}.data"), m),
+        f => (format!("message.{f}"), m),
+    })
+}
+
+/// The message as every child gets it, checked with a sample recipient (a message error is
+/// named once, not per recipient).
+fn check_message(message: &SendParams) -> Result<(), (String, String)> {
+    let sample = Recipient { to: "recipient@example.com".into(), data: BTreeMap::new() };
+    addressed(message, &sample).check().map_err(|(f, m)| (format!("message.{f}"), m))
 }
 
 impl CampaignParams {
@@ -97,10 +118,9 @@ impl CampaignParams {
             }
             _ => {}
         }
-        let sample = Recipient { to: "recipient@example.com".into(), data: BTreeMap::new() };
-        check_recipient(m, self.recipients.first().unwrap_or(&sample), "recipients[0].to")?;
-        for (i, r) in self.recipients.iter().enumerate().skip(1) {
-            check_recipient(m, r, &format!("recipients[{i}].to"))?;
+        check_message(m)?;
+        for (i, r) in self.recipients.iter().enumerate() {
+            check_recipient(m, r, &format!("recipients[{i}]"))?;
         }
         if let Some(l) = self.concurrency_limit
             && !(1..=1000).contains(&l)
@@ -133,7 +153,7 @@ pub fn check_page(campaign: &CampaignParams, page: u32, recipients: &[Recipient]
         return Err(("recipients".into(), format!("1 to {MAX_PAGE} recipients per page")));
     }
     for (i, r) in recipients.iter().enumerate() {
-        check_recipient(&campaign.message, r, &format!("recipients[{i}].to"))?;
+        check_recipient(&campaign.message, r, &format!("recipients[{i}]"))?;
     }
     Ok(())
 }
@@ -144,9 +164,7 @@ fn retryable(e: impl std::fmt::Display) -> TaskError {
 
 /// The child for the recipient at `position`.
 fn child(ctx: &TaskContext, p: &CampaignParams, r: &Recipient, position: usize) -> NewJob {
-    let mut m = p.message.clone();
-    m.to = vec![r.to.clone()];
-    m.data.extend(r.data.clone());
+    let mut m = addressed(&p.message, r);
     let key = IdempotencyKey::campaign_child(ctx.job_id, position);
     m.message_key = Some(key.as_str().to_owned());
     let params = serde_json::to_value(&m).unwrap_or_default();
@@ -216,7 +234,10 @@ mod tests {
 
     #[test]
     fn a_campaign_names_its_recipients_once_and_well() {
-        let ok = params(json!({"message": message(), "recipients": [{"to": "a@example.com"}, {"to": "b@example.com", "data": {"n": 1}}]}));
+        let ok = params(json!({"message": message(), "recipients": [{"to": "a@example.com"}, {"to": "b@example.com"}]}));
+        assert_eq!(ok.check(), Ok(()));
+        let templated = json!({"from": "news@acme.example", "template": "news"});
+        let ok = params(json!({"message": templated, "recipients": [{"to": "a@example.com"}, {"to": "b@example.com", "data": {"n": 1}}]}));
         assert_eq!(ok.check(), Ok(()));
         let field = |v: Value| params(v).check().unwrap_err().0;
         assert_eq!(field(json!({"message": message()})), "recipients");
@@ -228,6 +249,15 @@ mod tests {
         assert_eq!(field(json!({"message": {"from": "news@acme.example"}, "pages": 1})), "message.subject");
         assert_eq!(field(json!({"message": message(), "pages": 1, "concurrency_limit": 0})), "concurrency_limit");
         assert!(params(json!({"message": message(), "pages": 3})).held());
+        // What a single send refuses, a campaign refuses for the recipient it would fail on.
+        let literal_with_data = json!({"message": message(), "recipients": [{"to": "a@example.com"}, {"to": "b@example.com", "data": {"n": 1}}]});
+        assert_eq!(params(literal_with_data).check().unwrap_err().0, "recipients[1].data");
+        let mut message_data = message();
+        message_data["data"] = json!({"n": 1});
+        assert_eq!(field(json!({"message": message_data, "recipients": [{"to": "a@example.com"}]})), "message.data");
+        let mut both = message();
+        both["template"] = json!("news");
+        assert_eq!(field(json!({"message": both, "recipients": [{"to": "a@example.com"}]})), "message.template");
     }
 
     #[test]

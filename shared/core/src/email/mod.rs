@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::job::TaskError;
-use crate::store::messages::{self, Intent, Message, NewMessage, Status};
+use crate::store::messages::{self, Intent, Message, NewMessage, Preview, Status};
 use crate::store::{StoreError, sending_identities, suppressions, templates};
 use crate::task::TaskContext;
 use content::SendParams;
@@ -43,6 +43,25 @@ fn report(m: &Message, note: &str) -> Value {
         "provider_message_id": m.provider_message_id,
         "note": note,
     })
+}
+
+/// What the SES request would carry (`ses::send`), kept on a shadowed message.
+fn preview(p: &SendParams, body: &content::Rendered, message_id: Uuid, ctx: &TaskContext) -> Preview {
+    let (message_id, job_id) = (message_id.to_string(), ctx.job_id.to_string());
+    let id = ses::Identity { message_id: &message_id, job_id: &job_id, correlation_id: &ctx.correlation_id };
+    Preview {
+        from: p.from.clone(),
+        to: p.to.clone(),
+        cc: p.cc.clone(),
+        bcc: p.bcc.clone(),
+        reply_to: p.reply_to.clone(),
+        subject: body.subject.clone(),
+        text: body.text.clone(),
+        html: body.html.clone(),
+        headers: ses::headers(p, &id).into_iter().collect(),
+        tags: ses::tags(p, &id).into_iter().collect(),
+        configuration_set: p.configuration_set.clone(),
+    }
 }
 
 /// One attempt of `email.send`.
@@ -77,8 +96,10 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     drop(db);
     let aws = if live { Some(ctx.aws().await?) } else { None };
     let db = ctx.db.get().await.map_err(retryable)?;
+    let id = Uuid::now_v7();
+    let preview = (status == Status::Shadowed).then(|| preview(&p, &body, id, ctx));
     let new = NewMessage {
-        id: Uuid::now_v7(),
+        id,
         tenant_id: tenant,
         message_key: p.message_key.clone().unwrap_or_else(|| ctx.job_id.to_string()),
         job_id: ctx.job_id,
@@ -89,6 +110,7 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         from: p.from.clone(),
         recipients: json!({ "to": p.to, "cc": p.cc, "bcc": p.bcc }),
         subject: body.subject.clone(),
+        preview,
     };
     let m = match messages::record_intent(&db, &new).await.map_err(retryable)? {
         Intent::Fenced => return Err(TaskError::Retryable("this attempt no longer holds the job; it may not send".into())),

@@ -56,23 +56,33 @@ fn content(data: &str) -> Result<Content, SendFailure> {
     Content::builder().data(data).charset("UTF-8").build().map_err(|e| SendFailure::Rejected(e.to_string()))
 }
 
+/// The headers a message is sent with: the client's, then Relay's correlation header.
+pub fn headers(p: &SendParams, id: &Identity<'_>) -> Vec<(String, String)> {
+    let mut headers: Vec<(String, String)> = p.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    headers.push((CORRELATION_HEADER.to_owned(), id.correlation_id.to_owned()));
+    headers
+}
+
+/// The SES tags a message is sent with: the client's, then Relay's own.
+pub fn tags(p: &SendParams, id: &Identity<'_>) -> Vec<(String, String)> {
+    let relay = [
+        ("relay_message_id", id.message_id.to_owned()),
+        ("relay_job_id", id.job_id.to_owned()),
+        (super::events::CORRELATION_TAG, tag_value(id.correlation_id)),
+    ];
+    p.tags.iter().map(|(k, v)| (k.clone(), v.clone())).chain(relay.into_iter().map(|(k, v)| (k.to_owned(), v))).collect()
+}
+
 /// Send once. Returns SES's message id.
 pub async fn send(client: &Client, p: &SendParams, body: &Rendered, id: &Identity<'_>) -> Result<String, SendFailure> {
     let mut message = Message::builder().subject(content(&body.subject)?).body(Body::builder()
         .set_text(body.text.as_deref().map(content).transpose()?)
         .set_html(body.html.as_deref().map(content).transpose()?)
         .build());
-    let mut headers: Vec<(&str, &str)> = p.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    headers.push((CORRELATION_HEADER, id.correlation_id));
-    for (name, value) in headers {
+    for (name, value) in headers(p, id) {
         let h = MessageHeader::builder().name(name).value(value).build().map_err(|e| SendFailure::Rejected(e.to_string()))?;
         message = message.headers(h);
     }
-    let relay_tags = [
-        ("relay_message_id", id.message_id.to_owned()),
-        ("relay_job_id", id.job_id.to_owned()),
-        (super::events::CORRELATION_TAG, tag_value(id.correlation_id)),
-    ];
     let mut request = client
         .send_email()
         .from_email_address(&p.from)
@@ -86,7 +96,7 @@ pub async fn send(client: &Client, p: &SendParams, body: &Rendered, id: &Identit
         .set_reply_to_addresses((!p.reply_to.is_empty()).then(|| p.reply_to.clone()))
         .content(EmailContent::builder().simple(message.build()).build())
         .set_configuration_set_name(p.configuration_set.clone());
-    for (name, value) in p.tags.iter().map(|(k, v)| (k.as_str(), v.clone())).chain(relay_tags.iter().map(|(k, v)| (*k, v.clone()))) {
+    for (name, value) in tags(p, id) {
         let tag = MessageTag::builder().name(name).value(value).build().map_err(|e| SendFailure::Rejected(e.to_string()))?;
         request = request.email_tags(tag);
     }

@@ -269,8 +269,15 @@ impl Executor {
             }
         }
         for (fence, f) in failures.iter().filter(|f| !stale_failures.contains(&f.0)) {
-            tracing::warn!(event = "relay.job.failed", job_id = %fence.job, attempt = fence.attempt, kind = f.kind.as_str(),
-                error = %f.error, "job failed for good; exception opened");
+            if failed.opened.iter().any(|o| o.1 == fence.job) {
+                tracing::warn!(event = "relay.job.failed", job_id = %fence.job, attempt = fence.attempt, kind = f.kind.as_str(),
+                    error = %f.error, "job failed for good; exception opened");
+            } else {
+                // A child (its parent reports the failure), a tenant's own, or a job whose
+                // exception is still open.
+                tracing::info!(event = "relay.job.failed", job_id = %fence.job, attempt = fence.attempt, kind = f.kind.as_str(),
+                    error = %f.error, "job failed for good");
+            }
         }
         let stale: Vec<_> =
             [&stale_done, &stale_retries, &stale_failures, &stale_continues, &stale_waits].into_iter().flatten().collect();
@@ -289,6 +296,11 @@ impl Executor {
         redo.extend(continues.iter().filter(|c| !stale_continues.contains(&c.0)).map(|c| Dispatch { id: c.0.job, run_at: now }));
         redo.extend(succeeded.callbacks);
         redo.extend(failed.callbacks);
+        let mut parents = succeeded.parents;
+        parents.extend(failed.parents);
+        // A parent that starts waiting after its children all ended (they were quick) is done.
+        parents.extend(waits.iter().filter(|w| !stale_waits.contains(&w.0)).map(|w| w.0.job));
+        redo.extend(self.finish_parents(parents).await);
         redo.extend(self.hand_on(outcomes).await);
         transport::send(&self.transport, &self.pool, &redo).await;
         Ok(RunReport {
@@ -337,6 +349,31 @@ impl Executor {
             tracing::warn!(event = "relay.executor.hand_on_failed", error = %e, "could not hand freed slots on; the sweep will");
             vec![]
         })
+    }
+}
+
+impl Executor {
+    /// Children just ended: their parents whose last child this was finish now, not on the
+    /// next sweep (which stays the safety net: a failure here only delays them until it).
+    /// Returns the parents' callback deliveries.
+    async fn finish_parents(&self, mut parents: Vec<JobId>) -> Vec<Dispatch> {
+        if parents.is_empty() {
+            return vec![];
+        }
+        parents.sort();
+        parents.dedup();
+        let finished = async { jobs::finish_parents_of(&self.pool.get().await?, &parents).await };
+        match finished.await {
+            Ok(f) => {
+                crate::exceptions::alert_parents(&f);
+                f.callbacks
+            }
+            Err(e) => {
+                tracing::warn!(event = "relay.executor.finish_parents_failed", error = %e,
+                    "could not finish parents whose children ended; the sweep will");
+                vec![]
+            }
+        }
     }
 }
 

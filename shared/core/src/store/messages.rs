@@ -6,8 +6,10 @@
 //! attempt means a send may have happened, so it becomes `unknown`. Events apply once (by
 //! their key) and in any order: a message's status only moves up `Status::rank`.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_postgres::Row;
 use utoipa::ToSchema;
@@ -233,6 +235,23 @@ impl Message {
     }
 }
 
+/// Exactly what a shadowed message would have sent: the SES request's addressing, rendered
+/// content, headers (Relay's own included) and tags (Relay's own included).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Preview {
+    pub from: String,
+    pub to: Vec<String>,
+    pub cc: Vec<String>,
+    pub bcc: Vec<String>,
+    pub reply_to: Vec<String>,
+    pub subject: String,
+    pub text: Option<String>,
+    pub html: Option<String>,
+    pub headers: BTreeMap<String, String>,
+    pub tags: BTreeMap<String, String>,
+    pub configuration_set: Option<String>,
+}
+
 /// A message about to be recorded.
 #[derive(Debug, Clone)]
 pub struct NewMessage {
@@ -248,6 +267,8 @@ pub struct NewMessage {
     pub from: String,
     pub recipients: Value,
     pub subject: String,
+    /// What it would have sent, for a shadowed message.
+    pub preview: Option<Preview>,
 }
 
 /// What recording the intent found.
@@ -267,23 +288,26 @@ pub async fn record_intent(db: &impl GenericClient, m: &NewMessage) -> Result<In
     let stmt = db
         .prepare_cached(&format!(
             "INSERT INTO messages (id, tenant_id, message_key, job_id, attempt, correlation_id, status, reason,
-                                   from_address, recipients, subject)
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11
+                                   from_address, recipients, subject, preview)
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12
              WHERE EXISTS (SELECT 1 FROM jobs WHERE id = $4 AND attempt = $5 AND status = 'running')
              ON CONFLICT (tenant_id, message_key) DO UPDATE
              SET status = EXCLUDED.status, attempt = EXCLUDED.attempt, reason = EXCLUDED.reason,
-                 recipients = EXCLUDED.recipients, subject = EXCLUDED.subject, updated_at = now()
+                 recipients = EXCLUDED.recipients, subject = EXCLUDED.subject, preview = EXCLUDED.preview,
+                 updated_at = now()
              WHERE messages.status = 'throttled' AND messages.job_id = EXCLUDED.job_id
              RETURNING {COLUMNS}"
         ))
         .await?;
     let status = m.status.as_str();
+    // Strings and maps of strings: serialising cannot fail.
+    let preview = m.preview.as_ref().map(|p| serde_json::to_value(p).unwrap_or_default());
     let row = db
         .query_opt(
             &stmt,
             &[
                 &m.id, &m.tenant_id, &m.message_key, &m.job_id, &m.attempt, &m.correlation_id, &status, &m.reason,
-                &m.from, &m.recipients, &m.subject,
+                &m.from, &m.recipients, &m.subject, &preview,
             ],
         )
         .await?;
@@ -350,6 +374,13 @@ async fn get_any(db: &impl GenericClient, id: Uuid) -> Result<Option<Message>, S
 pub async fn get(db: &impl GenericClient, tenant: TenantId, id: Uuid) -> Result<Option<Message>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM messages WHERE id = $1 AND tenant_id = $2");
     Ok(db.query_opt(&sql, &[&id, &tenant]).await?.as_ref().map(Message::from_row))
+}
+
+/// What a shadowed message of the tenant's would have sent (none for a message really sent,
+/// or recorded before previews were kept).
+pub async fn preview(db: &impl GenericClient, tenant: TenantId, id: Uuid) -> Result<Option<Preview>, StoreError> {
+    let row = db.query_opt("SELECT preview FROM messages WHERE id = $1 AND tenant_id = $2", &[&id, &tenant]).await?;
+    Ok(row.and_then(|r| r.get::<_, Option<Value>>(0)).and_then(|v| serde_json::from_value(v).ok()))
 }
 
 /// The tenant's messages, newest first: all of one correlation id, or of one job.

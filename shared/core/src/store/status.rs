@@ -42,12 +42,13 @@ pub async fn queues(db: &impl GenericClient) -> Result<Vec<QueueRow>, StoreError
         .collect())
 }
 
-/// Jobs that failed for good in the last hour and the last 24 hours.
+/// Top-level jobs that failed for good in the last hour and the last 24 hours: counted as runs
+/// are (a campaign whose children failed is one failure, as it is one run).
 pub async fn failure_counts(db: &impl GenericClient) -> Result<(i64, i64), StoreError> {
     let stmt = db
         .prepare_cached(
             "SELECT count(*) FILTER (WHERE finished_at >= now() - interval '1 hour'), count(*)
-             FROM jobs WHERE status = 'failed' AND finished_at >= now() - interval '24 hours'",
+             FROM jobs WHERE status = 'failed' AND parent_id IS NULL AND finished_at >= now() - interval '24 hours'",
         )
         .await?;
     let row = db.query_one(&stmt, &[]).await?;
@@ -55,8 +56,9 @@ pub async fn failure_counts(db: &impl GenericClient) -> Result<(i64, i64), Store
 }
 
 /// Runs and failures per bucket over the last `buckets * bucket_secs` seconds, oldest bucket
-/// first. Runs are finished top-level jobs (a campaign is one run); failures are jobs of any
-/// level that failed for good. Each count reads at most `cap` index entries, newest first;
+/// first. Runs are finished top-level jobs (a campaign is one run); failures are the runs among
+/// them that failed for good (a campaign whose children failed fails itself), so the two series
+/// share a basis and a scale. Each count reads at most `cap` index entries, newest first;
 /// `truncated` says the cap was reached (older buckets are then undercounted).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Activity {
@@ -72,7 +74,7 @@ pub async fn activity(db: &impl GenericClient, buckets: usize, bucket_secs: i64,
     let sources = [
         "SELECT finished_at FROM jobs WHERE finished_at IS NOT NULL AND parent_id IS NULL
            AND finished_at >= now() - make_interval(secs => $1) ORDER BY finished_at DESC LIMIT $2",
-        "SELECT finished_at FROM jobs WHERE status = 'failed'
+        "SELECT finished_at FROM jobs WHERE status = 'failed' AND parent_id IS NULL
            AND finished_at >= now() - make_interval(secs => $1) ORDER BY finished_at DESC LIMIT $2",
     ];
     for (n, source) in sources.iter().enumerate() {

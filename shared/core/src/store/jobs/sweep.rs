@@ -4,7 +4,9 @@
 use super::claim::{CLAIMABLE, PENDING_KEYS, fitting};
 use super::fence::{self, Transition};
 use super::{TERMINAL_RETURNING, callbacks_of};
-use crate::job::{Dispatch, Fence};
+use uuid::Uuid;
+
+use crate::job::{Dispatch, Fence, JobId};
 use crate::store::{GenericClient, StoreError, callbacks};
 
 /// A running job whose lease has expired, locked for the sweep's transaction.
@@ -127,40 +129,116 @@ pub async fn take_lost_keyed(db: &impl GenericClient, grace_secs: f64, limit: i6
     Ok(rows.iter().map(|r| Dispatch { id: r.get(0), run_at: r.get(1) }).collect())
 }
 
-/// state: each succeeds with `{total, succeeded, failed, cancelled}` (failed children opened
-/// their own exceptions), in one statement with its events and callback deliveries. Returns
-/// the callback deliveries to dispatch and how many parents finished.
-pub async fn finish_parents(db: &impl GenericClient, limit: i64) -> Result<(usize, Vec<Dispatch>), StoreError> {
+/// Parents finished by one statement (`finish_parents`, `finish_parents_of`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Finished {
+    pub parents: usize,
+    /// Callback deliveries to dispatch after commit.
+    pub callbacks: Vec<Dispatch>,
+    /// Exceptions opened, as (exception id, parent id, cause): one per parent whose children
+    /// failed, never one per child.
+    pub opened: Vec<(Uuid, JobId, String)>,
+}
+
+/// The statement that finishes the waiting parents `ready` selects (ids, locked) once all
+/// their declared children exist and have ended. A parent succeeds only when every child
+/// did, with its children counted by outcome as its result (`{total, succeeded, failed,
+/// cancelled}`). Otherwise it fails, its `last_error` counting the children that failed (or
+/// were cancelled) and naming the most common cause, and, when any child failed, one
+/// `children_failed` exception with that cause opens for the parent: children of a parent
+/// open no exceptions of their own (`fail_reporting`), so a cause all of them share reaches
+/// operators once. Events and callback deliveries are written in the same statement.
+fn finish_sql(ready: &str) -> String {
+    format!(
+        "WITH ready AS (
+             {ready}
+         ), counts AS (
+             SELECT r.id, count(c.id) AS total,
+                    count(c.id) FILTER (WHERE c.status = 'succeeded') AS succeeded,
+                    count(c.id) FILTER (WHERE c.status = 'failed') AS failed,
+                    count(c.id) FILTER (WHERE c.status = 'cancelled') AS cancelled
+             FROM ready r LEFT JOIN jobs c ON c.parent_id = r.id GROUP BY r.id
+         ), failures AS (
+             -- A child's error with ids blanked (each names its own message): what it shares.
+             SELECT c.parent_id AS id,
+                    regexp_replace(coalesce(c.last_error, 'no error recorded'),
+                                   '[0-9a-f]{{8}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{4}}-[0-9a-f]{{12}}', '<id>', 'g') AS cause
+             FROM ready r JOIN jobs c ON c.parent_id = r.id AND c.status = 'failed'
+         ), by_cause AS (
+             SELECT id, cause, count(*) AS n,
+                    row_number() OVER (PARTITION BY id ORDER BY count(*) DESC, cause) AS rank,
+                    count(*) OVER (PARTITION BY id) AS causes
+             FROM failures GROUP BY id, cause
+         ), outcome AS (
+             SELECT k.id, k.succeeded = k.total AS ok,
+                    jsonb_build_object('total', k.total, 'succeeded', k.succeeded, 'failed', k.failed, 'cancelled', k.cancelled) AS result,
+                    CASE WHEN k.failed > 0 THEN
+                        k.failed || ' of ' || k.total || ' children failed; ' || top.n || ' with: ' || top.cause
+                        || CASE WHEN top.causes > 1 THEN ' (and ' || (top.causes - 1) || ' other causes)' ELSE '' END
+                        || CASE WHEN k.cancelled > 0 THEN '; ' || k.cancelled || ' cancelled' ELSE '' END
+                    WHEN k.cancelled > 0 THEN k.cancelled || ' of ' || k.total || ' children were cancelled'
+                    END AS error,
+                    k.failed > 0 AS children_failed
+             FROM counts k LEFT JOIN by_cause top ON top.id = k.id AND top.rank = 1
+         ), done AS (
+             UPDATE jobs j SET status = CASE WHEN o.ok THEN 'succeeded' ELSE 'failed' END,
+                 result = CASE WHEN o.ok THEN o.result END,
+                 last_error = o.error, finished_at = now(), updated_at = now()
+             FROM outcome o WHERE j.id = o.id AND j.status = 'waiting'
+             RETURNING {TERMINAL_RETURNING}, o.error, o.children_failed
+         ), events AS (
+             INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, reason)
+             SELECT id, status, 'waiting', status, attempt, coalesce(error, 'every child succeeded') FROM done
+         ), opened AS (
+             INSERT INTO exceptions (id, job_id, tenant_id, task_type, kind, cause)
+             SELECT gen_random_uuid(), id, tenant_id, task_type, 'children_failed', error FROM done WHERE children_failed
+             ON CONFLICT (job_id) WHERE status = 'open' DO NOTHING
+             RETURNING id, job_id, cause
+         ), {callbacks}
+         SELECT id, false, NULL::timestamptz, NULL::uuid, NULL::text FROM done
+         UNION ALL SELECT id, true, run_at, NULL::uuid, NULL::text FROM callbacks
+         UNION ALL SELECT job_id, false, NULL::timestamptz, id, cause FROM opened",
+        callbacks = callbacks::enqueue_ctes("done", true),
+    )
+}
+
+fn finished(rows: &[tokio_postgres::Row]) -> Finished {
+    let callbacks = callbacks_of(rows, 1);
+    let opened: Vec<(Uuid, JobId, String)> =
+        rows.iter().filter_map(|r| Some((r.get::<_, Option<Uuid>>(3)?, r.get(0), r.get(4)))).collect();
+    Finished { parents: rows.len() - callbacks.len() - opened.len(), callbacks, opened }
+}
+
+/// The sweep's pass over waiting parents whose children have all ended (the safety net:
+/// `finish_parents_of` finishes a parent as its last child ends). See `finish_sql`.
+pub async fn finish_parents(db: &impl GenericClient, limit: i64) -> Result<Finished, StoreError> {
     let stmt = db
-        .prepare_cached(&format!(
-            "WITH ready AS (
-                 SELECT p.id, p.children_total FROM jobs p
-                 WHERE p.status = 'waiting'
-                   AND NOT EXISTS (SELECT 1 FROM jobs c WHERE c.parent_id = p.id
-                                   AND c.status NOT IN ('succeeded', 'failed', 'cancelled'))
-                   AND (SELECT count(*) FROM jobs c WHERE c.parent_id = p.id) >= coalesce(p.children_total, 0)
-                 ORDER BY p.updated_at LIMIT $1 FOR UPDATE SKIP LOCKED
-             ), counts AS (
-                 SELECT r.id, jsonb_build_object(
-                            'total', count(c.id),
-                            'succeeded', count(c.id) FILTER (WHERE c.status = 'succeeded'),
-                            'failed', count(c.id) FILTER (WHERE c.status = 'failed'),
-                            'cancelled', count(c.id) FILTER (WHERE c.status = 'cancelled')) AS result
-                 FROM ready r LEFT JOIN jobs c ON c.parent_id = r.id GROUP BY r.id
-             ), done AS (
-                 UPDATE jobs j SET status = 'succeeded', result = counts.result, finished_at = now(), updated_at = now()
-                 FROM counts WHERE j.id = counts.id AND j.status = 'waiting'
-                 RETURNING {TERMINAL_RETURNING}
-             ), events AS (
-                 INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, reason)
-                 SELECT id, 'succeeded', 'waiting', 'succeeded', attempt, 'every child finished' FROM done
-             ), {callbacks}
-             SELECT id, false, NULL::timestamptz FROM done
-             UNION ALL SELECT id, true, run_at FROM callbacks",
-            callbacks = callbacks::enqueue_ctes("done", true),
+        .prepare_cached(&finish_sql(
+            "SELECT p.id FROM jobs p
+             WHERE p.status = 'waiting'
+               AND NOT EXISTS (SELECT 1 FROM jobs c WHERE c.parent_id = p.id
+                               AND c.status NOT IN ('succeeded', 'failed', 'cancelled'))
+               AND (SELECT count(*) FROM jobs c WHERE c.parent_id = p.id) >= coalesce(p.children_total, 0)
+             ORDER BY p.updated_at LIMIT $1 FOR UPDATE SKIP LOCKED",
         ))
         .await?;
-    let rows = db.query(&stmt, &[&limit]).await?;
-    let callbacks = callbacks_of(&rows, 1);
-    Ok((rows.len() - callbacks.len(), callbacks))
+    Ok(finished(&db.query(&stmt, &[&limit]).await?))
+}
+
+/// Finish these parents if their children have all ended: called after a commit that ended
+/// children of theirs, so a parent closes as its last child ends, not on the next sweep.
+/// Run after (not inside) the children's commit, the last of several children ending at once
+/// always sees the others ended; a parent another caller is finishing is skipped.
+pub async fn finish_parents_of(db: &impl GenericClient, parents: &[JobId]) -> Result<Finished, StoreError> {
+    let stmt = db
+        .prepare_cached(&finish_sql(
+            "SELECT p.id FROM jobs p
+             WHERE p.id = ANY ($1) AND p.status = 'waiting'
+               AND NOT EXISTS (SELECT 1 FROM jobs c WHERE c.parent_id = p.id
+                               AND c.status NOT IN ('succeeded', 'failed', 'cancelled'))
+               AND (SELECT count(*) FROM jobs c WHERE c.parent_id = p.id) >= coalesce(p.children_total, 0)
+             FOR UPDATE SKIP LOCKED",
+        ))
+        .await?;
+    Ok(finished(&db.query(&stmt, &[&parents]).await?))
 }

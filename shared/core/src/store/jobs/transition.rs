@@ -27,6 +27,17 @@ pub struct Succeeded {
     /// Callback deliveries created in the same statement, for the caller to dispatch after
     /// commit.
     pub callbacks: Vec<Dispatch>,
+    /// The parents of the jobs that ended, once each: after commit, the caller finishes those
+    /// whose last child this was (`finish_parents_of`).
+    pub parents: Vec<JobId>,
+}
+
+/// The distinct parents in column `at` of a terminal write's rows.
+fn parents_of(rows: &[tokio_postgres::Row], at: usize) -> Vec<JobId> {
+    let mut parents: Vec<JobId> = rows.iter().filter_map(|r| r.get::<_, Option<JobId>>(at)).collect();
+    parents.sort();
+    parents.dedup();
+    parents
 }
 
 const SUCCEED: Transition = Transition {
@@ -58,14 +69,14 @@ pub async fn succeed_reporting(db: &impl GenericClient, done: &[(Fence, Value)])
                  INSERT INTO exception_actions (exception_id, job_id, action, actor, reason)
                  SELECT id, job_id, 'resolve', 'system', 'the job succeeded' FROM resolved
              ), {callbacks}
-             SELECT id, false, NULL::timestamptz FROM done
-             UNION ALL SELECT id, true, run_at FROM callbacks",
+             SELECT id, false, NULL::timestamptz, parent_id FROM done
+             UNION ALL SELECT id, true, run_at, NULL::uuid FROM callbacks",
         callbacks = callbacks::enqueue_ctes("done", true),
     ));
     let done = &by_id(done);
     let results: Vec<&Value> = done.iter().map(|d| &d.1).collect();
     let (rows, refused) = fence::write(db, &sql, &fences(done), &[&results]).await?;
-    Ok(Succeeded { refused, callbacks: callbacks_of(&rows, 1) })
+    Ok(Succeeded { refused, callbacks: callbacks_of(&rows, 1), parents: parents_of(&rows, 3) })
 }
 
 /// A retry to schedule: back to pending at `run_at`, with the error that caused it.
@@ -169,10 +180,13 @@ pub struct Failed {
     /// The fences refused as stale.
     pub refused: Vec<Fence>,
     /// Exceptions newly opened, as (exception id, job id). A job failing again while its
-    /// exception is still open (an operator's retry that failed) opens none.
+    /// exception is still open (an operator's retry that failed) opens none, and neither does
+    /// a child of a parent: its parent's outcome reports it (`finish_parents`).
     pub opened: Vec<(Uuid, JobId)>,
     /// Callback deliveries created in the same statement, for the caller to dispatch.
     pub callbacks: Vec<Dispatch>,
+    /// The parents of the jobs that failed, once each (see `Succeeded::parents`).
+    pub parents: Vec<JobId>,
 }
 
 const FAIL: Transition = Transition {
@@ -198,12 +212,13 @@ pub async fn fail_reporting(db: &impl GenericClient, failures: &[(Fence, Failure
     let sql = FAIL.sql(&format!(
         ", opened AS (
                  INSERT INTO exceptions (id, job_id, tenant_id, task_type, kind, cause)
-                 SELECT gen_random_uuid(), id, tenant_id, task_type, kind, error FROM failed WHERE at_fault IS NULL
+                 SELECT gen_random_uuid(), id, tenant_id, task_type, kind, error FROM failed
+                 WHERE at_fault IS NULL AND parent_id IS NULL
                  ON CONFLICT (job_id) WHERE status = 'open' DO NOTHING
                  RETURNING id, job_id
              ), {faults}, {callbacks}
-             SELECT f.id, o.id, false, NULL::timestamptz FROM failed f LEFT JOIN opened o ON o.job_id = f.id
-             UNION ALL SELECT id, NULL, true, run_at FROM callbacks",
+             SELECT f.id, o.id, false, NULL::timestamptz, f.parent_id FROM failed f LEFT JOIN opened o ON o.job_id = f.id
+             UNION ALL SELECT id, NULL, true, run_at, NULL::uuid FROM callbacks",
         callbacks = callbacks::enqueue_ctes("failed", true),
         faults = tenant_faults::count_cte("failed"),
     ));
@@ -219,7 +234,7 @@ pub async fn fail_reporting(db: &impl GenericClient, failures: &[(Fence, Failure
         .collect();
     let (rows, refused) = fence::write(db, &sql, &fences(failures), &[&kinds, &errors, &at_fault]).await?;
     let opened = rows.iter().filter_map(|r| Some((r.get::<_, Option<Uuid>>(1)?, r.get::<_, JobId>(0)))).collect();
-    Ok(Failed { refused, opened, callbacks: callbacks_of(&rows, 2) })
+    Ok(Failed { refused, opened, callbacks: callbacks_of(&rows, 2), parents: parents_of(&rows, 4) })
 }
 
 /// Cancel a pending or waiting job and its pending or waiting children. Returns false when
