@@ -40,3 +40,4 @@ pub mod store;
 // The domain: the job's vocabulary and pure rules, no I/O.
 pub mod retry;
 pub mod job;
+pub mod plain;

@@ -109,7 +109,7 @@ pub async fn list_exceptions(
     Operator(_): Operator,
     query: Result<Query<ExceptionQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ExceptionList>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    let Query(q) = query.map_err(ApiError::query)?;
     if let Some(s) = &q.status
         && !STATUSES.contains(&s.as_str())
     {
@@ -161,7 +161,7 @@ pub async fn list_tenant_faults(
     Operator(_): Operator,
     query: Result<Query<TenantFaultQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<TenantFaultList>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    let Query(q) = query.map_err(ApiError::query)?;
     let limit = page_limit(q.limit.as_deref(), 100)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let tenant = tenant_id(&db, q.tenant.as_deref()).await?;

@@ -59,7 +59,7 @@ pub async fn list_messages(
     Caller(tenant): Caller,
     query: Result<Query<MessageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<MessageList>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    let Query(q) = query.map_err(ApiError::query)?;
     let job_id = match q.job_id.as_deref() {
         None => None,
         Some(s) => Some(s.parse::<JobId>().map_err(|_| ApiError::invalid_query("job_id", "job_id is not a job id"))?),
@@ -114,7 +114,7 @@ pub async fn list_suppressions(
     Caller(tenant): Caller,
     query: Result<Query<SuppressionQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<SuppressionList>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    let Query(q) = query.map_err(ApiError::query)?;
     let limit = page_limit(q.limit.as_deref(), 100)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let page = suppressions::list(&db, tenant.id, q.after.as_deref().unwrap_or(""), limit).await?;

@@ -35,6 +35,27 @@ impl ApiError {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
     }
 
+    /// 422 `invalid_field` for a body of the wrong shape, naming the field at fault in JSON's
+    /// terms, never Rust's (`plain`).
+    pub fn wrong_shape(path: &serde_path_to_error::Path, inner: &dyn std::fmt::Display) -> Self {
+        let (field, message) = crate::plain::field_error(path, inner);
+        let message = match () {
+            _ if field == "." => format!("the body {message}"),
+            _ if message.starts_with("missing field ") => format!("missing field {field}"),
+            _ => format!("{field}: {message}"),
+        };
+        Self::unprocessable("invalid_field", message).with("field", field)
+    }
+
+    /// 400 `invalid_query` for a query string axum could not read (a parameter given twice),
+    /// naming the parameter.
+    pub fn query(rejection: axum::extract::rejection::QueryRejection) -> Self {
+        let text = rejection.body_text();
+        let inner = text.strip_prefix("Failed to deserialize query string: ").unwrap_or(&text);
+        let field = inner.split('`').nth(1).unwrap_or("query").to_owned();
+        Self::invalid_query(&field, format!("query parameter {}", crate::plain::plain(inner)))
+    }
+
     /// 400 `invalid_query`, naming the query parameter at fault.
     pub fn invalid_query(field: &str, message: impl Into<String>) -> Self {
         Self::bad_request("invalid_query", message).with("field", field)

@@ -171,10 +171,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
             return Err(ApiError::bad_request("nul_character", format!("{path} contains a NUL character"))
                 .with("field", path));
         }
-        let parsed = serde_path_to_error::deserialize(&value).map_err(|e| {
-            let field = e.path().to_string();
-            ApiError::unprocessable("invalid_field", format!("{field}: {}", e.inner())).with("field", field)
-        })?;
+        let parsed = serde_path_to_error::deserialize(&value).map_err(|e| ApiError::wrong_shape(e.path(), e.inner()))?;
         Ok(JsonBody(parsed))
     }
 }

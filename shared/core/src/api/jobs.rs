@@ -307,10 +307,7 @@ fn parse_item(index: usize, item: Value, catalogue: &Catalogue, admits: &Admissi
                 .with("field", "idempotency_key")));
         }
     };
-    let req: JobRequest = serde_path_to_error::deserialize(Value::Object(obj)).map_err(|e| {
-        let field = e.path().to_string();
-        at(ApiError::unprocessable("invalid_field", format!("{field}: {}", e.inner())).with("field", field))
-    })?;
+    let req: JobRequest = serde_path_to_error::deserialize(Value::Object(obj)).map_err(|e| at(ApiError::wrong_shape(e.path(), e.inner())))?;
     req.into_new_job(key, catalogue, admits, now).map_err(at)
 }
 
@@ -437,7 +434,7 @@ pub async fn list(
     Caller(tenant): Caller,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request("invalid_query", e.body_text()))?;
+    let Query(q) = query.map_err(ApiError::query)?;
     let bad = |field: &str, msg: String| ApiError::invalid_query(field, msg);
     let status = match q.status.as_deref() {
         None => None,

@@ -101,12 +101,9 @@ fn against_schema(schema: &jsonschema::Validator, params: &Value) -> Result<(), 
 }
 
 fn parse<T: Task>(params: &Value) -> Result<T::Params, ParamError> {
-    let parsed: T::Params = serde_path_to_error::deserialize(params).map_err(|e| ParamError {
-        field: match e.path().to_string() {
-            p if p == "." => "params".to_owned(),
-            p => format!("params.{p}"),
-        },
-        message: e.inner().to_string(),
+    let parsed: T::Params = serde_path_to_error::deserialize(params).map_err(|e| {
+        let (field, message) = crate::plain::field_error(e.path(), e.inner());
+        ParamError { field: if field == "." { "params".to_owned() } else { format!("params.{field}") }, message }
     })?;
     T::check(&parsed).map_err(|(field, message)| ParamError { field: format!("params.{field}"), message })?;
     Ok(parsed)
