@@ -149,8 +149,8 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
     }
 }
 
-/// A JSON body: 413 over the size limit, 400 when not JSON or when any string holds a NUL
-/// character, 422 naming the field when the shape is wrong.
+/// A JSON object body: 413 over the size limit, 400 when not JSON or when any string holds a
+/// NUL character, 422 naming the field when the shape is wrong (in JSON's terms: `plain`).
 pub struct JsonBody<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
@@ -170,6 +170,17 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
         if let Some(path) = nul_path(&value, "") {
             return Err(ApiError::bad_request("nul_character", format!("{path} contains a NUL character"))
                 .with("field", path));
+        }
+        // Every body is an object; serde would read a struct from an array too, field by field.
+        if !value.is_object() {
+            let kind = match &value {
+                Value::Array(_) => "a list",
+                Value::String(_) => "a string",
+                Value::Number(_) => "a number",
+                Value::Bool(_) => "true or false",
+                _ => "null",
+            };
+            return Err(ApiError::unprocessable("invalid_field", format!("the body must be an object, not {kind}")).with("field", "."));
         }
         let parsed = serde_path_to_error::deserialize(&value).map_err(|e| ApiError::wrong_shape(e.path(), e.inner()))?;
         Ok(JsonBody(parsed))
