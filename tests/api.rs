@@ -238,3 +238,45 @@ async fn a_failed_dispatch_never_fails_the_request() {
         "left pending, marked undispatched for the sweep"
     );
 }
+
+#[tokio::test]
+async fn a_running_jobs_history_shows_its_submission_and_claim() {
+    let w = World::new().await;
+    let (_, job) = w.submit("running", json!({"task_type": "noop"})).await;
+    let id: taskdeck::job::JobId = job["id"].as_str().unwrap().parse().unwrap();
+    let (_, ev) = w.call(Method::GET, &format!("/v1/jobs/{id}/events"), None, None).await;
+    assert_eq!(ev["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect::<Vec<_>>(), ["submitted"]);
+    assert_eq!((ev["events"][0]["at"].clone(), ev["events"][0]["to_status"].clone()), (job["created_at"].clone(), json!("pending")));
+    taskdeck::store::jobs::claim_ids(&w.db().await, &[id], 30.0, None).await.unwrap();
+    let (_, ev) = w.call(Method::GET, &format!("/v1/jobs/{id}/events"), None, None).await;
+    let (_, running) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
+    let claimed = &ev["events"][1];
+    assert_eq!(ev["events"].as_array().unwrap().len(), 2, "{ev}");
+    assert_eq!((claimed["kind"].as_str(), claimed["attempt"].as_i64(), claimed["from_status"].as_str()), (Some("claimed"), Some(1), Some("pending")));
+    assert_eq!(claimed["at"], running["started_at"], "the claim is the running attempt's start");
+}
+
+#[test]
+fn every_event_kind_is_documented_and_storable() {
+    let docs = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/");
+    for doc in ["state_machine.md", "api.md"] {
+        let text = std::fs::read_to_string(format!("{docs}{doc}")).unwrap();
+        let missing: Vec<_> = taskdeck::store::jobs::JobEvent::KINDS.iter().filter(|k| !text.contains(&format!("`{k}`"))).collect();
+        assert!(missing.is_empty(), "{doc} does not name {missing:?}");
+    }
+    // Every kind but the two derived ones (`submitted`, `claimed`) is one the table may hold.
+    let migrations = concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations/");
+    let mut latest = String::new();
+    let mut names: Vec<_> = std::fs::read_dir(migrations).unwrap().map(|e| e.unwrap().path()).collect();
+    names.sort();
+    for path in names {
+        let sql = std::fs::read_to_string(path).unwrap();
+        if let Some(at) = sql.rfind("job_events_kind_check CHECK (kind IN (") {
+            latest = sql[at..].split("))").next().unwrap().to_owned();
+        }
+    }
+    let stored: Vec<&str> = latest.split('\'').skip(1).step_by(2).collect();
+    assert!(stored.len() >= 12, "{latest}");
+    let unstorable: Vec<_> = taskdeck::store::jobs::JobEvent::KINDS[2..].iter().filter(|k| !stored.contains(k)).collect();
+    assert!(unstorable.is_empty() && !stored.contains(&"submitted") && !stored.contains(&"claimed"), "{unstorable:?} / {stored:?}");
+}

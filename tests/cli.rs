@@ -76,7 +76,14 @@ async fn jobs_are_listed_shown_and_watched_to_the_end() {
     assert!(list.lines().any(|l| l.starts_with(&id) && l.contains("noop") && l.contains("cli-1")), "{list}");
     let shown: Value = serde_json::from_str(&stdout(&relay(&w, &["jobs", "--tenant", "acme", "show", &id]))).unwrap();
     assert_eq!(shown["job"]["status"], "succeeded");
-    assert_eq!(shown["events"][0]["kind"], "succeeded", "one event per attempt: {shown}");
+    // Submitted, claimed, succeeded: in order, each with its time.
+    let events = shown["events"].as_array().unwrap();
+    let steps: Vec<(&str, &str)> = events.iter().map(|e| (e["kind"].as_str().unwrap(), e["at"].as_str().unwrap())).collect();
+    assert_eq!(steps.iter().map(|s| s.0).collect::<Vec<_>>(), ["submitted", "claimed", "succeeded"], "{shown}");
+    let at: Vec<chrono::DateTime<chrono::Utc>> = steps.iter().map(|s| s.1.parse().unwrap()).collect();
+    assert!(at[0] <= at[1] && at[1] <= at[2], "{shown}");
+    assert_eq!(shown["job"]["created_at"].as_str().map(|t| t.parse::<chrono::DateTime<chrono::Utc>>().unwrap()), Some(at[0]));
+    assert_eq!(events[2]["started_at"], events[1]["at"], "the claim is the attempt's start");
 
     // `watch` returns once the job is terminal: start it on a pending job, then run the job.
     let (_, pending) = w.submit("later", json!({"task_type": "noop"})).await;

@@ -75,11 +75,18 @@ async fn exhausted_retries_end_failed_with_one_exception() {
     assert_eq!(w.count("SELECT count(*) FROM exceptions WHERE job_id = $1 AND status = 'open'", &[&id]).await, 1);
     assert_eq!(w.count("SELECT count(*) FROM exceptions WHERE kind = 'attempts_exhausted'", &[]).await, 1);
     let (_, ev) = w.call(Method::GET, &format!("/v1/jobs/{id}/events"), None, None).await;
-    let kinds: Vec<&str> = ev["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["retry_scheduled", "retry_scheduled", "failed"]);
-    let attempts: Vec<i64> = ev["events"].as_array().unwrap().iter().map(|e| e["attempt"].as_i64().unwrap()).collect();
-    assert_eq!(attempts, [1, 2, 3]);
-    assert!(ev["events"].as_array().unwrap().iter().all(|e| e["started_at"].is_string()));
+    // Each attempt's claim is in the history, before what ended it, at that attempt's start.
+    let events = ev["events"].as_array().unwrap();
+    let kinds: Vec<&str> = events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["submitted", "claimed", "retry_scheduled", "claimed", "retry_scheduled", "claimed", "failed"]);
+    let attempts: Vec<i64> = events.iter().map(|e| e["attempt"].as_i64().unwrap()).collect();
+    assert_eq!(attempts, [0, 1, 1, 2, 2, 3, 3]);
+    assert!(events[1..].iter().all(|e| e["started_at"].is_string()));
+    for pair in events[1..].chunks(2) {
+        assert_eq!((pair[0]["at"].as_str(), pair[0]["to_status"].as_str()), (pair[1]["started_at"].as_str(), Some("running")), "{pair:?}");
+    }
+    let at = |e: &serde_json::Value| e["at"].as_str().unwrap().parse::<chrono::DateTime<chrono::Utc>>().unwrap();
+    assert!(events.windows(2).all(|p| at(&p[0]) <= at(&p[1])), "in time order: {ev}");
 }
 
 #[tokio::test]

@@ -117,7 +117,8 @@ pub async fn note(db: &impl GenericClient, id: JobId, kind: &str, reason: &str) 
     Ok(())
 }
 
-/// Every job's history, oldest first (the operator's view; no tenant scope).
+/// Every job's history, oldest first, with its submission and claims (the operator's view; no
+/// tenant scope).
 pub async fn events_any(db: &impl GenericClient, id: JobId) -> Result<Vec<super::JobEvent>, StoreError> {
     let rows = db
         .query(
@@ -126,5 +127,6 @@ pub async fn events_any(db: &impl GenericClient, id: JobId) -> Result<Vec<super:
             &[&id],
         )
         .await?;
-    Ok(rows.iter().map(super::JobEvent::from_row).collect())
+    let job = db.query_opt(super::read::ORIGIN, &[&id]).await?;
+    Ok(super::read::with_derived(job.as_ref(), rows.iter().map(super::JobEvent::from_row).collect()))
 }

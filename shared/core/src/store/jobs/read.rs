@@ -61,20 +61,32 @@ pub async fn list(db: &impl GenericClient, tenant_id: TenantId, f: &JobFilter) -
     Ok(rows.iter().map(Job::from_row).collect())
 }
 
-/// One recorded transition or recovery.
+/// One step of a job's history. `submitted` and `claimed` are not rows of `job_events`: they
+/// are read from the job row (`created_at`, and `started_at` while an attempt runs) and from
+/// the `started_at` of the event that ends each attempt, so the hot path writes no extra row.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct JobEvent {
     pub at: DateTime<Utc>,
+    /// `submitted`, `claimed` (one per attempt), then what ends an attempt or acts outside one:
+    /// `succeeded`, `retry_scheduled`, `failed`, `cancelled`, `lease_expired`, `redispatched`,
+    /// `waiting`, `continued`, and the operator's `operator_retry`, `force_finished`,
+    /// `exception_ignored`.
     pub kind: String,
     pub from_status: Option<String>,
     pub to_status: Option<String>,
     pub attempt: i32,
-    /// When the attempt this event ends was claimed.
+    /// When the attempt this event ends (or, for `claimed`, begins) was claimed.
     pub started_at: Option<DateTime<Utc>>,
     pub reason: Option<String>,
 }
 
 impl JobEvent {
+    /// Every kind a job's history can hold, in the order a job first meets them.
+    pub const KINDS: [&'static str; 13] = [
+        "submitted", "claimed", "succeeded", "retry_scheduled", "failed", "cancelled", "lease_expired", "redispatched",
+        "waiting", "continued", "operator_retry", "force_finished", "exception_ignored",
+    ];
+
     /// From a row of `at, kind, from_status, to_status, attempt, started_at, reason`.
     pub(crate) fn from_row(r: &Row) -> Self {
         JobEvent {
@@ -87,7 +99,41 @@ impl JobEvent {
             reason: r.get(6),
         }
     }
+
+    fn derived(at: DateTime<Utc>, kind: &str, to: &str, attempt: i32, started_at: Option<DateTime<Utc>>) -> Self {
+        let from_status = (kind == "claimed").then(|| "pending".to_owned());
+        JobEvent { at, kind: kind.into(), from_status, to_status: Some(to.into()), attempt, started_at, reason: None }
+    }
 }
+
+/// A job's recorded events (in their order) with its submission and each attempt's claim
+/// merged in by time. `job` is the row's `created_at, status, attempt, started_at`.
+pub(crate) fn with_derived(job: Option<&Row>, recorded: Vec<JobEvent>) -> Vec<JobEvent> {
+    let Some(job) = job else { return recorded };
+    let mut claims: Vec<(DateTime<Utc>, i32)> = recorded.iter().filter_map(|e| e.started_at.map(|s| (s, e.attempt))).collect();
+    if job.get::<_, &str>(1) == "running"
+        && let Some(started) = job.get::<_, Option<DateTime<Utc>>>(3)
+    {
+        claims.push((started, job.get(2)));
+    }
+    claims.sort();
+    claims.dedup();
+    let derived = std::iter::once(JobEvent::derived(job.get(0), "submitted", "pending", 0, None))
+        .chain(claims.into_iter().map(|(at, attempt)| JobEvent::derived(at, "claimed", "running", attempt, Some(at))));
+    let mut derived = derived.peekable();
+    let mut out = Vec::with_capacity(recorded.len() * 2 + 1);
+    for e in recorded {
+        while let Some(d) = derived.next_if(|d| d.at <= e.at) {
+            out.push(d);
+        }
+        out.push(e);
+    }
+    out.extend(derived);
+    out
+}
+
+/// The job row's part of its history (see `with_derived`).
+pub(crate) const ORIGIN: &str = "SELECT created_at, status, attempt, started_at FROM jobs WHERE id = $1";
 
 /// A tenant's job's history, oldest first.
 pub async fn events(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> Result<Vec<JobEvent>, StoreError> {
@@ -99,7 +145,8 @@ pub async fn events(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> 
             &[&id, &tenant_id],
         )
         .await?;
-    Ok(rows.iter().map(JobEvent::from_row).collect())
+    let job = db.query_opt(&format!("{ORIGIN} AND tenant_id = $2"), &[&id, &tenant_id]).await?;
+    Ok(with_derived(job.as_ref(), rows.iter().map(JobEvent::from_row).collect()))
 }
 
 /// How many children a job has.
