@@ -210,7 +210,7 @@ async fn headless_chromium_shows_a_healthy_and_an_unreachable_project() {
     assert!(dom.contains("2 live of 2"), "liveness of the worker and the sweeper, not the earlier start's: {dom}");
     assert!(dom.contains("(an earlier start)"), "{dom}");
     assert!(dom.contains("2 of 3, 1 failed"), "the fan-out's progress: {dom}");
-    assert!(dom.contains("(1 children failed)"), "failed children shown on the parent: {dom}");
+    assert!(dom.contains("(1 child failed)"), "failed children shown on the parent, in good English: {dom}");
     assert!(dom.contains(r#"class="bad" style="width: 33.3%""#), "the failed share of the bar, in red: {dom}");
     assert!(dom.contains(r#"data-status="failed" data-outcome="failed""#), "a failed run is coloured as failed: {dom}");
     assert!(dom.contains(r#"<div class="muted run-error">bust</div>"#), "with its error beside it: {dom}");

@@ -394,9 +394,15 @@ fn env() -> &'static Environment<'static> {
     static ENV: OnceLock<Environment<'static>> = OnceLock::new();
     ENV.get_or_init(|| {
         let mut env = Environment::new();
+        env.add_filter("count", count);
         env.add_template("page.html", include_str!("page.html")).expect("the console template parses");
         env
     })
+}
+
+/// `{{ n|count("child", "children") }}`: "1 child", "2 children", "0 children".
+fn count(n: i64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// The whole page as HTML.
