@@ -136,7 +136,7 @@ async fn watch(pool: &Pool, tenant_id: TenantId, id: JobId, every: Duration) -> 
             bar.set_length(1);
             bar.set_position(u64::from(job.status.is_terminal()));
         }
-        let failed = if children.failed > 0 { format!(", {} children failed", children.failed) } else { String::new() };
+        let failed = if children.failed > 0 { format!(", {} {} failed", children.failed, if children.failed == 1 { "child" } else { "children" }) } else { String::new() };
         let message = format!("{} {} (attempt {}/{}){failed}", job.task_type, job.status.as_str(), job.attempt, job.max_attempts);
         if !tty {
             let line = if children.total > 0 {
