@@ -206,7 +206,7 @@ async fn exceptions_list_by_filter_and_bulk_actions_answer_with_a_count() {
     let (s, err) = list("?status=closed").await;
     assert_eq!((s, err["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_query")));
     let (s, err) = list("?tenant=nobody").await;
-    assert_eq!((s, err["error"]["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("unknown_tenant")));
+    assert_eq!((s, err["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("unknown_tenant")));
 
     let bulk = |body: Value| op_call(&w, &key, Method::POST, "/v1/admin/exceptions:bulk", Some(body));
     let (s, err) = bulk(json!({"action": "ignore", "filter": {"tenant": "acme"}})).await;

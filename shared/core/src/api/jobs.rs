@@ -198,8 +198,9 @@ fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, JobVie
     security(("tenant_key" = [])),
     responses((status = 202, description = "created; the row has committed", body = JobView),
         (status = 200, description = "a replay of the same request", body = JobView),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, body = ErrorBody),
-        (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`Retry-After`)", body = ErrorBody),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 409, description = "a `callback_url` before `PUT /v1/callbacks` (`callbacks_not_configured`)", body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`Retry-After`)", body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 pub async fn submit(
     State(state): State<AppState>,
@@ -306,7 +307,8 @@ fn parse_item(index: usize, item: Value, catalogue: &Catalogue, admits: &Admissi
 async fn require_signing_secret(state: &AppState, tenant_id: uuid::Uuid) -> Result<(), ApiError> {
     let db = state.pool.get().await.map_err(StoreError::from)?;
     if crate::store::callbacks::get(&db, tenant_id).await?.is_none() {
-        return Err(ApiError::unprocessable(
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
             "callbacks_not_configured",
             "callback_url needs the tenant's signing secret: PUT /v1/callbacks first",
         )
@@ -391,10 +393,9 @@ pub struct ListQuery {
     pub task_type: Option<String>,
     pub correlation_id: Option<String>,
     /// An RFC 3339 time, or a `resume_cursor`.
-    #[param(min_length = 1)]
     pub updated_since: Option<String>,
     /// A `next_cursor`.
-    #[param(min_length = 1)]
+    #[param(pattern = "^A[A-Za-z0-9_-]{31}$")]
     pub cursor: Option<String>,
     /// 1 to 500; default 100.
     #[param(value_type = Option<i64>, minimum = 1, maximum = 500)]
