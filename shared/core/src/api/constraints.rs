@@ -8,21 +8,20 @@
 use serde_json::{Map, Value, json};
 
 use super::openapi::NO_NUL;
+use crate::catalogue::housekeeping::RETENTION;
 use crate::catalogue::{Catalogue, TaskInfo};
 
 /// Text with a character that is not white space (what `str::trim` leaves non-empty), no NUL.
 pub const NON_BLANK: &str = "^[^\\x00]*[^\\x00\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00]*$";
 /// 1 to 200 characters, none a control character (`terms::printable`).
 pub const PRINTABLE: &str = "^[^\\x00-\\x1f\\x7f-\\x9f]{1,200}$";
-/// A callback URL the server takes when it is set: http(s), a host name (not an address
-/// literal, which the guard judges), an optional port, path and query.
-pub const CALLBACK_URL: &str =
-    "^https?://([A-Za-z0-9-]+\\.)*[A-Za-z][A-Za-z0-9-]*(:[1-9][0-9]{0,3})?(/[A-Za-z0-9._~!$&'()*+,;=:@/-]*)?(\\?[A-Za-z0-9._~!$&'()*+,;=:@/?-]*)?$";
 /// Template text without template syntax it could fail to compile (`{{`, `{%`, `{#`).
 pub const PLAIN_TEMPLATE_TEXT: &str = "^([^\\x00{]|\\{[^\\x00{%#])*\\{?$";
 /// A bare email address of the common shape (dot-atom local part, host name).
 pub const ADDRESS: &str =
     "^[A-Za-z0-9_+-]{1,32}(\\.[A-Za-z0-9_+-]{1,31})?@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,2}$";
+/// SES tag names and values, configuration sets (`content::tag_text_ok`).
+pub const TAG_TEXT: &str = "^[A-Za-z0-9_-]{1,256}$";
 /// Template and schedule names (`templates::check_name`; schedules also take `:`).
 pub const TEMPLATE_NAME: &str = "^[A-Za-z0-9._-]{1,100}$";
 pub const SCHEDULE_NAME: &str = "^[A-Za-z0-9_.:-]{1,100}$";
@@ -48,11 +47,22 @@ pub fn apply(doc: &mut Value) {
         let branches = tasks.into_iter().map(|t| branch(t, defs)).collect();
         (names, branches)
     };
-    let (client, client_branches) = branches(catalogue.describe(), &mut defs);
-    let (all, all_branches) = branches(catalogue.describe_all(), &mut defs);
+    let (client, mut client_branches) = branches(catalogue.describe(), &mut defs);
+    let scheduled = catalogue.describe_all().into_iter().filter(|t| catalogue.client_may_submit(t.name) || t.name == RETENTION).collect();
+    let (all, mut all_branches) = branches(scheduled, &mut defs);
     for (name, schema) in defs {
         schemas[name] = schema;
     }
+    for b in client_branches.iter_mut().chain(all_branches.iter_mut()) {
+        let task = b["properties"]["task_type"]["const"].as_str().unwrap_or_default().to_owned();
+        task_rules(&task, &mut b["properties"]["params"]);
+    }
+    send_rules(&mut schemas["Params_email_campaign_SendParams"], true);
+    for recipient in ["Params_email_campaign_Recipient", "Recipient"] {
+        schemas[recipient]["properties"]["to"]["pattern"] = json!(ADDRESS);
+    }
+    schemas["RecipientPage"]["properties"]["recipients"]["minItems"] = json!(1);
+    schemas["RecipientPage"]["properties"]["recipients"]["maxItems"] = json!(crate::email::campaign::MAX_PAGE);
 
     let job = &mut schemas["JobRequest"];
     job["properties"]["task_type"] = json!({"type": "string", "enum": client, "description": "A task type from `GET /v1/tasks`."});
@@ -60,7 +70,8 @@ pub fn apply(doc: &mut Value) {
     for field in ["correlation_id", "concurrency_key"] {
         job["properties"][field]["pattern"] = json!(PRINTABLE);
     }
-    job["properties"]["callback_url"]["pattern"] = json!(CALLBACK_URL);
+    let callback_url = crate::callbacks::url_pattern(false);
+    job["properties"]["callback_url"]["pattern"] = json!(callback_url);
     job["properties"]["callback_url"]["maxLength"] = json!(crate::callbacks::MAX_URL_LEN);
     job["oneOf"] = json!(client_branches);
     job["allOf"] = json!([
@@ -106,7 +117,7 @@ pub fn apply(doc: &mut Value) {
         {"required": ["text"], "properties": {"text": {"type": "string"}}},
         {"required": ["html"], "properties": {"html": {"type": "string"}}},
     ]);
-    schemas["CallbackSettingsRequest"]["properties"]["url"]["pattern"] = json!(CALLBACK_URL);
+    schemas["CallbackSettingsRequest"]["properties"]["url"]["pattern"] = json!(callback_url);
     schemas["SendingRoleBody"]["properties"]["role_arn"]["pattern"] = json!(ROLE_ARN);
 
     for (path, method, param, schema) in [
@@ -118,6 +129,67 @@ pub fn apply(doc: &mut Value) {
             p["schema"] = schema;
         }
     }
+}
+
+/// What a task's own checks add to its params schema.
+fn task_rules(task: &str, params: &mut Value) {
+    match task {
+        "email.send" => send_rules(params, false),
+        "email.campaign" => {
+            params["oneOf"] = json!([
+                {"required": ["recipients"], "properties": {"pages": {"type": "null"},
+                    "recipients": {"minItems": 1, "maxItems": crate::email::campaign::MAX_INLINE}}},
+                {"required": ["pages"], "properties": {"pages": {"type": "integer"}, "recipients": {"maxItems": 0}}},
+            ]);
+        }
+        _ => {}
+    }
+}
+
+/// A header name a client may set: visible ASCII but `:`, none of `RESERVED_HEADERS` (in any case).
+fn header_name() -> Value {
+    let any_case = |name: &str| -> String {
+        name.chars().map(|c| if c.is_ascii_alphabetic() { format!("[{}{}]", c.to_ascii_uppercase(), c) } else { c.to_string() }).collect()
+    };
+    let reserved = crate::email::content::RESERVED_HEADERS.map(any_case).join("|");
+    json!({"type": "string", "pattern": "^[!-9;-~]{1,126}$", "not": {"pattern": format!("^({reserved})$")}})
+}
+
+/// `email.send`'s params (or a campaign's message, which names no recipient): addresses of the
+/// common shape, 1 to 50 recipients, a stored template or a one-line subject with text or
+/// html, header names no one else sets, SES tag text (`SendParams::check`).
+fn send_rules(p: &mut Value, campaign: bool) {
+    let address = json!({"type": "string", "pattern": ADDRESS});
+    let props = &mut p["properties"];
+    props["from"]["pattern"] = json!(ADDRESS);
+    let most = crate::email::content::MAX_RECIPIENTS;
+    for list in ["to", "cc", "bcc"] {
+        props[list] = if campaign { json!({"type": "array", "maxItems": 0}) } else { json!({"type": "array", "items": address, "maxItems": most}) };
+    }
+    if campaign {
+        props["message_key"] = json!({"type": "null"});
+    } else {
+        props["message_key"]["pattern"] = json!(PRINTABLE);
+    }
+    props["reply_to"]["items"] = address;
+    props["headers"]["propertyNames"] = header_name();
+    props["headers"]["additionalProperties"] = json!({"type": "string", "pattern": "^[^\\x00\\r\\n]{0,870}$"});
+    props["tags"]["propertyNames"] = json!({"type": "string", "pattern": TAG_TEXT, "not": {"pattern": "^relay_"}});
+    props["tags"]["additionalProperties"] = json!({"type": "string", "pattern": TAG_TEXT});
+    props["configuration_set"]["pattern"] = json!(TAG_TEXT);
+    if !campaign {
+        let one = |list: &str| json!({"required": [list], "properties": {list: {"minItems": 1}}});
+        p["anyOf"] = json!([one("to"), one("cc"), one("bcc")]);
+    }
+    let one_line = "^[^\\x00\\r\\n]*[^\\x00\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00\\r\\n]*$";
+    p["oneOf"] = json!([
+        {"required": ["template"], "properties": {"template": {"type": "string", "pattern": TEMPLATE_NAME},
+            "subject": {"type": "null"}, "text": {"type": "null"}, "html": {"type": "null"}}},
+        {"required": ["subject"], "properties": {"template": {"type": "null"}, "subject": {"type": "string", "pattern": one_line},
+            "data": {"maxProperties": 0}},
+         "anyOf": [{"required": ["text"], "properties": {"text": {"type": "string"}}},
+                   {"required": ["html"], "properties": {"html": {"type": "string"}}}]},
+    ]);
 }
 
 /// Any JSON value without a NUL character in a string or a member name.
