@@ -168,9 +168,15 @@ async fn gone_stops_retries_and_shadow_mode_sends_nothing() {
     // A callback_url without the tenant's secret, or not http(s), is refused at submit.
     let fresh = World::new().await;
     let (s, e) = fresh.submit("x", json!({"task_type": "noop", "callback_url": "https://example.com/"})).await;
-    assert_eq!((s.as_u16(), e["error"]["code"].as_str()), (422, Some("callbacks_not_configured")));
+    assert_eq!((s.as_u16(), e["error"]["code"].as_str()), (409, Some("callbacks_not_configured")));
     let (s, e) = w.submit("y", json!({"task_type": "noop", "callback_url": "ftp://example.com/"})).await;
     assert_eq!((s.as_u16(), e["error"]["field"].as_str()), (422, Some("callback_url")));
+    for url in ["https://example.com:3874*", "https://example.com/a b", "https://example.com/%zz", "https://example.com/#frag", "https://a.1/"] {
+        let (s, e) = w.submit(url, json!({"task_type": "noop", "callback_url": url})).await;
+        assert_eq!((s.as_u16(), e["error"]["field"].as_str()), (422, Some("callback_url")), "{url}");
+    }
+    let (s, e) = w.submit("z", json!({"task_type": "noop", "callback_url": "https://hooks.example.com:8443/in/%C3%A9?a=1&b=%2F"})).await;
+    assert_eq!(s.as_u16(), 202, "{e}");
 }
 
 #[tokio::test]

@@ -294,6 +294,29 @@ mod tests {
     }
 
     #[test]
+    fn cursor_parameters_state_the_cursor_shape() {
+        let doc = super::super::openapi::document();
+        for path in ["/v1/jobs", "/v1/admin/exceptions"] {
+            let params = doc["paths"][path]["get"]["parameters"].as_array().unwrap();
+            let cursor = params.iter().find(|p| p["name"] == "cursor").unwrap();
+            assert_eq!(cursor["schema"]["pattern"], super::super::cursor::PATTERN, "{path}");
+        }
+    }
+
+    #[test]
+    fn the_documented_callback_url_shape_is_one_the_server_takes() {
+        let documented = regex::Regex::new(&crate::callbacks::url_pattern(false)).unwrap();
+        let allow = crate::callbacks::AllowList::default();
+        for url in ["https://a.example/x?y=%2F", "http://localhost:65535", "http://a-1.b/p/q;r=s@t"] {
+            assert!(documented.is_match(url), "{url}");
+            assert_eq!(crate::callbacks::check_url(url, &allow), Ok(()), "{url}");
+        }
+        for url in ["http://a.example:65536/", "http://a.example/%zz", "http://10.0.0.1/"] {
+            assert!(!documented.is_match(url), "{url}");
+        }
+    }
+
+    #[test]
     fn every_time_zone_named_is_one_the_server_takes() {
         for tz in time_zones(false) {
             crate::schedules::CronTz::parse("* * * * *", tz.as_str().unwrap()).unwrap();
