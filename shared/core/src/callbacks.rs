@@ -2,7 +2,8 @@
 //! an address resolved once. The delivery job that uses them is `catalogue::callbacks`.
 //!
 //! The guard: a callback URL's host is resolved once (the system resolver, which also reads
-//! numeric spellings such as `2130706433`, `0x7f.1` or `0177.0.0.1`), every address it
+//! numeric spellings such as `2130706433`, `0x7f.1` or `0177.0.0.1`, which `check_url` refuses
+//! when a URL is set but rows written before may hold), every address it
 //! resolves to is checked, and the request connects to the checked address, never resolving
 //! again. Loopback, private, shared (CGNAT), link-local (cloud metadata included),
 //! unspecified, multicast, reserved and documentation ranges are refused, in IPv4 and IPv6,
