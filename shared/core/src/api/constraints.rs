@@ -234,7 +234,7 @@ fn rewrite(v: &mut Value, prefix: &str) {
                 *r = format!("#/components/schemas/{prefix}{name}");
             }
             if let Some(names) = map.get_mut("propertyNames").and_then(Value::as_object_mut) {
-                names.insert("pattern".into(), json!(NO_NUL));
+                names.entry("pattern").or_insert_with(|| json!(NO_NUL));
             }
             for (key, member) in map.iter_mut() {
                 let nested = matches!(key.as_str(), "properties" | "$defs");
@@ -314,6 +314,15 @@ mod tests {
         for url in ["http://a.example:65536/", "http://a.example/%zz", "http://10.0.0.1/"] {
             assert!(!documented.is_match(url), "{url}");
         }
+    }
+
+    #[test]
+    fn member_name_rules_survive_the_nul_free_pass() {
+        let doc = super::super::openapi::document();
+        let send = doc["components"]["schemas"]["JobRequest"]["oneOf"].as_array().unwrap().iter()
+            .find(|b| b["properties"]["task_type"]["const"] == "email.send").unwrap().clone();
+        assert_eq!(send["properties"]["params"]["properties"]["headers"]["propertyNames"]["pattern"], "^[!-9;-~]{1,126}$");
+        assert_eq!(send["properties"]["params"]["properties"]["tags"]["propertyNames"]["pattern"], TAG_TEXT);
     }
 
     #[test]
