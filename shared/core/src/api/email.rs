@@ -321,8 +321,14 @@ pub async fn put_recipients(
     }
     let campaign: CampaignParams = serde_json::from_value(job.params.clone()).map_err(|_| not_paged())?;
     let pages = campaign.pages.ok_or_else(not_paged)?;
-    campaign::check_page(&campaign, page, &body.recipients)
-        .map_err(|(field, m)| ApiError::unprocessable("invalid_field", format!("{field}: {m}")).with("field", field))?;
+    // A page past the campaign's own count conflicts with the campaign; bad recipients are 422.
+    campaign::check_page(&campaign, page, &body.recipients).map_err(|(field, m)| {
+        if field == "page" {
+            ApiError::new(StatusCode::CONFLICT, "page_out_of_range", format!("{field}: {m}")).with("field", field)
+        } else {
+            ApiError::unprocessable("invalid_field", format!("{field}: {m}")).with("field", field)
+        }
+    })?;
     if job.status != JobStatus::Pending {
         return Err(ApiError::new(StatusCode::CONFLICT, "job_state", format!("the campaign is {}; pages are taken while it is pending", job.status.as_str())));
     }
