@@ -168,9 +168,15 @@ async fn gone_stops_retries_and_shadow_mode_sends_nothing() {
     // A callback_url without the tenant's secret, or not http(s), is refused at submit.
     let fresh = World::new().await;
     let (s, e) = fresh.submit("x", json!({"task_type": "noop", "callback_url": "https://example.com/"})).await;
-    assert_eq!((s.as_u16(), e["error"]["code"].as_str()), (422, Some("callbacks_not_configured")));
+    assert_eq!((s.as_u16(), e["error"]["code"].as_str()), (409, Some("callbacks_not_configured")));
     let (s, e) = w.submit("y", json!({"task_type": "noop", "callback_url": "ftp://example.com/"})).await;
     assert_eq!((s.as_u16(), e["error"]["field"].as_str()), (422, Some("callback_url")));
+    for (i, url) in ["https://example.com:3874*", "https://example.com/a b", "https://example.com/%zz", "https://example.com/#frag", "https://a.1/"].iter().enumerate() {
+        let (s, e) = w.submit(&format!("shape-{i}"), json!({"task_type": "noop", "callback_url": url})).await;
+        assert_eq!((s.as_u16(), e["error"]["field"].as_str()), (422, Some("callback_url")), "{url}");
+    }
+    let (s, e) = w.submit("z", json!({"task_type": "noop", "callback_url": "https://hooks.example.com:8443/in/%C3%A9?a=1&b=%2F"})).await;
+    assert_eq!(s.as_u16(), 202, "{e}");
 }
 
 #[tokio::test]
@@ -200,6 +206,12 @@ async fn the_ssrf_corpus_never_connects() {
         "http://192.168.1.1/".into(),
         "http://172.16.0.1/".into(),
         "http://100.100.100.200/".into(),
+        // Numeric spellings other than dotted quads are not host names: refused when set.
+        format!("http://2130706433:{p}/"),
+        format!("http://0x7f.1:{p}/"),
+        format!("http://0177.0.0.1:{p}/"),
+        format!("http://0x7f000001:{p}/"),
+        format!("http://127.1:{p}/"),
     ];
     for (i, url) in literal.iter().enumerate() {
         let (s, e) = w.submit(&format!("literal-{i}"), json!({"task_type": "noop", "callback_url": url})).await;
@@ -207,15 +219,8 @@ async fn the_ssrf_corpus_never_connects() {
         let (s, e) = w.call(Method::PUT, "/v1/callbacks", None, Some(json!({"url": url}))).await;
         assert_eq!((s.as_u16(), e["error"]["field"].as_str()), (422, Some("url")), "{url}: {e}");
     }
-    // Names and odd spellings are judged where they resolve, at delivery.
-    let corpus = [
-        format!("http://localhost:{p}/"),
-        format!("http://2130706433:{p}/"),
-        format!("http://0x7f.1:{p}/"),
-        format!("http://0177.0.0.1:{p}/"),
-        format!("http://0x7f000001:{p}/"),
-        format!("http://127.1:{p}/"),
-    ];
+    // Names are judged where they resolve, at delivery.
+    let corpus = [format!("http://localhost:{p}/"), format!("http://LocalHost:{p}/")];
     for (i, url) in corpus.iter().enumerate() {
         let id = run_job(&w, &format!("ssrf-{i}"), json!({"task_type": "noop", "callback_url": url})).await;
         deliver_due(&w).await;

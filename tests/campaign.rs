@@ -133,7 +133,8 @@ async fn a_paged_campaign_is_held_until_its_last_page_arrives() {
     let (status, e) = w.call(Method::PUT, &format!("/v1/jobs/{id}/recipients/0"), None, Some(page(9))).await;
     assert_eq!((status, e["error"]["code"].as_str()), (StatusCode::CONFLICT, Some("page_conflict")));
     let (status, e) = w.call(Method::PUT, &format!("/v1/jobs/{id}/recipients/2"), None, Some(page(2))).await;
-    assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("page")));
+    assert_eq!((status, e["error"]["code"].as_str(), e["error"]["field"].as_str()), (StatusCode::CONFLICT, Some("page_out_of_range"), Some("page")),
+        "a page past the campaign's own count conflicts with the campaign");
     let (status, r) = w.call(Method::PUT, &format!("/v1/jobs/{id}/recipients/1"), None, Some(page(1))).await;
     assert_eq!((status, r["released"].as_bool()), (StatusCode::CREATED, Some(true)), "{r}");
 

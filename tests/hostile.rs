@@ -47,14 +47,25 @@ async fn a_non_utf8_path_segment_answers_json() {
 #[tokio::test]
 async fn cursors_outside_postgres_range_are_a_400_not_a_500() {
     let w = World::new().await;
-    let cursor = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("-8000000000000000000|{}", uuid::Uuid::nil()));
-    for (path, field) in [
-        (format!("/v1/jobs?cursor={cursor}"), "cursor"),
-        (format!("/v1/jobs?updated_since={cursor}"), "updated_since"),
-    ] {
-        let (s, body) = w.call(Method::GET, &path, None, None).await;
-        assert_eq!((s, code(&body), body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, "invalid_query", Some(field)));
+    // The old text cursor of a time Postgres cannot hold, and a 24-byte one whose time field is
+    // at or past 2^58 (first character not `A`).
+    let old = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("-8000000000000000000|{}", uuid::Uuid::nil()));
+    let far = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode([0xffu8; 24]);
+    for cursor in [&old, &far] {
+        for (path, field) in [
+            (format!("/v1/jobs?cursor={cursor}"), "cursor"),
+            (format!("/v1/jobs?updated_since={cursor}"), "updated_since"),
+        ] {
+            let (s, body) = w.call(Method::GET, &path, None, None).await;
+            assert_eq!((s, code(&body), body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, "invalid_query", Some(field)));
+        }
     }
+    // Every cursor of the documented shape is a position: the smallest and the largest.
+    for cursor in ["A".repeat(32), format!("A{}", "_".repeat(31))] {
+        let (s, body) = w.call(Method::GET, &format!("/v1/jobs?cursor={cursor}"), None, None).await;
+        assert_eq!(s, StatusCode::OK, "{body}");
+    }
+    let cursor = far;
     let (_, operator_key) = taskdeck::store::operators::create(&w.db().await, "ops").await.unwrap();
     let path = format!("/v1/admin/exceptions?cursor={cursor}");
     let (s, body) = w.call_as(&operator_key, Method::GET, &path, None, None).await;

@@ -140,6 +140,8 @@ async fn force_finish_needs_a_reason_and_records_it_in_the_result() {
     let (job, exc) = failed_job(&w, "f1", fatal()).await;
     let path = format!("/v1/admin/exceptions/{exc}/finish");
     let (s, err) = op_call(&w, &key, Method::POST, &path, Some(json!({}))).await;
+    assert_eq!((s, err["error"]["code"].as_str(), err["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_field"), Some(".")));
+    let (s, err) = op_call(&w, &key, Method::POST, &path, Some(json!({"reason": " \u{3000}"}))).await;
     assert_eq!((s, err["error"]["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("reason_required")));
     assert!(audit(&w, exc).await.is_empty(), "a refused action writes nothing");
     let (s, out) = op_call(&w, &key, Method::POST, &path, Some(json!({"reason": "sent by hand", "result": {"ticket": 7}}))).await;
@@ -207,7 +209,7 @@ async fn exceptions_list_by_filter_and_bulk_actions_answer_with_a_count() {
     let (s, err) = list("?status=closed").await;
     assert_eq!((s, err["error"]["code"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_query")));
     let (s, err) = list("?tenant=nobody").await;
-    assert_eq!((s, err["error"]["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("unknown_tenant")));
+    assert_eq!((s, err["error"]["code"].as_str()), (StatusCode::NOT_FOUND, Some("unknown_tenant")));
 
     let bulk = |body: Value| op_call(&w, &key, Method::POST, "/v1/admin/exceptions:bulk", Some(body));
     let (s, err) = bulk(json!({"action": "ignore", "filter": {"tenant": "acme"}})).await;

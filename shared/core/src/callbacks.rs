@@ -2,7 +2,8 @@
 //! an address resolved once. The delivery job that uses them is `catalogue::callbacks`.
 //!
 //! The guard: a callback URL's host is resolved once (the system resolver, which also reads
-//! numeric spellings such as `2130706433`, `0x7f.1` or `0177.0.0.1`), every address it
+//! numeric spellings such as `2130706433`, `0x7f.1` or `0177.0.0.1`, which `check_url` refuses
+//! when a URL is set but rows written before may hold), every address it
 //! resolves to is checked, and the request connects to the checked address, never resolving
 //! again. Loopback, private, shared (CGNAT), link-local (cloud metadata included),
 //! unspecified, multicast, reserved and documentation ranges are refused, in IPv4 and IPv6,
@@ -47,10 +48,27 @@ pub enum UrlError {
     NoHost,
     #[error("user info is not allowed in a callback URL")]
     UserInfo,
+    #[error("not of the shape `http(s)://host[:port][/path][?query]` (URL characters, `%` only as an escape, no fragment)")]
+    Shape,
     /// The host is written as an address the guard refuses (`check_url` only).
     #[error("callbacks may not reach {ip}: {why}")]
     Refused { ip: IpAddr, why: &'static str },
 }
+
+/// The shape of a callback URL the API takes when it is set, with a host name (`true`: or an
+/// address literal): http(s), an optional port 1 to 65535, path and query of URL characters
+/// (`%` only as an escape), no fragment. The OpenAPI document states it without literals, whose
+/// acceptance depends on the guard.
+pub fn url_pattern(literals: bool) -> String {
+    let name = "([A-Za-z0-9-]+\\.)*[A-Za-z][A-Za-z0-9-]*";
+    let host = if literals { format!("({name}|[0-9]{{1,3}}(\\.[0-9]{{1,3}}){{3}}|\\[[0-9A-Fa-f:.]+\\])") } else { format!("({name})") };
+    let port = "(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})";
+    let chars = "([A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})";
+    format!("^https?://{host}(:{port})?(/{chars}*)?(\\?({chars}|\\?)*)?$")
+}
+
+static URL_SHAPE: std::sync::LazyLock<regex::Regex> =
+    std::sync::LazyLock::new(|| regex::Regex::new(&url_pattern(true)).expect("the callback URL pattern compiles"));
 
 /// Parse a callback URL: `http` or `https`, a host, no user info, at most `MAX_URL_LEN`.
 pub fn parse_url(url: &str) -> Result<Target, UrlError> {
@@ -79,6 +97,9 @@ pub fn parse_url(url: &str) -> Result<Target, UrlError> {
 /// again on every address it resolves to).
 pub fn check_url(url: &str, allow: &AllowList) -> Result<(), UrlError> {
     let target = parse_url(url)?;
+    if !URL_SHAPE.is_match(url) {
+        return Err(UrlError::Shape);
+    }
     match IpAddr::from_str(&target.host) {
         Ok(ip) if !allow.allows_ip(ip) => match refused(ip) {
             Some(why) => Err(UrlError::Refused { ip, why }),

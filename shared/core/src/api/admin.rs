@@ -56,7 +56,7 @@ pub struct ExceptionQuery {
     #[param(value_type = Option<i64>, minimum = 1, maximum = 500)]
     pub limit: Option<String>,
     /// `next_cursor` of the previous page.
-    #[param(min_length = 1)]
+    #[param(pattern = "^A[A-Za-z0-9_-]{31}$")]
     pub cursor: Option<String>,
 }
 
@@ -89,7 +89,7 @@ async fn tenant_id(db: &impl crate::store::GenericClient, t: Option<&str>) -> Re
     }
     match tenants::by_name(db, t).await? {
         Some(found) => Ok(Some(found.id)),
-        None => Err(ApiError::unprocessable("unknown_tenant", format!("no tenant named {t:?}")).with("field", "tenant")),
+        None => Err(ApiError::new(StatusCode::NOT_FOUND, "unknown_tenant", format!("no tenant named {t:?}")).with("field", "tenant")),
     }
 }
 
@@ -103,7 +103,8 @@ pub struct ExceptionList {
 /// List exceptions, newest first.
 #[utoipa::path(get, path = "/v1/admin/exceptions", tag = "operations", params(ExceptionQuery),
     security(("operator_key" = [])),
-    responses((status = 422, body = ErrorBody), (status = 200, body = ExceptionList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+    responses((status = 200, body = ExceptionList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, description = "no tenant of that name (`unknown_tenant`)", body = ErrorBody)))]
 pub async fn list_exceptions(
     State(state): State<AppState>,
     Operator(_): Operator,
@@ -142,6 +143,7 @@ pub struct TenantFaultQuery {
     /// A tenant's name or id.
     pub tenant: Option<String>,
     /// 1 to 500; default 100.
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 500)]
     pub limit: Option<String>,
 }
 
@@ -155,7 +157,7 @@ pub struct TenantFaultList {
 #[utoipa::path(get, path = "/v1/admin/tenant-faults", tag = "operations", params(TenantFaultQuery),
     security(("operator_key" = [])),
     responses((status = 200, body = TenantFaultList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 422, body = ErrorBody)))]
+        (status = 404, description = "no tenant of that name (`unknown_tenant`)", body = ErrorBody)))]
 pub async fn list_tenant_faults(
     State(state): State<AppState>,
     Operator(_): Operator,
@@ -210,20 +212,28 @@ pub struct RetryBody {
     pub reason: Option<String>,
 }
 
-/// Body of `cancel` (reason optional), `finish` and `ignore` (reason required).
+/// Body of `cancel`: why (optional).
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ReasonBody {
+pub struct CancelBody {
     pub reason: Option<String>,
-    /// `finish` only: a result to record beside the reason.
-    pub result: Option<Value>,
 }
 
-fn check_run_at(at: Option<DateTime<Utc>>) -> Result<(), ApiError> {
-    if at.is_some_and(|a| a > Utc::now() + chrono::Duration::days(366)) {
-        return Err(ApiError::unprocessable("invalid_field", "run_at: at most one year ahead").with("field", "run_at"));
-    }
-    Ok(())
+/// Body of `ignore`: why (required: not blank).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IgnoreBody {
+    #[schema(pattern = "^[^\\x00]*[^\\x00\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00]*$")]
+    pub reason: String,
+}
+
+/// Body of `finish`: why (required: not blank) and a result to record beside it.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FinishBody {
+    #[schema(pattern = "^[^\\x00]*[^\\x00\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00]*$")]
+    pub reason: String,
+    pub result: Option<Value>,
 }
 
 async fn act(state: &AppState, op: &str, id: &str, action: Action, reason: Option<String>) -> Result<Json<ActionOutcome>, ApiError> {
@@ -236,35 +246,31 @@ async fn act(state: &AppState, op: &str, id: &str, action: Action, reason: Optio
     request_body = RetryBody, security(("operator_key" = [])),
     responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = ActionOutcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn retry(State(state): State<AppState>, Operator(op): Operator, Path(id): Path<String>, JsonBody(b): JsonBody<RetryBody>) -> Result<Json<ActionOutcome>, ApiError> {
-    check_run_at(b.run_at)?;
     act(&state, &op.name, &id, Action::Retry { at: b.run_at }, b.reason).await
 }
 
 /// Cancel the job, its pending or waiting children and its schedule's future runs.
 #[utoipa::path(post, path = "/v1/admin/exceptions/{id}/cancel", tag = "operations", params(("id" = String, Path)),
-    request_body = ReasonBody, security(("operator_key" = [])),
+    request_body = CancelBody, security(("operator_key" = [])),
     responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = ActionOutcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn cancel(State(state): State<AppState>, Operator(op): Operator, Path(id): Path<String>, JsonBody(b): JsonBody<ReasonBody>) -> Result<Json<ActionOutcome>, ApiError> {
+pub async fn cancel(State(state): State<AppState>, Operator(op): Operator, Path(id): Path<String>, JsonBody(b): JsonBody<CancelBody>) -> Result<Json<ActionOutcome>, ApiError> {
     act(&state, &op.name, &id, Action::Cancel, b.reason).await
 }
 
 /// Mark the failed job succeeded; the result records who and why. A reason is required.
 #[utoipa::path(post, path = "/v1/admin/exceptions/{id}/finish", tag = "operations", params(("id" = String, Path)),
-    request_body = ReasonBody, security(("operator_key" = [])),
+    request_body = FinishBody, security(("operator_key" = [])),
     responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = ActionOutcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn finish(State(state): State<AppState>, Operator(op): Operator, Path(id): Path<String>, JsonBody(b): JsonBody<ReasonBody>) -> Result<Json<ActionOutcome>, ApiError> {
-    act(&state, &op.name, &id, Action::Finish { result: b.result }, b.reason).await
+pub async fn finish(State(state): State<AppState>, Operator(op): Operator, Path(id): Path<String>, JsonBody(b): JsonBody<FinishBody>) -> Result<Json<ActionOutcome>, ApiError> {
+    act(&state, &op.name, &id, Action::Finish { result: b.result }, Some(b.reason)).await
 }
 
 /// Close the exception as ignored; the job stays as it is. A reason is required.
 #[utoipa::path(post, path = "/v1/admin/exceptions/{id}/ignore", tag = "operations", params(("id" = String, Path)),
-    request_body = ReasonBody, security(("operator_key" = [])),
+    request_body = IgnoreBody, security(("operator_key" = [])),
     responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = ActionOutcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn ignore(State(state): State<AppState>, Operator(op): Operator, Path(id): Path<String>, JsonBody(b): JsonBody<ReasonBody>) -> Result<Json<ActionOutcome>, ApiError> {
-    if b.result.is_some() {
-        return Err(ApiError::unprocessable("invalid_field", "result: only finish takes a result").with("field", "result"));
-    }
-    act(&state, &op.name, &id, Action::Ignore, b.reason).await
+pub async fn ignore(State(state): State<AppState>, Operator(op): Operator, Path(id): Path<String>, JsonBody(b): JsonBody<IgnoreBody>) -> Result<Json<ActionOutcome>, ApiError> {
+    act(&state, &op.name, &id, Action::Ignore, Some(b.reason)).await
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
@@ -291,9 +297,9 @@ pub struct BulkBody {
 /// Apply one action to every open exception matching a filter; answers with a count.
 #[utoipa::path(post, path = "/v1/admin/exceptions:bulk", tag = "operations", request_body = BulkBody,
     security(("operator_key" = [])),
-    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = BulkReport), (status = 422, body = ErrorBody)))]
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = BulkReport),
+        (status = 404, description = "no tenant of that name (`unknown_tenant`)", body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn bulk(State(state): State<AppState>, Operator(op): Operator, JsonBody(b): JsonBody<BulkBody>) -> Result<Json<BulkReport>, ApiError> {
-    check_run_at(b.run_at)?;
     let f = b.filter;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let filter = ExceptionFilter {

@@ -1,54 +1,76 @@
-//! The opaque page cursors the API issues and takes back: base64url of `<microseconds>|<id>`.
-//! A cursor is refused (`None`) unless it decodes to a time of years 0 to 9999, the range of
-//! the RFC 3339 times the API takes: beyond it Postgres refuses the time (SQLSTATE 22008).
+//! The opaque page cursors the API issues and takes back: 32 characters of base64url (no
+//! padding) holding 24 bytes, a position in a list's `(time, id)` order: the time as
+//! microseconds since 0000-01-01T00:00:00Z (big-endian, below 2^58, so the first character is
+//! always `A`: years 0 to 9133), then the id's 16 bytes. Every string of that shape (`PATTERN`,
+//! stated in the OpenAPI document) is a position the store can take; any other is refused.
 
 use base64::Engine;
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
 
-/// The cursor of the row at (`at`, `id`); the id is a job's or an exception's.
-pub fn encode(at: DateTime<Utc>, id: impl std::fmt::Display) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{}|{id}", at.timestamp_micros()))
+/// The shape of every cursor, and all the server checks.
+pub const PATTERN: &str = "^A[A-Za-z0-9_-]{31}$";
+
+/// Microseconds from the Unix epoch back to 0000-01-01T00:00:00Z.
+const YEAR_ZERO_MICROS: i64 = -62_167_219_200_000_000;
+/// Exclusive bound of the time field (2^58 µs, about 9133 years).
+const LIMIT: u64 = 1 << 58;
+
+/// The cursor of a position; a time outside years 0 to 9133 is clamped to that range's end
+/// (no row lies beyond it, so the position is the same).
+pub fn encode(at: DateTime<Utc>, id: Uuid) -> String {
+    let micros = at.timestamp_micros().saturating_sub(YEAR_ZERO_MICROS).clamp(0, (LIMIT - 1) as i64) as u64;
+    let mut raw = [0u8; 24];
+    raw[..8].copy_from_slice(&micros.to_be_bytes());
+    raw[8..].copy_from_slice(id.as_bytes());
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
 }
 
-pub fn decode<Id: std::str::FromStr>(c: &str) -> Option<(DateTime<Utc>, Id)> {
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(c).ok()?;
-    let (micros, id) = std::str::from_utf8(&raw).ok()?.split_once('|')?;
-    let at = DateTime::from_timestamp_micros(micros.parse().ok()?)?;
-    in_range(at).then_some(())?;
-    Some((at, id.parse().ok()?))
-}
-
-/// Whether a time lies in years 0 to 9999 (UTC).
-fn in_range(at: DateTime<Utc>) -> bool {
-    let bound = |y, m, d| NaiveDate::from_ymd_opt(y, m, d).and_then(|d| d.and_hms_opt(0, 0, 0)).map(|t| t.and_utc());
-    match (bound(0, 1, 1), bound(10_000, 1, 1)) {
-        (Some(lo), Some(hi)) => lo <= at && at < hi,
-        _ => false,
+pub fn decode(c: &str) -> Option<(DateTime<Utc>, Uuid)> {
+    if c.len() != 32 || !c.starts_with('A') {
+        return None;
     }
+    let raw: [u8; 24] = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(c).ok()?.try_into().ok()?;
+    let micros = u64::from_be_bytes(raw[..8].try_into().ok()?);
+    (micros < LIMIT).then_some(())?;
+    let at = DateTime::from_timestamp_micros(micros as i64 + YEAR_ZERO_MICROS)?;
+    Some((at, Uuid::from_bytes(raw[8..].try_into().ok()?)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use uuid::Uuid;
 
     #[test]
     fn cursors_round_trip_and_garbage_is_refused() {
         let at = DateTime::from_timestamp_micros(1_700_000_000_123_456).unwrap();
         let id = Uuid::now_v7();
-        assert_eq!(decode(&encode(at, id)), Some((at, id)));
-        assert_eq!(decode::<Uuid>("not-a-cursor"), None);
+        let c = encode(at, id);
+        assert_eq!(c.len(), 32);
+        assert!(c.starts_with('A'));
+        assert_eq!(decode(&c), Some((at, id)));
+        assert_eq!(decode("not-a-cursor"), None);
+        assert_eq!(decode(&format!("B{}", &c[1..])), None, "a time field of 2^58 or more");
+        assert_eq!(decode(&format!("{c}A")), None);
     }
 
     #[test]
-    fn times_postgres_cannot_hold_are_refused() {
-        let raw = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    fn every_string_of_the_documented_shape_is_a_position() {
+        let re_ok = |s: &str| s.len() == 32 && s.starts_with('A') && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        for s in ["A".repeat(32), format!("A{}", "_".repeat(31)), format!("A{}", "-".repeat(31)), format!("A{}", "z9".repeat(15)) + "Q"] {
+            assert!(re_ok(&s));
+            let (at, _) = decode(&s).unwrap_or_else(|| panic!("{s} refused"));
+            assert!(at.timestamp_micros() >= YEAR_ZERO_MICROS);
+        }
+    }
+
+    #[test]
+    fn times_beyond_the_range_are_clamped_to_its_ends() {
         let nil = Uuid::nil();
-        assert_eq!(decode::<Uuid>(&raw(&format!("-8000000000000000000|{nil}"))), None);
-        assert_eq!(decode::<Uuid>(&raw(&format!("9000000000000000000|{nil}"))), None);
-        let year1 = DateTime::parse_from_rfc3339("0001-01-01T00:00:00Z").unwrap().with_timezone(&Utc);
+        let year0 = DateTime::parse_from_rfc3339("0000-01-01T00:00:00Z").unwrap().with_timezone(&Utc);
         let year9999 = DateTime::parse_from_rfc3339("9999-12-31T23:59:59.999999Z").unwrap().with_timezone(&Utc);
-        assert_eq!(decode(&encode(year1, nil)), Some((year1, nil)), "an RFC 3339 time the API took comes back");
-        assert_eq!(decode(&encode(year9999, nil)), Some((year9999, nil)));
+        assert_eq!(decode(&encode(year0, nil)), Some((year0, nil)));
+        let (late, _) = decode(&encode(year9999, nil)).unwrap();
+        assert!(late.timestamp_micros() == (LIMIT - 1) as i64 + YEAR_ZERO_MICROS);
     }
 }

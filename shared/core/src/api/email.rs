@@ -22,7 +22,8 @@ use crate::store::suppressions::{self, Suppression};
 use crate::store::templates::{self, Template};
 use crate::store::{StoreError, sending_identities};
 
-/// Query of `GET /v1/messages`: one correlation id's messages, or one job's.
+/// Query of `GET /v1/messages`: one correlation id's messages, one job's, or (neither given)
+/// the most recent.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct MessageQuery {
@@ -51,7 +52,7 @@ pub struct MessageDetail {
     pub preview: Option<Preview>,
 }
 
-/// `GET /v1/messages?correlation_id=` (or `job_id=`): the caller's messages, newest first.
+/// `GET /v1/messages[?correlation_id=|job_id=]`: the caller's messages, newest first.
 #[utoipa::path(get, path = "/v1/messages", tag = "email", params(MessageQuery), security(("tenant_key" = [])),
     responses((status = 200, body = MessageList), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
 pub async fn list_messages(
@@ -64,9 +65,6 @@ pub async fn list_messages(
         None => None,
         Some(s) => Some(s.parse::<JobId>().map_err(|_| ApiError::invalid_query("job_id", "job_id is not a job id"))?),
     };
-    if q.correlation_id.is_none() && job_id.is_none() {
-        return Err(ApiError::invalid_query("correlation_id", "give correlation_id or job_id"));
-    }
     let limit = page_limit(q.limit.as_deref(), 100)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let list = messages::list(&db, tenant.id, q.correlation_id.as_deref(), job_id, limit).await?;
@@ -328,8 +326,14 @@ pub async fn put_recipients(
     }
     let campaign: CampaignParams = serde_json::from_value(job.params.clone()).map_err(|_| not_paged())?;
     let pages = campaign.pages.ok_or_else(not_paged)?;
-    campaign::check_page(&campaign, page, &body.recipients)
-        .map_err(|(field, m)| ApiError::unprocessable("invalid_field", format!("{field}: {m}")).with("field", field))?;
+    // A page past the campaign's own count conflicts with the campaign; bad recipients are 422.
+    campaign::check_page(&campaign, page, &body.recipients).map_err(|(field, m)| {
+        if field == "page" {
+            ApiError::new(StatusCode::CONFLICT, "page_out_of_range", format!("{field}: {m}")).with("field", field)
+        } else {
+            ApiError::unprocessable("invalid_field", format!("{field}: {m}")).with("field", field)
+        }
+    })?;
     if job.status != JobStatus::Pending {
         return Err(ApiError::new(StatusCode::CONFLICT, "job_state", format!("the campaign is {}; pages are taken while it is pending", job.status.as_str())));
     }

@@ -165,8 +165,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                 ApiError::new(status, "unreadable_body", "the request body could not be read")
             }
         })?;
-        let value: Value = serde_json::from_slice(&bytes)
+        let mut value: Value = serde_json::from_slice(&bytes)
             .map_err(|e| ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}")))?;
+        integral_numbers(&mut value);
         if let Some(path) = nul_path(&value, "") {
             return Err(ApiError::bad_request("nul_character", format!("{path} contains a NUL character"))
                 .with("field", path));
@@ -205,6 +206,24 @@ pub fn check_uri(uri: &axum::http::Uri) -> Result<(), ApiError> {
     }
 }
 
+/// Write every number without a fractional part as an integer (`1.0` as `1`): JSON Schema, and
+/// so the OpenAPI document, counts it as one, and integer fields then take it.
+fn integral_numbers(v: &mut Value) {
+    match v {
+        Value::Number(n) if n.is_f64() => {
+            if let Some(f) = n.as_f64()
+                && f.fract() == 0.0
+                && (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&f)
+            {
+                *v = Value::from(f as i64);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(integral_numbers),
+        Value::Object(map) => map.values_mut().for_each(integral_numbers),
+        _ => {}
+    }
+}
+
 /// The path of the first string (or object key) that contains a NUL character.
 fn nul_path(v: &Value, at: &str) -> Option<String> {
     let here = || if at.is_empty() { ".".to_owned() } else { at.to_owned() };
@@ -223,6 +242,14 @@ fn nul_path(v: &Value, at: &str) -> Option<String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn numbers_without_a_fraction_are_integers() {
+        let mut v = json!({"a": [1.0, 2.5, -0.0], "b": {"c": 3e300}, "d": 7});
+        integral_numbers(&mut v);
+        assert_eq!(v, json!({"a": [1, 2.5, 0], "b": {"c": 3e300}, "d": 7}));
+        assert!(v["a"][0].is_i64());
+    }
 
     #[test]
     fn nul_characters_are_found_anywhere() {

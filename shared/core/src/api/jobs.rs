@@ -198,8 +198,9 @@ fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, JobVie
     security(("tenant_key" = [])),
     responses((status = 202, description = "created; the row has committed", body = JobView),
         (status = 200, description = "a replay of the same request", body = JobView),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, body = ErrorBody),
-        (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`Retry-After`)", body = ErrorBody),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 409, description = "a `callback_url` before `PUT /v1/callbacks` (`callbacks_not_configured`)", body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`Retry-After`)", body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 pub async fn submit(
     State(state): State<AppState>,
@@ -330,7 +331,8 @@ async fn require_template(state: &AppState, tenant_id: TenantId, new: &NewJob) -
 async fn require_signing_secret(state: &AppState, tenant_id: TenantId) -> Result<(), ApiError> {
     let db = state.pool.get().await.map_err(StoreError::from)?;
     if crate::store::callbacks::get(&db, tenant_id).await?.is_none() {
-        return Err(ApiError::unprocessable(
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
             "callbacks_not_configured",
             "callback_url needs the tenant's signing secret: PUT /v1/callbacks first",
         )
@@ -415,10 +417,9 @@ pub struct ListQuery {
     pub task_type: Option<String>,
     pub correlation_id: Option<String>,
     /// An RFC 3339 time, or a `resume_cursor`.
-    #[param(min_length = 1)]
     pub updated_since: Option<String>,
     /// A `next_cursor`.
-    #[param(min_length = 1)]
+    #[param(pattern = "^A[A-Za-z0-9_-]{31}$")]
     pub cursor: Option<String>,
     /// 1 to 500; default 100.
     #[param(value_type = Option<i64>, minimum = 1, maximum = 500)]
@@ -448,7 +449,7 @@ pub async fn list(
         match DateTime::parse_from_rfc3339(s) {
             Ok(t) => updated_since = Some(t.with_timezone(&Utc)),
             Err(_) => {
-                since_cursor = Some(cursor::decode(s).ok_or_else(|| {
+                since_cursor = Some(job_cursor(s).ok_or_else(|| {
                     bad("updated_since", "updated_since must be an RFC 3339 time or a cursor this API issued".into())
                 })?)
             }
@@ -457,7 +458,7 @@ pub async fn list(
     let limit = page_limit(q.limit.as_deref(), 100)?;
     let after = match q.cursor.as_deref() {
         None => since_cursor,
-        Some(c) => Some(cursor::decode(c).ok_or_else(|| bad("cursor", "cursor is not one this API issued".into()))?),
+        Some(c) => Some(job_cursor(c).ok_or_else(|| bad("cursor", "cursor is not one this API issued".into()))?),
     };
     if let Some(c) = &q.correlation_id {
         crate::telemetry::record_correlation(c);
@@ -465,7 +466,7 @@ pub async fn list(
     let filter = JobFilter { status, task_type: q.task_type, correlation_id: q.correlation_id, updated_since, after, limit };
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let page = view::annotate(&db, jobs::list(&db, tenant.id, &filter).await?, Utc::now()).await?;
-    let next_cursor = (page.len() as i64 == limit).then(|| page.last().map(|j| cursor::encode(j.updated_at, j.id))).flatten();
+    let next_cursor = (page.len() as i64 == limit).then(|| page.last().map(|j| cursor::encode(j.updated_at, j.id.as_uuid()))).flatten();
     let nil = JobId::from_uuid(Uuid::nil());
     let settled = (Utc::now() - chrono::Duration::seconds(SETTLE_SECONDS), nil);
     let reached = page.last().map(|j| (j.updated_at, j.id)).or(after).or(updated_since.map(|t| (t, nil)));
@@ -473,7 +474,12 @@ pub async fn list(
         Some(r) if r < settled => r,
         _ => settled,
     };
-    Ok(Json(json!({ "jobs": page, "next_cursor": next_cursor, "resume_cursor": cursor::encode(at, id) })))
+    Ok(Json(json!({ "jobs": page, "next_cursor": next_cursor, "resume_cursor": cursor::encode(at, id.as_uuid()) })))
+}
+
+/// A change-feed position: a cursor's time and the job it names.
+fn job_cursor(c: &str) -> Option<(DateTime<Utc>, JobId)> {
+    cursor::decode(c).map(|(at, id)| (at, JobId::from_uuid(id)))
 }
 
 /// `GET /v1/tasks`: the catalogue, with each task's parameter schema.

@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod email;
 pub mod callbacks;
+pub mod constraints;
 pub mod cursor;
 pub mod error;
 pub mod extract;

@@ -30,6 +30,7 @@ use super::{admin, callbacks, email, jobs, schedules, status};
         callbacks::get, callbacks::put, callbacks::rotate, callbacks::delete, callbacks::attempts,
         status::status, healthz, openapi_json,
     ),
+    components(schemas(admin::ExceptionStatus)),
     modifiers(&Keys),
     tags(
         (name = "jobs", description = "Submit and follow jobs (tenant key)"),
@@ -70,6 +71,7 @@ pub const NO_NUL: &str = "^[^\\x00]*$";
 /// and every operation with a path or query parameter may answer 400 (`extract::check_uri`).
 pub fn document() -> Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    super::constraints::apply(&mut doc);
     let bad_request = json!({"description": "a path or query parameter the server refuses (a NUL character, not UTF-8)",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}});
     let mut refs = Vec::new();
@@ -84,6 +86,7 @@ pub fn document() -> Value {
         for part in ["parameters", "requestBody"] {
             if let Some(v) = op.get_mut(part) {
                 collect_refs(v, &mut refs);
+                super::constraints::any_is_json(v);
                 no_nul_strings(v);
             }
         }
@@ -95,6 +98,7 @@ pub fn document() -> Value {
             && let Some(schema) = doc["components"]["schemas"].get_mut(&name)
         {
             collect_refs(schema, &mut refs);
+            super::constraints::any_is_json(schema);
             no_nul_strings(schema);
         }
     }

@@ -20,6 +20,9 @@ use crate::store::schedules::{self as store, Schedule};
 impl From<ScheduleError> for ApiError {
     fn from(e: ScheduleError) -> Self {
         match e {
+            ScheduleError::Invalid { field, code: code @ "unknown_tenant", message } => {
+                ApiError::new(StatusCode::NOT_FOUND, code, message).with("field", field)
+            }
             ScheduleError::Invalid { field, code, message } => ApiError::unprocessable(code, message).with("field", field),
             ScheduleError::Exists(name) => {
                 ApiError::new(StatusCode::CONFLICT, "schedule_exists", format!("a schedule named {name:?} exists already"))
@@ -51,7 +54,8 @@ pub async fn list(State(state): State<AppState>, Operator(_): Operator) -> Resul
 /// Create a schedule; its first run is the first slot after now.
 #[utoipa::path(post, path = "/v1/admin/schedules", tag = "operations", request_body = ScheduleSpec,
     security(("operator_key" = [])),
-    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 201, body = Schedule), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 201, body = Schedule),
+        (status = 404, description = "no tenant of that name (`unknown_tenant`)", body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
     Operator(op): Operator,
@@ -75,7 +79,8 @@ pub async fn get(State(state): State<AppState>, Operator(_): Operator, Path(id):
 /// Change a schedule: pause (`enabled: false`), resume, params, expression, time zone, catch-up.
 #[utoipa::path(patch, path = "/v1/admin/schedules/{id}", tag = "operations", params(("id" = String, Path)),
     request_body = SchedulePatch, security(("operator_key" = [])),
-    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = Schedule), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = Schedule), (status = 404, body = ErrorBody),
+        (status = 409, description = "params the schedule's task type refuses (`invalid_params`)", body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn update(
     State(state): State<AppState>,
     Operator(op): Operator,
@@ -84,7 +89,14 @@ pub async fn update(
 ) -> Result<Json<Schedule>, ApiError> {
     let id = parse_id(&id)?;
     let mut db = state.pool.get().await.map_err(StoreError::from)?;
-    Ok(Json(schedules::change(&mut db, &state.catalogue, id, patch, &op.name, Utc::now()).await?))
+    // Params are the schedule's own task type's: ones it refuses conflict with the schedule.
+    let changed = schedules::change(&mut db, &state.catalogue, id, patch, &op.name, Utc::now()).await.map_err(|e| match e {
+        ScheduleError::Invalid { field, code: "invalid_params", message } => {
+            ApiError::new(StatusCode::CONFLICT, "invalid_params", message).with("field", field)
+        }
+        other => ApiError::from(other),
+    })?;
+    Ok(Json(changed))
 }
 
 /// Delete a schedule (jobs it fired stay).

@@ -37,6 +37,7 @@ pub struct Sleep;
 #[serde(deny_unknown_fields)]
 pub struct SleepParams {
     /// Seconds to sleep, 0 to 3600.
+    #[schema(minimum = 0, maximum = 3600)]
     pub seconds: f64,
 }
 

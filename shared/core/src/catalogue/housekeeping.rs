@@ -19,12 +19,15 @@ pub struct Retention;
 pub struct RetentionParams {
     /// Keep terminal jobs this many days (1 to 3650); default 30.
     #[serde(default = "default_days")]
+    #[schema(minimum = 1, maximum = 3650)]
     pub older_than_days: u32,
     /// Jobs deleted per statement (1 to 10000); default 1000.
     #[serde(default = "default_batch")]
+    #[schema(minimum = 1, maximum = 10_000)]
     pub batch: i64,
     /// Statements per run (1 to 10000); default 100. What is left waits for the next run.
     #[serde(default = "default_max_batches")]
+    #[schema(minimum = 1, maximum = 10_000)]
     pub max_batches: u32,
 }
 

@@ -240,6 +240,11 @@ impl Catalogue {
         self.tasks.values().filter(|t| !t.platform_only()).map(|t| t.info()).collect()
     }
 
+    /// Every task, platform-only ones included (what a schedule may fire).
+    pub fn describe_all(&self) -> Vec<TaskInfo> {
+        self.tasks.values().map(|t| t.info()).collect()
+    }
+
     /// Validate parameters for a task type known to be in the catalogue.
     pub fn check(&self, name: &str, params: &Value) -> Result<(), ParamError> {
         match self.tasks.get(name) {

@@ -60,13 +60,16 @@ pub struct CampaignParams {
     /// Instead of `recipients`: how many pages of recipients will be uploaded
     /// (`PUT /v1/jobs/{id}/recipients/{page}`, pages 0 to pages-1); held until the last lands.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000)]
     pub pages: Option<u32>,
     /// Children sending at once (1 to 1000; default 10): their concurrency key is the campaign's.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000)]
     pub concurrency_limit: Option<i32>,
     /// Children created per run before the campaign continues in a new run (100 to 100,000;
     /// default 20,000).
     #[serde(default)]
+    #[schema(minimum = 100, maximum = 100_000)]
     pub children_per_run: Option<u32>,
 }
 

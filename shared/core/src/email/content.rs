@@ -17,7 +17,7 @@ pub const MAX_RECIPIENTS: usize = 50;
 /// Tags Relay sets itself; a client may not set them.
 pub const RESERVED_TAG_PREFIX: &str = "relay_";
 /// Headers SES or Relay set; a client may not set them through `headers`.
-const RESERVED_HEADERS: [&str; 10] =
+pub const RESERVED_HEADERS: [&str; 10] =
     ["from", "to", "cc", "bcc", "subject", "reply-to", "date", "message-id", "return-path", "x-relay-correlation-id"];
 /// The header that carries the correlation id verbatim (tags allow only a narrow charset).
 pub const CORRELATION_HEADER: &str = "X-Relay-Correlation-Id";
@@ -152,7 +152,7 @@ impl SendParams {
             if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
                 return Err((format!("headers.{name}"), "set by Relay or SES; use the matching parameter".into()));
             }
-            if value.contains(['\r', '\n']) || value.len() > 870 {
+            if value.contains(['\r', '\n']) || value.chars().count() > 870 {
                 return Err((format!("headers.{name}"), "one line of at most 870 characters".into()));
             }
         }
@@ -170,7 +170,7 @@ impl SendParams {
             return Err(("configuration_set".into(), "1 to 64 letters, digits, '_' or '-'".into()));
         }
         if let Some(k) = &self.message_key
-            && (k.is_empty() || k.len() > 200 || k.chars().any(char::is_control))
+            && (k.is_empty() || k.chars().count() > 200 || k.chars().any(char::is_control))
         {
             return Err(("message_key".into(), "1 to 200 characters, no control characters".into()));
         }

@@ -19,6 +19,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (10, "0010_fair_claims", include_str!("../../../../migrations/0010_fair_claims.sql")),
     (11, "0011_resend_backoff", include_str!("../../../../migrations/0011_resend_backoff.sql")),
     (12, "0012_tenant_faults", include_str!("../../../../migrations/0012_tenant_faults.sql")),
+    (13, "0013_messages_recent", include_str!("../../../../migrations/0013_messages_recent.sql")),
     (14, "0014_message_previews", include_str!("../../../../migrations/0014_message_previews.sql")),
 ];
 

@@ -25,13 +25,9 @@ use taskdeck::store::tooling::readouts;
 /// A's identifier compares with its answer for a missing one. A change feed's resume cursor
 /// that names no job (the nil id) is only a time: it is dropped too; one naming a job stays.
 fn normalise(v: &Value, ident: &str) -> Value {
-    use base64::Engine;
     let timeless = |k: &str, x: &Value| {
         k.ends_with("_at")
-            || (k == "resume_cursor"
-                && x.as_str()
-                    .and_then(|c| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(c).ok())
-                    .is_some_and(|c| c.ends_with(format!("|{}", uuid::Uuid::nil()).as_bytes())))
+            || (k == "resume_cursor" && x.as_str().and_then(taskdeck::api::cursor::decode).is_some_and(|(_, id)| id.is_nil()))
     };
     match v {
         Value::String(s) => Value::String(s.replace(ident, "<ident>")),

@@ -1,0 +1,334 @@
+//! What the server enforces beyond the handlers' annotations, written into the OpenAPI document
+//! (`openapi::document`) so that every request the document allows is one the server takes:
+//! each task type with its own `params` (the schema `GET /v1/tasks` publishes and intake checks),
+//! fields given together or not at all, text patterns, cursors, time zones, cron expressions.
+//! Where the server's rule is wider than a pattern can say (an email address, a URL, a cron
+//! expression), the pattern states a part of it the server always takes.
+
+use serde_json::{Map, Value, json};
+
+use super::openapi::NO_NUL;
+use crate::catalogue::housekeeping::RETENTION;
+use crate::catalogue::{Catalogue, TaskInfo};
+
+/// Text with a character that is not white space (what `str::trim` leaves non-empty), no NUL.
+pub const NON_BLANK: &str = "^[^\\x00]*[^\\x00\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00]*$";
+/// 1 to 200 characters, none a control character (`terms::printable`).
+pub const PRINTABLE: &str = "^[^\\x00-\\x1f\\x7f-\\x9f]{1,200}$";
+/// Template text without template syntax it could fail to compile (`{{`, `{%`, `{#`).
+pub const PLAIN_TEMPLATE_TEXT: &str = "^([^\\x00{]|\\{[^\\x00{%#])*\\{?$";
+/// A bare email address of the common shape (dot-atom local part, host name).
+pub const ADDRESS: &str =
+    "^[A-Za-z0-9_+-]{1,32}(\\.[A-Za-z0-9_+-]{1,31})?@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,2}$";
+/// SES tag names and values, configuration sets (`content::tag_text_ok`).
+pub const TAG_TEXT: &str = "^[A-Za-z0-9_-]{1,256}$";
+/// Template and schedule names (`templates::check_name`; schedules also take `:`).
+pub const TEMPLATE_NAME: &str = "^[A-Za-z0-9._-]{1,100}$";
+pub const SCHEDULE_NAME: &str = "^[A-Za-z0-9_.:-]{1,100}$";
+/// An IAM role ARN (`credentials::valid_role_arn`).
+pub const ROLE_ARN: &str = "^arn:aws[^:\\x00]*:iam::[0-9]{12}:role/[^\\x00]*[^/\\x00]$";
+
+/// Five cron fields (minute, hour, day of month, month, day of week), each `*`, `*/step` or a
+/// list of values; days of the month 1 to 28, so every expression has a next slot.
+pub fn cron_pattern() -> String {
+    let field = |v: &str| format!("(\\*(/[1-9])?|({v})(,({v}))*)");
+    let fields = ["[1-5]?[0-9]", "1?[0-9]|2[0-3]", "[1-9]|1[0-9]|2[0-8]", "[1-9]|1[0-2]", "[0-6]"].map(field);
+    format!("^{}$", fields.join(" "))
+}
+
+/// Write the constraints into `doc` (before its strings get the NUL-free pattern).
+pub fn apply(doc: &mut Value) {
+    let catalogue = Catalogue::standard();
+    let schemas = &mut doc["components"]["schemas"];
+    schemas["Json"] = json_value();
+    let mut defs = Map::new();
+    let branches = |tasks: Vec<TaskInfo>, defs: &mut Map<String, Value>| -> (Vec<Value>, Vec<Value>) {
+        let names = tasks.iter().map(|t| json!(t.name)).collect();
+        let branches = tasks.into_iter().map(|t| branch(t, defs)).collect();
+        (names, branches)
+    };
+    let (client, mut client_branches) = branches(catalogue.describe(), &mut defs);
+    let scheduled = catalogue.describe_all().into_iter().filter(|t| catalogue.client_may_submit(t.name) || t.name == RETENTION).collect();
+    let (all, mut all_branches) = branches(scheduled, &mut defs);
+    for (name, schema) in defs {
+        schemas[name] = schema;
+    }
+    for b in client_branches.iter_mut().chain(all_branches.iter_mut()) {
+        let task = b["properties"]["task_type"]["const"].as_str().unwrap_or_default().to_owned();
+        task_rules(&task, &mut b["properties"]["params"]);
+    }
+    send_rules(&mut schemas["Params_email_campaign_SendParams"], true);
+    for recipient in ["Params_email_campaign_Recipient", "Recipient"] {
+        schemas[recipient]["properties"]["to"]["pattern"] = json!(ADDRESS);
+    }
+    schemas["RecipientPage"]["properties"]["recipients"]["minItems"] = json!(1);
+    schemas["RecipientPage"]["properties"]["recipients"]["maxItems"] = json!(crate::email::campaign::MAX_PAGE);
+
+    let job = &mut schemas["JobRequest"];
+    job["properties"]["task_type"] = json!({"type": "string", "enum": client, "description": "A task type from `GET /v1/tasks`."});
+    job["properties"]["params"] = json!({"description": "Parameters, checked against the task's schema (`GET /v1/tasks`)."});
+    for field in ["correlation_id", "concurrency_key"] {
+        job["properties"][field]["pattern"] = json!(PRINTABLE);
+    }
+    let callback_url = crate::callbacks::url_pattern(false);
+    job["properties"]["callback_url"]["pattern"] = json!(callback_url);
+    job["properties"]["callback_url"]["maxLength"] = json!(crate::callbacks::MAX_URL_LEN);
+    job["oneOf"] = json!(client_branches);
+    job["allOf"] = json!([
+        {"anyOf": [{"properties": {"run_at": {"type": "null"}}}, {"properties": {"delay_seconds": {"type": "null"}}}]},
+        {"anyOf": [
+            {"required": ["concurrency_key", "concurrency_limit"],
+             "properties": {"concurrency_key": {"type": "string"}, "concurrency_limit": {"type": "integer"}}},
+            {"properties": {"concurrency_key": {"type": "null"}, "concurrency_limit": {"type": "null"}}},
+        ]},
+    ]);
+    schemas["BatchRequest"]["properties"]["jobs"]["items"] = json!({"$ref": "#/components/schemas/Json"});
+
+    let spec = &mut schemas["ScheduleSpec"];
+    spec["properties"]["name"]["pattern"] = json!(SCHEDULE_NAME);
+    spec["properties"]["task_type"] = json!({"type": "string", "enum": all});
+    spec["properties"]["params"] = json!({"description": "Parameters, checked against the task's schema."});
+    spec["oneOf"] = json!(all_branches);
+    for name in ["ScheduleSpec", "SchedulePatch"] {
+        let s = &mut schemas[name];
+        s["properties"]["cron"]["pattern"] = json!(cron_pattern());
+        s["properties"]["timezone"]["enum"] = json!(time_zones(s["properties"]["timezone"]["type"].is_array()));
+    }
+    schemas["SchedulePatch"]["properties"]["params"] = json!({"$ref": "#/components/schemas/Json",
+        "description": "Parameters of the schedule's own task type; params it would refuse answer 409."});
+
+    let integrations = "[a-z_]+";
+    let paused = catalogue.names().iter().map(|n| n.replace('.', "\\.")).collect::<Vec<_>>().join("|");
+    schemas["ModeChange"]["properties"]["name"]["pattern"] = json!(format!("^(shadow|write:{integrations}|pause:({paused}))$"));
+
+    let bulk = &mut schemas["BulkBody"];
+    bulk["oneOf"] = json!([
+        {"properties": {"action": {"enum": ["retry", "cancel"]}}},
+        {"properties": {"action": {"enum": ["finish", "ignore"]}, "reason": {"type": "string", "pattern": NON_BLANK}}, "required": ["reason"]},
+    ]);
+    schemas["FinishBody"]["properties"]["result"] = json!({"$ref": "#/components/schemas/Json"});
+
+    let template = &mut schemas["TemplateBody"];
+    template["properties"]["subject"] = json!({"type": "string", "allOf": [{"pattern": NON_BLANK}, {"pattern": PLAIN_TEMPLATE_TEXT}]});
+    for part in ["text", "html"] {
+        template["properties"][part]["pattern"] = json!(PLAIN_TEMPLATE_TEXT);
+    }
+    template["anyOf"] = json!([
+        {"required": ["text"], "properties": {"text": {"type": "string"}}},
+        {"required": ["html"], "properties": {"html": {"type": "string"}}},
+    ]);
+    schemas["CallbackSettingsRequest"]["properties"]["url"]["pattern"] = json!(callback_url);
+    schemas["SendingRoleBody"]["properties"]["role_arn"]["pattern"] = json!(ROLE_ARN);
+
+    for (path, method, param, schema) in [
+        ("/v1/jobs", "get", "updated_since", json!({"anyOf": [{"type": "string", "format": "date-time"}, {"type": "string", "pattern": super::cursor::PATTERN}]})),
+        ("/v1/suppressions/{address}", "put", "address", json!({"type": "string", "pattern": ADDRESS})),
+        ("/v1/templates/{name}", "put", "name", json!({"type": "string", "pattern": TEMPLATE_NAME})),
+    ] {
+        if let Some(p) = doc["paths"][path][method]["parameters"].as_array_mut().into_iter().flatten().find(|p| p["name"] == param) {
+            p["schema"] = schema;
+        }
+    }
+}
+
+/// What a task's own checks add to its params schema.
+fn task_rules(task: &str, params: &mut Value) {
+    match task {
+        "email.send" => send_rules(params, false),
+        "email.campaign" => {
+            params["oneOf"] = json!([
+                {"required": ["recipients"], "properties": {"pages": {"type": "null"},
+                    "recipients": {"minItems": 1, "maxItems": crate::email::campaign::MAX_INLINE}}},
+                {"required": ["pages"], "properties": {"pages": {"type": "integer"}, "recipients": {"maxItems": 0}}},
+            ]);
+        }
+        _ => {}
+    }
+}
+
+/// A header name a client may set: visible ASCII but `:`, none of `RESERVED_HEADERS` (in any case).
+fn header_name() -> Value {
+    let any_case = |name: &str| -> String {
+        name.chars().map(|c| if c.is_ascii_alphabetic() { format!("[{}{}]", c.to_ascii_uppercase(), c) } else { c.to_string() }).collect()
+    };
+    let reserved = crate::email::content::RESERVED_HEADERS.map(any_case).join("|");
+    json!({"type": "string", "pattern": "^[!-9;-~]{1,126}$", "not": {"pattern": format!("^({reserved})$")}})
+}
+
+/// `email.send`'s params (or a campaign's message, which names no recipient): addresses of the
+/// common shape, 1 to 50 recipients, a stored template or a one-line subject with text or
+/// html, header names no one else sets, SES tag text (`SendParams::check`).
+fn send_rules(p: &mut Value, campaign: bool) {
+    let address = json!({"type": "string", "pattern": ADDRESS});
+    let props = &mut p["properties"];
+    props["from"]["pattern"] = json!(ADDRESS);
+    let most = crate::email::content::MAX_RECIPIENTS;
+    for list in ["to", "cc", "bcc"] {
+        props[list] = if campaign { json!({"type": "array", "maxItems": 0}) } else { json!({"type": "array", "items": address, "maxItems": most}) };
+    }
+    if campaign {
+        props["message_key"] = json!({"type": "null"});
+    } else {
+        props["message_key"]["pattern"] = json!(PRINTABLE);
+    }
+    props["reply_to"]["items"] = address;
+    props["headers"]["propertyNames"] = header_name();
+    props["headers"]["additionalProperties"] = json!({"type": "string", "pattern": "^[^\\x00\\r\\n]{0,870}$"});
+    props["tags"]["propertyNames"] = json!({"type": "string", "pattern": TAG_TEXT, "not": {"pattern": "^relay_"}});
+    props["tags"]["additionalProperties"] = json!({"type": "string", "pattern": TAG_TEXT});
+    props["configuration_set"]["pattern"] = json!(TAG_TEXT);
+    if !campaign {
+        let one = |list: &str| json!({"required": [list], "properties": {list: {"minItems": 1}}});
+        p["anyOf"] = json!([one("to"), one("cc"), one("bcc")]);
+    }
+    let one_line = "^[^\\x00\\r\\n]*[^\\x00\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00\\r\\n]*$";
+    p["oneOf"] = json!([
+        {"required": ["template"], "properties": {"template": {"type": "string", "pattern": TEMPLATE_NAME},
+            "subject": {"type": "null"}, "text": {"type": "null"}, "html": {"type": "null"}}},
+        {"required": ["subject"], "properties": {"template": {"type": "null"}, "subject": {"type": "string", "pattern": one_line},
+            "data": {"maxProperties": 0}},
+         "anyOf": [{"required": ["text"], "properties": {"text": {"type": "string"}}},
+                   {"required": ["html"], "properties": {"html": {"type": "string"}}}]},
+    ]);
+}
+
+/// Any JSON value without a NUL character in a string or a member name.
+fn json_value() -> Value {
+    let me = json!({"$ref": "#/components/schemas/Json"});
+    json!({"description": "Any JSON value without a NUL character.", "anyOf": [
+        {"type": ["null", "boolean", "number"]},
+        {"type": "string", "pattern": NO_NUL},
+        {"type": "array", "items": me},
+        {"type": "object", "propertyNames": {"pattern": NO_NUL}, "additionalProperties": me},
+    ]})
+}
+
+/// One task's branch of a request: its `task_type` and its own `params` schema (required when
+/// the task requires any member), with its `$defs` moved to components under a prefix.
+fn branch(t: TaskInfo, defs: &mut Map<String, Value>) -> Value {
+    let prefix = format!("Params_{}_", t.name.replace('.', "_"));
+    let mut schema = t.params_schema;
+    if let Some(Value::Object(own)) = schema.as_object_mut().and_then(|o| o.remove("$defs")) {
+        for (name, mut def) in own {
+            rewrite(&mut def, &prefix);
+            defs.insert(format!("{prefix}{name}"), def);
+        }
+    }
+    rewrite(&mut schema, &prefix);
+    let needs_params = schema["required"].as_array().is_some_and(|r| !r.is_empty());
+    let mut b = json!({"properties": {"task_type": {"const": t.name}, "params": schema}});
+    if needs_params {
+        b["required"] = json!(["params"]);
+    }
+    b
+}
+
+/// Point `#/$defs/X` at the component `<prefix>X`; give any-value members the NUL-free `Json`
+/// and member names the NUL-free pattern.
+fn rewrite(v: &mut Value, prefix: &str) {
+    match v {
+        Value::Object(map) => {
+            if let Some(Value::String(r)) = map.get_mut("$ref")
+                && let Some(name) = r.strip_prefix("#/$defs/")
+            {
+                *r = format!("#/components/schemas/{prefix}{name}");
+            }
+            if let Some(names) = map.get_mut("propertyNames").and_then(Value::as_object_mut) {
+                names.entry("pattern").or_insert_with(|| json!(NO_NUL));
+            }
+            for (key, member) in map.iter_mut() {
+                let nested = matches!(key.as_str(), "properties" | "$defs");
+                if nested {
+                    for m in member.as_object_mut().into_iter().flat_map(|o| o.values_mut()) {
+                        any_to_json(m);
+                        rewrite(m, prefix);
+                    }
+                } else if matches!(key.as_str(), "additionalProperties" | "items") {
+                    any_to_json(member);
+                    rewrite(member, prefix);
+                } else {
+                    rewrite(member, prefix);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|x| rewrite(x, prefix)),
+        _ => {}
+    }
+}
+
+/// In a request schema: any-value members take the NUL-free `Json`, member names the NUL-free
+/// pattern (the server refuses a NUL anywhere in a body).
+pub fn any_is_json(v: &mut Value) {
+    rewrite(v, "");
+}
+
+/// A schema that allows any value (no type, reference or combinator) becomes the `Json` one.
+fn any_to_json(v: &mut Value) {
+    let Some(map) = v.as_object_mut() else { return };
+    let open = ["type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const"].iter().all(|k| !map.contains_key(*k));
+    if open {
+        map.insert("$ref".into(), json!("#/components/schemas/Json"));
+    }
+}
+
+/// The IANA names the server takes (`chrono_tz`), with null when the field may be null.
+fn time_zones(nullable: bool) -> Vec<Value> {
+    let mut names: Vec<Value> = chrono_tz::TZ_VARIANTS.iter().map(|tz| json!(tz.name())).collect();
+    if nullable {
+        names.push(Value::Null);
+    }
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cron_pattern_holds_only_expressions_the_server_takes() {
+        let re = cron_pattern();
+        assert!(re.starts_with("^(\\*(/[1-9])?|"));
+        for e in ["* * * * *", "*/5 0,12 1,28 */2 0,6", "59 23 28 12 6"] {
+            crate::schedules::CronTz::parse(e, "UTC").unwrap_or_else(|e| panic!("{e:?}"));
+        }
+    }
+
+    #[test]
+    fn cursor_parameters_state_the_cursor_shape() {
+        let doc = super::super::openapi::document();
+        for path in ["/v1/jobs", "/v1/admin/exceptions"] {
+            let params = doc["paths"][path]["get"]["parameters"].as_array().unwrap();
+            let cursor = params.iter().find(|p| p["name"] == "cursor").unwrap();
+            assert_eq!(cursor["schema"]["pattern"], super::super::cursor::PATTERN, "{path}");
+        }
+    }
+
+    #[test]
+    fn the_documented_callback_url_shape_is_one_the_server_takes() {
+        let documented = regex::Regex::new(&crate::callbacks::url_pattern(false)).unwrap();
+        let allow = crate::callbacks::AllowList::default();
+        for url in ["https://a.example/x?y=%2F", "http://localhost:65535", "http://a-1.b/p/q;r=s@t"] {
+            assert!(documented.is_match(url), "{url}");
+            assert_eq!(crate::callbacks::check_url(url, &allow), Ok(()), "{url}");
+        }
+        for url in ["http://a.example:65536/", "http://a.example/%zz", "http://10.0.0.1/"] {
+            assert!(!documented.is_match(url), "{url}");
+        }
+    }
+
+    #[test]
+    fn member_name_rules_survive_the_nul_free_pass() {
+        let doc = super::super::openapi::document();
+        let send = doc["components"]["schemas"]["JobRequest"]["oneOf"].as_array().unwrap().iter()
+            .find(|b| b["properties"]["task_type"]["const"] == "email.send").unwrap().clone();
+        assert_eq!(send["properties"]["params"]["properties"]["headers"]["propertyNames"]["pattern"], "^[!-9;-~]{1,126}$");
+        assert_eq!(send["properties"]["params"]["properties"]["tags"]["propertyNames"]["pattern"], TAG_TEXT);
+    }
+
+    #[test]
+    fn every_time_zone_named_is_one_the_server_takes() {
+        for tz in time_zones(false) {
+            crate::schedules::CronTz::parse("* * * * *", tz.as_str().unwrap()).unwrap();
+        }
+    }
+}
