@@ -140,7 +140,7 @@ async fn force_finish_needs_a_reason_and_records_it_in_the_result() {
     let (job, exc) = failed_job(&w, "f1", fatal()).await;
     let path = format!("/v1/admin/exceptions/{exc}/finish");
     let (s, err) = op_call(&w, &key, Method::POST, &path, Some(json!({}))).await;
-    assert_eq!((s, err["error"]["code"].as_str(), err["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_field"), Some(".")));
+    assert_eq!((s, err["error"]["code"].as_str(), err["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_field"), Some("reason")));
     let (s, err) = op_call(&w, &key, Method::POST, &path, Some(json!({"reason": " \u{3000}"}))).await;
     assert_eq!((s, err["error"]["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("reason_required")));
     assert!(audit(&w, exc).await.is_empty(), "a refused action writes nothing");
