@@ -92,6 +92,8 @@ pub fn apply(doc: &mut Value) {
     for name in ["ScheduleSpec", "SchedulePatch"] {
         let s = &mut schemas[name];
         s["properties"]["cron"]["pattern"] = json!(cron_pattern());
+        s["properties"]["cron"]["description"] = json!("Five fields, minute first. The pattern states expressions always taken \
+            (every one has a next slot); the server also takes ranges, names, a seconds field and any expression with a next slot.");
         s["properties"]["timezone"]["enum"] = json!(time_zones(s["properties"]["timezone"]["type"].is_array()));
     }
     schemas["SchedulePatch"]["properties"]["params"] = json!({"$ref": "#/components/schemas/Json",
@@ -109,9 +111,13 @@ pub fn apply(doc: &mut Value) {
     schemas["FinishBody"]["properties"]["result"] = json!({"$ref": "#/components/schemas/Json"});
 
     let template = &mut schemas["TemplateBody"];
-    template["properties"]["subject"] = json!({"type": "string", "allOf": [{"pattern": NON_BLANK}, {"pattern": PLAIN_TEMPLATE_TEXT}]});
+    let syntax = "Template syntax (`{{ }}`, `{% %}`, `{# #}`) is taken when it compiles (else 422 `template_syntax`); \
+        the pattern states the text that always does.";
+    template["properties"]["subject"] = json!({"type": "string", "allOf": [{"pattern": NON_BLANK}, {"pattern": PLAIN_TEMPLATE_TEXT}],
+        "description": format!("Not blank. {syntax}")});
     for part in ["text", "html"] {
         template["properties"][part]["pattern"] = json!(PLAIN_TEMPLATE_TEXT);
+        template["properties"][part]["description"] = json!(syntax);
     }
     template["anyOf"] = json!([
         {"required": ["text"], "properties": {"text": {"type": "string"}}},
@@ -162,6 +168,8 @@ fn send_rules(p: &mut Value, campaign: bool) {
     let address = json!({"type": "string", "pattern": ADDRESS});
     let props = &mut p["properties"];
     props["from"]["pattern"] = json!(ADDRESS);
+    props["from"]["description"] = json!("One of the tenant's sending identities. The pattern states the common address shape; \
+        the server also takes a display name (`Acme <noreply@acme.example>`) and other RFC 5322 forms.");
     let most = crate::email::content::MAX_RECIPIENTS;
     for list in ["to", "cc", "bcc"] {
         props[list] = if campaign { json!({"type": "array", "maxItems": 0}) } else { json!({"type": "array", "items": address, "maxItems": most}) };
