@@ -213,7 +213,7 @@ fn integral_numbers(v: &mut Value) {
         Value::Number(n) if n.is_f64() => {
             if let Some(f) = n.as_f64()
                 && f.fract() == 0.0
-                && (-9.223_372_036_854_775_808e18..9.223_372_036_854_775_808e18).contains(&f)
+                && (i64::MIN as f64..-(i64::MIN as f64)).contains(&f)
             {
                 *v = Value::from(f as i64);
             }
