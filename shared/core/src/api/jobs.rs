@@ -199,7 +199,7 @@ fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, JobVie
     responses((status = 202, description = "created; the row has committed", body = JobView),
         (status = 200, description = "a replay of the same request", body = JobView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 409, description = "a `callback_url` before `PUT /v1/callbacks` (`callbacks_not_configured`)", body = ErrorBody),
+        (status = 409, description = "a `callback_url` before `PUT /v1/callbacks` (`callbacks_not_configured`), or a template the tenant has not stored (`unknown_template`)", body = ErrorBody),
         (status = 413, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`Retry-After`)", body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 pub async fn submit(
@@ -313,12 +313,15 @@ fn parse_item(index: usize, item: Value, catalogue: &Catalogue, admits: &Admissi
 }
 
 /// The stored template a job names must exist for its tenant: a send or campaign naming a
-/// missing one is refused here, not failed once per message later.
+/// missing one is refused here, not failed once per message later. A well-formed request that
+/// names what the tenant has not stored yet is a conflict with its state (409), as a
+/// `callback_url` before `PUT /v1/callbacks` is.
 async fn require_template(state: &AppState, tenant_id: TenantId, new: &NewJob) -> Result<(), ApiError> {
     let Some((field, name)) = state.catalogue.template(&new.task_type, &new.params) else { return Ok(()) };
     let db = state.pool.get().await.map_err(StoreError::from)?;
     if crate::store::templates::get(&db, tenant_id, &name).await?.is_none() {
-        return Err(ApiError::unprocessable(
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
             "unknown_template",
             format!("{field}: this tenant has no template {name:?} (PUT /v1/templates/{name} first)"),
         )
