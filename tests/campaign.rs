@@ -187,19 +187,19 @@ async fn campaign_requests_are_checked_at_submit() {
     let (status, e) = w.submit("single-data", single).await;
     assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("params.data")), "a single send, the same rule: {e}");
 
-    // A template the tenant has not stored: one 422, for a campaign as for a single send.
+    // A template the tenant has not stored: one 409, for a campaign as for a single send.
     let (status, e) = w.submit("no-template", campaign(json!([{"to": "a@example.com"}]), json!({}))).await;
     assert_eq!((status, e["error"]["code"].as_str(), e["error"]["field"].as_str()),
         (StatusCode::CONFLICT, Some("unknown_template"), Some("params.message.template")), "{e}");
     let single = json!({"task_type": "email.send", "params": {"from": "news@acme.example", "to": ["a@example.com"], "template": "news"}});
     let (status, e) = w.submit("single-no-template", single.clone()).await;
-    assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("params.template")), "{e}");
+    assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::CONFLICT, Some("params.template")), "{e}");
     let (_, batch) = w.call(Method::POST, "/v1/jobs:batch", None, Some(json!({"jobs": [
         {"idempotency_key": "b0", "task_type": "noop"},
         {"idempotency_key": "b1", "task_type": "email.send", "params": single["params"]}]}))).await;
     assert_eq!(batch["results"][0]["status"], 202, "{batch}");
     assert_eq!((batch["results"][1]["status"].as_u64(), batch["results"][1]["error"]["field"].as_str()),
-        (Some(422), Some("jobs[1].params.template")), "{batch}");
+        (Some(409), Some("jobs[1].params.template")), "{batch}");
     template(&w).await;
     let (status, e) = w.submit("with-template", campaign(json!([{"to": "a@example.com", "data": {"name": "A"}}]), json!({}))).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{e}");
