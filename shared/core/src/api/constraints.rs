@@ -99,7 +99,7 @@ pub fn apply(doc: &mut Value) {
     schemas["SchedulePatch"]["properties"]["params"] = json!({"$ref": "#/components/schemas/Json",
         "description": "Parameters of the schedule's own task type; params it would refuse answer 409."});
 
-    let integrations = "[a-z_]+";
+    let integrations = format!("({})", crate::store::modes::INTEGRATIONS.join("|"));
     let paused = catalogue.names().iter().map(|n| n.replace('.', "\\.")).collect::<Vec<_>>().join("|");
     schemas["ModeChange"]["properties"]["name"]["pattern"] = json!(format!("^(shadow|write:{integrations}|pause:({paused}))$"));
 
