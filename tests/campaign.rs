@@ -209,7 +209,7 @@ async fn campaign_requests_are_checked_at_submit() {
     assert_eq!(status, StatusCode::ACCEPTED, "{paged}");
     let page = json!({"recipients": [{"to": "a@example.com"}, {"to": "b@example.com", "data": {"x": 1}}]});
     let (status, e) = w.call(Method::PUT, &format!("/v1/jobs/{}/recipients/0", paged["id"].as_str().unwrap()), None, Some(page)).await;
-    assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("recipients[1].data")), "{e}");
+    assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::CONFLICT, Some("recipients[1].data")), "{e}");
 }
 
 /// Run workers (no sweeper: a parent must close as its last child ends) until the job is

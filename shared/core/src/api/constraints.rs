@@ -147,6 +147,11 @@ fn task_rules(task: &str, params: &mut Value) {
                     "recipients": {"minItems": 1, "maxItems": crate::email::campaign::MAX_INLINE}}},
                 {"required": ["pages"], "properties": {"pages": {"type": "integer"}, "recipients": {"maxItems": 0}}},
             ]);
+            // A recipient's `data` fills a stored template; a literal message takes none.
+            params["anyOf"] = json!([
+                {"properties": {"message": {"required": ["template"], "properties": {"template": {"type": "string"}}}}},
+                {"properties": {"recipients": {"items": {"properties": {"data": {"maxProperties": 0}}}}}},
+            ]);
         }
         _ => {}
     }
