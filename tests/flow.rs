@@ -17,14 +17,14 @@ fn id_of(job: &Value) -> JobId {
     job["id"].as_str().and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no id in {job}"))
 }
 
-/// Each job's recorded run: claimed at `started_at`, outcome written at `at`.
+/// Each succeeded job's last run: claimed at `started_at`, outcome written at `finished_at`.
 async fn runs(w: &World) -> HashMap<String, Vec<(DateTime<Utc>, DateTime<Utc>)>> {
     let rows = w
         .db()
         .await
         .query(
-            "SELECT coalesce(j.concurrency_key, ''), e.started_at, e.at FROM job_events e JOIN jobs j ON j.id = e.job_id
-             WHERE e.kind = 'succeeded' ORDER BY e.started_at",
+            "SELECT coalesce(concurrency_key, ''), started_at, finished_at FROM jobs
+             WHERE status = 'succeeded' ORDER BY started_at",
             &[],
         )
         .await

@@ -55,7 +55,6 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let after = states(&db).await?;
     let changed = before.iter().zip(&after).filter(|(b, a)| b != a).count();
     let second_won = after.iter().filter(|(_, s, a, _, _)| *s == JobStatus::Succeeded && *a == 2).count();
-    let first_succeeded = readouts::count_events(&db, "succeeded", Some(1)).await?;
     let returned = readouts::count_events(&db, "lease_expired", None).await?;
     let log = zombie.log_text();
     let stale = log.matches("relay.executor.stale_write").count();
@@ -75,7 +74,6 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     report.check(done, "the second worker did not finish the jobs");
     report.check(changed == 0, format!("the zombie's late writes changed {changed} rows"));
     report.check(second_won == n, format!("{second_won} of {n} jobs kept attempt 2's result"));
-    report.check(first_succeeded == 0, format!("{first_succeeded} success events of the zombie's attempt"));
     report.check(stale + aborted >= n, format!("the zombie reported {} of {n} late outcomes (stale or aborted)", stale + aborted));
     drop(db);
     scratch.drop_schema(&env.url).await?;

@@ -30,27 +30,34 @@ pub(super) struct Transition {
     pub set: &'static str,
     /// The input columns after id and attempt (see `update`).
     pub inputs: &'static [(&'static str, &'static str)],
-    /// The event's kind and the state moved to (from `running`).
-    pub kind: &'static str,
+    /// The event's kind and the state moved to (from `running`). `None`: the transition writes
+    /// no event row, because the job row itself holds it (a success: see `read::with_derived`).
+    pub kind: Option<&'static str>,
     pub to: &'static str,
     /// The event's reason: an expression over the moved rows, or `NULL`.
     pub reason: &'static str,
 }
 
 impl Transition {
-    /// The statement: the transition and its events as its first two CTEs, then `rest` (any
-    /// further CTEs, each led by a comma, and the final SELECT, led by its id).
+    /// The statement: the transition and its event (if it records one) as its first CTEs,
+    /// then `rest` (any further CTEs, each led by a comma, and the final SELECT, led by its id).
     pub fn sql(&self, rest: &str) -> String {
         let Transition { rows, set, inputs, kind, to, reason } = self;
         let returning: String =
             [TERMINAL_RETURNING.to_owned()].into_iter().chain(inputs.iter().map(|(name, _)| format!("i.{name}"))).collect::<Vec<_>>().join(", ");
+        let events = match kind {
+            Some(kind) => format!(
+                ", events AS (
+                 INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, started_at, reason)
+                 SELECT id, '{kind}', 'running', '{to}', attempt, started_at, {reason} FROM {rows}
+             )"
+            ),
+            None => String::new(),
+        };
         format!(
             "WITH {rows} AS (
                  {update}
-             ), events AS (
-                 INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, started_at, reason)
-                 SELECT id, '{kind}', 'running', '{to}', attempt, started_at, {reason} FROM {rows}
-             ){rest}",
+             ){events}{rest}",
             update = update(set, inputs, &returning),
         )
     }

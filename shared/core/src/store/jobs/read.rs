@@ -61,9 +61,10 @@ pub async fn list(db: &impl GenericClient, tenant_id: TenantId, f: &JobFilter) -
     Ok(rows.iter().map(Job::from_row).collect())
 }
 
-/// One step of a job's history. `submitted` and `claimed` are not rows of `job_events`: they
-/// are read from the job row (`created_at`, and `started_at` while an attempt runs) and from
-/// the `started_at` of the event that ends each attempt, so the hot path writes no extra row.
+/// One step of a job's history. `submitted`, `claimed` and the `succeeded` that ends a running
+/// attempt are not rows of `job_events`: they are read from the job row (`created_at`; its
+/// status, attempt, `started_at` and `finished_at`) and from the `started_at` of the event
+/// that ends each earlier attempt, so the hot path writes no extra row.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct JobEvent {
     pub at: DateTime<Utc>,
@@ -100,28 +101,38 @@ impl JobEvent {
         }
     }
 
-    fn derived(at: DateTime<Utc>, kind: &str, to: &str, attempt: i32, started_at: Option<DateTime<Utc>>) -> Self {
-        let from_status = (kind == "claimed").then(|| "pending".to_owned());
+    fn derived(at: DateTime<Utc>, kind: &str, from: Option<&str>, to: &str, attempt: i32, started_at: Option<DateTime<Utc>>) -> Self {
+        let from_status = from.map(str::to_owned);
         JobEvent { at, kind: kind.into(), from_status, to_status: Some(to.into()), attempt, started_at, reason: None }
     }
 }
 
-/// A job's recorded events (in their order) with its submission and each attempt's claim
-/// merged in by time. `job` is the row's `created_at, status, attempt, started_at`.
+/// A job's recorded events (in their order) with its submission, each attempt's claim and a
+/// running attempt's success merged in by time. `job` is the row's `created_at, status,
+/// attempt, started_at, finished_at` (`ORIGIN`).
 pub(crate) fn with_derived(job: Option<&Row>, recorded: Vec<JobEvent>) -> Vec<JobEvent> {
     let Some(job) = job else { return recorded };
+    let (status, attempt): (&str, i32) = (job.get(1), job.get(2));
+    let started: Option<DateTime<Utc>> = job.get(3);
+    // A success no row records ended the current attempt: fenced successes write none.
+    let success = (status == "succeeded"
+        && !recorded.iter().any(|e| e.attempt == attempt && e.to_status.as_deref() == Some("succeeded")))
+    .then(|| job.get::<_, Option<DateTime<Utc>>>(4))
+    .flatten()
+    .map(|at| JobEvent::derived(at, "succeeded", Some("running"), "succeeded", attempt, started));
     let mut claims: Vec<(DateTime<Utc>, i32)> = recorded.iter().filter_map(|e| e.started_at.map(|s| (s, e.attempt))).collect();
-    if job.get::<_, &str>(1) == "running"
-        && let Some(started) = job.get::<_, Option<DateTime<Utc>>>(3)
+    if (status == "running" || success.is_some())
+        && let Some(started) = started
     {
-        claims.push((started, job.get(2)));
+        claims.push((started, attempt));
     }
     claims.sort();
     claims.dedup();
-    let derived = std::iter::once(JobEvent::derived(job.get(0), "submitted", "pending", 0, None))
-        .chain(claims.into_iter().map(|(at, attempt)| JobEvent::derived(at, "claimed", "running", attempt, Some(at))));
+    let derived = std::iter::once(JobEvent::derived(job.get(0), "submitted", None, "pending", 0, None))
+        .chain(claims.into_iter().map(|(at, attempt)| JobEvent::derived(at, "claimed", Some("pending"), "running", attempt, Some(at))))
+        .chain(success);
     let mut derived = derived.peekable();
-    let mut out = Vec::with_capacity(recorded.len() * 2 + 1);
+    let mut out = Vec::with_capacity(recorded.len() * 2 + 2);
     for e in recorded {
         while let Some(d) = derived.next_if(|d| d.at <= e.at) {
             out.push(d);
@@ -133,7 +144,7 @@ pub(crate) fn with_derived(job: Option<&Row>, recorded: Vec<JobEvent>) -> Vec<Jo
 }
 
 /// The job row's part of its history (see `with_derived`).
-pub(crate) const ORIGIN: &str = "SELECT created_at, status, attempt, started_at FROM jobs WHERE id = $1";
+pub(crate) const ORIGIN: &str = "SELECT created_at, status, attempt, started_at, finished_at FROM jobs WHERE id = $1";
 
 /// A tenant's job's history, oldest first.
 pub async fn events(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> Result<Vec<JobEvent>, StoreError> {

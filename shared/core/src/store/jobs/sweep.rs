@@ -38,7 +38,7 @@ const RETURN_EXPIRED: Transition = Transition {
                      last_error = 'lease expired: the worker stopped heartbeating',
                      dispatched_at = now(), updated_at = now()",
     inputs: &[],
-    kind: "lease_expired",
+    kind: Some("lease_expired"),
     to: "pending",
     reason: "'lease expired; returned to pending by the sweep'",
 };
@@ -209,18 +209,25 @@ fn finished(rows: &[tokio_postgres::Row]) -> Finished {
     Finished { parents: rows.len() - callbacks.len() - opened.len(), callbacks, opened }
 }
 
+/// A waiting parent's declared children all exist and have ended. The probe for a child not
+/// yet ended reads `jobs_open_children` (live children only), so it costs the same however
+/// many children have ended; the children are counted (a walk of all of them) only once none
+/// is open, which `CASE` makes sure of.
+const ALL_CHILDREN_ENDED: &str = "CASE WHEN EXISTS (SELECT 1 FROM jobs c WHERE c.parent_id = p.id
+                                                AND c.status IN ('pending', 'running', 'waiting'))
+                    THEN false
+                    ELSE (SELECT count(*) FROM jobs c WHERE c.parent_id = p.id) >= coalesce(p.children_total, 0) END";
+
 /// The sweep's pass over waiting parents whose children have all ended (the safety net:
 /// `finish_parents_of` finishes a parent as its last child ends). See `finish_sql`.
 pub async fn finish_parents(db: &impl GenericClient, limit: i64) -> Result<Finished, StoreError> {
     let stmt = db
-        .prepare_cached(&finish_sql(
+        .prepare_cached(&finish_sql(&format!(
             "SELECT p.id FROM jobs p
              WHERE p.status = 'waiting'
-               AND NOT EXISTS (SELECT 1 FROM jobs c WHERE c.parent_id = p.id
-                               AND c.status NOT IN ('succeeded', 'failed', 'cancelled'))
-               AND (SELECT count(*) FROM jobs c WHERE c.parent_id = p.id) >= coalesce(p.children_total, 0)
-             ORDER BY p.updated_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-        ))
+               AND {ALL_CHILDREN_ENDED}
+             ORDER BY p.updated_at LIMIT $1 FOR UPDATE SKIP LOCKED"
+        )))
         .await?;
     Ok(finished(&db.query(&stmt, &[&limit]).await?))
 }
@@ -231,14 +238,12 @@ pub async fn finish_parents(db: &impl GenericClient, limit: i64) -> Result<Finis
 /// always sees the others ended; a parent another caller is finishing is skipped.
 pub async fn finish_parents_of(db: &impl GenericClient, parents: &[JobId]) -> Result<Finished, StoreError> {
     let stmt = db
-        .prepare_cached(&finish_sql(
+        .prepare_cached(&finish_sql(&format!(
             "SELECT p.id FROM jobs p
              WHERE p.id = ANY ($1) AND p.status = 'waiting'
-               AND NOT EXISTS (SELECT 1 FROM jobs c WHERE c.parent_id = p.id
-                               AND c.status NOT IN ('succeeded', 'failed', 'cancelled'))
-               AND (SELECT count(*) FROM jobs c WHERE c.parent_id = p.id) >= coalesce(p.children_total, 0)
-             FOR UPDATE SKIP LOCKED",
-        ))
+               AND {ALL_CHILDREN_ENDED}
+             FOR UPDATE SKIP LOCKED"
+        )))
         .await?;
     Ok(finished(&db.query(&stmt, &[&parents]).await?))
 }

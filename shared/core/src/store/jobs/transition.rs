@@ -40,12 +40,15 @@ fn parents_of(rows: &[tokio_postgres::Row], at: usize) -> Vec<JobId> {
     parents
 }
 
+/// A success writes no event row: the job row holds it (status, attempt, `started_at`,
+/// `finished_at`), and a job's history derives it from there (`read::with_derived`). One
+/// insert and one index entry fewer per job on the hottest path.
 const SUCCEED: Transition = Transition {
     rows: "done",
     set: "status = 'succeeded', result = i.result, lease_until = NULL,
                      last_error = NULL, finished_at = now(), updated_at = now()",
     inputs: &[("result", "jsonb")],
-    kind: "succeeded",
+    kind: None,
     to: "succeeded",
     reason: "NULL",
 };
@@ -91,7 +94,7 @@ const RETRY: Transition = Transition {
     set: "status = 'pending', run_at = i.run_at, lease_until = NULL,
                      last_error = i.error, dispatched_at = now(), updated_at = now()",
     inputs: &[("run_at", "timestamptz"), ("error", "text")],
-    kind: "retry_scheduled",
+    kind: Some("retry_scheduled"),
     to: "pending",
     reason: "error",
 };
@@ -112,7 +115,7 @@ const CONTINUE: Transition = Transition {
                      max_attempts = least(j.max_attempts + 1, 100), last_error = NULL,
                      dispatched_at = now(), updated_at = now()",
     inputs: &[("note", "text")],
-    kind: "continued",
+    kind: Some("continued"),
     to: "pending",
     reason: "note",
 };
@@ -131,7 +134,7 @@ const WAIT: Transition = Transition {
     rows: "waiting",
     set: "status = 'waiting', children_total = i.total, lease_until = NULL, updated_at = now()",
     inputs: &[("total", "int")],
-    kind: "waiting",
+    kind: Some("waiting"),
     to: "waiting",
     reason: "'waiting for ' || total || ' children'",
 };
@@ -194,7 +197,7 @@ const FAIL: Transition = Transition {
     set: "status = 'failed', lease_until = NULL, last_error = i.error,
                      finished_at = now(), updated_at = now()",
     inputs: &[("kind", "text"), ("error", "text"), ("at_fault", "uuid")],
-    kind: "failed",
+    kind: Some("failed"),
     to: "failed",
     reason: "kind || ': ' || error",
 };
