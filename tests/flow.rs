@@ -248,3 +248,28 @@ async fn a_running_job_is_measured_against_its_task_types_baseline() {
     let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
     assert_eq!(job["progress"]["stuck"], true, "{job}");
 }
+
+/// Submit `n` noop jobs behind one concurrency key (limit 10), in batches of 500.
+async fn behind_key(w: &World, key: &str, n: usize) {
+    for start in (0..n).step_by(500) {
+        let jobs: Vec<Value> = (start..n.min(start + 500))
+            .map(|i| json!({"idempotency_key": format!("{key}-{i}"), "task_type": "noop",
+                            "concurrency_key": key, "concurrency_limit": 10}))
+            .collect();
+        let (s, res) = w.call(Method::POST, "/v1/jobs:batch", None, Some(json!({"jobs": jobs}))).await;
+        assert_eq!(s, 200, "{res}");
+    }
+}
+
+#[tokio::test]
+async fn a_keyed_claim_costs_the_same_with_twenty_thousand_jobs_behind_the_key_as_with_a_hundred() {
+    let w = World::new().await;
+    behind_key(&w, "few", 100).await;
+    behind_key(&w, "many", 20_000).await;
+    let mut db = w.db().await;
+    let few = taskdeck::store::tooling::readouts::keyed_claim_buffers(&mut db, "few", 1000).await.unwrap();
+    let many = taskdeck::store::tooling::readouts::keyed_claim_buffers(&mut db, "many", 1000).await.unwrap();
+    println!("keyed claim of 10 jobs: {few} buffers with 100 behind the key, {many} with 20,000");
+    // Sorting every waiting job, or locking a thousand rows to claim ten, reads thousands.
+    assert!(many <= 2 * few + 20, "a claim behind 20,000 jobs read {many} buffers, behind 100 {few}");
+}

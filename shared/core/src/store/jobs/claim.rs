@@ -169,20 +169,24 @@ pub async fn claim_keyed(
         tx.commit().await?;
         return Ok(Claim::default());
     }
-    let extra = if only.is_some() { "AND id = ANY($4)" } else { "AND $4::uuid[] IS NULL" };
-    let extra = format!("{extra} AND ($5::int4 IS NULL OR timeout_seconds <= $5)");
-    let fits = fitting("SELECT unnest($3::text[]) AS key", &extra, "FOR UPDATE SKIP LOCKED");
-    let stmt = tx
-        .prepare_cached(&format!(
-            "WITH due AS (SELECT id FROM ({fits}) f ORDER BY run_at LIMIT $1), claimed AS ({CLAIM_UPDATE})
-             {CLAIM_SELECT}"
-        ))
-        .await?;
+    let stmt = tx.prepare_cached(&keyed_claim_sql(only.is_some())).await?;
     let rows = tx.query(&stmt, &[&limit, &lease_secs, &keys, &only, &within]).await?;
     tx.commit().await?;
     let mut claim = Claim::from_rows(&rows);
     claim.more = rows.len() as i64 >= limit;
     Ok(claim)
+}
+
+/// The claim of `claim_keyed` once its keys are locked: `$1` the most jobs, `$2` the lease in
+/// seconds, `$3` the keys, `$4` just these ids (when `only`), `$5` the longest timeout that fits.
+pub(crate) fn keyed_claim_sql(only: bool) -> String {
+    let extra = if only { "AND id = ANY($4)" } else { "AND $4::uuid[] IS NULL" };
+    let extra = format!("{extra} AND ($5::int4 IS NULL OR timeout_seconds <= $5)");
+    let fits = fitting("SELECT unnest($3::text[]) AS key", &extra, "FOR UPDATE SKIP LOCKED");
+    format!(
+        "WITH due AS (SELECT id FROM ({fits}) f ORDER BY run_at LIMIT $1), claimed AS ({CLAIM_UPDATE})
+         {CLAIM_SELECT}"
+    )
 }
 
 /// Mark and return the due jobs of these keys that fit in their free slots now: the hand-on

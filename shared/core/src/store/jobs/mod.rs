@@ -37,6 +37,8 @@ mod sweep;
 mod transition;
 
 pub use claim::{Claim, claim_due, claim_ids, claim_keyed, defer_unfit, keyed_ready};
+#[cfg(feature = "testing")]
+pub(crate) use claim::keyed_claim_sql;
 pub use insert::{Inserted, NewJob, insert_many, release, undispatch};
 pub use read::{JobEvent, JobFilter, count_children, events, get, list, missing};
 pub use sweep::{ExpiredLease, Finished, finish_parents, finish_parents_of, lock_expired_leases, return_expired, take_lost_dispatches, take_lost_keyed};

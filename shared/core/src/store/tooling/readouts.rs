@@ -134,3 +134,20 @@ pub async fn keys_across_tenants(db: &impl GenericClient) -> Result<i64, StoreEr
 pub async fn dead_letters(db: &impl GenericClient) -> Result<Vec<DeadLetter>, StoreError> {
     crate::store::dead_letters::recent(db, i64::MAX).await
 }
+
+/// The buffers (shared pages hit or read) one keyed claim of up to `limit` jobs of `key` touches,
+/// from `EXPLAIN (ANALYZE, BUFFERS)` of the very statement `claim_keyed` runs, rolled back: what
+/// a claim costs, in a unit the machine's speed does not move.
+pub async fn keyed_claim_buffers(db: &mut deadpool_postgres::Client, key: &str, limit: i64) -> Result<i64, StoreError> {
+    let tx = db.transaction().await?;
+    let sql = format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", crate::store::jobs::keyed_claim_sql(false));
+    let keys = vec![key.to_owned()];
+    let none: Option<Vec<JobId>> = None;
+    let within: Option<i32> = None;
+    let row = tx.query_one(&sql, &[&limit, &30.0f64, &keys, &none, &within]).await?;
+    tx.rollback().await?;
+    let plan: serde_json::Value = row.get(0);
+    let top = &plan[0]["Plan"];
+    let blocks = |k: &str| top[k].as_i64().unwrap_or(0);
+    Ok(blocks("Shared Hit Blocks") + blocks("Shared Read Blocks"))
+}
