@@ -70,6 +70,8 @@ pub struct Platform {
     pub settings: Settings,
     /// Per-task-type AWS roles; `None` denies every task's AWS access.
     pub credentials: Option<Arc<TaskCredentials>>,
+    /// Claim statements this process runs at once, whatever its number of worker loops.
+    claims: Arc<tokio::sync::Semaphore>,
     database_url: String,
 }
 
@@ -90,6 +92,7 @@ impl Platform {
             transport,
             settings,
             credentials: None,
+            claims: Arc::new(tokio::sync::Semaphore::new(crate::executor::CLAIMS_AT_ONCE)),
             database_url: database_url.to_owned(),
         })
     }
@@ -137,6 +140,7 @@ impl Platform {
             config: self.settings.executor.clone(),
             credentials: self.credentials.clone(),
             intake: self.intake.clone(),
+            claims: self.claims.clone(),
         }
     }
 

@@ -76,7 +76,15 @@ pub struct Executor {
     pub credentials: Option<Arc<TaskCredentials>>,
     /// How tasks create jobs (a fan-out parent's children): insert, commit, then dispatch.
     pub intake: crate::intake::Intake,
+    /// Shared by the executors of one process: a worker loop holds a permit while it claims.
+    pub claims: Arc<tokio::sync::Semaphore>,
 }
+
+/// Claim statements one process runs at once. Concurrent claims start at the same head of the
+/// due index and step over each other's locked rows; past two at a time they add that
+/// contention, not throughput, so more worker loops than this wait their turn to claim (their
+/// jobs still run and record in parallel).
+pub const CLAIMS_AT_ONCE: usize = 2;
 
 /// What one delivery of ids came to (`run_dispatched_until`).
 #[derive(Debug, Default, Clone, PartialEq)]

@@ -121,6 +121,7 @@ async fn claim(
 ) -> Result<jobs::Claim, crate::store::StoreError> {
     let lease = exec.config.lease.as_secs_f64();
     let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    let _turn = exec.claims.acquire().await.expect("the claim gate never closes");
     let mut db = exec.pool.get().await?;
     let mut claim = jobs::Claim::default();
     let now = tokio::time::Instant::now();
