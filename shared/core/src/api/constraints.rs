@@ -101,7 +101,11 @@ pub fn apply(doc: &mut Value) {
 
     let integrations = format!("({})", crate::store::modes::INTEGRATIONS.join("|"));
     let paused = catalogue.names().iter().map(|n| n.replace('.', "\\.")).collect::<Vec<_>>().join("|");
-    schemas["ModeChange"]["properties"]["name"]["pattern"] = json!(format!("^(shadow|write:{integrations}|pause:({paused}))$"));
+    schemas["ModeChange"]["properties"]["name"]["pattern"] = json!(format!(
+        "^(shadow|write:{integrations}|write:http:{uuid}:{dest}|pause:({paused}))$",
+        uuid = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+        dest = crate::destinations::NAME_PATTERN.trim_start_matches('^').trim_end_matches('$'),
+    ));
 
     let bulk = &mut schemas["BulkBody"];
     bulk["oneOf"] = json!([
