@@ -109,7 +109,8 @@ pub async fn take_slot(db: &impl GenericClient, tenant: TenantId, name: &str) ->
         .query_opt(
             "WITH d AS (
                  SELECT tenant_id, name, next_slot <= clock_timestamp() AS due,
-                        extract(epoch FROM next_slot - clock_timestamp())::float8 AS wait
+                        CASE WHEN next_slot <= clock_timestamp() THEN 0
+                             ELSE extract(epoch FROM next_slot - clock_timestamp())::float8 END AS wait
                  FROM http_destinations WHERE tenant_id = $1 AND name = $2 FOR UPDATE
              ), taken AS (
                  UPDATE http_destinations h
