@@ -322,6 +322,11 @@ async fn switched_off_writes_hold_the_job_and_send_nothing() {
     assert_eq!((s, &d["writes_enabled"]), (StatusCode::OK, &json!(false)), "{d}");
     let audit = w.count("SELECT count(*) FROM operating_mode_audit WHERE name LIKE 'write:http:%' AND changed_by LIKE 'tenant:%'", &[]).await;
     assert_eq!(audit, 1);
+    // The status contract (and so the console) shows the switch.
+    let (_, status_key) = taskdeck::store::status_keys::create(&w.db().await, "console").await.unwrap();
+    let (_, doc) = w.call_as(&status_key, Method::GET, "/v1/status", None, None).await;
+    let listed = doc["destinations"].as_array().unwrap();
+    assert_eq!((listed.len(), &listed[0]["name"], &listed[0]["writes_enabled"], &listed[0]["tenant"]), (1, &json!("crm"), &json!(false), &json!("acme")), "{doc}");
     let id = submit(&w, "held-1", json!({"destination": "crm", "method": "POST", "path": "/x"})).await;
     for _ in 0..3 {
         make_due(&w, id).await;
