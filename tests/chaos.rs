@@ -160,3 +160,11 @@ async fn the_first_repeat_of_a_key_in_one_insert_makes_the_job() {
     assert_eq!(first.params, serde_json::json!({"n": 1}));
     assert!(out[1..8].iter().all(|i| matches!(i, Inserted::Existing(j) if j.id == first.id)));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_faulty_destination_gets_one_call_per_cut_or_slow_answer_and_retries_under_one_key() {
+    let r = scenario("destination", 0.06).await;
+    assert!(number(&r, "faults injected: answers cut mid-body") >= 3.0);
+    assert!(number(&r, "faults injected: slow answers (after the timeout)") >= 3.0);
+    assert_eq!(number(&r, "calls under a key no job has"), 0.0);
+}

@@ -43,7 +43,11 @@ struct Rig {
 
 impl Rig {
     async fn new(kind: Kind) -> Rig {
-        let world = World::new().await;
+        Rig::on(kind, World::new().await).await
+    }
+
+    /// A rig around a world set up by the caller (its modes, allow-list, credentials).
+    async fn on(kind: Kind, world: World) -> Rig {
         match kind {
             Kind::Postgres => Rig { world, kind, queue: None, worker: None },
             Kind::Sqs => {
@@ -94,6 +98,11 @@ impl Rig {
 
     /// Consume what the transport carries until `id` reaches a terminal state (or `within`).
     async fn consume_until_done(&mut self, id: &str, within: Duration) -> serde_json::Value {
+        self.consume_until(id, within, |_| false).await
+    }
+
+    /// Consume until `id` is terminal or `until` holds of it (or `within` passes).
+    async fn consume_until(&mut self, id: &str, within: Duration, until: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
         self.start_consumer().await;
         let deadline = tokio::time::Instant::now() + within;
         loop {
@@ -109,7 +118,7 @@ impl Rig {
             }
             let (_, job) = self.world.call(axum::http::Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
             let status = job["status"].as_str().unwrap_or_default();
-            if ["succeeded", "failed", "cancelled"].contains(&status) || tokio::time::Instant::now() > deadline {
+            if ["succeeded", "failed", "cancelled"].contains(&status) || until(&job) || tokio::time::Instant::now() > deadline {
                 return job;
             }
         }
@@ -190,6 +199,30 @@ async fn a_duplicate_delivery_runs_the_effect_once(kind: Kind) {
     rig.stop().await;
 }
 
+/// `http.request` on this transport: a 503 is retried (the job dispatched again when due), the
+/// retry carries the same `Idempotency-Key`, and the second call's 200 is the result.
+async fn an_http_request_is_retried_with_its_key_and_succeeds(kind: Kind) {
+    use crate::http::{Reply, destination, receiver};
+    let mut rig = Rig::on(kind, crate::http::world().await).await;
+    let (addr, seen) = receiver(vec![Reply::Status(503, vec![], "")]).await;
+    let key = rig.world.key.clone();
+    destination(&rig.world, &key, "crm", addr, json!({})).await;
+    let params = json!({"destination": "crm", "method": "POST", "path": "/v1/x", "body": {"n": 1}});
+    let (status, job) = rig.world.submit("c-http", json!({"task_type": "http.request", "params": params})).await;
+    assert_eq!(status, 202, "{job}");
+    let id: JobId = job["id"].as_str().unwrap().parse().unwrap();
+    let first = rig.consume_until(&id.to_string(), Duration::from_secs(15), |j| j["attempt"] == 1 && j["status"] == "pending").await;
+    assert_eq!((first["status"].as_str(), first["attempt"].as_i64()), (Some("pending"), Some(1)), "{kind:?}: {first}");
+    rig.world.db().await.execute("UPDATE jobs SET run_at = now() WHERE id = $1", &[&id]).await.unwrap();
+    rig.world.platform.transport.dispatch(&[Dispatch { id, run_at: Utc::now() }]).await.unwrap();
+    let done = rig.consume_until_done(&id.to_string(), Duration::from_secs(15)).await;
+    assert_eq!((done["status"].as_str(), done["attempt"].as_i64()), (Some("succeeded"), Some(2)), "{kind:?}: {done}");
+    assert_eq!(done["result"]["status"], 200);
+    let keys: Vec<String> = seen.lock().unwrap().iter().map(|r| r.headers["idempotency-key"].clone()).collect();
+    assert_eq!(keys, ["c-http", "c-http"], "{kind:?}");
+    rig.stop().await;
+}
+
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
         mod postgres {
@@ -205,4 +238,5 @@ conformance!(
     dispatch_after_commit_delivers_the_job,
     a_failed_dispatch_leaves_the_row_for_the_sweep,
     a_duplicate_delivery_runs_the_effect_once,
+    an_http_request_is_retried_with_its_key_and_succeeds,
 );

@@ -50,10 +50,12 @@ async fn page(console: &Console) -> String {
 async fn older_minor_versions_with_missing_and_unknown_fields_are_shown() {
     let (v10, _a) = fixed(FIXTURE.to_owned()).await;
     let exceptions = r#""exceptions": [{"id": "0193aaaa-0000-7000-8000-00000000beef", "job_id": "j", "tenant": "acme",
-        "task_type": "email.send", "kind": "ambiguous_outcome", "cause": "timed out <b>", "opened_at": "2026-11-30T10:00:00Z"}],"#;
+        "task_type": "email.send", "kind": "ambiguous_outcome", "cause": "timed out <b>", "opened_at": "2026-11-30T10:00:00Z"}],
+        "destinations": [{"tenant": "acme", "name": "crm", "writes_enabled": false, "rate_per_second": 5, "last_outcome": "ambiguous",
+        "last_http_status": 200, "last_call_at": "2026-11-30T10:00:00Z"}],"#;
     let newer = FIXTURE
-        .replace("\"1.0\"", "\"1.4\"")
-        .replace("\"project\"", &format!("\"added_in_1_4\": {{\"x\": 1}}, {exceptions} \"project\""))
+        .replace("\"1.0\"", "\"1.5\"")
+        .replace("\"project\"", &format!("\"added_in_1_5\": {{\"x\": 1}}, {exceptions} \"project\""))
         .replace("\"open_exceptions\":", "\"dead_letters_24h\": 3, \"open_exceptions\":");
     let (v14, _b) = fixed(newer).await;
     let console = Console::new(config(&[
@@ -66,7 +68,7 @@ async fn older_minor_versions_with_missing_and_unknown_fields_are_shown() {
     assert!(states.iter().all(|s| s.reachable()), "{states:?}");
     let (doc, _) = states[0].last_good.as_ref().unwrap();
     assert_eq!((doc.version.as_str(), doc.queues[0].depth, doc.activity.is_none()), ("1.0", 7, true));
-    assert_eq!(states[1].last_good.as_ref().unwrap().0.version, "1.4");
+    assert_eq!(states[1].last_good.as_ref().unwrap().0.version, "1.5");
 
     let html = page(&console).await;
     assert!(html.contains(r#"data-project="billing" data-state="ok""#));
@@ -76,6 +78,8 @@ async fn older_minor_versions_with_missing_and_unknown_fields_are_shown() {
     assert!(html.contains("no activity series"), "a missing optional field is said, not an error");
     assert!(html.contains(r#"<td class="warn">ambiguous_outcome</td><td class="cause">timed out &lt;b&gt;</td>"#), "open exceptions are listed, each with its cause");
     assert!(html.contains("…0000beef"));
+    assert!(html.contains(r#"<td>acme</td><td>crm</td><td class="warn">off</td><td class="num">5</td><td>ambiguous (200)</td>"#),
+        "destinations are listed with their write switch, rate and last call (1.4)");
     assert!(html.contains(r#"<div class="dead-letters warn">3 dead letters in 24 h</div>"#), "dead letters are shown (1.3)");
     assert_eq!(html.matches("dead letters in 24 h").count(), 1, "not for a 1.0 project, which does not report them");
     assert!(!html.contains("<script>alert"), "every value is escaped");

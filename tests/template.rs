@@ -284,6 +284,8 @@ fn each_function_has_its_own_least_privilege_role() {
                 "logs:PutLogEvents IntakeLogGroup",
                 "secretsmanager:GetSecretValue DatabaseSecretArn",
                 "sqs:SendMessage WorkQueue",
+                "secretsmanager:CreateSecret arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/*",
+                "secretsmanager:PutSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/*",
             ]),
         ),
         (
@@ -299,6 +301,8 @@ fn each_function_has_its_own_least_privilege_role() {
                 "sqs:SendMessage WorkQueue",
                 "sts:AssumeRole EmailSendTaskRole",
                 "sts:TagSession EmailSendTaskRole",
+                "sts:AssumeRole HttpRequestTaskRole",
+                "sts:TagSession HttpRequestTaskRole",
                 "sts:AssumeRole TenantTaskRoleArns",
                 "sts:TagSession TenantTaskRoleArns",
             ]),
@@ -355,6 +359,11 @@ fn each_task_type_has_its_own_role_trusting_only_the_executor() {
         ]
         .into_iter()
         .collect(),
+    ), (
+        "HttpRequestTaskRole",
+        ["secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/*".to_owned()]
+            .into_iter()
+            .collect(),
     )]
     .into_iter()
     .collect();

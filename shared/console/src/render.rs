@@ -58,6 +58,8 @@ pub struct DataView {
     pub dead_letters: Option<i64>,
     /// The newest open exceptions, when the project reports them (1.2).
     pub exceptions: Vec<ExceptionView>,
+    /// Tenants' HTTP destinations, when the project reports them (1.4).
+    pub destinations: Vec<DestinationView>,
     pub schedules: Vec<ScheduleView>,
     pub runs: Vec<RunView>,
     pub chart: Option<ChartView>,
@@ -72,6 +74,16 @@ pub struct ExceptionView {
     pub tenant: String,
     pub cause: String,
     pub opened: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DestinationView {
+    pub tenant: String,
+    pub name: String,
+    pub writes: &'static str,
+    pub rate: String,
+    pub last_outcome: String,
+    pub last_call: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -276,6 +288,23 @@ fn data(doc: &StatusDoc, at: DateTime<Utc>, now: DateTime<Utc>) -> DataView {
                 tenant: e.tenant.clone().unwrap_or_default(),
                 cause: e.cause.clone(),
                 opened: since(now, e.opened_at),
+            })
+            .collect(),
+        destinations: doc
+            .destinations
+            .iter()
+            .flatten()
+            .map(|d| DestinationView {
+                tenant: d.tenant.clone().unwrap_or_default(),
+                name: d.name.clone(),
+                writes: if d.writes_enabled { "on" } else { "off" },
+                rate: d.rate_per_second.to_string(),
+                last_outcome: match (&d.last_outcome, d.last_http_status) {
+                    (Some(o), Some(s)) => format!("{o} ({s})"),
+                    (Some(o), None) => o.clone(),
+                    (None, _) => "—".into(),
+                },
+                last_call: since(now, d.last_call_at),
             })
             .collect(),
         schedules: doc

@@ -1,5 +1,7 @@
-//! Signed callbacks: the Standard Webhooks signature, the address guard, and one HTTP POST to
-//! an address resolved once. The delivery job that uses them is `catalogue::callbacks`.
+//! Signed callbacks: the Standard Webhooks signature, the address guard, and one HTTP request
+//! to an address resolved once. The delivery job that uses them is `catalogue::callbacks`;
+//! `http.request` (`catalogue::http`) calls a tenant's destinations through the same guard and
+//! the same `request`.
 //!
 //! The guard: a callback URL's host is resolved once (the system resolver, which also reads
 //! numeric spellings such as `2130706433`, `0x7f.1` or `0177.0.0.1`, which `check_url` refuses
@@ -51,7 +53,7 @@ pub enum UrlError {
     #[error("not of the shape `http(s)://host[:port][/path][?query]` (URL characters, `%` only as an escape, no fragment)")]
     Shape,
     /// The host is written as an address the guard refuses (`check_url` only).
-    #[error("callbacks may not reach {ip}: {why}")]
+    #[error("outbound calls may not reach {ip}: {why}")]
     Refused { ip: IpAddr, why: &'static str },
 }
 
@@ -333,60 +335,146 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The answer to one POST.
+/// The answer to one request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answer {
     pub status: u16,
     /// `Retry-After`, in seconds or as an HTTP date, capped at `MAX_RETRY_AFTER`.
     pub retry_after: Option<Duration>,
+    pub headers: hyper::HeaderMap,
+    /// The body as read: at most `Limits::body` bytes, none when `Limits::read_body` said no.
+    pub body: Vec<u8>,
+    /// The body was longer than the limit; the rest was not read.
+    pub truncated: bool,
+    /// The body ended before its end: the connection closed, or the time ran out, mid-body.
+    pub cut: bool,
 }
 
-/// Why a POST got no answer (worth another attempt).
+/// Why a request got no answer. `Connect` sent nothing; `NoAnswer` came after the request
+/// started to leave, so the other side may have acted on it.
 #[derive(Debug, thiserror::Error)]
 pub enum PostError {
     #[error("no TLS root certificates: {0}")]
     TlsRoots(std::io::Error),
     #[error("{0}")]
     Request(hyper::http::Error),
-    /// The message carries the whole cause chain (the client's own `Display` stops at the top).
-    #[error("request failed: {}", relay_runtime::error_chain(.0))]
-    Failed(hyper_util::client::legacy::Error),
-    #[error("no answer within {}s", REQUEST_TIMEOUT.as_secs())]
-    Timeout,
+    /// No connection (refused, TLS, or the time ran out connecting): nothing was sent. The
+    /// message carries the whole cause chain.
+    #[error("no connection: {0}")]
+    Connect(String),
+    /// The connection failed, or the time ran out, after the request started to leave and
+    /// before the answer's status arrived.
+    #[error("no answer after the request was sent: {0}")]
+    NoAnswer(String),
 }
 
-/// POST `body` to the target at the address chosen by `resolve` (TLS, when https, is checked
-/// against the URL's host name). No redirect is followed.
-pub async fn post(target: &Target, addr: SocketAddr, headers: &[(&str, String)], body: Bytes) -> Result<Answer, PostError> {
-    use http_body_util::{BodyExt, Full};
-    use hyper_util::client::legacy::Client;
-    use hyper_util::client::legacy::connect::HttpConnector;
-    use hyper_util::rt::TokioExecutor;
+impl PostError {
+    /// Whether the request may have reached the other side.
+    pub fn maybe_sent(&self) -> bool {
+        matches!(self, PostError::NoAnswer(_))
+    }
+}
 
+/// The bounds of one request.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// For the whole exchange: connect, send, answer and body.
+    pub timeout: Duration,
+    /// The most body bytes read.
+    pub body: usize,
+    /// Whether to read the body of an answer with this status at all.
+    pub read_body: fn(u16) -> bool,
+}
+
+/// POST `body` to the target at the address chosen by `resolve` (a callback delivery: 15 s,
+/// a bounded answer read and dropped so the connection ends cleanly).
+pub async fn post(target: &Target, addr: SocketAddr, headers: &[(&str, String)], body: Bytes) -> Result<Answer, PostError> {
+    let limits = Limits { timeout: REQUEST_TIMEOUT, body: 16 * 1024, read_body: |_| true };
+    request(target, addr, hyper::Method::POST, headers, body, limits).await
+}
+
+/// One request to the target at the address chosen by `resolve` (TLS, when https, is checked
+/// against the URL's host name), on a connection of its own. No redirect is followed. The
+/// connection is made first, so a failure then is known to have sent nothing (`Connect`);
+/// from the moment the request starts to leave, a failure is `NoAnswer`, and a body that
+/// breaks off is `Answer::cut`.
+pub async fn request(
+    target: &Target,
+    addr: SocketAddr,
+    method: hyper::Method,
+    headers: &[(&str, String)],
+    body: Bytes,
+    limits: Limits,
+) -> Result<Answer, PostError> {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use tower::{Service, ServiceExt};
+
+    let deadline = tokio::time::Instant::now() + limits.timeout;
     let mut http = HttpConnector::new_with_resolver(Fixed(addr));
     http.enforce_http(false);
-    http.set_connect_timeout(Some(Duration::from_secs(5)));
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
+    http.set_connect_timeout(Some(limits.timeout.min(Duration::from_secs(5))));
+    let mut https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_native_roots()
         .map_err(PostError::TlsRoots)?
         .https_or_http()
         .enable_http1()
         .wrap_connector(http);
-    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(https);
-    let mut req = hyper::Request::post(target.uri.clone()).header("content-type", "application/json");
+    let timed_out = || format!("no answer within {} ms", limits.timeout.as_millis());
+    let connect = async {
+        let io = https.ready().await?.call(target.uri.clone()).await?;
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(hyper::client::conn::http1::handshake::<_, Full<Bytes>>(io).await?)
+    };
+    let (mut sender, conn) = tokio::time::timeout_at(deadline, connect)
+        .await
+        .map_err(|_| PostError::Connect(timed_out()))?
+        .map_err(|e| PostError::Connect(relay_runtime::error_chain(&*e)))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let path = target.uri.path_and_query().map_or("/", |p| p.as_str());
+    let host = match (target.host.contains(':'), target.uri.port_u16()) {
+        (true, Some(p)) => format!("[{}]:{p}", target.host),
+        (true, None) => format!("[{}]", target.host),
+        (false, Some(p)) => format!("{}:{p}", target.host),
+        (false, None) => target.host.clone(),
+    };
+    let mut req = hyper::Request::builder().method(method).uri(path).header("host", host).header("content-type", "application/json");
     for (name, value) in headers {
         req = req.header(*name, value);
     }
     let req = req.body(Full::new(body)).map_err(PostError::Request)?;
-    let call = async {
-        let res = client.request(req).await.map_err(PostError::Failed)?;
-        let status = res.status().as_u16();
-        let retry_after = res.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(parse_retry_after);
-        // Read (and drop) a bounded answer so the connection ends cleanly.
-        let _ = http_body_util::Limited::new(res.into_body(), 16 * 1024).collect().await;
-        Ok::<_, PostError>(Answer { status, retry_after })
-    };
-    tokio::time::timeout(REQUEST_TIMEOUT, call).await.map_err(|_| PostError::Timeout)?
+    let res = tokio::time::timeout_at(deadline, sender.send_request(req))
+        .await
+        .map_err(|_| PostError::NoAnswer(timed_out()))?
+        .map_err(|e| PostError::NoAnswer(relay_runtime::error_chain(&e)))?;
+    let status = res.status().as_u16();
+    let retry_after = res.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(parse_retry_after);
+    let headers = res.headers().clone();
+    let (mut body, mut truncated, mut cut) = (Vec::new(), false, false);
+    if (limits.read_body)(status) {
+        let mut incoming = res.into_body();
+        loop {
+            match tokio::time::timeout_at(deadline, incoming.frame()).await {
+                Ok(None) => break,
+                Ok(Some(Ok(frame))) => {
+                    let Ok(data) = frame.into_data() else { continue };
+                    let room = limits.body - body.len();
+                    if data.len() > room {
+                        body.extend_from_slice(&data[..room]);
+                        truncated = true;
+                        break;
+                    }
+                    body.extend_from_slice(&data);
+                }
+                Ok(Some(Err(_))) | Err(_) => {
+                    cut = true;
+                    break;
+                }
+            }
+        }
+    }
+    Ok(Answer { status, retry_after, headers, body, truncated, cut })
 }
 
 /// `Retry-After`: delay-seconds or an HTTP date; capped at `MAX_RETRY_AFTER`.

@@ -189,6 +189,11 @@ pub enum TaskError {
     /// running long — a campaign creating its children in slices). The note says how far it got.
     #[error("continuing: {0}")]
     Continue(String),
+    /// Not a failure: the task may not act yet (a destination's rate is used up, or its
+    /// writes are switched off). Pending again after the delay, in a new attempt that does not
+    /// count against its attempts (the cap of 100 attempts still holds). The note says why.
+    #[error("deferred for {1:?}: {0}")]
+    Defer(String, std::time::Duration),
     /// Not a failure: every declared child exists; the job waits for them to finish (the sweep
     /// finishes it, with counts, when they all have).
     #[error("waiting for {0} children")]
@@ -202,8 +207,9 @@ pub enum Outcome {
     Retry { run_at: DateTime<Utc>, error: String },
     /// Fails for good and opens an exception of the given kind.
     Failed { kind: ExceptionKind, error: String },
-    /// Pending again at once, with one more attempt allowed (`TaskError::Continue`).
-    Continue { note: String },
+    /// Pending again at `run_at` (at once for `TaskError::Continue`, later for
+    /// `TaskError::Defer`), with one more attempt allowed.
+    Continue { note: String, run_at: DateTime<Utc> },
     /// Waiting for `total` children (`TaskError::WaitForChildren`).
     Wait { total: i32 },
 }

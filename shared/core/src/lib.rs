@@ -19,6 +19,7 @@ pub mod schedules;
 pub mod exceptions;
 pub mod alerts;
 pub mod callbacks;
+pub mod destinations;
 pub mod email;
 pub mod credentials;
 pub mod liveness;

@@ -72,6 +72,8 @@ pub struct Platform {
     pub credentials: Option<Arc<TaskCredentials>>,
     /// Claim statements this process runs at once, whatever its number of worker loops.
     claims: Arc<tokio::sync::Semaphore>,
+    /// Writes destinations' secrets (the API's own identity); `None`: no secret store.
+    pub secrets: Option<crate::destinations::SecretWriter>,
     database_url: String,
 }
 
@@ -86,13 +88,15 @@ impl Platform {
         let catalogue = if settings.test_tasks { catalogue.with_test_tasks() } else { catalogue };
         Ok(Self {
             catalogue: catalogue
-                .with(crate::catalogue::callbacks::Deliver { allow: settings.callback_allow.clone() }),
+                .with(crate::catalogue::callbacks::Deliver { allow: settings.callback_allow.clone() })
+                .with(crate::catalogue::http::HttpRequest { allow: settings.callback_allow.clone() }),
             intake: Intake::start(pool.clone(), transport.clone(), settings.intake_writers),
             pool,
             transport,
             settings,
             credentials: None,
             claims: Arc::new(tokio::sync::Semaphore::new(crate::executor::CLAIMS_AT_ONCE)),
+            secrets: None,
             database_url: database_url.to_owned(),
         })
     }
@@ -107,6 +111,12 @@ impl Platform {
     /// Give tasks AWS access through their own roles (see `credentials`).
     pub fn with_credentials(mut self, credentials: Arc<TaskCredentials>) -> Self {
         self.credentials = Some(credentials);
+        self
+    }
+
+    /// Let the API write destinations' secrets to Secrets Manager with this configuration.
+    pub fn with_secrets(mut self, sdk: &aws_config::SdkConfig) -> Self {
+        self.secrets = Some(crate::destinations::SecretWriter::new(sdk));
         self
     }
 
@@ -128,6 +138,7 @@ impl Platform {
                 callback_allow: self.settings.callback_allow.clone(),
                 max_timeout_seconds: self.settings.max_timeout_seconds,
             },
+            secrets: self.secrets.clone(),
         }
     }
 

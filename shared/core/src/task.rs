@@ -71,6 +71,12 @@ pub trait Task: Send + Sync + 'static {
         None
     }
 
+    /// The destination these parameters call, as (field under `params`, name): intake refuses
+    /// a name the tenant has not registered, naming that field.
+    fn destination(_params: &Self::Params) -> Option<(&'static str, String)> {
+        None
+    }
+
     /// Whether a job with these parameters is held (not due) when submitted, until something
     /// releases it (a campaign waiting for its recipient pages).
     fn held(_params: &Self::Params) -> bool {

@@ -260,12 +260,20 @@ fn main() -> anyhow::Result<()> {
 /// Give tasks AWS access when `RELAY_TASK_ROLES`/`RELAY_TENANT_TASK_ROLES` map roles (the SDK's
 /// default chain is the process's own identity, which only assumes them); otherwise every
 /// task's AWS access is denied.
+///
+/// When AWS is configured (`AWS_REGION`, `AWS_DEFAULT_REGION` or `AWS_ENDPOINT_URL`, e.g. a
+/// moto server's), the API also writes destinations' secrets to its Secrets Manager.
 async fn with_task_roles(p: Platform) -> anyhow::Result<Platform> {
     let roles = taskdeck::credentials::TaskRoles::from_lookup(|k| std::env::var(k).ok())?;
-    if roles.is_empty() {
+    let aws = ["AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL"].iter().any(|k| std::env::var_os(k).is_some());
+    if roles.is_empty() && !aws {
         return Ok(p);
     }
     let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await;
+    let p = if aws { p.with_secrets(&sdk) } else { p };
+    if roles.is_empty() {
+        return Ok(p);
+    }
     Ok(p.with_credentials(Arc::new(taskdeck::credentials::TaskCredentials::new(roles, &sdk))))
 }
 

@@ -12,8 +12,9 @@ pub const CONTRACT: &str = "relay.status/v1";
 /// The version this code writes: major 1 is the contract's name; minors only add fields.
 /// 1.1 added the `count` progress (with `succeeded`, `cancelled`, `pending`) and the elapsed
 /// progress's baseline (`baseline_p50_s`, `baseline_p95_s`, `runs_in_baseline`, `stuck`);
-/// 1.2 the newest open exceptions (`exceptions`, optional).
-pub const VERSION: &str = "1.3";
+/// 1.2 the newest open exceptions (`exceptions`, optional); 1.4 the HTTP destinations
+/// (`destinations`, optional).
+pub const VERSION: &str = "1.4";
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -33,6 +34,24 @@ pub struct StatusDoc {
     /// The newest open exceptions, at most 10 (optional; from 1.2).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exceptions: Option<Vec<OpenException>>,
+    /// Tenants' HTTP destinations, at most 100 (optional; from 1.4).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destinations: Option<Vec<DestinationStatus>>,
+}
+
+/// A tenant's HTTP destination (`http.request`): its write switch, rate, and last call.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DestinationStatus {
+    pub tenant: Option<String>,
+    pub name: String,
+    /// Its own write switch and `write:http`, shadow mode aside.
+    pub writes_enabled: bool,
+    pub rate_per_second: f64,
+    /// succeeded, retryable, fatal, ambiguous, shadowed, refused, sending; none before a call.
+    pub last_outcome: Option<String>,
+    pub last_http_status: Option<i32>,
+    pub last_call_at: Option<DateTime<Utc>>,
 }
 
 /// An open exception: a job that failed for good and waits for an operator.

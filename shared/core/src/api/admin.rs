@@ -343,7 +343,7 @@ pub async fn get_modes(State(state): State<AppState>, Operator(_): Operator) -> 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModeChange {
-    /// `shadow`, `write:<integration>` or `pause:<task type>`.
+    /// `shadow`, `write:<integration>`, `write:http:<tenant id>:<destination>` or `pause:<task type>`.
     pub name: String,
     pub enabled: bool,
     pub reason: Option<String>,
@@ -356,6 +356,17 @@ pub fn check_mode_name(name: &str, catalogue: &crate::catalogue::Catalogue) -> R
             .with("field", "name")
     };
     if name == "shadow" {
+        return Ok(());
+    }
+    if let Some(rest) = name.strip_prefix("write:http:") {
+        // One tenant's destination: `write:http:<tenant id>:<destination>`.
+        let ok = rest.split_once(':').is_some_and(|(t, d)| {
+            t.parse::<crate::job::TenantId>().is_ok_and(|id| id.to_string() == t) && crate::destinations::check_name(d).is_ok()
+        });
+        if !ok {
+            return Err(ApiError::unprocessable("invalid_mode", "a destination's switch is `write:http:<tenant id>:<destination name>`")
+                .with("field", "name"));
+        }
         return Ok(());
     }
     if let Some(i) = name.strip_prefix("write:") {

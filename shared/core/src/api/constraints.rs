@@ -101,7 +101,11 @@ pub fn apply(doc: &mut Value) {
 
     let integrations = format!("({})", crate::store::modes::INTEGRATIONS.join("|"));
     let paused = catalogue.names().iter().map(|n| n.replace('.', "\\.")).collect::<Vec<_>>().join("|");
-    schemas["ModeChange"]["properties"]["name"]["pattern"] = json!(format!("^(shadow|write:{integrations}|pause:({paused}))$"));
+    schemas["ModeChange"]["properties"]["name"]["pattern"] = json!(format!(
+        "^(shadow|write:{integrations}|write:http:{uuid}:{dest}|pause:({paused}))$",
+        uuid = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+        dest = crate::destinations::NAME_PATTERN.trim_start_matches('^').trim_end_matches('$'),
+    ));
 
     let bulk = &mut schemas["BulkBody"];
     bulk["oneOf"] = json!([
@@ -124,12 +128,19 @@ pub fn apply(doc: &mut Value) {
         {"required": ["html"], "properties": {"html": {"type": "string"}}},
     ]);
     schemas["CallbackSettingsRequest"]["properties"]["url"]["pattern"] = json!(callback_url);
+    // A destination's base URL: a callback URL's shape, https, no query (http only for hosts
+    // on the operator's allow-list, which the document cannot know).
+    let base_url = callback_url.replacen("^https?://", "^https://", 1);
+    let base_url = format!("{}$", &base_url[..base_url.rfind("(\\?(").unwrap_or(base_url.len() - 1)]);
+    schemas["DestinationBody"]["properties"]["base_url"]["pattern"] = json!(base_url);
+    schemas["DestinationBody"]["properties"]["base_url"]["maxLength"] = json!(crate::callbacks::MAX_URL_LEN);
     schemas["SendingRoleBody"]["properties"]["role_arn"]["pattern"] = json!(ROLE_ARN);
 
     for (path, method, param, schema) in [
         ("/v1/jobs", "get", "updated_since", json!({"anyOf": [{"type": "string", "format": "date-time"}, {"type": "string", "pattern": super::cursor::PATTERN}]})),
         ("/v1/suppressions/{address}", "put", "address", json!({"type": "string", "pattern": ADDRESS})),
         ("/v1/templates/{name}", "put", "name", json!({"type": "string", "pattern": TEMPLATE_NAME})),
+        ("/v1/destinations/{name}", "put", "name", json!({"type": "string", "pattern": crate::destinations::NAME_PATTERN})),
     ] {
         if let Some(p) = doc["paths"][path][method]["parameters"].as_array_mut().into_iter().flatten().find(|p| p["name"] == param) {
             p["schema"] = schema;

@@ -199,7 +199,7 @@ fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, JobVie
     responses((status = 202, description = "created; the row has committed", body = JobView),
         (status = 200, description = "a replay of the same request", body = JobView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 409, description = "a `callback_url` before `PUT /v1/callbacks` (`callbacks_not_configured`), or a template the tenant has not stored (`unknown_template`)", body = ErrorBody),
+        (status = 409, description = "a `callback_url` before `PUT /v1/callbacks` (`callbacks_not_configured`), a template the tenant has not stored (`unknown_template`), or a destination it has not registered (`unknown_destination`)", body = ErrorBody),
         (status = 413, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`Retry-After`)", body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 pub async fn submit(
@@ -210,7 +210,7 @@ pub async fn submit(
 ) -> Result<Response, ApiError> {
     state.limits.check(tenant.id, 1)?;
     let new = req.into_new_job(key, &state.catalogue, &state.admission, Utc::now())?;
-    require_template(&state, tenant.id, &new).await?;
+    require_named(&state, tenant.id, &new).await?;
     crate::telemetry::record_job(&new.correlation_id, new.id);
     if new.callback_url.is_some() {
         require_signing_secret(&state, tenant.id).await?;
@@ -260,7 +260,7 @@ pub async fn submit_batch(
         req.jobs.into_iter().enumerate().map(|(i, item)| parse_item(i, item, &state.catalogue, &state.admission, now)).collect();
     for (i, p) in parsed.iter_mut().enumerate() {
         if let Ok(new) = p
-            && let Err(e) = require_template(&state, tenant.id, new).await
+            && let Err(e) = require_named(&state, tenant.id, new).await
         {
             let field = e.details.get("field").and_then(Value::as_str).map(|f| format!("jobs[{i}].{f}"));
             *p = Err(match field {
@@ -312,18 +312,34 @@ fn parse_item(index: usize, item: Value, catalogue: &Catalogue, admits: &Admissi
     req.into_new_job(key, catalogue, admits, now).map_err(at)
 }
 
-/// The stored template a job names must exist for its tenant: a send or campaign naming a
-/// missing one is refused here, not failed once per message later. A well-formed request that
-/// names what the tenant has not stored yet is a conflict with its state (409), as a
-/// `callback_url` before `PUT /v1/callbacks` is.
-async fn require_template(state: &AppState, tenant_id: TenantId, new: &NewJob) -> Result<(), ApiError> {
-    let Some((field, name)) = state.catalogue.template(&new.task_type, &new.params) else { return Ok(()) };
+/// The stored template, or the destination, a job names must exist for its tenant: a job
+/// naming a missing one is refused here, not failed later. A well-formed request that names
+/// what the tenant has not stored yet is a conflict with its state (409), as a `callback_url`
+/// before `PUT /v1/callbacks` is.
+async fn require_named(state: &AppState, tenant_id: TenantId, new: &NewJob) -> Result<(), ApiError> {
+    let template = state.catalogue.template(&new.task_type, &new.params);
+    let destination = state.catalogue.destination(&new.task_type, &new.params);
+    if template.is_none() && destination.is_none() {
+        return Ok(());
+    }
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    if crate::store::templates::get(&db, tenant_id, &name).await?.is_none() {
+    if let Some((field, name)) = template
+        && crate::store::templates::get(&db, tenant_id, &name).await?.is_none()
+    {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "unknown_template",
             format!("{field}: this tenant has no template {name:?} (PUT /v1/templates/{name} first)"),
+        )
+        .with("field", field));
+    }
+    if let Some((field, name)) = destination
+        && crate::store::destinations::get(&db, tenant_id, &name).await?.is_none()
+    {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "unknown_destination",
+            format!("{field}: this tenant has no destination {name:?} (PUT /v1/destinations/{name} first)"),
         )
         .with("field", field));
     }

@@ -6,6 +6,7 @@ pub mod email;
 pub mod callbacks;
 pub mod constraints;
 pub mod cursor;
+pub mod destinations;
 pub mod error;
 pub mod extract;
 pub mod jobs;
@@ -50,6 +51,8 @@ pub struct AppState {
     pub limits: ratelimit::RateLimits,
     /// What this deployment admits beyond each task's own parameters.
     pub admission: jobs::Admission,
+    /// Writes destinations' secrets; `None`: `PUT /v1/destinations/{name}/secret` answers 503.
+    pub secrets: Option<crate::destinations::SecretWriter>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -64,6 +67,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/callbacks", get(callbacks::get).put(callbacks::put).delete(callbacks::delete))
         .route("/v1/callbacks/rotate", post(callbacks::rotate))
         .route("/v1/tasks", get(jobs::tasks))
+        .route("/v1/destinations", get(destinations::list))
+        .route("/v1/destinations/{name}", get(destinations::get).put(destinations::put).delete(destinations::delete))
+        .route("/v1/destinations/{name}/secret", put(destinations::put_secret))
+        .route("/v1/destinations/{name}/writes", put(destinations::put_writes))
+        .route("/v1/jobs/{id}/http-calls", get(destinations::calls))
         .route("/v1/jobs/{id}/recipients/{page}", put(email::put_recipients))
         .route("/v1/messages", get(email::list_messages))
         .route("/v1/sending-role", get(email::get_sending_role).put(email::put_sending_role))

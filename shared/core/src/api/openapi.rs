@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, callbacks, email, jobs, schedules, status};
+use super::{admin, callbacks, destinations, email, jobs, schedules, status};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -28,6 +28,8 @@ use super::{admin, callbacks, email, jobs, schedules, status};
         admin::ignore, admin::bulk, admin::list_tenant_faults, admin::get_modes, admin::set_mode,
         schedules::list, schedules::create, schedules::get, schedules::update, schedules::delete,
         callbacks::get, callbacks::put, callbacks::rotate, callbacks::delete, callbacks::attempts,
+        destinations::list, destinations::get, destinations::put, destinations::delete, destinations::put_secret,
+        destinations::put_writes, destinations::calls,
         status::status, healthz, openapi_json,
     ),
     components(schemas(admin::ExceptionStatus)),
@@ -36,6 +38,7 @@ use super::{admin, callbacks, email, jobs, schedules, status};
         (name = "jobs", description = "Submit and follow jobs (tenant key)"),
         (name = "email", description = "Messages and their events, suppressions, templates (tenant key)"),
         (name = "callbacks", description = "Signed callbacks: settings, rotation, delivery attempts (tenant key)"),
+        (name = "destinations", description = "HTTP destinations `http.request` calls, their secrets and write switches, each job's calls (tenant key)"),
         (name = "operations", description = "Exceptions, modes and schedules (operator key)"),
         (name = "meta", description = "Health and this document"),
     )

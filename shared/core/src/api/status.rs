@@ -42,6 +42,15 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
     let open_exceptions = exceptions::count_open(&db).await?;
     let dead_letters_24h = crate::store::dead_letters::count_since(&db, now - chrono::Duration::hours(24)).await?;
     let newest_exceptions = queries::open_exceptions(&db, 10).await?;
+    let modes = crate::store::modes::load(&db).await?;
+    let destinations = queries::destinations(&db, 100)
+        .await?
+        .into_iter()
+        .map(|(tenant, mut d)| {
+            d.writes_enabled = modes.writes_enabled("http") && modes.destination_writes(tenant, &d.name);
+            d
+        })
+        .collect();
     let activity = queries::activity(&db, ACTIVITY_BUCKETS, ACTIVITY_BUCKET_SECS, ACTIVITY_CAP).await?;
 
     // Every task type in the catalogue has a queue (depth 0 when idle), plus any live type
@@ -104,6 +113,7 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
             truncated: activity.truncated,
         }),
         exceptions: Some(newest_exceptions),
+        destinations: Some(destinations),
     }))
 }
 

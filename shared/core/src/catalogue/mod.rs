@@ -11,6 +11,7 @@ mod basic;
 pub mod email;
 pub mod callbacks;
 pub mod housekeeping;
+pub mod http;
 pub mod provider;
 #[cfg(feature = "testing")]
 mod testing;
@@ -52,6 +53,7 @@ trait ErasedTask: Send + Sync {
     fn check(&self, params: &Value) -> Result<(), ParamError>;
     fn held(&self, params: &Value) -> bool;
     fn template(&self, params: &Value) -> Option<(&'static str, String)>;
+    fn destination(&self, params: &Value) -> Option<(&'static str, String)>;
     fn run<'a>(&'a self, ctx: &'a TaskContext, params: Value) -> BoxFuture<'a, Result<Value, TaskError>>;
 }
 
@@ -150,6 +152,10 @@ impl<T: Task> ErasedTask for Registered<T> {
         parse::<T>(params).ok().and_then(|p| T::template(&p))
     }
 
+    fn destination(&self, params: &Value) -> Option<(&'static str, String)> {
+        parse::<T>(params).ok().and_then(|p| T::destination(&p))
+    }
+
     fn run<'a>(&'a self, ctx: &'a TaskContext, params: Value) -> BoxFuture<'a, Result<Value, TaskError>> {
         Box::pin(async move {
             // Parameters were checked at intake; a failure here means the task changed shape
@@ -177,6 +183,7 @@ impl Catalogue {
         c.add(provider::ProviderEvent);
         c.add(housekeeping::Retention);
         c.add(callbacks::Deliver::default());
+        c.add(http::HttpRequest::default());
         c
     }
 
@@ -265,6 +272,13 @@ impl Catalogue {
         Some((format!("params.{field}"), template))
     }
 
+    /// The destination a job of this type and these (valid) parameters calls, as (`params.`
+    /// field, name).
+    pub fn destination(&self, name: &str, params: &Value) -> Option<(String, String)> {
+        let (field, destination) = self.tasks.get(name)?.destination(params)?;
+        Some((format!("params.{field}"), destination))
+    }
+
     /// Run a task; `None` when the type is not in the catalogue.
     pub async fn run(&self, name: &str, ctx: &TaskContext, params: Value) -> Option<Result<Value, TaskError>> {
         let task = self.tasks.get(name)?.clone();
@@ -281,9 +295,9 @@ mod tests {
     fn test_tasks_exist_only_when_asked_for() {
         assert_eq!(
             Catalogue::standard().names(),
-            ["callback.deliver", "email.campaign", "email.send", "noop", "provider.event", "relay.retention", "sleep"]
+            ["callback.deliver", "email.campaign", "email.send", "http.request", "noop", "provider.event", "relay.retention", "sleep"]
         );
-        assert_eq!(Catalogue::standard().client_names(), ["email.campaign", "email.send", "noop", "sleep"]);
+        assert_eq!(Catalogue::standard().client_names(), ["email.campaign", "email.send", "http.request", "noop", "sleep"]);
         #[cfg(feature = "testing")]
         assert!(Catalogue::standard().with_test_tasks().contains("test.fail"));
         assert!(!Catalogue::standard().contains("test.fail"));

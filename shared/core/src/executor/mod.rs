@@ -257,7 +257,7 @@ impl Executor {
                     let fault = self.catalogue.fault(&job.task_type, &job.params);
                     failures.push((job.fence(), Failure { kind: *kind, error: error.clone(), fault }))
                 }
-                Outcome::Continue { note } => continues.push((job.fence(), note.clone())),
+                Outcome::Continue { note, run_at } => continues.push((job.fence(), (note.clone(), *run_at))),
                 Outcome::Wait { total } => waits.push((job.fence(), *total)),
             }
         }
@@ -300,8 +300,7 @@ impl Executor {
             .filter(|r| !stale_retries.contains(&r.0))
             .map(|(fence, r)| Dispatch { id: fence.job, run_at: r.run_at })
             .collect();
-        let now = Utc::now();
-        redo.extend(continues.iter().filter(|c| !stale_continues.contains(&c.0)).map(|c| Dispatch { id: c.0.job, run_at: now }));
+        redo.extend(continues.iter().filter(|c| !stale_continues.contains(&c.0)).map(|c| Dispatch { id: c.0.job, run_at: c.1.1 }));
         redo.extend(succeeded.callbacks);
         redo.extend(failed.callbacks);
         let mut parents = succeeded.parents;
@@ -419,7 +418,14 @@ pub fn decide(job: &ClaimedJob, ran: Ran, now: DateTime<Utc>, policy: &RetryPoli
         Ran::Finished(Err(TaskError::Ambiguous(e))) => {
             Outcome::Failed { kind: ExceptionKind::AmbiguousOutcome, error: clean(&e) }
         }
-        Ran::Finished(Err(TaskError::Continue(note))) => Outcome::Continue { note: clean(&note) },
+        Ran::Finished(Err(TaskError::Continue(note))) => Outcome::Continue { note: clean(&note), run_at: now },
+        // At the cap of attempts a deferral is charged as a retry, so attempts stay bounded.
+        Ran::Finished(Err(TaskError::Defer(note, after))) if job.max_attempts >= crate::job::terms::MAX_ATTEMPTS => {
+            retry_or_fail_after(clean(&note), Some(after))
+        }
+        Ran::Finished(Err(TaskError::Defer(note, after))) => {
+            Outcome::Continue { note: clean(&note), run_at: now + chrono::Duration::from_std(after).unwrap_or_default() }
+        }
         Ran::Finished(Err(TaskError::WaitForChildren(total))) => Outcome::Wait { total },
         Ran::TimedOut(t) => retry_or_fail(format!("timed out after {}s", t.as_secs())),
         Ran::Panicked(msg) => retry_or_fail(format!("task panicked: {}", clean(&msg))),

@@ -38,7 +38,10 @@ pub async fn platform(cfg: &LambdaConfig) -> anyhow::Result<Platform> {
     // The database login from Secrets Manager, read on first connect (none in the environment).
     let mut settings = settings(cfg);
     settings.pool.secret = cfg.database_secret.as_deref().map(|id| Arc::new(crate::store::secret::DbSecret::new(&sdk, id)));
-    Ok(Platform::new(cfg.require_database_url()?, settings)?.with_transport(transport).with_credentials(credentials))
+    Ok(Platform::new(cfg.require_database_url()?, settings)?
+        .with_transport(transport)
+        .with_credentials(credentials)
+        .with_secrets(&sdk))
 }
 
 /// The same, with the transport given (tests pass an SQS transport on a moto queue).

@@ -7,9 +7,11 @@ pub mod campaign_pages;
 pub mod callbacks;
 mod connect;
 pub mod dead_letters;
+pub mod destinations;
 #[cfg(feature = "testing")]
 pub mod effects;
 pub mod exceptions;
+pub mod http_calls;
 pub mod jobs;
 pub mod messages;
 pub mod migrate;

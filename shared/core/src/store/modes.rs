@@ -11,8 +11,14 @@ pub struct Modes {
     pub switches: BTreeMap<String, bool>,
 }
 
-/// The integrations a `write:<integration>` switch may name: SES (email) and callbacks.
-pub const INTEGRATIONS: &[&str] = &["ses", "callbacks"];
+/// The integrations a `write:<integration>` switch may name: SES (email), callbacks, and
+/// `http.request`'s calls to tenants' destinations.
+pub const INTEGRATIONS: &[&str] = &["ses", "callbacks", "http"];
+
+/// The write switch of one tenant's destination, below `write:http`; no row means on.
+pub fn destination_switch(tenant: crate::job::TenantId, destination: &str) -> String {
+    format!("write:http:{tenant}:{destination}")
+}
 
 impl Modes {
     /// Outbound effects are recorded, not sent. On unless a row turns it off.
@@ -23,6 +29,12 @@ impl Modes {
     /// Whether writes to an integration (`ses`, `callbacks`) may leave the machine.
     pub fn writes_enabled(&self, integration: &str) -> bool {
         !self.shadow() && self.switches.get(&format!("write:{integration}")).copied().unwrap_or(false)
+    }
+
+    /// Whether a tenant's destination takes writes: its own switch (on unless a row turns it
+    /// off), below `writes_enabled("http")`.
+    pub fn destination_writes(&self, tenant: crate::job::TenantId, destination: &str) -> bool {
+        self.switches.get(&destination_switch(tenant, destination)).copied().unwrap_or(true)
     }
 
     pub fn paused(&self, task_type: &str) -> bool {
@@ -94,5 +106,15 @@ mod tests {
         m.switches.insert("shadow".into(), false);
         assert!(m.writes_enabled("ses"));
         assert!(!m.writes_enabled("callbacks"));
+    }
+
+    #[test]
+    fn a_destination_takes_writes_until_its_own_switch_is_off() {
+        let t = crate::job::TenantId::new();
+        let mut m = Modes::default();
+        assert!(m.destination_writes(t, "crm"));
+        m.switches.insert(destination_switch(t, "crm"), false);
+        assert!(!m.destination_writes(t, "crm"));
+        assert!(m.destination_writes(crate::job::TenantId::new(), "crm"), "another tenant's destination of that name");
     }
 }

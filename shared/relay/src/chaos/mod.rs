@@ -10,6 +10,7 @@ pub mod harness;
 
 pub mod auth;
 pub mod db_outage;
+pub mod destination;
 pub mod duplicates;
 pub mod fuzz;
 pub mod idempotency;
@@ -34,7 +35,7 @@ use taskdeck::platform::Settings;
 /// Every scenario, in the order.
 pub const SCENARIOS: &[&str] = &[
     "kill9", "duplicates", "lost-dispatch", "zombie", "db-outage", "queue-outage", "poison", "idempotency",
-    "isolation", "fuzz", "auth", "noisy",
+    "isolation", "fuzz", "auth", "noisy", "destination",
 ];
 
 /// Where a chaos run happens.
@@ -171,6 +172,7 @@ pub async fn run(name: &str, env: &Env) -> anyhow::Result<Report> {
         "fuzz" => fuzz::run(env).await?,
         "auth" => auth::run(env).await?,
         "noisy" => noisy::run(env).await?,
+        "destination" => destination::run(env).await?,
         other => anyhow::bail!("no chaos scenario {other:?}; one of: all, {}", SCENARIOS.join(", ")),
     };
     report.seconds = start.elapsed().as_secs_f64();

@@ -111,23 +111,25 @@ pub async fn retry(db: &impl GenericClient, retries: &[(Fence, Retry)]) -> Resul
 
 const CONTINUE: Transition = Transition {
     rows: "continued",
-    set: "status = 'pending', run_at = now(), lease_until = NULL,
+    set: "status = 'pending', run_at = i.run_at, lease_until = NULL,
                      max_attempts = least(j.max_attempts + 1, 100), last_error = NULL,
                      dispatched_at = now(), updated_at = now()",
-    inputs: &[("note", "text")],
+    inputs: &[("note", "text"), ("run_at", "timestamptz")],
     kind: Some("continued"),
     to: "pending",
     reason: "note",
 };
 
-/// Running jobs that continue themselves: pending again at once, with one more attempt allowed
-/// (`max_attempts` raised, at most to 100), so a job making progress in slices does not use
-/// up its retries. Fenced; returns the fences refused as stale.
-pub async fn continue_later(db: &impl GenericClient, jobs: &[(Fence, String)]) -> Result<Vec<Fence>, StoreError> {
+/// Running jobs that continue themselves (or wait their turn): pending again at their
+/// `run_at`, with one more attempt allowed (`max_attempts` raised, at most to 100), so a job
+/// making progress in slices, or deferred, does not use up its retries. Fenced; returns the
+/// fences refused as stale.
+pub async fn continue_later(db: &impl GenericClient, jobs: &[(Fence, (String, DateTime<Utc>))]) -> Result<Vec<Fence>, StoreError> {
     let jobs = &by_id(jobs);
-    let notes: Vec<&str> = jobs.iter().map(|j| j.1.as_str()).collect();
+    let notes: Vec<&str> = jobs.iter().map(|j| j.1.0.as_str()).collect();
+    let run_ats: Vec<DateTime<Utc>> = jobs.iter().map(|j| j.1.1).collect();
     let sql = CONTINUE.sql("\n             SELECT id FROM continued");
-    Ok(fence::write(db, &sql, &fences(jobs), &[&notes]).await?.1)
+    Ok(fence::write(db, &sql, &fences(jobs), &[&notes, &run_ats]).await?.1)
 }
 
 const WAIT: Transition = Transition {

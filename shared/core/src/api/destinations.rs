@@ -1,0 +1,259 @@
+//! A tenant's HTTP destinations (`http.request`'s targets): create, read, list, delete; the
+//! secret behind the auth header (write-only); the destination's own write switch; and each
+//! job's calls.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::error::{ApiError, ErrorBody};
+use super::extract::{Caller, JsonBody};
+use crate::destinations as rules;
+use crate::job::TenantId;
+use crate::store::destinations::{self, Destination, NewDestination};
+use crate::store::{StoreError, http_calls, modes};
+
+pub const DEFAULT_TIMEOUT_MS: i32 = 10_000;
+pub const DEFAULT_RATE_PER_SECOND: f64 = 10.0;
+
+/// `PUT /v1/destinations/{name}`
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DestinationBody {
+    /// `https://host[:port][/path]` with no query or fragment; calls append their path to it.
+    /// `http` only for hosts on the operator's allow-list (local development).
+    #[schema(min_length = 1, max_length = 2000, pattern = "^https?://[^?#]*$")]
+    pub base_url: String,
+    /// The header Relay sends the destination's secret in (e.g. `Authorization`); none when
+    /// absent. The value is set with `PUT /v1/destinations/{name}/secret`.
+    #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9-]{1,64}$")]
+    pub auth_header: Option<String>,
+    /// Time limit of one call, connect to last byte (100 to 60000; default 10000).
+    #[serde(default)]
+    #[schema(minimum = 100, maximum = 60000)]
+    pub timeout_ms: Option<i32>,
+    /// Calls per second, across every worker (above 0, at most 1000; default 10).
+    #[serde(default)]
+    #[schema(exclusive_minimum = 0, maximum = 1000)]
+    pub rate_per_second: Option<f64>,
+}
+
+/// `PUT /v1/destinations/{name}/secret`
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecretBody {
+    /// The auth header's value, e.g. `Bearer …`: stored in Secrets Manager, never returned.
+    #[schema(min_length = 1, max_length = 4096, pattern = "^[\\t -~]+$")]
+    pub value: String,
+}
+
+/// `PUT /v1/destinations/{name}/writes`
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WritesBody {
+    pub enabled: bool,
+    #[serde(default)]
+    #[schema(max_length = 500)]
+    pub reason: Option<String>,
+}
+
+/// The last call to a destination.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LastCall {
+    pub outcome: String,
+    pub http_status: Option<i32>,
+    pub at: DateTime<Utc>,
+}
+
+/// A destination as the tenant sees it: never the secret's value.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DestinationView {
+    #[serde(flatten)]
+    pub destination: Destination,
+    /// Where the secret lives in Secrets Manager (Relay derives it; the value is never shown).
+    pub secret_id: String,
+    /// The destination's own write switch (`write:http` and shadow mode apply as well).
+    pub writes_enabled: bool,
+    pub last_call: Option<LastCall>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DestinationList {
+    pub destinations: Vec<DestinationView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CallList {
+    pub calls: Vec<http_calls::Call>,
+}
+
+fn invalid(field: &'static str, message: impl std::fmt::Display) -> ApiError {
+    ApiError::unprocessable("invalid_field", format!("{field}: {message}")).with("field", field)
+}
+
+fn name_of(raw: &str) -> Result<(), ApiError> {
+    rules::check_name(raw).map_err(|m| invalid("name", m))
+}
+
+async fn views(state: &AppState, tenant: TenantId, list: Vec<Destination>) -> Result<Vec<DestinationView>, ApiError> {
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let m = modes::load(&db).await?;
+    let last = http_calls::last_per_destination(&db, tenant).await?;
+    Ok(list
+        .into_iter()
+        .map(|d| DestinationView {
+            secret_id: rules::secret_id(tenant, &d.name),
+            writes_enabled: m.destination_writes(tenant, &d.name),
+            last_call: last.iter().find(|l| l.0 == d.name).map(|l| LastCall { outcome: l.1.clone(), http_status: l.2, at: l.3 }),
+            destination: d,
+        })
+        .collect())
+}
+
+/// The checks on a destination: its base URL under the callbacks' rules (a literal address
+/// the guard refuses is refused here), https unless allow-listed, no query or fragment.
+fn check(state: &AppState, b: &DestinationBody) -> Result<(), ApiError> {
+    let allow = &state.admission.callback_allow;
+    crate::callbacks::check_url(&b.base_url, allow).map_err(|why| invalid("base_url", why))?;
+    let target = crate::callbacks::parse_url(&b.base_url).map_err(|why| invalid("base_url", why))?;
+    if b.base_url.contains('?') || b.base_url.contains('#') {
+        return Err(invalid("base_url", "no query or fragment: a call's path and query are appended to it"));
+    }
+    let listed = allow.allows_host(&target.host) || target.host.parse().is_ok_and(|ip| allow.allows_ip(ip));
+    if target.uri.scheme_str() == Some("http") && !listed {
+        return Err(invalid("base_url", "https only (http only for hosts on the operator's allow-list)"));
+    }
+    if let Some(h) = &b.auth_header
+        && (h.is_empty() || h.len() > 64 || !h.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
+            || rules::REFUSED_HEADERS.contains(&h.to_ascii_lowercase().as_str()))
+    {
+        return Err(invalid("auth_header", "1 to 64 letters, digits or '-', not a header Relay sets itself"));
+    }
+    if b.timeout_ms.is_some_and(|t| !(100..=60_000).contains(&t)) {
+        return Err(invalid("timeout_ms", "100 to 60000"));
+    }
+    if b.rate_per_second.is_some_and(|r| !(r > 0.0 && r <= 1000.0)) {
+        return Err(invalid("rate_per_second", "above 0, at most 1000"));
+    }
+    Ok(())
+}
+
+/// `PUT /v1/destinations/{name}`: create or replace (its secret, switch and rate slot stay).
+#[utoipa::path(put, path = "/v1/destinations/{name}", tag = "destinations", params(("name" = String, Path)),
+    request_body = DestinationBody, security(("tenant_key" = [])),
+    responses((status = 200, body = DestinationView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
+pub async fn put(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(name): Path<String>,
+    JsonBody(b): JsonBody<DestinationBody>,
+) -> Result<Json<DestinationView>, ApiError> {
+    name_of(&name)?;
+    check(&state, &b)?;
+    let new = NewDestination {
+        name: &name,
+        base_url: &b.base_url,
+        auth_header: b.auth_header.as_deref(),
+        timeout_ms: b.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
+        rate_per_second: b.rate_per_second.unwrap_or(DEFAULT_RATE_PER_SECOND),
+    };
+    let d = destinations::put(&state.pool.get().await.map_err(StoreError::from)?, tenant.id, &new).await?;
+    Ok(Json(views(&state, tenant.id, vec![d]).await?.remove(0)))
+}
+
+/// `GET /v1/destinations`
+#[utoipa::path(get, path = "/v1/destinations", tag = "destinations", security(("tenant_key" = [])),
+    responses((status = 200, body = DestinationList), (status = 401, body = ErrorBody)))]
+pub async fn list(State(state): State<AppState>, Caller(tenant): Caller) -> Result<Json<DestinationList>, ApiError> {
+    let list = destinations::list(&state.pool.get().await.map_err(StoreError::from)?, tenant.id).await?;
+    Ok(Json(DestinationList { destinations: views(&state, tenant.id, list).await? }))
+}
+
+/// `GET /v1/destinations/{name}`
+#[utoipa::path(get, path = "/v1/destinations/{name}", tag = "destinations", params(("name" = String, Path)),
+    security(("tenant_key" = [])),
+    responses((status = 200, body = DestinationView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(name): Path<String>) -> Result<Json<DestinationView>, ApiError> {
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let d = destinations::get(&db, tenant.id, &name).await?.ok_or_else(ApiError::not_found)?;
+    drop(db);
+    Ok(Json(views(&state, tenant.id, vec![d]).await?.remove(0)))
+}
+
+/// `DELETE /v1/destinations/{name}`: jobs still calling it fail (the secret's value stays in
+/// Secrets Manager, for a destination of the same name).
+#[utoipa::path(delete, path = "/v1/destinations/{name}", tag = "destinations", params(("name" = String, Path)),
+    security(("tenant_key" = [])),
+    responses((status = 204, description = "deleted"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn delete(State(state): State<AppState>, Caller(tenant): Caller, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    if destinations::delete(&db, tenant.id, &name).await? { Ok(StatusCode::NO_CONTENT) } else { Err(ApiError::not_found()) }
+}
+
+/// `PUT /v1/destinations/{name}/secret`: write the auth header's value to Secrets Manager under
+/// this tenant's namespace. Write-only: no route returns it.
+#[utoipa::path(put, path = "/v1/destinations/{name}/secret", tag = "destinations", params(("name" = String, Path)),
+    request_body = SecretBody, security(("tenant_key" = [])),
+    responses((status = 204, description = "stored"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn put_secret(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(name): Path<String>,
+    JsonBody(b): JsonBody<SecretBody>,
+) -> Result<StatusCode, ApiError> {
+    if b.value.is_empty() {
+        return Err(invalid("value", "must not be empty"));
+    }
+    rules::check_value(&b.value).map_err(|m| invalid("value", m))?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    destinations::get(&db, tenant.id, &name).await?.ok_or_else(ApiError::not_found)?;
+    drop(db);
+    let writer = state.secrets.as_ref().ok_or_else(|| ApiError::unavailable("this deployment has no secret store configured"))?;
+    writer.write(tenant.id, &name, &b.value).await.map_err(|e| {
+        tracing::warn!(event = "relay.destinations.secret_write_failed", error = %e, "could not write a destination's secret");
+        ApiError::unavailable("the secret store did not take the value; try again")
+    })?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    if destinations::secret_written(&db, tenant.id, &name).await? { Ok(StatusCode::NO_CONTENT) } else { Err(ApiError::not_found()) }
+}
+
+/// `PUT /v1/destinations/{name}/writes`: the destination's own write switch (an audited
+/// operating mode, `write:http:<tenant id>:<name>`). Off: its jobs are held, not sent.
+#[utoipa::path(put, path = "/v1/destinations/{name}/writes", tag = "destinations", params(("name" = String, Path)),
+    request_body = WritesBody, security(("tenant_key" = [])),
+    responses((status = 200, body = DestinationView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn put_writes(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(name): Path<String>,
+    JsonBody(b): JsonBody<WritesBody>,
+) -> Result<Json<DestinationView>, ApiError> {
+    if b.reason.as_ref().is_some_and(|r| r.len() > 500 || r.contains('\0')) {
+        return Err(invalid("reason", "at most 500 characters, no NUL"));
+    }
+    let mut db = state.pool.get().await.map_err(StoreError::from)?;
+    let d = destinations::get(&db, tenant.id, &name).await?.ok_or_else(ApiError::not_found)?;
+    let by = format!("tenant:{}", tenant.id);
+    modes::set(&mut db, &modes::destination_switch(tenant.id, &name), b.enabled, &by, b.reason.as_deref()).await?;
+    drop(db);
+    Ok(Json(views(&state, tenant.id, vec![d]).await?.remove(0)))
+}
+
+/// `GET /v1/jobs/{id}/http-calls`: every call of an `http.request` job, oldest first.
+#[utoipa::path(get, path = "/v1/jobs/{id}/http-calls", tag = "destinations", params(("id" = String, Path)),
+    security(("tenant_key" = [])),
+    responses((status = 200, body = CallList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn calls(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<CallList>, ApiError> {
+    let id: crate::job::JobId = id.parse().map_err(|_| ApiError::not_found())?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    crate::store::jobs::get(&db, tenant.id, id).await?.ok_or_else(ApiError::not_found)?;
+    Ok(Json(CallList { calls: http_calls::for_job(&db, tenant.id, id).await? }))
+}

@@ -1,0 +1,307 @@
+//! `http.request`: one call to a destination the tenant registered (`crate::destinations`),
+//! under the callbacks' address guard (`crate::callbacks`), carrying the job's idempotency key
+//! (`Idempotency-Key`) and correlation id.
+//!
+//! One attempt: an earlier attempt's call with no recorded outcome makes this one ambiguous
+//! (it may have gone); shadow mode records what would be sent and sends nothing; `write:http`
+//! or the destination's own switch off defers the job (`TaskError::Defer`, no attempt used);
+//! then the secret (under the task's own role), the guard, a rate slot (deferred when there is
+//! none), the call recorded as `sending` under the job's fence, and the call itself:
+//!
+//! | answer | outcome |
+//! |---|---|
+//! | 2xx, whole | success; status, recorded headers and body (truncated) are the result |
+//! | 408, 429, 5xx | retryable, not before `Retry-After`; the body is not read |
+//! | no connection | retryable (nothing was sent) |
+//! | cut off after the request left (no status, a 2xx body broken off, a timeout) | ambiguous: one exception, never retried |
+//! | 3xx (not followed), other 4xx | fatal, the body kept |
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hyper::body::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use utoipa::ToSchema;
+
+use crate::callbacks::{self, AllowList, Answer, Limits, Refusal};
+use crate::destinations::{self as rules, SecretError};
+use crate::job::{Fence, TaskError};
+use crate::store::destinations::{self, Destination, Slot};
+use crate::store::http_calls::{self, NewCall, Settled};
+use crate::store::{StoreError, jobs};
+use crate::task::{Task, TaskContext};
+
+/// The most body bytes of an answer recorded (the rest is not read).
+pub const MAX_RESPONSE_BODY: usize = 16 * 1024;
+/// The largest JSON body a call may carry.
+pub const MAX_REQUEST_BODY: usize = 256 * 1024;
+/// How long a job for a destination whose writes are off waits before it looks again.
+pub const HOLD: Duration = Duration::from_secs(60);
+/// The answer headers recorded with the result.
+pub const RECORDED_HEADERS: &[&str] =
+    &["content-type", "content-length", "location", "etag", "last-modified", "retry-after", "request-id", "x-request-id"];
+/// Shown in place of the secret wherever a request is recorded.
+pub const REDACTED: &str = "<redacted>";
+
+/// Calls tenants' destinations; `allow` is the operator's allow-list (`RELAY_CALLBACK_ALLOW`),
+/// the same one callbacks use.
+#[derive(Debug, Clone, Default)]
+pub struct HttpRequest {
+    pub allow: AllowList,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Method {
+    Get,
+    Post,
+    Put,
+    Patch,
+    Delete,
+}
+
+impl Method {
+    fn hyper(self) -> hyper::Method {
+        match self {
+            Method::Get => hyper::Method::GET,
+            Method::Post => hyper::Method::POST,
+            Method::Put => hyper::Method::PUT,
+            Method::Patch => hyper::Method::PATCH,
+            Method::Delete => hyper::Method::DELETE,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RequestParams {
+    /// A destination this tenant registered (`PUT /v1/destinations/{name}`).
+    #[schema(pattern = "^[a-z0-9][a-z0-9_-]{0,62}$")]
+    pub destination: String,
+    pub method: Method,
+    /// Under the destination's base URL: one leading `/`, URL characters, an optional query;
+    /// no scheme or host, no `.` or `..` segment.
+    #[schema(min_length = 1, max_length = 2000, pattern = "^/([A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*$")]
+    pub path: String,
+    /// Headers to add (at most 50). Hop-by-hop headers, `Host`, `Content-Type`,
+    /// `Content-Length`, `Idempotency-Key`, `X-Relay-Correlation-Id` and the destination's auth
+    /// header are Relay's to set.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The JSON body (sent as `application/json`; at most 256 KiB).
+    #[serde(default)]
+    pub body: Option<Value>,
+}
+
+impl Task for HttpRequest {
+    type Params = RequestParams;
+    const NAME: &'static str = "http.request";
+    const DESCRIPTION: &'static str = "One HTTP call to a destination the tenant registered, with the job's idempotency key; \
+         retried on 408, 429 and 5xx, ambiguous when cut off after sending; shadow mode records it without sending.";
+
+    fn check(p: &RequestParams) -> Result<(), (String, String)> {
+        rules::check_name(&p.destination).map_err(|m| ("destination".to_owned(), m.to_owned()))?;
+        rules::check_path(&p.path).map_err(|m| ("path".to_owned(), m.to_owned()))?;
+        if p.headers.len() > rules::MAX_HEADERS {
+            return Err(("headers".into(), format!("at most {} headers", rules::MAX_HEADERS)));
+        }
+        for (name, value) in &p.headers {
+            rules::check_header(name, value, None).map_err(|m| (format!("headers.{name}"), m))?;
+        }
+        if p.body.as_ref().is_some_and(|b| b.to_string().len() > MAX_REQUEST_BODY) {
+            return Err(("body".into(), format!("at most {MAX_REQUEST_BODY} bytes of JSON")));
+        }
+        Ok(())
+    }
+
+    fn destination(p: &RequestParams) -> Option<(&'static str, String)> {
+        Some(("destination", p.destination.clone()))
+    }
+
+    async fn run(&self, ctx: &TaskContext, p: RequestParams) -> Result<Value, TaskError> {
+        call(&self.allow, ctx, p).await
+    }
+}
+
+fn retryable(e: impl std::fmt::Display) -> TaskError {
+    TaskError::Retryable(e.to_string())
+}
+
+/// Whether an answer's status makes the call worth another attempt (its body is not read).
+fn retryable_status(status: u16) -> bool {
+    matches!(status, 408 | 429 | 500..=599)
+}
+
+async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<Value, TaskError> {
+    let db = ctx.db.get().await.map_err(retryable)?;
+    if let Some(c) = http_calls::unsettled(&db, ctx.job_id, ctx.attempt).await.map_err(retryable)? {
+        return Err(TaskError::Ambiguous(format!(
+            "attempt {}'s call to {} has no recorded outcome (its worker stopped mid-call): it may have reached the destination; not calling again",
+            c.attempt, c.destination
+        )));
+    }
+    let Some(dest) = destinations::get(&db, ctx.tenant_id, &p.destination).await.map_err(retryable)? else {
+        return Err(TaskError::Fatal(format!("destination {:?} no longer exists", p.destination)));
+    };
+    for (name, value) in &p.headers {
+        rules::check_header(name, value, dest.auth_header.as_deref()).map_err(|m| TaskError::Fatal(format!("headers.{name}: {m}")))?;
+    }
+    let job = jobs::get(&db, ctx.tenant_id, ctx.job_id).await.map_err(retryable)?.ok_or_else(|| retryable("the job vanished"))?;
+    let url = rules::join(&dest.base_url, &p.path);
+    let mut headers: Vec<(String, String)> = p.headers.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+    headers.push(("content-type".into(), "application/json".into()));
+    headers.push(("idempotency-key".into(), job.idempotency_key.clone()));
+    headers.push((crate::email::content::CORRELATION_HEADER.to_owned(), ctx.correlation_id.clone()));
+    headers.push(("user-agent".into(), "relay-http/1".into()));
+    let shown = shown_request(&p, &url, &headers, &dest);
+    let record = |outcome: &'static str, error: Option<String>| record_call(&db, ctx, &p.destination, &shown, outcome, error);
+
+    if ctx.modes.shadow() {
+        record("shadowed", Some("shadow mode: recorded, not sent".into())).await?;
+        return Ok(json!({"sent": false, "shadowed": true, "request": shown}));
+    }
+    if !ctx.modes.writes_enabled("http") || !ctx.modes.destination_writes(ctx.tenant_id, &p.destination) {
+        let which = if ctx.modes.writes_enabled("http") { format!("write:http:<tenant>:{}", p.destination) } else { "write:http".into() };
+        return Err(TaskError::Defer(format!("writes to destination {:?} are switched off ({which}): held", p.destination), HOLD));
+    }
+    let target = match callbacks::parse_url(&url) {
+        Ok(t) => t,
+        Err(why) => {
+            record("refused", Some(format!("invalid URL: {why}"))).await?;
+            return Err(TaskError::Fatal(format!("invalid URL {url:?}: {why}")));
+        }
+    };
+    // The secret before the intent: a missing one or an STS failure leaves no `sending` row.
+    // (No pooled connection is held across the AWS calls.)
+    drop(db);
+    let secret = match &dest.auth_header {
+        Some(h) => Some((h.clone(), read_secret(ctx, &dest).await?)),
+        None => None,
+    };
+    let db = ctx.db.get().await.map_err(retryable)?;
+    let record = |outcome: &'static str, error: Option<String>| record_call(&db, ctx, &p.destination, &shown, outcome, error);
+    let addr = match callbacks::resolve(&target, allow).await {
+        Ok(a) => a,
+        Err(refusal @ Refusal::Address { .. }) => {
+            record("refused", Some(refusal.to_string())).await?;
+            return Err(TaskError::Fatal(refusal.to_string()));
+        }
+        Err(refusal @ Refusal::Resolve { .. }) => return Err(retryable(refusal)),
+    };
+    match destinations::take_slot(&db, ctx.tenant_id, &dest.name).await.map_err(retryable)? {
+        Slot::Taken => {}
+        Slot::Wait(d) => {
+            return Err(TaskError::Defer(format!("destination {:?} is at its rate of {}/s: waiting for a slot", dest.name, dest.rate_per_second), d));
+        }
+        Slot::Gone => return Err(TaskError::Fatal(format!("destination {:?} no longer exists", dest.name))),
+    }
+    let call_id = record("sending", None).await?;
+    if let Some((name, value)) = secret {
+        headers.push((name, value));
+    }
+    let pairs: Vec<(&str, String)> = headers.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    let body = p.body.as_ref().map_or_else(Vec::new, |b| b.to_string().into_bytes());
+    let limits = Limits {
+        timeout: Duration::from_millis(u64::try_from(dest.timeout_ms).unwrap_or(10_000)),
+        body: MAX_RESPONSE_BODY,
+        read_body: |s| !retryable_status(s),
+    };
+    let started = std::time::Instant::now();
+    let answer = callbacks::request(&target, addr, p.method.hyper(), &pairs, Bytes::from(body), limits).await;
+    let duration_ms = Some(i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX));
+    let what = format!("{} {url}", p.method.hyper());
+    let (settled, outcome) = classify(&what, answer, duration_ms);
+    http_calls::settle(&db, call_id, &settled).await.map_err(|e: StoreError| {
+        // The call happened; its record could not be settled. Say so rather than retry.
+        TaskError::Ambiguous(format!("{what}: the call was made but its outcome could not be recorded: {e}"))
+    })?;
+    outcome
+}
+
+/// Record a call under this attempt's fence; an attempt that no longer holds the job may not call.
+async fn record_call(
+    db: &deadpool_postgres::Client,
+    ctx: &TaskContext,
+    destination: &str,
+    request: &Value,
+    outcome: &'static str,
+    error: Option<String>,
+) -> Result<i64, TaskError> {
+    let fence = Fence { job: ctx.job_id, attempt: ctx.attempt };
+    let c = NewCall { fence, tenant_id: ctx.tenant_id, destination, outcome, request, error: error.as_deref() };
+    http_calls::record(db, &c).await.map_err(retryable)?.ok_or_else(|| retryable("this attempt no longer holds the job; it may not call"))
+}
+
+/// What was (or would be) sent, the secret redacted.
+fn shown_request(p: &RequestParams, url: &str, headers: &[(String, String)], dest: &Destination) -> Value {
+    let mut shown: serde_json::Map<String, Value> = headers.iter().map(|(n, v)| (n.clone(), json!(v))).collect();
+    if let Some(h) = &dest.auth_header {
+        shown.insert(h.clone(), json!(REDACTED));
+    }
+    json!({"method": p.method, "url": url, "headers": shown, "body": p.body})
+}
+
+async fn read_secret(ctx: &TaskContext, dest: &Destination) -> Result<String, TaskError> {
+    let sdk = ctx.aws().await?;
+    match rules::read_secret(&sdk, ctx.tenant_id, &dest.name).await {
+        Ok(v) => rules::check_value(&v).map(|()| v).map_err(|m| TaskError::Fatal(format!("the destination's secret: {m}"))),
+        Err(e @ (SecretError::Missing(_) | SecretError::NotAString(_))) => Err(TaskError::Fatal(e.to_string())),
+        Err(e @ SecretError::Service(_)) => Err(retryable(e)),
+    }
+}
+
+/// The answer as recorded: status, recorded headers, the body (JSON when it parses whole, else
+/// text; NUL characters replaced, as Postgres stores none).
+fn response_json(a: &Answer) -> Value {
+    let headers: serde_json::Map<String, Value> = RECORDED_HEADERS
+        .iter()
+        .filter_map(|h| a.headers.get(*h).map(|v| ((*h).to_owned(), json!(String::from_utf8_lossy(v.as_bytes())))))
+        .collect();
+    let text = String::from_utf8_lossy(&a.body).replace('\0', "\u{FFFD}");
+    let parsed = (!a.truncated && !a.cut).then(|| serde_json::from_str::<Value>(&text).ok()).flatten();
+    let body = match parsed {
+        Some(v) if !v.to_string().contains("\\u0000") => v,
+        _ => json!(text.replace("\\u0000", "\u{FFFD}")),
+    };
+    json!({"status": a.status, "headers": headers, "body": body, "truncated": a.truncated, "cut": a.cut})
+}
+
+/// The one classification of a call's end (see the module's table).
+fn classify(what: &str, answer: Result<Answer, callbacks::PostError>, duration_ms: Option<i32>) -> (Settled, Result<Value, TaskError>) {
+    let settled = |outcome, http_status, response, error: Option<String>| Settled { outcome, http_status, response, error, duration_ms };
+    let a = match answer {
+        Err(e) if e.maybe_sent() => {
+            let error = format!("{what}: {e}; the destination may have acted on it: not retried");
+            return (settled("ambiguous", None, None, Some(error.clone())), Err(TaskError::Ambiguous(error)));
+        }
+        Err(e) => {
+            let error = format!("{what}: {e}");
+            return (settled("retryable", None, None, Some(error.clone())), Err(TaskError::Retryable(error)));
+        }
+        Ok(a) => a,
+    };
+    let response = response_json(&a);
+    let status = Some(i32::from(a.status));
+    match a.status {
+        200..=299 if a.cut => {
+            let error = format!("{what}: answered {} but the answer broke off: the call was made; its result is incomplete", a.status);
+            (settled("ambiguous", status, Some(response), Some(error.clone())), Err(TaskError::Ambiguous(error)))
+        }
+        200..=299 => (settled("succeeded", status, Some(response.clone()), None), Ok(response)),
+        s if retryable_status(s) => {
+            let error = format!("{what}: answered {s}");
+            let e = match a.retry_after {
+                Some(after) => TaskError::RetryAfter(error.clone(), after),
+                None => TaskError::Retryable(error.clone()),
+            };
+            (settled("retryable", status, Some(response), Some(error)), Err(e))
+        }
+        s => {
+            let why = if (300..400).contains(&s) { "a redirect (not followed)" } else { "refused" };
+            let body: String = response["body"].to_string().chars().take(2000).collect();
+            let error = format!("{what}: answered {s}, {why}: {body}");
+            (settled("fatal", status, Some(response), Some(error.clone())), Err(TaskError::Fatal(error)))
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! A tenant's HTTP destinations, the targets of `http.request`: the rules their names, the
+//! paths and the headers of a call follow, and the secret behind a destination's auth header.
+//!
+//! The secret lives in Secrets Manager under a name Relay derives, never one a tenant writes:
+//! `relay/tenants/<tenant id>/destinations/<name>`. A tenant therefore cannot make Relay read
+//! another tenant's secret, nor the platform's; IAM holds the same line (the task role may
+//! read `relay/tenants/*` only, the intake function may write there only). The value is
+//! written through the API (`PUT /v1/destinations/{name}/secret`) and read at run time under
+//! the `http.request` task's own role; no table holds it and no answer returns it.
+
+use aws_sdk_secretsmanager::error::{DisplayErrorContext, ProvideErrorMetadata};
+
+use crate::job::TenantId;
+
+/// A destination's name: lowercase letters, digits, `_` and `-`, 1 to 63, starting with a
+/// letter or digit.
+pub const NAME_PATTERN: &str = "^[a-z0-9][a-z0-9_-]{0,62}$";
+/// Where every tenant's destination secrets live in Secrets Manager.
+pub const SECRET_PREFIX: &str = "relay/tenants/";
+/// The longest path (with its query) a call may name.
+pub const MAX_PATH_LEN: usize = 2000;
+/// The longest header value, and secret value, taken.
+pub const MAX_HEADER_VALUE_LEN: usize = 4096;
+/// The most headers a call may add.
+pub const MAX_HEADERS: usize = 50;
+
+/// Headers a call may not set: hop-by-hop ones, those of the connection, and Relay's own.
+pub const REFUSED_HEADERS: &[&str] = &[
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te", "trailer",
+    "transfer-encoding", "upgrade", "host", "content-length", "content-type", "idempotency-key",
+    "x-relay-correlation-id",
+];
+
+pub fn check_name(name: &str) -> Result<(), &'static str> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if ok { Ok(()) } else { Err("1 to 63 lowercase letters, digits, '_' or '-', starting with a letter or digit") }
+}
+
+/// The Secrets Manager name of a destination's secret.
+pub fn secret_id(tenant: TenantId, name: &str) -> String {
+    format!("{SECRET_PREFIX}{tenant}/destinations/{name}")
+}
+
+/// A call's path: `/` and URL characters (`%` only as an escape), an optional query, at most
+/// `MAX_PATH_LEN`; no scheme or host (`//…`), no `.` or `..` segment (escaped or not), no
+/// fragment or backslash. It is appended to the destination's base URL.
+pub fn check_path(path: &str) -> Result<(), &'static str> {
+    if path.len() > MAX_PATH_LEN {
+        return Err("at most 2000 characters");
+    }
+    if !path.starts_with('/') || path.starts_with("//") {
+        return Err("must start with a single '/' (a path under the destination's base URL, no scheme or host)");
+    }
+    let bytes = path.as_bytes();
+    for (i, b) in bytes.iter().enumerate() {
+        let ok = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/?".contains(b);
+        let escape = *b == b'%' && bytes.len() > i + 2 && bytes[i + 1].is_ascii_hexdigit() && bytes[i + 2].is_ascii_hexdigit();
+        if !ok && !escape {
+            return Err("URL characters only ('%' only as an escape; no space, '#', '\\' or control characters)");
+        }
+    }
+    let route = path.split('?').next().unwrap_or_default();
+    let dots = route.split('/').any(|seg| {
+        let seg = seg.to_ascii_lowercase().replace("%2e", ".");
+        seg == "." || seg == ".."
+    });
+    if dots || route.to_ascii_lowercase().contains("%2f") || route.to_ascii_lowercase().contains("%5c") {
+        return Err("no '.' or '..' segments, and no escaped '/' or '\\'");
+    }
+    Ok(())
+}
+
+/// The URL a call goes to: the base URL (no trailing `/`) and the path.
+pub fn join(base_url: &str, path: &str) -> String {
+    format!("{}{path}", base_url.trim_end_matches('/'))
+}
+
+/// A header a call adds: a token name that is not refused (nor `auth_header`, the
+/// destination's own), and a value of visible characters, spaces and tabs.
+pub fn check_header(name: &str, value: &str, auth_header: Option<&str>) -> Result<(), String> {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if name.is_empty() || name.len() > 64 || !name.bytes().all(token) {
+        return Err("a header name is 1 to 64 token characters (letters, digits, !#$%&'*+-.^_`|~)".into());
+    }
+    let lower = name.to_ascii_lowercase();
+    if REFUSED_HEADERS.contains(&lower.as_str()) {
+        return Err(format!("{name} may not be set (hop-by-hop, connection or Relay's own header)"));
+    }
+    if auth_header.is_some_and(|a| a.eq_ignore_ascii_case(name)) {
+        return Err(format!("{name} is the destination's auth header: Relay sets it from the destination's secret"));
+    }
+    check_value(value)
+}
+
+/// A header value (and a secret, which is sent as one): visible ASCII, spaces and tabs.
+pub fn check_value(value: &str) -> Result<(), String> {
+    if value.len() > MAX_HEADER_VALUE_LEN || !value.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b)) {
+        return Err(format!("a header value is at most {MAX_HEADER_VALUE_LEN} visible ASCII characters, spaces or tabs"));
+    }
+    Ok(())
+}
+
+/// Why a destination's secret could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// No value was ever written.
+    #[error("the secret {0} has no value: PUT /v1/destinations/<name>/secret first")]
+    Missing(String),
+    #[error("the secret {0} is not a string")]
+    NotAString(String),
+    /// Secrets Manager failed or refused (the message has the whole cause chain).
+    #[error("secrets manager: {0}")]
+    Service(String),
+}
+
+/// Read a destination's secret with the given configuration (the task's own role).
+pub async fn read_secret(sdk: &aws_config::SdkConfig, tenant: TenantId, name: &str) -> Result<String, SecretError> {
+    let id = secret_id(tenant, name);
+    let client = aws_sdk_secretsmanager::Client::new(sdk);
+    match client.get_secret_value().secret_id(&id).send().await {
+        Ok(out) => out.secret_string().map(str::to_owned).ok_or(SecretError::NotAString(id)),
+        Err(e) if e.code() == Some("ResourceNotFoundException") => Err(SecretError::Missing(id)),
+        Err(e) => Err(SecretError::Service(DisplayErrorContext(&e).to_string())),
+    }
+}
+
+/// Writes destination secrets (the intake function's own identity, allowed `relay/tenants/*`).
+#[derive(Clone, Debug)]
+pub struct SecretWriter {
+    client: aws_sdk_secretsmanager::Client,
+}
+
+impl SecretWriter {
+    pub fn new(sdk: &aws_config::SdkConfig) -> Self {
+        SecretWriter { client: aws_sdk_secretsmanager::Client::new(sdk) }
+    }
+
+    /// Create the secret, or put a new value when it exists.
+    pub async fn write(&self, tenant: TenantId, name: &str, value: &str) -> Result<(), SecretError> {
+        let id = secret_id(tenant, name);
+        let created = self.client.create_secret().name(&id).secret_string(value).send().await;
+        match created {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some("ResourceExistsException") => {
+                let put = self.client.put_secret_value().secret_id(&id).secret_string(value).send().await;
+                put.map(|_| ()).map_err(|e| SecretError::Service(DisplayErrorContext(&e).to_string()))
+            }
+            Err(e) => Err(SecretError::Service(DisplayErrorContext(&e).to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_pattern() {
+        let re = regex::Regex::new(NAME_PATTERN).unwrap();
+        for n in ["crm", "crm-eu_2", "0x"] {
+            assert!(check_name(n).is_ok() && re.is_match(n), "{n}");
+        }
+        for n in ["", "CRM", "-crm", "a/b", "a:b", "a.b", &"x".repeat(64), "crm\n", "é"] {
+            assert!(check_name(n).is_err() && !re.is_match(n), "{n:?}");
+        }
+    }
+
+    #[test]
+    fn paths_stay_under_the_base_url() {
+        for p in ["/", "/v1/contacts", "/v1/contacts?email=a%40b.example&x=1", "/a/b.c/..d"] {
+            assert!(check_path(p).is_ok(), "{p}");
+        }
+        for p in ["", "v1", "//evil.example/x", "/../admin", "/a/./b", "/a/%2e%2E/b", "/a/%2fetc", "/a b", "/a#b", "/a\\b",
+                  "/a\r\nHost: x", "/%zz", "/%4", "http://x/"] {
+            assert!(check_path(p).is_err(), "{p:?}");
+        }
+        assert_eq!(join("https://api.example/base/", "/v1/x"), "https://api.example/base/v1/x");
+    }
+
+    #[test]
+    fn headers_refuse_hop_by_hop_host_and_the_auth_header() {
+        assert!(check_header("X-Tenant-Ref", "abc 123", Some("Authorization")).is_ok());
+        for n in ["Host", "connection", "Transfer-Encoding", "Idempotency-Key", "X-Relay-Correlation-Id", "Content-Length"] {
+            assert!(check_header(n, "x", None).is_err(), "{n}");
+        }
+        assert!(check_header("authorization", "x", Some("Authorization")).is_err());
+        assert!(check_header("X-A", "a\r\nX-B: b", None).is_err());
+        assert!(check_header("X-A", "\0", None).is_err());
+        assert!(check_header("X A", "a", None).is_err());
+        assert!(check_header("X:A", "a", None).is_err());
+    }
+
+    #[test]
+    fn a_secret_name_is_derived_under_the_tenant() {
+        let t = TenantId::new();
+        assert_eq!(secret_id(t, "crm"), format!("relay/tenants/{t}/destinations/crm"));
+    }
+}

@@ -1,0 +1,130 @@
+//! A tenant's HTTP destinations (`http_destinations`), the targets of `http.request`, and the
+//! per-destination rate slot every worker takes before a call.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tokio_postgres::Row;
+use utoipa::ToSchema;
+
+use super::{GenericClient, StoreError};
+use crate::job::TenantId;
+
+/// A destination as stored (the secret's value is never here, only when it was last set).
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct Destination {
+    pub name: String,
+    pub base_url: String,
+    /// The header the secret is sent in; null: none.
+    pub auth_header: Option<String>,
+    /// When the secret's value was last written (`PUT /v1/destinations/{name}/secret`).
+    pub secret_set_at: Option<DateTime<Utc>>,
+    pub timeout_ms: i32,
+    pub rate_per_second: f64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// What `put` stores.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewDestination<'a> {
+    pub name: &'a str,
+    pub base_url: &'a str,
+    pub auth_header: Option<&'a str>,
+    pub timeout_ms: i32,
+    pub rate_per_second: f64,
+}
+
+const COLUMNS: &str = "name, base_url, auth_header, secret_set_at, timeout_ms, rate_per_second, created_at, updated_at";
+
+impl Destination {
+    fn from_row(r: &Row) -> Self {
+        Destination {
+            name: r.get(0),
+            base_url: r.get(1),
+            auth_header: r.get(2),
+            secret_set_at: r.get(3),
+            timeout_ms: r.get(4),
+            rate_per_second: r.get(5),
+            created_at: r.get(6),
+            updated_at: r.get(7),
+        }
+    }
+}
+
+/// Create or replace (the secret and the rate slot stay).
+pub async fn put(db: &impl GenericClient, tenant: TenantId, d: &NewDestination<'_>) -> Result<Destination, StoreError> {
+    let sql = format!(
+        "INSERT INTO http_destinations (tenant_id, name, base_url, auth_header, timeout_ms, rate_per_second)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (tenant_id, name) DO UPDATE
+         SET base_url = $3, auth_header = $4, timeout_ms = $5, rate_per_second = $6, updated_at = now()
+         RETURNING {COLUMNS}"
+    );
+    let row = db.query_one(&sql, &[&tenant, &d.name, &d.base_url, &d.auth_header, &d.timeout_ms, &d.rate_per_second]).await?;
+    Ok(Destination::from_row(&row))
+}
+
+pub async fn get(db: &impl GenericClient, tenant: TenantId, name: &str) -> Result<Option<Destination>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM http_destinations WHERE tenant_id = $1 AND name = $2");
+    Ok(db.query_opt(&sql, &[&tenant, &name]).await?.as_ref().map(Destination::from_row))
+}
+
+pub async fn list(db: &impl GenericClient, tenant: TenantId) -> Result<Vec<Destination>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM http_destinations WHERE tenant_id = $1 ORDER BY name");
+    Ok(db.query(&sql, &[&tenant]).await?.iter().map(Destination::from_row).collect())
+}
+
+/// Returns false when there was no such destination.
+pub async fn delete(db: &impl GenericClient, tenant: TenantId, name: &str) -> Result<bool, StoreError> {
+    Ok(db.execute("DELETE FROM http_destinations WHERE tenant_id = $1 AND name = $2", &[&tenant, &name]).await? == 1)
+}
+
+/// Note that the secret's value was written. Returns false when there is no such destination.
+pub async fn secret_written(db: &impl GenericClient, tenant: TenantId, name: &str) -> Result<bool, StoreError> {
+    let n = db
+        .execute(
+            "UPDATE http_destinations SET secret_set_at = now(), updated_at = now() WHERE tenant_id = $1 AND name = $2",
+            &[&tenant, &name],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// The outcome of asking for a call slot.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Slot {
+    /// Call now; the next slot has moved one interval on.
+    Taken,
+    /// The rate is used up: the next free slot is this far away (nothing was taken).
+    Wait(std::time::Duration),
+    /// The destination no longer exists.
+    Gone,
+}
+
+/// Take the destination's next call slot if it is due (`next_slot` moves on by 1/rate from
+/// now or from itself, whichever is later). One row lock serialises every worker's take, so
+/// at most `rate` calls start per second, whatever the number of workers.
+pub async fn take_slot(db: &impl GenericClient, tenant: TenantId, name: &str) -> Result<Slot, StoreError> {
+    let row = db
+        .query_opt(
+            "WITH d AS (
+                 SELECT tenant_id, name, next_slot <= clock_timestamp() AS due,
+                        CASE WHEN next_slot <= clock_timestamp() THEN 0
+                             ELSE extract(epoch FROM next_slot - clock_timestamp())::float8 END AS wait
+                 FROM http_destinations WHERE tenant_id = $1 AND name = $2 FOR UPDATE
+             ), taken AS (
+                 UPDATE http_destinations h
+                 SET next_slot = greatest(h.next_slot, clock_timestamp()) + make_interval(secs => 1.0 / h.rate_per_second)
+                 FROM d WHERE d.due AND h.tenant_id = d.tenant_id AND h.name = d.name
+                 RETURNING h.name
+             )
+             SELECT d.due, d.wait FROM d",
+            &[&tenant, &name],
+        )
+        .await?;
+    Ok(match row {
+        None => Slot::Gone,
+        Some(r) if r.get::<_, bool>(0) => Slot::Taken,
+        Some(r) => Slot::Wait(std::time::Duration::from_secs_f64(r.get::<_, f64>(1).max(0.001))),
+    })
+}

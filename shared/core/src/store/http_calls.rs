@@ -1,0 +1,127 @@
+//! Every `http.request` call (`http_calls`): recorded as `sending` under the job's fence before
+//! the request leaves, then settled with what happened; shadowed calls with what would have
+//! been sent.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use tokio_postgres::Row;
+use utoipa::ToSchema;
+
+use super::{GenericClient, StoreError};
+use crate::job::{Fence, JobId, TenantId};
+
+/// One call as a tenant reads it (`GET /v1/jobs/{id}/http-calls`).
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct Call {
+    pub id: i64,
+    pub destination: String,
+    pub attempt: i32,
+    /// `sending` (no outcome recorded: the worker stopped mid-call), `succeeded`, `retryable`,
+    /// `fatal`, `ambiguous`, `shadowed` (not sent) or `refused` (the address guard).
+    pub outcome: String,
+    /// Method, URL, headers (the secret redacted) and body: what was, or would have been, sent.
+    pub request: Value,
+    pub http_status: Option<i32>,
+    /// Status, recorded headers and the body (truncated) of the answer, when there was one.
+    pub response: Option<Value>,
+    pub error: Option<String>,
+    pub duration_ms: Option<i32>,
+    pub at: DateTime<Utc>,
+}
+
+const COLUMNS: &str = "id, destination, attempt, outcome, request, http_status, response, error, duration_ms, at";
+
+impl Call {
+    fn from_row(r: &Row) -> Self {
+        Call {
+            id: r.get(0),
+            destination: r.get(1),
+            attempt: r.get(2),
+            outcome: r.get(3),
+            request: r.get(4),
+            http_status: r.get(5),
+            response: r.get(6),
+            error: r.get(7),
+            duration_ms: r.get(8),
+            at: r.get(9),
+        }
+    }
+}
+
+/// A call about to be made (or shadowed).
+#[derive(Debug, Clone)]
+pub struct NewCall<'a> {
+    pub fence: Fence,
+    pub tenant_id: TenantId,
+    pub destination: &'a str,
+    pub outcome: &'a str,
+    pub request: &'a Value,
+    pub error: Option<&'a str>,
+}
+
+/// Record a call under the job's fence; `None` when this attempt no longer holds the job (it
+/// must not call).
+pub async fn record(db: &impl GenericClient, c: &NewCall<'_>) -> Result<Option<i64>, StoreError> {
+    let row = db
+        .query_opt(
+            "INSERT INTO http_calls (job_id, tenant_id, destination, attempt, outcome, request, error)
+             SELECT $1, $2, $3, $4, $5, $6, $7
+             WHERE EXISTS (SELECT 1 FROM jobs WHERE id = $1 AND attempt = $4 AND status = 'running')
+             RETURNING id",
+            &[&c.fence.job, &c.tenant_id, &c.destination, &c.fence.attempt, &c.outcome, c.request, &c.error],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, Default)]
+pub struct Settled {
+    pub outcome: &'static str,
+    pub http_status: Option<i32>,
+    pub response: Option<Value>,
+    pub error: Option<String>,
+    pub duration_ms: Option<i32>,
+}
+
+/// Settle a call recorded as `sending`.
+pub async fn settle(db: &impl GenericClient, id: i64, s: &Settled) -> Result<(), StoreError> {
+    db.execute(
+        "UPDATE http_calls SET outcome = $2, http_status = $3, response = $4, error = $5, duration_ms = $6
+         WHERE id = $1 AND outcome = 'sending'",
+        &[&id, &s.outcome, &s.http_status, &s.response, &s.error, &s.duration_ms],
+    )
+    .await?;
+    Ok(())
+}
+
+/// A call of an earlier attempt of this job with no recorded outcome (its worker stopped
+/// mid-call): whether it reached the destination is unknown.
+pub async fn unsettled(db: &impl GenericClient, job: JobId, before_attempt: i32) -> Result<Option<Call>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM http_calls WHERE job_id = $1 AND attempt < $2 AND outcome = 'sending' ORDER BY id LIMIT 1");
+    Ok(db.query_opt(&sql, &[&job, &before_attempt]).await?.as_ref().map(Call::from_row))
+}
+
+/// A job's calls, oldest first (the caller has checked the job is the tenant's).
+pub async fn for_job(db: &impl GenericClient, tenant: TenantId, job: JobId) -> Result<Vec<Call>, StoreError> {
+    let sql = format!("SELECT {COLUMNS} FROM http_calls WHERE job_id = $1 AND tenant_id = $2 ORDER BY id");
+    Ok(db.query(&sql, &[&job, &tenant]).await?.iter().map(Call::from_row).collect())
+}
+
+/// The last call to each of a tenant's destinations: (destination, outcome, http status, at).
+pub async fn last_per_destination(
+    db: &impl GenericClient,
+    tenant: TenantId,
+) -> Result<Vec<(String, String, Option<i32>, DateTime<Utc>)>, StoreError> {
+    let rows = db
+        .query(
+            "SELECT d.name, c.outcome, c.http_status, c.at FROM http_destinations d
+             CROSS JOIN LATERAL (SELECT outcome, http_status, at FROM http_calls
+                                 WHERE tenant_id = d.tenant_id AND destination = d.name ORDER BY id DESC LIMIT 1) c
+             WHERE d.tenant_id = $1",
+            &[&tenant],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect())
+}
