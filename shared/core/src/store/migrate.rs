@@ -21,6 +21,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (12, "0012_tenant_faults", include_str!("../../../../migrations/0012_tenant_faults.sql")),
     (13, "0013_messages_recent", include_str!("../../../../migrations/0013_messages_recent.sql")),
     (14, "0014_message_previews", include_str!("../../../../migrations/0014_message_previews.sql")),
+    (16, "0016_completions", include_str!("../../../../migrations/0016_completions.sql")),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's

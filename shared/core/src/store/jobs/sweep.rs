@@ -209,18 +209,24 @@ fn finished(rows: &[tokio_postgres::Row]) -> Finished {
     Finished { parents: rows.len() - callbacks.len() - opened.len(), callbacks, opened }
 }
 
+/// A waiting job that waits for an outside party's completion, not (only) for children: the
+/// completion or the sweep's overdue pass ends its wait, never `finish_sql`.
+const OPEN_WAIT: &str =
+    "SELECT 1 FROM completion_waits w WHERE w.job_id = p.id AND w.attempt = p.attempt AND w.closed_at IS NULL";
+
 /// The sweep's pass over waiting parents whose children have all ended (the safety net:
 /// `finish_parents_of` finishes a parent as its last child ends). See `finish_sql`.
 pub async fn finish_parents(db: &impl GenericClient, limit: i64) -> Result<Finished, StoreError> {
     let stmt = db
-        .prepare_cached(&finish_sql(
+        .prepare_cached(&finish_sql(&format!(
             "SELECT p.id FROM jobs p
              WHERE p.status = 'waiting'
                AND NOT EXISTS (SELECT 1 FROM jobs c WHERE c.parent_id = p.id
                                AND c.status NOT IN ('succeeded', 'failed', 'cancelled'))
                AND (SELECT count(*) FROM jobs c WHERE c.parent_id = p.id) >= coalesce(p.children_total, 0)
-             ORDER BY p.updated_at LIMIT $1 FOR UPDATE SKIP LOCKED",
-        ))
+               AND NOT EXISTS ({OPEN_WAIT})
+             ORDER BY p.updated_at LIMIT $1 FOR UPDATE SKIP LOCKED"
+        )))
         .await?;
     Ok(finished(&db.query(&stmt, &[&limit]).await?))
 }
@@ -231,14 +237,15 @@ pub async fn finish_parents(db: &impl GenericClient, limit: i64) -> Result<Finis
 /// always sees the others ended; a parent another caller is finishing is skipped.
 pub async fn finish_parents_of(db: &impl GenericClient, parents: &[JobId]) -> Result<Finished, StoreError> {
     let stmt = db
-        .prepare_cached(&finish_sql(
+        .prepare_cached(&finish_sql(&format!(
             "SELECT p.id FROM jobs p
              WHERE p.id = ANY ($1) AND p.status = 'waiting'
                AND NOT EXISTS (SELECT 1 FROM jobs c WHERE c.parent_id = p.id
                                AND c.status NOT IN ('succeeded', 'failed', 'cancelled'))
                AND (SELECT count(*) FROM jobs c WHERE c.parent_id = p.id) >= coalesce(p.children_total, 0)
-             FOR UPDATE SKIP LOCKED",
-        ))
+               AND NOT EXISTS ({OPEN_WAIT})
+             FOR UPDATE SKIP LOCKED"
+        )))
         .await?;
     Ok(finished(&db.query(&stmt, &[&parents]).await?))
 }
