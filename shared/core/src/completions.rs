@@ -9,8 +9,11 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
+use serde::Deserialize;
+use serde_json::Value;
+use utoipa::ToSchema;
 
-use crate::job::completion::{self, Completion, CompletionOutcome, OverduePolicy, WaitEnd};
+use crate::job::completion::{self, Completion, CompletionOutcome, MAX_ERROR_CHARS, OverduePolicy, WaitEnd};
 use crate::job::{Dispatch, Fence, JobId, JobStatus, TenantId};
 use crate::store::completions::{self as waits, Completed, Locked};
 use crate::store::jobs::{self, Failure, Retry};
@@ -31,6 +34,65 @@ impl Via {
             Via::Ingress => "ingress",
         }
     }
+}
+
+/// The longest token accepted (tokens Relay hands out are 46 characters).
+pub const MAX_TOKEN_CHARS: usize = 200;
+
+/// A completion, as the outside party (or the tenant on its behalf) reports it.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompletionRequest {
+    /// The token the job's task handed out.
+    #[schema(min_length = 1, max_length = 200)]
+    pub token: String,
+    pub outcome: CompletionOutcome,
+    /// The job's result, with `success` only: plain JSON, at most 256 KiB serialised.
+    #[serde(default)]
+    pub result: Option<Value>,
+    /// Why it failed, with `failure` only (at most 4000 characters).
+    #[serde(default)]
+    #[schema(max_length = 4000)]
+    pub error: Option<String>,
+    /// With `failure`: whether another attempt may help (default true: the job retries under
+    /// its retry policy while attempts are left, and fails with `attempts_exhausted` after);
+    /// false fails it for good at once (`fatal_error`).
+    #[serde(default)]
+    pub retryable: Option<bool>,
+}
+
+impl CompletionRequest {
+    /// The token and the completion it reports, or the field at fault.
+    pub fn into_completion(self) -> Result<(String, Completion), Invalid> {
+        let bad = |field: &str, message: String| Invalid { field: field.to_owned(), message };
+        if self.token.is_empty() || self.token.chars().count() > MAX_TOKEN_CHARS {
+            return Err(bad("token", format!("token: 1 to {MAX_TOKEN_CHARS} characters")));
+        }
+        match self.outcome {
+            CompletionOutcome::Success if self.error.is_some() || self.retryable.is_some() => {
+                return Err(bad("error", "error and retryable go with outcome failure only".into()));
+            }
+            CompletionOutcome::Failure if self.result.is_some() => {
+                return Err(bad("result", "result goes with outcome success only".into()));
+            }
+            _ => {}
+        }
+        let result = self.result.unwrap_or(Value::Null);
+        crate::executor::storable(&result).map_err(|why| bad("result", format!("result: {why}")))?;
+        if self.error.as_ref().is_some_and(|e| e.chars().count() > MAX_ERROR_CHARS) {
+            return Err(bad("error", format!("error: at most {MAX_ERROR_CHARS} characters")));
+        }
+        let c = Completion { outcome: self.outcome, result, error: self.error, retryable: self.retryable.unwrap_or(true) };
+        Ok((self.token, c))
+    }
+}
+
+/// A completion request that breaks a rule, naming the field.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct Invalid {
+    pub field: String,
+    pub message: String,
 }
 
 /// What a completion came to. Only `Applied` changed anything.

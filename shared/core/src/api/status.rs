@@ -42,6 +42,7 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
     let open_exceptions = exceptions::count_open(&db).await?;
     let dead_letters_24h = crate::store::dead_letters::count_since(&db, now - chrono::Duration::hours(24)).await?;
     let newest_exceptions = queries::open_exceptions(&db, 10).await?;
+    let (waits_open, waits_overdue) = crate::store::completions::count_open(&db).await?;
     let activity = queries::activity(&db, ACTIVITY_BUCKETS, ACTIVITY_BUCKET_SECS, ACTIVITY_CAP).await?;
 
     // Every task type in the catalogue has a queue (depth 0 when idle), plus any live type
@@ -104,6 +105,7 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
             truncated: activity.truncated,
         }),
         exceptions: Some(newest_exceptions),
+        completions: Some(status::Completions { open: waits_open, overdue: waits_overdue }),
     }))
 }
 
