@@ -22,6 +22,7 @@ mod dev;
 mod campaign;
 mod flow;
 mod callbacks;
+mod completions;
 mod chaos;
 mod hostile;
 mod python;
