@@ -160,3 +160,11 @@ async fn the_first_repeat_of_a_key_in_one_insert_makes_the_job() {
     assert_eq!(first.params, serde_json::json!({"n": 1}));
     assert!(out[1..8].iter().all(|i| matches!(i, Inserted::Existing(j) if j.id == first.id)));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn completions_arriving_twice_late_or_never_apply_once_or_are_swept() {
+    let r = scenario("completions", 0.1).await;
+    assert!(number(&r, "completion copies sent for the 'twice' jobs") > 10.0, "copies really arrived");
+    assert!(number(&r, "deadlines passed with no completion (swept)") >= 20.0, "deadlines really passed");
+    assert_eq!(number(&r, "jobs that ended an attempt twice"), 0.0);
+}
