@@ -115,7 +115,7 @@ async fn bad_input_gets_a_clear_4xx_json_error_and_stores_nothing() {
         assert!(err["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
     }
     let (_, err) = post(Some("k"), br#"{"task_type":"launch_rockets"}"#.to_vec()).await;
-    assert_eq!(err["error"]["available"], json!(["email.campaign", "email.send", "http.request", "noop", "sleep", "test.effect", "test.fail", "test.whoami"]));
+    assert_eq!(err["error"]["available"], json!(["email.campaign", "email.send", "http.request", "noop", "sleep", "test.await", "test.effect", "test.fail", "test.whoami"]));
     let (_, err) = post(Some("k"), br#"{"task_type":"sleep","params":{"seconds":"long"}}"#.to_vec()).await;
     assert_eq!(err["error"]["field"], "params.seconds");
 

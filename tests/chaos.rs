@@ -168,3 +168,11 @@ async fn a_faulty_destination_gets_one_call_per_cut_or_slow_answer_and_retries_u
     assert!(number(&r, "faults injected: slow answers (after the timeout)") >= 3.0);
     assert_eq!(number(&r, "calls under a key no job has"), 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn completions_arriving_twice_late_or_never_apply_once_or_are_swept() {
+    let r = scenario("completions", 0.1).await;
+    assert!(number(&r, "completion copies sent for the 'twice' jobs") > 10.0, "copies really arrived");
+    assert!(number(&r, "deadlines passed with no completion (swept)") >= 20.0, "deadlines really passed");
+    assert_eq!(number(&r, "jobs that ended an attempt twice"), 0.0);
+}

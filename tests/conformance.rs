@@ -4,7 +4,8 @@
 //!
 //! Each transport comes with "how to consume it"; the properties are the same for both:
 //! dispatch after commit delivers the job; a failed dispatch leaves the row for the sweep;
-//! a duplicate delivery runs the task's effect once.
+//! a duplicate delivery runs the task's effect once; an outside party's completion applies
+//! once, and a missing one is found by the sweep, whose retry the transport carries.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -223,6 +224,39 @@ async fn an_http_request_is_retried_with_its_key_and_succeeds(kind: Kind) {
     rig.stop().await;
 }
 
+/// `test.await` on this transport: a completion applies once; a missing one is found by the
+/// sweep at its deadline and the retried attempt is carried by the transport.
+async fn a_completion_applies_once_and_a_missing_one_is_swept_and_retried(kind: Kind) {
+    let mut rig = Rig::new(kind).await;
+    let (_, a) = rig.world.submit("c-complete", json!({"task_type": "test.await", "params": {"within_seconds": 60}})).await;
+    let (_, b) = rig.world.submit("c-overdue", json!({"task_type": "test.await",
+        "params": {"within_seconds": 1, "on_overdue": "retry", "wait_attempts": 1}})).await;
+    let (a, b) = (a["id"].as_str().unwrap().to_owned(), b["id"].as_str().unwrap().to_owned());
+    let waiting = |j: &serde_json::Value| j["status"] == "waiting";
+    assert_eq!(rig.consume_until(&a, Duration::from_secs(15), waiting).await["status"], "waiting", "{kind:?}");
+    assert_eq!(rig.consume_until(&b, Duration::from_secs(15), waiting).await["status"], "waiting", "{kind:?}");
+    let token = crate::completions::token(&rig.world, a.parse().unwrap(), 1).await;
+    let body = json!({"token": token, "outcome": "success", "result": {"n": 1}});
+    let path = format!("/v1/jobs/{a}/complete");
+    let (s, first) = rig.world.call(axum::http::Method::POST, &path, None, Some(body.clone())).await;
+    assert_eq!((s.as_u16(), first["applied"].as_bool()), (200, Some(true)), "{kind:?}: {first}");
+    let (s, again) = rig.world.call(axum::http::Method::POST, &path, None, Some(body)).await;
+    assert_eq!((s.as_u16(), again["applied"].as_bool()), (200, Some(false)), "{kind:?}: {again}");
+    let ended = "SELECT count(*) FROM job_events WHERE job_id = $1::text::uuid AND kind IN ('succeeded', 'failed')";
+    assert_eq!(rig.world.count(ended, &[&a]).await, 1, "{kind:?}: applied once");
+    // The deadline passes: a sweep pass retries the attempt, and the transport carries it.
+    let mut handled = 0;
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    while handled == 0 && tokio::time::Instant::now() < until {
+        handled = rig.world.platform.sweeper().pass().await.unwrap().completions_overdue;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(handled, 1, "{kind:?}");
+    let done = rig.consume_until_done(&b, Duration::from_secs(20)).await;
+    assert_eq!((done["status"].as_str(), done["attempt"].as_i64()), (Some("succeeded"), Some(2)), "{kind:?}: {done}");
+    rig.stop().await;
+}
+
 macro_rules! conformance {
     ($($name:ident),* $(,)?) => {
         mod postgres {
@@ -239,4 +273,5 @@ conformance!(
     a_failed_dispatch_leaves_the_row_for_the_sweep,
     a_duplicate_delivery_runs_the_effect_once,
     an_http_request_is_retried_with_its_key_and_succeeds,
+    a_completion_applies_once_and_a_missing_one_is_swept_and_retried,
 );

@@ -56,7 +56,8 @@ async fn older_minor_versions_with_missing_and_unknown_fields_are_shown() {
     let newer = FIXTURE
         .replace("\"1.0\"", "\"1.5\"")
         .replace("\"project\"", &format!("\"added_in_1_5\": {{\"x\": 1}}, {exceptions} \"project\""))
-        .replace("\"open_exceptions\":", "\"dead_letters_24h\": 3, \"open_exceptions\":");
+        .replace("\"open_exceptions\":", "\"dead_letters_24h\": 3, \"open_exceptions\":")
+        .replace("\"project\"", "\"completions\": {\"open\": 4, \"overdue\": 1}, \"project\"");
     let (v14, _b) = fixed(newer).await;
     let console = Console::new(config(&[
         ("billing", &format!("{v10}/v1/status"), None),
@@ -82,6 +83,8 @@ async fn older_minor_versions_with_missing_and_unknown_fields_are_shown() {
         "destinations are listed with their write switch, rate and last call (1.4)");
     assert!(html.contains(r#"<div class="dead-letters warn">3 dead letters in 24 h</div>"#), "dead letters are shown (1.3)");
     assert_eq!(html.matches("dead letters in 24 h").count(), 1, "not for a 1.0 project, which does not report them");
+    assert!(html.contains(r#"<div class="completions warn">4 waiting for a completion, 1 overdue</div>"#), "open and overdue waits are counted (1.4)");
+    assert_eq!(html.matches("waiting for a completion").count(), 1, "not for a 1.0 project, which does not report them");
     assert!(!html.contains("<script>alert"), "every value is escaped");
     assert!(html.contains("&lt;script&gt;alert"));
 }

@@ -23,6 +23,7 @@ mod campaign;
 mod flow;
 mod callbacks;
 mod http;
+mod completions;
 mod chaos;
 mod hostile;
 mod python;

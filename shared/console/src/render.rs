@@ -56,6 +56,9 @@ pub struct DataView {
     pub open_exceptions: i64,
     /// Messages kept as dead letters in the last 24 hours, when the project reports them (1.3).
     pub dead_letters: Option<i64>,
+    /// Jobs waiting for an outside party's completion, and those past their deadline, when
+    /// the project reports them (1.4).
+    pub completions: Option<relay_status::Completions>,
     /// The newest open exceptions, when the project reports them (1.2).
     pub exceptions: Vec<ExceptionView>,
     /// Tenants' HTTP destinations, when the project reports them (1.4).
@@ -276,6 +279,7 @@ fn data(doc: &StatusDoc, at: DateTime<Utc>, now: DateTime<Utc>) -> DataView {
         failures_day: doc.failures.last_24h,
         open_exceptions: doc.failures.open_exceptions,
         dead_letters: doc.failures.dead_letters_24h,
+        completions: doc.completions.clone(),
         exceptions: doc
             .exceptions
             .iter()

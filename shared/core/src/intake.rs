@@ -80,6 +80,12 @@ impl Intake {
         }
         answer.await.map_err(|_| closed())?
     }
+
+    /// The transport this intake dispatches through (for work that ends jobs outside the
+    /// executor, such as a completion arriving by ingress, to dispatch their follow-ups).
+    pub fn transport(&self) -> &Arc<dyn Transport> {
+        &self.transport
+    }
 }
 
 async fn writer(pool: Pool, transport: Arc<dyn Transport>, rx: Arc<Mutex<mpsc::Receiver<Request>>>) {

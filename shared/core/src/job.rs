@@ -7,8 +7,10 @@
 //! - `running`: claimed under a lease; the attempt number is the fence. Out: success, retry,
 //!   continue (back to pending), wait for children, terminal failure (worker); lease expiry
 //!   (sweep).
-//! - `waiting`: a fan-out parent waiting for its children. In: its task says so
-//!   (`TaskError::WaitForChildren`). Out: the sweep, once every declared child is terminal.
+//! - `waiting`: a fan-out parent waiting for its children, or a job waiting for an outside
+//!   party's completion. In: its task says so (`TaskError::WaitForChildren`,
+//!   `TaskError::WaitForCompletion`). Out: the sweep, once every declared child is terminal;
+//!   a completion (API or ingress), or the sweep once its deadline passed (`completion`).
 //! - `succeeded`, `failed` (an exception is open), `cancelled`: terminal.
 
 use chrono::{DateTime, Utc};
@@ -17,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+pub mod completion;
 pub mod terms;
 
 /// An id that is a UUID on the wire and in Postgres, and a type of its own in Rust, so a job's
@@ -198,6 +201,11 @@ pub enum TaskError {
     /// finishes it, with counts, when they all have).
     #[error("waiting for {0} children")]
     WaitForChildren(i32),
+    /// Not a failure: the task opened a wait for an outside party
+    /// (`TaskContext::await_completion`) and handed its token out; the job waits until this
+    /// deadline for the completion (see `completion`).
+    #[error("waiting for a completion until {0}")]
+    WaitForCompletion(DateTime<Utc>),
 }
 
 /// The decision the executor records for one attempt.
@@ -212,6 +220,8 @@ pub enum Outcome {
     Continue { note: String, run_at: DateTime<Utc> },
     /// Waiting for `total` children (`TaskError::WaitForChildren`).
     Wait { total: i32 },
+    /// Waiting for an outside party's completion until `until` (`TaskError::WaitForCompletion`).
+    AwaitCompletion { until: DateTime<Utc> },
 }
 
 /// Who can act on a job that failed for good.
@@ -245,16 +255,20 @@ pub enum ExceptionKind {
     /// Children of a fan-out parent failed: one exception for the parent, with the most
     /// common cause (its children open none of their own).
     ChildrenFailed,
+    /// An outside party's completion did not arrive by its deadline, and the task's overdue
+    /// policy fails the job (or had no attempt left to retry with).
+    CompletionOverdue,
 }
 
 impl ExceptionKind {
-    pub const ALL: [ExceptionKind; 6] = [
+    pub const ALL: [ExceptionKind; 7] = [
         Self::AttemptsExhausted,
         Self::FatalError,
         Self::AmbiguousOutcome,
         Self::UnknownTaskType,
         Self::LeaseExpired,
         Self::ChildrenFailed,
+        Self::CompletionOverdue,
     ];
 
     /// The stored text.
@@ -266,6 +280,7 @@ impl ExceptionKind {
             Self::UnknownTaskType => "unknown_task_type",
             Self::LeaseExpired => "lease_expired",
             Self::ChildrenFailed => "children_failed",
+            Self::CompletionOverdue => "completion_overdue",
         }
     }
 }
@@ -310,7 +325,7 @@ mod tests {
             assert_eq!(k.to_string(), k.as_str());
         }
         let names: Vec<&str> = ExceptionKind::ALL.iter().map(|k| k.as_str()).collect();
-        assert_eq!(names, ["attempts_exhausted", "fatal_error", "ambiguous_outcome", "unknown_task_type", "lease_expired", "children_failed"]);
+        assert_eq!(names, ["attempts_exhausted", "fatal_error", "ambiguous_outcome", "unknown_task_type", "lease_expired", "children_failed", "completion_overdue"]);
         assert_eq!("disk_on_fire".parse::<ExceptionKind>(), Err(UnknownExceptionKind("disk_on_fire".into())));
         assert!(serde_json::from_value::<ExceptionKind>(serde_json::json!("disk_on_fire")).is_err());
     }

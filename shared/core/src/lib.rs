@@ -15,6 +15,7 @@ pub mod intake;
 pub mod transport;
 pub mod executor;
 pub mod sweep;
+pub mod completions;
 pub mod schedules;
 pub mod exceptions;
 pub mod alerts;

@@ -50,6 +50,8 @@ pub enum WaitingReason {
     ConcurrencyKeyBusy,
     /// A fan-out parent whose children have not all finished.
     WaitingForChildren,
+    /// Waiting for an outside party's completion, until its deadline (`waiting_until`).
+    WaitingForCompletion,
     /// Due and free to run, but no worker has taken it yet.
     NotClaimed,
 }
@@ -93,9 +95,17 @@ pub fn of(job: &Job, children: Option<ChildCounts>, baseline: Option<Baseline>, 
 }
 
 /// Why a non-terminal job is not running; `None` while it runs or once it has finished.
-/// `paused`: its task type is paused; `key_running`: how many jobs of its key run now.
-pub fn waiting_reason(job: &Job, now: DateTime<Utc>, paused: bool, key_running: i64) -> Option<WaitingReason> {
+/// `paused`: its task type is paused; `key_running`: how many jobs of its key run now;
+/// `completion_until`: the deadline of its open wait for a completion, if it has one.
+pub fn waiting_reason(
+    job: &Job,
+    now: DateTime<Utc>,
+    paused: bool,
+    key_running: i64,
+    completion_until: Option<DateTime<Utc>>,
+) -> Option<WaitingReason> {
     match job.status {
+        JobStatus::Waiting if completion_until.is_some() => Some(WaitingReason::WaitingForCompletion),
         JobStatus::Waiting => Some(WaitingReason::WaitingForChildren),
         JobStatus::Pending if job.run_at > now => Some(WaitingReason::NotDue),
         JobStatus::Pending if paused => Some(WaitingReason::Paused),

@@ -1,6 +1,7 @@
 //! The sweep: returns expired leases to pending (or fails them for good when no attempt is
 //! left), re-dispatches due jobs whose dispatch failed or was lost, and fires due schedule
-//! slots (`crate::schedules`), and queues alert emails for new exceptions (`crate::alerts`). Every recovery is a
+//! slots (`crate::schedules`), applies the overdue policy of waits for a completion whose
+//! deadline passed (`crate::completions`), and queues alert emails for new exceptions (`crate::alerts`). Every recovery is a
 //! job event and a counter. Any number of sweepers may run at once: rows are locked with
 //! `SKIP LOCKED`, so two sweepers never recover the same row.
 
@@ -50,6 +51,10 @@ pub struct SweepReport {
     pub alerts_queued: usize,
     /// Waiting fan-out parents finished because every child had.
     pub parents_finished: usize,
+    /// Waits for a completion past their deadline whose overdue policy this pass applied.
+    pub completions_overdue: usize,
+    /// Open waits closed because their job had left their attempt (cancelled, retried).
+    pub waits_superseded: usize,
     /// Tenant faults signalled to operators (`relay.tenant_fault`).
     pub tenant_faults_signalled: usize,
 }
@@ -163,6 +168,14 @@ impl Sweeper {
                 break;
             }
         }
+        for _ in 0..self.config.max_batches {
+            let b = crate::completions::sweep_overdue(&self.pool, &self.transport, self.config.batch).await?;
+            report.completions_overdue += b.handled;
+            report.waits_superseded += b.superseded;
+            if b.handled + b.superseded < usize::try_from(self.config.batch).unwrap_or(usize::MAX) {
+                break;
+            }
+        }
         crate::store::progress::refresh_baselines(&self.pool.get().await?).await?;
         report.schedules_fired = crate::schedules::fire_due(&self.pool, &self.intake, chrono::Utc::now()).await?.fired;
         if let Some(alerts) = &self.config.alerts {
@@ -182,7 +195,8 @@ impl Sweeper {
         metrics::REDISPATCHED.add(report.redispatched);
         if report != SweepReport::default() {
             tracing::info!(event = "relay.sweep.recovered", leases_returned = report.leases_returned,
-                leases_failed = report.leases_failed, redispatched = report.redispatched, "sweep recovered work");
+                leases_failed = report.leases_failed, redispatched = report.redispatched,
+                completions_overdue = report.completions_overdue, "sweep recovered work");
         }
         Ok(report)
     }

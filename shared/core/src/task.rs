@@ -5,6 +5,9 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -12,9 +15,12 @@ use utoipa::ToSchema;
 
 use crate::credentials::JobAws;
 use crate::intake::Intake;
-use crate::job::{Fault, JobId, TaskError, TenantId};
+use crate::job::completion::{MAX_WAIT, OverduePolicy};
+use crate::job::{Fault, Fence, JobId, TaskError, TenantId};
 use crate::retry::RetryPolicy;
+use crate::store::completions::{self, NewWait};
 use crate::store::modes::Modes;
+use crate::store::tenants;
 
 /// What a task sees of the job it runs for, and the platform it runs on.
 #[derive(Clone)]
@@ -30,6 +36,24 @@ pub struct TaskContext {
     /// Creates jobs (a fan-out parent's children): insert, commit, then dispatch.
     pub intake: Intake,
     pub(crate) aws: JobAws,
+    /// The retry policy this job's attempts follow (its task type's own, or the default).
+    pub(crate) retry: RetryPolicy,
+}
+
+/// A wait for an outside party's completion, opened by `TaskContext::await_completion`.
+#[derive(Debug, Clone)]
+pub struct CompletionWait {
+    /// The secret the outside party completes the job with (`POST /v1/jobs/{id}/complete`,
+    /// or a provider event naming it). Shown here only: Relay keeps its hash.
+    pub token: String,
+    pub deadline: DateTime<Utc>,
+}
+
+impl CompletionWait {
+    /// What the task returns once the token is handed out: the job waits until the deadline.
+    pub fn wait(&self) -> TaskError {
+        TaskError::WaitForCompletion(self.deadline)
+    }
 }
 
 impl TaskContext {
@@ -40,6 +64,31 @@ impl TaskContext {
     /// deny): return it with `?` and the job fails for good with an exception.
     pub async fn aws(&self) -> Result<aws_config::SdkConfig, TaskError> {
         self.aws.sdk_config().await
+    }
+
+    /// Open a wait for an outside party to complete this attempt within `within` (1 s to a
+    /// year); `on_overdue` says what happens when the deadline passes with no completion. The
+    /// wait exists (durably) before this returns, so hand the token out after it, then return
+    /// `Err(wait.wait())`. A completion that arrives before the task has returned still
+    /// applies (once); the task's own outcome is then refused as stale. One wait per attempt.
+    pub async fn await_completion(&self, within: Duration, on_overdue: OverduePolicy) -> Result<CompletionWait, TaskError> {
+        if within < Duration::from_secs(1) || within > MAX_WAIT {
+            return Err(TaskError::Fatal(format!("a completion deadline is 1 s to {} days away", MAX_WAIT.as_secs() / 86_400)));
+        }
+        let token = tenants::new_key("rc");
+        let wait = NewWait {
+            fence: Fence { job: self.job_id, attempt: self.attempt },
+            token_hash: tenants::hash_key(&token),
+            within_secs: within.as_secs_f64(),
+            on_overdue,
+            retry_delay_secs: self.retry.jittered(self.retry.backoff(self.attempt), &mut rand::rng()).as_secs_f64(),
+        };
+        let db = self.db.get().await.map_err(|e| TaskError::Retryable(format!("opening a completion wait: {e}")))?;
+        match completions::open(&db, &wait).await {
+            Ok(Some(deadline)) => Ok(CompletionWait { token, deadline }),
+            Ok(None) => Err(TaskError::Fatal("this attempt already waits for a completion, or no longer runs".into())),
+            Err(e) => Err(TaskError::Retryable(format!("opening a completion wait: {e}"))),
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use utoipa::ToSchema;
 use crate::job::{JobId, JobStatus};
 use crate::progress::{self, Progress, WaitingReason};
 use crate::store::jobs::Job;
+use crate::store::completions::open_deadlines;
 use crate::store::progress::{baselines, child_counts, running_per_key};
 use crate::store::{GenericClient, StoreError, modes};
 
@@ -48,9 +49,14 @@ pub struct JobView {
     /// Where this job's callbacks go, instead of the tenant's callback URL.
     pub callback_url: Option<String>,
     /// Why a pending or waiting job is not running (null when running or finished): `not_due`,
-    /// `paused`, `concurrency_key_busy`, `waiting_for_children` or `not_claimed` (due, but no
-    /// worker has taken it yet). Filled on reads (`annotate`), not in a submit's answer.
+    /// `paused`, `concurrency_key_busy`, `waiting_for_children`, `waiting_for_completion` (an
+    /// outside party's, until `waiting_until`) or `not_claimed` (due, but no worker has taken
+    /// it yet). Filled on reads (`annotate`), not in a submit's answer.
     pub waiting_reason: Option<WaitingReason>,
+    /// Until when it waits: the deadline of its wait for a completion (after which the sweep
+    /// applies the task's overdue policy); null otherwise. Filled on reads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_until: Option<DateTime<Utc>>,
     /// How far it has got (see `progress`): counted children for a fan-out, elapsed time
     /// against a baseline for a single unit. Filled on reads, not in a submit's answer.
     pub progress: Option<Progress>,
@@ -83,6 +89,7 @@ impl JobView {
             children_total: job.children_total,
             callback_url: job.callback_url,
             waiting_reason,
+            waiting_until: None,
             progress,
         }
     }
@@ -113,13 +120,16 @@ pub async fn annotate(db: &impl GenericClient, jobs: Vec<Job>, now: DateTime<Utc
     let modes = if jobs.iter().any(due_now) { modes::load(db).await? } else { modes::Modes::default() };
     let keys: Vec<&str> = jobs.iter().filter(|j| due_now(j)).filter_map(|j| j.concurrency_key.as_deref()).collect();
     let running = if keys.is_empty() { HashMap::new() } else { running_per_key(db, &keys).await? };
+    let waiting: Vec<JobId> = jobs.iter().filter(|j| j.status == JobStatus::Waiting).map(|j| j.id).collect();
+    let deadlines = if waiting.is_empty() { HashMap::new() } else { open_deadlines(db, &waiting).await? };
     Ok(jobs
         .into_iter()
         .map(|j| {
             let busy = j.concurrency_key.as_ref().and_then(|k| running.get(k)).copied().unwrap_or(0);
-            let waiting = progress::waiting_reason(&j, now, modes.paused(&j.task_type), busy);
+            let until = deadlines.get(&j.id).copied().filter(|_| j.status == JobStatus::Waiting);
+            let waiting = progress::waiting_reason(&j, now, modes.paused(&j.task_type), busy, until);
             let progress = progress::of(&j, children.get(&j.id).copied(), baselines.get(&j.task_type).copied(), now);
-            JobView::new(j, waiting, progress)
+            JobView { waiting_until: until, ..JobView::new(j, waiting, progress) }
         })
         .collect())
 }

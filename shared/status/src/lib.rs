@@ -12,8 +12,9 @@ pub const CONTRACT: &str = "relay.status/v1";
 /// The version this code writes: major 1 is the contract's name; minors only add fields.
 /// 1.1 added the `count` progress (with `succeeded`, `cancelled`, `pending`) and the elapsed
 /// progress's baseline (`baseline_p50_s`, `baseline_p95_s`, `runs_in_baseline`, `stuck`);
-/// 1.2 the newest open exceptions (`exceptions`, optional); 1.4 the HTTP destinations
-/// (`destinations`, optional).
+/// 1.2 the newest open exceptions (`exceptions`, optional); 1.3 `failures.dead_letters_24h`;
+/// 1.4 the HTTP destinations (`destinations`) and waits for outside parties' completions
+/// (`completions`), both optional.
 pub const VERSION: &str = "1.4";
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -37,6 +38,9 @@ pub struct StatusDoc {
     /// Tenants' HTTP destinations, at most 100 (optional; from 1.4).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub destinations: Option<Vec<DestinationStatus>>,
+    /// Jobs waiting for an outside party's completion (optional; from 1.4).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completions: Option<Completions>,
 }
 
 /// A tenant's HTTP destination (`http.request`): its write switch, rate, and last call.
@@ -52,6 +56,16 @@ pub struct DestinationStatus {
     pub last_outcome: Option<String>,
     pub last_http_status: Option<i32>,
     pub last_call_at: Option<DateTime<Utc>>,
+}
+
+/// Waits for outside parties' completions: open now, and how many of those are past their
+/// deadline (the sweep applies their overdue policy within one interval, so a number that
+/// stays above zero means the sweep is not running).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Completions {
+    pub open: i64,
+    pub overdue: i64,
 }
 
 /// An open exception: a job that failed for good and waits for an operator.

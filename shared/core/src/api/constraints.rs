@@ -113,6 +113,11 @@ pub fn apply(doc: &mut Value) {
         {"properties": {"action": {"enum": ["finish", "ignore"]}, "reason": {"type": "string", "pattern": NON_BLANK}}, "required": ["reason"]},
     ]);
     schemas["FinishBody"]["properties"]["result"] = json!({"$ref": "#/components/schemas/Json"});
+    // A completion's result goes with success only, its error and retryable with failure only.
+    schemas["CompletionRequest"]["oneOf"] = json!([
+        {"properties": {"outcome": {"const": "success"}, "error": {"type": "null"}, "retryable": {"type": "null"}}},
+        {"properties": {"outcome": {"const": "failure"}, "result": {"type": "null"}}},
+    ]);
 
     let template = &mut schemas["TemplateBody"];
     let syntax = "Template syntax (`{{ }}`, `{% %}`, `{# #}`) is taken when it compiles (else 422 `template_syntax`); \

@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod email;
 pub mod callbacks;
+pub mod completions;
 pub mod constraints;
 pub mod cursor;
 pub mod destinations;
@@ -63,6 +64,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{id}/events", get(jobs::events))
         .route("/v1/jobs/{id}/sessions", get(jobs::sessions))
         .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
+        .route("/v1/jobs/{id}/complete", post(completions::complete))
         .route("/v1/jobs/{id}/callbacks", get(callbacks::attempts))
         .route("/v1/callbacks", get(callbacks::get).put(callbacks::put).delete(callbacks::delete))
         .route("/v1/callbacks/rotate", post(callbacks::rotate))

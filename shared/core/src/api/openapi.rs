@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, callbacks, destinations, email, jobs, schedules, status};
+use super::{admin, callbacks, completions, destinations, email, jobs, schedules, status};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -20,6 +20,7 @@ use super::{admin, callbacks, destinations, email, jobs, schedules, status};
     ),
     paths(
         jobs::submit, jobs::submit_batch, jobs::list, jobs::get, jobs::events, jobs::sessions, jobs::cancel, jobs::tasks,
+        completions::complete,
         email::list_messages, email::get_message, email::list_suppressions, email::add_suppression,
         email::remove_suppression, email::list_templates, email::get_template, email::put_template,
         email::delete_template, email::get_identities, email::put_identities, email::put_recipients,

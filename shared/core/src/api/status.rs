@@ -51,6 +51,7 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
             d
         })
         .collect();
+    let (waits_open, waits_overdue) = crate::store::completions::count_open(&db).await?;
     let activity = queries::activity(&db, ACTIVITY_BUCKETS, ACTIVITY_BUCKET_SECS, ACTIVITY_CAP).await?;
 
     // Every task type in the catalogue has a queue (depth 0 when idle), plus any live type
@@ -114,6 +115,7 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
         }),
         exceptions: Some(newest_exceptions),
         destinations: Some(destinations),
+        completions: Some(status::Completions { open: waits_open, overdue: waits_overdue }),
     }))
 }
 

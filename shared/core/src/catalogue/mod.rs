@@ -195,6 +195,7 @@ impl Catalogue {
         self.add(testing::Fail);
         self.add(testing::Effect);
         self.add(testing::WhoAmI);
+        self.add(testing::Await);
         self
     }
 

@@ -1,11 +1,15 @@
-//! `provider.event`: a provider notification (an SES event through SNS, an inbound message)
-//! handed over by the ingress function. Ingress never processes inline; this task is where
-//! the work happens: an SES event is applied to its message once (`email::record_event`);
-//! anything else is kept on the job with the reason.
+//! `provider.event`: a provider notification (an SES event through SNS, an inbound message, an
+//! outside party's completion) handed over by the ingress function. Ingress never processes
+//! inline; this task is where the work happens: a completion event (`{"relay_completion":
+//! {...}}`, see `COMPLETION_KEY`) is applied to the wait its token names, once
+//! (`crate::completions`); an SES event is applied to its message once
+//! (`email::record_event`); anything else is kept on the job with the reason.
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use utoipa::ToSchema;
+
+use crate::completions::{self, Applied, CompletionRequest, Via};
 
 use crate::job::TaskError;
 use crate::task::{Task, TaskContext};
@@ -61,9 +65,48 @@ impl Task for ProviderEvent {
     }
 
     async fn run(&self, ctx: &TaskContext, p: ProviderEventParams) -> Result<Value, TaskError> {
+        if let Some(completion) = p.message.get(COMPLETION_KEY) {
+            let out = complete(ctx, completion).await?;
+            tracing::info!(event = "relay.provider_event.completion", source = %p.source, message_id = %p.message_id,
+                outcome = %out, "completion event handled");
+            return Ok(out);
+        }
         let out = crate::email::record_event(ctx, &p.message_id, &p.message).await?;
         tracing::info!(event = "relay.provider_event.recorded", source = %p.source, message_id = %p.message_id,
             outcome = %out, "provider event recorded");
         Ok(out)
     }
+}
+
+/// A completion event: a provider message whose JSON body holds this key, its value a
+/// completion as `POST /v1/jobs/{id}/complete` takes it (`token`, `outcome`, `result` or
+/// `error`, `retryable`). The token alone names the wait.
+pub const COMPLETION_KEY: &str = "relay_completion";
+
+/// Apply a completion event; what it came to is kept on this job. A malformed one, or one the
+/// wait refuses (another completion came first, the deadline passed, no wait has the token),
+/// is kept with the reason and not retried: trying again cannot change it.
+async fn complete(ctx: &TaskContext, body: &Value) -> Result<Value, TaskError> {
+    let parsed = serde_path_to_error::deserialize::<_, CompletionRequest>(body)
+        .map_err(|e| crate::plain::field_error(e.path(), e.inner()).1)
+        .and_then(|r| r.into_completion().map_err(|e| e.message));
+    let (token, c) = match parsed {
+        Ok(ok) => ok,
+        Err(why) => return Ok(json!({ "completion": false, "kept": true, "reason": why })),
+    };
+    let applied = completions::apply(&ctx.db, ctx.intake.transport(), &token, None, &c, Via::Ingress)
+        .await
+        .map_err(|e| TaskError::Retryable(format!("applying a completion: {e}")))?;
+    Ok(match applied {
+        Applied::Applied { job, outcome } => json!({ "completion": "applied", "job_id": job, "outcome": outcome }),
+        Applied::Replayed { job, outcome, .. } => json!({ "completion": "replayed", "job_id": job, "outcome": outcome,
+            "note": "the same completion was applied before; nothing changed" }),
+        Applied::AlreadyCompleted { job, outcome, .. } => json!({ "completion": "refused", "job_id": job,
+            "reason": format!("already completed ({})", outcome.as_str()) }),
+        Applied::Overdue { job, policy, .. } => json!({ "completion": "refused", "job_id": job,
+            "reason": format!("the deadline passed; the overdue policy ({}) was applied", policy.as_str()) }),
+        Applied::Superseded { job } => json!({ "completion": "refused", "job_id": job,
+            "reason": "the job left the attempt this token was for" }),
+        Applied::UnknownToken => json!({ "completion": "refused", "reason": "no wait has this token" }),
+    })
 }

@@ -1,6 +1,6 @@
 //! Test-only tasks, registered only when the catalogue is built with test tasks (tests, the
-//! chaos suite, `relay dev --test-tasks`): they force failures, count effects and show which
-//! AWS identity a task runs under.
+//! chaos suite, `relay dev --test-tasks`): they force failures, count effects, show which
+//! AWS identity a task runs under, and wait for an outside party's completion.
 
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use crate::job::TaskError;
+use crate::job::completion::{MAX_WAIT, OverduePolicy};
 use crate::task::{Task, TaskContext};
 use crate::store::effects;
 
@@ -132,5 +133,70 @@ impl Task for WhoAmI {
             arns.push(me.arn().unwrap_or_default().to_owned());
         }
         Ok(json!({ "arn": arns.last(), "arns": arns }))
+    }
+}
+
+/// Opens a wait for an outside party's completion (`TaskContext::await_completion`) and hands
+/// the token to the test playing that party: it is noted in the effects ledger beside the
+/// attempt (`effects::notes`). Attempts after `wait_attempts` succeed at once.
+pub struct Await;
+
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnOverdue {
+    Retry,
+    Reschedule,
+    Fail,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AwaitParams {
+    /// Seconds until the deadline (1 to a year).
+    pub within_seconds: f64,
+    /// What happens when the deadline passes with no completion (default `retry`).
+    #[serde(default = "retry")]
+    pub on_overdue: OnOverdue,
+    /// With `reschedule`: seconds after the deadline the job runs again (default 0).
+    #[serde(default)]
+    pub reschedule_seconds: f64,
+    /// How many attempts wait (default: all); later ones succeed at once.
+    #[serde(default)]
+    pub wait_attempts: Option<i32>,
+}
+
+fn retry() -> OnOverdue {
+    OnOverdue::Retry
+}
+
+impl Task for Await {
+    type Params = AwaitParams;
+    const NAME: &'static str = "test.await";
+    const DESCRIPTION: &'static str = "Test only: waits for an outside party's completion; the token is noted in the effects ledger.";
+
+    fn check(p: &AwaitParams) -> Result<(), (String, String)> {
+        if !(1.0..=MAX_WAIT.as_secs_f64()).contains(&p.within_seconds) {
+            return Err(("within_seconds".into(), "must be between 1 and 31622400".into()));
+        }
+        if !(0.0..=MAX_WAIT.as_secs_f64()).contains(&p.reschedule_seconds) {
+            return Err(("reschedule_seconds".into(), "must be between 0 and 31622400".into()));
+        }
+        Ok(())
+    }
+
+    async fn run(&self, ctx: &TaskContext, p: AwaitParams) -> Result<Value, TaskError> {
+        if p.wait_attempts.is_some_and(|n| ctx.attempt > n) {
+            return Ok(json!({ "attempt": ctx.attempt, "waited": false }));
+        }
+        let policy = match p.on_overdue {
+            OnOverdue::Retry => OverduePolicy::Retry,
+            OnOverdue::Reschedule => OverduePolicy::Reschedule { after: Duration::from_secs_f64(p.reschedule_seconds) },
+            OnOverdue::Fail => OverduePolicy::Fail,
+        };
+        let wait = ctx.await_completion(Duration::from_secs_f64(p.within_seconds), policy).await?;
+        // Handing the token to the outside party.
+        let db = ctx.db.get().await.map_err(|e| TaskError::Retryable(e.to_string()))?;
+        effects::record_note(&db, ctx.job_id, ctx.attempt, &wait.token).await.map_err(|e| TaskError::Retryable(e.to_string()))?;
+        Err(wait.wait())
     }
 }

@@ -212,6 +212,7 @@ impl Executor {
 
     /// Run one claimed job to its outcome: timeout, panic and unknown type included.
     pub async fn execute(&self, job: &ClaimedJob, modes: Arc<Modes>) -> Outcome {
+        let policy = self.catalogue.retry_policy(&job.task_type).unwrap_or(self.retry);
         let ctx = TaskContext {
             job_id: job.id,
             tenant_id: job.tenant_id,
@@ -222,6 +223,7 @@ impl Executor {
             db: self.pool.clone(),
             intake: self.intake.clone(),
             aws: JobAws::new(self.credentials.clone(), job, self.pool.clone()),
+            retry: policy,
         };
         let timeout = Duration::from_secs(u64::try_from(job.timeout_seconds).unwrap_or(1));
         let span = crate::telemetry::job_span(job);
@@ -236,7 +238,6 @@ impl Executor {
             Ok(Ok(None)) => Ran::UnknownType,
             Ok(Ok(Some(r))) => Ran::Finished(r),
         };
-        let policy = self.catalogue.retry_policy(&job.task_type).unwrap_or(self.retry);
         decide(job, ran, Utc::now(), &policy)
     }
 
@@ -247,6 +248,7 @@ impl Executor {
         let mut failures = Vec::new();
         let mut continues = Vec::new();
         let mut waits = Vec::new();
+        let mut awaits = Vec::new();
         for (job, outcome) in outcomes {
             match outcome {
                 Outcome::Succeeded { result } => done.push((job.fence(), result.clone())),
@@ -259,6 +261,7 @@ impl Executor {
                 }
                 Outcome::Continue { note, run_at } => continues.push((job.fence(), (note.clone(), *run_at))),
                 Outcome::Wait { total } => waits.push((job.fence(), *total)),
+                Outcome::AwaitCompletion { until } => awaits.push((job.fence(), *until)),
             }
         }
         let db = self.pool.get().await?;
@@ -269,8 +272,15 @@ impl Executor {
         let stale_failures = failed.refused;
         let stale_continues = if continues.is_empty() { vec![] } else { jobs::continue_later(&db, &continues).await? };
         let stale_waits = if waits.is_empty() { vec![] } else { jobs::wait_running(&db, &waits).await? };
+        let early = if awaits.is_empty() { vec![] } else { jobs::await_completion(&db, &awaits).await? };
         drop(db);
-        metrics::OUTCOME_WRITES.add([done.len(), retries.len(), failures.len(), continues.len(), waits.len()].iter().filter(|n| **n > 0).count());
+        metrics::OUTCOME_WRITES.add(
+            [done.len(), retries.len(), failures.len(), continues.len(), waits.len(), awaits.len()].iter().filter(|n| **n > 0).count(),
+        );
+        for fence in &early {
+            tracing::info!(event = "relay.executor.completed_early", job_id = %fence.job, attempt = fence.attempt,
+                "the job left running before its wait was recorded: its completion arrived first, or its lease expired");
+        }
         for (exception_id, job_id) in &failed.opened {
             if let Some((_, f)) = failures.iter().find(|f| f.0.job == *job_id) {
                 crate::exceptions::alert_opened(*exception_id, *job_id, f.kind, &f.error);
@@ -315,7 +325,7 @@ impl Executor {
             retried: retries.len() - stale_retries.len(),
             failed: failures.len() - stale_failures.len(),
             continued: continues.len() - stale_continues.len(),
-            waiting: waits.len() - stale_waits.len(),
+            waiting: waits.len() - stale_waits.len() + awaits.len() - early.len(),
             stale: stale.len(),
         })
     }
@@ -363,23 +373,29 @@ impl Executor {
     /// Children just ended: their parents whose last child this was finish now, not on the
     /// next sweep (which stays the safety net: a failure here only delays them until it).
     /// Returns the parents' callback deliveries.
-    async fn finish_parents(&self, mut parents: Vec<JobId>) -> Vec<Dispatch> {
-        if parents.is_empty() {
-            return vec![];
+    async fn finish_parents(&self, parents: Vec<JobId>) -> Vec<Dispatch> {
+        finish_parents(&self.pool, parents).await
+    }
+}
+
+/// Parents whose children just ended (committed) finish now if those were their last (see
+/// `Executor::finish_parents`; a wait's end does the same). Returns their callback deliveries.
+pub(crate) async fn finish_parents(pool: &Pool, mut parents: Vec<JobId>) -> Vec<Dispatch> {
+    if parents.is_empty() {
+        return vec![];
+    }
+    parents.sort();
+    parents.dedup();
+    let finished = async { jobs::finish_parents_of(&pool.get().await?, &parents).await };
+    match finished.await {
+        Ok(f) => {
+            crate::exceptions::alert_parents(&f);
+            f.callbacks
         }
-        parents.sort();
-        parents.dedup();
-        let finished = async { jobs::finish_parents_of(&self.pool.get().await?, &parents).await };
-        match finished.await {
-            Ok(f) => {
-                crate::exceptions::alert_parents(&f);
-                f.callbacks
-            }
-            Err(e) => {
-                tracing::warn!(event = "relay.executor.finish_parents_failed", error = %e,
-                    "could not finish parents whose children ended; the sweep will");
-                vec![]
-            }
+        Err(e) => {
+            tracing::warn!(event = "relay.executor.finish_parents_failed", error = %e,
+                "could not finish parents whose children ended; the sweep will");
+            vec![]
         }
     }
 }
@@ -427,6 +443,7 @@ pub fn decide(job: &ClaimedJob, ran: Ran, now: DateTime<Utc>, policy: &RetryPoli
             Outcome::Continue { note: clean(&note), run_at: now + chrono::Duration::from_std(after).unwrap_or_default() }
         }
         Ran::Finished(Err(TaskError::WaitForChildren(total))) => Outcome::Wait { total },
+        Ran::Finished(Err(TaskError::WaitForCompletion(until))) => Outcome::AwaitCompletion { until },
         Ran::TimedOut(t) => retry_or_fail(format!("timed out after {}s", t.as_secs())),
         Ran::Panicked(msg) => retry_or_fail(format!("task panicked: {}", clean(&msg))),
         Ran::UnknownType => Outcome::Failed {
@@ -438,15 +455,16 @@ pub fn decide(job: &ClaimedJob, ran: Ran, now: DateTime<Utc>, policy: &RetryPoli
 
 /// Why a task's result cannot be stored (the job fails for good).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-enum Unstorable {
+pub(crate) enum Unstorable {
     #[error("result is {0} bytes; the limit is {MAX_RESULT_BYTES}")]
     TooLarge(usize),
     #[error("result contains a NUL character, which cannot be stored")]
     Nul,
 }
 
-/// A result must be plain JSON that Postgres can store: no NUL characters, bounded size.
-fn storable(result: &Value) -> Result<(), Unstorable> {
+/// A result must be plain JSON that Postgres can store: no NUL characters, bounded size (a
+/// completion's result is held to the same).
+pub(crate) fn storable(result: &Value) -> Result<(), Unstorable> {
     let text = result.to_string();
     if text.len() > MAX_RESULT_BYTES {
         return Err(Unstorable::TooLarge(text.len()));

@@ -22,6 +22,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (13, "0013_messages_recent", include_str!("../../../../migrations/0013_messages_recent.sql")),
     (14, "0014_message_previews", include_str!("../../../../migrations/0014_message_previews.sql")),
     (15, "0015_destinations", include_str!("../../../../migrations/0015_destinations.sql")),
+    (16, "0016_completions", include_str!("../../../../migrations/0016_completions.sql")),
     (17, "0017_fan_out_in_constant_time", include_str!("../../../../migrations/0017_fan_out_in_constant_time.sql")),
 ];
 

@@ -5,6 +5,7 @@
 pub mod attempt_sessions;
 pub mod campaign_pages;
 pub mod callbacks;
+pub mod completions;
 mod connect;
 pub mod dead_letters;
 pub mod destinations;

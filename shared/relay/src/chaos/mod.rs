@@ -9,6 +9,7 @@
 pub mod harness;
 
 pub mod auth;
+pub mod completions;
 pub mod db_outage;
 pub mod destination;
 pub mod duplicates;
@@ -35,7 +36,7 @@ use taskdeck::platform::Settings;
 /// Every scenario, in the order.
 pub const SCENARIOS: &[&str] = &[
     "kill9", "duplicates", "lost-dispatch", "zombie", "db-outage", "queue-outage", "poison", "idempotency",
-    "isolation", "fuzz", "auth", "noisy", "destination",
+    "isolation", "fuzz", "auth", "noisy", "destination", "completions",
 ];
 
 /// Where a chaos run happens.
@@ -173,6 +174,7 @@ pub async fn run(name: &str, env: &Env) -> anyhow::Result<Report> {
         "auth" => auth::run(env).await?,
         "noisy" => noisy::run(env).await?,
         "destination" => destination::run(env).await?,
+        "completions" => completions::run(env).await?,
         other => anyhow::bail!("no chaos scenario {other:?}; one of: all, {}", SCENARIOS.join(", ")),
     };
     report.seconds = start.elapsed().as_secs_f64();

@@ -3,6 +3,9 @@
 //! delivered it. The file may hold an SES event (wrapped in an SNS envelope here), an SNS
 //! envelope, or a whole SQS event (`{"Records": [...]}`). The handler makes one
 //! `provider.event` job per record; a worker (`relay dev`'s) runs it.
+//!
+//! `relay ingress complete --token T`: an outside party's completion event
+//! (`{"relay_completion": {...}}`), fed the same way: the wait its token names ends, once.
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -35,10 +38,43 @@ pub enum IngressCommand {
         #[arg(long, default_value_t = 10.0)]
         wait: f64,
     },
+    /// Feed an outside party's completion event through the ingress handler, then wait for
+    /// the job it made and print it (its result says whether the completion applied).
+    Complete {
+        /// The token the waiting task handed out.
+        #[arg(long)]
+        token: String,
+        /// `success` or `failure`.
+        #[arg(long, default_value = "success")]
+        outcome: String,
+        /// The result, as JSON (with success).
+        #[arg(long)]
+        result: Option<String>,
+        /// Why it failed (with failure).
+        #[arg(long)]
+        error: Option<String>,
+        #[arg(long, env = "RELAY_INGRESS_TENANT", default_value = "platform")]
+        tenant: String,
+        #[arg(long, default_value_t = 10.0)]
+        wait: f64,
+    },
 }
 
 pub async fn run(p: &Platform, command: IngressCommand) -> anyhow::Result<()> {
-    let IngressCommand::Send { file, message, tenant, wait } = command;
+    let (file, message, tenant, wait) = match command {
+        IngressCommand::Send { file, message, tenant, wait } => (file, message, tenant, wait),
+        IngressCommand::Complete { token, outcome, result, error, tenant, wait } => {
+            let mut c = json!({ "token": token, "outcome": outcome });
+            if let Some(r) = result {
+                c["result"] = serde_json::from_str(&r).context("--result: not JSON")?;
+            }
+            if let Some(e) = error {
+                c["error"] = json!(e);
+            }
+            let input = json!({ taskdeck::catalogue::provider::COMPLETION_KEY: c });
+            return feed(p, input, tenant, wait).await;
+        }
+    };
     let text = if file.as_os_str() == "-" {
         let mut s = String::new();
         std::io::stdin().read_to_string(&mut s).context("reading stdin")?;
@@ -52,6 +88,11 @@ pub async fn run(p: &Platform, command: IngressCommand) -> anyhow::Result<()> {
         let (id, ses_id) = tooling::message_for_event(&db, id).await?.with_context(|| format!("no message (or job with a message) {id}"))?;
         address_to(&mut input, id, ses_id.as_deref())?;
     }
+    feed(p, input, tenant, wait).await
+}
+
+/// Hand the input to the ingress handler as SQS would, wait for each job it made, print it.
+async fn feed(p: &Platform, input: Value, tenant: String, wait: f64) -> anyhow::Result<()> {
     let (event, keys) = as_sqs_event(input)?;
     let response = Ingress::new(p, &tenant).handle(event).await;
     if !response.batch_item_failures.is_empty() {

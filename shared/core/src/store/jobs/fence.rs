@@ -1,23 +1,30 @@
 //! The fenced write, written once: every write after a claim joins a batch of fences
 //! (`unnest` arrays of ids and attempts) to `jobs` by id and applies only to a job still
-//! running under that attempt. A transition writes its event in the same statement.
+//! running under that attempt (or, for the end of a wait for a completion, still waiting
+//! under it: `Transition::sql_from`). A transition writes its event in the same statement.
 
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::TERMINAL_RETURNING;
-use crate::job::{Fence, JobId};
+use crate::job::{Fence, JobId, JobStatus};
 use crate::store::{GenericClient, StoreError};
 
 /// `UPDATE jobs j SET {set}` for the fenced rows. The arrays are `$1` ids and `$2` attempts,
 /// then one per `inputs` column (`(name, type)`), `$3` on, read as `i.<name>`.
 pub(super) fn update(set: &str, inputs: &[(&str, &str)], returning: &str) -> String {
+    update_from(JobStatus::Running, set, inputs, returning)
+}
+
+/// `update` for jobs in state `from` under the fenced attempt.
+fn update_from(from: JobStatus, set: &str, inputs: &[(&str, &str)], returning: &str) -> String {
+    let from = from.as_str();
     let arrays: String = inputs.iter().enumerate().map(|(n, (_, ty))| format!(", ${}::{ty}[]", n + 3)).collect();
     let names: String = inputs.iter().map(|(name, _)| format!(", {name}")).collect();
     format!(
         "UPDATE jobs j SET {set}
                  FROM unnest($1::uuid[], $2::int[]{arrays}) AS i(id, attempt{names})
-                 WHERE j.id = i.id AND j.attempt = i.attempt AND (j.status || '') = 'running'
+                 WHERE j.id = i.id AND j.attempt = i.attempt AND (j.status || '') = '{from}'
                  RETURNING {returning}"
     )
 }
@@ -30,7 +37,7 @@ pub(super) struct Transition {
     pub set: &'static str,
     /// The input columns after id and attempt (see `update`).
     pub inputs: &'static [(&'static str, &'static str)],
-    /// The event's kind and the state moved to (from `running`). `None`: the transition writes
+    /// The event's kind and the state moved to. `None`: from `running` the transition writes
     /// no event row, because the job row itself holds it (a success: see `read::with_derived`).
     pub kind: Option<&'static str>,
     pub to: &'static str,
@@ -42,15 +49,25 @@ impl Transition {
     /// The statement: the transition and its event (if it records one) as its first CTEs,
     /// then `rest` (any further CTEs, each led by a comma, and the final SELECT, led by its id).
     pub fn sql(&self, rest: &str) -> String {
+        self.sql_from(JobStatus::Running, rest)
+    }
+
+    /// The same transition of jobs in state `from` (a wait for a completion ends from
+    /// `waiting`, or from `running` when it arrived before the task returned), fenced alike.
+    pub fn sql_from(&self, from: JobStatus, rest: &str) -> String {
         let Transition { rows, set, inputs, kind, to, reason } = self;
         let returning: String =
             [TERMINAL_RETURNING.to_owned()].into_iter().chain(inputs.iter().map(|(name, _)| format!("i.{name}"))).collect::<Vec<_>>().join(", ");
+        // The history derives only a running attempt's success; from any other state (a
+        // completion ending a wait) a success is recorded like every other transition.
+        let kind = kind.or((from != JobStatus::Running).then_some(*to));
         let events = match kind {
             Some(kind) => format!(
                 ", events AS (
                  INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, started_at, reason)
-                 SELECT id, '{kind}', 'running', '{to}', attempt, started_at, {reason} FROM {rows}
-             )"
+                 SELECT id, '{kind}', '{from}', '{to}', attempt, started_at, {reason} FROM {rows}
+             )",
+                from = from.as_str()
             ),
             None => String::new(),
         };
@@ -58,7 +75,7 @@ impl Transition {
             "WITH {rows} AS (
                  {update}
              ){events}{rest}",
-            update = update(set, inputs, &returning),
+            update = update_from(from, set, inputs, &returning),
         )
     }
 }

@@ -43,8 +43,8 @@ pub use insert::{Inserted, NewJob, insert_many, release, undispatch};
 pub use read::{JobEvent, JobFilter, count_children, events, get, list, missing};
 pub use sweep::{ExpiredLease, Finished, finish_parents, finish_parents_of, lock_expired_leases, return_expired, take_lost_dispatches, take_lost_keyed};
 pub use transition::{
-    Failed, Failure, Retry, Succeeded, cancel, continue_later, declare_children, fail, fail_reporting, heartbeat, retry,
-    succeed, succeed_reporting, wait_for_children, wait_running,
+    Failed, Failure, Retry, Succeeded, await_completion, cancel, continue_later, declare_children, fail, fail_from,
+    fail_reporting, heartbeat, retry, retry_wait, succeed, succeed_from, succeed_reporting, wait_for_children, wait_running,
 };
 
 /// A job as stored.

@@ -218,6 +218,11 @@ const ALL_CHILDREN_ENDED: &str = "CASE WHEN EXISTS (SELECT 1 FROM jobs c WHERE c
                     THEN false
                     ELSE (SELECT count(*) FROM jobs c WHERE c.parent_id = p.id) >= coalesce(p.children_total, 0) END";
 
+/// A waiting job that waits for an outside party's completion, not (only) for children: the
+/// completion or the sweep's overdue pass ends its wait, never `finish_sql`.
+const OPEN_WAIT: &str =
+    "SELECT 1 FROM completion_waits w WHERE w.job_id = p.id AND w.attempt = p.attempt AND w.closed_at IS NULL";
+
 /// The sweep's pass over waiting parents whose children have all ended (the safety net:
 /// `finish_parents_of` finishes a parent as its last child ends). See `finish_sql`.
 pub async fn finish_parents(db: &impl GenericClient, limit: i64) -> Result<Finished, StoreError> {
@@ -225,6 +230,7 @@ pub async fn finish_parents(db: &impl GenericClient, limit: i64) -> Result<Finis
         .prepare_cached(&finish_sql(&format!(
             "SELECT p.id FROM jobs p
              WHERE p.status = 'waiting'
+               AND NOT EXISTS ({OPEN_WAIT})
                AND {ALL_CHILDREN_ENDED}
              ORDER BY p.updated_at LIMIT $1 FOR UPDATE SKIP LOCKED"
         )))
@@ -241,6 +247,7 @@ pub async fn finish_parents_of(db: &impl GenericClient, parents: &[JobId]) -> Re
         .prepare_cached(&finish_sql(&format!(
             "SELECT p.id FROM jobs p
              WHERE p.id = ANY ($1) AND p.status = 'waiting'
+               AND NOT EXISTS ({OPEN_WAIT})
                AND {ALL_CHILDREN_ENDED}
              FOR UPDATE SKIP LOCKED"
         )))

@@ -1,6 +1,8 @@
 //! A running job's transitions, each fenced (see `fence`) and batched: heartbeat, success,
-//! retry, continue, wait for children, terminal failure; and a client's cancel and a parent's
-//! wait, which match on the state instead.
+//! retry, continue, wait for children or for a completion, terminal failure; the end of a wait
+//! for a completion (success, retry, reschedule, failure: the same transitions from the state
+//! the job is in, `*_from`); and a client's cancel and a parent's wait, which match on the
+//! state instead.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -8,7 +10,7 @@ use uuid::Uuid;
 
 use super::{TERMINAL_RETURNING, callbacks_of};
 use super::fence::{self, Transition, by_id, fences};
-use crate::job::{Dispatch, ExceptionKind, Fault, Fence, JobId, TenantId};
+use crate::job::{Dispatch, ExceptionKind, Fault, Fence, JobId, JobStatus, TenantId};
 use crate::store::{GenericClient, StoreError, callbacks, tenant_faults};
 
 /// Extend the leases of jobs still running under these attempts; returns the ones lost.
@@ -60,7 +62,12 @@ pub async fn succeed(db: &impl GenericClient, done: &[(Fence, Value)]) -> Result
 
 /// Record successes (fenced), and create their callback deliveries in the same statement.
 pub async fn succeed_reporting(db: &impl GenericClient, done: &[(Fence, Value)]) -> Result<Succeeded, StoreError> {
-    let sql = SUCCEED.sql(&format!(
+    succeed_from(db, JobStatus::Running, done).await
+}
+
+/// `succeed_reporting` for jobs in state `from` under the fenced attempt.
+pub async fn succeed_from(db: &impl GenericClient, from: JobStatus, done: &[(Fence, Value)]) -> Result<Succeeded, StoreError> {
+    let sql = SUCCEED.sql_from(from, &format!(
         ", resolved AS (
                  -- A job with an open exception (retried by an operator) that now succeeds
                  -- closes it: the condition cleared. A probe of the small open-exception index.
@@ -102,11 +109,35 @@ const RETRY: Transition = Transition {
 /// Send jobs back to pending for another attempt (fenced); marked dispatched now, since the
 /// caller dispatches them after commit. Returns the fences refused as stale.
 pub async fn retry(db: &impl GenericClient, retries: &[(Fence, Retry)]) -> Result<Vec<Fence>, StoreError> {
+    retry_from(db, JobStatus::Running, &RETRY, retries).await
+}
+
+/// A retry, or a reschedule (`RESCHEDULE`), of jobs in state `from` under the fenced attempt.
+async fn retry_from(db: &impl GenericClient, from: JobStatus, how: &Transition, retries: &[(Fence, Retry)]) -> Result<Vec<Fence>, StoreError> {
     let retries = &by_id(retries);
     let run_ats: Vec<DateTime<Utc>> = retries.iter().map(|r| r.1.run_at).collect();
     let errors: Vec<&str> = retries.iter().map(|r| r.1.error.as_str()).collect();
-    let sql = RETRY.sql("\n             SELECT id FROM retried");
+    let sql = how.sql_from(from, &format!("\n             SELECT id FROM {}", how.rows));
     Ok(fence::write(db, &sql, &fences(retries), &[&run_ats, &errors]).await?.1)
+}
+
+const RESCHEDULE: Transition = Transition {
+    rows: "rescheduled",
+    set: "status = 'pending', run_at = i.run_at, lease_until = NULL,
+                     max_attempts = least(j.max_attempts + 1, 100), last_error = i.error,
+                     dispatched_at = now(), updated_at = now()",
+    inputs: &[("run_at", "timestamptz"), ("error", "text")],
+    kind: Some("retry_scheduled"),
+    to: "pending",
+    reason: "error",
+};
+
+/// Jobs whose wait for a completion ended (`crate::job::completion`), in state `from`
+/// (`waiting`, or `running` when the completion came before the task returned): a retry uses
+/// up the attempt; a reschedule does not (`max_attempts` raised by one, at most to 100).
+/// Fenced; returns the fences refused as stale.
+pub async fn retry_wait(db: &impl GenericClient, from: JobStatus, retries: &[(Fence, Retry)], reschedule: bool) -> Result<Vec<Fence>, StoreError> {
+    retry_from(db, from, if reschedule { &RESCHEDULE } else { &RETRY }, retries).await
 }
 
 const CONTINUE: Transition = Transition {
@@ -148,6 +179,26 @@ pub async fn wait_running(db: &impl GenericClient, jobs: &[(Fence, i32)]) -> Res
     let totals: Vec<i32> = jobs.iter().map(|j| j.1).collect();
     let sql = WAIT.sql("\n             SELECT id FROM waiting");
     Ok(fence::write(db, &sql, &fences(jobs), &[&totals]).await?.1)
+}
+
+const AWAIT: Transition = Transition {
+    rows: "awaiting",
+    set: "status = 'waiting', lease_until = NULL, updated_at = now()",
+    inputs: &[("until", "timestamptz")],
+    kind: Some("waiting"),
+    to: "waiting",
+    reason: "'waiting for a completion until ' || to_char(until AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')",
+};
+
+/// Running jobs whose task opened a wait for an outside party's completion now wait for it
+/// until its deadline (the wait's own row, `store::completions`, holds the token's hash and
+/// the overdue policy). Fenced; a fence refused is a job that left `running` first (the
+/// completion arrived before the task returned, or its lease expired).
+pub async fn await_completion(db: &impl GenericClient, jobs: &[(Fence, DateTime<Utc>)]) -> Result<Vec<Fence>, StoreError> {
+    let jobs = &by_id(jobs);
+    let until: Vec<DateTime<Utc>> = jobs.iter().map(|j| j.1).collect();
+    let sql = AWAIT.sql("\n             SELECT id FROM awaiting");
+    Ok(fence::write(db, &sql, &fences(jobs), &[&until]).await?.1)
 }
 
 /// Declare how many children a running job will have, before it creates them (fenced), so
@@ -214,7 +265,12 @@ pub async fn fail(db: &impl GenericClient, failures: &[(Fence, Failure)]) -> Res
 /// instead). Fenced. The caller alerts on `opened` after commit
 /// (`crate::exceptions::alert_opened`).
 pub async fn fail_reporting(db: &impl GenericClient, failures: &[(Fence, Failure)]) -> Result<Failed, StoreError> {
-    let sql = FAIL.sql(&format!(
+    fail_from(db, JobStatus::Running, failures).await
+}
+
+/// `fail_reporting` for jobs in state `from` under the fenced attempt.
+pub async fn fail_from(db: &impl GenericClient, from: JobStatus, failures: &[(Fence, Failure)]) -> Result<Failed, StoreError> {
+    let sql = FAIL.sql_from(from, &format!(
         ", opened AS (
                  INSERT INTO exceptions (id, job_id, tenant_id, task_type, kind, cause)
                  SELECT gen_random_uuid(), id, tenant_id, task_type, kind, error FROM failed
