@@ -110,8 +110,8 @@ pub async fn db_counters(pool: &Pool) -> anyhow::Result<DbCounters> {
     // Statistics are flushed about once a second; give the last ones time to land.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let commits = tooling::bench::commits(&db).await?;
-    let counted = tooling::bench::statement_counts(&db).await?;
-    let (statements, phases) = (counted.map(|c| c.0), counted.map(|c| c.1));
+    let counted = tooling::bench::statement_costs(&db, &tooling::bench::RELAY).await?;
+    let (statements, phases) = (counted.map(|c| c.0.calls), counted.map(|c| c.1.map(|p| p.calls)));
     Ok(DbCounters { commits, statements, phases })
 }
 
