@@ -45,7 +45,11 @@ fn median(mut xs: Vec<f64>) -> f64 {
 }
 
 fn row(section: &str, figure: &str, value: String, note: String) {
-    println!("{section:<14} {figure:<40} {value:>12}  {note}");
+    println!("{}", line(section, figure, &value, &note));
+}
+
+fn line(section: &str, figure: &str, value: &str, note: &str) -> String {
+    format!("{section:<14} {figure:<40} {value:>12}  {note}")
 }
 
 fn opt(x: Option<f64>) -> String {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::setup::{Lifecycle, Scratch, db_counters, peak_rss_mib};
+use super::setup::{Lifecycle, Scratch, close_idle, db_counters, peak_rss_mib};
 use super::peer::Peer;
 use super::wal::{self, JobCost, Reading};
 use super::{Options, WORKER_CONCURRENCY, median, opt, row};
@@ -33,6 +33,7 @@ pub async fn run(base_url: &str, n: usize, w: usize, concurrency: usize) -> anyh
     let counters = scratch.platform.pool.get().await?;
     let r0 = Reading::take(&counters, &scratch.schema, &RELAY).await?;
     scratch.preload_noops(n).await?;
+    close_idle(&scratch.platform.pool);
     let r1 = Reading::take(&counters, &scratch.schema, &RELAY).await?;
     let before = db_counters(&scratch.platform.pool).await?;
     let mut child = tokio::process::Command::new(std::env::current_exe()?)
@@ -102,7 +103,9 @@ pub async fn section(url: &str, opts: &Options, peer: Option<&Peer>) -> anyhow::
                 format!("{:.3} commits/job", l.commits_per_job));
             if w == 4 {
                 let theirs = peer.zip(ps.first()).map(|(p, q)| (p.name.as_str(), &q.cost));
-                wal::print(&format!("{n} noop, W=4, first run"), &rs[0].cost, theirs);
+                for l in wal::lines(&format!("{n}, W=4, 1st run"), &rs[0].cost, theirs) {
+                    println!("{l}");
+                }
             }
             all.push(cell);
         }

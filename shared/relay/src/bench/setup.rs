@@ -138,6 +138,13 @@ impl Lifecycle {
     }
 }
 
+/// Close the pool's idle connections. A backend sends its table statistics when it exits, but
+/// an idle one may keep them up to ten seconds (PGSTAT_IDLE_INTERVAL): before reading
+/// pg_stat_user_tables after work done through a pool, close its idle connections.
+pub fn close_idle(pool: &Pool) {
+    pool.retain(|_, _| false);
+}
+
 /// Peak resident memory of a process, in MiB (Linux).
 pub fn peak_rss_mib(pid: u32) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

@@ -165,14 +165,14 @@ impl JobCost {
     }
 }
 
-/// Print the per-job cost table: rows accept / claim / complete / other / total, Relay in the
-/// value column and the peer (when it ran) in the note.
-pub fn print(label: &str, relay: &JobCost, peer: Option<(&str, &JobCost)>) {
-    let both = |name: &str, f: &dyn Fn(&JobCost) -> String| {
+/// The per-job cost table: rows accept / claim / complete / other / total, then the heap and
+/// index writes of each window; Relay in the value column, the peer (when it ran) in the note.
+pub fn lines(label: &str, relay: &JobCost, peer: Option<(&str, &JobCost)>) -> Vec<String> {
+    let mut out = vec![super::line("cost", &format!("per job ({label}): WAL (records)"), "Relay", peer.map_or("", |p| p.0))];
+    let mut both = |name: &str, f: &dyn Fn(&JobCost) -> String| {
         let note = peer.map_or(String::new(), |(p, c)| format!("{p}: {}", f(c)));
-        super::row("cost", &format!("  {name}"), f(relay), note);
+        out.push(super::line("cost", &format!("  {name}"), &f(relay), &note));
     };
-    super::row("cost", &format!("per job, {label}: WAL bytes (records)"), "Relay".into(), peer.map_or(String::new(), |p| p.0.to_string()));
     let wal = |w: Option<Wal>| w.map_or("n/a".to_string(), |w| w.show());
     both("accept", &|c| wal(c.accept));
     both("claim", &|c| wal(c.claim));
@@ -183,4 +183,5 @@ pub fn print(label: &str, relay: &JobCost, peer: Option<(&str, &JobCost)>) {
     both("heap ins/upd(HOT)/del: claim+complete", &|c| c.processing_window.heap());
     both("index entries: accept", &|c| c.accept_window.index());
     both("index entries: claim+complete", &|c| c.processing_window.index());
+    out
 }

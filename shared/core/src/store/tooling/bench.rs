@@ -87,7 +87,7 @@ pub const RELAY: StatementClasses = StatementClasses {
 /// the batched `get_jobs` update, and the completing delete.
 pub const GRAPHILE_WORKER: StatementClasses = StatementClasses {
     accept: &["%.add_jobs(%", "%.add_job(%"],
-    claim: &["%set%attempts = jobs.attempts + 1%"],
+    claim: &["%attempts = jobs.attempts +%"],
     complete: &["%delete from %._private_jobs%"],
 };
 
@@ -166,15 +166,14 @@ pub async fn table_writes(db: &impl GenericClient, schema: &str) -> Result<Vec<T
 
 /// B-tree leaf entries written between two WAL positions, counted from the WAL itself
 /// (pg_walinspect: INSERT_LEAF, INSERT_POST and leaf page splits, each carrying one new
-/// entry), with the records and bytes of each heap and index record type. `None` when the
-/// extension is missing or that WAL is no longer on disk.
+/// entry), with the records and bytes of each record type. `None` when the extension is not
+/// loaded (`enable_statement_counts`) or that WAL is no longer on disk.
 pub async fn wal_records_between(db: &impl GenericClient, from: i64, to: i64) -> Result<Option<Vec<(String, i64, i64)>>, StoreError> {
     let lsn = |x: i64| format!("{:X}/{:X}", (x as u64) >> 32, (x as u64) & 0xffff_ffff);
-    let _ = db.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect").await;
     let rows = db
         .query(
             "SELECT \"resource_manager/record_type\", count, combined_size::bigint
-             FROM pg_get_wal_stats($1::text::pg_lsn, $2::text::pg_lsn, true) WHERE count > 0",
+             FROM public.pg_get_wal_stats($1::text::pg_lsn, $2::text::pg_lsn, true) WHERE count > 0",
             &[&lsn(from), &lsn(to)],
         )
         .await;
@@ -192,9 +191,11 @@ pub async fn rows_in(db: &impl GenericClient, schema: &str, table: &str) -> Resu
     Ok(db.query_one(&sql, &[]).await?.get(0))
 }
 
-/// Load pg_stat_statements where the server preloads it; elsewhere the figures show commits only.
+/// Load pg_stat_statements where the server preloads it (elsewhere the figures show commits
+/// only), and pg_walinspect where it is installed (elsewhere index entries are estimated).
 pub async fn enable_statement_counts(db: &tokio_postgres::Client) {
-    let _ = db.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").await;
+    let _ = db.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public").await;
+    let _ = db.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect SCHEMA public").await;
 }
 
 /// The process id of the server backend behind this connection.
