@@ -148,7 +148,7 @@ enum Command {
         /// Where to write the JSON report.
         #[arg(long, default_value = "target/bench/relay-bench.json")]
         out: PathBuf,
-        /// Run only the named sections (probe, intake, processing, latency, sweep, cost, lambda).
+        /// Run only the named sections (probe, intake, processing, latency, sweep, campaign, lambda).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// Also run a peer job queue (graphile-worker) against the same database, alternating

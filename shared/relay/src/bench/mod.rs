@@ -2,6 +2,7 @@
 //! Each measurement runs `runs` times; the table shows medians, the JSON keeps every run.
 //! Ratios matter more than absolutes here: commit latency on shared disks swings ~20×.
 
+pub mod campaign;
 pub mod cpu;
 pub mod intake;
 pub mod lambda;
@@ -172,6 +173,24 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
         row("sweep", &format!("pass, 10k due + {big} terminal rows: ms"), format!("{large:.0}"),
             format!("{:.2}× the small table (target ≤ 1.2×)", large / small));
         report.insert("sweep".into(), json!({"small": small_runs, "large": big_runs}));
+    }
+
+    if opts.wants("campaign") {
+        // One run each (the campaign alone takes minutes while the keyed claim is slow).
+        let (pages, keyed_jobs) = if opts.quick { (2, 10_000) } else { (20, 100_000) };
+        let c = campaign::campaign(url, pages, 5_000).await?;
+        let rate = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{v:.0}"));
+        let flat = |d: &campaign::Drain| d.flatness().map_or("n/a".to_string(), |f| format!("{f:.2}×"));
+        row("campaign", &format!("{} recipients, shadow, {pages} pages: s", pages * 5_000), format!("{:.1}", c.seconds),
+            format!("end to end{}; target ≤ 60 s at 100,000", if c.finished { "" } else { ", NOT FINISHED" }));
+        row("campaign", "  children/s at 90% / 10% left", format!("{} / {}", rate(c.rate_at_90), rate(c.rate_at_10)),
+            format!("ratio {} (target within 1.5×)", flat(&c)));
+        let k = campaign::keyed(url, keyed_jobs).await?;
+        row("keyed", &format!("{keyed_jobs} noop behind one key (limit 10): s"), format!("{:.1}", k.seconds),
+            if k.finished { String::new() } else { "NOT FINISHED".into() });
+        row("keyed", "  jobs/s at 90% / 10% left", format!("{} / {}", rate(k.rate_at_90), rate(k.rate_at_10)),
+            format!("ratio {} (target within 1.5×)", flat(&k)));
+        report.insert("campaign".into(), json!({"campaign": c, "keyed": k}));
     }
 
     if opts.wants("lambda") {

@@ -39,6 +39,19 @@ pub async fn any_pending_or_running(db: &impl GenericClient) -> Result<bool, Sto
     Ok(db.query_one(sql, &[]).await?.get(0))
 }
 
+/// Jobs pending and jobs terminal: the children of `parent`, or every job.
+pub async fn status_counts(db: &impl GenericClient, parent: Option<JobId>) -> Result<(i64, i64), StoreError> {
+    let row = db
+        .query_one(
+            "SELECT count(*) FILTER (WHERE status = 'pending'),
+                    count(*) FILTER (WHERE status IN ('succeeded', 'failed', 'cancelled'))
+             FROM jobs WHERE $1::uuid IS NULL OR parent_id = $1",
+            &[&parent],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1)))
+}
+
 /// Seconds from the first claim to the last finish (0 before any), and how many jobs succeeded.
 pub async fn processing_span(db: &impl GenericClient) -> Result<(f64, i64), StoreError> {
     let row = db
