@@ -111,7 +111,7 @@ pub async fn campaign(base_url: &str, pages: usize, per_page: usize) -> anyhow::
             .collect();
         let path = format!("/v1/jobs/{id}/recipients/{page}");
         let (status, e) = server.request(Method::PUT, &path, None, Some(&json!({"recipients": recipients}))).await?;
-        anyhow::ensure!(status == 200, "page {page} answered {status}: {e}");
+        anyhow::ensure!(status == 200 || status == 201, "page {page} answered {status}: {e}");
     }
     let limit = Duration::from_secs(900);
     let mut drain = watch(&server.scratch, Some(id), n, start, limit).await?;
