@@ -177,7 +177,7 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
 
     if opts.wants("campaign") {
         // One run each (the campaign alone takes minutes while the keyed claim is slow).
-        let (pages, per_page, keyed_jobs) = if opts.quick { (2, 1_000, 2_000) } else { (20, 5_000, 100_000) };
+        let (pages, per_page, keyed_jobs) = if opts.quick { (2, 1_000, 5_000) } else { (20, 5_000, 100_000) };
         let c = campaign::campaign(url, pages, per_page).await?;
         let rate = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{v:.0}"));
         let flat = |d: &campaign::Drain| d.flatness().map_or("n/a".to_string(), |f| format!("{f:.2}×"));
