@@ -150,6 +150,49 @@ async fn the_bench_finds_the_local_database_server_and_its_cpu_time() {
     assert!(cost.ceiling_per_sec.is_some(), "{cost:?}");
 }
 
+/// `relay bench`'s cost per job reads what Postgres wrote: heap tuples of the test's own
+/// schema by window (accept, then claim + complete), index entries, WAL from its position. 100
+/// jobs accepted over the API and run by a worker cost at least a row each to accept, an update
+/// each to run, and index entries in both windows; the table prints every row.
+#[tokio::test]
+async fn the_bench_counts_the_tuples_index_entries_and_wal_a_job_cost() {
+    use relay::bench::setup::close_idle;
+    use relay::bench::wal::{JobCost, Reading, lines};
+    use taskdeck::store::tooling::bench::RELAY;
+    const N: usize = 100;
+    let w = World::new().await;
+    let db = w.db().await;
+    let r0 = Reading::take(&db, &w.schema, &RELAY).await.unwrap();
+    for i in 0..N {
+        let (status, _) = w.submit(&format!("cost-{i}"), json!({"task_type": "noop"})).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+    }
+    // The API's connections hold their statistics while idle; closed, they send them.
+    close_idle(&w.platform.pool);
+    let r1 = Reading::take(&db, &w.schema, &RELAY).await.unwrap();
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let handles = w.platform.spawn_workers(1, &stop);
+    assert_eq!(w.eventually("SELECT count(*) FROM jobs WHERE status = 'succeeded'", &[], N as i64).await, N as i64);
+    stop_tx.send(true).unwrap();
+    for h in handles {
+        h.await.unwrap();
+    }
+    close_idle(&w.platform.pool);
+    let r2 = Reading::take(&db, &w.schema, &RELAY).await.unwrap();
+    let cost = JobCost::between(&db, N, &r0, &r1, &r2).await.unwrap();
+    let (accept, run) = (&cost.accept_window, &cost.processing_window);
+    assert!(accept.inserted >= 1.0 && accept.updated == 0.0, "{accept:?}");
+    assert!(run.updated >= 1.0 && run.hot_updated <= run.updated, "{run:?}");
+    assert!(accept.index_entries >= 1.0 && run.index_entries > 0.0, "{cost:?}");
+    assert!(accept.tables.iter().any(|t| t.table == "jobs" && t.inserted == N as i64), "{accept:?}");
+    assert!(cost.total_wal_bytes > 100.0 && accept.wal_bytes > 0.0 && run.wal_bytes > 0.0, "{cost:?}");
+    let table = lines("100, test", &cost, Some(("itself", &cost))).join("\n");
+    for row in ["accept", "claim", "complete", "total (WAL position)", "heap ins/upd(HOT)/del: claim+complete", "index entries: accept"] {
+        assert!(table.contains(row), "{table}");
+    }
+    assert!(table.contains("itself: "), "{table}");
+}
+
 /// A child process killed when dropped (the test's `relay serve` / `relay worker`).
 struct Child(std::process::Child);
 

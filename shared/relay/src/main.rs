@@ -148,9 +148,13 @@ enum Command {
         /// Where to write the JSON report.
         #[arg(long, default_value = "target/bench/relay-bench.json")]
         out: PathBuf,
-        /// Run only the named sections (probe, intake, processing, latency, sweep, cost, lambda).
+        /// Run only the named sections (probe, intake, processing, latency, sweep, campaign, lambda).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// Also run a peer job queue (graphile-worker) against the same database, alternating
+        /// with Relay's runs, and print the ratio per cell. Installed from npm on first use.
+        #[arg(long)]
+        peer: Option<String>,
     },
     /// Run a chaos scenario (or `all`): faults injected into real processes; prints figures,
     /// writes JSON, exits non-zero on a violation of Relay's guarantees.
@@ -341,7 +345,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Bench { quick, runs, out, only } => {
+        Command::Bench { quick, runs, out, only, peer } => {
             let data_dir = cli.data_dir.clone().unwrap_or_else(|| ".relay/bench-pg".into());
             let (url, cluster) = match cli.database_url.clone() {
                 Some(url) => (url, None),
@@ -355,7 +359,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     (cluster.url("relay_bench"), Some(cluster))
                 }
             };
-            let opts = relay::bench::Options { quick, runs: runs.max(1), out, only };
+            let opts = relay::bench::Options { quick, runs: runs.max(1), out, only, peer, peer_dir: "target/peer".into() };
             let result = relay::bench::run(&url, &opts).await;
             if let Some(c) = cluster {
                 c.stop()?;

@@ -77,16 +77,24 @@ impl Server {
 
     /// POST a JSON body as the scratch tenant; returns the status.
     pub async fn post(&self, path: &str, key: Option<&str>, body: &serde_json::Value) -> anyhow::Result<u16> {
-        let mut req = hyper::Request::post(format!("{}{path}", self.base))
+        Ok(self.request(hyper::Method::POST, path, key, Some(body)).await?.0)
+    }
+
+    /// Any request as the scratch tenant; returns the status and the JSON body (`Null` if none).
+    pub async fn request(&self, method: hyper::Method, path: &str, key: Option<&str>, body: Option<&serde_json::Value>) -> anyhow::Result<(u16, serde_json::Value)> {
+        let mut req = hyper::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base))
             .header("authorization", format!("Bearer {}", self.scratch.key))
             .header("content-type", "application/json");
         if let Some(k) = key {
             req = req.header("idempotency-key", k);
         }
-        let res = self.http.request(req.body(Full::new(Bytes::from(body.to_string())))?).await?;
+        let body = body.map_or(Bytes::new(), |b| Bytes::from(b.to_string()));
+        let res = self.http.request(req.body(Full::new(body))?).await?;
         let status = res.status().as_u16();
-        res.into_body().collect().await?;
-        Ok(status)
+        let bytes = res.into_body().collect().await?.to_bytes();
+        Ok((status, serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null)))
     }
 
     pub async fn stop(mut self, base_url: &str) -> anyhow::Result<()> {

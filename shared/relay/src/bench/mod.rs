@@ -2,14 +2,17 @@
 //! Each measurement runs `runs` times; the table shows medians, the JSON keeps every run.
 //! Ratios matter more than absolutes here: commit latency on shared disks swings ~20×.
 
+pub mod campaign;
 pub mod cpu;
 pub mod intake;
 pub mod lambda;
 pub mod latency;
+pub mod peer;
 pub mod probe;
 pub mod processing;
 pub mod setup;
 pub mod sweep;
+pub mod wal;
 
 use std::path::PathBuf;
 
@@ -25,6 +28,10 @@ pub struct Options {
     pub out: PathBuf,
     /// Sections to run; empty means all.
     pub only: Vec<String>,
+    /// A peer job queue to run beside Relay, alternating (`peer::PEERS`).
+    pub peer: Option<String>,
+    /// Where the peer is installed (`target/peer`).
+    pub peer_dir: PathBuf,
 }
 
 impl Options {
@@ -39,7 +46,11 @@ fn median(mut xs: Vec<f64>) -> f64 {
 }
 
 fn row(section: &str, figure: &str, value: String, note: String) {
-    println!("{section:<14} {figure:<40} {value:>12}  {note}");
+    println!("{}", line(section, figure, &value, &note));
+}
+
+fn line(section: &str, figure: &str, value: &str, note: &str) -> String {
+    format!("{section:<14} {figure:<40} {value:>12}  {note}")
 }
 
 fn opt(x: Option<f64>) -> String {
@@ -55,6 +66,10 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
     report.insert("quick".into(), json!(opts.quick));
     report.insert("started_at".into(), json!(chrono::Utc::now()));
     println!("relay bench: {runs} run(s) per figure, medians shown{}", if opts.quick { " (quick)" } else { "" });
+    let peer = match &opts.peer {
+        Some(name) => Some(peer::Peer::install(name, &opts.peer_dir, url).await?),
+        None => None,
+    };
     row("section", "figure", "value".into(), "beside / target".into());
 
     let mut commits16 = f64::NAN;
@@ -73,8 +88,12 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
 
     if opts.wants("intake") {
         let mut all = Vec::new();
+        let mut peer_intake = Vec::new();
         for _ in 0..runs {
             all.push(intake::run(url, secs).await?);
+            if let Some(p) = &peer {
+                peer_intake.push(p.intake(secs, 20_000).await?);
+            }
         }
         for (i, clients) in [1, 16, 64].into_iter().enumerate() {
             let m = |f: fn(&intake::SingleIntake) -> f64| median(all.iter().map(|r| f(&r.single[i])).collect());
@@ -83,6 +102,13 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
                 format!("{:.0}% of 16-client commits/s (target ≥ 60%)", 100.0 * rate / commits16)
             } else {
                 String::new()
+            };
+            let note = match (&peer, clients) {
+                (Some(p), 1) => {
+                    let theirs = median(peer_intake.iter().map(|r| r.single_per_sec).collect());
+                    format!("{}'s addJob, 1 client (direct SQL): {theirs:.0}/s, ratio {:.2}", p.name, rate / theirs)
+                }
+                _ => note,
             };
             row("intake", &format!("POST /v1/jobs, {clients} clients: accepted/s"), format!("{rate:.0}"), note);
             row("intake", &format!("  latency p50 / p99 ms, {clients} clients"), format!("{:.2} / {:.2}", m(|s| s.p50_ms), m(|s| s.p99_ms)), String::new());
@@ -100,34 +126,22 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
         row("cost", "accept: statements per job (16 clients)", lc(|l| l.accept), "key lookup + insert (its NOTIFY inside)".into());
         let batch = median(all.iter().map(|r| r.batch_jobs_per_sec).collect());
         row("intake", "POST /v1/jobs:batch (500/request): jobs/s", format!("{batch:.0}"), "target ≥ 40,000".into());
+        if let Some(p) = &peer {
+            let theirs = median(peer_intake.iter().map(|r| r.bulk_per_sec).collect());
+            row("intake", &format!("  {}: addJobs (1,000/call, 1 client)", p.name), format!("{theirs:.0}"),
+                format!("jobs/s over direct SQL; Relay's batch over HTTP is {:.2}× that", batch / theirs));
+        }
         let cpu = cpu::CpuPerUnit::median(all.iter().map(|r| r.batch_cpu_per_job));
         row("intake", "  CPU µs per job: db / serve / client", cpu.split(),
             cpu.ceiling_per_sec.map_or(String::new(), |c| format!("{c:.0} jobs/s at that cost, all cores busy")));
         report.insert("intake".into(), json!(all));
+        if !peer_intake.is_empty() {
+            report.insert("peer_intake".into(), json!(peer_intake));
+        }
     }
 
     if opts.wants("processing") {
-        let sizes: &[usize] = if opts.quick { &[20_000] } else { &[20_000, 200_000] };
-        let mut all = Vec::new();
-        for &n in sizes {
-            for w in [1, 4, 16] {
-                let mut rs = Vec::new();
-                for _ in 0..runs {
-                    rs.push(processing::run(url, n, w, WORKER_CONCURRENCY).await?);
-                }
-                let rate = median(rs.iter().map(|r| r.jobs_per_sec).collect());
-                let rss = median(rs.iter().filter_map(|r| r.worker_peak_rss_mib).collect());
-                row("processing", &format!("{n} noop, W={w}: jobs/s"), format!("{rate:.0}"), "target ≥ 40,000".into());
-                row("memory", &format!("  worker peak RSS MiB ({n}, W={w})"), format!("{rss:.1}"), "target ≤ 64".into());
-                if let Some(r) = rs.first() {
-                    let l = r.lifecycle;
-                    row("cost", &format!("  claim / complete statements per job"), format!("{} / {}", opt(l.claim), opt(l.complete)),
-                        format!("{:.3} commits/job", l.commits_per_job));
-                }
-                all.push(json!({"jobs": n, "workers": w, "median_jobs_per_sec": rate, "runs": rs}));
-            }
-        }
-        report.insert("processing".into(), Value::Array(all));
+        report.insert("processing".into(), processing::section(url, opts, peer.as_ref()).await?);
     }
 
     if opts.wants("latency") {
@@ -159,6 +173,24 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
         row("sweep", &format!("pass, 10k due + {big} terminal rows: ms"), format!("{large:.0}"),
             format!("{:.2}× the small table (target ≤ 1.2×)", large / small));
         report.insert("sweep".into(), json!({"small": small_runs, "large": big_runs}));
+    }
+
+    if opts.wants("campaign") {
+        // One run each (the campaign alone takes minutes while the keyed claim is slow).
+        let (pages, per_page, keyed_jobs) = if opts.quick { (2, 1_000, 5_000) } else { (20, 5_000, 100_000) };
+        let c = campaign::campaign(url, pages, per_page).await?;
+        let rate = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{v:.0}"));
+        let flat = |d: &campaign::Drain| d.flatness().map_or("n/a".to_string(), |f| format!("{f:.2}×"));
+        row("campaign", &format!("{} recipients, shadow, {pages} pages: s", pages * per_page), format!("{:.1}", c.seconds),
+            format!("end to end{}; target ≤ 60 s at 100,000", if c.finished { "" } else { ", NOT FINISHED" }));
+        row("campaign", "  children/s at 90% / 10% left", format!("{} / {}", rate(c.rate_at_90), rate(c.rate_at_10)),
+            format!("ratio {} (target within 1.5×)", flat(&c)));
+        let k = campaign::keyed(url, keyed_jobs).await?;
+        row("keyed", &format!("{keyed_jobs} noop behind one key (limit 10): s"), format!("{:.1}", k.seconds),
+            if k.finished { String::new() } else { "NOT FINISHED".into() });
+        row("keyed", "  jobs/s at 90% / 10% left", format!("{} / {}", rate(k.rate_at_90), rate(k.rate_at_10)),
+            format!("ratio {} (target within 1.5×)", flat(&k)));
+        report.insert("campaign".into(), json!({"campaign": c, "keyed": k}));
     }
 
     if opts.wants("lambda") {

@@ -110,8 +110,8 @@ pub async fn db_counters(pool: &Pool) -> anyhow::Result<DbCounters> {
     // Statistics are flushed about once a second; give the last ones time to land.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let commits = tooling::bench::commits(&db).await?;
-    let counted = tooling::bench::statement_counts(&db).await?;
-    let (statements, phases) = (counted.map(|c| c.0), counted.map(|c| c.1));
+    let counted = tooling::bench::statement_costs(&db, &tooling::bench::RELAY).await?;
+    let (statements, phases) = (counted.map(|c| c.0.calls), counted.map(|c| c.1.map(|p| p.calls)));
     Ok(DbCounters { commits, statements, phases })
 }
 
@@ -136,6 +136,13 @@ impl Lifecycle {
             complete: phase(2),
         }
     }
+}
+
+/// Close the pool's idle connections. A backend sends its table statistics when it exits, but
+/// an idle one may keep them up to ten seconds (PGSTAT_IDLE_INTERVAL): before reading
+/// pg_stat_user_tables after work done through a pool, close its idle connections.
+pub fn close_idle(pool: &Pool) {
+    pool.retain(|_, _| false);
 }
 
 /// Peak resident memory of a process, in MiB (Linux).

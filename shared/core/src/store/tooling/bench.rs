@@ -39,6 +39,19 @@ pub async fn any_pending_or_running(db: &impl GenericClient) -> Result<bool, Sto
     Ok(db.query_one(sql, &[]).await?.get(0))
 }
 
+/// Jobs pending and jobs terminal: the children of `parent`, or every job.
+pub async fn status_counts(db: &impl GenericClient, parent: Option<JobId>) -> Result<(i64, i64), StoreError> {
+    let row = db
+        .query_one(
+            "SELECT count(*) FILTER (WHERE status = 'pending'),
+                    count(*) FILTER (WHERE status IN ('succeeded', 'failed', 'cancelled'))
+             FROM jobs WHERE $1::uuid IS NULL OR parent_id = $1",
+            &[&parent],
+        )
+        .await?;
+    Ok((row.get(0), row.get(1)))
+}
+
 /// Seconds from the first claim to the last finish (0 before any), and how many jobs succeeded.
 pub async fn processing_span(db: &impl GenericClient) -> Result<(f64, i64), StoreError> {
     let row = db
@@ -65,34 +78,137 @@ pub async fn commits(db: &impl GenericClient) -> Result<i64, StoreError> {
     Ok(db.query_one(sql, &[]).await?.get(0))
 }
 
-/// Statements run so far, in total and in the job's lifecycle phases (accept: key lookup,
-/// insert, any separate notify; claim: modes, claim; complete), from pg_stat_statements.
-/// `None` when that extension is not loaded.
-pub async fn statement_counts(db: &impl GenericClient) -> Result<Option<(i64, [i64; 3])>, StoreError> {
-    let counted = db
-        .query_one(
-            "SELECT sum(calls)::bigint,
-                    coalesce(sum(calls) FILTER (WHERE query LIKE '%FROM tenants WHERE api_key_hash%'
-                                                   OR query LIKE 'WITH input AS%'
-                                                   OR query LIKE '%pg_notify%'), 0)::bigint,
-                    coalesce(sum(calls) FILTER (WHERE query LIKE 'WITH due AS%' OR query LIKE 'WITH RECURSIVE tenants%'
-                                                   OR query LIKE 'SELECT name, enabled FROM operating_modes%'), 0)::bigint,
-                    coalesce(sum(calls) FILTER (WHERE query LIKE 'WITH done AS%' OR query LIKE 'WITH retried AS%'
-                                                   OR query LIKE 'WITH failed AS%'), 0)::bigint
-             FROM public.pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
-             WHERE d.datname = current_database()",
-            &[],
-        )
-        .await;
-    Ok(match counted {
-        Ok(r) => r.get::<_, Option<i64>>(0).map(|total| (total, [r.get(1), r.get(2), r.get(3)])),
-        Err(_) => None,
-    })
+/// How one system's statements are told apart by their text (`ILIKE` patterns): those that
+/// accept a job, claim it, complete it. Whatever matches none is "other" (transaction
+/// control, commit records, ANALYZE, reads).
+#[derive(Debug, Clone, Copy)]
+pub struct StatementClasses {
+    pub accept: &'static [&'static str],
+    pub claim: &'static [&'static str],
+    pub complete: &'static [&'static str],
 }
 
-/// Load pg_stat_statements where the server preloads it; elsewhere the figures show commits only.
+/// Relay's statements: accept is the key lookup, the insert and any separate notify; claim
+/// the modes and the claim; complete the terminal and retry transitions.
+pub const RELAY: StatementClasses = StatementClasses {
+    accept: &["%FROM tenants WHERE api_key_hash%", "WITH input AS%", "%pg_notify%"],
+    claim: &["WITH due AS%", "WITH RECURSIVE tenants%", "SELECT name, enabled FROM operating_modes%"],
+    complete: &["WITH done AS%", "WITH retried AS%", "WITH failed AS%"],
+};
+
+/// graphile-worker 0.18's statements: `add_job`/`add_jobs` (with everything they run inside),
+/// the batched `get_jobs` update, and the completing delete.
+pub const GRAPHILE_WORKER: StatementClasses = StatementClasses {
+    accept: &["%.add_jobs(%", "%.add_job(%"],
+    claim: &["%attempts = jobs.attempts +%"],
+    complete: &["%delete from %._private_jobs%"],
+};
+
+/// What a set of statements did, as pg_stat_statements counted it (WAL of nested statements
+/// included in their top-level statement's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct StatementCost {
+    pub calls: i64,
+    pub wal_bytes: i64,
+    pub wal_records: i64,
+    /// Full-page images among the records.
+    pub wal_fpi: i64,
+}
+
+/// Statements run so far in this database: all of them, and each of `classes` (accept, claim,
+/// complete). `None` when pg_stat_statements is not loaded.
+pub async fn statement_costs(db: &impl GenericClient, classes: &StatementClasses) -> Result<Option<(StatementCost, [StatementCost; 3])>, StoreError> {
+    let costs = db
+        .query_one(
+            "WITH s AS (
+                 SELECT s.*, CASE WHEN query ILIKE ANY ($1::text[]) THEN 0
+                                  WHEN query ILIKE ANY ($2::text[]) THEN 1
+                                  WHEN query ILIKE ANY ($3::text[]) THEN 2 END AS phase
+                 FROM public.pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+                 WHERE d.datname = current_database()
+             )
+             SELECT array_agg(coalesce(calls, 0) ORDER BY p), array_agg(coalesce(wal_bytes, 0) ORDER BY p),
+                    array_agg(coalesce(wal_records, 0) ORDER BY p), array_agg(coalesce(wal_fpi, 0) ORDER BY p)
+             FROM generate_series(-1, 2) p
+             LEFT JOIN LATERAL (SELECT sum(calls)::bigint AS calls, sum(wal_bytes)::bigint AS wal_bytes,
+                                       sum(wal_records)::bigint AS wal_records, sum(wal_fpi)::bigint AS wal_fpi
+                                FROM s WHERE p = -1 OR s.phase = p) c ON true",
+            &[&classes.accept, &classes.claim, &classes.complete],
+        )
+        .await;
+    let Ok(row) = costs else { return Ok(None) };
+    let cols: [Vec<i64>; 4] = [row.get(0), row.get(1), row.get(2), row.get(3)];
+    let at = |i: usize| StatementCost { calls: cols[0][i], wal_bytes: cols[1][i], wal_records: cols[2][i], wal_fpi: cols[3][i] };
+    Ok(Some((at(0), [at(1), at(2), at(3)])))
+}
+
+/// The WAL written so far: the current insert position, in bytes from the start.
+pub async fn wal_position(db: &impl GenericClient) -> Result<i64, StoreError> {
+    Ok(db.query_one("SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::bigint", &[]).await?.get(0))
+}
+
+/// Heap writes so far to one table of a schema, and how many indexes the table has.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct TableWrites {
+    pub table: String,
+    pub inserted: i64,
+    pub updated: i64,
+    /// Of `updated`, those that were HOT (no index entry written).
+    pub hot_updated: i64,
+    pub deleted: i64,
+    pub indexes: i64,
+}
+
+/// Every table of `schema` with its write counters (pg_stat_user_tables: what committed and
+/// aborted transactions wrote, as flushed by the backends so far).
+pub async fn table_writes(db: &impl GenericClient, schema: &str) -> Result<Vec<TableWrites>, StoreError> {
+    db.batch_execute("SELECT pg_stat_clear_snapshot()").await?;
+    let rows = db
+        .query(
+            "SELECT relname::text, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del,
+                    (SELECT count(*) FROM pg_index i WHERE i.indrelid = t.relid)
+             FROM pg_stat_user_tables t WHERE schemaname = $1 ORDER BY relname",
+            &[&schema],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| TableWrites { table: r.get(0), inserted: r.get(1), updated: r.get(2), hot_updated: r.get(3), deleted: r.get(4), indexes: r.get(5) })
+        .collect())
+}
+
+/// B-tree leaf entries written between two WAL positions, counted from the WAL itself
+/// (pg_walinspect: INSERT_LEAF, INSERT_POST and leaf page splits, each carrying one new
+/// entry), with the records and bytes of each record type. `None` when the extension is not
+/// loaded (`enable_statement_counts`) or that WAL is no longer on disk.
+pub async fn wal_records_between(db: &impl GenericClient, from: i64, to: i64) -> Result<Option<Vec<(String, i64, i64)>>, StoreError> {
+    let lsn = |x: i64| format!("{:X}/{:X}", (x as u64) >> 32, (x as u64) & 0xffff_ffff);
+    let rows = db
+        .query(
+            "SELECT \"resource_manager/record_type\", count, combined_size::bigint
+             FROM public.pg_get_wal_stats($1::text::pg_lsn, $2::text::pg_lsn, true) WHERE count > 0",
+            &[&lsn(from), &lsn(to)],
+        )
+        .await;
+    Ok(rows.ok().map(|rows| rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect()))
+}
+
+/// Fresh planner statistics for one table after a bulk load (the peer's, by qualified name).
+pub async fn analyze_table(db: &impl GenericClient, schema: &str, table: &str) -> Result<(), StoreError> {
+    Ok(db.batch_execute(&format!("ANALYZE {}.{}", super::quoted(schema), super::quoted(table))).await?)
+}
+
+/// Rows left in one table of a schema (whether the peer drained its queue).
+pub async fn rows_in(db: &impl GenericClient, schema: &str, table: &str) -> Result<i64, StoreError> {
+    let sql = format!("SELECT count(*) FROM {}.{}", super::quoted(schema), super::quoted(table));
+    Ok(db.query_one(&sql, &[]).await?.get(0))
+}
+
+/// Load pg_stat_statements where the server preloads it (elsewhere the figures show commits
+/// only), and pg_walinspect where it is installed (elsewhere index entries are estimated).
 pub async fn enable_statement_counts(db: &tokio_postgres::Client) {
-    let _ = db.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").await;
+    let _ = db.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements SCHEMA public").await;
+    let _ = db.batch_execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect SCHEMA public").await;
 }
 
 /// The process id of the server backend behind this connection.
