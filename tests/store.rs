@@ -310,3 +310,45 @@ async fn check_constraints_hold_the_lifecycle_invariants() {
         assert!(db.execute(bad, &[&j.id]).await.is_err(), "{bad}");
     }
 }
+
+/// Key rows whose job is missing or belongs to another tenant: what the foreign key from
+/// `job_keys` to `tenants` guarded against before it was dropped as redundant (0018).
+async fn keys_without_their_job(w: &World) -> i64 {
+    w.count(
+        "SELECT count(*) FROM job_keys k
+         WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = k.job_id AND j.tenant_id = k.tenant_id
+                                                 AND j.idempotency_key = k.idempotency_key)",
+        &[],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn every_key_row_is_its_jobs_on_both_insert_paths_and_an_unknown_tenant_leaves_none() {
+    let mut s = crate::support::test_settings();
+    s.callback_allow = taskdeck::callbacks::AllowList::parse("127.0.0.1/32").unwrap();
+    let w = World::with_settings(s).await;
+    let db = w.db().await;
+    // Path 1, the intake's insert: a tenant that does not exist is refused by the job's own
+    // foreign key, and the statement leaves no key row behind.
+    let ghost = taskdeck::job::TenantId::new();
+    let refused = jobs::insert_many(&db, ghost, &[new_job("ghost-1"), new_job("ghost-2")], None).await;
+    assert!(matches!(refused, Err(StoreError::Db(_))), "{refused:?}");
+    assert_eq!(w.count("SELECT count(*) FROM job_keys WHERE tenant_id = $1", &[&ghost]).await, 0);
+    // Through the API, single and batch; and path 2, a callback delivery (the platform's key,
+    // made in the statement that ends the job).
+    w.call(axum::http::Method::PUT, "/v1/callbacks", None, Some(json!({"url": "http://127.0.0.1:9/hooks"}))).await;
+    let (_, one) = w.submit("one", json!({"task_type": "noop"})).await;
+    let batch: Vec<_> = (0..20).map(|i| json!({"idempotency_key": format!("b{i}"), "task_type": "noop"})).collect();
+    w.call(axum::http::Method::POST, "/v1/jobs:batch", None, Some(json!({"jobs": batch}))).await;
+    let id: JobId = one["id"].as_str().unwrap().parse().unwrap();
+    let claim = jobs::claim_ids(&db, &[id], 30.0, None).await.unwrap();
+    let done = jobs::succeed_reporting(&db, &[(claim.jobs[0].fence(), json!({}))]).await.unwrap();
+    assert_eq!(done.callbacks.len(), 1, "the success created its callback delivery");
+    assert_eq!(w.count("SELECT count(*) FROM job_keys", &[]).await, 22);
+    assert_eq!(keys_without_their_job(&w).await, 0);
+    // The check can fail: a key row written apart from its job is counted.
+    db.execute("INSERT INTO job_keys (tenant_id, idempotency_key, correlation_id, job_id) VALUES ($1, 'stray', 'c', $2)",
+        &[&ghost, &JobId::new()]).await.unwrap();
+    assert_eq!(keys_without_their_job(&w).await, 1);
+}
