@@ -19,8 +19,15 @@ use crate::store::jobs;
 type InFlight = Arc<Mutex<HashMap<JobId, (i32, AbortHandle)>>>;
 type Finished = (ClaimedJob, Outcome, OwnedSemaphorePermit);
 
-/// Most outcomes written by one statement.
+/// Most outcomes written by one statement: half the worker's slots (at most 2,000), so while
+/// one half's outcomes are being written the slots of the other half, already written, are
+/// claimed again. One statement for all of them would free every slot only at its end, and a
+/// loop would alternate claiming and recording instead of doing both at once.
 const RECORD_BATCH: usize = 2000;
+
+fn record_batch(concurrency: usize) -> usize {
+    (concurrency / 2).clamp(1, RECORD_BATCH)
+}
 /// How long a busy claimer waits for half a batch of free slots before claiming fewer.
 const BATCH_WAIT: Duration = Duration::from_millis(5);
 
@@ -171,14 +178,15 @@ fn start_jobs(
 /// Write outcomes as they arrive, many per statement. A write that fails is retried for up to
 /// one lease; after that the leases expire and the sweep returns the jobs.
 async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>) {
+    let most = record_batch(exec.config.concurrency.max(1));
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
-        drain(&mut rx, &mut batch);
-        if batch.len() < RECORD_BATCH / 8 {
+        drain(&mut rx, &mut batch, most);
+        if batch.len() < most / 8 {
             // Outcomes of one claim finish within moments of each other: a millisecond's wait
             // turns many one-row writes (each a commit) into one.
             tokio::time::sleep(Duration::from_millis(1)).await;
-            drain(&mut rx, &mut batch);
+            drain(&mut rx, &mut batch, most);
         }
         let (outcomes, permits): (Vec<_>, Vec<_>) = batch.into_iter().map(|(j, o, p)| ((j, o), p)).unzip();
         let deadline = tokio::time::Instant::now() + exec.config.lease;
@@ -203,8 +211,8 @@ async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>) 
     }
 }
 
-fn drain(rx: &mut mpsc::UnboundedReceiver<Finished>, batch: &mut Vec<Finished>) {
-    while batch.len() < RECORD_BATCH {
+fn drain(rx: &mut mpsc::UnboundedReceiver<Finished>, batch: &mut Vec<Finished>, most: usize) {
+    while batch.len() < most {
         match rx.try_recv() {
             Ok(f) => batch.push(f),
             Err(_) => break,

@@ -39,17 +39,37 @@ pub async fn any_pending_or_running(db: &impl GenericClient) -> Result<bool, Sto
     Ok(db.query_one(sql, &[]).await?.get(0))
 }
 
-/// Jobs pending and jobs terminal: the children of `parent`, or every job.
-pub async fn status_counts(db: &impl GenericClient, parent: Option<JobId>) -> Result<(i64, i64), StoreError> {
-    let row = db
-        .query_one(
-            "SELECT count(*) FILTER (WHERE status = 'pending'),
-                    count(*) FILTER (WHERE status IN ('succeeded', 'failed', 'cancelled'))
-             FROM jobs WHERE $1::uuid IS NULL OR parent_id = $1",
-            &[&parent],
-        )
-        .await?;
-    Ok((row.get(0), row.get(1)))
+/// Jobs pending and jobs finished among `n`: the children of `parent` (none finished until the
+/// parent waits, when all its children exist), or every job. Only live rows are read
+/// (`jobs_open_children`, the partial indexes of pending, running and waiting jobs), never the
+/// finished ones, so sampling stays cheap however far a large drain has got.
+pub async fn status_counts(db: &impl GenericClient, parent: Option<JobId>, n: i64) -> Result<(i64, i64), StoreError> {
+    let (pending, open, all_created) = match parent {
+        Some(parent) => {
+            let row = db
+                .query_one(
+                    "SELECT count(*) FILTER (WHERE c.status = 'pending'), count(*),
+                            (SELECT status <> 'running' AND status <> 'pending' FROM jobs WHERE id = $1)
+                     FROM jobs c WHERE c.parent_id = $1 AND c.status IN ('pending', 'running', 'waiting')",
+                    &[&parent],
+                )
+                .await?;
+            (row.get::<_, i64>(0), row.get::<_, i64>(1), row.get::<_, Option<bool>>(2).unwrap_or(false))
+        }
+        None => {
+            let row = db
+                .query_one(
+                    "SELECT (SELECT count(*) FROM jobs WHERE status = 'pending'),
+                            (SELECT count(*) FROM jobs WHERE status = 'running'),
+                            (SELECT count(*) FROM jobs WHERE status = 'waiting')",
+                    &[],
+                )
+                .await?;
+            let pending: i64 = row.get(0);
+            (pending, pending + row.get::<_, i64>(1) + row.get::<_, i64>(2), true)
+        }
+    };
+    Ok((pending, if all_created { n - open } else { 0 }))
 }
 
 /// Seconds from the first claim to the last finish (0 before any), and how many jobs succeeded.
