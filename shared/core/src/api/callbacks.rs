@@ -142,8 +142,8 @@ pub async fn delete(State(state): State<AppState>, Caller(tenant): Caller) -> Re
     security(("tenant_key" = [])),
     responses((status = 200, body = AttemptList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn attempts(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<AttemptList>, ApiError> {
-    let id: crate::job::JobId = id.parse().map_err(|_| ApiError::not_found())?;
+    let id = super::jobs::parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    crate::store::jobs::get(&db, tenant.id, id).await?.ok_or_else(ApiError::not_found)?;
+    super::jobs::owned(&db, tenant.id, id).await?;
     Ok(Json(AttemptList { attempts: callbacks::attempts(&db, tenant.id, id).await? }))
 }

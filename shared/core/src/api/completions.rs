@@ -15,7 +15,6 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{Caller, JsonBody};
 use crate::completions::{self, Applied, CompletionRequest, Via};
 use crate::job::completion::CompletionOutcome;
-use crate::job::{JobId, TenantId};
 use crate::store::{StoreError, jobs};
 use crate::view::{self, JobView};
 
@@ -44,10 +43,10 @@ pub async fn complete(
     Path(id): Path<String>,
     JsonBody(req): JsonBody<CompletionRequest>,
 ) -> Result<Json<CompletionAnswer>, ApiError> {
-    // A malformed id names no job: the same answer as another tenant's or a missing one.
-    let id: JobId = id.parse().map_err(|_| ApiError::not_found())?;
+    let id = super::jobs::parse_id(&id)?;
     let (token, c) = req.into_completion().map_err(|e| ApiError::unprocessable("invalid_field", e.message).with("field", e.field))?;
-    owned(&state, tenant.id, id).await?;
+    // Another tenant's job answers like a missing one, whatever token came with it.
+    super::jobs::owned(&state.pool.get().await.map_err(StoreError::from)?, tenant.id, id).await?;
     let applied = completions::apply(&state.pool, &state.transport, &token, Some((tenant.id, id)), &c, Via::Api).await?;
     let answer = |applied: bool, outcome| async move {
         let db = state.pool.get().await.map_err(StoreError::from)?;
@@ -81,11 +80,4 @@ pub async fn complete(
 
 fn conflict(code: &'static str, message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::CONFLICT, code, message)
-}
-
-/// The caller's job, or 404: another tenant's answers exactly like a missing one, whatever
-/// token came with it.
-async fn owned(state: &AppState, tenant_id: TenantId, id: JobId) -> Result<(), ApiError> {
-    let db = state.pool.get().await.map_err(StoreError::from)?;
-    jobs::get(&db, tenant_id, id).await?.map(|_| ()).ok_or_else(ApiError::not_found)
 }

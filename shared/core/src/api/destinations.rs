@@ -252,8 +252,8 @@ pub async fn put_writes(
     security(("tenant_key" = [])),
     responses((status = 200, body = CallList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn calls(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<CallList>, ApiError> {
-    let id: crate::job::JobId = id.parse().map_err(|_| ApiError::not_found())?;
+    let id = super::jobs::parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    crate::store::jobs::get(&db, tenant.id, id).await?.ok_or_else(ApiError::not_found)?;
+    super::jobs::owned(&db, tenant.id, id).await?;
     Ok(Json(CallList { calls: http_calls::for_job(&db, tenant.id, id).await? }))
 }

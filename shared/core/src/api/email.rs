@@ -314,7 +314,7 @@ pub async fn put_recipients(
     Path((id, page)): Path<(String, String)>,
     JsonBody(body): JsonBody<RecipientPage>,
 ) -> Result<(StatusCode, Json<PageReceipt>), ApiError> {
-    let id: JobId = id.parse().map_err(|_| ApiError::not_found())?;
+    let id = super::jobs::parse_id(&id)?;
     let page: u32 = page
         .parse()
         .map_err(|_| ApiError::unprocessable("invalid_field", "page: a page number (0, 1, ...)").with("field", "page"))?;

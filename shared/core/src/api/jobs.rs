@@ -360,7 +360,8 @@ async fn require_signing_secret(state: &AppState, tenant_id: TenantId) -> Result
     Ok(())
 }
 
-fn parse_id(id: &str) -> Result<JobId, ApiError> {
+/// A job id from a path. Shared by every route under `/v1/jobs/{id}`.
+pub(super) fn parse_id(id: &str) -> Result<JobId, ApiError> {
     // A malformed id names no job: the same answer as any other missing job.
     id.parse().map_err(|_| ApiError::not_found())
 }
@@ -377,7 +378,9 @@ pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(id)
 }
 
 /// The caller's job, or 404: another tenant's job answers exactly like a missing one.
-async fn owned(db: &deadpool_postgres::Client, tenant_id: TenantId, id: JobId) -> Result<Job, ApiError> {
+/// The caller's job, or 404: another tenant's answers exactly like a missing one. Shared by
+/// every route under `/v1/jobs/{id}`.
+pub(super) async fn owned(db: &deadpool_postgres::Client, tenant_id: TenantId, id: JobId) -> Result<Job, ApiError> {
     let job = jobs::get(db, tenant_id, id).await?.ok_or_else(ApiError::not_found)?;
     crate::telemetry::record_job(&job.correlation_id, job.id);
     Ok(job)
