@@ -317,7 +317,7 @@ impl Executor {
         parents.extend(failed.parents);
         // A parent that starts waiting after its children all ended (they were quick) is done.
         parents.extend(waits.iter().filter(|w| !stale_waits.contains(&w.0)).map(|w| w.0.job));
-        redo.extend(self.finish_parents(parents).await);
+        redo.extend(finish_parents(&self.pool, parents).await);
         redo.extend(self.hand_on(outcomes).await);
         transport::send(&self.transport, &self.pool, &redo).await;
         Ok(RunReport {
@@ -369,17 +369,10 @@ impl Executor {
     }
 }
 
-impl Executor {
-    /// Children just ended: their parents whose last child this was finish now, not on the
-    /// next sweep (which stays the safety net: a failure here only delays them until it).
-    /// Returns the parents' callback deliveries.
-    async fn finish_parents(&self, parents: Vec<JobId>) -> Vec<Dispatch> {
-        finish_parents(&self.pool, parents).await
-    }
-}
-
-/// Parents whose children just ended (committed) finish now if those were their last (see
-/// `Executor::finish_parents`; a wait's end does the same). Returns their callback deliveries.
+/// Children just ended (committed): their parents whose last child this was finish now, not
+/// on the next sweep (which stays the safety net: a failure here only delays them until it).
+/// Called after recording outcomes and after a wait's end. Returns the parents' callback
+/// deliveries.
 pub(crate) async fn finish_parents(pool: &Pool, mut parents: Vec<JobId>) -> Vec<Dispatch> {
     if parents.is_empty() {
         return vec![];

@@ -28,6 +28,7 @@ const RECORD_BATCH: usize = 2000;
 fn record_batch(concurrency: usize) -> usize {
     (concurrency / 2).clamp(1, RECORD_BATCH)
 }
+
 /// How long a busy claimer waits for half a batch of free slots before claiming fewer.
 const BATCH_WAIT: Duration = Duration::from_millis(5);
 
