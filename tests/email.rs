@@ -593,6 +593,7 @@ async fn a_worker_whose_lease_was_taken_over_cannot_send() {
         max_attempts: 5,
         timeout_seconds: 60,
         concurrency_key: None,
+        run_at: chrono::Utc::now(),
     };
     let modes = Arc::new(taskdeck::store::modes::load(&w.db().await).await.unwrap());
     let outcome = exec.execute(&zombie, modes).await;

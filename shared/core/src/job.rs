@@ -143,6 +143,8 @@ pub struct ClaimedJob {
     pub timeout_seconds: i32,
     /// Its concurrency key, if any: finishing frees a slot of that key.
     pub concurrency_key: Option<String>,
+    /// When it was due: with its id, its place in its key's queue (`jobs::Lane`).
+    pub run_at: DateTime<Utc>,
 }
 
 impl ClaimedJob {

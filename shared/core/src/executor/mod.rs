@@ -143,7 +143,7 @@ impl Executor {
             // Some ids were not claimable without a key: keyed jobs take the keyed path (a
             // duplicate or stale delivery claims nothing there either).
             let n = i64::try_from(ids.len()).unwrap_or(i64::MAX);
-            claim.merge(jobs::claim_keyed(&mut db, n, self.lease_secs(), Some(ids), within).await?);
+            claim.merge(jobs::claim_keyed(&mut db, n, self.lease_secs(), jobs::Keyed::Ids(ids), within).await?);
         }
         let mut deferred = Vec::new();
         if let Some(within) = within
@@ -190,6 +190,7 @@ impl Executor {
                 },
                 _ = sleep_until(flush_at), if flush_at.is_some() => {
                     out.report.add(&self.record(&ended).await?);
+                    self.hand_on(&ended).await;
                     out.flushes += 1;
                     ended.clear();
                     flush_at = None;
@@ -199,6 +200,7 @@ impl Executor {
         }
         if !ended.is_empty() {
             out.report.add(&self.record(&ended).await?);
+            self.hand_on(&ended).await;
             out.flushes += 1;
         }
         if !running.is_empty() {
@@ -241,7 +243,9 @@ impl Executor {
         decide(job, ran, Utc::now(), &policy)
     }
 
-    /// Record outcomes in at most three statements (fenced), then dispatch the retries.
+    /// Record outcomes (fenced, a statement per kind of outcome), then dispatch the retries,
+    /// callbacks and parents that finished. The slots keyed jobs freed are the caller's to
+    /// fill: `hand_on`, or a worker's own claim of those keys.
     pub async fn record(&self, outcomes: &[(ClaimedJob, Outcome)]) -> Result<RunReport, StoreError> {
         let mut done = Vec::new();
         let mut retries = Vec::new();
@@ -318,7 +322,6 @@ impl Executor {
         // A parent that starts waiting after its children all ended (they were quick) is done.
         parents.extend(waits.iter().filter(|w| !stale_waits.contains(&w.0)).map(|w| w.0.job));
         redo.extend(finish_parents(&self.pool, parents).await);
-        redo.extend(self.hand_on(outcomes).await);
         transport::send(&self.transport, &self.pool, &redo).await;
         Ok(RunReport {
             succeeded: done.len() - stale_done.len(),
@@ -354,19 +357,27 @@ async fn sleep_until(at: Option<Instant>) {
 impl Executor {
     /// Keyed jobs that just stopped running freed slots of their keys: the next due jobs of
     /// those keys are dispatched at once. A failure here only delays them until the sweep.
-    async fn hand_on(&self, outcomes: &[(ClaimedJob, Outcome)]) -> Vec<Dispatch> {
-        let mut keys: Vec<String> = outcomes.iter().filter_map(|(j, _)| j.concurrency_key.clone()).collect();
+    pub(crate) async fn hand_on(&self, outcomes: &[(ClaimedJob, Outcome)]) {
+        let keys = freed_keys(outcomes);
         if keys.is_empty() {
-            return vec![];
+            return;
         }
-        keys.sort();
-        keys.dedup();
         let ready = async { jobs::keyed_ready(&self.pool.get().await?, &keys, HAND_ON_LIMIT).await };
-        ready.await.unwrap_or_else(|e| {
-            tracing::warn!(event = "relay.executor.hand_on_failed", error = %e, "could not hand freed slots on; the sweep will");
-            vec![]
-        })
+        match ready.await {
+            Ok(ready) => {
+                transport::send(&self.transport, &self.pool, &ready).await;
+            }
+            Err(e) => tracing::warn!(event = "relay.executor.hand_on_failed", error = %e, "could not hand freed slots on; the sweep will"),
+        }
     }
+}
+
+/// The concurrency keys whose slots these ended jobs freed, once each.
+pub(crate) fn freed_keys(outcomes: &[(ClaimedJob, Outcome)]) -> Vec<String> {
+    let mut keys: Vec<String> = outcomes.iter().filter_map(|(j, _)| j.concurrency_key.clone()).collect();
+    keys.sort();
+    keys.dedup();
+    keys
 }
 
 /// Children just ended (committed): their parents whose last child this was finish now, not
@@ -498,6 +509,7 @@ mod tests {
             max_attempts,
             timeout_seconds: 10,
             concurrency_key: None,
+            run_at: Utc::now(),
         }
     }
 

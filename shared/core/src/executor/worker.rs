@@ -38,7 +38,8 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
     let slots = Arc::new(Semaphore::new(concurrency));
     let in_flight: InFlight = Arc::default();
     let (done_tx, done_rx) = mpsc::unbounded_channel::<Finished>();
-    let recorder = tokio::spawn(record_loop(exec.clone(), done_rx));
+    let lanes = Lanes { in_flight: in_flight.clone(), done: done_tx.downgrade(), stop: stop.clone(), heads_at: tokio::time::Instant::now() };
+    let recorder = tokio::spawn(record_loop(exec.clone(), done_rx, lanes));
     let heartbeat = tokio::spawn(heartbeat_loop(exec.clone(), in_flight.clone()));
     let mut backoff = Duration::from_millis(100);
     let mut keyed_turn = tokio::time::Instant::now();
@@ -136,7 +137,7 @@ async fn claim(
     let turn = now >= *keyed_turn;
     if turn {
         *keyed_turn = now + KEYED_TURN;
-        claim.merge(jobs::claim_keyed(&mut db, count(n), lease, None, None).await?);
+        claim.merge(jobs::claim_keyed(&mut db, count(n), lease, jobs::Keyed::Due, None).await?);
     }
     let room = n - claim.jobs.len();
     if room > 0 {
@@ -145,7 +146,7 @@ async fn claim(
         claim.merge(free);
         if short && !turn {
             let room = n - claim.jobs.len();
-            claim.merge(jobs::claim_keyed(&mut db, count(room), lease, None, None).await?);
+            claim.merge(jobs::claim_keyed(&mut db, count(room), lease, jobs::Keyed::Due, None).await?);
         }
     }
     Ok(claim)
@@ -176,9 +177,21 @@ fn start_jobs(
     }
 }
 
+/// What the recorder needs to refill the slots its keyed jobs freed: start jobs as the claimer
+/// does, unless the worker is stopping.
+struct Lanes {
+    in_flight: InFlight,
+    /// Weak, so the recorder does not keep its own channel open at shutdown.
+    done: mpsc::WeakUnboundedSender<Finished>,
+    stop: watch::Receiver<bool>,
+    /// When the next refill reads its keys' queues from their heads (see `jobs::Lane`).
+    heads_at: tokio::time::Instant,
+}
+
 /// Write outcomes as they arrive, many per statement. A write that fails is retried for up to
-/// one lease; after that the leases expire and the sweep returns the jobs.
-async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>) {
+/// one lease; after that the leases expire and the sweep returns the jobs. Slots freed by keyed
+/// jobs are refilled here (`refill`).
+async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>, mut lanes: Lanes) {
     let most = record_batch(exec.config.concurrency.max(1));
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
@@ -194,7 +207,10 @@ async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>) 
         let mut wait = Duration::from_millis(100);
         loop {
             match exec.record(&outcomes).await {
-                Ok(_) => break,
+                Ok(_) => {
+                    refill(&exec, &outcomes, permits, &mut lanes).await;
+                    break;
+                }
                 Err(e) if tokio::time::Instant::now() + wait < deadline => {
                     tracing::warn!(event = "relay.worker.record_failed", error = %e, jobs = outcomes.len(),
                         "could not record outcomes; retrying");
@@ -208,7 +224,62 @@ async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>) 
                 }
             }
         }
-        drop(permits);
+    }
+}
+
+/// Keyed jobs just recorded freed slots of their keys: claim those keys' next jobs into the
+/// same slots and start them here, the moment the outcomes are committed. A key's backlog so
+/// runs as a lane, a claim per batch of outcomes, with no dispatch, wake-up or search of every
+/// key in between. The claim is `claim_keyed`'s (locked per key, counted after the lock), so
+/// limits hold across workers; what it cannot take (a key locked by another claimer, a failed
+/// claim, a stopping worker) is handed on as before.
+async fn refill(exec: &Executor, outcomes: &[(ClaimedJob, Outcome)], permits: Vec<OwnedSemaphorePermit>, lanes: &mut Lanes) {
+    let mut lane_of: Vec<jobs::Lane> = Vec::new();
+    let from_heads = tokio::time::Instant::now() >= lanes.heads_at;
+    if from_heads {
+        lanes.heads_at = tokio::time::Instant::now() + KEYED_TURN;
+    }
+    for (job, _) in outcomes {
+        let Some(key) = &job.concurrency_key else { continue };
+        let place = (!from_heads).then_some((job.run_at, job.id));
+        match lane_of.iter_mut().find(|l| &l.key == key) {
+            Some(lane) => lane.after = lane.after.min(place),
+            None => lane_of.push(jobs::Lane { key: key.clone(), after: place }),
+        }
+    }
+    if lane_of.is_empty() {
+        return;
+    }
+    let done_tx = lanes.done.upgrade().filter(|_| !*lanes.stop.borrow());
+    let Some(done_tx) = done_tx else {
+        return exec.hand_on(outcomes).await;
+    };
+    let mut held = permits.into_iter().reduce(|mut a, b| {
+        a.merge(b);
+        a
+    });
+    let room = outcomes.iter().filter(|(j, _)| j.concurrency_key.is_some()).count();
+    let claimed = async {
+        let mut db = exec.pool.get().await?;
+        let lease = exec.config.lease.as_secs_f64();
+        jobs::claim_keyed(&mut db, room as i64, lease, jobs::Keyed::Lanes(&lane_of), None).await
+    };
+    match claimed.await {
+        Ok(claim) => {
+            let short = claim.jobs.len() < room;
+            if let Some(held) = held.take().filter(|_| !claim.jobs.is_empty()) {
+                start_jobs(exec, claim, held, &lanes.in_flight, &done_tx);
+            }
+            if short {
+                // A key another claimer held, or nothing more due: whoever holds it sees the
+                // freed slots; a hand-on covers jobs due later in this worker's absence.
+                exec.hand_on(outcomes).await;
+            }
+        }
+        Err(e) => {
+            tracing::warn!(event = "relay.worker.refill_failed", error = %e, "could not refill freed key slots; handing them on");
+            exec.hand_on(outcomes).await;
+        }
     }
 }
 

@@ -56,7 +56,7 @@ fn window(samples: &[Sample], n: usize, hi: f64, lo: f64) -> (Option<f64>, Optio
     (rate, Some(a.1))
 }
 
-/// Sample the jobs (the children of `parent`, or all) every 250 ms until `n` are finished or
+/// Sample the jobs (the children of `parent`, or all) every 500 ms (a sample counts them all) until `n` are finished or
 /// `limit` passes; then read the rates.
 async fn watch(scratch: &Scratch, parent: Option<JobId>, n: usize, start: Instant, limit: Duration) -> anyhow::Result<Drain> {
     let db = scratch.platform.pool.get().await?;
@@ -67,7 +67,7 @@ async fn watch(scratch: &Scratch, parent: Option<JobId>, n: usize, start: Instan
         if done >= n as i64 || start.elapsed() > limit {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let (rate_at_90, pending_at_90) = window(&samples, n, 0.95, 0.85);
     let (rate_at_10, pending_at_10) = window(&samples, n, 0.15, 0.05);

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::Row;
 
@@ -22,6 +23,7 @@ fn claimed_from_row(r: &Row) -> ClaimedJob {
         max_attempts: r.get(6),
         timeout_seconds: r.get(7),
         concurrency_key: r.get(8),
+        run_at: r.get(9),
     }
 }
 
@@ -76,7 +78,7 @@ const CLAIM_UPDATE: &str = "UPDATE jobs j SET status = 'running', attempt = j.at
                  lease_until = now() + make_interval(secs => $2), started_at = clock_timestamp(), updated_at = now()
              WHERE j.id = ANY (ARRAY(SELECT id FROM due))
              RETURNING j.id, j.tenant_id, j.task_type, j.params, j.correlation_id, j.attempt,
-                 j.max_attempts, j.timeout_seconds, j.concurrency_key";
+                 j.max_attempts, j.timeout_seconds, j.concurrency_key, j.run_at";
 
 const CLAIM_SELECT: &str = "SELECT claimed.*, modes.switches FROM claimed,
              (SELECT coalesce(jsonb_object_agg(name, enabled), '{}') AS switches FROM operating_modes) modes";
@@ -92,8 +94,11 @@ pub(super) const PENDING_KEYS: &str = "WITH RECURSIVE k(key) AS (
         FROM k WHERE k.key IS NOT NULL
     )";
 
-/// For each key in `keys`, the due pending jobs that fit in its free slots (running jobs of
-/// the key counted from `jobs_keyed_running`), oldest first. A key's free slots are counted
+/// For each key in `keys` (rows of `key, after_at, after_id`), the due pending jobs that fit in
+/// its free slots (running jobs of the key counted from `jobs_keyed_running`), oldest first,
+/// read from the key's head or, given a place `(after_at, after_id)`, from there: the entries
+/// before it are of jobs already claimed, dead until vacuum, and walking them cost every claim
+/// in proportion to a key's progress. A key's free slots are counted
 /// against the limit of its oldest pending job, and each job's own limit still bounds it, so
 /// no job ever runs above its limit. `$1` bounds the rows; `{lock}` is `FOR UPDATE SKIP
 /// LOCKED` for a claim. Every step is an index probe or a walk of at most the free slots along
@@ -101,20 +106,54 @@ pub(super) const PENDING_KEYS: &str = "WITH RECURSIVE k(key) AS (
 /// behind the key (ordering by (run_at, id) without that index sorted them all; locking `$1`
 /// rows when ten fit locked a hundred times too many).
 pub(super) fn fitting(keys: &str, extra_filter: &str, lock: &str) -> String {
+    // The key's queue from its place on: one row comparison over the whole index key, and
+    // `concurrency_key <= k.key` as the end, so the scan starts at the place. (Adding
+    // `concurrency_key = k.key`, which the two imply, would make the planner start at the
+    // key's head and filter; and the order must be the index's, key first.)
+    let queue = "concurrency_key <= k.key AND (concurrency_key, run_at, id) >
+                 (k.key, coalesce(k.after_at, '-infinity'), coalesce(k.after_id, '00000000-0000-0000-0000-000000000000'))";
     format!(
         "SELECT c.id, c.run_at FROM ({keys}) k
          CROSS JOIN LATERAL (SELECT count(*) AS running FROM jobs
                              WHERE status = 'running' AND concurrency_key = k.key) r
          CROSS JOIN LATERAL (SELECT concurrency_limit AS lim FROM jobs
-                             WHERE status = 'pending' AND concurrency_key = k.key
-                             ORDER BY run_at, id LIMIT 1) head
+                             WHERE status = 'pending' AND {queue}
+                             ORDER BY concurrency_key, run_at, id LIMIT 1) head
          CROSS JOIN LATERAL (SELECT id, run_at, concurrency_limit,
                                     row_number() OVER (ORDER BY run_at, id) AS rn
                              FROM (SELECT id, run_at, concurrency_limit FROM jobs
-                                   WHERE {CLAIMABLE} AND concurrency_key = k.key {extra_filter}
-                                   ORDER BY run_at, id LIMIT least($1, greatest(head.lim - r.running, 0)) {lock}) q) c
+                                   WHERE {CLAIMABLE} AND {queue} {extra_filter}
+                                   ORDER BY concurrency_key, run_at, id LIMIT least($1, greatest(head.lim - r.running, 0)) {lock}) q) c
          WHERE r.running + c.rn <= c.concurrency_limit"
     )
+}
+
+/// A key's queue read from its head (no place to resume from), for `fitting`.
+pub(super) fn from_heads(keys: &str) -> String {
+    format!("SELECT key, NULL::timestamptz AS after_at, NULL::uuid AS after_id FROM ({keys}) heads")
+}
+
+/// A key whose freed slots a worker refills (`Keyed::Lanes`), and where to read its queue
+/// from: the place (`run_at`, id) of the first of its jobs that just ended. Every job before
+/// that place was claimed before it, or is pending there only because it was locked by
+/// another claimer, paused, or submitted late with an earlier `run_at`: a claim from the head
+/// (`after: None`, which a worker makes at least every `KEYED_TURN`) takes those.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lane {
+    pub key: String,
+    pub after: Option<(DateTime<Utc>, JobId)>,
+}
+
+/// Which keyed jobs `claim_keyed` may take.
+#[derive(Debug, Clone, Copy)]
+pub enum Keyed<'a> {
+    /// Any due keyed job, keys with the oldest heads first.
+    Due,
+    /// Only these ids (a transport that delivers ids).
+    Ids(&'a [JobId]),
+    /// Only jobs of these keys: the slots a worker's own keyed jobs just freed, refilled by
+    /// that worker at once instead of handed on through a dispatch and a wake-up.
+    Lanes(&'a [Lane]),
 }
 
 /// Claim up to `limit` due jobs that carry a concurrency key, never more per key than its
@@ -122,20 +161,19 @@ pub(super) fn fitting(keys: &str, extra_filter: &str, lock: &str) -> String {
 /// lock per key with due work (skipping keys another claimer holds right now), the second
 /// counts each locked key's running jobs and claims what fits. The second statement's
 /// snapshot is taken after the locks, so it sees every claim committed by the previous
-/// holder: two claimers can never both fill the same free slot. `only`: claim just these ids
-/// (a transport that delivers ids). `within`: claim only jobs whose `timeout_seconds` is at
-/// most this (what fits in the time an invocation has left).
+/// holder: two claimers can never both fill the same free slot. `within`: claim only jobs
+/// whose `timeout_seconds` is at most this (what fits in the time an invocation has left).
 pub async fn claim_keyed(
     db: &mut deadpool_postgres::Client,
     limit: i64,
     lease_secs: f64,
-    only: Option<&[JobId]>,
+    which: Keyed<'_>,
     within: Option<i32>,
 ) -> Result<Claim, StoreError> {
     let tx = db.transaction().await?;
     let lock = "pg_try_advisory_xact_lock(hashtextextended(current_schema() || ':relay.key:' || key, 0))";
-    let keys: Vec<String> = match only {
-        None => {
+    let keys: Vec<String> = match which {
+        Keyed::Due => {
             // Keys whose oldest pending job is due and that look free, oldest head first.
             let stmt = tx
                 .prepare_cached(&format!(
@@ -154,7 +192,7 @@ pub async fn claim_keyed(
                 .await?;
             tx.query(&stmt, &[&limit]).await?.iter().map(|r| r.get(0)).collect()
         }
-        Some(ids) => {
+        Keyed::Ids(ids) => {
             let stmt = tx
                 .prepare_cached(&format!(
                     "SELECT key FROM (SELECT DISTINCT concurrency_key AS key FROM jobs
@@ -164,13 +202,30 @@ pub async fn claim_keyed(
                 .await?;
             tx.query(&stmt, &[&ids]).await?.iter().map(|r| r.get(0)).collect()
         }
+        Keyed::Lanes(lanes) => {
+            let keys: Vec<&str> = lanes.iter().map(|l| l.key.as_str()).collect();
+            let stmt = tx
+                .prepare_cached(&format!("SELECT key FROM (SELECT DISTINCT unnest($1::text[]) AS key) d WHERE {lock}"))
+                .await?;
+            tx.query(&stmt, &[&keys]).await?.iter().map(|r| r.get(0)).collect()
+        }
     };
     if keys.is_empty() {
         tx.commit().await?;
         return Ok(Claim::default());
     }
+    let only = match which {
+        Keyed::Ids(ids) => Some(ids),
+        _ => None,
+    };
+    let after: Vec<Option<(DateTime<Utc>, JobId)>> = match which {
+        Keyed::Lanes(lanes) => keys.iter().map(|k| lanes.iter().find(|l| &l.key == k).and_then(|l| l.after)).collect(),
+        _ => vec![None; keys.len()],
+    };
+    let after_at: Vec<Option<DateTime<Utc>>> = after.iter().map(|a| a.map(|a| a.0)).collect();
+    let after_id: Vec<Option<JobId>> = after.iter().map(|a| a.map(|a| a.1)).collect();
     let stmt = tx.prepare_cached(&keyed_claim_sql(only.is_some())).await?;
-    let rows = tx.query(&stmt, &[&limit, &lease_secs, &keys, &only, &within]).await?;
+    let rows = tx.query(&stmt, &[&limit, &lease_secs, &keys, &only, &within, &after_at, &after_id]).await?;
     tx.commit().await?;
     let mut claim = Claim::from_rows(&rows);
     claim.more = rows.len() as i64 >= limit;
@@ -178,11 +233,13 @@ pub async fn claim_keyed(
 }
 
 /// The claim of `claim_keyed` once its keys are locked: `$1` the most jobs, `$2` the lease in
-/// seconds, `$3` the keys, `$4` just these ids (when `only`), `$5` the longest timeout that fits.
+/// seconds, `$3` the keys, `$4` just these ids (when `only`), `$5` the longest timeout that
+/// fits, `$6` and `$7` where to read each key's queue from (`Lane`; NULL: its head).
 pub(crate) fn keyed_claim_sql(only: bool) -> String {
     let extra = if only { "AND id = ANY($4)" } else { "AND $4::uuid[] IS NULL" };
     let extra = format!("{extra} AND ($5::int4 IS NULL OR timeout_seconds <= $5)");
-    let fits = fitting("SELECT unnest($3::text[]) AS key", &extra, "FOR UPDATE SKIP LOCKED");
+    let keys = "SELECT * FROM unnest($3::text[], $6::timestamptz[], $7::uuid[]) AS k(key, after_at, after_id)";
+    let fits = fitting(keys, &extra, "FOR UPDATE SKIP LOCKED");
     format!(
         "WITH due AS (SELECT id FROM ({fits}) f ORDER BY run_at LIMIT $1), claimed AS ({CLAIM_UPDATE})
          {CLAIM_SELECT}"
@@ -192,7 +249,7 @@ pub(crate) fn keyed_claim_sql(only: bool) -> String {
 /// Mark and return the due jobs of these keys that fit in their free slots now: the hand-on
 /// after keyed jobs finish, so the next job of a key starts promptly on any transport.
 pub async fn keyed_ready(db: &impl GenericClient, keys: &[String], limit: i64) -> Result<Vec<Dispatch>, StoreError> {
-    let fits = fitting("SELECT DISTINCT unnest($2::text[]) AS key", "", "");
+    let fits = fitting(&from_heads("SELECT DISTINCT unnest($2::text[]) AS key"), "", "");
     let stmt = db
         .prepare_cached(&format!(
             "UPDATE jobs j SET dispatched_at = now()

@@ -1,7 +1,7 @@
 //! The sweep's side: expired leases (locked, then returned or failed), dispatches that failed
 //! or were lost (sent again), and waiting parents whose children have all finished.
 
-use super::claim::{CLAIMABLE, PENDING_KEYS, fitting};
+use super::claim::{CLAIMABLE, PENDING_KEYS, fitting, from_heads};
 use super::fence::{self, Transition};
 use super::{TERMINAL_RETURNING, callbacks_of};
 use uuid::Uuid;
@@ -108,7 +108,7 @@ pub async fn take_lost_dispatches(
 /// dispatched now, each with a `redispatched` event.
 pub async fn take_lost_keyed(db: &impl GenericClient, grace_secs: f64, limit: i64) -> Result<Vec<Dispatch>, StoreError> {
     let fits = fitting(
-        &format!("{PENDING_KEYS} SELECT key FROM k WHERE key IS NOT NULL"),
+        &from_heads(&format!("{PENDING_KEYS} SELECT key FROM k WHERE key IS NOT NULL")),
         &format!("AND {}", lost_dispatch("$2")),
         "FOR UPDATE SKIP LOCKED",
     );
@@ -242,7 +242,20 @@ pub async fn finish_parents(db: &impl GenericClient, limit: i64) -> Result<Finis
 /// children of theirs, so a parent closes as its last child ends, not on the next sweep.
 /// Run after (not inside) the children's commit, the last of several children ending at once
 /// always sees the others ended; a parent another caller is finishing is skipped.
+///
+/// A probe along `jobs_open_children` comes first: while a parent still has live children
+/// (all but the last time), the whole finishing statement, costly to plan, is not run.
 pub async fn finish_parents_of(db: &impl GenericClient, parents: &[JobId]) -> Result<Finished, StoreError> {
+    let probe = db
+        .prepare_cached(
+            "SELECT p.id FROM jobs p WHERE p.id = ANY ($1) AND p.status = 'waiting'
+               AND NOT EXISTS (SELECT 1 FROM jobs c WHERE c.parent_id = p.id AND c.status IN ('pending', 'running', 'waiting'))",
+        )
+        .await?;
+    let parents: Vec<JobId> = db.query(&probe, &[&parents]).await?.iter().map(|r| r.get(0)).collect();
+    if parents.is_empty() {
+        return Ok(Finished::default());
+    }
     let stmt = db
         .prepare_cached(&finish_sql(&format!(
             "SELECT p.id FROM jobs p

@@ -144,7 +144,9 @@ pub async fn keyed_claim_buffers(db: &mut deadpool_postgres::Client, key: &str, 
     let keys = vec![key.to_owned()];
     let none: Option<Vec<JobId>> = None;
     let within: Option<i32> = None;
-    let row = tx.query_one(&sql, &[&limit, &30.0f64, &keys, &none, &within]).await?;
+    let heads: Vec<Option<chrono::DateTime<chrono::Utc>>> = vec![None];
+    let head_ids: Vec<Option<JobId>> = vec![None];
+    let row = tx.query_one(&sql, &[&limit, &30.0f64, &keys, &none, &within, &heads, &head_ids]).await?;
     tx.rollback().await?;
     let plan: serde_json::Value = row.get(0);
     let top = &plan[0]["Plan"];
