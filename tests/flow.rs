@@ -111,6 +111,72 @@ async fn a_keyed_job_delivered_by_id_waits_for_its_slot_and_is_handed_on() {
     assert_eq!((s.as_u16(), e["error"]["field"].as_str()), (422, Some("concurrency_limit")));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_refilling_its_key_still_takes_a_job_due_before_its_place() {
+    // A worker refills the slots its keyed jobs free, reading the key's queue from the place of
+    // the jobs that ended. A job placed before that (here: inserted late with an earlier
+    // `run_at`) is taken by the claim from the key's head the worker makes every 100 ms, not
+    // left until the backlog drains.
+    let w = World::new().await;
+    let (stop_tx, stop) = watch::channel(false);
+    let workers = w.platform.spawn_workers(1, &stop);
+    let limit = 2;
+    let backlog: Vec<Value> = (0..120)
+        .map(|i| json!({"idempotency_key": format!("lane-{i}"), "task_type": "test.effect", "params": {"sleep_seconds": 0.02},
+                        "concurrency_key": "lane", "concurrency_limit": limit}))
+        .collect();
+    let (s, res) = w.call(Method::POST, "/v1/jobs:batch", None, Some(json!({"jobs": backlog}))).await;
+    assert_eq!(s, 200, "{res}");
+    let done = "SELECT count(*) FROM jobs WHERE status = 'succeeded' AND concurrency_key = 'lane'";
+    while w.count(done, &[]).await < 10 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let early = NewJob {
+        id: JobId::new(),
+        task_type: "noop".into(),
+        params: json!({}),
+        correlation_id: "early".into(),
+        idempotency_key: "lane-early".into(),
+        request_hash: vec![0; 32],
+        run_at: Utc::now() - chrono::Duration::hours(1),
+        max_attempts: 3,
+        timeout_seconds: 60,
+        concurrency: Some(taskdeck::job::terms::Concurrency { key: "lane".into(), limit }),
+        ..NewJob::default()
+    };
+    jobs::insert_many(&w.db().await, w.tenant.id, std::slice::from_ref(&early), None).await.unwrap();
+    let inserted_at = Utc::now();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while w.count(done, &[]).await < 121 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop_tx.send(true).unwrap();
+    futures::future::join_all(workers).await;
+    assert_eq!(w.count(done, &[]).await, 121, "the backlog and the early job all ran");
+    let runs = runs(&w).await;
+    let lane = &runs["lane"];
+    // The most running at once, from each run's claim to its recorded outcome.
+    let mut edges: Vec<(DateTime<Utc>, i32)> = lane.iter().flat_map(|r| [(r.0, 1), (r.1, -1)]).collect();
+    edges.sort();
+    let most = edges.iter().scan(0, |n, e| {
+        *n += e.1;
+        Some(*n)
+    });
+    assert_eq!(most.max(), Some(limit), "the key's limit is {limit}");
+    let early_start: DateTime<Utc> = w
+        .db()
+        .await
+        .query_one("SELECT started_at FROM jobs WHERE id = $1", &[&early.id])
+        .await
+        .unwrap()
+        .get(0);
+    let last_end = lane.iter().map(|r| r.1).max().unwrap();
+    println!("early job started {} ms after its insert; the backlog ended {} ms after it",
+        (early_start - inserted_at).num_milliseconds(), (last_end - inserted_at).num_milliseconds());
+    assert!((early_start - inserted_at).num_milliseconds() < 600, "the early job waited {} ms", (early_start - inserted_at).num_milliseconds());
+    assert!(last_end - early_start > chrono::Duration::milliseconds(300), "the backlog was over before the early job ran: nothing was shown");
+}
+
 #[tokio::test]
 async fn waiting_reasons_say_why_a_job_is_not_running() {
     let w = World::new().await;

@@ -3,6 +3,7 @@
 //! Both transports end here: the Postgres-native worker loop (`worker`) claims due rows
 //! itself, a transport that delivers ids (SQS) calls `run_dispatched`.
 
+mod record;
 pub mod worker;
 
 use std::panic::AssertUnwindSafe;
@@ -18,9 +19,8 @@ use serde_json::Value;
 use crate::catalogue::Catalogue;
 use crate::credentials::{JobAws, TaskCredentials};
 use crate::job::{ClaimedJob, Dispatch, ExceptionKind, JobId, Outcome, TaskError};
-use crate::metrics;
 use crate::retry::RetryPolicy;
-use crate::store::jobs::{self, Failure, Retry};
+use crate::store::jobs;
 use crate::store::modes::Modes;
 use crate::store::StoreError;
 use crate::task::TaskContext;
@@ -241,96 +241,6 @@ impl Executor {
             Ok(Ok(Some(r))) => Ran::Finished(r),
         };
         decide(job, ran, Utc::now(), &policy)
-    }
-
-    /// Record outcomes (fenced, a statement per kind of outcome), then dispatch the retries,
-    /// callbacks and parents that finished. The slots keyed jobs freed are the caller's to
-    /// fill: `hand_on`, or a worker's own claim of those keys.
-    pub async fn record(&self, outcomes: &[(ClaimedJob, Outcome)]) -> Result<RunReport, StoreError> {
-        let mut done = Vec::new();
-        let mut retries = Vec::new();
-        let mut failures = Vec::new();
-        let mut continues = Vec::new();
-        let mut waits = Vec::new();
-        let mut awaits = Vec::new();
-        for (job, outcome) in outcomes {
-            match outcome {
-                Outcome::Succeeded { result } => done.push((job.fence(), result.clone())),
-                Outcome::Retry { run_at, error } => {
-                    retries.push((job.fence(), Retry { run_at: *run_at, error: error.clone() }))
-                }
-                Outcome::Failed { kind, error } => {
-                    let fault = self.catalogue.fault(&job.task_type, &job.params);
-                    failures.push((job.fence(), Failure { kind: *kind, error: error.clone(), fault }))
-                }
-                Outcome::Continue { note, run_at } => continues.push((job.fence(), (note.clone(), *run_at))),
-                Outcome::Wait { total } => waits.push((job.fence(), *total)),
-                Outcome::AwaitCompletion { until } => awaits.push((job.fence(), *until)),
-            }
-        }
-        let db = self.pool.get().await?;
-        let succeeded = if done.is_empty() { jobs::Succeeded::default() } else { jobs::succeed_reporting(&db, &done).await? };
-        let stale_done = succeeded.refused;
-        let stale_retries = if retries.is_empty() { vec![] } else { jobs::retry(&db, &retries).await? };
-        let failed = if failures.is_empty() { jobs::Failed::default() } else { jobs::fail_reporting(&db, &failures).await? };
-        let stale_failures = failed.refused;
-        let stale_continues = if continues.is_empty() { vec![] } else { jobs::continue_later(&db, &continues).await? };
-        let stale_waits = if waits.is_empty() { vec![] } else { jobs::wait_running(&db, &waits).await? };
-        let early = if awaits.is_empty() { vec![] } else { jobs::await_completion(&db, &awaits).await? };
-        drop(db);
-        metrics::OUTCOME_WRITES.add(
-            [done.len(), retries.len(), failures.len(), continues.len(), waits.len(), awaits.len()].iter().filter(|n| **n > 0).count(),
-        );
-        for fence in &early {
-            tracing::info!(event = "relay.executor.completed_early", job_id = %fence.job, attempt = fence.attempt,
-                "the job left running before its wait was recorded: its completion arrived first, or its lease expired");
-        }
-        for (exception_id, job_id) in &failed.opened {
-            if let Some((_, f)) = failures.iter().find(|f| f.0.job == *job_id) {
-                crate::exceptions::alert_opened(*exception_id, *job_id, f.kind, &f.error);
-            }
-        }
-        for (fence, f) in failures.iter().filter(|f| !stale_failures.contains(&f.0)) {
-            if failed.opened.iter().any(|o| o.1 == fence.job) {
-                tracing::warn!(event = "relay.job.failed", job_id = %fence.job, attempt = fence.attempt, kind = f.kind.as_str(),
-                    error = %f.error, "job failed for good; exception opened");
-            } else {
-                // A child (its parent reports the failure), a tenant's own, or a job whose
-                // exception is still open.
-                tracing::info!(event = "relay.job.failed", job_id = %fence.job, attempt = fence.attempt, kind = f.kind.as_str(),
-                    error = %f.error, "job failed for good");
-            }
-        }
-        let stale: Vec<_> =
-            [&stale_done, &stale_retries, &stale_failures, &stale_continues, &stale_waits].into_iter().flatten().collect();
-        for fence in &stale {
-            tracing::warn!(event = "relay.executor.stale_write", job_id = %fence.job, attempt = fence.attempt,
-                "outcome refused: the job has moved on to a newer attempt");
-        }
-        metrics::STALE_WRITES.add(stale.len());
-        metrics::JOBS_RUN.add(outcomes.len());
-        let mut redo: Vec<Dispatch> = retries
-            .iter()
-            .filter(|r| !stale_retries.contains(&r.0))
-            .map(|(fence, r)| Dispatch { id: fence.job, run_at: r.run_at })
-            .collect();
-        redo.extend(continues.iter().filter(|c| !stale_continues.contains(&c.0)).map(|c| Dispatch { id: c.0.job, run_at: c.1.1 }));
-        redo.extend(succeeded.callbacks);
-        redo.extend(failed.callbacks);
-        let mut parents = succeeded.parents;
-        parents.extend(failed.parents);
-        // A parent that starts waiting after its children all ended (they were quick) is done.
-        parents.extend(waits.iter().filter(|w| !stale_waits.contains(&w.0)).map(|w| w.0.job));
-        redo.extend(finish_parents(&self.pool, parents).await);
-        transport::send(&self.transport, &self.pool, &redo).await;
-        Ok(RunReport {
-            succeeded: done.len() - stale_done.len(),
-            retried: retries.len() - stale_retries.len(),
-            failed: failures.len() - stale_failures.len(),
-            continued: continues.len() - stale_continues.len(),
-            waiting: waits.len() - stale_waits.len() + awaits.len() - early.len(),
-            stale: stale.len(),
-        })
     }
 }
 

@@ -190,10 +190,12 @@ struct Lanes {
 
 /// Write outcomes as they arrive, many per statement. A write that fails is retried for up to
 /// one lease; after that the leases expire and the sweep returns the jobs. Slots freed by keyed
-/// jobs are refilled here (`refill`).
+/// jobs are refilled in the same transaction (`record_and_refill`).
 async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>, mut lanes: Lanes) {
     let most = record_batch(exec.config.concurrency.max(1));
+    let mut settling = tokio::task::JoinSet::new();
     while let Some(first) = rx.recv().await {
+        while settling.try_join_next().is_some() {}
         let mut batch = vec![first];
         drain(&mut rx, &mut batch, most);
         if batch.len() < most / 8 {
@@ -202,20 +204,19 @@ async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>, 
             tokio::time::sleep(Duration::from_millis(1)).await;
             drain(&mut rx, &mut batch, most);
         }
-        let (outcomes, permits): (Vec<_>, Vec<_>) = batch.into_iter().map(|(j, o, p)| ((j, o), p)).unzip();
+        let (outcomes, mut permits): (Vec<_>, Vec<_>) = batch.into_iter().map(|(j, o, p)| ((j, o), p)).unzip();
         let deadline = tokio::time::Instant::now() + exec.config.lease;
         let mut wait = Duration::from_millis(100);
+        let mut refill = true;
         loop {
-            match exec.record(&outcomes).await {
-                Ok(_) => {
-                    refill(&exec, &outcomes, permits, &mut lanes).await;
-                    break;
-                }
+            match record_and_refill(&exec, &outcomes, &mut permits, &mut lanes, refill, &mut settling).await {
+                Ok(()) => break,
                 Err(e) if tokio::time::Instant::now() + wait < deadline => {
                     tracing::warn!(event = "relay.worker.record_failed", error = %e, jobs = outcomes.len(),
-                        "could not record outcomes; retrying");
+                        "could not record outcomes; retrying (without refilling freed key slots)");
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(Duration::from_secs(5));
+                    refill = false;
                 }
                 Err(e) => {
                     tracing::error!(event = "relay.worker.record_abandoned", error = %e, jobs = outcomes.len(),
@@ -225,61 +226,75 @@ async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>, 
             }
         }
     }
+    while settling.join_next().await.is_some() {}
 }
 
-/// Keyed jobs just recorded freed slots of their keys: claim those keys' next jobs into the
-/// same slots and start them here, the moment the outcomes are committed. A key's backlog so
-/// runs as a lane, a claim per batch of outcomes, with no dispatch, wake-up or search of every
-/// key in between. The claim is `claim_keyed`'s (locked per key, counted after the lock), so
-/// limits hold across workers; what it cannot take (a key locked by another claimer, a failed
-/// claim, a stopping worker) is handed on as before.
-async fn refill(exec: &Executor, outcomes: &[(ClaimedJob, Outcome)], permits: Vec<OwnedSemaphorePermit>, lanes: &mut Lanes) {
-    let mut lane_of: Vec<jobs::Lane> = Vec::new();
-    let from_heads = tokio::time::Instant::now() >= lanes.heads_at;
-    if from_heads {
-        lanes.heads_at = tokio::time::Instant::now() + KEYED_TURN;
-    }
-    for (job, _) in outcomes {
-        let Some(key) = &job.concurrency_key else { continue };
-        let place = (!from_heads).then_some((job.run_at, job.id));
-        match lane_of.iter_mut().find(|l| &l.key == key) {
-            Some(lane) => lane.after = lane.after.min(place),
-            None => lane_of.push(jobs::Lane { key: key.clone(), after: place }),
-        }
-    }
-    if lane_of.is_empty() {
-        return;
-    }
-    let done_tx = lanes.done.upgrade().filter(|_| !*lanes.stop.borrow());
+/// Record outcomes, and refill the slots the keyed ones freed: in the same transaction, claim
+/// those keys' next jobs (`claim_keyed`'s lock-then-count, so limits hold across workers) and,
+/// once committed, start them in the same slots. A key's backlog so runs as a lane: one
+/// transaction and one commit per batch of outcomes, with no dispatch, wake-up or search of
+/// every key in between. What the claim cannot take (a key locked by another claimer), or
+/// everything when `refill` is off or the worker is stopping, is handed on as before. The rest
+/// of the settling (parents, dispatches, alerts) goes on in `settling`, off the lane's path.
+async fn record_and_refill(
+    exec: &Executor,
+    outcomes: &[(ClaimedJob, Outcome)],
+    permits: &mut Vec<OwnedSemaphorePermit>,
+    lanes: &mut Lanes,
+    refill: bool,
+    settling: &mut tokio::task::JoinSet<()>,
+) -> Result<(), crate::store::StoreError> {
+    let room = outcomes.iter().filter(|(j, _)| j.concurrency_key.is_some()).count();
+    let done_tx = lanes.done.upgrade().filter(|_| refill && room > 0 && !*lanes.stop.borrow());
     let Some(done_tx) = done_tx else {
-        return exec.hand_on(outcomes).await;
+        exec.record(outcomes).await?;
+        exec.hand_on(outcomes).await;
+        return Ok(());
     };
-    let mut held = permits.into_iter().reduce(|mut a, b| {
+    let lane_of = lanes.of(outcomes);
+    let mut db = exec.pool.get().await?;
+    let tx = db.transaction().await?;
+    let written = exec.write(&tx, outcomes).await?;
+    let lease = exec.config.lease.as_secs_f64();
+    let claim = jobs::claim_keyed_in(&tx, room as i64, lease, jobs::Keyed::Lanes(&lane_of), None).await?;
+    tx.commit().await?;
+    drop(db);
+    let short = claim.jobs.len() < room;
+    let held = permits.drain(..claim.jobs.len()).reduce(|mut a, b| {
         a.merge(b);
         a
     });
-    let room = outcomes.iter().filter(|(j, _)| j.concurrency_key.is_some()).count();
-    let claimed = async {
-        let mut db = exec.pool.get().await?;
-        let lease = exec.config.lease.as_secs_f64();
-        jobs::claim_keyed(&mut db, room as i64, lease, jobs::Keyed::Lanes(&lane_of), None).await
-    };
-    match claimed.await {
-        Ok(claim) => {
-            let short = claim.jobs.len() < room;
-            if let Some(held) = held.take().filter(|_| !claim.jobs.is_empty()) {
-                start_jobs(exec, claim, held, &lanes.in_flight, &done_tx);
-            }
-            if short {
-                // A key another claimer held, or nothing more due: whoever holds it sees the
-                // freed slots; a hand-on covers jobs due later in this worker's absence.
-                exec.hand_on(outcomes).await;
+    if let Some(held) = held {
+        start_jobs(exec, claim, held, &lanes.in_flight, &done_tx);
+    }
+    let (exec, ended) = (exec.clone(), if short { outcomes.to_vec() } else { Vec::new() });
+    settling.spawn(async move {
+        exec.settle(written).await;
+        // A key another claimer held (it sees the freed slots), or nothing more due now: a
+        // hand-on covers jobs that become due later.
+        exec.hand_on(&ended).await;
+    });
+    Ok(())
+}
+
+impl Lanes {
+    /// The keys of these ended jobs, each with the place to read its queue from: that of its
+    /// first job among them, or its head when the turn for heads has come (`jobs::Lane`).
+    fn of(&mut self, outcomes: &[(ClaimedJob, Outcome)]) -> Vec<jobs::Lane> {
+        let from_heads = tokio::time::Instant::now() >= self.heads_at;
+        if from_heads {
+            self.heads_at = tokio::time::Instant::now() + KEYED_TURN;
+        }
+        let mut lanes: Vec<jobs::Lane> = Vec::new();
+        for (job, _) in outcomes {
+            let Some(key) = &job.concurrency_key else { continue };
+            let place = (!from_heads).then_some((job.run_at, job.id));
+            match lanes.iter_mut().find(|l| &l.key == key) {
+                Some(lane) => lane.after = lane.after.min(place),
+                None => lanes.push(jobs::Lane { key: key.clone(), after: place }),
             }
         }
-        Err(e) => {
-            tracing::warn!(event = "relay.worker.refill_failed", error = %e, "could not refill freed key slots; handing them on");
-            exec.hand_on(outcomes).await;
-        }
+        lanes
     }
 }
 

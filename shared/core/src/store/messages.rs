@@ -320,6 +320,19 @@ pub async fn record_intent(db: &impl GenericClient, m: &NewMessage) -> Result<In
     })
 }
 
+/// `record_intent` for a message that is not sent (shadowed, refused), committed without
+/// waiting for the disk. Only a send needs its intent on disk before it happens; this record
+/// only has to be durable with the job's outcome, and it is: that outcome commits later, and a
+/// commit makes every earlier WAL record durable with it. A crash before the outcome reruns
+/// the job, which finds this record or records it again.
+pub async fn record_unsent(db: &mut deadpool_postgres::Client, m: &NewMessage) -> Result<Intent, StoreError> {
+    let tx = db.transaction().await?;
+    tx.batch_execute("SET LOCAL synchronous_commit = off").await?;
+    let intent = record_intent(&tx, m).await?;
+    tx.commit().await?;
+    Ok(intent)
+}
+
 pub async fn by_key(db: &impl GenericClient, tenant: TenantId, key: &str) -> Result<Option<Message>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM messages WHERE tenant_id = $1 AND message_key = $2");
     Ok(db.query_opt(&sql, &[&tenant, &key]).await?.as_ref().map(Message::from_row))

@@ -36,7 +36,7 @@ pub mod retention;
 mod sweep;
 mod transition;
 
-pub use claim::{Claim, Keyed, Lane, claim_due, claim_ids, claim_keyed, defer_unfit, keyed_ready};
+pub use claim::{Claim, Keyed, Lane, claim_due, claim_ids, claim_keyed, claim_keyed_in, defer_unfit, keyed_ready};
 #[cfg(feature = "testing")]
 pub(crate) use claim::keyed_claim_sql;
 pub use insert::{Inserted, NewJob, insert_many, release, undispatch};
