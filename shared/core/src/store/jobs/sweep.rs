@@ -244,12 +244,14 @@ pub async fn finish_parents(db: &impl GenericClient, limit: i64) -> Result<Finis
 /// always sees the others ended; a parent another caller is finishing is skipped.
 ///
 /// A probe along `jobs_open_children` comes first: while a parent still has live children
-/// (all but the last time), the whole finishing statement, costly to plan, is not run.
+/// (all but the last time), the whole finishing statement, costly to plan, is not run. The
+/// probe is a subquery with `LIMIT 1`, run only for a parent that waits: as `NOT EXISTS` the
+/// planner made it an anti-join that read every live child of a parent still creating them.
 pub async fn finish_parents_of(db: &impl GenericClient, parents: &[JobId]) -> Result<Finished, StoreError> {
     let probe = db
         .prepare_cached(
             "SELECT p.id FROM jobs p WHERE p.id = ANY ($1) AND p.status = 'waiting'
-               AND NOT EXISTS (SELECT 1 FROM jobs c WHERE c.parent_id = p.id AND c.status IN ('pending', 'running', 'waiting'))",
+               AND (SELECT 1 FROM jobs c WHERE c.parent_id = p.id AND c.status IN ('pending', 'running', 'waiting') LIMIT 1) IS NULL",
         )
         .await?;
     let parents: Vec<JobId> = db.query(&probe, &[&parents]).await?.iter().map(|r| r.get(0)).collect();
