@@ -2,8 +2,9 @@
 //! outcomes in batches, heartbeat the leases of long jobs, stop cleanly.
 //!
 //! Three tasks cooperate: the claimer (this loop), the recorder (writes outcomes as they
-//! arrive, many per statement) and the heartbeat (renews leases; aborts a job whose lease
-//! was taken over, so a zombie stops working as soon as it can know).
+//! arrive, many per statement, and refills the slots keyed jobs free with their keys' next
+//! jobs in the same transaction: `record_and_refill`) and the heartbeat (renews leases; aborts
+//! a job whose lease was taken over, so a zombie stops working as soon as it can know).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
