@@ -104,7 +104,7 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     // (No pooled connection is held across the STS call, which records its session itself.)
     drop(db);
     let aws = if live { Some(ctx.aws().await?) } else { None };
-    let mut db = ctx.db.get().await.map_err(retryable)?;
+    let db = ctx.db.get().await.map_err(retryable)?;
     let id = Uuid::now_v7();
     let preview = (status == Status::Shadowed).then(|| preview(&p, &body, id, ctx));
     let new = NewMessage {
@@ -123,7 +123,7 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     };
     let recorded = match status {
         Status::Sending => messages::record_intent(&db, &new).await,
-        _ => messages::record_unsent(&mut db, &new).await,
+        _ => messages::record_unsent(&db, &new).await,
     };
     let m = match recorded.map_err(retryable)? {
         Intent::Fenced => return Err(TaskError::Retryable("this attempt no longer holds the job; it may not send".into())),

@@ -285,12 +285,27 @@ pub enum Intent {
 /// Record the intent under the job's fence (attempt and `running` checked in the same
 /// statement), committed on its own before any call to SES.
 pub async fn record_intent(db: &impl GenericClient, m: &NewMessage) -> Result<Intent, StoreError> {
+    record(db, m, "true").await
+}
+
+/// `record_intent` for a message that is not sent (shadowed, refused), committed without
+/// waiting for the disk. Only a send needs its intent on disk before it happens; this record
+/// only has to be durable with the job's outcome, and it is: that outcome commits later, and a
+/// commit makes every earlier WAL record durable with it. A crash before the outcome reruns
+/// the job, which finds this record or records it again. The setting is made inside the
+/// statement, for its own implicit transaction, whose commit comes after it: one round trip.
+pub async fn record_unsent(db: &impl GenericClient, m: &NewMessage) -> Result<Intent, StoreError> {
+    record(db, m, "set_config('synchronous_commit', 'off', true) = 'off'").await
+}
+
+/// The intent's insert; `commit` is a condition evaluated with the fence (see `record_unsent`).
+async fn record(db: &impl GenericClient, m: &NewMessage, commit: &str) -> Result<Intent, StoreError> {
     let stmt = db
         .prepare_cached(&format!(
             "INSERT INTO messages (id, tenant_id, message_key, job_id, attempt, correlation_id, status, reason,
                                    from_address, recipients, subject, preview)
              SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12
-             WHERE EXISTS (SELECT 1 FROM jobs WHERE id = $4 AND attempt = $5 AND status = 'running')
+             WHERE EXISTS (SELECT 1 FROM jobs WHERE id = $4 AND attempt = $5 AND status = 'running') AND {commit}
              ON CONFLICT (tenant_id, message_key) DO UPDATE
              SET status = EXCLUDED.status, attempt = EXCLUDED.attempt, reason = EXCLUDED.reason,
                  recipients = EXCLUDED.recipients, subject = EXCLUDED.subject, preview = EXCLUDED.preview,
@@ -318,19 +333,6 @@ pub async fn record_intent(db: &impl GenericClient, m: &NewMessage) -> Result<In
         Some(existing) => Intent::Existing(existing),
         None => Intent::Fenced,
     })
-}
-
-/// `record_intent` for a message that is not sent (shadowed, refused), committed without
-/// waiting for the disk. Only a send needs its intent on disk before it happens; this record
-/// only has to be durable with the job's outcome, and it is: that outcome commits later, and a
-/// commit makes every earlier WAL record durable with it. A crash before the outcome reruns
-/// the job, which finds this record or records it again.
-pub async fn record_unsent(db: &mut deadpool_postgres::Client, m: &NewMessage) -> Result<Intent, StoreError> {
-    let tx = db.transaction().await?;
-    tx.batch_execute("SET LOCAL synchronous_commit = off").await?;
-    let intent = record_intent(&tx, m).await?;
-    tx.commit().await?;
-    Ok(intent)
 }
 
 pub async fn by_key(db: &impl GenericClient, tenant: TenantId, key: &str) -> Result<Option<Message>, StoreError> {
