@@ -190,7 +190,7 @@ impl Executor {
                 },
                 _ = sleep_until(flush_at), if flush_at.is_some() => {
                     out.report.add(&self.record(&ended).await?);
-                    self.hand_on(&ended).await;
+                    self.hand_on(&freed_keys(&ended)).await;
                     out.flushes += 1;
                     ended.clear();
                     flush_at = None;
@@ -200,7 +200,7 @@ impl Executor {
         }
         if !ended.is_empty() {
             out.report.add(&self.record(&ended).await?);
-            self.hand_on(&ended).await;
+            self.hand_on(&freed_keys(&ended)).await;
             out.flushes += 1;
         }
         if !running.is_empty() {
@@ -265,14 +265,14 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 impl Executor {
-    /// Keyed jobs that just stopped running freed slots of their keys: the next due jobs of
-    /// those keys are dispatched at once. A failure here only delays them until the sweep.
-    pub(crate) async fn hand_on(&self, outcomes: &[(ClaimedJob, Outcome)]) {
-        let keys = freed_keys(outcomes);
+    /// Keyed jobs that just stopped running freed slots of these keys (`freed_keys`): the next
+    /// due jobs of those keys are dispatched at once. A failure here only delays them until the
+    /// sweep.
+    pub(crate) async fn hand_on(&self, keys: &[String]) {
         if keys.is_empty() {
             return;
         }
-        let ready = async { jobs::keyed_ready(&self.pool.get().await?, &keys, HAND_ON_LIMIT).await };
+        let ready = async { jobs::keyed_ready(&self.pool.get().await?, keys, HAND_ON_LIMIT).await };
         match ready.await {
             Ok(ready) => {
                 transport::send(&self.transport, &self.pool, &ready).await;

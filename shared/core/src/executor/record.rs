@@ -79,20 +79,20 @@ impl Executor {
         parents.extend(failed.parents);
         // A parent that starts waiting after its children all ended (they were quick) is done.
         parents.extend(waits.iter().filter(|w| !stale_waits.contains(&w.0)).map(|w| w.0.job));
+        let writes = [done.len(), retries.len(), failures.len(), continues.len(), waits.len(), awaits.len()].iter().filter(|n| **n > 0).count();
+        let stale: Vec<Fence> =
+            [&stale_done, &stale_retries, &stale_failures, &stale_continues, &stale_waits].into_iter().flatten().copied().collect();
         let report = RunReport {
             succeeded: done.len() - stale_done.len(),
             retried: retries.len() - stale_retries.len(),
             failed: failures.len() - stale_failures.len(),
             continued: continues.len() - stale_continues.len(),
             waiting: waits.len() - stale_waits.len() + awaits.len() - early.len(),
-            stale: 0,
+            stale: stale.len(),
         };
-        let writes = [done.len(), retries.len(), failures.len(), continues.len(), waits.len(), awaits.len()].iter().filter(|n| **n > 0).count();
-        let stale: Vec<Fence> =
-            [stale_done, stale_retries, stale_failures.clone(), stale_continues, stale_waits].into_iter().flatten().collect();
         failures.retain(|f| !stale_failures.contains(&f.0));
         Ok(Written {
-            report: RunReport { stale: stale.len(), ..report },
+            report,
             failures,
             opened: failed.opened,
             early,

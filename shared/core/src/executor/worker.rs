@@ -249,7 +249,7 @@ async fn record_and_refill(
     let done_tx = lanes.done.upgrade().filter(|_| refill && room > 0 && !*lanes.stop.borrow());
     let Some(done_tx) = done_tx else {
         exec.record(outcomes).await?;
-        exec.hand_on(outcomes).await;
+        exec.hand_on(&super::freed_keys(outcomes)).await;
         return Ok(());
     };
     let lane_of = lanes.of(outcomes);
@@ -268,12 +268,13 @@ async fn record_and_refill(
     if let Some(held) = held {
         start_jobs(exec, claim, held, &lanes.in_flight, &done_tx);
     }
-    let (exec, ended) = (exec.clone(), if short { outcomes.to_vec() } else { Vec::new() });
+    // A key another claimer held (it sees the freed slots), or nothing more due now: a
+    // hand-on covers jobs that become due later.
+    let hand_on: Vec<String> = if short { lane_of.into_iter().map(|l| l.key).collect() } else { Vec::new() };
+    let exec = exec.clone();
     settling.spawn(async move {
         exec.settle(written).await;
-        // A key another claimer held (it sees the freed slots), or nothing more due now: a
-        // hand-on covers jobs that become due later.
-        exec.hand_on(&ended).await;
+        exec.hand_on(&hand_on).await;
     });
     Ok(())
 }
