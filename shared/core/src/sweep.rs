@@ -142,10 +142,10 @@ impl Sweeper {
         let resend_batches = if may_resend { self.config.max_batches } else { 0 };
         for _ in 0..resend_batches {
             let lost = {
-                let db = self.pool.get().await?;
+                let mut db = self.pool.get().await?;
                 let grace = self.config.redispatch_grace.as_secs_f64();
                 let mut lost = jobs::take_lost_dispatches(&db, grace, self.config.batch).await?;
-                lost.extend(jobs::take_lost_keyed(&db, grace, self.config.batch).await?);
+                lost.extend(jobs::take_lost_keyed(&mut db, grace, self.config.batch).await?);
                 lost
             };
             report.redispatched += lost.len();

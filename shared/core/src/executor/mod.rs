@@ -272,7 +272,7 @@ impl Executor {
         if keys.is_empty() {
             return;
         }
-        let ready = async { jobs::keyed_ready(&self.pool.get().await?, keys, HAND_ON_LIMIT).await };
+        let ready = async { jobs::keyed_ready(&mut self.pool.get().await?, keys, HAND_ON_LIMIT).await };
         match ready.await {
             Ok(ready) => {
                 transport::send(&self.transport, &self.pool, &ready).await;

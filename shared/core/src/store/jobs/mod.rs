@@ -38,7 +38,7 @@ mod transition;
 
 pub use claim::{Claim, Keyed, Lane, claim_due, claim_ids, claim_keyed, claim_keyed_in, defer_unfit, keyed_ready};
 #[cfg(feature = "testing")]
-pub(crate) use claim::keyed_claim_sql;
+pub(crate) use claim::{keyed_claim_sql, plan_keyed_claim};
 pub use insert::{Inserted, NewJob, insert_many, release, undispatch};
 pub use read::{JobEvent, JobFilter, count_children, events, get, list, missing};
 pub use sweep::{ExpiredLease, Finished, finish_parents, finish_parents_of, lock_expired_leases, return_expired, take_lost_dispatches, take_lost_keyed};

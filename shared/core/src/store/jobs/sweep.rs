@@ -1,7 +1,7 @@
 //! The sweep's side: expired leases (locked, then returned or failed), dispatches that failed
 //! or were lost (sent again), and waiting parents whose children have all finished.
 
-use super::claim::{CLAIMABLE, PENDING_KEYS, fitting, from_heads};
+use super::claim::{CLAIMABLE, IN_QUEUE_ORDER, PENDING_KEYS, fitting, from_heads};
 use super::fence::{self, Transition};
 use super::{TERMINAL_RETURNING, callbacks_of};
 use uuid::Uuid;
@@ -106,13 +106,15 @@ pub async fn take_lost_dispatches(
 /// The sweep's share of keyed jobs: due jobs that fit in a free slot of their key but whose
 /// dispatch failed or was lost (`lost_dispatch`): a hand-on or its message was lost. Marked
 /// dispatched now, each with a `redispatched` event.
-pub async fn take_lost_keyed(db: &impl GenericClient, grace_secs: f64, limit: i64) -> Result<Vec<Dispatch>, StoreError> {
+pub async fn take_lost_keyed(db: &mut deadpool_postgres::Client, grace_secs: f64, limit: i64) -> Result<Vec<Dispatch>, StoreError> {
     let fits = fitting(
         &from_heads(&format!("{PENDING_KEYS} SELECT key FROM k WHERE key IS NOT NULL")),
         &format!("AND {}", lost_dispatch("$2")),
         "FOR UPDATE SKIP LOCKED",
     );
-    let stmt = db
+    let tx = db.transaction().await?;
+    tx.batch_execute(IN_QUEUE_ORDER).await?;
+    let stmt = tx
         .prepare_cached(&format!(
             "WITH lost AS (SELECT id FROM ({fits}) f ORDER BY run_at LIMIT $1), marked AS (
                  UPDATE jobs j SET {RESENT} WHERE j.id = ANY (ARRAY(SELECT id FROM lost))
@@ -125,7 +127,8 @@ pub async fn take_lost_keyed(db: &impl GenericClient, grace_secs: f64, limit: i6
              SELECT id, run_at FROM marked"
         ))
         .await?;
-    let rows = db.query(&stmt, &[&limit, &grace_secs]).await?;
+    let rows = tx.query(&stmt, &[&limit, &grace_secs]).await?;
+    tx.commit().await?;
     Ok(rows.iter().map(|r| Dispatch { id: r.get(0), run_at: r.get(1) }).collect())
 }
 

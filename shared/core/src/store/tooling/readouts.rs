@@ -136,17 +136,24 @@ pub async fn dead_letters(db: &impl GenericClient) -> Result<Vec<DeadLetter>, St
 }
 
 /// The buffers (shared pages hit or read) one keyed claim of up to `limit` jobs of `key` touches,
-/// from `EXPLAIN (ANALYZE, BUFFERS)` of the very statement `claim_keyed` runs, rolled back: what
-/// a claim costs, in a unit the machine's speed does not move.
+/// from `EXPLAIN (ANALYZE, BUFFERS)` of the very statement `claim_keyed` runs, rolled back:
+/// what a claim costs, in a unit the machine's speed does not move. The claim's plan is made
+/// as a worker makes it (generic, under the claim's settings) at the first readout on `db`,
+/// and kept for the later ones, as a worker's connection keeps it.
 pub async fn keyed_claim_buffers(db: &mut deadpool_postgres::Client, key: &str, limit: i64) -> Result<i64, StoreError> {
     let tx = db.transaction().await?;
-    let sql = format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", crate::store::jobs::keyed_claim_sql(false));
-    let keys = vec![key.to_owned()];
-    let none: Option<Vec<JobId>> = None;
-    let within: Option<i32> = None;
-    let heads: Vec<Option<chrono::DateTime<chrono::Utc>>> = vec![None];
-    let head_ids: Vec<Option<JobId>> = vec![None];
-    let row = tx.query_one(&sql, &[&limit, &30.0f64, &keys, &none, &within, &heads, &head_ids]).await?;
+    crate::store::jobs::plan_keyed_claim(&tx, false).await?;
+    let prepared = "SELECT 1 FROM pg_prepared_statements WHERE name = 'keyed_claim_readout'";
+    if tx.query_opt(prepared, &[]).await?.is_none() {
+        let types = "int8, float8, text[], uuid[], int4, timestamptz[], uuid[]";
+        let sql = crate::store::jobs::keyed_claim_sql(false);
+        tx.batch_execute(&format!("PREPARE keyed_claim_readout ({types}) AS {sql}")).await?;
+    }
+    // EXECUTE takes no bound parameters: the key goes in as a quoted literal.
+    let key = key.replace('\'', "''");
+    let sql = format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)
+               EXECUTE keyed_claim_readout ({limit}, 30, ARRAY['{key}'], NULL, NULL, ARRAY[NULL::timestamptz], ARRAY[NULL::uuid])");
+    let row = tx.query_one(&sql, &[]).await?;
     tx.rollback().await?;
     let plan: serde_json::Value = row.get(0);
     let top = &plan[0]["Plan"];
