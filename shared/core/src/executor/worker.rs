@@ -199,9 +199,10 @@ async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>, 
         while settling.try_join_next().is_some() {}
         let mut batch = vec![first];
         drain(&mut rx, &mut batch, most);
-        if batch.len() < most / 8 {
+        if batch.len() < most / 8 && lanes.running() > 0 {
             // Outcomes of one claim finish within moments of each other: a millisecond's wait
-            // turns many one-row writes (each a commit) into one.
+            // turns many one-row writes (each a commit) into one. With nothing left running,
+            // no outcome can come: the wait would only hold the slots (a key's lane among them).
             tokio::time::sleep(Duration::from_millis(1)).await;
             drain(&mut rx, &mut batch, most);
         }
@@ -280,6 +281,11 @@ async fn record_and_refill(
 }
 
 impl Lanes {
+    /// Jobs of this worker still running (not yet finished).
+    fn running(&self) -> usize {
+        self.in_flight.lock().expect("in-flight lock").len()
+    }
+
     /// The keys of these ended jobs, each with the place to read its queue from: that of its
     /// first job among them, or its head when the turn for heads has come (`jobs::Lane`).
     fn of(&mut self, outcomes: &[(ClaimedJob, Outcome)]) -> Vec<jobs::Lane> {
