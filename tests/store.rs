@@ -352,3 +352,43 @@ async fn every_key_row_is_its_jobs_on_both_insert_paths_and_an_unknown_tenant_le
         &[&ghost, &JobId::new()]).await.unwrap();
     assert_eq!(keys_without_their_job(&w).await, 1);
 }
+
+/// A pipelined transaction that is not released after its COMMIT (an error, or dropped) takes
+/// its connection out of the pool, so its writes roll back and no later user of the pool finds
+/// itself inside it; released, the connection goes back to the pool with its work committed.
+#[tokio::test]
+async fn a_pipelined_transaction_never_returns_its_connection_to_the_pool_unfinished() {
+    use taskdeck::store::pipelined::Pipelined;
+    async fn pid(db: &deadpool_postgres::Client) -> i32 {
+        db.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0)
+    }
+    let w = World::new().await;
+    w.db().await.batch_execute("CREATE TABLE pipelined_probe (n int)").await.unwrap();
+
+    let db = Pipelined::new(w.db().await);
+    let first = pid(&db).await;
+    let (_, inserted) = tokio::try_join!(db.begin(), async {
+        Ok(db.execute("INSERT INTO pipelined_probe VALUES (1)", &[]).await?)
+    })
+    .unwrap();
+    assert_eq!(inserted, 1);
+    drop(db); // no COMMIT: as when a statement fails
+    let next = w.db().await;
+    assert_ne!(pid(&next).await, first, "the unfinished transaction's connection came back to the pool");
+    let rows: i64 = next.query_one("SELECT count(*) FROM pipelined_probe", &[]).await.unwrap().get(0);
+    assert_eq!(rows, 0, "the unfinished transaction's insert survived");
+    // SAVEPOINT is refused outside a transaction block.
+    assert!(next.batch_execute("SAVEPOINT probe").await.is_err(), "the pool handed out a connection inside a transaction");
+    let second = pid(&next).await;
+    drop(next);
+
+    let db = Pipelined::new(w.db().await);
+    assert_eq!(pid(&db).await, second, "the pool keeps one idle connection here");
+    tokio::try_join!(db.begin(), async { Ok(db.execute("INSERT INTO pipelined_probe VALUES (2)", &[]).await.map(|_| ())?) }, db.commit())
+        .unwrap();
+    db.release();
+    let next = w.db().await;
+    assert_eq!(pid(&next).await, second, "a released connection goes back to the pool");
+    let rows: Vec<i32> = next.query("SELECT n FROM pipelined_probe", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+    assert_eq!(rows, vec![2]);
+}

@@ -16,6 +16,7 @@ use tokio::task::AbortHandle;
 use super::Executor;
 use crate::job::{ClaimedJob, Fence, JobId, Outcome};
 use crate::store::jobs;
+use crate::store::pipelined::Pipelined;
 
 type InFlight = Arc<Mutex<HashMap<JobId, (i32, AbortHandle)>>>;
 type Finished = (ClaimedJob, Outcome, OwnedSemaphorePermit);
@@ -254,14 +255,20 @@ async fn record_and_refill(
         return Ok(());
     };
     let lane_of = lanes.of(outcomes);
-    let mut db = exec.pool.get().await?;
-    let tx = db.transaction().await?;
-    let written = exec.write(&tx, outcomes).await?;
-    let lease = exec.config.lease.as_secs_f64();
-    let claim = jobs::claim_keyed_in(&tx, room as i64, lease, jobs::Keyed::Lanes(&lane_of), None).await?;
-    tx.commit().await?;
-    drop(db);
-    let short = claim.jobs.len() < room;
+    let (room, lease, which) = (room as i64, exec.config.lease.as_secs_f64(), jobs::Keyed::Lanes(&lane_of));
+    let db = Pipelined::new(exec.pool.get().await?);
+    let claim_sql = db.prepare_cached(&jobs::keyed_claim_sql(false)).await?;
+    // Two round trips: BEGIN, the outcomes and the keys' locks; then the claim and COMMIT.
+    let (_, written, keys) = tokio::try_join!(db.begin(), exec.write(&*db, outcomes), jobs::lock_keys(&*db, room, which))?;
+    let claim = if keys.is_empty() {
+        db.commit().await?;
+        jobs::Claim::default()
+    } else {
+        let claim = jobs::claim_locked(&*db, &claim_sql, room, lease, which, None, &keys);
+        tokio::try_join!(jobs::plan_keyed_claim(&*db, false), claim, db.commit())?.1
+    };
+    db.release();
+    let short = (claim.jobs.len() as i64) < room;
     let held = permits.drain(..claim.jobs.len()).reduce(|mut a, b| {
         a.merge(b);
         a

@@ -18,6 +18,7 @@ pub mod messages;
 pub mod migrate;
 pub mod modes;
 pub mod operators;
+pub mod pipelined;
 pub mod progress;
 pub mod schedules;
 pub mod secret;

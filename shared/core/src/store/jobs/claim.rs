@@ -194,6 +194,17 @@ pub async fn claim_keyed_in(
     within: Option<i32>,
 ) -> Result<Claim, StoreError> {
     plan_keyed_claim(tx, matches!(which, Keyed::Ids(_))).await?;
+    let keys = lock_keys(tx, limit, which).await?;
+    if keys.is_empty() {
+        return Ok(Claim::default());
+    }
+    let stmt = tx.prepare_cached(&keyed_claim_sql(matches!(which, Keyed::Ids(_)))).await?;
+    claim_locked(tx, &stmt, limit, lease_secs, which, within, &keys).await
+}
+
+/// A keyed claim's first statement: take the transaction-scoped advisory lock of each key with
+/// due work (of `which`'s keys) that no other claimer holds now; returns the keys locked.
+pub async fn lock_keys(tx: &impl GenericClient, limit: i64, which: Keyed<'_>) -> Result<Vec<String>, StoreError> {
     let lock = "pg_try_advisory_xact_lock(hashtextextended(current_schema() || ':relay.key:' || key, 0))";
     let keys: Vec<String> = match which {
         Keyed::Due => {
@@ -233,9 +244,22 @@ pub async fn claim_keyed_in(
             tx.query(&stmt, &[&keys]).await?.iter().map(|r| r.get(0)).collect()
         }
     };
-    if keys.is_empty() {
-        return Ok(Claim::default());
-    }
+    Ok(keys)
+}
+
+/// A keyed claim's second statement, `stmt` (`keyed_claim_sql`, prepared): claim what fits in
+/// the free slots of `keys`, locked by `lock_keys` earlier in the same transaction, after
+/// `plan_keyed_claim`. It sends its statement when first polled, so a caller may pipeline it
+/// behind those (the lanes do: `executor::worker`).
+pub async fn claim_locked(
+    tx: &impl GenericClient,
+    stmt: &tokio_postgres::Statement,
+    limit: i64,
+    lease_secs: f64,
+    which: Keyed<'_>,
+    within: Option<i32>,
+    keys: &[String],
+) -> Result<Claim, StoreError> {
     let only = match which {
         Keyed::Ids(ids) => Some(ids),
         _ => None,
@@ -246,8 +270,7 @@ pub async fn claim_keyed_in(
     };
     let after_at: Vec<Option<DateTime<Utc>>> = after.iter().map(|a| a.map(|a| a.0)).collect();
     let after_id: Vec<Option<JobId>> = after.iter().map(|a| a.map(|a| a.1)).collect();
-    let stmt = tx.prepare_cached(&keyed_claim_sql(only.is_some())).await?;
-    let rows = tx.query(&stmt, &[&limit, &lease_secs, &keys, &only, &within, &after_at, &after_id]).await?;
+    let rows = tx.query(stmt, &[&limit, &lease_secs, &keys, &only, &within, &after_at, &after_id]).await?;
     let mut claim = Claim::from_rows(&rows);
     claim.more = rows.len() as i64 >= limit;
     Ok(claim)
