@@ -392,3 +392,57 @@ async fn a_pipelined_transaction_never_returns_its_connection_to_the_pool_unfini
     let rows: Vec<i32> = next.query("SELECT n FROM pipelined_probe", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
     assert_eq!(rows, vec![2]);
 }
+
+/// Messages whose job is missing or belongs to another tenant: what the foreign key from
+/// `messages` to `tenants` guarded against before it was dropped as redundant (0019).
+async fn messages_not_of_their_jobs_tenant(w: &World) -> i64 {
+    w.count(
+        "SELECT count(*) FROM messages m
+         WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = m.job_id AND j.tenant_id = m.tenant_id)",
+        &[],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn every_message_is_of_its_jobs_tenant_on_both_insert_paths_and_another_tenant_records_none() {
+    use taskdeck::store::messages::{self, Intent, NewMessage, Status};
+    let w = World::new().await;
+    let db = w.db().await;
+    let (other, _) = tenants::create(&db, "other").await.unwrap();
+    let message = |job: &taskdeck::job::ClaimedJob, tenant, key: &str, status| NewMessage {
+        id: Uuid::now_v7(),
+        tenant_id: tenant,
+        message_key: key.into(),
+        job_id: job.id,
+        attempt: job.attempt,
+        correlation_id: "c".into(),
+        status,
+        reason: None,
+        from: "a@acme.example".into(),
+        recipients: json!({"to": ["b@example.com"]}),
+        subject: "s".into(),
+        preview: None,
+    };
+    jobs::insert_many(&db, w.tenant.id, &[new_job("m1"), new_job("m2")], None).await.unwrap();
+    let claim = jobs::claim_due(&db, 2, 30.0).await.unwrap();
+    let (a, b) = (&claim.jobs[0], &claim.jobs[1]);
+    // Both paths, the intent of a send and the record of an unsent message.
+    assert!(matches!(messages::record_intent(&db, &message(a, w.tenant.id, "k1", Status::Sending)).await.unwrap(), Intent::Recorded(_)));
+    assert!(matches!(messages::record_unsent(&db, &message(b, w.tenant.id, "k2", Status::Shadowed)).await.unwrap(), Intent::Recorded(_)));
+    // Another (real) tenant naming this tenant's running job records nothing, on either path.
+    assert!(matches!(messages::record_intent(&db, &message(a, other.id, "k3", Status::Sending)).await.unwrap(), Intent::Fenced));
+    assert!(matches!(messages::record_unsent(&db, &message(b, other.id, "k4", Status::Refused)).await.unwrap(), Intent::Fenced));
+    assert_eq!(w.count("SELECT count(*) FROM messages", &[]).await, 2);
+    assert_eq!(w.count("SELECT count(*) FROM messages WHERE tenant_id = $1", &[&other.id]).await, 0);
+    assert_eq!(messages_not_of_their_jobs_tenant(&w).await, 0);
+    // The check can fail: a message written apart from its job's tenant is counted.
+    db.execute(
+        "INSERT INTO messages (id, tenant_id, message_key, job_id, attempt, correlation_id, status, from_address, recipients, subject)
+         VALUES ($1, $2, 'stray', $3, 1, 'c', 'shadowed', 'a@acme.example', '{}', 's')",
+        &[&Uuid::now_v7(), &other.id, &a.id],
+    )
+    .await
+    .unwrap();
+    assert_eq!(messages_not_of_their_jobs_tenant(&w).await, 1);
+}

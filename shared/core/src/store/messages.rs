@@ -299,13 +299,16 @@ pub async fn record_unsent(db: &impl GenericClient, m: &NewMessage) -> Result<In
 }
 
 /// The intent's insert; `commit` is a condition evaluated with the fence (see `record_unsent`).
+/// The message's tenant and job are read from the job row it is fenced on (and the caller's
+/// tenant must be that job's): a message belongs to its job's tenant by construction, which
+/// is why `messages` has no foreign key to `tenants` (migration 0019).
 async fn record(db: &impl GenericClient, m: &NewMessage, commit: &str) -> Result<Intent, StoreError> {
     let stmt = db
         .prepare_cached(&format!(
             "INSERT INTO messages (id, tenant_id, message_key, job_id, attempt, correlation_id, status, reason,
                                    from_address, recipients, subject, preview)
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12
-             WHERE EXISTS (SELECT 1 FROM jobs WHERE id = $4 AND attempt = $5 AND status = 'running') AND {commit}
+             SELECT $1, j.tenant_id, $3, j.id, j.attempt, $6, $7, $8, $9, $10, $11, $12 FROM jobs j
+             WHERE j.id = $4 AND j.attempt = $5 AND j.status = 'running' AND j.tenant_id = $2 AND {commit}
              ON CONFLICT (tenant_id, message_key) DO UPDATE
              SET status = EXCLUDED.status, attempt = EXCLUDED.attempt, reason = EXCLUDED.reason,
                  recipients = EXCLUDED.recipients, subject = EXCLUDED.subject, preview = EXCLUDED.preview,

@@ -25,6 +25,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (16, "0016_completions", include_str!("../../../../migrations/0016_completions.sql")),
     (17, "0017_fan_out_in_constant_time", include_str!("../../../../migrations/0017_fan_out_in_constant_time.sql")),
     (18, "0018_job_keys_tenant_by_construction", include_str!("../../../../migrations/0018_job_keys_tenant_by_construction.sql")),
+    (19, "0019_messages_tenant_by_construction", include_str!("../../../../migrations/0019_messages_tenant_by_construction.sql")),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's
