@@ -200,10 +200,12 @@ async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>, 
         while settling.try_join_next().is_some() {}
         let mut batch = vec![first];
         drain(&mut rx, &mut batch, most);
-        if batch.len() < most / 8 && lanes.running() > 0 {
+        let keyed = batch.iter().any(|(job, _, _)| job.concurrency_key.is_some());
+        if batch.len() < most / 8 && lanes.running() > 0 && !keyed {
             // Outcomes of one claim finish within moments of each other: a millisecond's wait
             // turns many one-row writes (each a commit) into one. With nothing left running,
-            // no outcome can come: the wait would only hold the slots (a key's lane among them).
+            // no outcome can come. Keyed outcomes do not wait: their key's slots stay taken
+            // until they are written, so at the key's limit the wait is the lane's speed.
             tokio::time::sleep(Duration::from_millis(1)).await;
             drain(&mut rx, &mut batch, most);
         }
