@@ -32,8 +32,8 @@ pub const MAX_RESULT_BYTES: usize = 256 * 1024;
 /// `ExecutorConfig::deadline_reserve` unless configured.
 pub const DEFAULT_DEADLINE_RESERVE: Duration = Duration::from_secs(5);
 
-/// How long the first of a batch's ended jobs waits for others before its outcome is written:
-/// jobs that end together share one statement and one commit.
+/// How long the first of a batch's ended jobs waits for others before its outcome is written
+/// (unless none is left running): jobs that end together share one statement and one commit.
 pub const FLUSH_WINDOW: Duration = Duration::from_millis(5);
 
 #[derive(Debug, Clone)]
@@ -181,7 +181,10 @@ impl Executor {
                     Some(Ok(pair)) => {
                         started.retain(|id| *id != pair.0.id);
                         ended.push(pair);
-                        flush_at.get_or_insert_with(|| Instant::now() + FLUSH_WINDOW);
+                        // With nothing left running no other outcome can come to share the
+                        // write: it goes at once.
+                        let at = Instant::now() + if running.is_empty() { Duration::ZERO } else { FLUSH_WINDOW };
+                        flush_at = Some(flush_at.map_or(at, |f| f.min(at)));
                     }
                     // `execute` catches a task's panic; this is only the executor's own.
                     Some(Err(e)) => tracing::error!(event = "relay.executor.job_task_failed", error = %e,
