@@ -102,9 +102,13 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     };
     // Credentials before the intent: a denial or an STS failure must not leave a `sending` row.
     // (No pooled connection is held across the STS call, which records its session itself.)
-    drop(db);
-    let aws = if live { Some(ctx.aws().await?) } else { None };
-    let db = ctx.db.get().await.map_err(retryable)?;
+    let (db, aws) = if live {
+        drop(db);
+        let aws = ctx.aws().await?;
+        (ctx.db.get().await.map_err(retryable)?, Some(aws))
+    } else {
+        (db, None)
+    };
     let id = Uuid::now_v7();
     let preview = (status == Status::Shadowed).then(|| preview(&p, &body, id, ctx));
     let new = NewMessage {
