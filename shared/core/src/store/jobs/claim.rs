@@ -178,28 +178,18 @@ pub async fn claim_keyed(
     which: Keyed<'_>,
     within: Option<i32>,
 ) -> Result<Claim, StoreError> {
+    let only_ids = matches!(which, Keyed::Ids(_));
     let tx = db.transaction().await?;
-    let claim = claim_keyed_in(&tx, limit, lease_secs, which, within).await?;
+    plan_keyed_claim(&tx, only_ids).await?;
+    let keys = lock_keys(&tx, limit, which).await?;
+    let claim = if keys.is_empty() {
+        Claim::default()
+    } else {
+        let stmt = tx.prepare_cached(&keyed_claim_sql(only_ids)).await?;
+        claim_locked(&tx, &stmt, limit, lease_secs, which, within, &keys).await?
+    };
     tx.commit().await?;
     Ok(claim)
-}
-
-/// `claim_keyed` inside the caller's transaction (whose writes before it the claim sees: a
-/// worker's outcomes freeing the slots it refills, committed with the claim).
-pub async fn claim_keyed_in(
-    tx: &impl GenericClient,
-    limit: i64,
-    lease_secs: f64,
-    which: Keyed<'_>,
-    within: Option<i32>,
-) -> Result<Claim, StoreError> {
-    plan_keyed_claim(tx, matches!(which, Keyed::Ids(_))).await?;
-    let keys = lock_keys(tx, limit, which).await?;
-    if keys.is_empty() {
-        return Ok(Claim::default());
-    }
-    let stmt = tx.prepare_cached(&keyed_claim_sql(matches!(which, Keyed::Ids(_)))).await?;
-    claim_locked(tx, &stmt, limit, lease_secs, which, within, &keys).await
 }
 
 /// A keyed claim's first statement: take the transaction-scoped advisory lock of each key with

@@ -36,7 +36,7 @@ pub mod retention;
 mod sweep;
 mod transition;
 
-pub use claim::{Claim, Keyed, Lane, claim_due, claim_ids, claim_keyed, claim_keyed_in, claim_locked, defer_unfit, keyed_ready, lock_keys};
+pub use claim::{Claim, Keyed, Lane, claim_due, claim_ids, claim_keyed, claim_locked, defer_unfit, keyed_ready, lock_keys};
 pub(crate) use claim::{keyed_claim_sql, plan_keyed_claim};
 pub use insert::{Inserted, NewJob, insert_many, release, undispatch};
 pub use read::{JobEvent, JobFilter, count_children, events, get, list, missing};
