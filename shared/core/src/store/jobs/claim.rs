@@ -134,7 +134,22 @@ pub(super) fn fitting(keys: &str, extra_filter: &str, lock: &str) -> String {
 /// generic plan, or statistics from before a fan-out) sorted every job behind a key after a
 /// bitmap scan, and found the claimed rows by a sequential scan: ~100 ms and a spill to disk
 /// per claim once a campaign's 95,000 children stood behind its key, until the next ANALYZE.
-pub(super) const IN_QUEUE_ORDER: &str = "SET LOCAL enable_sort = off; SET LOCAL enable_seqscan = off";
+const IN_QUEUE_ORDER: &str = "SET LOCAL enable_sort = off; SET LOCAL enable_seqscan = off";
+
+/// Run `sql`, a statement built on `fitting`, in a transaction of its own under
+/// `IN_QUEUE_ORDER` (a keyed claim sets its own: `plan_keyed_claim`).
+pub(super) async fn in_queue_order(
+    db: &mut deadpool_postgres::Client,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<Vec<Row>, StoreError> {
+    let tx = db.transaction().await?;
+    tx.batch_execute(IN_QUEUE_ORDER).await?;
+    let stmt = tx.prepare_cached(sql).await?;
+    let rows = tx.query(&stmt, params).await?;
+    tx.commit().await?;
+    Ok(rows)
+}
 
 /// A key's queue read from its head (no place to resume from), for `fitting`.
 pub(super) fn from_heads(keys: &str) -> String {
@@ -296,17 +311,12 @@ pub(crate) fn keyed_claim_sql(only: bool) -> String {
 /// after keyed jobs finish, so the next job of a key starts promptly on any transport.
 pub async fn keyed_ready(db: &mut deadpool_postgres::Client, keys: &[String], limit: i64) -> Result<Vec<Dispatch>, StoreError> {
     let fits = fitting(&from_heads("SELECT DISTINCT unnest($2::text[]) AS key"), "", "");
-    let tx = db.transaction().await?;
-    tx.batch_execute(IN_QUEUE_ORDER).await?;
-    let stmt = tx
-        .prepare_cached(&format!(
-            "UPDATE jobs j SET dispatched_at = now()
-             WHERE j.id = ANY (ARRAY(SELECT id FROM ({fits}) f ORDER BY run_at LIMIT $1))
-             RETURNING j.id, j.run_at"
-        ))
-        .await?;
-    let rows = tx.query(&stmt, &[&limit, &keys]).await?;
-    tx.commit().await?;
+    let sql = format!(
+        "UPDATE jobs j SET dispatched_at = now()
+         WHERE j.id = ANY (ARRAY(SELECT id FROM ({fits}) f ORDER BY run_at LIMIT $1))
+         RETURNING j.id, j.run_at"
+    );
+    let rows = in_queue_order(db, &sql, &[&limit, &keys]).await?;
     Ok(rows.iter().map(|r| Dispatch { id: r.get(0), run_at: r.get(1) }).collect())
 }
 

@@ -1,7 +1,7 @@
 //! The sweep's side: expired leases (locked, then returned or failed), dispatches that failed
 //! or were lost (sent again), and waiting parents whose children have all finished.
 
-use super::claim::{CLAIMABLE, IN_QUEUE_ORDER, PENDING_KEYS, fitting, from_heads};
+use super::claim::{CLAIMABLE, PENDING_KEYS, fitting, from_heads, in_queue_order};
 use super::fence::{self, Transition};
 use super::{TERMINAL_RETURNING, callbacks_of};
 use uuid::Uuid;
@@ -112,11 +112,8 @@ pub async fn take_lost_keyed(db: &mut deadpool_postgres::Client, grace_secs: f64
         &format!("AND {}", lost_dispatch("$2")),
         "FOR UPDATE SKIP LOCKED",
     );
-    let tx = db.transaction().await?;
-    tx.batch_execute(IN_QUEUE_ORDER).await?;
-    let stmt = tx
-        .prepare_cached(&format!(
-            "WITH lost AS (SELECT id FROM ({fits}) f ORDER BY run_at LIMIT $1), marked AS (
+    let sql = format!(
+        "WITH lost AS (SELECT id FROM ({fits}) f ORDER BY run_at LIMIT $1), marked AS (
                  UPDATE jobs j SET {RESENT} WHERE j.id = ANY (ARRAY(SELECT id FROM lost))
                  RETURNING j.id, j.run_at, j.attempt
              ), events AS (
@@ -125,10 +122,8 @@ pub async fn take_lost_keyed(db: &mut deadpool_postgres::Client, grace_secs: f64
                         'a free slot of its concurrency key was not taken; sent again by the sweep' FROM marked
              )
              SELECT id, run_at FROM marked"
-        ))
-        .await?;
-    let rows = tx.query(&stmt, &[&limit, &grace_secs]).await?;
-    tx.commit().await?;
+    );
+    let rows = in_queue_order(db, &sql, &[&limit, &grace_secs]).await?;
     Ok(rows.iter().map(|r| Dispatch { id: r.get(0), run_at: r.get(1) }).collect())
 }
 
