@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use taskdeck::callbacks::AllowList;
 use taskdeck::client::{Client, Projection, Verifier};
 use taskdeck::job::JobId;
+use taskdeck::job::terms::{CorrelationId, IdempotencyKey, Limits};
 use taskdeck::store::jobs::{self, NewJob};
 use taskdeck::store::modes;
 use tokio::sync::watch;
@@ -296,10 +297,9 @@ async fn a_correlation_id_reaches_children_callbacks_and_log_lines() {
     assert!(jobs::wait_for_children(&w.db().await, w.tenant.id, pid, 2).await.unwrap());
     let parent = jobs::get(&w.db().await, w.tenant.id, pid).await.unwrap().unwrap();
     let kids: Vec<NewJob> = (0..2)
-        .map(|i| NewJob::child_of(parent.id, &parent.correlation_id, NewJob {
-            id: JobId::new(), task_type: "noop".into(), params: json!({}), idempotency_key: format!("top:{i}"),
-            request_hash: vec![0; 32], run_at: chrono::Utc::now(), max_attempts: 1, timeout_seconds: 10,
-            ..NewJob::default()
+        .map(|i| NewJob::child_of(parent.id, &CorrelationId::parse(&parent.correlation_id).unwrap(), NewJob {
+            limits: Limits::fixed(1, 10),
+            ..NewJob::new("noop", json!({}), IdempotencyKey::parse(&format!("top:{i}")).unwrap())
         }))
         .collect();
     let kid_ids: Vec<JobId> = kids.iter().map(|k| k.id).collect();

@@ -110,18 +110,10 @@ async fn a_session_terminated_by_the_server_is_an_outage_not_a_500() {
 async fn concurrent_inserts_sharing_keys_in_any_order_do_not_deadlock() {
     use taskdeck::store::jobs::{self, NewJob};
     let w = super::support::World::new().await;
+    use taskdeck::job::terms::{IdempotencyKey, Limits};
     let job = |round: usize, k: usize| NewJob {
-        id: taskdeck::job::JobId::new(),
-        task_type: "noop".into(),
-        params: serde_json::json!({}),
-        correlation_id: format!("c{k}"),
-        idempotency_key: format!("r{round}-k{k}"),
-        request_hash: vec![0; 32],
-        parent_id: None,
-        run_at: chrono::Utc::now(),
-        max_attempts: 1,
-        timeout_seconds: 10,
-        ..NewJob::default()
+        limits: Limits::fixed(1, 10),
+        ..NewJob::new("noop", serde_json::json!({}), IdempotencyKey::parse(&format!("r{round}-k{k}")).unwrap())
     };
     for round in 0..30 {
         let forward: Vec<NewJob> = (0..40).map(|k| job(round, k)).collect();
@@ -141,18 +133,10 @@ async fn concurrent_inserts_sharing_keys_in_any_order_do_not_deadlock() {
 async fn the_first_repeat_of_a_key_in_one_insert_makes_the_job() {
     use taskdeck::store::jobs::{self, Inserted, NewJob};
     let w = super::support::World::new().await;
+    use taskdeck::job::terms::{IdempotencyKey, Limits};
     let item = |n: i32| NewJob {
-        id: taskdeck::job::JobId::new(),
-        task_type: "noop".into(),
-        params: serde_json::json!({"n": n}),
-        correlation_id: "c".into(),
-        idempotency_key: if n == 0 { "b".into() } else { "same".into() },
-        request_hash: vec![n as u8; 32],
-        parent_id: None,
-        run_at: chrono::Utc::now(),
-        max_attempts: 1,
-        timeout_seconds: 10,
-        ..NewJob::default()
+        limits: Limits::fixed(1, 10),
+        ..NewJob::new("noop", serde_json::json!({"n": n}), IdempotencyKey::parse(if n == 0 { "b" } else { "same" }).unwrap())
     };
     let batch: Vec<NewJob> = (1..=8).chain([0]).map(item).collect();
     let out = jobs::insert_many(&w.db().await, w.tenant.id, &batch, None).await.expect("insert");

@@ -16,6 +16,7 @@ use taskdeck::executor::worker;
 use taskdeck::job::{Dispatch, JobId};
 use taskdeck::platform::Platform;
 use taskdeck::store::effects;
+use taskdeck::job::terms::{IdempotencyKey, Limits};
 use taskdeck::store::jobs::{self, NewJob};
 use taskdeck::transport::postgres::{CHANNEL, PgTransport};
 use taskdeck::transport::sqs::SqsTransport;
@@ -150,18 +151,8 @@ async fn a_failed_dispatch_leaves_the_row_for_the_sweep(kind: Kind) {
     // A committed job whose dispatch fails, as at intake (the SQS transport) or on a re-send by
     // the sweep (both); the Postgres transport's intake wakes workers in the commit itself.
     let id = JobId::new();
-    let job = NewJob {
-        id,
-        task_type: "test.effect".into(),
-        params: json!({}),
-        correlation_id: "c-lost".into(),
-        idempotency_key: "c-lost".into(),
-        request_hash: vec![0; 32],
-        run_at: Utc::now(),
-        max_attempts: 3,
-        timeout_seconds: 60,
-        ..NewJob::default()
-    };
+    let key = IdempotencyKey::parse("c-lost").unwrap();
+    let job = NewJob { id, limits: Limits::fixed(3, 60), ..NewJob::new("test.effect", json!({}), key) };
     let pool = &rig.world.platform.pool;
     jobs::insert_many(&pool.get().await.unwrap(), rig.world.tenant.id, &[job], None).await.unwrap();
     assert!(!transport::send(&rig.broken(), pool, &[Dispatch { id, run_at: Utc::now() }]).await, "{kind:?}: failed");

@@ -7,6 +7,7 @@ use axum::http::Method;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use taskdeck::job::JobId;
+use taskdeck::job::terms::{CorrelationId, IdempotencyKey, Limits};
 use taskdeck::store::jobs::{self, NewJob};
 use taskdeck::store::{modes, progress};
 use tokio::sync::watch;
@@ -132,17 +133,10 @@ async fn a_lane_refilling_its_key_still_takes_a_job_due_before_its_place() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let early = NewJob {
-        id: JobId::new(),
-        task_type: "noop".into(),
-        params: json!({}),
-        correlation_id: "early".into(),
-        idempotency_key: "lane-early".into(),
-        request_hash: vec![0; 32],
         run_at: Utc::now() - chrono::Duration::hours(1),
-        max_attempts: 3,
-        timeout_seconds: 60,
-        concurrency: Some(taskdeck::job::terms::Concurrency { key: "lane".into(), limit }),
-        ..NewJob::default()
+        limits: Limits::fixed(3, 60),
+        concurrency: taskdeck::job::terms::Concurrency::parse(Some("lane".into()), Some(limit)).unwrap(),
+        ..NewJob::new("noop", json!({}), IdempotencyKey::parse("lane-early").unwrap())
     };
     jobs::insert_many(&w.db().await, w.tenant.id, std::slice::from_ref(&early), None).await.unwrap();
     let inserted_at = Utc::now();
@@ -221,6 +215,7 @@ async fn fan_out_progress_never_decreases_and_never_exceeds_the_total() {
     assert!(jobs::wait_for_children(&w.db().await, w.tenant.id, pid, total).await.unwrap());
     let parent = jobs::get(&w.db().await, w.tenant.id, pid).await.unwrap().unwrap();
     assert_eq!(count_of(&w, pid).await, (0, 40, 40), "declared before any child exists");
+    let correlation = CorrelationId::parse(&parent.correlation_id).unwrap();
 
     let (stop_tx, stop) = watch::channel(false);
     let workers = w.platform.spawn_workers(2, &stop);
@@ -236,16 +231,9 @@ async fn fan_out_progress_never_decreases_and_never_exceeds_the_total() {
                 } else {
                     ("test.effect", json!({"sleep_seconds": 0.02}))
                 };
-                NewJob::child_of(parent.id, &parent.correlation_id, NewJob {
-                    id: JobId::new(),
-                    task_type: task_type.into(),
-                    params,
-                    idempotency_key: format!("campaign:{n}"),
-                    request_hash: vec![0; 32],
-                    run_at: Utc::now(),
-                    max_attempts: 1,
-                    timeout_seconds: 30,
-                    ..NewJob::default()
+                NewJob::child_of(parent.id, &correlation, NewJob {
+                    limits: Limits::fixed(1, 30),
+                    ..NewJob::new(task_type, params, IdempotencyKey::parse(&format!("campaign:{n}")).unwrap())
                 })
             })
             .collect();

@@ -5,6 +5,7 @@
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 use taskdeck::job::{ExceptionKind, JobId};
+use taskdeck::job::terms::{IdempotencyKey, Limits};
 use taskdeck::store::jobs::{self, Failure, NewJob};
 use taskdeck::store::{exceptions, operators, tenants};
 use uuid::Uuid;
@@ -108,10 +109,10 @@ async fn cancel_cancels_the_job_and_its_pending_children() {
     let key = operator(&w, "bob").await;
     let (job, exc) = failed_job(&w, "c1", fatal()).await;
     let child = NewJob {
-        id: JobId::new(), task_type: "noop".into(), params: json!({}), correlation_id: "c".into(),
-        idempotency_key: "child".into(), request_hash: vec![0; 32], parent_id: Some(job),
-        run_at: chrono::Utc::now() + chrono::Duration::hours(1), max_attempts: 1, timeout_seconds: 10,
-        ..NewJob::default()
+        parent_id: Some(job),
+        run_at: chrono::Utc::now() + chrono::Duration::hours(1),
+        limits: Limits::fixed(1, 10),
+        ..NewJob::new("noop", json!({}), IdempotencyKey::parse("child").unwrap())
     };
     jobs::insert_many(&w.db().await, w.tenant.id, std::slice::from_ref(&child), None).await.unwrap();
     let (s, out) = op_call(&w, &key, Method::POST, &format!("/v1/admin/exceptions/{exc}/cancel"), Some(json!({"reason": "obsolete"}))).await;

@@ -8,7 +8,7 @@ use axum::http::{Method, StatusCode};
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use serde_json::{Value, json};
 use taskdeck::job::JobId;
-use taskdeck::job::terms::IdempotencyKey;
+use taskdeck::job::terms::{CorrelationId, IdempotencyKey, Limits};
 use taskdeck::schedules::{self, ScheduleSpec};
 use taskdeck::store::jobs::{self, NewJob, retention};
 use taskdeck::store::schedules as store;
@@ -179,10 +179,12 @@ fn old_job(key: &str, days: i64, parent: Option<JobId>) -> NewJob {
     let at = Utc::now() - TimeDelta::days(days);
     let ts = uuid::Timestamp::from_unix(uuid::NoContext, u64::try_from(at.timestamp()).unwrap(), 0);
     NewJob {
-        id: JobId::from_uuid(Uuid::new_v7(ts)), task_type: "noop".into(), params: json!({}), correlation_id: key.into(),
-        idempotency_key: key.into(), request_hash: vec![0; 32], parent_id: parent, run_at: at,
-        max_attempts: 1, timeout_seconds: 10,
-        ..NewJob::default()
+        id: JobId::from_uuid(Uuid::new_v7(ts)),
+        correlation_id: CorrelationId::parse(key).unwrap(),
+        parent_id: parent,
+        run_at: at,
+        limits: Limits::fixed(1, 10),
+        ..NewJob::new("noop", json!({}), IdempotencyKey::parse(key).unwrap())
     }
 }
 

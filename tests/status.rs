@@ -4,8 +4,8 @@
 use axum::http::{Method, StatusCode};
 use chrono::{Duration, Utc};
 use serde_json::{Value, json};
-use sha2::Digest;
 use taskdeck::job::{Fence, JobId};
+use taskdeck::job::terms::{CorrelationId, IdempotencyKey, Limits, RequestHash};
 use taskdeck::liveness::{Identity, Kind, Liveness};
 use taskdeck::store::jobs::{self, Failure, NewJob};
 use taskdeck::store::{status, status_keys, workers};
@@ -14,17 +14,12 @@ use crate::support::World;
 
 pub fn job(key: &str, task_type: &str, parent: Option<JobId>) -> NewJob {
     NewJob {
-        id: JobId::new(),
-        task_type: task_type.into(),
-        params: json!({}),
-        correlation_id: format!("corr-{key}"),
-        idempotency_key: key.into(),
-        request_hash: sha2::Sha256::digest(key.as_bytes()).to_vec(),
+        correlation_id: CorrelationId::parse(&format!("corr-{key}")).unwrap(),
+        request_hash: RequestHash::of(key.as_bytes()),
         parent_id: parent,
         run_at: Utc::now() - Duration::seconds(30),
-        max_attempts: 1,
-        timeout_seconds: 60,
-        ..NewJob::default()
+        limits: Limits::fixed(1, 60),
+        ..NewJob::new(task_type, json!({}), IdempotencyKey::parse(key).unwrap())
     }
 }
 

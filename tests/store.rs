@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
-use sha2::Digest;
 use taskdeck::job::{Fence, JobId};
+use taskdeck::job::terms::{CorrelationId, IdempotencyKey, Limits, RequestHash};
 use taskdeck::store::jobs::{self, Failure, Inserted, JobFilter, NewJob, Retry};
 use taskdeck::store::{StoreError, exceptions, migrate, modes, tenants};
 use uuid::Uuid;
@@ -14,17 +14,10 @@ use crate::support::World;
 
 fn new_job(key: &str) -> NewJob {
     NewJob {
-        id: JobId::new(),
-        task_type: "noop".into(),
-        params: json!({}),
-        correlation_id: format!("corr-{key}"),
-        idempotency_key: key.into(),
-        request_hash: sha2::Sha256::digest(key.as_bytes()).to_vec(),
-        parent_id: None,
-        run_at: Utc::now(),
-        max_attempts: 3,
-        timeout_seconds: 60,
-        ..NewJob::default()
+        correlation_id: CorrelationId::parse(&format!("corr-{key}")).unwrap(),
+        request_hash: RequestHash::of(key.as_bytes()),
+        limits: Limits::fixed(3, 60),
+        ..NewJob::new("noop", json!({}), IdempotencyKey::parse(key).unwrap())
     }
 }
 
@@ -445,4 +438,34 @@ async fn every_message_is_of_its_jobs_tenant_on_both_insert_paths_and_another_te
     .await
     .unwrap();
     assert_eq!(messages_not_of_their_jobs_tenant(&w).await, 1);
+}
+
+/// The `jobs` table checks what its statements change after the insert (status and what goes
+/// with it) and no longer what the types hold (`job::terms`, migration 0020).
+#[tokio::test]
+async fn jobs_check_what_statements_change_and_leave_the_terms_to_their_types() {
+    let w = World::new().await;
+    let db = w.db().await;
+    let checks: Vec<String> = db
+        .query(
+            "SELECT conname::text FROM pg_constraint WHERE conrelid = 'jobs'::regclass AND contype = 'c' ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(checks, [
+        "jobs_attempts_bounded", "jobs_callback_url_check", "jobs_children_total_check", "jobs_finished_iff_terminal",
+        "jobs_lease_iff_running", "jobs_max_attempts_check", "jobs_not_own_parent", "jobs_result_only_on_success",
+        "jobs_running_was_claimed", "jobs_status_check",
+    ]);
+    // What is kept still refuses a broken state: running without a lease.
+    jobs::insert_many(&db, w.tenant.id, &[new_job("kept")], None).await.unwrap();
+    let err = db
+        .execute("UPDATE jobs SET status = 'running', attempt = 1, started_at = now() WHERE idempotency_key = 'kept'", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION), "{err}");
 }

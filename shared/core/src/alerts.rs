@@ -10,13 +10,12 @@
 use chrono::{Duration, Utc};
 use deadpool_postgres::Pool;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::email::content;
 use crate::intake::Intake;
 use crate::store::exceptions::{self, Unalerted};
-use crate::job::JobId;
+use crate::job::terms::{CorrelationId, IdempotencyKey, Limits};
 use crate::store::jobs::NewJob;
 use crate::store::{StoreError, sending_identities, tenants};
 
@@ -63,6 +62,9 @@ impl AlertConfig {
     }
 }
 
+/// An alert has ten attempts of a minute each.
+const ALERT_LIMITS: Limits = Limits::fixed(10, 60);
+
 /// The alert email of one exception, as an `email.send` job.
 fn alert_job(cfg: &AlertConfig, e: &Unalerted) -> NewJob {
     let params = json!({
@@ -77,19 +79,8 @@ fn alert_job(cfg: &AlertConfig, e: &Unalerted) -> NewJob {
         ),
         "message_key": format!("alert:{}", e.id),
     });
-    NewJob {
-        id: JobId::new(),
-        task_type: "email.send".into(),
-        request_hash: Sha256::digest(params.to_string().as_bytes()).to_vec(),
-        params,
-        correlation_id: format!("relay-alert:{}", e.id),
-        idempotency_key: format!("alert:{}", e.id),
-        parent_id: None,
-        run_at: Utc::now(),
-        max_attempts: 10,
-        timeout_seconds: 60,
-        ..NewJob::default()
-    }
+    let key = IdempotencyKey::exception_alert(e.id);
+    NewJob { correlation_id: CorrelationId::exception_alert(e.id), limits: ALERT_LIMITS, ..NewJob::new("email.send", params, key) }
 }
 
 /// Queue the alert emails of new exceptions; returns how many were queued.

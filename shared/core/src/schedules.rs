@@ -16,12 +16,11 @@ use croner::Cron;
 use deadpool_postgres::Pool;
 use serde::Serialize;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::intake::Intake;
-use crate::job::{JobId, TenantId};
-use crate::job::terms::{CorrelationId, IdempotencyKey, Limits};
+use crate::job::TenantId;
+use crate::job::terms::{CorrelationId, IdempotencyKey, RequestHash};
 use crate::store::StoreError;
 use crate::store::jobs::{Inserted, NewJob};
 use crate::store::schedules::{self, NewSchedule, Schedule};
@@ -90,17 +89,10 @@ impl CronTz {
 fn slot_job(s: &Schedule, slot: DateTime<Utc>, now: DateTime<Utc>) -> NewJob {
     let key = IdempotencyKey::schedule_slot(s.id, slot);
     NewJob {
-        id: JobId::new(),
-        task_type: s.task_type.clone(),
-        params: s.params.clone(),
-        correlation_id: CorrelationId::schedule_slot(&s.name, slot).into(),
-        request_hash: Sha256::digest(key.as_str().as_bytes()).to_vec(),
-        idempotency_key: key.into(),
-        parent_id: None,
+        correlation_id: CorrelationId::schedule_slot(&s.name, slot),
+        request_hash: RequestHash::of(key.as_str().as_bytes()),
         run_at: now,
-        max_attempts: Limits::DEFAULT.max_attempts,
-        timeout_seconds: Limits::DEFAULT.timeout_seconds,
-        ..NewJob::default()
+        ..NewJob::new(&s.task_type, s.params.clone(), key)
     }
 }
 

@@ -8,7 +8,6 @@ use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
@@ -19,7 +18,7 @@ use super::extract::{Caller, JsonBody};
 use crate::callbacks::AllowList;
 use crate::catalogue::Catalogue;
 use crate::job::{JobId, JobStatus, TenantId};
-use crate::job::terms::{self, Concurrency, CorrelationId, IdempotencyKey, Limits, MAX_TIMEOUT_SECONDS};
+use crate::job::terms::{self, Concurrency, CorrelationId, IdempotencyKey, Limits, RequestHash, MAX_TIMEOUT_SECONDS};
 use crate::store::jobs::{self, Inserted, Job, JobFilter, NewJob};
 use crate::store::{StoreError, attempt_sessions};
 use crate::view::{self, JobView};
@@ -158,19 +157,18 @@ impl JobRequest {
         }
         // The request as the client sent it (no minted id, no computed time) is what a replay
         // must match. Fields added later are left out when absent, so old hashes still match.
-        let request_hash = Sha256::digest(serde_json::to_vec(&self).unwrap_or_default()).to_vec();
+        let request_hash = RequestHash::of(&serde_json::to_vec(&self).unwrap_or_default());
         let id = JobId::new();
         Ok(NewJob {
             id,
-            correlation_id: correlation_id.map_or_else(|| id.to_string(), String::from),
+            correlation_id: correlation_id.unwrap_or_else(|| CorrelationId::of_job(id)),
             task_type: self.task_type,
             params: self.params,
-            idempotency_key: key.into(),
+            idempotency_key: key,
             request_hash,
             parent_id: None,
             run_at,
-            max_attempts: limits.max_attempts,
-            timeout_seconds: limits.timeout_seconds,
+            limits,
             concurrency,
             callback_url: self.callback_url,
         })
@@ -178,10 +176,10 @@ impl JobRequest {
 }
 
 /// 202 for a new job, 200 for a replay of the same request, 422 for a key reused with another.
-fn answer(inserted: Inserted, request_hash: &[u8]) -> Result<(StatusCode, JobView), ApiError> {
+fn answer(inserted: Inserted, request_hash: &RequestHash) -> Result<(StatusCode, JobView), ApiError> {
     match inserted {
         Inserted::Created(job) => Ok((StatusCode::ACCEPTED, JobView::bare(job))),
-        Inserted::Existing(job) if job.request_hash == request_hash => Ok((StatusCode::OK, JobView::bare(job))),
+        Inserted::Existing(job) if job.request_hash == request_hash.as_bytes() => Ok((StatusCode::OK, JobView::bare(job))),
         Inserted::Existing(job) => Err(ApiError::unprocessable(
             "idempotency_key_reused",
             format!("idempotency key {:?} was already used for a different request", job.idempotency_key),
@@ -211,11 +209,11 @@ pub async fn submit(
     state.limits.check(tenant.id, 1)?;
     let new = req.into_new_job(key, &state.catalogue, &state.admission, Utc::now())?;
     require_named(&state, tenant.id, &new).await?;
-    crate::telemetry::record_job(&new.correlation_id, new.id);
+    crate::telemetry::record_job(new.correlation_id.as_str(), new.id);
     if new.callback_url.is_some() {
         require_signing_secret(&state, tenant.id).await?;
     }
-    let hash = new.request_hash.clone();
+    let hash = new.request_hash;
     let mut inserted = state.intake.enqueue(tenant.id, vec![new]).await?;
     let (status, job) = answer(inserted.remove(0), &hash)?;
     Ok((status, Json(job)).into_response())

@@ -16,12 +16,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
 use super::content::SendParams;
 use crate::job::{Fence, JobId, TaskError};
-use crate::job::terms::{Concurrency, IdempotencyKey, Limits};
+use crate::job::terms::{Concurrency, CorrelationId, IdempotencyKey, Limits};
 use crate::store::jobs::{self, NewJob};
 use crate::store::campaign_pages;
 use crate::task::TaskContext;
@@ -36,8 +35,8 @@ pub const MAX_PAGES: u32 = 1_000;
 pub const DEFAULT_CHILDREN_PER_RUN: u32 = 20_000;
 /// Children of one campaign sending at once, unless the campaign says otherwise.
 pub const DEFAULT_CONCURRENCY: i32 = 10;
-/// Seconds each child's attempt may run: one email.
-pub const CHILD_TIMEOUT_SECONDS: i32 = 60;
+/// Each child's attempts: the default number, of a minute each (one email).
+const CHILD_LIMITS: Limits = Limits::fixed(crate::job::terms::DEFAULT_MAX_ATTEMPTS, 60);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -166,22 +165,15 @@ fn retryable(e: impl std::fmt::Display) -> TaskError {
 }
 
 /// The child for the recipient at `position` of the campaign `campaign`.
-fn child(campaign: JobId, correlation_id: &str, p: &CampaignParams, r: &Recipient, position: usize) -> NewJob {
+fn child(campaign: JobId, correlation_id: &CorrelationId, p: &CampaignParams, r: &Recipient, position: usize) -> NewJob {
     let mut m = addressed(&p.message, r);
     let key = IdempotencyKey::campaign_child(campaign, position);
     m.message_key = Some(key.as_str().to_owned());
     let params = serde_json::to_value(&m).unwrap_or_default();
     NewJob::child_of(campaign, correlation_id, NewJob {
-        id: JobId::new(),
-        task_type: "email.send".into(),
-        request_hash: Sha256::digest(params.to_string().as_bytes()).to_vec(),
-        params,
-        idempotency_key: key.into(),
-        run_at: chrono::Utc::now(),
-        max_attempts: Limits::DEFAULT.max_attempts,
-        timeout_seconds: CHILD_TIMEOUT_SECONDS,
+        limits: CHILD_LIMITS,
         concurrency: Some(Concurrency::campaign(campaign, p.concurrency_limit.unwrap_or(DEFAULT_CONCURRENCY))),
-        ..NewJob::default()
+        ..NewJob::new("email.send", params, key)
     })
 }
 
@@ -222,7 +214,7 @@ pub async fn run(ctx: &TaskContext, p: CampaignParams) -> Result<Value, TaskErro
     let end = recipients.len().min(start + per_run);
     let p = std::sync::Arc::new(p);
     for from in (start..end).step_by(CHUNK) {
-        let (campaign, correlation_id, p, recipients) = (ctx.job_id, ctx.correlation_id.clone(), p.clone(), recipients.clone());
+        let (campaign, correlation_id, p, recipients) = (ctx.job_id, CorrelationId::carried(&ctx.correlation_id), p.clone(), recipients.clone());
         let slice: Vec<NewJob> = off_the_runtime(move || {
             (from..end.min(from + CHUNK)).map(|pos| child(campaign, &correlation_id, &p, &recipients[pos], pos)).collect()
         })

@@ -5,6 +5,7 @@
 //! No I/O here.
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::JobId;
@@ -109,6 +110,11 @@ impl IdempotencyKey {
         Self(format!("campaign:{campaign}:{position}"))
     }
 
+    /// The alert email of one exception: `alert:<exception id>`.
+    pub fn exception_alert(exception: Uuid) -> Self {
+        Self(format!("alert:{exception}"))
+    }
+
     /// A provider's message (`sns` or `sqs` and its id, as received): `<envelope>:<id>`, or
     /// `None` when that is longer than `MAX_KEY_LEN`.
     pub fn provider_message(envelope: &str, message_id: &str) -> Option<Self> {
@@ -144,6 +150,31 @@ impl CorrelationId {
     pub fn schedule_slot(name: &str, slot: DateTime<Utc>) -> Self {
         Self(format!("schedule:{name}:{}", slot.to_rfc3339_opts(SecondsFormat::Secs, true)))
     }
+
+    /// The alert email of one exception: `relay-alert:<exception id>`.
+    pub fn exception_alert(exception: Uuid) -> Self {
+        Self(format!("relay-alert:{exception}"))
+    }
+
+    /// An idempotency key (1 to 200 visible ASCII characters) is always a correlation id.
+    pub fn of_key(key: &IdempotencyKey) -> Self {
+        Self(key.0.clone())
+    }
+
+    /// A job given no correlation id is correlated by its own id.
+    pub fn of_job(id: JobId) -> Self {
+        Self(id.to_string())
+    }
+
+    /// The correlation id of a job already made (read back from its row), carried by what it
+    /// makes in turn (a campaign's children).
+    pub(crate) fn carried(id: &str) -> Self {
+        Self(id.to_owned())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 impl From<CorrelationId> for String {
@@ -164,16 +195,24 @@ pub fn due_at(run_at: Option<DateTime<Utc>>, delay_seconds: Option<u32>, now: Da
     }
 }
 
-/// How many attempts a job has, and how long each may run.
+/// How many attempts a job has, and how long each may run: within bounds by construction, so
+/// the `jobs` table keeps no check of its own for them (migration 0020).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    pub max_attempts: i32,
-    pub timeout_seconds: i32,
+    max_attempts: i32,
+    timeout_seconds: i32,
 }
 
 impl Limits {
     /// What a job gets when nobody says otherwise.
-    pub const DEFAULT: Limits = Limits { max_attempts: DEFAULT_MAX_ATTEMPTS, timeout_seconds: DEFAULT_TIMEOUT_SECONDS };
+    pub const DEFAULT: Limits = Limits::fixed(DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_SECONDS);
+
+    /// Limits Relay sets itself. Used in a `const`, a value out of bounds fails the build.
+    pub const fn fixed(max_attempts: i32, timeout_seconds: i32) -> Limits {
+        assert!(1 <= max_attempts && max_attempts <= MAX_ATTEMPTS, "max_attempts out of bounds");
+        assert!(1 <= timeout_seconds && timeout_seconds <= MAX_TIMEOUT_SECONDS, "timeout_seconds out of bounds");
+        Limits { max_attempts, timeout_seconds }
+    }
 
     /// What a submitter asked for, on a deployment whose attempts may run at most `longest`
     /// seconds (the default timeout is cut to it).
@@ -182,20 +221,44 @@ impl Limits {
         if !(1..=MAX_ATTEMPTS).contains(&max_attempts) {
             return Err(Invalid::MaxAttempts);
         }
+        let longest = longest.min(MAX_TIMEOUT_SECONDS);
         let timeout_seconds = timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS.min(longest));
         if !(1..=longest).contains(&timeout_seconds) {
             return Err(Invalid::Timeout { longest });
         }
         Ok(Limits { max_attempts, timeout_seconds })
     }
+
+    pub fn max_attempts(self) -> i32 {
+        self.max_attempts
+    }
+
+    pub fn timeout_seconds(self) -> i32 {
+        self.timeout_seconds
+    }
+}
+
+/// The request a job was made from, hashed (SHA-256): a replay of its idempotency key with
+/// other content is refused. Always 32 bytes, so `jobs` needs no length check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestHash([u8; 32]);
+
+impl RequestHash {
+    pub fn of(request: &[u8]) -> Self {
+        Self(Sha256::digest(request).into())
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 /// No more than `limit` jobs with this key run at once; jobs with other keys or none are not
-/// held back.
+/// held back. Within bounds by construction, like `Limits`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Concurrency {
-    pub key: String,
-    pub limit: i32,
+    key: String,
+    limit: i32,
 }
 
 impl Concurrency {
@@ -217,9 +280,18 @@ impl Concurrency {
         }
     }
 
-    /// A campaign's children: `limit` of them send at once.
+    /// A campaign's children: `limit` of them send at once (the campaign's parameters hold
+    /// it to 1 to 1,000; here it is held to the bounds of any limit).
     pub fn campaign(campaign: JobId, limit: i32) -> Concurrency {
-        Concurrency { key: format!("campaign:{campaign}"), limit }
+        Concurrency { key: format!("campaign:{campaign}"), limit: limit.clamp(1, MAX_CONCURRENCY_LIMIT) }
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub fn limit(&self) -> i32 {
+        self.limit
     }
 }
 
@@ -287,6 +359,8 @@ mod tests {
         assert_eq!(Limits::parse(Some(101), None, MAX_TIMEOUT_SECONDS), Err(Invalid::MaxAttempts));
         assert_eq!(Limits::parse(None, Some(61), 60), Err(Invalid::Timeout { longest: 60 }));
         assert_eq!(Limits::parse(None, Some(0), MAX_TIMEOUT_SECONDS), Err(Invalid::Timeout { longest: MAX_TIMEOUT_SECONDS }));
+        // A deployment configured past the bound still makes no job past it (`jobs` has no check).
+        assert_eq!(Limits::parse(None, Some(MAX_TIMEOUT_SECONDS + 1), i32::MAX), Err(Invalid::Timeout { longest: MAX_TIMEOUT_SECONDS }));
         assert_eq!(Invalid::Timeout { longest: MAX_TIMEOUT_SECONDS }.to_string(), "timeout_seconds: between 1 and 86400");
         assert!(Invalid::Timeout { longest: 60 }.to_string().starts_with("timeout_seconds: between 1 and 60 on this deployment: "));
     }
@@ -301,4 +375,28 @@ mod tests {
         assert_eq!(Concurrency::parse(Some("k".into()), Some(10_001)), Err(Invalid::ConcurrencyLimit));
         assert_eq!(Invalid::KeyWithoutLimit.field(), "concurrency_limit", "the missing one is named");
     }
+
+    #[test]
+    fn terms_made_by_relay_itself_hold_the_bounds_the_table_no_longer_checks() {
+        let campaign = JobId::new();
+        assert_eq!(Concurrency::campaign(campaign, 0).limit(), 1);
+        assert_eq!(Concurrency::campaign(campaign, i32::MAX).limit(), MAX_CONCURRENCY_LIMIT);
+        assert!(printable(Concurrency::campaign(campaign, 10).key()));
+        assert_eq!(RequestHash::of(b"").as_bytes().len(), 32);
+        let longest_name = "n".repeat(100);
+        let slot = t("2026-01-01T00:00:00Z");
+        assert!(CorrelationId::parse(CorrelationId::schedule_slot(&longest_name, slot).as_str()).is_ok());
+        let key = IdempotencyKey::parse(&"k".repeat(MAX_KEY_LEN)).unwrap();
+        assert!(CorrelationId::parse(CorrelationId::of_key(&key).as_str()).is_ok());
+        assert!(IdempotencyKey::parse(IdempotencyKey::exception_alert(Uuid::now_v7()).as_str()).is_ok());
+        assert!(CorrelationId::parse(CorrelationId::exception_alert(Uuid::now_v7()).as_str()).is_ok());
+        assert!(IdempotencyKey::parse(IdempotencyKey::campaign_child(campaign, usize::MAX).as_str()).is_ok());
+    }
+
+    #[test]
+    #[should_panic(expected = "max_attempts out of bounds")]
+    fn fixed_limits_out_of_bounds_are_refused() {
+        let _ = Limits::fixed(MAX_ATTEMPTS + 1, 60);
+    }
+
 }

@@ -5,19 +5,17 @@
 //! reason and acknowledged; only a failure to reach the database returns records to the queue.
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use chrono::Utc;
 use deadpool_postgres::Pool;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 
 use crate::catalogue::Catalogue;
 use crate::catalogue::provider::ProviderEvent;
 use crate::intake::Intake;
 use crate::platform::Platform;
-use crate::job::{JobId, TenantId};
-use crate::job::terms::{IdempotencyKey, Limits};
+use crate::job::TenantId;
+use crate::job::terms::{CorrelationId, IdempotencyKey};
 use crate::store::dead_letters::{self, NewDeadLetter};
 use crate::store::jobs::NewJob;
 use crate::store::{StoreError, tenants};
@@ -176,21 +174,11 @@ impl Ingress {
         let envelope = if is_sns { "sns" } else { "sqs" };
         let key = IdempotencyKey::provider_message(envelope, params["message_id"].as_str().unwrap_or_default())
             .ok_or(Unparseable::LongMessageId)?;
-        let id = JobId::new();
         // An SES event carries the correlation id of the message it is about.
-        let correlation_id = crate::email::events::correlation_tag(&params["message"]).unwrap_or_else(|| key.as_str().to_owned());
-        Ok(NewJob {
-            id,
-            task_type: TASK_TYPE.into(),
-            request_hash: Sha256::digest(params.to_string().as_bytes()).to_vec(),
-            params,
-            correlation_id,
-            idempotency_key: key.into(),
-            parent_id: None,
-            run_at: Utc::now(),
-            max_attempts: Limits::DEFAULT.max_attempts,
-            timeout_seconds: Limits::DEFAULT.timeout_seconds,
-            ..NewJob::default()
-        })
+        // (A tag that is no valid correlation id, one over 200 characters, is not used.)
+        let correlation_id = crate::email::events::correlation_tag(&params["message"])
+            .and_then(|tag| CorrelationId::parse(&tag).ok())
+            .unwrap_or_else(|| CorrelationId::of_key(&key));
+        Ok(NewJob { correlation_id, ..NewJob::new(TASK_TYPE, params, key) })
     }
 }

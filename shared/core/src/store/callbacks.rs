@@ -15,6 +15,9 @@ pub const TASK_TYPE: &str = "callback.deliver";
 pub const MAX_ATTEMPTS: i32 = 16;
 /// Per-attempt limit of a delivery job (the HTTP call itself has a shorter timeout).
 pub const TIMEOUT_SECONDS: i32 = 60;
+/// The deliveries are inserted by SQL (`enqueue_ctes`), not as a `NewJob`: their limits are
+/// held to the bounds of any job here, at build time.
+const _: crate::job::terms::Limits = crate::job::terms::Limits::fixed(MAX_ATTEMPTS, TIMEOUT_SECONDS);
 
 /// A tenant's callback settings. The secrets are never serialised.
 #[derive(Debug, Clone)]

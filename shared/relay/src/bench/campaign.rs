@@ -15,7 +15,7 @@ use serde_json::json;
 use super::intake::Server;
 use super::setup::Scratch;
 use taskdeck::job::JobId;
-use taskdeck::job::terms::Concurrency;
+use taskdeck::job::terms::{Concurrency, IdempotencyKey, Limits};
 use taskdeck::platform::Settings;
 use taskdeck::store::jobs::{self, NewJob};
 use taskdeck::store::tooling::bench;
@@ -144,20 +144,14 @@ pub async fn keyed(base_url: &str, n: usize) -> anyhow::Result<Drain> {
     {
         let db = scratch.platform.pool.get().await?;
         let now = chrono::Utc::now();
+        let one = Concurrency::parse(Some("one".into()), Some(10))?;
         for from in (0..n).step_by(5000) {
             let chunk: Vec<NewJob> = (from..n.min(from + 5000))
                 .map(|i| NewJob {
-                    id: JobId::new(),
-                    task_type: "noop".into(),
-                    params: json!({}),
-                    correlation_id: format!("keyed-{i}"),
-                    idempotency_key: format!("keyed-{i}"),
-                    request_hash: vec![0; 32],
                     run_at: now,
-                    max_attempts: 3,
-                    timeout_seconds: 60,
-                    concurrency: Some(Concurrency { key: "one".into(), limit: 10 }),
-                    ..NewJob::default()
+                    limits: Limits::fixed(3, 60),
+                    concurrency: one.clone(),
+                    ..NewJob::new("noop", json!({}), IdempotencyKey::parse(&format!("keyed-{i}")).expect("a valid key"))
                 })
                 .collect();
             jobs::insert_many(&db, scratch.tenant.id, &chunk, None).await?;

@@ -10,6 +10,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use taskdeck::platform::{Platform, Settings};
+use taskdeck::job::terms::{IdempotencyKey, Limits};
 use taskdeck::store::jobs::{self, NewJob};
 use taskdeck::store::tenants;
 use taskdeck::store::tooling;
@@ -54,17 +55,9 @@ impl Scratch {
         while made < n {
             let chunk: Vec<NewJob> = (made..n.min(made + 5000))
                 .map(|i| NewJob {
-                    id: taskdeck::job::JobId::new(),
-                    task_type: "noop".into(),
-                    params: json!({}),
-                    correlation_id: format!("bench-{i}"),
-                    idempotency_key: format!("pre-{i}"),
-                    request_hash: vec![0; 32],
-                    parent_id: None,
                     run_at: now,
-                    max_attempts: 3,
-                    timeout_seconds: 60,
-                    ..NewJob::default()
+                    limits: Limits::fixed(3, 60),
+                    ..NewJob::new("noop", json!({}), IdempotencyKey::parse(&format!("pre-{i}")).expect("a valid key"))
                 })
                 .collect();
             made += chunk.len();

@@ -18,6 +18,7 @@ use super::harness::{self, Fate, Faulty};
 use super::{Env, Report};
 use taskdeck::job::{Dispatch, JobId, JobStatus};
 use taskdeck::platform::Settings;
+use taskdeck::job::terms::{IdempotencyKey, Limits};
 use taskdeck::store::jobs::NewJob;
 use taskdeck::store::effects;
 use taskdeck::store::tooling::readouts;
@@ -122,17 +123,9 @@ async fn one(env: &Env, transport: &str, n: usize, report: &mut Report) -> anyho
         let jobs: Vec<NewJob> = chunk
             .iter()
             .map(|i| NewJob {
-                id: JobId::new(),
-                task_type: "test.effect".into(),
-                params: json!({}),
-                correlation_id: format!("dup-{i}"),
-                idempotency_key: format!("dup-{i}"),
-                request_hash: vec![0; 32],
-                parent_id: None,
                 run_at: now,
-                max_attempts: 5,
-                timeout_seconds: 60,
-                ..NewJob::default()
+                limits: Limits::fixed(5, 60),
+                ..NewJob::new("test.effect", json!({}), IdempotencyKey::parse(&format!("dup-{i}")).expect("a valid key"))
             })
             .collect();
         scratch.platform.intake.enqueue(scratch.tenant.id, jobs).await.map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use super::harness::{self, Fate, Faulty};
 use super::{Env, Report};
 use taskdeck::platform::Settings;
+use taskdeck::job::terms::{IdempotencyKey, Limits};
 use taskdeck::store::jobs::NewJob;
 use taskdeck::store::effects;
 use taskdeck::store::tooling::readouts;
@@ -50,19 +51,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
             let intake = intake.clone();
             tokio::spawn(async move {
                 for i in (s..n).step_by(8) {
-                    let job = NewJob {
-                        id: taskdeck::job::JobId::new(),
-                        task_type: "test.effect".into(),
-                        params: json!({}),
-                        correlation_id: format!("lost-{i}"),
-                        idempotency_key: format!("lost-{i}"),
-                        request_hash: vec![0; 32],
-                        parent_id: None,
-                        run_at: chrono::Utc::now(),
-                        max_attempts: 5,
-                        timeout_seconds: 60,
-                        ..NewJob::default()
-                    };
+                    let key = IdempotencyKey::parse(&format!("lost-{i}")).expect("a valid key");
+                    let job = NewJob { limits: Limits::fixed(5, 60), ..NewJob::new("test.effect", json!({}), key) };
                     intake.enqueue(tenant, vec![job]).await.map_err(|e| anyhow::anyhow!("{e}"))?;
                     tokio::time::sleep(Duration::from_millis(80)).await;
                 }

@@ -14,6 +14,7 @@ use super::harness;
 use super::{Env, Report};
 use taskdeck::lambda::ingress::Ingress;
 use taskdeck::platform::Settings;
+use taskdeck::job::terms::{IdempotencyKey, Limits};
 use taskdeck::store::jobs::NewJob;
 use taskdeck::job::JobStatus;
 use taskdeck::store::effects;
@@ -38,19 +39,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     // (body, the reason it should be kept with), per queue.
     let mut poison_bodies: Vec<(String, String)> = Vec::new();
     for r in 0..rounds {
-        let job = NewJob {
-            id: taskdeck::job::JobId::new(),
-            task_type: "test.effect".into(),
-            params: json!({}),
-            correlation_id: format!("poison-{r}"),
-            idempotency_key: format!("poison-{r}"),
-            request_hash: vec![0; 32],
-            parent_id: None,
-            run_at: chrono::Utc::now(),
-            max_attempts: 3,
-            timeout_seconds: 60,
-            ..NewJob::default()
-        };
+        let key = IdempotencyKey::parse(&format!("poison-{r}")).expect("a valid key");
+        let job = NewJob { limits: Limits::fixed(3, 60), ..NewJob::new("test.effect", json!({}), key) };
         healthy.push(job.id);
         // Inserted straight through intake with the Postgres transport: nobody listens, so
         // only the SQS message below runs it.

@@ -5,34 +5,53 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::{JOB_COLUMNS, Job};
-use crate::job::terms::Concurrency;
+use crate::job::terms::{Concurrency, CorrelationId, IdempotencyKey, Limits, RequestHash};
 use crate::job::{Dispatch, JobId, TenantId};
 use crate::store::{GenericClient, StoreError};
 
-/// A job to insert, already validated.
-#[derive(Debug, Clone, Default)]
+/// A job to insert. Its terms hold their bounds by type (`job::terms`), so the `jobs` table
+/// keeps no checks of its own for them.
+#[derive(Debug, Clone)]
 pub struct NewJob {
     pub id: JobId,
     pub task_type: String,
     pub params: Value,
-    pub correlation_id: String,
-    pub idempotency_key: String,
-    pub request_hash: Vec<u8>,
+    pub correlation_id: CorrelationId,
+    pub idempotency_key: IdempotencyKey,
+    pub request_hash: RequestHash,
     pub parent_id: Option<JobId>,
     pub run_at: DateTime<Utc>,
-    pub max_attempts: i32,
-    pub timeout_seconds: i32,
+    pub limits: Limits,
     /// At most `limit` jobs of this key run at once.
     pub concurrency: Option<Concurrency>,
     pub callback_url: Option<String>,
 }
 
 impl NewJob {
+    /// A job of `task_type` due now, on the default limits, correlated by its own id, its
+    /// request hashed from `params`. Fields not named here are set by struct update.
+    pub fn new(task_type: &str, params: Value, idempotency_key: IdempotencyKey) -> NewJob {
+        let id = JobId::new();
+        NewJob {
+            id,
+            task_type: task_type.to_owned(),
+            request_hash: RequestHash::of(params.to_string().as_bytes()),
+            params,
+            correlation_id: CorrelationId::of_job(id),
+            idempotency_key,
+            parent_id: None,
+            run_at: Utc::now(),
+            limits: Limits::DEFAULT,
+            concurrency: None,
+            callback_url: None,
+        }
+    }
+
     /// A child of the parent `parent_id`: it carries the parent's correlation id. Fields not
     /// named here are the request's own.
-    pub fn child_of(parent_id: JobId, correlation_id: &str, mut child: NewJob) -> NewJob {
+    pub fn child_of(parent_id: JobId, correlation_id: &CorrelationId, mut child: NewJob) -> NewJob {
         child.parent_id = Some(parent_id);
-        child.correlation_id = correlation_id.to_owned();
+        child.correlation_id = correlation_id.clone();
         child
     }
 }
@@ -96,13 +115,13 @@ pub async fn insert_many(
     let params: Vec<&Value> = jobs.iter().map(|j| &j.params).collect();
     let corr: Vec<&str> = jobs.iter().map(|j| j.correlation_id.as_str()).collect();
     let keys: Vec<&str> = jobs.iter().map(|j| j.idempotency_key.as_str()).collect();
-    let hashes: Vec<&[u8]> = jobs.iter().map(|j| j.request_hash.as_slice()).collect();
+    let hashes: Vec<&[u8]> = jobs.iter().map(|j| j.request_hash.as_bytes()).collect();
     let parents: Vec<Option<JobId>> = jobs.iter().map(|j| j.parent_id).collect();
     let run_ats: Vec<DateTime<Utc>> = jobs.iter().map(|j| j.run_at).collect();
-    let max_attempts: Vec<i32> = jobs.iter().map(|j| j.max_attempts).collect();
-    let timeouts: Vec<i32> = jobs.iter().map(|j| j.timeout_seconds).collect();
-    let ckeys: Vec<Option<&str>> = jobs.iter().map(|j| j.concurrency.as_ref().map(|c| c.key.as_str())).collect();
-    let climits: Vec<Option<i32>> = jobs.iter().map(|j| j.concurrency.as_ref().map(|c| c.limit)).collect();
+    let max_attempts: Vec<i32> = jobs.iter().map(|j| j.limits.max_attempts()).collect();
+    let timeouts: Vec<i32> = jobs.iter().map(|j| j.limits.timeout_seconds()).collect();
+    let ckeys: Vec<Option<&str>> = jobs.iter().map(|j| j.concurrency.as_ref().map(Concurrency::key)).collect();
+    let climits: Vec<Option<i32>> = jobs.iter().map(|j| j.concurrency.as_ref().map(Concurrency::limit)).collect();
     let callbacks: Vec<Option<&str>> = jobs.iter().map(|j| j.callback_url.as_deref()).collect();
     let rows = db
         .query(
@@ -123,15 +142,16 @@ pub async fn insert_many(
     for job in jobs {
         // The first item with a key takes the created row; a repeat of the key in the same
         // batch sees it as existing.
-        if let Some(j) = created.remove(&job.idempotency_key) {
-            existing.insert(job.idempotency_key.clone(), j.clone());
+        let key = job.idempotency_key.as_str();
+        if let Some(j) = created.remove(key) {
+            existing.insert(key.to_owned(), j.clone());
             out.push(Inserted::Created(j));
-        } else if let Some(j) = existing.get(&job.idempotency_key) {
+        } else if let Some(j) = existing.get(key) {
             out.push(Inserted::Existing(j.clone()));
         } else {
             // ON CONFLICT waited for any concurrent insert of the key, so the row existed a
             // moment ago; only a deletion in between (retention) lands here.
-            return Err(StoreError::Vanished(format!("idempotency key {:?}", job.idempotency_key)));
+            return Err(StoreError::Vanished(format!("idempotency key {:?}", key)));
         }
     }
     Ok(out)
