@@ -15,7 +15,7 @@ use serde_json::json;
 use super::intake::Server;
 use super::setup::Scratch;
 use taskdeck::job::JobId;
-use taskdeck::job::terms::{Concurrency, IdempotencyKey, Limits};
+use taskdeck::job::terms::{Concurrency, CorrelationId, IdempotencyKey, Limits};
 use taskdeck::platform::Settings;
 use taskdeck::store::jobs::{self, NewJob};
 use taskdeck::store::tooling::bench;
@@ -148,6 +148,7 @@ pub async fn keyed(base_url: &str, n: usize) -> anyhow::Result<Drain> {
         for from in (0..n).step_by(5000) {
             let chunk: Vec<NewJob> = (from..n.min(from + 5000))
                 .map(|i| NewJob {
+                    correlation_id: CorrelationId::parse(&format!("keyed-{i}")).expect("a valid correlation id"),
                     run_at: now,
                     limits: Limits::fixed(3, 60),
                     concurrency: one.clone(),

@@ -10,7 +10,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 use taskdeck::platform::{Platform, Settings};
-use taskdeck::job::terms::{IdempotencyKey, Limits};
+use taskdeck::job::terms::{CorrelationId, IdempotencyKey, Limits};
 use taskdeck::store::jobs::{self, NewJob};
 use taskdeck::store::tenants;
 use taskdeck::store::tooling;
@@ -55,6 +55,7 @@ impl Scratch {
         while made < n {
             let chunk: Vec<NewJob> = (made..n.min(made + 5000))
                 .map(|i| NewJob {
+                    correlation_id: CorrelationId::parse(&format!("bench-{i}")).expect("a valid correlation id"),
                     run_at: now,
                     limits: Limits::fixed(3, 60),
                     ..NewJob::new("noop", json!({}), IdempotencyKey::parse(&format!("pre-{i}")).expect("a valid key"))
