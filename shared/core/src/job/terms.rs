@@ -398,5 +398,4 @@ mod tests {
     fn fixed_limits_out_of_bounds_are_refused() {
         let _ = Limits::fixed(MAX_ATTEMPTS + 1, 60);
     }
-
 }

@@ -175,7 +175,8 @@ impl Ingress {
         let key = IdempotencyKey::provider_message(envelope, params["message_id"].as_str().unwrap_or_default())
             .ok_or(Unparseable::LongMessageId)?;
         // An SES event carries the correlation id of the message it is about.
-        // (A tag that is no valid correlation id, one over 200 characters, is not used.)
+        // (`correlation_tag` bounds its length; one with a control character is no correlation
+        // id, and the message's key stands in for it.)
         let correlation_id = crate::email::events::correlation_tag(&params["message"])
             .and_then(|tag| CorrelationId::parse(&tag).ok())
             .unwrap_or_else(|| CorrelationId::of_key(&key));
