@@ -77,9 +77,8 @@ async fn another_tenants_job_is_not_found_on_every_route() {
     let (s, list) = w.call_as(&other_key, Method::GET, "/v1/jobs?correlation_id=c-1", None, None).await;
     assert_eq!((s, list["jobs"].as_array().unwrap().len()), (StatusCode::OK, 0));
     // The same idempotency key is free for another tenant.
-    let (s, _) = w
-        .call_as(&other_key, Method::POST, "/v1/jobs", Some("mine"), Some(br#"{"task_type":"noop"}"#.to_vec()))
-        .await;
+    let (s, _) =
+        w.call_as(&other_key, Method::POST, "/v1/jobs", Some("mine"), Some(br#"{"task_type":"noop"}"#.to_vec())).await;
     assert_eq!(s, StatusCode::ACCEPTED);
     // And the owner's job was not cancelled by the other tenant.
     let (_, mine) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
@@ -96,15 +95,50 @@ async fn bad_input_gets_a_clear_4xx_json_error_and_stores_nothing() {
     let cases: Vec<(Option<&str>, Vec<u8>, StatusCode, &str)> = vec![
         (None, br#"{"task_type":"noop"}"#.to_vec(), StatusCode::BAD_REQUEST, "missing_idempotency_key"),
         (Some("k"), b"{not json".to_vec(), StatusCode::BAD_REQUEST, "malformed_json"),
-        (Some("k"), br#"{"task_type":"noop","params":{"echo":"a\u0000b"}}"#.to_vec(), StatusCode::BAD_REQUEST, "nul_character"),
+        (
+            Some("k"),
+            br#"{"task_type":"noop","params":{"echo":"a\u0000b"}}"#.to_vec(),
+            StatusCode::BAD_REQUEST,
+            "nul_character",
+        ),
         (Some("k"), br#"{"task_type":"no\u0000op"}"#.to_vec(), StatusCode::BAD_REQUEST, "nul_character"),
         (Some("k"), br#"{"task_type":42}"#.to_vec(), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"),
-        (Some("k"), br#"{"task_type":"noop","max_attempts":"three"}"#.to_vec(), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"),
-        (Some("k"), br#"{"task_type":"noop","surprise":1}"#.to_vec(), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"),
-        (Some("k"), br#"{"task_type":"launch_rockets"}"#.to_vec(), StatusCode::UNPROCESSABLE_ENTITY, "unknown_task_type"),
-        (Some("k"), br#"{"task_type":"sleep","params":{"seconds":"long"}}"#.to_vec(), StatusCode::UNPROCESSABLE_ENTITY, "invalid_params"),
-        (Some("k"), br#"{"task_type":"noop","delay_seconds":5,"run_at":"2030-01-01T00:00:00Z"}"#.to_vec(), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"),
-        (Some("k"), br#"{"task_type":"noop","max_attempts":0}"#.to_vec(), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"),
+        (
+            Some("k"),
+            br#"{"task_type":"noop","max_attempts":"three"}"#.to_vec(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+        ),
+        (
+            Some("k"),
+            br#"{"task_type":"noop","surprise":1}"#.to_vec(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+        ),
+        (
+            Some("k"),
+            br#"{"task_type":"launch_rockets"}"#.to_vec(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown_task_type",
+        ),
+        (
+            Some("k"),
+            br#"{"task_type":"sleep","params":{"seconds":"long"}}"#.to_vec(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_params",
+        ),
+        (
+            Some("k"),
+            br#"{"task_type":"noop","delay_seconds":5,"run_at":"2030-01-01T00:00:00Z"}"#.to_vec(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+        ),
+        (
+            Some("k"),
+            br#"{"task_type":"noop","max_attempts":0}"#.to_vec(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_field",
+        ),
         (Some("k"), br#"[1,2,3]"#.to_vec(), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"),
         (Some("k"), vec![b'x'; taskdeck::api::MAX_BODY_BYTES + 1], StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
     ];
@@ -115,7 +149,20 @@ async fn bad_input_gets_a_clear_4xx_json_error_and_stores_nothing() {
         assert!(err["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
     }
     let (_, err) = post(Some("k"), br#"{"task_type":"launch_rockets"}"#.to_vec()).await;
-    assert_eq!(err["error"]["available"], json!(["email.campaign", "email.send", "http.request", "noop", "sleep", "test.await", "test.effect", "test.fail", "test.whoami"]));
+    assert_eq!(
+        err["error"]["available"],
+        json!([
+            "email.campaign",
+            "email.send",
+            "http.request",
+            "noop",
+            "sleep",
+            "test.await",
+            "test.effect",
+            "test.fail",
+            "test.whoami"
+        ])
+    );
     let (_, err) = post(Some("k"), br#"{"task_type":"sleep","params":{"seconds":"long"}}"#.to_vec()).await;
     assert_eq!(err["error"]["field"], "params.seconds");
 
@@ -158,7 +205,8 @@ async fn batch_answers_per_item_and_stores_the_valid_ones() {
     assert_eq!(res["results"][5]["error"]["code"], "idempotency_key_reused");
     assert_eq!(w.count("SELECT count(*) FROM jobs", &[]).await, 3);
 
-    let too_many: Vec<Value> = (0..501).map(|i| json!({"idempotency_key": format!("x{i}"), "task_type": "noop"})).collect();
+    let too_many: Vec<Value> =
+        (0..501).map(|i| json!({"idempotency_key": format!("x{i}"), "task_type": "noop"})).collect();
     let (s, err) = w.call(Method::POST, "/v1/jobs:batch", None, Some(json!({"jobs": too_many}))).await;
     assert_eq!((s, err["error"]["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_batch")));
     let full: Vec<Value> = (0..500).map(|i| json!({"idempotency_key": format!("y{i}"), "task_type": "noop"})).collect();
@@ -173,7 +221,11 @@ async fn listing_filters_and_pages_through_a_change_feed() {
     for i in 0..7 {
         let task = if i % 2 == 0 { "noop" } else { "sleep" };
         let params = if task == "sleep" { json!({"seconds": 0}) } else { json!({}) };
-        w.submit(&format!("l{i}"), json!({"task_type": task, "params": params, "correlation_id": format!("c{}", i % 3)})).await;
+        w.submit(
+            &format!("l{i}"),
+            json!({"task_type": task, "params": params, "correlation_id": format!("c{}", i % 3)}),
+        )
+        .await;
     }
     let mut seen = Vec::new();
     let mut path = "/v1/jobs?limit=3".to_owned();
@@ -233,7 +285,12 @@ async fn a_failed_dispatch_never_fails_the_request() {
     assert_eq!(s, StatusCode::ACCEPTED);
     let id: taskdeck::job::JobId = job["id"].as_str().unwrap().parse().unwrap();
     assert_eq!(
-        w.eventually("SELECT count(*) FROM jobs WHERE id = $1 AND status = 'pending' AND dispatched_at IS NULL", &[&id], 1).await,
+        w.eventually(
+            "SELECT count(*) FROM jobs WHERE id = $1 AND status = 'pending' AND dispatched_at IS NULL",
+            &[&id],
+            1
+        )
+        .await,
         1,
         "left pending, marked undispatched for the sweep"
     );
@@ -245,14 +302,23 @@ async fn a_running_jobs_history_shows_its_submission_and_claim() {
     let (_, job) = w.submit("running", json!({"task_type": "noop"})).await;
     let id: taskdeck::job::JobId = job["id"].as_str().unwrap().parse().unwrap();
     let (_, ev) = w.call(Method::GET, &format!("/v1/jobs/{id}/events"), None, None).await;
-    assert_eq!(ev["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect::<Vec<_>>(), ["submitted"]);
-    assert_eq!((ev["events"][0]["at"].clone(), ev["events"][0]["to_status"].clone()), (job["created_at"].clone(), json!("pending")));
+    assert_eq!(
+        ev["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect::<Vec<_>>(),
+        ["submitted"]
+    );
+    assert_eq!(
+        (ev["events"][0]["at"].clone(), ev["events"][0]["to_status"].clone()),
+        (job["created_at"].clone(), json!("pending"))
+    );
     taskdeck::store::jobs::claim_ids(&w.db().await, &[id], 30.0, None).await.unwrap();
     let (_, ev) = w.call(Method::GET, &format!("/v1/jobs/{id}/events"), None, None).await;
     let (_, running) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
     let claimed = &ev["events"][1];
     assert_eq!(ev["events"].as_array().unwrap().len(), 2, "{ev}");
-    assert_eq!((claimed["kind"].as_str(), claimed["attempt"].as_i64(), claimed["from_status"].as_str()), (Some("claimed"), Some(1), Some("pending")));
+    assert_eq!(
+        (claimed["kind"].as_str(), claimed["attempt"].as_i64(), claimed["from_status"].as_str()),
+        (Some("claimed"), Some(1), Some("pending"))
+    );
     assert_eq!(claimed["at"], running["started_at"], "the claim is the running attempt's start");
 }
 
@@ -261,7 +327,8 @@ fn every_event_kind_is_documented_and_storable() {
     let docs = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/");
     for doc in ["state_machine.md", "api.md"] {
         let text = std::fs::read_to_string(format!("{docs}{doc}")).unwrap();
-        let missing: Vec<_> = taskdeck::store::jobs::JobEvent::KINDS.iter().filter(|k| !text.contains(&format!("`{k}`"))).collect();
+        let missing: Vec<_> =
+            taskdeck::store::jobs::JobEvent::KINDS.iter().filter(|k| !text.contains(&format!("`{k}`"))).collect();
         assert!(missing.is_empty(), "{doc} does not name {missing:?}");
     }
     // Every kind but the two derived ones (`submitted`, `claimed`) is one the table may hold.
@@ -277,6 +344,10 @@ fn every_event_kind_is_documented_and_storable() {
     }
     let stored: Vec<&str> = latest.split('\'').skip(1).step_by(2).collect();
     assert!(stored.len() >= 12, "{latest}");
-    let unstorable: Vec<_> = taskdeck::store::jobs::JobEvent::KINDS[2..].iter().filter(|k| !stored.contains(k)).collect();
-    assert!(unstorable.is_empty() && !stored.contains(&"submitted") && !stored.contains(&"claimed"), "{unstorable:?} / {stored:?}");
+    let unstorable: Vec<_> =
+        taskdeck::store::jobs::JobEvent::KINDS[2..].iter().filter(|k| !stored.contains(k)).collect();
+    assert!(
+        unstorable.is_empty() && !stored.contains(&"submitted") && !stored.contains(&"claimed"),
+        "{unstorable:?} / {stored:?}"
+    );
 }

@@ -62,7 +62,10 @@ async fn world() -> World {
 async fn deliver_due(w: &World) -> usize {
     let db = w.db().await;
     let ids: Vec<JobId> = db
-        .query("UPDATE jobs SET run_at = now() WHERE task_type = 'callback.deliver' AND status = 'pending' RETURNING id", &[])
+        .query(
+            "UPDATE jobs SET run_at = now() WHERE task_type = 'callback.deliver' AND status = 'pending' RETURNING id",
+            &[],
+        )
         .await
         .unwrap()
         .iter()
@@ -87,7 +90,8 @@ async fn run_job(w: &World, key: &str, body: Value) -> JobId {
 async fn a_callback_failing_three_times_then_succeeding_arrives_signed() {
     let w = world().await;
     let (addr, seen) = receiver("127.0.0.1", vec![(500, None), (503, Some("600")), (500, None)]).await;
-    let (s, settings) = w.call(Method::PUT, "/v1/callbacks", None, Some(json!({"url": format!("http://{addr}/hooks")}))).await;
+    let (s, settings) =
+        w.call(Method::PUT, "/v1/callbacks", None, Some(json!({"url": format!("http://{addr}/hooks")}))).await;
     assert_eq!(s, StatusCode::OK, "{settings}");
     let secret = settings["secret"].as_str().unwrap().to_owned();
     assert!(secret.starts_with("whsec_"));
@@ -116,17 +120,27 @@ async fn a_callback_failing_three_times_then_succeeding_arrives_signed() {
     let (headers, body) = &got[3];
     let event = Verifier::new([secret.clone()]).verify(headers, body).expect("a valid signature");
     assert_eq!(event.kind, "job.succeeded");
-    assert_eq!((event.data["id"].as_str(), event.data["correlation_id"].as_str()), (Some(id.to_string().as_str()), Some("order-42")));
+    assert_eq!(
+        (event.data["id"].as_str(), event.data["correlation_id"].as_str()),
+        (Some(id.to_string().as_str()), Some("order-42"))
+    );
     assert!(Verifier::new(["whsec_AAAA"]).verify(headers, body).is_err(), "another secret fails");
     let mut tampered = body.clone();
     tampered[0] = b' ';
     assert!(Verifier::new([secret.clone()]).verify(headers, &tampered).is_err(), "a changed body fails");
 
     let (_, attempts) = w.call(Method::GET, &format!("/v1/jobs/{id}/callbacks"), None, None).await;
-    let outcomes: Vec<(&str, i64)> = attempts["attempts"].as_array().unwrap().iter()
-        .map(|a| (a["outcome"].as_str().unwrap(), a["http_status"].as_i64().unwrap())).collect();
+    let outcomes: Vec<(&str, i64)> = attempts["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["outcome"].as_str().unwrap(), a["http_status"].as_i64().unwrap()))
+        .collect();
     assert_eq!(outcomes, [("failed", 500), ("failed", 503), ("failed", 500), ("delivered", 200)]);
-    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE task_type = 'callback.deliver' AND status = 'succeeded'", &[]).await, 1);
+    assert_eq!(
+        w.count("SELECT count(*) FROM jobs WHERE task_type = 'callback.deliver' AND status = 'succeeded'", &[]).await,
+        1
+    );
 
     // Rotation: two secrets sign until the overlap ends; a receiver with either accepts.
     let (_, rotated) = w.call(Method::POST, "/v1/callbacks/rotate", None, Some(json!({"overlap_seconds": 3600}))).await;
@@ -158,8 +172,10 @@ async fn gone_stops_retries_and_shadow_mode_sends_nothing() {
     let id = run_job(&w, "own", json!({"task_type": "noop", "callback_url": format!("http://{other}/mine")})).await;
     assert_eq!(deliver_due(&w).await, 1);
     let (_, a) = w.call(Method::GET, &format!("/v1/jobs/{id}/callbacks"), None, None).await;
-    assert_eq!((a["attempts"][0]["outcome"].as_str(), a["attempts"][0]["url"].as_str()),
-        (Some("shadowed"), Some(format!("http://{other}/mine").as_str())));
+    assert_eq!(
+        (a["attempts"][0]["outcome"].as_str(), a["attempts"][0]["url"].as_str()),
+        (Some("shadowed"), Some(format!("http://{other}/mine").as_str()))
+    );
     assert!(other_seen.lock().unwrap().is_empty() && seen.lock().unwrap().len() == 1);
     // A cancelled job calls back too (sent by the sweep).
     let (_, later) = w.submit("later", json!({"task_type": "noop", "delay_seconds": 60})).await;
@@ -172,11 +188,22 @@ async fn gone_stops_retries_and_shadow_mode_sends_nothing() {
     assert_eq!((s.as_u16(), e["error"]["code"].as_str()), (409, Some("callbacks_not_configured")));
     let (s, e) = w.submit("y", json!({"task_type": "noop", "callback_url": "ftp://example.com/"})).await;
     assert_eq!((s.as_u16(), e["error"]["field"].as_str()), (422, Some("callback_url")));
-    for (i, url) in ["https://example.com:3874*", "https://example.com/a b", "https://example.com/%zz", "https://example.com/#frag", "https://a.1/"].iter().enumerate() {
+    for (i, url) in [
+        "https://example.com:3874*",
+        "https://example.com/a b",
+        "https://example.com/%zz",
+        "https://example.com/#frag",
+        "https://a.1/",
+    ]
+    .iter()
+    .enumerate()
+    {
         let (s, e) = w.submit(&format!("shape-{i}"), json!({"task_type": "noop", "callback_url": url})).await;
         assert_eq!((s.as_u16(), e["error"]["field"].as_str()), (422, Some("callback_url")), "{url}");
     }
-    let (s, e) = w.submit("z", json!({"task_type": "noop", "callback_url": "https://hooks.example.com:8443/in/%C3%A9?a=1&b=%2F"})).await;
+    let (s, e) = w
+        .submit("z", json!({"task_type": "noop", "callback_url": "https://hooks.example.com:8443/in/%C3%A9?a=1&b=%2F"}))
+        .await;
     assert_eq!(s.as_u16(), 202, "{e}");
 }
 
@@ -234,7 +261,11 @@ async fn the_ssrf_corpus_never_connects() {
     // callback attempts; no operator exception, one count per tenant and cause.
     let failed = "SELECT count(*) FROM jobs WHERE task_type = 'callback.deliver' AND status = 'failed'";
     assert_eq!(w.count(failed, &[]).await, corpus.len() as i64);
-    assert_eq!(w.count("SELECT count(*) FROM exceptions", &[]).await, 0, "a tenant's refused callbacks are not operator work");
+    assert_eq!(
+        w.count("SELECT count(*) FROM exceptions", &[]).await,
+        0,
+        "a tenant's refused callbacks are not operator work"
+    );
     let faults = "SELECT count FROM tenant_faults WHERE tenant_id = $1 AND task_type = 'callback.deliver' AND kind = 'fatal_error'";
     assert_eq!(w.count(faults, &[&w.tenant.id]).await, corpus.len() as i64);
 
@@ -252,7 +283,10 @@ async fn the_ssrf_corpus_never_connects() {
     let id = run_job(&w2, "redirect", json!({"task_type": "noop"})).await;
     deliver_due(&w2).await;
     let (_, a) = w2.call(Method::GET, &format!("/v1/jobs/{id}/callbacks"), None, None).await;
-    assert_eq!((a["attempts"][0]["outcome"].as_str(), a["attempts"][0]["http_status"].as_i64()), (Some("failed"), Some(302)));
+    assert_eq!(
+        (a["attempts"][0]["outcome"].as_str(), a["attempts"][0]["http_status"].as_i64()),
+        (Some("failed"), Some(302))
+    );
     assert!(trapped.lock().unwrap().is_empty(), "the redirect was followed");
 }
 
@@ -292,15 +326,22 @@ async fn a_correlation_id_reaches_children_callbacks_and_log_lines() {
     let w = world().await;
     let (addr, seen) = receiver("127.0.0.1", vec![]).await;
     w.call(Method::PUT, "/v1/callbacks", None, Some(json!({"url": format!("http://{addr}/")}))).await;
-    let (_, parent) = w.submit("top", json!({"task_type": "noop", "correlation_id": "order-77", "delay_seconds": 600})).await;
+    let (_, parent) =
+        w.submit("top", json!({"task_type": "noop", "correlation_id": "order-77", "delay_seconds": 600})).await;
     let pid = id_of(&parent);
     assert!(jobs::wait_for_children(&w.db().await, w.tenant.id, pid, 2).await.unwrap());
     let parent = jobs::get(&w.db().await, w.tenant.id, pid).await.unwrap().unwrap();
     let kids: Vec<NewJob> = (0..2)
-        .map(|i| NewJob::child_of(parent.id, &CorrelationId::parse(&parent.correlation_id).unwrap(), NewJob {
-            limits: Limits::fixed(1, 10),
-            ..NewJob::new("noop", json!({}), IdempotencyKey::parse(&format!("top:{i}")).unwrap())
-        }))
+        .map(|i| {
+            NewJob::child_of(
+                parent.id,
+                &CorrelationId::parse(&parent.correlation_id).unwrap(),
+                NewJob {
+                    limits: Limits::fixed(1, 10),
+                    ..NewJob::new("noop", json!({}), IdempotencyKey::parse(&format!("top:{i}")).unwrap())
+                },
+            )
+        })
         .collect();
     let kid_ids: Vec<JobId> = kids.iter().map(|k| k.id).collect();
     w.platform.intake.enqueue(w.tenant.id, kids).await.unwrap();
@@ -316,13 +357,19 @@ async fn a_correlation_id_reaches_children_callbacks_and_log_lines() {
     assert_eq!(chain.iter().filter(|j| j["parent_id"] == pid.to_string()).count(), 2);
     let (headers, body) = seen.lock().unwrap()[0].clone();
     let event: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!((event["type"].as_str(), event["data"]["correlation_id"].as_str()), (Some("job.succeeded"), Some("order-77")));
+    assert_eq!(
+        (event["type"].as_str(), event["data"]["correlation_id"].as_str()),
+        (Some("job.succeeded"), Some("order-77"))
+    );
     assert_eq!(event["data"]["progress"]["succeeded"], 2);
     assert!(headers.contains_key("webhook-signature"));
 
     let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
-    let with_id: Vec<Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok())
-        .filter(|l: &Value| l["span"]["correlation_id"] == "order-77").collect();
+    let with_id: Vec<Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|l: &Value| l["span"]["correlation_id"] == "order-77")
+        .collect();
     for id in kid_ids.iter().chain([&pid]) {
         assert!(with_id.iter().any(|l| l["span"]["job_id"] == id.to_string()), "no log line for {id} in:\n{text}");
     }
@@ -366,7 +413,9 @@ async fn the_client_module_verifies_reconciles_and_refreshes_against_a_running_r
     assert_eq!(projection.refresh(&client, ids[1]).await.unwrap().unwrap()["status"], "succeeded");
     assert!(client.job(JobId::new()).await.unwrap().is_none());
     // Past the settle window with nothing new: an empty page, a cursor that still works.
-    let (_, page) = w.call(Method::GET, &format!("/v1/jobs?updated_since={}", projection.cursor.as_ref().unwrap()), None, None).await;
+    let (_, page) = w
+        .call(Method::GET, &format!("/v1/jobs?updated_since={}", projection.cursor.as_ref().unwrap()), None, None)
+        .await;
     assert!(page["resume_cursor"].is_string());
     let (s, e) = w.call(Method::GET, "/v1/jobs?updated_since=garbage", None, None).await;
     assert_eq!((s.as_u16(), e["error"]["field"].as_str()), (400, Some("updated_since")));
@@ -379,7 +428,9 @@ async fn a_tenants_failing_callbacks_are_its_own_and_reach_operators_once_per_ca
     let plain = World::new().await;
     plain.call(Method::PUT, "/v1/callbacks", None, Some(json!({"url": null}))).await;
     for i in 0..27 {
-        let (s, e) = plain.submit(&format!("refused-{i}"), json!({"task_type": "noop", "callback_url": "http://127.0.0.1/"})).await;
+        let (s, e) = plain
+            .submit(&format!("refused-{i}"), json!({"task_type": "noop", "callback_url": "http://127.0.0.1/"}))
+            .await;
         assert_eq!((s.as_u16(), e["error"]["field"].as_str()), (422, Some("callback_url")), "{e}");
     }
     assert_eq!(plain.count("SELECT count(*) FROM jobs", &[]).await, 0);
@@ -415,8 +466,11 @@ async fn a_tenants_failing_callbacks_are_its_own_and_reach_operators_once_per_ca
     let (s, list) = w.call_as(&op, Method::GET, "/v1/admin/tenant-faults", None, None).await;
     assert_eq!(s, StatusCode::OK, "{list}");
     let row = &list["tenant_faults"][0];
-    assert_eq!((row["task_type"].as_str(), row["kind"].as_str(), row["count"].as_i64()),
-        (Some("callback.deliver"), Some("attempts_exhausted"), Some(2)), "{list}");
+    assert_eq!(
+        (row["task_type"].as_str(), row["kind"].as_str(), row["count"].as_i64()),
+        (Some("callback.deliver"), Some("attempts_exhausted"), Some(2)),
+        "{list}"
+    );
     assert_eq!(row["tenant_id"], json!(w.tenant.id));
     let (s, _) = w.call(Method::GET, "/v1/admin/tenant-faults", None, None).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED, "a tenant key cannot read operators' routes");

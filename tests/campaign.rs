@@ -26,7 +26,12 @@ fn campaign(recipients: Value, extra: Value) -> Value {
 
 async fn template(w: &World) {
     let (status, _) = w
-        .call(Method::PUT, "/v1/templates/news", None, Some(json!({"subject": "News for {{ name }}", "text": "Hi {{ name }}"})))
+        .call(
+            Method::PUT,
+            "/v1/templates/news",
+            None,
+            Some(json!({"subject": "News for {{ name }}", "text": "Hi {{ name }}"})),
+        )
         .await;
     assert_eq!(status, StatusCode::OK);
 }
@@ -46,7 +51,8 @@ async fn ten_thousand_recipients_in_shadow_mode_complete_exactly_though_the_crea
     let w = World::new().await;
     sender(&w).await;
     template(&w).await;
-    let recipients: Vec<Value> = (0..N).map(|i| json!({"to": format!("r{i}@example.com"), "data": {"name": format!("r{i}")}})).collect();
+    let recipients: Vec<Value> =
+        (0..N).map(|i| json!({"to": format!("r{i}@example.com"), "data": {"name": format!("r{i}")}})).collect();
     let (status, parent) = w
         .submit("spring", campaign(json!(recipients), json!({"children_per_run": 2000, "concurrency_limit": 200})))
         .await;
@@ -69,7 +75,10 @@ async fn ten_thousand_recipients_in_shadow_mode_complete_exactly_though_the_crea
     }
     doomed.abort();
     let created_before_kill = w.count("SELECT count(*) FROM jobs WHERE parent_id = $1", &[&id]).await;
-    assert!(created_before_kill > 0 && created_before_kill < N as i64, "killed midway ({created_before_kill} children)");
+    assert!(
+        created_before_kill > 0 && created_before_kill < N as i64,
+        "killed midway ({created_before_kill} children)"
+    );
 
     // Workers and the sweep take over: the lease expires, the campaign resumes where it stopped.
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
@@ -102,14 +111,37 @@ async fn ten_thousand_recipients_in_shadow_mode_complete_exactly_though_the_crea
 
     // Exactly one child and one message per recipient, each carrying the campaign's correlation id.
     assert_eq!(w.count("SELECT count(*) FROM jobs WHERE parent_id = $1", &[&id]).await, N as i64);
-    assert_eq!(w.count("SELECT count(DISTINCT idempotency_key) FROM jobs WHERE parent_id = $1", &[&id]).await, N as i64);
-    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE parent_id = $1 AND correlation_id = 'spring-campaign'", &[&id]).await, N as i64);
-    assert_eq!(w.count("SELECT count(*) FROM messages WHERE status = 'shadowed' AND correlation_id = 'spring-campaign'", &[]).await, N as i64);
+    assert_eq!(
+        w.count("SELECT count(DISTINCT idempotency_key) FROM jobs WHERE parent_id = $1", &[&id]).await,
+        N as i64
+    );
+    assert_eq!(
+        w.count("SELECT count(*) FROM jobs WHERE parent_id = $1 AND correlation_id = 'spring-campaign'", &[&id]).await,
+        N as i64
+    );
+    assert_eq!(
+        w.count("SELECT count(*) FROM messages WHERE status = 'shadowed' AND correlation_id = 'spring-campaign'", &[])
+            .await,
+        N as i64
+    );
     assert_eq!(w.count("SELECT count(DISTINCT recipients) FROM messages", &[]).await, N as i64, "each recipient once");
-    let subject: String = w.db().await.query_one("SELECT subject FROM messages WHERE recipients->'to'->>0 = 'r42@example.com'", &[]).await.unwrap().get(0);
+    let subject: String = w
+        .db()
+        .await
+        .query_one("SELECT subject FROM messages WHERE recipients->'to'->>0 = 'r42@example.com'", &[])
+        .await
+        .unwrap()
+        .get(0);
     assert_eq!(subject, "News for r42", "recipient data over the message's");
-    assert!(w.count("SELECT count(*) FROM job_events WHERE job_id = $1 AND kind = 'continued'", &[&id]).await >= 3, "it continued itself across runs");
-    assert_eq!(w.count("SELECT count(*) FROM job_events WHERE job_id = $1 AND kind = 'lease_expired'", &[&id]).await, 1, "the kill was recovered and recorded");
+    assert!(
+        w.count("SELECT count(*) FROM job_events WHERE job_id = $1 AND kind = 'continued'", &[&id]).await >= 3,
+        "it continued itself across runs"
+    );
+    assert_eq!(
+        w.count("SELECT count(*) FROM job_events WHERE job_id = $1 AND kind = 'lease_expired'", &[&id]).await,
+        1,
+        "the kill was recovered and recorded"
+    );
     let (_, chain) = w.call(Method::GET, "/v1/messages?correlation_id=spring-campaign&limit=5", None, None).await;
     assert_eq!(chain["messages"].as_array().map(Vec::len), Some(5));
 }
@@ -133,8 +165,11 @@ async fn a_paged_campaign_is_held_until_its_last_page_arrives() {
     let (status, e) = w.call(Method::PUT, &format!("/v1/jobs/{id}/recipients/0"), None, Some(page(9))).await;
     assert_eq!((status, e["error"]["code"].as_str()), (StatusCode::CONFLICT, Some("page_conflict")));
     let (status, e) = w.call(Method::PUT, &format!("/v1/jobs/{id}/recipients/2"), None, Some(page(2))).await;
-    assert_eq!((status, e["error"]["code"].as_str(), e["error"]["field"].as_str()), (StatusCode::CONFLICT, Some("page_out_of_range"), Some("page")),
-        "a page past the campaign's own count conflicts with the campaign");
+    assert_eq!(
+        (status, e["error"]["code"].as_str(), e["error"]["field"].as_str()),
+        (StatusCode::CONFLICT, Some("page_out_of_range"), Some("page")),
+        "a page past the campaign's own count conflicts with the campaign"
+    );
     let (status, r) = w.call(Method::PUT, &format!("/v1/jobs/{id}/recipients/1"), None, Some(page(1))).await;
     assert_eq!((status, r["released"].as_bool()), (StatusCode::CREATED, Some(true)), "{r}");
 
@@ -142,7 +177,15 @@ async fn a_paged_campaign_is_held_until_its_last_page_arrives() {
     let pid: JobId = id.parse().unwrap();
     let (report, _) = exec.run_dispatched(&[pid]).await.unwrap();
     assert_eq!(report.waiting, 1, "all six children exist; the campaign waits");
-    let kids: Vec<JobId> = w.db().await.query("SELECT id FROM jobs WHERE parent_id = $1", &[&pid]).await.unwrap().iter().map(|r| r.get(0)).collect();
+    let kids: Vec<JobId> = w
+        .db()
+        .await
+        .query("SELECT id FROM jobs WHERE parent_id = $1", &[&pid])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
     assert_eq!(kids.len(), 6);
     let (_, j) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
     assert_eq!((j["status"].as_str(), j["waiting_reason"].as_str()), (Some("waiting"), Some("waiting_for_children")));
@@ -153,10 +196,20 @@ async fn a_paged_campaign_is_held_until_its_last_page_arrives() {
 
     // Pages only for a paged campaign of the caller's.
     let (_, other_key) = w.other_tenant("globex").await;
-    let (status, _) = w.call_as(&other_key, Method::PUT, &format!("/v1/jobs/{id}/recipients/0"), None, Some(serde_json::to_vec(&page(0)).unwrap())).await;
+    let (status, _) = w
+        .call_as(
+            &other_key,
+            Method::PUT,
+            &format!("/v1/jobs/{id}/recipients/0"),
+            None,
+            Some(serde_json::to_vec(&page(0)).unwrap()),
+        )
+        .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (_, plain) = w.submit("plain", json!({"task_type": "noop"})).await;
-    let (status, e) = w.call(Method::PUT, &format!("/v1/jobs/{}/recipients/0", plain["id"].as_str().unwrap()), None, Some(page(0))).await;
+    let (status, e) = w
+        .call(Method::PUT, &format!("/v1/jobs/{}/recipients/0", plain["id"].as_str().unwrap()), None, Some(page(0)))
+        .await;
     assert_eq!((status, e["error"]["code"].as_str()), (StatusCode::CONFLICT, Some("not_a_paged_campaign")));
 }
 
@@ -181,34 +234,60 @@ async fn campaign_requests_are_checked_at_submit() {
     recipients[3]["data"] = json!({"name": "Bo"});
     let body = json!({"task_type": "email.campaign", "params": {"message": literal, "recipients": recipients}});
     let (status, e) = w.submit("literal-data", body).await;
-    assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("params.recipients[3].data")), "{e}");
+    assert_eq!(
+        (status, e["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("params.recipients[3].data")),
+        "{e}"
+    );
     let single = json!({"task_type": "email.send", "params": {"from": "news@acme.example", "to": ["r3@example.com"],
         "subject": "News", "text": "Hello", "data": {"name": "Bo"}}});
     let (status, e) = w.submit("single-data", single).await;
-    assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("params.data")), "a single send, the same rule: {e}");
+    assert_eq!(
+        (status, e["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("params.data")),
+        "a single send, the same rule: {e}"
+    );
 
     // A template the tenant has not stored: one 409, for a campaign as for a single send.
     let (status, e) = w.submit("no-template", campaign(json!([{"to": "a@example.com"}]), json!({}))).await;
-    assert_eq!((status, e["error"]["code"].as_str(), e["error"]["field"].as_str()),
-        (StatusCode::CONFLICT, Some("unknown_template"), Some("params.message.template")), "{e}");
+    assert_eq!(
+        (status, e["error"]["code"].as_str(), e["error"]["field"].as_str()),
+        (StatusCode::CONFLICT, Some("unknown_template"), Some("params.message.template")),
+        "{e}"
+    );
     let single = json!({"task_type": "email.send", "params": {"from": "news@acme.example", "to": ["a@example.com"], "template": "news"}});
     let (status, e) = w.submit("single-no-template", single.clone()).await;
     assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::CONFLICT, Some("params.template")), "{e}");
-    let (_, batch) = w.call(Method::POST, "/v1/jobs:batch", None, Some(json!({"jobs": [
+    let (_, batch) = w
+        .call(
+            Method::POST,
+            "/v1/jobs:batch",
+            None,
+            Some(json!({"jobs": [
         {"idempotency_key": "b0", "task_type": "noop"},
-        {"idempotency_key": "b1", "task_type": "email.send", "params": single["params"]}]}))).await;
+        {"idempotency_key": "b1", "task_type": "email.send", "params": single["params"]}]})),
+        )
+        .await;
     assert_eq!(batch["results"][0]["status"], 202, "{batch}");
-    assert_eq!((batch["results"][1]["status"].as_u64(), batch["results"][1]["error"]["field"].as_str()),
-        (Some(409), Some("jobs[1].params.template")), "{batch}");
+    assert_eq!(
+        (batch["results"][1]["status"].as_u64(), batch["results"][1]["error"]["field"].as_str()),
+        (Some(409), Some("jobs[1].params.template")),
+        "{batch}"
+    );
     template(&w).await;
-    let (status, e) = w.submit("with-template", campaign(json!([{"to": "a@example.com", "data": {"name": "A"}}]), json!({}))).await;
+    let (status, e) =
+        w.submit("with-template", campaign(json!([{"to": "a@example.com", "data": {"name": "A"}}]), json!({}))).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{e}");
 
     // Pages uploaded later are checked the same way, each naming its recipient.
-    let (status, paged) = w.submit("paged-literal", json!({"task_type": "email.campaign", "params": {"message": literal, "pages": 1}})).await;
+    let (status, paged) = w
+        .submit("paged-literal", json!({"task_type": "email.campaign", "params": {"message": literal, "pages": 1}}))
+        .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{paged}");
     let page = json!({"recipients": [{"to": "a@example.com"}, {"to": "b@example.com", "data": {"x": 1}}]});
-    let (status, e) = w.call(Method::PUT, &format!("/v1/jobs/{}/recipients/0", paged["id"].as_str().unwrap()), None, Some(page)).await;
+    let (status, e) = w
+        .call(Method::PUT, &format!("/v1/jobs/{}/recipients/0", paged["id"].as_str().unwrap()), None, Some(page))
+        .await;
     assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::CONFLICT, Some("recipients[1].data")), "{e}");
 }
 
@@ -220,7 +299,9 @@ async fn run_until_done(w: &World, id: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     let last = loop {
         let (_, j) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
-        if ["succeeded", "failed", "cancelled"].contains(&j["status"].as_str().unwrap_or("")) || Instant::now() > deadline {
+        if ["succeeded", "failed", "cancelled"].contains(&j["status"].as_str().unwrap_or(""))
+            || Instant::now() > deadline
+        {
             break j;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -280,12 +361,23 @@ async fn a_campaign_with_some_failed_children_says_how_many_and_why() {
     let w = World::new().await;
     sender(&w).await;
     let (status, _) = w
-        .call(Method::PUT, "/v1/templates/news", None, Some(json!({"subject": "News for {{ name }}", "text": "Your code: {{ code }}"})))
+        .call(
+            Method::PUT,
+            "/v1/templates/news",
+            None,
+            Some(json!({"subject": "News for {{ name }}", "text": "Your code: {{ code }}"})),
+        )
         .await;
     assert_eq!(status, StatusCode::OK);
     // Four of ten recipients lack the `code` the template needs.
     let recipients: Vec<Value> = (0..10)
-        .map(|i| if i % 3 == 0 { json!({"to": format!("r{i}@example.com")}) } else { json!({"to": format!("r{i}@example.com"), "data": {"code": i}}) })
+        .map(|i| {
+            if i % 3 == 0 {
+                json!({"to": format!("r{i}@example.com")})
+            } else {
+                json!({"to": format!("r{i}@example.com"), "data": {"code": i}})
+            }
+        })
         .collect();
     let (status, parent) = w.submit("mixed", campaign(json!(recipients), json!({}))).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{parent}");

@@ -28,7 +28,10 @@ fn number(report: &Report, figure: &str) -> f64 {
 async fn duplicate_deliveries_are_claimed_once_and_counted() {
     let r = scenario("duplicates", 0.05).await;
     for t in ["sqs", "postgres"] {
-        assert!(number(&r, &format!("{t}: duplicate deliveries observed")) >= 100.0, "2-5 copies of 100 jobs reached the executor");
+        assert!(
+            number(&r, &format!("{t}: duplicate deliveries observed")) >= 100.0,
+            "2-5 copies of 100 jobs reached the executor"
+        );
         assert_eq!(number(&r, &format!("{t}: jobs whose observed deliveries differ from copies sent")), 0.0);
     }
 }
@@ -120,7 +123,8 @@ async fn concurrent_inserts_sharing_keys_in_any_order_do_not_deadlock() {
         let backward: Vec<NewJob> = (0..40).rev().map(|k| job(round, k)).collect();
         let (a, b) = (w.db().await, w.db().await);
         let tenant = w.tenant.id;
-        let (ra, rb) = tokio::join!(jobs::insert_many(&a, tenant, &forward, None), jobs::insert_many(&b, tenant, &backward, None));
+        let (ra, rb) =
+            tokio::join!(jobs::insert_many(&a, tenant, &forward, None), jobs::insert_many(&b, tenant, &backward, None));
         ra.expect("forward insert");
         rb.expect("backward insert");
     }
@@ -136,7 +140,11 @@ async fn the_first_repeat_of_a_key_in_one_insert_makes_the_job() {
     use taskdeck::job::terms::{IdempotencyKey, Limits};
     let item = |n: i32| NewJob {
         limits: Limits::fixed(1, 10),
-        ..NewJob::new("noop", serde_json::json!({"n": n}), IdempotencyKey::parse(if n == 0 { "b" } else { "same" }).unwrap())
+        ..NewJob::new(
+            "noop",
+            serde_json::json!({"n": n}),
+            IdempotencyKey::parse(if n == 0 { "b" } else { "same" }).unwrap(),
+        )
     };
     let batch: Vec<NewJob> = (1..=8).chain([0]).map(item).collect();
     let out = jobs::insert_many(&w.db().await, w.tenant.id, &batch, None).await.expect("insert");

@@ -52,7 +52,11 @@ async fn an_operator_key_rotates_and_the_old_one_stops() {
 #[tokio::test]
 async fn tenants_show_their_id_and_take_sending_identities() {
     let w = World::new().await;
-    let set: Value = serde_json::from_str(&stdout(&relay(&w, &["tenant", "identities", "acme", "Acme.example", "ops@globex.example"]))).unwrap();
+    let set: Value = serde_json::from_str(&stdout(&relay(
+        &w,
+        &["tenant", "identities", "acme", "Acme.example", "ops@globex.example"],
+    )))
+    .unwrap();
     assert_eq!(set["sending_identities"], json!(["acme.example", "ops@globex.example"]));
     let shown: Value = serde_json::from_str(&stdout(&relay(&w, &["tenant", "show", "acme"]))).unwrap();
     assert_eq!(shown["id"], w.tenant.id.to_string(), "the id RELAY_TENANT_TASK_ROLES is keyed by");
@@ -78,11 +82,15 @@ async fn jobs_are_listed_shown_and_watched_to_the_end() {
     assert_eq!(shown["job"]["status"], "succeeded");
     // Submitted, claimed, succeeded: in order, each with its time.
     let events = shown["events"].as_array().unwrap();
-    let steps: Vec<(&str, &str)> = events.iter().map(|e| (e["kind"].as_str().unwrap(), e["at"].as_str().unwrap())).collect();
+    let steps: Vec<(&str, &str)> =
+        events.iter().map(|e| (e["kind"].as_str().unwrap(), e["at"].as_str().unwrap())).collect();
     assert_eq!(steps.iter().map(|s| s.0).collect::<Vec<_>>(), ["submitted", "claimed", "succeeded"], "{shown}");
     let at: Vec<chrono::DateTime<chrono::Utc>> = steps.iter().map(|s| s.1.parse().unwrap()).collect();
     assert!(at[0] <= at[1] && at[1] <= at[2], "{shown}");
-    assert_eq!(shown["job"]["created_at"].as_str().map(|t| t.parse::<chrono::DateTime<chrono::Utc>>().unwrap()), Some(at[0]));
+    assert_eq!(
+        shown["job"]["created_at"].as_str().map(|t| t.parse::<chrono::DateTime<chrono::Utc>>().unwrap()),
+        Some(at[0])
+    );
     assert_eq!(events[2]["started_at"], events[1]["at"], "the claim is the attempt's start");
 
     // `watch` returns once the job is terminal: start it on a pending job, then run the job.
@@ -187,7 +195,14 @@ async fn the_bench_counts_the_tuples_index_entries_and_wal_a_job_cost() {
     assert!(accept.tables.iter().any(|t| t.table == "jobs" && t.inserted == N as i64), "{accept:?}");
     assert!(cost.total_wal_bytes > 100.0 && accept.wal_bytes > 0.0 && run.wal_bytes > 0.0, "{cost:?}");
     let table = lines("100, test", &cost, Some(("itself", &cost))).join("\n");
-    for row in ["accept", "claim", "complete", "total (WAL position)", "heap ins/upd(HOT)/del: claim+complete", "index entries: accept"] {
+    for row in [
+        "accept",
+        "claim",
+        "complete",
+        "total (WAL position)",
+        "heap ins/upd(HOT)/del: claim+complete",
+        "index entries: accept",
+    ] {
         assert!(table.contains(row), "{table}");
     }
     assert!(table.contains("itself: "), "{table}");
@@ -237,7 +252,11 @@ async fn smoke(url: &str, key: &str, within: &str) -> (bool, String, String) {
         .output()
         .await
         .expect("run relay smoke");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[tokio::test]
@@ -249,7 +268,12 @@ async fn smoke_passes_when_a_worker_runs_the_job_through_the_public_api() {
     assert!(ok, "smoke failed: {stderr}");
     assert!(stdout.contains("succeeded"), "{stdout}");
     // It really went through the API as this tenant: one noop job, succeeded.
-    let n = w.count("SELECT count(*) FROM jobs WHERE task_type = 'noop' AND status = 'succeeded' AND tenant_id = $1", &[&w.tenant.id]).await;
+    let n = w
+        .count(
+            "SELECT count(*) FROM jobs WHERE task_type = 'noop' AND status = 'succeeded' AND tenant_id = $1",
+            &[&w.tenant.id],
+        )
+        .await;
     assert_eq!(n, 1);
 }
 

@@ -6,8 +6,8 @@
 
 use std::time::Duration;
 
-use axum::http::{Method, StatusCode};
 use aws_lambda_events::sqs::SqsEvent;
+use axum::http::{Method, StatusCode};
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use taskdeck::job::JobId;
@@ -61,18 +61,23 @@ pub(crate) async fn token(w: &World, id: JobId, attempt: i32) -> String {
         let row = w.db().await.query_one("SELECT status, attempt FROM jobs WHERE id = $1", &[&id]).await.unwrap();
         let (status, at): (String, i32) = (row.get(0), row.get(1));
         let notes = effects::notes(&w.db().await, id).await.unwrap();
-        if status == "waiting" && at == attempt
+        if status == "waiting"
+            && at == attempt
             && let Some((_, t)) = notes.iter().find(|n| n.0 == attempt)
         {
             return t.clone();
         }
-        assert!(tokio::time::Instant::now() < deadline, "job {id} never waited on attempt {attempt}: {status} attempt {at}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job {id} never waited on attempt {attempt}: {status} attempt {at}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
 async fn complete(w: &World, api_key: &str, id: &str, body: Value) -> (StatusCode, Value) {
-    w.call_as(api_key, Method::POST, &format!("/v1/jobs/{id}/complete"), None, Some(body.to_string().into_bytes())).await
+    w.call_as(api_key, Method::POST, &format!("/v1/jobs/{id}/complete"), None, Some(body.to_string().into_bytes()))
+        .await
 }
 
 async fn count(w: &World, sql: &str, id: JobId) -> i64 {
@@ -80,13 +85,15 @@ async fn count(w: &World, sql: &str, id: JobId) -> i64 {
 }
 
 const TERMINAL_EVENTS: &str = "SELECT count(*) FROM job_events WHERE job_id = $1 AND kind IN ('succeeded', 'failed')";
-const CALLBACKS: &str = "SELECT count(*) FROM jobs WHERE task_type = 'callback.deliver' AND params->>'job_id' = $1::uuid::text";
+const CALLBACKS: &str =
+    "SELECT count(*) FROM jobs WHERE task_type = 'callback.deliver' AND params->>'job_id' = $1::uuid::text";
 
 #[tokio::test]
 async fn a_completion_applied_twice_changes_nothing_the_second_time() {
     let w = World::new().await;
     tenants::ensure(&w.db().await, "platform").await.unwrap();
-    let (s, b) = w.call(Method::PUT, "/v1/callbacks", None, Some(json!({"url": "https://hooks.example.com/relay"}))).await;
+    let (s, b) =
+        w.call(Method::PUT, "/v1/callbacks", None, Some(json!({"url": "https://hooks.example.com/relay"}))).await;
     assert_eq!(s, StatusCode::OK, "{b}");
     let run = Running::start(&w, false);
     let id = submit(&w, &w.key, "c-twice", json!({"within_seconds": 60}), 3).await;
@@ -112,11 +119,17 @@ async fn a_completion_applied_twice_changes_nothing_the_second_time() {
     let other = json!({"token": token, "outcome": "failure", "error": "line busy"});
     let (s, refused) = complete(&w, &w.key, &id.to_string(), other).await;
     assert_eq!(s, StatusCode::CONFLICT, "{refused}");
-    assert_eq!((refused["error"]["code"].as_str(), refused["error"]["outcome"].as_str()), (Some("already_completed"), Some("success")));
+    assert_eq!(
+        (refused["error"]["code"].as_str(), refused["error"]["outcome"].as_str()),
+        (Some("already_completed"), Some("success"))
+    );
     let after = (count(&w, TERMINAL_EVENTS, id).await, count(&w, CALLBACKS, id).await);
     assert_eq!(after, before, "nothing changed the second and third time");
     let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
-    assert_eq!((job["status"].as_str(), &job["result"]), (Some("succeeded"), &json!({"call": "answered", "seconds": 42})));
+    assert_eq!(
+        (job["status"].as_str(), &job["result"]),
+        (Some("succeeded"), &json!({"call": "answered", "seconds": 42}))
+    );
     run.stop().await;
 }
 
@@ -126,15 +139,23 @@ async fn a_failure_completion_retries_under_the_retry_policy_then_fails_with_one
     let run = Running::start(&w, false);
     let id = submit(&w, &w.key, "c-fail", json!({"within_seconds": 60}), 2).await;
     let first = token(&w, id, 1).await;
-    let (s, b) = complete(&w, &w.key, &id.to_string(), json!({"token": first, "outcome": "failure", "error": "no answer"})).await;
+    let (s, b) =
+        complete(&w, &w.key, &id.to_string(), json!({"token": first, "outcome": "failure", "error": "no answer"}))
+            .await;
     assert_eq!(s, StatusCode::OK, "{b}");
     assert_eq!(b["job"]["status"], "pending", "attempts are left: a retry, after the backoff: {b}");
     assert_eq!(b["job"]["last_error"], "completion: no answer");
     let second = token(&w, id, 2).await;
     assert_ne!(first, second, "each attempt waits with a token of its own");
     let (s, b) = complete(&w, &w.key, &id.to_string(), json!({"token": first, "outcome": "success"})).await;
-    assert_eq!((s, b["error"]["code"].as_str()), (StatusCode::CONFLICT, Some("already_completed")), "the first attempt's token: {b}");
-    let (s, b) = complete(&w, &w.key, &id.to_string(), json!({"token": second, "outcome": "failure", "error": "no answer"})).await;
+    assert_eq!(
+        (s, b["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("already_completed")),
+        "the first attempt's token: {b}"
+    );
+    let (s, b) =
+        complete(&w, &w.key, &id.to_string(), json!({"token": second, "outcome": "failure", "error": "no answer"}))
+            .await;
     assert_eq!(s, StatusCode::OK, "{b}");
     assert_eq!(b["job"]["status"], "failed", "{b}");
     let exceptions = "SELECT count(*) FROM exceptions WHERE job_id = $1 AND kind = 'attempts_exhausted'";
@@ -154,7 +175,10 @@ async fn handled(w: &World, id: JobId, attempt: i32) -> (DateTime<Utc>, DateTime
     let row = w
         .db()
         .await
-        .query_one("SELECT closed_at, deadline, closed_by FROM completion_waits WHERE job_id = $1 AND attempt = $2", &[&id, &attempt])
+        .query_one(
+            "SELECT closed_at, deadline, closed_by FROM completion_waits WHERE job_id = $1 AND attempt = $2",
+            &[&id, &attempt],
+        )
         .await
         .unwrap();
     (row.get(0), row.get(1), row.get(2))
@@ -165,16 +189,31 @@ async fn a_missing_completion_is_found_by_the_sweep_within_one_interval_and_hand
     let w = World::new().await;
     let interval = w.platform.settings.sweep_interval;
     let run = Running::start(&w, true);
-    let retry = submit(&w, &w.key, "o-retry", json!({"within_seconds": 1, "on_overdue": "retry", "wait_attempts": 1}), 3).await;
-    let later = submit(&w, &w.key, "o-later", json!({"within_seconds": 1, "on_overdue": "reschedule", "reschedule_seconds": 3600}), 1).await;
+    let retry =
+        submit(&w, &w.key, "o-retry", json!({"within_seconds": 1, "on_overdue": "retry", "wait_attempts": 1}), 3).await;
+    let later = submit(
+        &w,
+        &w.key,
+        "o-later",
+        json!({"within_seconds": 1, "on_overdue": "reschedule", "reschedule_seconds": 3600}),
+        1,
+    )
+    .await;
     let fail = submit(&w, &w.key, "o-fail", json!({"within_seconds": 1, "on_overdue": "fail"}), 3).await;
     let fail_token = token(&w, fail, 1).await;
     let done = |j: &Value| j["status"] == "succeeded";
     let j = w.wait_for(&retry.to_string(), Duration::from_secs(20), done).await;
-    assert_eq!((j["status"].as_str(), j["attempt"].as_i64()), (Some("succeeded"), Some(2)), "retried as a new attempt: {j}");
+    assert_eq!(
+        (j["status"].as_str(), j["attempt"].as_i64()),
+        (Some("succeeded"), Some(2)),
+        "retried as a new attempt: {j}"
+    );
     let j = w.wait_for(&later.to_string(), Duration::from_secs(10), |j| j["status"] == "pending").await;
-    assert_eq!((j["status"].as_str(), j["attempt"].as_i64(), j["max_attempts"].as_i64()), (Some("pending"), Some(1), Some(2)),
-        "rescheduled without using its only attempt: {j}");
+    assert_eq!(
+        (j["status"].as_str(), j["attempt"].as_i64(), j["max_attempts"].as_i64()),
+        (Some("pending"), Some(1), Some(2)),
+        "rescheduled without using its only attempt: {j}"
+    );
     let run_at: DateTime<Utc> = j["run_at"].as_str().unwrap().parse().unwrap();
     assert!(run_at > Utc::now() + chrono::Duration::minutes(55), "rescheduled an hour after the deadline: {j}");
     assert_eq!(j["waiting_reason"], "not_due");
@@ -189,11 +228,17 @@ async fn a_missing_completion_is_found_by_the_sweep_within_one_interval_and_hand
         let (closed, deadline, by) = handled(&w, id, 1).await;
         assert_eq!(by, "overdue");
         let late = (closed - deadline).to_std().unwrap_or_default();
-        assert!(late <= interval + Duration::from_millis(500), "{id} handled {late:?} after its deadline (interval {interval:?})");
+        assert!(
+            late <= interval + Duration::from_millis(500),
+            "{id} handled {late:?} after its deadline (interval {interval:?})"
+        );
     }
     let (s, b) = complete(&w, &w.key, &fail.to_string(), json!({"token": fail_token, "outcome": "success"})).await;
     assert_eq!(s, StatusCode::CONFLICT, "{b}");
-    assert_eq!((b["error"]["code"].as_str(), b["error"]["on_overdue"].as_str()), (Some("completion_overdue"), Some("fail")));
+    assert_eq!(
+        (b["error"]["code"].as_str(), b["error"]["on_overdue"].as_str()),
+        (Some("completion_overdue"), Some("fail"))
+    );
     let (_, status) = w.call(Method::GET, &format!("/v1/jobs/{fail}"), None, None).await;
     assert_eq!(status["status"], "failed", "a late completion changed nothing");
     run.stop().await;
@@ -206,7 +251,9 @@ async fn a_completion_racing_the_sweep_at_the_deadline_applies_exactly_one_of_th
     let n = 30;
     let mut jobs = Vec::new();
     for i in 0..n {
-        jobs.push(submit(&w, &w.key, &format!("race-{i}"), json!({"within_seconds": 2, "on_overdue": "fail"}), 3).await);
+        jobs.push(
+            submit(&w, &w.key, &format!("race-{i}"), json!({"within_seconds": 2, "on_overdue": "fail"}), 3).await,
+        );
     }
     let mut tokens = Vec::new();
     for id in &jobs {
@@ -215,7 +262,8 @@ async fn a_completion_racing_the_sweep_at_the_deadline_applies_exactly_one_of_th
     run.stop().await;
     let mut deadlines = Vec::new();
     for id in &jobs {
-        let row = w.db().await.query_one("SELECT deadline FROM completion_waits WHERE job_id = $1", &[id]).await.unwrap();
+        let row =
+            w.db().await.query_one("SELECT deadline FROM completion_waits WHERE job_id = $1", &[id]).await.unwrap();
         deadlines.push(row.get::<_, DateTime<Utc>>(0));
     }
     // Three sweepers pass over and over while the completions arrive, concurrently, each from
@@ -269,11 +317,14 @@ async fn a_completion_racing_the_sweep_at_the_deadline_applies_exactly_one_of_th
     for s in sweepers {
         swept += s.await.unwrap();
     }
-    eprintln!("race at the deadline: {applied} completions applied, {overdue} refused as overdue, {swept} handled by the sweep");
+    eprintln!(
+        "race at the deadline: {applied} completions applied, {overdue} refused as overdue, {swept} handled by the sweep"
+    );
     assert_eq!(applied + overdue, n);
     assert!(applied > 0 && overdue > 0, "both sides won some: the two really raced");
     assert_eq!(swept, overdue, "every job the sweep handled refused its completion, and no other");
-    let succeeded = w.count("SELECT count(*) FROM jobs WHERE task_type = 'test.await' AND status = 'succeeded'", &[]).await;
+    let succeeded =
+        w.count("SELECT count(*) FROM jobs WHERE task_type = 'test.await' AND status = 'succeeded'", &[]).await;
     let failed = w.count("SELECT count(*) FROM jobs WHERE task_type = 'test.await' AND status = 'failed'", &[]).await;
     assert_eq!((succeeded, failed), (applied as i64, overdue as i64));
     let events = "SELECT count(*) FROM job_events e JOIN jobs j ON j.id = e.job_id
@@ -331,7 +382,10 @@ async fn hostile_tokens_paths_and_bodies_answer_json_4xx_never_500() {
         ("result on failure", json!({"token": t, "outcome": "failure", "result": 1}).to_string().into_bytes()),
         ("error on success", json!({"token": t, "outcome": "success", "error": "x"}).to_string().into_bytes()),
         ("nul in result", json!({"token": t, "outcome": "success", "result": {"a": "\u{0}"}}).to_string().into_bytes()),
-        ("huge result", json!({"token": t, "outcome": "success", "result": "x".repeat(300_000)}).to_string().into_bytes()),
+        (
+            "huge result",
+            json!({"token": t, "outcome": "success", "result": "x".repeat(300_000)}).to_string().into_bytes(),
+        ),
         ("long error", json!({"token": t, "outcome": "failure", "error": "e".repeat(4001)}).to_string().into_bytes()),
         ("unknown field", json!({"token": t, "outcome": "success", "job_id": id}).to_string().into_bytes()),
         ("array", b"[1, 2]".to_vec()),
@@ -343,9 +397,14 @@ async fn hostile_tokens_paths_and_bodies_answer_json_4xx_never_500() {
         assert!(b["error"]["code"].is_string(), "{what}: {b}");
     }
     let ok = json!({"token": t, "outcome": "success"}).to_string().into_bytes();
-    for p in ["/v1/jobs/%00/complete", "/v1/jobs/not-a-job/complete", "/v1/jobs/%2e%2e/complete", "/v1/jobs/%F0%28%8C%28/complete",
-        &format!("/v1/jobs/{}/complete", "9".repeat(3000)), &format!("/v1/jobs/{id}/complete?token=%00")]
-    {
+    for p in [
+        "/v1/jobs/%00/complete",
+        "/v1/jobs/not-a-job/complete",
+        "/v1/jobs/%2e%2e/complete",
+        "/v1/jobs/%F0%28%8C%28/complete",
+        &format!("/v1/jobs/{}/complete", "9".repeat(3000)),
+        &format!("/v1/jobs/{id}/complete?token=%00"),
+    ] {
         let (s, b) = w.call_as(&w.key, Method::POST, p, None, Some(ok.clone())).await;
         assert!(s.is_client_error(), "{p}: {s} {b}");
         assert!(b["error"]["code"].is_string(), "{p}: {b}");
@@ -354,7 +413,11 @@ async fn hostile_tokens_paths_and_bodies_answer_json_4xx_never_500() {
     assert_eq!(s, StatusCode::METHOD_NOT_ALLOWED);
     let (s, _) = w.call_as("rk_not_a_key", Method::POST, &path, None, Some(ok.clone())).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
-    assert_eq!(count(&w, "SELECT count(*) FROM jobs WHERE id = $1 AND status = 'waiting'", id).await, 1, "still waiting");
+    assert_eq!(
+        count(&w, "SELECT count(*) FROM jobs WHERE id = $1 AND status = 'waiting'", id).await,
+        1,
+        "still waiting"
+    );
     let (s, b) = w.call_as(&w.key, Method::POST, &path, None, Some(ok)).await;
     assert_eq!(s, StatusCode::OK, "the real token still completes it: {b}");
 }
@@ -377,7 +440,8 @@ async fn a_completion_through_ingress_applies_once() {
     let unknown = event(json!({"token": "rc_nobody", "outcome": "success"}));
     // The provider delivers the same completion twice (two messages), then another one, and
     // SQS redelivers the first message.
-    let records = vec![record("m-1", &success), record("m-2", &success), record("m-3", &failure), record("m-4", &unknown)];
+    let records =
+        vec![record("m-1", &success), record("m-2", &success), record("m-3", &failure), record("m-4", &unknown)];
     let ingress = Ingress::new(&w.platform, "platform");
     for r in records.iter().chain(std::iter::once(&records[0])) {
         let sqs: SqsEvent = serde_json::from_value(json!({"Records": [r]})).unwrap();
@@ -396,11 +460,13 @@ async fn a_completion_through_ingress_applies_once() {
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
-    let said: Vec<(&str, &str)> = outcomes.iter().map(|(m, r)| (m.as_str(), r["completion"].as_str().unwrap_or("?"))).collect();
+    let said: Vec<(&str, &str)> =
+        outcomes.iter().map(|(m, r)| (m.as_str(), r["completion"].as_str().unwrap_or("?"))).collect();
     assert_eq!(said, [("m-1", "applied"), ("m-2", "replayed"), ("m-3", "refused"), ("m-4", "refused")], "{outcomes:?}");
     let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
     assert_eq!((job["status"].as_str(), &job["result"]), (Some("succeeded"), &json!({"via": "ingress"})));
     assert_eq!(count(&w, TERMINAL_EVENTS, id).await, 1, "applied once");
-    let via = w.db().await.query_one("SELECT via, outcome FROM completion_waits WHERE job_id = $1", &[&id]).await.unwrap();
+    let via =
+        w.db().await.query_one("SELECT via, outcome FROM completion_waits WHERE job_id = $1", &[&id]).await.unwrap();
     assert_eq!((via.get::<_, String>(0), via.get::<_, String>(1)), ("ingress".into(), "success".into()));
 }

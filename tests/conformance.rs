@@ -13,10 +13,10 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::json;
 use taskdeck::executor::worker;
+use taskdeck::job::terms::{IdempotencyKey, Limits};
 use taskdeck::job::{Dispatch, JobId};
 use taskdeck::platform::Platform;
 use taskdeck::store::effects;
-use taskdeck::job::terms::{IdempotencyKey, Limits};
 use taskdeck::store::jobs::{self, NewJob};
 use taskdeck::transport::postgres::{CHANNEL, PgTransport};
 use taskdeck::transport::sqs::SqsTransport;
@@ -104,15 +104,22 @@ impl Rig {
     }
 
     /// Consume until `id` is terminal or `until` holds of it (or `within` passes).
-    async fn consume_until(&mut self, id: &str, within: Duration, until: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    async fn consume_until(
+        &mut self,
+        id: &str,
+        within: Duration,
+        until: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
         self.start_consumer().await;
         let deadline = tokio::time::Instant::now() + within;
         loop {
             if let Some((url, arn)) = &self.queue {
                 let event = moto::receive_event(url, arn, 1).await;
                 if !event.records.is_empty() {
-                    let res = taskdeck::lambda::executor::handle(&self.world.platform.executor(), event.clone(), None).await;
-                    let failed: Vec<String> = res.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
+                    let res =
+                        taskdeck::lambda::executor::handle(&self.world.platform.executor(), event.clone(), None).await;
+                    let failed: Vec<String> =
+                        res.batch_item_failures.iter().map(|f| f.item_identifier.clone()).collect();
                     moto::delete_acknowledged(url, &event, &failed).await;
                 }
             } else {
@@ -120,7 +127,10 @@ impl Rig {
             }
             let (_, job) = self.world.call(axum::http::Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
             let status = job["status"].as_str().unwrap_or_default();
-            if ["succeeded", "failed", "cancelled"].contains(&status) || until(&job) || tokio::time::Instant::now() > deadline {
+            if ["succeeded", "failed", "cancelled"].contains(&status)
+                || until(&job)
+                || tokio::time::Instant::now() > deadline
+            {
                 return job;
             }
         }
@@ -172,7 +182,8 @@ async fn a_failed_dispatch_leaves_the_row_for_the_sweep(kind: Kind) {
 
 async fn a_duplicate_delivery_runs_the_effect_once(kind: Kind) {
     let mut rig = Rig::new(kind).await;
-    let (_, job) = rig.world.submit("c-dup", json!({"task_type": "test.effect", "params": {"sleep_seconds": 0.1}})).await;
+    let (_, job) =
+        rig.world.submit("c-dup", json!({"task_type": "test.effect", "params": {"sleep_seconds": 0.1}})).await;
     let id: JobId = job["id"].as_str().unwrap().parse().unwrap();
     // The transport carries the job twice more (a redelivery, a sweep racing intake).
     let again = Dispatch { id, run_at: chrono::Utc::now() };
@@ -203,7 +214,9 @@ async fn an_http_request_is_retried_with_its_key_and_succeeds(kind: Kind) {
     let (status, job) = rig.world.submit("c-http", json!({"task_type": "http.request", "params": params})).await;
     assert_eq!(status, 202, "{job}");
     let id: JobId = job["id"].as_str().unwrap().parse().unwrap();
-    let first = rig.consume_until(&id.to_string(), Duration::from_secs(15), |j| j["attempt"] == 1 && j["status"] == "pending").await;
+    let first = rig
+        .consume_until(&id.to_string(), Duration::from_secs(15), |j| j["attempt"] == 1 && j["status"] == "pending")
+        .await;
     assert_eq!((first["status"].as_str(), first["attempt"].as_i64()), (Some("pending"), Some(1)), "{kind:?}: {first}");
     rig.world.db().await.execute("UPDATE jobs SET run_at = now() WHERE id = $1", &[&id]).await.unwrap();
     rig.world.platform.transport.dispatch(&[Dispatch { id, run_at: Utc::now() }]).await.unwrap();
@@ -219,9 +232,16 @@ async fn an_http_request_is_retried_with_its_key_and_succeeds(kind: Kind) {
 /// sweep at its deadline and the retried attempt is carried by the transport.
 async fn a_completion_applies_once_and_a_missing_one_is_swept_and_retried(kind: Kind) {
     let mut rig = Rig::new(kind).await;
-    let (_, a) = rig.world.submit("c-complete", json!({"task_type": "test.await", "params": {"within_seconds": 60}})).await;
-    let (_, b) = rig.world.submit("c-overdue", json!({"task_type": "test.await",
-        "params": {"within_seconds": 1, "on_overdue": "retry", "wait_attempts": 1}})).await;
+    let (_, a) =
+        rig.world.submit("c-complete", json!({"task_type": "test.await", "params": {"within_seconds": 60}})).await;
+    let (_, b) = rig
+        .world
+        .submit(
+            "c-overdue",
+            json!({"task_type": "test.await",
+        "params": {"within_seconds": 1, "on_overdue": "retry", "wait_attempts": 1}}),
+        )
+        .await;
     let (a, b) = (a["id"].as_str().unwrap().to_owned(), b["id"].as_str().unwrap().to_owned());
     let waiting = |j: &serde_json::Value| j["status"] == "waiting";
     assert_eq!(rig.consume_until(&a, Duration::from_secs(15), waiting).await["status"], "waiting", "{kind:?}");

@@ -26,10 +26,13 @@ async fn serve(router: Router) -> (String, JoinHandle<()>) {
 
 /// A project that serves this fixed document at /v1/status.
 async fn fixed(doc: String) -> (String, JoinHandle<()>) {
-    serve(Router::new().route("/v1/status", get(move || {
-        let doc = doc.clone();
-        async move { ([("content-type", "application/json")], doc) }
-    })))
+    serve(Router::new().route(
+        "/v1/status",
+        get(move || {
+            let doc = doc.clone();
+            async move { ([("content-type", "application/json")], doc) }
+        }),
+    ))
     .await
 }
 
@@ -77,14 +80,31 @@ async fn older_minor_versions_with_missing_and_unknown_fields_are_shown() {
     assert!(html.contains("30 of 120"), "children progress is shown");
     assert!(html.contains("nightly-invoices"), "schedules are shown");
     assert!(html.contains("no activity series"), "a missing optional field is said, not an error");
-    assert!(html.contains(r#"<td class="warn">ambiguous_outcome</td><td class="cause">timed out &lt;b&gt;</td>"#), "open exceptions are listed, each with its cause");
+    assert!(
+        html.contains(r#"<td class="warn">ambiguous_outcome</td><td class="cause">timed out &lt;b&gt;</td>"#),
+        "open exceptions are listed, each with its cause"
+    );
     assert!(html.contains("…0000beef"));
-    assert!(html.contains(r#"<td>acme</td><td>crm</td><td class="warn">off</td><td class="num">5</td><td>ambiguous (200)</td>"#),
-        "destinations are listed with their write switch, rate and last call (1.4)");
-    assert!(html.contains(r#"<div class="dead-letters warn">3 dead letters in 24 h</div>"#), "dead letters are shown (1.3)");
+    assert!(
+        html.contains(
+            r#"<td>acme</td><td>crm</td><td class="warn">off</td><td class="num">5</td><td>ambiguous (200)</td>"#
+        ),
+        "destinations are listed with their write switch, rate and last call (1.4)"
+    );
+    assert!(
+        html.contains(r#"<div class="dead-letters warn">3 dead letters in 24 h</div>"#),
+        "dead letters are shown (1.3)"
+    );
     assert_eq!(html.matches("dead letters in 24 h").count(), 1, "not for a 1.0 project, which does not report them");
-    assert!(html.contains(r#"<div class="completions warn">4 waiting for a completion, 1 overdue</div>"#), "open and overdue waits are counted (1.4)");
-    assert_eq!(html.matches("waiting for a completion").count(), 1, "not for a 1.0 project, which does not report them");
+    assert!(
+        html.contains(r#"<div class="completions warn">4 waiting for a completion, 1 overdue</div>"#),
+        "open and overdue waits are counted (1.4)"
+    );
+    assert_eq!(
+        html.matches("waiting for a completion").count(),
+        1,
+        "not for a 1.0 project, which does not report them"
+    );
     assert!(!html.contains("<script>alert"), "every value is escaped");
     assert!(html.contains("&lt;script&gt;alert"));
 }
@@ -131,7 +151,10 @@ async fn an_unreachable_project_is_shown_unreachable_with_its_last_good_data_gre
     assert_eq!(console.snapshot().await[0].unreachable_since, Some(since), "since the first failed poll");
 
     let html = page(&console).await;
-    assert!(html.contains(r#"<tr class="project-row stale" data-project="billing" data-state="unreachable">"#), "{html}");
+    assert!(
+        html.contains(r#"<tr class="project-row stale" data-project="billing" data-state="unreachable">"#),
+        "{html}"
+    );
     assert!(html.contains("showing last good data from"));
     assert!(html.contains(r#"data-project="never" data-state="unreachable""#));
     drop(hung);
@@ -139,25 +162,40 @@ async fn an_unreachable_project_is_shown_unreachable_with_its_last_good_data_gre
 
 /// Where Debian's Chromium is, if installed (`RELAY_CHROMIUM` overrides).
 fn chromium() -> Option<String> {
-    let candidates = [std::env::var("RELAY_CHROMIUM").unwrap_or_default(), "/usr/bin/chromium".into(), "/usr/bin/chromium-browser".into()];
+    let candidates = [
+        std::env::var("RELAY_CHROMIUM").unwrap_or_default(),
+        "/usr/bin/chromium".into(),
+        "/usr/bin/chromium-browser".into(),
+    ];
     candidates.into_iter().find(|p| !p.is_empty() && std::path::Path::new(p).exists())
 }
 
 /// The flags this machine needs (root, no GPU, closed network).
 pub fn chromium_flags(profile: &std::path::Path) -> Vec<String> {
-    ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-     "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .chain([format!("--user-data-dir={}", profile.display())])
-        .collect()
+    [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .chain([format!("--user-data-dir={}", profile.display())])
+    .collect()
 }
 
 #[tokio::test]
 async fn headless_chromium_shows_a_healthy_and_an_unreachable_project() {
     let Some(chromium) = chromium() else {
-        eprintln!("SKIPPED headless_chromium_shows_a_healthy_and_an_unreachable_project: chromium is not installed \
-                   (apt-get install -y chromium, or set RELAY_CHROMIUM)");
+        eprintln!(
+            "SKIPPED headless_chromium_shows_a_healthy_and_an_unreachable_project: chromium is not installed \
+                   (apt-get install -y chromium, or set RELAY_CHROMIUM)"
+        );
         return;
     };
     // Relay's API on a real port, with a status key and a live worker and sweeper.
@@ -168,7 +206,14 @@ async fn headless_chromium_shows_a_healthy_and_an_unreachable_project() {
     // A worker of an earlier start, last seen two hours ago: replaced, not missing.
     let old = chrono::Utc::now() - chrono::Duration::hours(3);
     taskdeck::store::workers::beat(&w.db().await, "worker", "worker:old:1:a", "old", Some(1), old).await.unwrap();
-    w.db().await.execute("UPDATE workers SET last_seen_at = now() - interval '2 hours' WHERE instance_id = 'worker:old:1:a'", &[]).await.unwrap();
+    w.db()
+        .await
+        .execute(
+            "UPDATE workers SET last_seen_at = now() - interval '2 hours' WHERE instance_id = 'worker:old:1:a'",
+            &[],
+        )
+        .await
+        .unwrap();
     let (_, key) = status_keys::create(&w.db().await, "console").await.unwrap();
     let (api, _api) = serve(w.router.clone()).await;
     // A client project with a stuck run and a schedule whose slot is due but not yet fired.
@@ -224,9 +269,21 @@ async fn headless_chromium_shows_a_healthy_and_an_unreachable_project() {
     assert!(dom.contains(r#"data-status="succeeded" data-outcome="ok""#), "{dom}");
     assert!(dom.contains(r#"<td class="cause">bust</td>"#), "each open exception with its cause: {dom}");
     assert!(dom.contains("<svg"), "the activity chart is inline SVG");
-    assert!(dom.contains(r#"class="axis y-axis""#) && dom.contains(r#"class="axis x-axis""#), "the chart has axes: {dom}");
-    assert!(dom.contains("2 runs (blue), 1 failed (red), one scale: 0 to 2 per 5 min"), "runs and failures on one basis: {dom}");
-    assert!(dom.contains(r#"data-stuck="true""#) && dom.contains("running 4 min — stuck (usually under 30 s)"), "a stuck run is marked: {dom}");
-    assert!(dom.contains("<td>hourly-report</td><td>—</td><td>—</td><td>due now</td>"), "a due schedule is due, not in the past: {dom}");
+    assert!(
+        dom.contains(r#"class="axis y-axis""#) && dom.contains(r#"class="axis x-axis""#),
+        "the chart has axes: {dom}"
+    );
+    assert!(
+        dom.contains("2 runs (blue), 1 failed (red), one scale: 0 to 2 per 5 min"),
+        "runs and failures on one basis: {dom}"
+    );
+    assert!(
+        dom.contains(r#"data-stuck="true""#) && dom.contains("running 4 min — stuck (usually under 30 s)"),
+        "a stuck run is marked: {dom}"
+    );
+    assert!(
+        dom.contains("<td>hourly-report</td><td>—</td><td>—</td><td>due now</td>"),
+        "a due schedule is due, not in the past: {dom}"
+    );
     assert!(dom.contains("unreachable since"), "{dom}");
 }

@@ -68,7 +68,10 @@ async fn an_unmapped_task_type_gets_no_credentials_and_fails_with_an_exception()
     let w = World::new().await;
     // A mapping exists, but not for this task type; and an executor with no mapping at all.
     let mapped_elsewhere = TaskRoles::default().map_task("email.send", role(WHOAMI_ROLE)).unwrap();
-    let cases = [("elsewhere", Some(mapped_elsewhere), "no role is mapped for it in RELAY_TASK_ROLES"), ("none", None, "no task-role mapping")];
+    let cases = [
+        ("elsewhere", Some(mapped_elsewhere), "no role is mapped for it in RELAY_TASK_ROLES"),
+        ("none", None, "no task-role mapping"),
+    ];
     let mut ids = Vec::new();
     for (key, roles, says) in cases {
         let exec = match roles {
@@ -86,18 +89,28 @@ async fn an_unmapped_task_type_gets_no_credentials_and_fails_with_an_exception()
         let cause: String = w
             .db()
             .await
-            .query_one("SELECT cause FROM exceptions WHERE job_id = $1 AND kind = 'fatal_error' AND status = 'open'", &[&id])
+            .query_one(
+                "SELECT cause FROM exceptions WHERE job_id = $1 AND kind = 'fatal_error' AND status = 'open'",
+                &[&id],
+            )
             .await
             .expect("one open exception")
             .get(0);
         assert!(cause.contains("test.whoami"), "{cause}");
-        assert_eq!(w.count("SELECT count(*) FROM attempt_sessions WHERE job_id = $1", &[&id]).await, 0, "nothing assumed");
+        assert_eq!(
+            w.count("SELECT count(*) FROM attempt_sessions WHERE job_id = $1", &[&id]).await,
+            0,
+            "nothing assumed"
+        );
     }
     let moto = moto::data().await;
     let assumed = moto["sts"]["AssumedRole"].as_array().cloned().unwrap_or_default();
     for id in ids {
         let id = id.to_string();
-        assert!(!assumed.iter().any(|r| r["session_name"].as_str().unwrap_or("").contains(&id)), "no role assumed for {id}");
+        assert!(
+            !assumed.iter().any(|r| r["session_name"].as_str().unwrap_or("").contains(&id)),
+            "no role assumed for {id}"
+        );
     }
 }
 
@@ -118,7 +131,8 @@ async fn a_long_task_keeps_working_across_a_refresh() {
     assert!(sessions >= 3, "the session was re-assumed before expiry ({sessions} sessions over ~4 s)");
     let name = format!("relay-{id}-1");
     let moto = moto::data().await;
-    let assumed = moto["sts"]["AssumedRole"].as_array().unwrap().iter().filter(|r| r["session_name"] == name.as_str()).count();
+    let assumed =
+        moto["sts"]["AssumedRole"].as_array().unwrap().iter().filter(|r| r["session_name"] == name.as_str()).count();
     assert_eq!(assumed as i64, sessions, "every AssumeRole is on record");
 }
 
@@ -138,10 +152,15 @@ async fn a_tenant_scoped_role_is_assumed_with_the_tenants_external_id() {
     let (report, _) = exec.run_dispatched(&[id]).await.unwrap();
     let j = job(&w, id).await;
     assert_eq!(report.succeeded, 1, "{j}");
-    assert_eq!(j["result"]["arn"], format!("arn:aws:sts::210987654321:assumed-role/relay-sender/relay-{id}-1"), "the tenant's account");
+    assert_eq!(
+        j["result"]["arn"],
+        format!("arn:aws:sts::210987654321:assumed-role/relay-sender/relay-{id}-1"),
+        "the tenant's account"
+    );
     let name = format!("relay-{id}-1");
     let moto = moto::data().await;
-    let seen: Vec<&Value> = moto["sts"]["AssumedRole"].as_array().unwrap().iter().filter(|r| r["session_name"] == name.as_str()).collect();
+    let seen: Vec<&Value> =
+        moto["sts"]["AssumedRole"].as_array().unwrap().iter().filter(|r| r["session_name"] == name.as_str()).collect();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0]["role_arn"], TENANT_ROLE);
     assert_eq!(seen[0]["external_id"].as_str(), external.external_id.as_deref(), "STS received the external id");
@@ -174,7 +193,14 @@ async fn attempt_sessions_are_recorded_and_read_per_tenant() {
     assert!(got.iter().all(|s| s.expires_at.timestamp() == at.timestamp()));
     let (other, _) = w.other_tenant("globex").await;
     assert!(attempt_sessions::for_job(&db, other.id, id).await.unwrap().is_empty(), "tenant-scoped");
-    let bad = NewSession { job_id: JobId::new(), attempt: 1, role_arn: "r".into(), session_arn: "s".into(), external_id: false, expires_at: at };
+    let bad = NewSession {
+        job_id: JobId::new(),
+        attempt: 1,
+        role_arn: "r".into(),
+        session_arn: "s".into(),
+        external_id: false,
+        expires_at: at,
+    };
     assert!(attempt_sessions::record(&db, &bad).await.is_err(), "only for a job that exists");
 }
 
@@ -265,6 +291,7 @@ fn a_session_beyond_an_hour_is_refused_before_any_call() {
     assert!(e.contains("3600") && e.contains("chained"), "{e}");
     let e = TaskRoles::from_lookup(|k| (k == "RELAY_TASK_SESSION_SECONDS").then(|| "43200".to_owned())).unwrap_err();
     assert!(e.to_string().starts_with("RELAY_TASK_SESSION_SECONDS is invalid"), "{e}");
-    let e = taskdeck::config::LambdaConfig::from_lookup(|k| (k == "RELAY_TASK_SESSION_SECONDS").then(|| "7200".to_owned()));
+    let e =
+        taskdeck::config::LambdaConfig::from_lookup(|k| (k == "RELAY_TASK_SESSION_SECONDS").then(|| "7200".to_owned()));
     assert!(e.is_err(), "the executor's container refuses to start");
 }

@@ -25,30 +25,78 @@ fn openssl(dir: &Path, args: &[&str]) {
 }
 
 fn make_ca(dir: &Path, name: &str) {
-    openssl(dir, &[
-        "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
-        "-keyout", &format!("{name}.key"), "-out", &format!("{name}.pem"), "-subj", &format!("/CN={name}"),
-        "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-    ]);
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.pem"),
+            "-subj",
+            &format!("/CN={name}"),
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ],
+    );
 }
 
 fn pki(dir: &Path) -> Pki {
     std::fs::create_dir_all(dir).unwrap();
     make_ca(dir, "relay-test-ca");
     make_ca(dir, "unrelated-ca");
-    openssl(dir, &[
-        "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "server.key",
-        "-out", "server.csr", "-subj", "/CN=localhost",
-    ]);
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ],
+    );
     std::fs::write(
         dir.join("server.ext"),
         "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
     )
     .unwrap();
-    openssl(dir, &[
-        "x509", "-req", "-in", "server.csr", "-CA", "relay-test-ca.pem", "-CAkey", "relay-test-ca.key",
-        "-CAcreateserial", "-days", "2", "-out", "server.crt", "-extfile", "server.ext",
-    ]);
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "relay-test-ca.pem",
+            "-CAkey",
+            "relay-test-ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            "server.crt",
+            "-extfile",
+            "server.ext",
+        ],
+    );
     Pki {
         ca: dir.join("relay-test-ca.pem"),
         other_ca: dir.join("unrelated-ca.pem"),
@@ -64,7 +112,8 @@ fn secure() -> &'static (PrivateCluster, Pki) {
         let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
         let dir = tmp.join(format!("relay-tls-pg-{}", std::process::id()));
         let pki = pki(&tmp.join(format!("relay-tls-pki-{}", std::process::id())));
-        let cluster = PrivateCluster::start_tls(&dir, Durability::Throwaway, &pki.cert, &pki.key).expect("boot a TLS cluster");
+        let cluster =
+            PrivateCluster::start_tls(&dir, Durability::Throwaway, &pki.cert, &pki.key).expect("boot a TLS cluster");
         cluster.stop_when_process_exits(std::process::id()).expect("cluster watchdog");
         (cluster, pki)
     })
@@ -74,7 +123,10 @@ fn secure() -> &'static (PrivateCluster, Pki) {
 async fn encrypted(url: &str, opts: &PoolOptions) -> Result<bool, String> {
     let pool = store::pool(url, opts).map_err(|e| format!("{e:#}"))?;
     let db = pool.get().await.map_err(|e| store::StoreError::from(e).to_string())?;
-    let row = db.query_one("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[]).await.map_err(|e| e.to_string())?;
+    let row = db
+        .query_one("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[])
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(row.get(0))
 }
 

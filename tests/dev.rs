@@ -14,7 +14,7 @@ use serde_json::json;
 use taskdeck::client::Client;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use crate::email::{executor, go_live, message_of, roles, sender, submit, DOMAIN};
+use crate::email::{DOMAIN, executor, go_live, message_of, roles, sender, submit};
 use crate::support::{World, database_url, moto};
 
 fn free_port() -> u16 {
@@ -45,7 +45,9 @@ impl DevProcess {
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let key = tokio::time::timeout(Duration::from_secs(120), lines.next_line())
             .await
-            .unwrap_or_else(|_| panic!("relay dev printed no key: {}", std::fs::read_to_string(&log).unwrap_or_default()))
+            .unwrap_or_else(|_| {
+                panic!("relay dev printed no key: {}", std::fs::read_to_string(&log).unwrap_or_default())
+            })
             .unwrap()
             .unwrap_or_else(|| panic!("relay dev ended: {}", std::fs::read_to_string(&log).unwrap_or_default()));
         DevProcess { child, log, key }
@@ -75,14 +77,25 @@ impl DevProcess {
 
 /// A `relay` command with `DATABASE_URL` unset, run in `dir`'s data dir.
 fn relay_here(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_relay")).args(args).arg("--data-dir").arg(dir).env_remove("DATABASE_URL").env("RELAY_LOG", "warn").output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_relay"))
+        .args(args)
+        .arg("--data-dir")
+        .arg(dir)
+        .env_remove("DATABASE_URL")
+        .env("RELAY_LOG", "warn")
+        .output()
+        .unwrap()
 }
 
 async fn http_get(url: &str) -> String {
     let rest = url.strip_prefix("http://").unwrap();
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let mut s = tokio::net::TcpStream::connect(host).await.unwrap();
-    s.write_all(format!("GET {} HTTP/1.0\r\nHost: {host}\r\n\r\n", if path.is_empty() { "/" } else { path }).as_bytes()).await.unwrap();
+    s.write_all(
+        format!("GET {} HTTP/1.0\r\nHost: {host}\r\n\r\n", if path.is_empty() { "/" } else { path }).as_bytes(),
+    )
+    .await
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).await.unwrap();
     out
@@ -99,7 +112,10 @@ async fn relay_dev_keeps_its_database_address_the_cli_finds_it_and_ctrl_c_twice_
     let banner = dev.stderr();
     assert!(banner.contains(&format!("export DATABASE_URL={}", recorded.database_url)), "{banner}");
     assert!(banner.contains(&format!("console on http://127.0.0.1:{console}/")), "{banner}");
-    assert!(banner.contains("email and callbacks are recorded, not sent") && banner.contains("relay modes set shadow off"), "{banner}");
+    assert!(
+        banner.contains("email and callbacks are recorded, not sent") && banner.contains("relay modes set shadow off"),
+        "{banner}"
+    );
     assert!(!banner.contains("hello-1") && banner.contains("Idempotency-Key: try-"), "{banner}");
     assert!(!banner.contains("already exists"), "no migration notice: {banner}");
     assert!(!banner.contains('\u{1b}'), "no colours in a file: {banner}");
@@ -108,12 +124,20 @@ async fn relay_dev_keeps_its_database_address_the_cli_finds_it_and_ctrl_c_twice_
     let made = relay_here(&dir, &["status-key", "create", "probe"]);
     assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
     assert!(String::from_utf8_lossy(&made.stdout).trim().starts_with("rs_"));
-    assert!(String::from_utf8_lossy(&made.stderr).contains("using relay dev's database"), "{}", String::from_utf8_lossy(&made.stderr));
+    assert!(
+        String::from_utf8_lossy(&made.stderr).contains("using relay dev's database"),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
     // No dev instance there and no DATABASE_URL: a clear error.
     let empty = dir.with_extension("empty");
     let none = relay_here(&empty, &["status-key", "create", "x"]);
     assert!(!none.status.success());
-    assert!(String::from_utf8_lossy(&none.stderr).contains("Start `relay dev`"), "{}", String::from_utf8_lossy(&none.stderr));
+    assert!(
+        String::from_utf8_lossy(&none.stderr).contains("Start `relay dev`"),
+        "{}",
+        String::from_utf8_lossy(&none.stderr)
+    );
 
     // The console watches this instance with the key relay dev made.
     let page = http_get(&format!("http://127.0.0.1:{console}/")).await;
@@ -135,15 +159,26 @@ async fn relay_dev_keeps_its_database_address_the_cli_finds_it_and_ctrl_c_twice_
     assert!(dev.child.try_wait().unwrap().is_none(), "the first Ctrl-C waits for the job");
     let second = Instant::now();
     dev.interrupt();
-    let status = tokio::time::timeout(Duration::from_secs(10), dev.child.wait()).await.expect("the second Ctrl-C stops at once").unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(10), dev.child.wait())
+        .await
+        .expect("the second Ctrl-C stops at once")
+        .unwrap();
     assert!(!status.success());
     assert!(second.elapsed() < Duration::from_secs(10));
 
     // Restarted: the same database address, the job still there (its lease returns it).
     let dev = DevProcess::start(&dir, api, console, 2).await;
-    assert_eq!(DevInstance::read(&dir).unwrap().database_url, recorded.database_url, "the same address after a restart");
+    assert_eq!(
+        DevInstance::read(&dir).unwrap().database_url,
+        recorded.database_url,
+        "the same address after a restart"
+    );
     let list = relay_here(&dir, &["jobs", "--tenant", "dev", "list"]);
-    assert!(String::from_utf8_lossy(&list.stdout).contains(&id.to_string()), "{}", String::from_utf8_lossy(&list.stderr));
+    assert!(
+        String::from_utf8_lossy(&list.stdout).contains(&id.to_string()),
+        "{}",
+        String::from_utf8_lossy(&list.stderr)
+    );
     // One Ctrl-C with nothing in flight: a prompt, clean stop, no warning about LISTEN.
     let mut dev = dev;
     dev.interrupt();
@@ -177,7 +212,11 @@ async fn an_ses_bounce_fed_through_relay_ingress_send_bounces_the_message_and_su
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!((made["task_type"].as_str(), made["status"].as_str()), (Some("provider.event"), Some("pending")), "{made}");
+    assert_eq!(
+        (made["task_type"].as_str(), made["status"].as_str()),
+        (Some("provider.event"), Some("pending")),
+        "{made}"
+    );
     exec.run_dispatched(&[made["id"].as_str().unwrap().parse().unwrap()]).await.unwrap();
 
     let m = message_of(&w, id).await;

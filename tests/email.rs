@@ -10,13 +10,13 @@ use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 use taskdeck::credentials::{RoleSpec, TaskCredentials, TaskRoles};
 use taskdeck::executor::Executor;
-use taskdeck::lambda::ingress::Ingress;
 use taskdeck::job::JobId;
+use taskdeck::lambda::ingress::Ingress;
 use taskdeck::store::{modes, operators, sending_identities};
 use uuid::Uuid;
 
-use crate::support::ses_faults::{self, Counts, Faults};
 use crate::support::runtime_api::{Function, Invoked};
+use crate::support::ses_faults::{self, Counts, Faults};
 use crate::support::{World, moto};
 
 const SEND_ROLE: &str = "arn:aws:iam::123456789012:role/relay-task-email-send";
@@ -51,8 +51,17 @@ async fn verify_in_account(role_arn: &str) {
     let sts = aws_sdk_sts::Client::new(&moto::sdk_config());
     let c = sts.assume_role().role_arn(role_arn).role_session_name("setup").send().await.unwrap();
     let c = c.credentials().unwrap();
-    let creds = aws_sdk_sesv2::config::Credentials::new(c.access_key_id(), c.secret_access_key(), Some(c.session_token().to_owned()), None, "test");
-    let theirs = moto::sdk_config().to_builder().credentials_provider(aws_sdk_sesv2::config::SharedCredentialsProvider::new(creds)).build();
+    let creds = aws_sdk_sesv2::config::Credentials::new(
+        c.access_key_id(),
+        c.secret_access_key(),
+        Some(c.session_token().to_owned()),
+        None,
+        "test",
+    );
+    let theirs = moto::sdk_config()
+        .to_builder()
+        .credentials_provider(aws_sdk_sesv2::config::SharedCredentialsProvider::new(creds))
+        .build();
     aws_sdk_sesv2::Client::new(&theirs).create_email_identity().email_identity(DOMAIN).send().await.unwrap();
 }
 
@@ -63,7 +72,13 @@ async fn in_moto(subject: &str) -> usize {
 
 async fn moto_subjects() -> Vec<String> {
     let data = moto::data().await;
-    data["ses"]["Message"].as_array().cloned().unwrap_or_default().iter().filter_map(|m| m["subject"].as_str().map(str::to_owned)).collect()
+    data["ses"]["Message"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|m| m["subject"].as_str().map(str::to_owned))
+        .collect()
 }
 
 fn email(subject: &str, to: &str) -> Value {
@@ -142,15 +157,25 @@ async fn shadow_mode_records_everything_and_sends_nothing() {
     // The preview: exactly what the SES request would have carried, Relay's headers and tags too.
     let p = &m["preview"];
     assert_eq!(p["from"], format!("Acme <noreply@{DOMAIN}>"), "{m}");
-    assert_eq!((p["to"].clone(), p["cc"].clone(), p["reply_to"].clone()), (json!(["bo@example.com"]), json!(["cy@example.com"]), json!(["help@acme.example"])));
-    assert_eq!((p["subject"].as_str(), p["text"].as_str(), p["html"].as_str()), (Some(subject.as_str()), Some("Hello"), Some("<p>Hello</p>")));
+    assert_eq!(
+        (p["to"].clone(), p["cc"].clone(), p["reply_to"].clone()),
+        (json!(["bo@example.com"]), json!(["cy@example.com"]), json!(["help@acme.example"]))
+    );
+    assert_eq!(
+        (p["subject"].as_str(), p["text"].as_str(), p["html"].as_str()),
+        (Some(subject.as_str()), Some("Hello"), Some("<p>Hello</p>"))
+    );
     assert_eq!(p["headers"], json!({"X-Campaign": "spring", "X-Relay-Correlation-Id": "order-7"}));
     assert_eq!(p["tags"]["campaign"], "spring");
     assert_eq!(p["tags"]["relay_message_id"], m["id"]);
     assert_eq!(p["tags"]["relay_job_id"], id.to_string());
     assert_eq!(p["tags"]["relay_correlation_id"], "order-7", "{p}");
     assert_eq!(in_moto(&subject).await, 0);
-    assert_eq!(w.count("SELECT count(*) FROM attempt_sessions WHERE job_id = $1", &[&id]).await, 0, "no AWS access at all");
+    assert_eq!(
+        w.count("SELECT count(*) FROM attempt_sessions WHERE job_id = $1", &[&id]).await,
+        0,
+        "no AWS access at all"
+    );
 
     // Shadow off but the SES write switch still off: recorded, not sent, and it says why.
     modes::set(&mut w.db().await, "shadow", false, "test", None).await.unwrap();
@@ -191,14 +216,21 @@ async fn a_thousand_sends_through_faults_never_send_twice() {
         let (status, body) = w.call(Method::POST, "/v1/jobs:batch", None, Some(json!({ "jobs": jobs }))).await;
         assert_eq!(status, StatusCode::OK);
         assert!(body["results"].as_array().unwrap().iter().all(|r| r["status"] == 202));
-        ids.extend(body["results"].as_array().unwrap().iter().map(|r| r["job"]["id"].as_str().unwrap().parse::<JobId>().unwrap()));
+        ids.extend(
+            body["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["job"]["id"].as_str().unwrap().parse::<JobId>().unwrap()),
+        );
     }
     assert_eq!(ids.len(), N);
 
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let wake = Arc::new(tokio::sync::Notify::new());
-    let workers: Vec<_> =
-        (0..2).map(|_| tokio::spawn(taskdeck::executor::worker::run(exec.clone(), wake.clone(), stop.clone()))).collect();
+    let workers: Vec<_> = (0..2)
+        .map(|_| tokio::spawn(taskdeck::executor::worker::run(exec.clone(), wake.clone(), stop.clone())))
+        .collect();
     let terminal = "SELECT count(*) FROM jobs WHERE task_type = 'email.send' AND status IN ('succeeded', 'failed')";
     let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
     let mut done = 0;
@@ -219,10 +251,17 @@ async fn a_thousand_sends_through_faults_never_send_twice() {
     let c = &ses.counts;
     eprintln!(
         "faults: passed {} throttled {} rejected {} 500-after {} cut-after {} hung-after {}; messages: sent {sent} unknown {unknown} rejected {rejected}",
-        Counts::get(&c.passed), Counts::get(&c.throttled), Counts::get(&c.rejected),
-        Counts::get(&c.error_after), Counts::get(&c.dropped_after), Counts::get(&c.hung_after),
+        Counts::get(&c.passed),
+        Counts::get(&c.throttled),
+        Counts::get(&c.rejected),
+        Counts::get(&c.error_after),
+        Counts::get(&c.dropped_after),
+        Counts::get(&c.hung_after),
     );
-    assert!(Counts::get(&c.throttled) > 50 && c.ambiguous() > 10 && Counts::get(&c.rejected) > 10, "the faults happened");
+    assert!(
+        Counts::get(&c.throttled) > 50 && c.ambiguous() > 10 && Counts::get(&c.rejected) > 10,
+        "the faults happened"
+    );
     assert_eq!(sent + unknown + rejected, N as u64, "every message settled: none left throttled or sending");
     assert_eq!(sent, Counts::get(&c.passed), "every send SES answered is recorded sent");
     assert_eq!(unknown, c.ambiguous(), "every ambiguous send is unknown");
@@ -230,7 +269,8 @@ async fn a_thousand_sends_through_faults_never_send_twice() {
 
     // Zero duplicates: moto holds each of these messages at most once, and exactly the ones
     // that reached it.
-    let subjects: Vec<String> = moto_subjects().await.into_iter().filter(|s| s.starts_with(&format!("fault {tag} "))).collect();
+    let subjects: Vec<String> =
+        moto_subjects().await.into_iter().filter(|s| s.starts_with(&format!("fault {tag} "))).collect();
     let mut unique = subjects.clone();
     unique.sort();
     unique.dedup();
@@ -238,17 +278,24 @@ async fn a_thousand_sends_through_faults_never_send_twice() {
     assert_eq!(subjects.len() as u64, sent + unknown, "what reached SES: the sent and the unknown");
 
     // One exception per unknown send, none per retry; throttled sends were retried, not failed.
-    let ambiguous = w.count("SELECT count(*) FROM exceptions WHERE kind = 'ambiguous_outcome' AND status = 'open'", &[]).await;
+    let ambiguous =
+        w.count("SELECT count(*) FROM exceptions WHERE kind = 'ambiguous_outcome' AND status = 'open'", &[]).await;
     assert_eq!(ambiguous as u64, unknown);
-    let per_job = w.count("SELECT count(*) FROM (SELECT job_id FROM exceptions GROUP BY job_id HAVING count(*) > 1) x", &[]).await;
+    let per_job = w
+        .count("SELECT count(*) FROM (SELECT job_id FROM exceptions GROUP BY job_id HAVING count(*) > 1) x", &[])
+        .await;
     assert_eq!(per_job, 0, "one exception per job");
     let exhausted = w.count("SELECT count(*) FROM exceptions WHERE kind = 'attempts_exhausted'", &[]).await;
     assert_eq!(exhausted, 0, "every throttled send was eventually sent");
     let retried_then_sent = w
-        .count("SELECT count(*) FROM jobs j JOIN messages m ON m.job_id = j.id WHERE m.status = 'sent' AND j.attempt > 1", &[])
+        .count(
+            "SELECT count(*) FROM jobs j JOIN messages m ON m.job_id = j.id WHERE m.status = 'sent' AND j.attempt > 1",
+            &[],
+        )
         .await;
     assert!(retried_then_sent > 0, "some sends succeeded after a throttle");
-    let succeeded = w.count("SELECT count(*) FROM jobs WHERE task_type = 'email.send' AND status = 'succeeded'", &[]).await;
+    let succeeded =
+        w.count("SELECT count(*) FROM jobs WHERE task_type = 'email.send' AND status = 'succeeded'", &[]).await;
     assert_eq!(succeeded as u64, sent);
 }
 
@@ -276,11 +323,18 @@ async fn a_crash_between_intent_and_send_never_sends_a_second_time() {
     let m = message_of(&w, id).await;
     assert_eq!(m["status"], "unknown", "{m}");
     assert!(m["reason"].as_str().unwrap().contains("attempt 1"), "{m}");
-    let open = w.count("SELECT count(*) FROM exceptions WHERE job_id = $1 AND kind = 'ambiguous_outcome' AND status = 'open'", &[&id]).await;
+    let open = w
+        .count(
+            "SELECT count(*) FROM exceptions WHERE job_id = $1 AND kind = 'ambiguous_outcome' AND status = 'open'",
+            &[&id],
+        )
+        .await;
     assert_eq!(open, 1);
     assert_eq!(in_moto(&subject).await, 0, "the new attempt did not send");
     // An operator retry still cannot send it: the message key is spent until the truth is known.
-    db.execute("UPDATE jobs SET status = 'pending', finished_at = NULL, run_at = now() WHERE id = $1", &[&id]).await.unwrap();
+    db.execute("UPDATE jobs SET status = 'pending', finished_at = NULL, run_at = now() WHERE id = $1", &[&id])
+        .await
+        .unwrap();
     exec.run_dispatched(&[id]).await.unwrap();
     assert_eq!(in_moto(&subject).await, 0);
     assert_eq!(message_of(&w, id).await["status"], "unknown");
@@ -330,7 +384,13 @@ async fn through_ingress(w: &World, exec: &Executor, records: Vec<Value>) -> Vec
     let db = w.db().await;
     let mut out = Vec::new();
     for id in ids {
-        out.push(db.query_one("SELECT result FROM jobs WHERE id = $1", &[&id]).await.unwrap().get::<_, Option<Value>>(0).unwrap_or(Value::Null));
+        out.push(
+            db.query_one("SELECT result FROM jobs WHERE id = $1", &[&id])
+                .await
+                .unwrap()
+                .get::<_, Option<Value>>(0)
+                .unwrap_or(Value::Null),
+        );
     }
     out
 }
@@ -348,7 +408,11 @@ async fn ses_events_apply_once_in_any_order_and_bounces_suppress() {
     assert_eq!(m["status"], "sent");
 
     // Delivery before Send, the Delivery duplicated (same SNS id) in one batch and again later.
-    let delivery = ses_event("Delivery", &m, json!({"delivery": {"timestamp": "2026-11-30T10:00:05.000Z", "recipients": ["bo@example.com"]}}));
+    let delivery = ses_event(
+        "Delivery",
+        &m,
+        json!({"delivery": {"timestamp": "2026-11-30T10:00:05.000Z", "recipients": ["bo@example.com"]}}),
+    );
     let send = ses_event("Send", &m, json!({"send": {}}));
     through_ingress(&w, &exec, vec![sns_record("sns-d", &delivery), sns_record("sns-d", &delivery)]).await;
     through_ingress(&w, &exec, vec![sns_record("sns-s", &send), sns_record("sns-d", &delivery)]).await;
@@ -356,13 +420,20 @@ async fn ses_events_apply_once_in_any_order_and_bounces_suppress() {
     assert_eq!(m["status"], "delivered", "{m}");
     let kinds: Vec<&str> = m["events"].as_array().unwrap().iter().map(|e| e["event_type"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["delivery", "send"], "each event once, in arrival order");
-    let corr = w.count("SELECT count(*) FROM jobs WHERE task_type = 'provider.event' AND correlation_id = 'corr-7'", &[]).await;
+    let corr = w
+        .count("SELECT count(*) FROM jobs WHERE task_type = 'provider.event' AND correlation_id = 'corr-7'", &[])
+        .await;
     assert_eq!(corr, 2, "the event jobs carry the message's correlation id");
 
     // Opens count, and a hard bounce suppresses the address.
-    let open = ses_event("Open", &m, json!({"open": {"timestamp": "2026-11-30T11:00:00.000Z", "ipAddress": "192.0.2.1"}}));
-    let bounce = ses_event("Bounce", &m, json!({"bounce": {"bounceType": "Permanent", "bounceSubType": "General",
-        "bouncedRecipients": [{"emailAddress": "Bo@Example.com"}], "timestamp": "2026-11-30T10:00:06.000Z"}}));
+    let open =
+        ses_event("Open", &m, json!({"open": {"timestamp": "2026-11-30T11:00:00.000Z", "ipAddress": "192.0.2.1"}}));
+    let bounce = ses_event(
+        "Bounce",
+        &m,
+        json!({"bounce": {"bounceType": "Permanent", "bounceSubType": "General",
+        "bouncedRecipients": [{"emailAddress": "Bo@Example.com"}], "timestamp": "2026-11-30T10:00:06.000Z"}}),
+    );
     let results = through_ingress(&w, &exec, vec![sns_record("sns-o", &open), sns_record("sns-b", &bounce)]).await;
     assert_eq!(results[1]["suppressed"], 1, "{results:?}");
     let m = message_of(&w, id).await;
@@ -386,14 +457,20 @@ async fn ses_events_apply_once_in_any_order_and_bounces_suppress() {
     assert_eq!(exec.run_dispatched(&[ok]).await.unwrap().0.succeeded, 1);
 
     // Not an SES event at all, and an event for nobody's message: kept, with the reason.
-    let results = through_ingress(&w, &exec, vec![
-        sns_record("sns-x", &json!({"hello": "world"})),
-        sns_record("sns-y", &json!({"eventType": "Send", "mail": {"messageId": "someone-elses"}})),
-    ])
+    let results = through_ingress(
+        &w,
+        &exec,
+        vec![
+            sns_record("sns-x", &json!({"hello": "world"})),
+            sns_record("sns-y", &json!({"eventType": "Send", "mail": {"messageId": "someone-elses"}})),
+        ],
+    )
     .await;
     assert!(results[0]["reason"].as_str().unwrap().contains("not an SES event"), "{results:?}");
     assert_eq!(results[1]["applied"], false);
-    let kept = w.count("SELECT count(*) FROM message_events WHERE message_id IS NULL AND note LIKE 'no message matches%'", &[]).await;
+    let kept = w
+        .count("SELECT count(*) FROM message_events WHERE message_id IS NULL AND note LIKE 'no message matches%'", &[])
+        .await;
     assert_eq!(kept, 1);
 }
 
@@ -409,7 +486,10 @@ async fn an_ses_event_settles_an_unknown_send_and_its_exception() {
     assert_eq!(report.failed, 1);
     let m = message_of(&w, id).await;
     assert_eq!(m["status"], "unknown", "{m}");
-    assert!(m["reason"].as_str().unwrap().contains("500") || m["reason"].as_str().unwrap().contains("InternalFailure"), "{m}");
+    assert!(
+        m["reason"].as_str().unwrap().contains("500") || m["reason"].as_str().unwrap().contains("InternalFailure"),
+        "{m}"
+    );
 
     let send = ses_event("Send", &m, json!({"send": {}}));
     let results = through_ingress(&w, &exec, vec![sns_record("sns-settle", &send)]).await;
@@ -420,11 +500,16 @@ async fn an_ses_event_settles_an_unknown_send_and_its_exception() {
     assert_eq!(j["status"], "succeeded", "{j}");
     assert_eq!(j["result"]["by"], "system");
     let (closed_by, status): (String, String) = {
-        let r = w.db().await.query_one("SELECT closed_by, status FROM exceptions WHERE job_id = $1", &[&id]).await.unwrap();
+        let r =
+            w.db().await.query_one("SELECT closed_by, status FROM exceptions WHERE job_id = $1", &[&id]).await.unwrap();
         (r.get(0), r.get(1))
     };
     assert_eq!((closed_by.as_str(), status.as_str()), ("system", "resolved"));
-    assert_eq!(w.count("SELECT count(*) FROM exception_actions WHERE job_id = $1 AND actor = 'system'", &[&id]).await, 1, "audited");
+    assert_eq!(
+        w.count("SELECT count(*) FROM exception_actions WHERE job_id = $1 AND actor = 'system'", &[&id]).await,
+        1,
+        "audited"
+    );
 }
 
 #[tokio::test]
@@ -433,20 +518,32 @@ async fn the_sender_must_be_the_tenants_and_templates_render_strictly() {
     sender(&w).await;
     let exec = executor(&w, moto::endpoint(), roles());
     // Someone else's domain: refused, recorded, an exception for an operator.
-    let id = submit(&w, "x", json!({"task_type": "email.send", "params": {
-        "from": "ceo@globex.example", "to": ["bo@example.com"], "subject": "hi", "text": "x"}})).await;
+    let id = submit(
+        &w,
+        "x",
+        json!({"task_type": "email.send", "params": {
+        "from": "ceo@globex.example", "to": ["bo@example.com"], "subject": "hi", "text": "x"}}),
+    )
+    .await;
     exec.run_dispatched(&[id]).await.unwrap();
     let j = job(&w, id).await;
     assert_eq!(j["status"], "failed");
     assert!(j["last_error"].as_str().unwrap().contains("not one of this tenant's sending identities"), "{j}");
 
     // Templates: a syntax error is a 422 naming the part; rendering is strict and escapes HTML.
-    let (status, err) = w
-        .call(Method::PUT, "/v1/templates/welcome", None, Some(json!({"subject": "Hi {{ name", "text": "x"})))
-        .await;
-    assert_eq!((status, err["error"]["code"].as_str(), err["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("template_syntax"), Some("subject")));
+    let (status, err) =
+        w.call(Method::PUT, "/v1/templates/welcome", None, Some(json!({"subject": "Hi {{ name", "text": "x"}))).await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str(), err["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("template_syntax"), Some("subject"))
+    );
     let (status, t) = w
-        .call(Method::PUT, "/v1/templates/welcome", None, Some(json!({"subject": "Hi {{ name }}", "html": "<b>{{ name }}</b>"})))
+        .call(
+            Method::PUT,
+            "/v1/templates/welcome",
+            None,
+            Some(json!({"subject": "Hi {{ name }}", "html": "<b>{{ name }}</b>"})),
+        )
         .await;
     assert_eq!(status, StatusCode::OK, "{t}");
     let send = |_key: &str, data: Value| {
@@ -461,7 +558,11 @@ async fn the_sender_must_be_the_tenants_and_templates_render_strictly() {
     assert_eq!(j["status"], "failed");
     assert!(j["last_error"].as_str().unwrap().contains("undefined"), "{j}");
     let (status, err) = w.submit("t3", json!({"task_type": "email.send", "params": {"from": "noreply@acme.example", "to": ["bad"], "subject": "x", "text": "y"}})).await;
-    assert_eq!((status, err["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("params.to[0]")), "{err}");
+    assert_eq!(
+        (status, err["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("params.to[0]")),
+        "{err}"
+    );
     let (_, list) = w.call(Method::GET, "/v1/templates", None, None).await;
     assert_eq!(list["templates"].as_array().unwrap().len(), 1);
 }
@@ -501,19 +602,40 @@ async fn operators_manage_sending_identities_and_a_tenant_role_sends() {
     let w = World::new().await;
     let key = operators::create(&w.db().await, "ops").await.unwrap().1;
     let path = format!("/v1/admin/tenants/{}/sending-identities", w.tenant.id);
-    let (status, body) = w.call_as(&key, Method::PUT, &path, None, Some(serde_json::to_vec(&json!({"identities": ["Acme.Example", "ops@globex.example"]})).unwrap())).await;
+    let (status, body) = w
+        .call_as(
+            &key,
+            Method::PUT,
+            &path,
+            None,
+            Some(serde_json::to_vec(&json!({"identities": ["Acme.Example", "ops@globex.example"]})).unwrap()),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["identities"], json!(["acme.example", "ops@globex.example"]));
-    let (status, _) = w.call_as(&key, Method::PUT, &path, None, Some(serde_json::to_vec(&json!({"identities": ["not a domain"]})).unwrap())).await;
+    let (status, _) = w
+        .call_as(
+            &key,
+            Method::PUT,
+            &path,
+            None,
+            Some(serde_json::to_vec(&json!({"identities": ["not a domain"]})).unwrap()),
+        )
+        .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     let (status, _) = w.call(Method::GET, &path, None, None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "a tenant key is not an operator key");
-    let (status, _) = w.call_as(&key, Method::GET, &format!("/v1/admin/tenants/{}/sending-identities", Uuid::now_v7()), None, None).await;
+    let (status, _) = w
+        .call_as(&key, Method::GET, &format!("/v1/admin/tenants/{}/sending-identities", Uuid::now_v7()), None, None)
+        .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
     // The tenant's own sending role (in its account, with an external id) is what sends.
     go_live(&w).await;
-    let tenant_role = RoleSpec { role_arn: "arn:aws:iam::210987654321:role/acme-sender".into(), external_id: Some("relay-acme".into()) };
+    let tenant_role = RoleSpec {
+        role_arn: "arn:aws:iam::210987654321:role/acme-sender".into(),
+        external_id: Some("relay-acme".into()),
+    };
     verify_in_account(&tenant_role.role_arn).await;
     let exec = executor(&w, moto::endpoint(), roles().map_tenant_task(w.tenant.id, "email.send", tenant_role).unwrap());
     let subject = format!("tenant role {}", w.schema);
@@ -535,31 +657,42 @@ async fn a_new_exception_sends_one_alert_email_and_an_alert_never_alerts() {
     });
     let w = World::with_settings(settings).await;
     let exec = w.platform.executor();
-    let (_, failing) = w.submit("boom", json!({"task_type": "test.fail", "params": {"times": 9, "kind": "fatal"}})).await;
+    let (_, failing) =
+        w.submit("boom", json!({"task_type": "test.fail", "params": {"times": 9, "kind": "fatal"}})).await;
     let failing: JobId = failing["id"].as_str().unwrap().parse().unwrap();
     assert_eq!(exec.run_dispatched(&[failing]).await.unwrap().0.failed, 1);
 
     let sweeper = w.platform.sweeper();
     assert_eq!(sweeper.pass().await.unwrap().alerts_queued, 1);
     assert_eq!(sweeper.pass().await.unwrap().alerts_queued, 0, "one alert per exception");
-    let alert: JobId = w.db().await
+    let alert: JobId = w
+        .db()
+        .await
         .query_one("SELECT id FROM jobs WHERE task_type = 'email.send' AND correlation_id LIKE 'relay-alert:%'", &[])
         .await
         .unwrap()
         .get(0);
     assert_eq!(exec.run_dispatched(&[alert]).await.unwrap().0.succeeded, 1);
-    let m = w.db().await.query_one("SELECT status, subject, recipients FROM messages WHERE job_id = $1", &[&alert]).await.unwrap();
+    let m = w
+        .db()
+        .await
+        .query_one("SELECT status, subject, recipients FROM messages WHERE job_id = $1", &[&alert])
+        .await
+        .unwrap();
     assert_eq!(m.get::<_, String>(0), "shadowed", "shadow mode applies to alerts too");
     assert_eq!(m.get::<_, String>(1), "[Relay] fatal_error in test.fail (tenant acme)");
     assert_eq!(m.get::<_, Value>(2)["to"], json!(["oncall@acme.example"]));
 
     // An alert job that fails opens an exception of its own, which does not alert again.
-    let (_, second) = w.submit("boom2", json!({"task_type": "test.fail", "params": {"times": 9, "kind": "fatal"}})).await;
+    let (_, second) =
+        w.submit("boom2", json!({"task_type": "test.fail", "params": {"times": 9, "kind": "fatal"}})).await;
     let second: JobId = second["id"].as_str().unwrap().parse().unwrap();
     exec.run_dispatched(&[second]).await.unwrap();
     assert_eq!(sweeper.pass().await.unwrap().alerts_queued, 1);
     w.db().await.execute("DELETE FROM sending_identities", &[]).await.unwrap();
-    let alert2: JobId = w.db().await
+    let alert2: JobId = w
+        .db()
+        .await
         .query_one("SELECT id FROM jobs WHERE task_type = 'email.send' AND status = 'pending'", &[])
         .await
         .unwrap()
@@ -613,7 +746,8 @@ async fn a_tenant_names_its_own_sending_role_and_relay_assumes_it_with_relays_ex
     assert_eq!(status, StatusCode::OK);
     let external = format!("relay-{}", w.tenant.id);
     assert_eq!((role["role_arn"].clone(), role["external_id"].as_str()), (Value::Null, Some(external.as_str())));
-    let (status, e) = w.call(Method::PUT, "/v1/sending-role", None, Some(json!({"role_arn": "arn:aws:iam::1:user/x"}))).await;
+    let (status, e) =
+        w.call(Method::PUT, "/v1/sending-role", None, Some(json!({"role_arn": "arn:aws:iam::1:user/x"}))).await;
     assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("role_arn")));
     let arn = "arn:aws:iam::333333333333:role/acme-mail";
     let (status, _) = w.call(Method::PUT, "/v1/sending-role", None, Some(json!({"role_arn": arn}))).await;
@@ -627,10 +761,23 @@ async fn a_tenant_names_its_own_sending_role_and_relay_assumes_it_with_relays_ex
     let id = submit(&w, "own", email(&subject, "bo@example.com")).await;
     assert_eq!(exec.run_dispatched(&[id]).await.unwrap().0.succeeded, 1, "{}", job(&w, id).await);
     let (_, sessions) = w.call(Method::GET, &format!("/v1/jobs/{id}/sessions"), None, None).await;
-    assert_eq!((sessions["sessions"][0]["role_arn"].as_str(), sessions["sessions"][0]["external_id"].as_bool()), (Some(arn), Some(true)));
+    assert_eq!(
+        (sessions["sessions"][0]["role_arn"].as_str(), sessions["sessions"][0]["external_id"].as_bool()),
+        (Some(arn), Some(true))
+    );
     let name = format!("relay-{id}-1");
-    let assumed = moto::data().await["sts"]["AssumedRole"].as_array().unwrap().iter().find(|r| r["session_name"] == name.as_str()).cloned().unwrap();
-    assert_eq!(assumed["external_id"].as_str(), Some(external.as_str()), "Relay's external id, not one the tenant chose");
+    let assumed = moto::data().await["sts"]["AssumedRole"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["session_name"] == name.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        assumed["external_id"].as_str(),
+        Some(external.as_str()),
+        "Relay's external id, not one the tenant chose"
+    );
     assert_eq!(in_moto(&subject).await, 1);
 
     // Cleared: the platform's own sending role again.
@@ -658,10 +805,12 @@ async fn a_tenant_cannot_forge_provider_events_against_another_tenants_messages(
         "message": {"eventType": "Bounce", "mail": {"messageId": "x", "tags": {"relay_message_id": [m["id"]]}},
             "bounce": {"bounceType": "Permanent", "bouncedRecipients": [{"emailAddress": "ceo@victim.example"},
                 {"emailAddress": "never@victim.example"}]}}}});
-    let (s, e) = w.call_as(&attacker, Method::POST, "/v1/jobs", Some("forge"), Some(forged.to_string().into_bytes())).await;
+    let (s, e) =
+        w.call_as(&attacker, Method::POST, "/v1/jobs", Some("forge"), Some(forged.to_string().into_bytes())).await;
     assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("unknown_task_type")), "{e}");
     assert!(!e["error"]["available"].as_array().unwrap().contains(&json!("provider.event")), "{e}");
-    let batch = json!({"jobs": [{"idempotency_key": "forge-b", "task_type": "provider.event", "params": forged["params"]}]});
+    let batch =
+        json!({"jobs": [{"idempotency_key": "forge-b", "task_type": "provider.event", "params": forged["params"]}]});
     let (_, b) = w.call_as(&attacker, Method::POST, "/v1/jobs:batch", None, Some(batch.to_string().into_bytes())).await;
     assert_eq!(b["results"][0]["error"]["code"], "unknown_task_type", "{b}");
     let (_, tasks) = w.call_as(&attacker, Method::GET, "/v1/tasks", None, None).await;
@@ -672,18 +821,25 @@ async fn a_tenant_cannot_forge_provider_events_against_another_tenants_messages(
     // Through the real ingress path, an event tagged with the victim's message but carrying
     // another SES id does not apply to it; the real one applies and suppresses only the
     // message's own recipient, not an address the event adds.
-    let bounce = |ses_id: &str| json!({"eventType": "Bounce",
+    let bounce = |ses_id: &str| {
+        json!({"eventType": "Bounce",
         "mail": {"messageId": ses_id, "tags": {"relay_message_id": [m["id"]]}},
         "bounce": {"bounceType": "Permanent", "bouncedRecipients": [{"emailAddress": "ceo@victim.example"},
-            {"emailAddress": "never@victim.example"}]}});
+            {"emailAddress": "never@victim.example"}]}})
+    };
     let results = through_ingress(&w, &exec, vec![sns_record("sns-forged", &bounce("not-the-ses-id"))]).await;
     assert_eq!(results[0]["applied"], false, "{results:?}");
     assert_eq!(message_of(&w, id).await["status"], "sent");
     let real = m["provider_message_id"].as_str().unwrap();
     let results = through_ingress(&w, &exec, vec![sns_record("sns-real", &bounce(real))]).await;
-    assert_eq!((results[0]["applied"].as_bool(), results[0]["suppressed"].as_i64()), (Some(true), Some(1)), "{results:?}");
+    assert_eq!(
+        (results[0]["applied"].as_bool(), results[0]["suppressed"].as_i64()),
+        (Some(true), Some(1)),
+        "{results:?}"
+    );
     let (_, list) = w.call(Method::GET, "/v1/suppressions", None, None).await;
-    let listed: Vec<&str> = list["suppressions"].as_array().unwrap().iter().filter_map(|s| s["address"].as_str()).collect();
+    let listed: Vec<&str> =
+        list["suppressions"].as_array().unwrap().iter().filter_map(|s| s["address"].as_str()).collect();
     assert_eq!(listed, ["ceo@victim.example"], "only the message's own recipient");
 }
 
@@ -708,7 +864,11 @@ async fn an_ses_event_through_an_sns_topic_reaches_the_ingress_binary_and_update
     let topic = sns.create_topic().name(format!("relay-ses-events-{}", w.schema)).send().await.unwrap();
     let topic = topic.topic_arn().expect("a topic ARN");
     sns.subscribe().topic_arn(topic).protocol("sqs").endpoint(&ingress_arn).send().await.unwrap();
-    let delivery = ses_event("Delivery", &m, json!({"delivery": {"timestamp": "2026-11-30T10:00:05.000Z", "recipients": ["bo@example.com"]}}));
+    let delivery = ses_event(
+        "Delivery",
+        &m,
+        json!({"delivery": {"timestamp": "2026-11-30T10:00:05.000Z", "recipients": ["bo@example.com"]}}),
+    );
     sns.publish().topic_arn(topic).message(delivery.to_string()).send().await.unwrap();
 
     let base = crate::support::database_url();

@@ -38,7 +38,8 @@ async fn workers_run_every_submitted_job_once() {
     assert_eq!(w.count("SELECT count(*) FROM job_events WHERE kind = 'succeeded'", &[]).await, 0);
     for id in ids.iter().step_by(20) {
         let (_, events) = w.call(Method::GET, &format!("/v1/jobs/{id}/events"), None, None).await;
-        let kinds: Vec<&str> = events["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+        let kinds: Vec<&str> =
+            events["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
         assert_eq!(kinds, ["submitted", "claimed", "succeeded"], "job {id}");
     }
 }
@@ -66,7 +67,10 @@ async fn exhausted_retries_end_failed_with_one_exception() {
     let mut exec = w.platform.executor();
     exec.retry.base = Duration::ZERO;
     let (_, job) = w
-        .submit("doomed", json!({"task_type": "test.fail", "params": {"times": 10, "kind": "retryable"}, "max_attempts": 3}))
+        .submit(
+            "doomed",
+            json!({"task_type": "test.fail", "params": {"times": 10, "kind": "retryable"}, "max_attempts": 3}),
+        )
         .await;
     let id = id_of(&job);
     for attempt in 1..=3 {
@@ -89,7 +93,11 @@ async fn exhausted_retries_end_failed_with_one_exception() {
     assert_eq!(attempts, [0, 1, 1, 2, 2, 3, 3]);
     assert!(events[1..].iter().all(|e| e["started_at"].is_string()));
     for pair in events[1..].chunks(2) {
-        assert_eq!((pair[0]["at"].as_str(), pair[0]["to_status"].as_str()), (pair[1]["started_at"].as_str(), Some("running")), "{pair:?}");
+        assert_eq!(
+            (pair[0]["at"].as_str(), pair[0]["to_status"].as_str()),
+            (pair[1]["started_at"].as_str(), Some("running")),
+            "{pair:?}"
+        );
     }
     let at = |e: &serde_json::Value| e["at"].as_str().unwrap().parse::<chrono::DateTime<chrono::Utc>>().unwrap();
     assert!(events.windows(2).all(|p| at(&p[0]) <= at(&p[1])), "in time order: {ev}");
@@ -143,7 +151,8 @@ async fn a_panicking_task_is_retried_not_fatal_to_the_worker() {
 async fn a_job_over_its_timeout_is_stopped_and_retried() {
     let w = World::new().await;
     let exec = w.platform.executor();
-    let (_, job) = w.submit("slow", json!({"task_type": "sleep", "params": {"seconds": 30}, "timeout_seconds": 1})).await;
+    let (_, job) =
+        w.submit("slow", json!({"task_type": "sleep", "params": {"seconds": 30}, "timeout_seconds": 1})).await;
     let started = std::time::Instant::now();
     let (report, _) = exec.run_dispatched(&[id_of(&job)]).await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(5));

@@ -67,7 +67,12 @@ async fn a_key_with_limit_one_never_runs_two_at_once_under_eight_workers() {
         let r = &runs[key];
         assert_eq!(r.len(), per_key as usize);
         for pair in r.windows(2) {
-            assert!(pair[1].0 >= pair[0].1, "{key}: a run started at {} before the previous ended at {}", pair[1].0, pair[0].1);
+            assert!(
+                pair[1].0 >= pair[0].1,
+                "{key}: a run started at {} before the previous ended at {}",
+                pair[1].0,
+                pair[0].1
+            );
         }
         // A finished job hands its slot on promptly (its completion dispatches the next).
         let mut gaps: Vec<i64> = r.windows(2).map(|p| (p[1].0 - p[0].1).num_milliseconds()).collect();
@@ -81,15 +86,20 @@ async fn a_key_with_limit_one_never_runs_two_at_once_under_eight_workers() {
     let span = |r: &[(DateTime<Utc>, DateTime<Utc>)]| (r[r.len() - 1].1 - r[0].0).num_milliseconds();
     let all_keyed = runs["client-a"].iter().chain(&runs["client-b"]).map(|r| r.1).max().unwrap()
         - runs["client-a"].iter().chain(&runs["client-b"]).map(|r| r.0).min().unwrap();
-    assert!(all_keyed.num_milliseconds() < span(&runs["client-a"]) + span(&runs["client-b"]), "keys ran one after the other");
+    assert!(
+        all_keyed.num_milliseconds() < span(&runs["client-a"]) + span(&runs["client-b"]),
+        "keys ran one after the other"
+    );
 }
 
 #[tokio::test]
 async fn a_keyed_job_delivered_by_id_waits_for_its_slot_and_is_handed_on() {
     // The SQS shape: the executor claims the ids it is given.
     let w = World::new().await;
-    let body = |n: i32| json!({"task_type": "test.effect", "params": {"sleep_seconds": 0.2},
-                               "concurrency_key": "cfg-set", "concurrency_limit": 1, "correlation_id": format!("c{n}")});
+    let body = |n: i32| {
+        json!({"task_type": "test.effect", "params": {"sleep_seconds": 0.2},
+                               "concurrency_key": "cfg-set", "concurrency_limit": 1, "correlation_id": format!("c{n}")})
+    };
     let first = id_of(&w.submit("k1", body(1)).await.1);
     let second = id_of(&w.submit("k2", body(2)).await.1);
     let exec = w.platform.executor();
@@ -157,18 +167,23 @@ async fn a_lane_refilling_its_key_still_takes_a_job_due_before_its_place() {
         Some(*n)
     });
     assert_eq!(most.max(), Some(limit), "the key's limit is {limit}");
-    let early_start: DateTime<Utc> = w
-        .db()
-        .await
-        .query_one("SELECT started_at FROM jobs WHERE id = $1", &[&early.id])
-        .await
-        .unwrap()
-        .get(0);
+    let early_start: DateTime<Utc> =
+        w.db().await.query_one("SELECT started_at FROM jobs WHERE id = $1", &[&early.id]).await.unwrap().get(0);
     let last_end = lane.iter().map(|r| r.1).max().unwrap();
-    println!("early job started {} ms after its insert; the backlog ended {} ms after it",
-        (early_start - inserted_at).num_milliseconds(), (last_end - inserted_at).num_milliseconds());
-    assert!((early_start - inserted_at).num_milliseconds() < 600, "the early job waited {} ms", (early_start - inserted_at).num_milliseconds());
-    assert!(last_end - early_start > chrono::Duration::milliseconds(300), "the backlog was over before the early job ran: nothing was shown");
+    println!(
+        "early job started {} ms after its insert; the backlog ended {} ms after it",
+        (early_start - inserted_at).num_milliseconds(),
+        (last_end - inserted_at).num_milliseconds()
+    );
+    assert!(
+        (early_start - inserted_at).num_milliseconds() < 600,
+        "the early job waited {} ms",
+        (early_start - inserted_at).num_milliseconds()
+    );
+    assert!(
+        last_end - early_start > chrono::Duration::milliseconds(300),
+        "the backlog was over before the early job ran: nothing was shown"
+    );
 }
 
 #[tokio::test]
@@ -209,7 +224,8 @@ async fn count_of(w: &World, id: JobId) -> (i64, i64, i64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fan_out_progress_never_decreases_and_never_exceeds_the_total() {
     let w = World::new().await;
-    let (_, parent) = w.submit("campaign", json!({"task_type": "noop", "correlation_id": "camp-1", "delay_seconds": 3600})).await;
+    let (_, parent) =
+        w.submit("campaign", json!({"task_type": "noop", "correlation_id": "camp-1", "delay_seconds": 3600})).await;
     let pid = id_of(&parent);
     let total = 40;
     assert!(jobs::wait_for_children(&w.db().await, w.tenant.id, pid, total).await.unwrap());
@@ -231,10 +247,14 @@ async fn fan_out_progress_never_decreases_and_never_exceeds_the_total() {
                 } else {
                     ("test.effect", json!({"sleep_seconds": 0.02}))
                 };
-                NewJob::child_of(parent.id, &correlation, NewJob {
-                    limits: Limits::fixed(1, 30),
-                    ..NewJob::new(task_type, params, IdempotencyKey::parse(&format!("campaign:{n}")).unwrap())
-                })
+                NewJob::child_of(
+                    parent.id,
+                    &correlation,
+                    NewJob {
+                        limits: Limits::fixed(1, 30),
+                        ..NewJob::new(task_type, params, IdempotencyKey::parse(&format!("campaign:{n}")).unwrap())
+                    },
+                )
             })
             .collect();
         w.platform.intake.enqueue(w.tenant.id, kids).await.unwrap();
@@ -295,7 +315,11 @@ async fn a_running_job_is_measured_against_its_task_types_baseline() {
     jobs::claim_ids(&db, &[id], 30.0, None).await.unwrap();
     let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
     let p = &job["progress"];
-    assert_eq!((p["kind"].as_str(), p["runs_in_baseline"].as_i64(), p["stuck"].as_bool()), (Some("elapsed"), Some(5), Some(false)), "{p}");
+    assert_eq!(
+        (p["kind"].as_str(), p["runs_in_baseline"].as_i64(), p["stuck"].as_bool()),
+        (Some("elapsed"), Some(5), Some(false)),
+        "{p}"
+    );
     assert!((p["baseline_p50_s"].as_f64().unwrap() - 1.0).abs() < 0.01, "{p}");
     // Started 4 s ago: past 3 x p95 (3 s), so stuck.
     db.execute("UPDATE jobs SET started_at = now() - interval '4 s' WHERE id = $1", &[&id]).await.unwrap();
@@ -307,8 +331,10 @@ async fn a_running_job_is_measured_against_its_task_types_baseline() {
 async fn behind_key(w: &World, key: &str, n: usize) {
     for start in (0..n).step_by(500) {
         let jobs: Vec<Value> = (start..n.min(start + 500))
-            .map(|i| json!({"idempotency_key": format!("{key}-{i}"), "task_type": "noop",
-                            "concurrency_key": key, "concurrency_limit": 10}))
+            .map(|i| {
+                json!({"idempotency_key": format!("{key}-{i}"), "task_type": "noop",
+                            "concurrency_key": key, "concurrency_limit": 10})
+            })
             .collect();
         let (s, res) = w.call(Method::POST, "/v1/jobs:batch", None, Some(json!({"jobs": jobs}))).await;
         assert_eq!(s, 200, "{res}");

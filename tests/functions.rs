@@ -42,7 +42,14 @@ async fn deliver(f: &mut Function, url: &str, arn: &str, timeout: Duration) -> O
     moto::delete_acknowledged(url, &event, &named).await;
     for r in event.records.iter().filter(|r| r.message_id.as_ref().is_some_and(|m| named.contains(m))) {
         let handle = r.receipt_handle.as_deref().expect("receipt handle");
-        moto::sqs().change_message_visibility().queue_url(url).receipt_handle(handle).visibility_timeout(0).send().await.expect("visible again");
+        moto::sqs()
+            .change_message_visibility()
+            .queue_url(url)
+            .receipt_handle(handle)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .expect("visible again");
     }
     Some((event, invoked))
 }
@@ -60,15 +67,19 @@ async fn an_api_gateway_request_runs_through_the_intake_queue_and_executor_binar
     let env = env_for(&w, &url);
     let mut intake = Function::start("intake", &env).await;
     let mut executor = Function::start("executor", &env).await;
-    let event: Value =
-        serde_json::from_str(&fixture("apigw_v2_submit_job.json", &[("API_KEY", &w.key), ("IDEMPOTENCY_KEY", "fn-e2e-1")])).unwrap();
+    let event: Value = serde_json::from_str(&fixture(
+        "apigw_v2_submit_job.json",
+        &[("API_KEY", &w.key), ("IDEMPOTENCY_KEY", "fn-e2e-1")],
+    ))
+    .unwrap();
     let answer = response(intake.invoke(&event, Duration::from_secs(30)).await);
     assert_eq!(answer["statusCode"], 202, "{answer}");
     let job: Value = serde_json::from_str(answer["body"].as_str().expect("a body")).unwrap();
     let id = job["id"].as_str().unwrap();
 
     // The job's default timeout (300 s) must fit in what the invocation has left, as on AWS.
-    let (batch, invoked) = deliver(&mut executor, &url, &arn, Duration::from_secs(400)).await.expect("the job's message");
+    let (batch, invoked) =
+        deliver(&mut executor, &url, &arn, Duration::from_secs(400)).await.expect("the job's message");
     assert_eq!(batch.records.len(), 1);
     assert_eq!(response(invoked)["batchItemFailures"], json!([]));
     let done = w.wait_for(id, Duration::from_secs(5), |j| j["status"] == "succeeded").await;
@@ -91,20 +102,31 @@ async fn a_batch_under_a_deadline_records_nine_and_defers_the_job_that_cannot_fi
     assert_eq!(response(warm)["batchItemFailures"], json!([]));
     let mut quick = Vec::new();
     for i in 0..9 {
-        let (_, job) = w.submit(&format!("quick-{i}"), json!({"task_type": "sleep", "params": {"seconds": 0.2}, "timeout_seconds": 2})).await;
+        let (_, job) = w
+            .submit(
+                &format!("quick-{i}"),
+                json!({"task_type": "sleep", "params": {"seconds": 0.2}, "timeout_seconds": 2}),
+            )
+            .await;
         quick.push(job["id"].as_str().unwrap().to_owned());
     }
-    let (_, long) = w.submit("long", json!({"task_type": "sleep", "params": {"seconds": 6}, "timeout_seconds": 8})).await;
+    let (_, long) =
+        w.submit("long", json!({"task_type": "sleep", "params": {"seconds": 6}, "timeout_seconds": 8})).await;
     let long = long["id"].as_str().unwrap().to_owned();
 
     // A 4 s invocation: 3 s fit after the reserve; the long job's 8 s do not.
     let (batch, invoked) = deliver(&mut executor, &url, &arn, Duration::from_secs(4)).await.expect("ten messages");
     assert_eq!(batch.records.len(), 10, "one delivery of ten");
-    assert_eq!(response(invoked)["batchItemFailures"], json!([]), "the deferred job was sent again, so its message is done");
+    assert_eq!(
+        response(invoked)["batchItemFailures"],
+        json!([]),
+        "the deferred job was sent again, so its message is done"
+    );
     let succeeded = "SELECT count(*) FROM jobs WHERE status = 'succeeded' AND attempt = 1 AND id::text = ANY($1)";
     assert_eq!(w.count(succeeded, &[&quick]).await, 9, "the nine outcomes were recorded within the invocation");
     let (status, attempt): (String, i32) = {
-        let row = w.db().await.query_one("SELECT status, attempt FROM jobs WHERE id::text = $1", &[&long]).await.unwrap();
+        let row =
+            w.db().await.query_one("SELECT status, attempt FROM jobs WHERE id::text = $1", &[&long]).await.unwrap();
         (row.get(0), row.get(1))
     };
     assert_eq!((status.as_str(), attempt), ("pending", 0), "not started, not charged an attempt");
@@ -113,7 +135,8 @@ async fn a_batch_under_a_deadline_records_nine_and_defers_the_job_that_cannot_fi
     assert!(reasons.iter().any(|r| r.contains("its timeout (8 s) does not fit")), "{events}");
 
     // The later delivery (a fresh invocation with its full time) runs it, once.
-    let (again, invoked) = deliver(&mut executor, &url, &arn, Duration::from_secs(20)).await.expect("the re-sent message");
+    let (again, invoked) =
+        deliver(&mut executor, &url, &arn, Duration::from_secs(20)).await.expect("the re-sent message");
     assert_eq!(again.records.len(), 1);
     assert_eq!(response(invoked)["batchItemFailures"], json!([]));
     let done = w.wait_for(&long, Duration::from_secs(2), |j| j["status"] == "succeeded").await;

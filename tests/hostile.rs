@@ -49,7 +49,8 @@ async fn cursors_outside_postgres_range_are_a_400_not_a_500() {
     let w = World::new().await;
     // The old text cursor of a time Postgres cannot hold, and a 24-byte one whose time field is
     // at or past 2^58 (first character not `A`).
-    let old = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("-8000000000000000000|{}", uuid::Uuid::nil()));
+    let old =
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("-8000000000000000000|{}", uuid::Uuid::nil()));
     let far = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode([0xffu8; 24]);
     for cursor in [&old, &far] {
         for (path, field) in [
@@ -57,7 +58,10 @@ async fn cursors_outside_postgres_range_are_a_400_not_a_500() {
             (format!("/v1/jobs?updated_since={cursor}"), "updated_since"),
         ] {
             let (s, body) = w.call(Method::GET, &path, None, None).await;
-            assert_eq!((s, code(&body), body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, "invalid_query", Some(field)));
+            assert_eq!(
+                (s, code(&body), body["error"]["field"].as_str()),
+                (StatusCode::BAD_REQUEST, "invalid_query", Some(field))
+            );
         }
     }
     // Every cursor of the documented shape is a position: the smallest and the largest.
@@ -69,7 +73,10 @@ async fn cursors_outside_postgres_range_are_a_400_not_a_500() {
     let (_, operator_key) = taskdeck::store::operators::create(&w.db().await, "ops").await.unwrap();
     let path = format!("/v1/admin/exceptions?cursor={cursor}");
     let (s, body) = w.call_as(&operator_key, Method::GET, &path, None, None).await;
-    assert_eq!((s, code(&body), body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, "invalid_query", Some("cursor")));
+    assert_eq!(
+        (s, code(&body), body["error"]["field"].as_str()),
+        (StatusCode::BAD_REQUEST, "invalid_query", Some("cursor"))
+    );
 }
 
 /// `relay serve`'s server on a free port, serving this world's router.
@@ -96,7 +103,8 @@ async fn raw(addr: std::net::SocketAddr, request: &[u8]) -> String {
 fn parse(answer: &str) -> (u16, String, Value) {
     let (head, body) = answer.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no answer: {answer:?}"));
     let status = head[9..12].parse().unwrap();
-    let content_type = head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-type: ").map(str::to_owned));
+    let content_type =
+        head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-type: ").map(str::to_owned));
     let body = serde_json::from_str(body).unwrap_or_else(|_| panic!("not JSON: {answer:?}"));
     (status, content_type.unwrap_or_default(), body)
 }
@@ -169,9 +177,12 @@ async fn connections_over_the_cap_wait_until_one_closes() {
 
 /// Whether an error message names a Rust type (`expected f64`, `struct JobRequest`).
 fn names_a_rust_type(message: &str) -> bool {
-    ["f64", "f32", "u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64", "usize", "isize", "struct ", "enum ", "Option<", "Vec<"]
-        .iter()
-        .any(|t| message.contains(t))
+    [
+        "f64", "f32", "u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64", "usize", "isize", "struct ", "enum ",
+        "Option<", "Vec<",
+    ]
+    .iter()
+    .any(|t| message.contains(t))
 }
 
 #[tokio::test]
@@ -192,50 +203,198 @@ async fn wrong_typed_fields_are_named_in_json_terms_on_every_route() {
     use serde_json::json;
     // (operator?, method, path, body, the field at fault, what the message must say)
     let cases: Vec<(bool, Method, String, Value, &str, &str)> = vec![
-        (false, Method::POST, "/v1/jobs".into(), noop(json!({"delay_seconds": "soon"})), "delay_seconds", "whole number between 0 and 4294967295"),
+        (
+            false,
+            Method::POST,
+            "/v1/jobs".into(),
+            noop(json!({"delay_seconds": "soon"})),
+            "delay_seconds",
+            "whole number between 0 and 4294967295",
+        ),
         (false, Method::POST, "/v1/jobs".into(), noop(json!({"delay_seconds": -5})), "delay_seconds", "whole number"),
         (false, Method::POST, "/v1/jobs".into(), noop(json!({"delay_seconds": 1.5})), "delay_seconds", "whole number"),
         (false, Method::POST, "/v1/jobs".into(), noop(json!({"max_attempts": "3"})), "max_attempts", "whole number"),
         (false, Method::POST, "/v1/jobs".into(), noop(json!({"max_attempts": 3.5})), "max_attempts", "whole number"),
         (false, Method::POST, "/v1/jobs".into(), noop(json!({"max_attempts": 1e20})), "max_attempts", "whole number"),
-        (false, Method::POST, "/v1/jobs".into(), noop(json!({"timeout_seconds": true})), "timeout_seconds", "whole number"),
-        (false, Method::POST, "/v1/jobs".into(), noop(json!({"concurrency_limit": [1]})), "concurrency_limit", "not a list"),
-        (false, Method::POST, "/v1/jobs".into(), noop(json!({"correlation_id": 7})), "correlation_id", "must be a string"),
+        (
+            false,
+            Method::POST,
+            "/v1/jobs".into(),
+            noop(json!({"timeout_seconds": true})),
+            "timeout_seconds",
+            "whole number",
+        ),
+        (
+            false,
+            Method::POST,
+            "/v1/jobs".into(),
+            noop(json!({"concurrency_limit": [1]})),
+            "concurrency_limit",
+            "not a list",
+        ),
+        (
+            false,
+            Method::POST,
+            "/v1/jobs".into(),
+            noop(json!({"correlation_id": 7})),
+            "correlation_id",
+            "must be a string",
+        ),
         (false, Method::POST, "/v1/jobs".into(), noop(json!({"run_at": 5})), "run_at", ""),
         (false, Method::POST, "/v1/jobs".into(), noop(json!({"run_at": "next tuesday"})), "run_at", ""),
         (false, Method::POST, "/v1/jobs".into(), noop(json!({"colour": "red"})), "colour", "unknown field colour"),
         (false, Method::POST, "/v1/jobs".into(), json!({"params": {}}), "task_type", "missing field task_type"),
         (false, Method::POST, "/v1/jobs".into(), json!([1, 2]), ".", "must be an object"),
         (false, Method::POST, "/v1/jobs".into(), json!("noop"), ".", "must be an object"),
-        (false, Method::POST, "/v1/jobs".into(), json!({"task_type": "sleep", "params": {"seconds": "long"}}), "params.seconds", ""),
-        (false, Method::POST, "/v1/jobs".into(), json!({"task_type": "test.whoami", "params": {"calls": 5_000_000_000u64}}), "params.calls", ""),
-        (false, Method::POST, "/v1/jobs".into(), json!({"task_type": "test.fail", "params": {"times": 1, "kind": 4}}), "params.kind", ""),
-        (false, Method::POST, "/v1/jobs".into(), json!({"task_type": "email.send", "params": {"from": 5, "to": ["a@example.com"], "subject": "s", "text": "t"}}), "params.from", ""),
+        (
+            false,
+            Method::POST,
+            "/v1/jobs".into(),
+            json!({"task_type": "sleep", "params": {"seconds": "long"}}),
+            "params.seconds",
+            "",
+        ),
+        (
+            false,
+            Method::POST,
+            "/v1/jobs".into(),
+            json!({"task_type": "test.whoami", "params": {"calls": 5_000_000_000u64}}),
+            "params.calls",
+            "",
+        ),
+        (
+            false,
+            Method::POST,
+            "/v1/jobs".into(),
+            json!({"task_type": "test.fail", "params": {"times": 1, "kind": 4}}),
+            "params.kind",
+            "",
+        ),
+        (
+            false,
+            Method::POST,
+            "/v1/jobs".into(),
+            json!({"task_type": "email.send", "params": {"from": 5, "to": ["a@example.com"], "subject": "s", "text": "t"}}),
+            "params.from",
+            "",
+        ),
         (false, Method::POST, "/v1/jobs:batch".into(), batch(item.clone()), "jobs[0].delay_seconds", "whole number"),
-        (false, Method::POST, "/v1/jobs:batch".into(), batch(json!({"idempotency_key": "b-2", "task_type": 5})), "jobs[0].task_type", "must be a string"),
-        (false, Method::POST, "/v1/jobs:batch".into(), batch(json!({"idempotency_key": "b-3"})), "jobs[0].task_type", "missing field"),
+        (
+            false,
+            Method::POST,
+            "/v1/jobs:batch".into(),
+            batch(json!({"idempotency_key": "b-2", "task_type": 5})),
+            "jobs[0].task_type",
+            "must be a string",
+        ),
+        (
+            false,
+            Method::POST,
+            "/v1/jobs:batch".into(),
+            batch(json!({"idempotency_key": "b-3"})),
+            "jobs[0].task_type",
+            "missing field",
+        ),
         (false, Method::POST, "/v1/jobs:batch".into(), json!({"jobs": "all of them"}), "jobs", "must be a list"),
         (false, Method::PUT, "/v1/callbacks".into(), json!({"url": 5}), "url", "must be a string"),
-        (false, Method::POST, "/v1/callbacks/rotate".into(), json!({"overlap_seconds": "a day"}), "overlap_seconds", "whole number"),
-        (false, Method::POST, "/v1/callbacks/rotate".into(), json!({"overlap_seconds": -1}), "overlap_seconds", "whole number"),
+        (
+            false,
+            Method::POST,
+            "/v1/callbacks/rotate".into(),
+            json!({"overlap_seconds": "a day"}),
+            "overlap_seconds",
+            "whole number",
+        ),
+        (
+            false,
+            Method::POST,
+            "/v1/callbacks/rotate".into(),
+            json!({"overlap_seconds": -1}),
+            "overlap_seconds",
+            "whole number",
+        ),
         (false, Method::PUT, "/v1/templates/welcome".into(), json!({"subject": 5}), "subject", "must be a string"),
-        (false, Method::PUT, format!("/v1/jobs/{job}/recipients/0"), json!({"recipients": [{"to": 5}]}), "recipients[0].to", "must be a string"),
+        (
+            false,
+            Method::PUT,
+            format!("/v1/jobs/{job}/recipients/0"),
+            json!({"recipients": [{"to": 5}]}),
+            "recipients[0].to",
+            "must be a string",
+        ),
         (false, Method::PUT, "/v1/sending-role".into(), json!({"role_arn": {"arn": "x"}}), "role_arn", "not an object"),
-        (true, Method::POST, "/v1/admin/schedules".into(), json!({"name": 5, "task_type": "noop", "cron": "* * * * *"}), "name", "must be a string"),
-        (true, Method::POST, "/v1/admin/schedules".into(), json!({"name": "n", "task_type": "noop", "cron": "* * * * *", "enabled": "yes"}), "enabled", "true or false"),
-        (true, Method::PATCH, "/v1/admin/schedules/nightly".into(), json!({"catch_up": 1}), "catch_up", "true or false"),
-        (true, Method::POST, "/v1/admin/exceptions:bulk".into(), json!({"action": "explode"}), "action", "must be one of: retry, cancel, finish, ignore"),
+        (
+            true,
+            Method::POST,
+            "/v1/admin/schedules".into(),
+            json!({"name": 5, "task_type": "noop", "cron": "* * * * *"}),
+            "name",
+            "must be a string",
+        ),
+        (
+            true,
+            Method::POST,
+            "/v1/admin/schedules".into(),
+            json!({"name": "n", "task_type": "noop", "cron": "* * * * *", "enabled": "yes"}),
+            "enabled",
+            "true or false",
+        ),
+        (
+            true,
+            Method::PATCH,
+            "/v1/admin/schedules/nightly".into(),
+            json!({"catch_up": 1}),
+            "catch_up",
+            "true or false",
+        ),
+        (
+            true,
+            Method::POST,
+            "/v1/admin/exceptions:bulk".into(),
+            json!({"action": "explode"}),
+            "action",
+            "must be one of: retry, cancel, finish, ignore",
+        ),
         (true, Method::POST, "/v1/admin/exceptions:bulk".into(), json!({"action": 1}), "action", ""),
-        (true, Method::POST, "/v1/admin/exceptions:bulk".into(), json!({"action": "retry", "filter": []}), "filter", ""),
+        (
+            true,
+            Method::POST,
+            "/v1/admin/exceptions:bulk".into(),
+            json!({"action": "retry", "filter": []}),
+            "filter",
+            "",
+        ),
         (true, Method::POST, format!("/v1/admin/exceptions/{exception}/retry"), json!({"run_at": true}), "run_at", ""),
-        (true, Method::POST, format!("/v1/admin/exceptions/{exception}/finish"), json!({"reason": 5}), "reason", "must be a string"),
-        (true, Method::PUT, "/v1/admin/modes".into(), json!({"name": "shadow", "enabled": "on"}), "enabled", "true or false"),
-        (true, Method::PUT, format!("/v1/admin/tenants/{tenant}/sending-identities"), json!({"identities": "a.example"}), "identities", "must be a list"),
+        (
+            true,
+            Method::POST,
+            format!("/v1/admin/exceptions/{exception}/finish"),
+            json!({"reason": 5}),
+            "reason",
+            "must be a string",
+        ),
+        (
+            true,
+            Method::PUT,
+            "/v1/admin/modes".into(),
+            json!({"name": "shadow", "enabled": "on"}),
+            "enabled",
+            "true or false",
+        ),
+        (
+            true,
+            Method::PUT,
+            format!("/v1/admin/tenants/{tenant}/sending-identities"),
+            json!({"identities": "a.example"}),
+            "identities",
+            "must be a list",
+        ),
     ];
     let mut wrong = Vec::new();
     for (operator, method, path, body, field, says) in &cases {
         let key = if *operator { operator_key.as_str() } else { w.key.as_str() };
-        let (mut s, mut answer) = w.call_as(key, method.clone(), path, Some("wt-1"), Some(body.to_string().into_bytes())).await;
+        let (mut s, mut answer) =
+            w.call_as(key, method.clone(), path, Some("wt-1"), Some(body.to_string().into_bytes())).await;
         if s == StatusCode::OK && path.ends_with(":batch") {
             s = StatusCode::from_u16(answer["results"][0]["status"].as_u64().unwrap_or(200) as u16).unwrap();
             answer = json!({"error": answer["results"][0]["error"]});
@@ -254,7 +413,11 @@ async fn wrong_typed_fields_are_named_in_json_terms_on_every_route() {
     // A query parameter given twice is named, in words.
     for path in ["/v1/jobs?limit=1&limit=2", "/v1/messages?limit=1&limit=2", "/v1/suppressions?limit=1&limit=2"] {
         let (s, body) = w.call(Method::GET, path, None, None).await;
-        assert_eq!((s, code(&body), body["error"]["field"].as_str()), (StatusCode::BAD_REQUEST, "invalid_query", Some("limit")), "{path}");
+        assert_eq!(
+            (s, code(&body), body["error"]["field"].as_str()),
+            (StatusCode::BAD_REQUEST, "invalid_query", Some("limit")),
+            "{path}"
+        );
         assert!(!names_a_rust_type(body["error"]["message"].as_str().unwrap()), "{body}");
     }
 }

@@ -61,9 +61,15 @@ pub async fn receiver(script: Vec<Reply>) -> (SocketAddr, SeenLog) {
                 let out = match reply {
                     Reply::Status(code, headers, body) => {
                         let extra: String = headers.iter().map(|(n, v)| format!("{n}: {v}\r\n")).collect();
-                        format!("HTTP/1.1 {code} X\r\ncontent-type: application/json\r\n{extra}content-length: {}\r\nconnection: close\r\n\r\n{body}", body.len())
+                        format!(
+                            "HTTP/1.1 {code} X\r\ncontent-type: application/json\r\n{extra}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
                     }
-                    Reply::Cut => "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"id\":".into(),
+                    Reply::Cut => {
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"id\":"
+                            .into()
+                    }
                     Reply::Hang(d) => {
                         tokio::time::sleep(d).await;
                         "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}".into()
@@ -117,13 +123,20 @@ pub async fn world() -> World {
     let mut db = w.db().await;
     modes::set(&mut db, "shadow", false, "test", None).await.unwrap();
     modes::set(&mut db, "write:http", true, "test", None).await.unwrap();
-    let roles = TaskRoles::default().map_task("http.request", RoleSpec { role_arn: ROLE.into(), external_id: None }).unwrap();
+    let roles =
+        TaskRoles::default().map_task("http.request", RoleSpec { role_arn: ROLE.into(), external_id: None }).unwrap();
     let platform = w
         .platform
         .clone()
         .with_credentials(Arc::new(TaskCredentials::new(roles, &moto::sdk_config())))
         .with_secrets(&moto::sdk_config());
-    World { router: taskdeck::api::router(platform.app_state()), platform, tenant: w.tenant, key: w.key, schema: w.schema }
+    World {
+        router: taskdeck::api::router(platform.app_state()),
+        platform,
+        tenant: w.tenant,
+        key: w.key,
+        schema: w.schema,
+    }
 }
 
 fn exec(w: &World) -> Executor {
@@ -134,13 +147,16 @@ fn exec(w: &World) -> Executor {
 pub async fn destination(w: &World, key: &str, name: &str, addr: SocketAddr, extra: Value) -> Value {
     let mut body = json!({"base_url": format!("http://{addr}/api"), "rate_per_second": 100});
     body.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap_or_default());
-    let (s, d) = w.call_as(key, Method::PUT, &format!("/v1/destinations/{name}"), None, Some(body.to_string().into_bytes())).await;
+    let (s, d) = w
+        .call_as(key, Method::PUT, &format!("/v1/destinations/{name}"), None, Some(body.to_string().into_bytes()))
+        .await;
     assert_eq!(s, StatusCode::OK, "{d}");
     d
 }
 
 async fn submit(w: &World, key: &str, params: Value) -> JobId {
-    let (s, job) = w.submit(key, json!({"task_type": "http.request", "params": params, "correlation_id": "order-7"})).await;
+    let (s, job) =
+        w.submit(key, json!({"task_type": "http.request", "params": params, "correlation_id": "order-7"})).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{job}");
     job["id"].as_str().unwrap().parse().unwrap()
 }
@@ -166,14 +182,21 @@ async fn exceptions(w: &World, id: JobId, kind: &str) -> i64 {
 #[tokio::test]
 async fn a_call_carries_the_key_the_correlation_and_the_secret_and_records_the_answer() {
     let w = world().await;
-    let (addr, seen) = receiver(vec![Reply::Status(201, vec![("x-request-id", "r-1"), ("set-cookie", "s=1")], "{\"id\":42}")]).await;
+    let (addr, seen) =
+        receiver(vec![Reply::Status(201, vec![("x-request-id", "r-1"), ("set-cookie", "s=1")], "{\"id\":42}")]).await;
     let d = destination(&w, &w.key, "crm", addr, json!({"auth_header": "Authorization"})).await;
     assert_eq!(d["writes_enabled"], true);
     assert_eq!(d["secret_set_at"], Value::Null);
-    let (s, _) = w.call(Method::PUT, "/v1/destinations/crm/secret", None, Some(json!({"value": "Bearer sk-live-123"}))).await;
+    let (s, _) =
+        w.call(Method::PUT, "/v1/destinations/crm/secret", None, Some(json!({"value": "Bearer sk-live-123"}))).await;
     assert_eq!(s, StatusCode::NO_CONTENT);
-    let id = submit(&w, "contact-1", json!({"destination": "crm", "method": "POST", "path": "/v1/contacts?src=relay",
-        "headers": {"X-Tenant-Ref": "abc"}, "body": {"email": "a@b.example"}})).await;
+    let id = submit(
+        &w,
+        "contact-1",
+        json!({"destination": "crm", "method": "POST", "path": "/v1/contacts?src=relay",
+        "headers": {"X-Tenant-Ref": "abc"}, "body": {"email": "a@b.example"}}),
+    )
+    .await;
     exec(&w).run_dispatched(&[id]).await.unwrap();
     let j = job(&w, id).await;
     assert_eq!(j["status"], "succeeded", "{j}");
@@ -201,7 +224,12 @@ async fn a_call_carries_the_key_the_correlation_and_the_secret_and_records_the_a
     let (_, d) = w.call(Method::GET, "/v1/destinations/crm", None, None).await;
     assert!(d["secret_set_at"].is_string(), "{d}");
     assert_eq!(d["last_call"]["outcome"], "succeeded");
-    let dump: i64 = w.count("SELECT count(*) FROM http_calls WHERE request::text LIKE '%sk-live%' OR response::text LIKE '%sk-live%'", &[]).await;
+    let dump: i64 = w
+        .count(
+            "SELECT count(*) FROM http_calls WHERE request::text LIKE '%sk-live%' OR response::text LIKE '%sk-live%'",
+            &[],
+        )
+        .await;
     assert_eq!(dump, 0);
     assert!(!d.to_string().contains("sk-live") && !c[0].to_string().contains("sk-live"));
     assert!(!j.to_string().contains("sk-live"));
@@ -213,7 +241,12 @@ async fn a_shadowed_call_sends_nothing_and_shows_what_it_would_have_sent() {
     modes::set(&mut w.db().await, "shadow", true, "test", None).await.unwrap();
     let (addr, seen) = receiver(vec![]).await;
     destination(&w, &w.key, "crm", addr, json!({"auth_header": "X-Api-Key"})).await;
-    let id = submit(&w, "shadow-1", json!({"destination": "crm", "method": "PUT", "path": "/v1/deals/9", "body": {"stage": "won"}})).await;
+    let id = submit(
+        &w,
+        "shadow-1",
+        json!({"destination": "crm", "method": "PUT", "path": "/v1/deals/9", "body": {"stage": "won"}}),
+    )
+    .await;
     exec(&w).run_dispatched(&[id]).await.unwrap();
     let j = job(&w, id).await;
     assert_eq!(j["status"], "succeeded", "{j}");
@@ -237,7 +270,8 @@ async fn a_cut_off_answer_is_ambiguous_with_one_exception_and_no_second_call() {
     let (addr, seen) = receiver(vec![Reply::Cut, Reply::Hang(Duration::from_secs(3))]).await;
     destination(&w, &w.key, "crm", addr, json!({"timeout_ms": 500})).await;
     for (key, n) in [("cut-1", 1), ("hang-1", 2)] {
-        let id = submit(&w, key, json!({"destination": "crm", "method": "POST", "path": "/v1/orders", "body": {}})).await;
+        let id =
+            submit(&w, key, json!({"destination": "crm", "method": "POST", "path": "/v1/orders", "body": {}})).await;
         exec(&w).run_dispatched(&[id]).await.unwrap();
         let j = job(&w, id).await;
         assert_eq!(j["status"], "failed", "{j}");
@@ -261,8 +295,13 @@ async fn a_call_whose_worker_stopped_mid_call_is_ambiguous_on_the_next_attempt()
     // What a worker killed between its intent and the answer leaves: a `sending` call of attempt 1.
     let db = w.db().await;
     db.execute("UPDATE jobs SET attempt = 1 WHERE id = $1", &[&id]).await.unwrap();
-    db.execute("INSERT INTO http_calls (job_id, tenant_id, destination, attempt, outcome, request)
-                VALUES ($1, $2, 'crm', 1, 'sending', '{}')", &[&id, &w.tenant.id]).await.unwrap();
+    db.execute(
+        "INSERT INTO http_calls (job_id, tenant_id, destination, attempt, outcome, request)
+                VALUES ($1, $2, 'crm', 1, 'sending', '{}')",
+        &[&id, &w.tenant.id],
+    )
+    .await
+    .unwrap();
     exec(&w).run_dispatched(&[id]).await.unwrap();
     assert_eq!(job(&w, id).await["status"], "failed");
     assert_eq!(exceptions(&w, id, "ambiguous_outcome").await, 1);
@@ -278,7 +317,8 @@ async fn retries_carry_the_same_key_and_honour_retry_after() {
     ])
     .await;
     destination(&w, &w.key, "crm", addr, json!({})).await;
-    let id = submit(&w, "retry-1", json!({"destination": "crm", "method": "POST", "path": "/v1/x", "body": {"n": 1}})).await;
+    let id =
+        submit(&w, "retry-1", json!({"destination": "crm", "method": "POST", "path": "/v1/x", "body": {"n": 1}})).await;
     let wait = "SELECT extract(epoch FROM run_at - now())::float8 FROM jobs WHERE id = $1";
     exec(&w).run_dispatched(&[id]).await.unwrap();
     assert_eq!(job(&w, id).await["status"], "pending");
@@ -318,15 +358,31 @@ async fn switched_off_writes_hold_the_job_and_send_nothing() {
     let w = world().await;
     let (addr, seen) = receiver(vec![]).await;
     destination(&w, &w.key, "crm", addr, json!({})).await;
-    let (s, d) = w.call(Method::PUT, "/v1/destinations/crm/writes", None, Some(json!({"enabled": false, "reason": "CRM maintenance"}))).await;
+    let (s, d) = w
+        .call(
+            Method::PUT,
+            "/v1/destinations/crm/writes",
+            None,
+            Some(json!({"enabled": false, "reason": "CRM maintenance"})),
+        )
+        .await;
     assert_eq!((s, &d["writes_enabled"]), (StatusCode::OK, &json!(false)), "{d}");
-    let audit = w.count("SELECT count(*) FROM operating_mode_audit WHERE name LIKE 'write:http:%' AND changed_by LIKE 'tenant:%'", &[]).await;
+    let audit = w
+        .count(
+            "SELECT count(*) FROM operating_mode_audit WHERE name LIKE 'write:http:%' AND changed_by LIKE 'tenant:%'",
+            &[],
+        )
+        .await;
     assert_eq!(audit, 1);
     // The status contract (and so the console) shows the switch.
     let (_, status_key) = taskdeck::store::status_keys::create(&w.db().await, "console").await.unwrap();
     let (_, doc) = w.call_as(&status_key, Method::GET, "/v1/status", None, None).await;
     let listed = doc["destinations"].as_array().unwrap();
-    assert_eq!((listed.len(), &listed[0]["name"], &listed[0]["writes_enabled"], &listed[0]["tenant"]), (1, &json!("crm"), &json!(false), &json!("acme")), "{doc}");
+    assert_eq!(
+        (listed.len(), &listed[0]["name"], &listed[0]["writes_enabled"], &listed[0]["tenant"]),
+        (1, &json!("crm"), &json!(false), &json!("acme")),
+        "{doc}"
+    );
     let id = submit(&w, "held-1", json!({"destination": "crm", "method": "POST", "path": "/x"})).await;
     for _ in 0..3 {
         make_due(&w, id).await;
@@ -353,9 +409,13 @@ async fn the_rate_per_destination_holds_across_workers() {
     let w = world().await;
     let (addr, seen) = receiver(vec![]).await;
     destination(&w, &w.key, "crm", addr, json!({"rate_per_second": 4})).await;
-    let ids: Vec<JobId> = futures::future::join_all(
-        (0..10).map(|i| submit(&w, Box::leak(format!("rate-{i}").into_boxed_str()), json!({"destination": "crm", "method": "POST", "path": "/x"}))),
-    )
+    let ids: Vec<JobId> = futures::future::join_all((0..10).map(|i| {
+        submit(
+            &w,
+            Box::leak(format!("rate-{i}").into_boxed_str()),
+            json!({"destination": "crm", "method": "POST", "path": "/x"}),
+        )
+    }))
     .await;
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let workers = w.platform.spawn_workers(4, &stop);
@@ -379,7 +439,8 @@ async fn the_rate_per_destination_holds_across_workers() {
         let n = at.iter().filter(|t| **t >= from && **t < from + Duration::from_secs(1)).count();
         assert!(n <= 5, "{n} calls in one second at 4/s");
     }
-    let jobs_left: i64 = w.count("SELECT count(*) FROM jobs WHERE id = ANY($1) AND attempt > max_attempts - 4", &[&ids]).await;
+    let jobs_left: i64 =
+        w.count("SELECT count(*) FROM jobs WHERE id = ANY($1) AND attempt > max_attempts - 4", &[&ids]).await;
     assert_eq!(jobs_left, 0, "waiting for a slot used no attempt");
 }
 
@@ -391,28 +452,50 @@ async fn a_tenant_can_neither_call_nor_read_nor_overwrite_another_tenants_destin
     w.call(Method::PUT, "/v1/destinations/crm/secret", None, Some(json!({"value": "Bearer acme-secret"}))).await;
     let (globex, other) = w.other_tenant("globex").await;
     let params = json!({"task_type": "http.request", "params": {"destination": "crm", "method": "POST", "path": "/x"}});
-    let (s, e) = w.call_as(&other, Method::POST, "/v1/jobs", Some("steal-1"), Some(params.to_string().into_bytes())).await;
+    let (s, e) =
+        w.call_as(&other, Method::POST, "/v1/jobs", Some("steal-1"), Some(params.to_string().into_bytes())).await;
     assert_eq!((s, e["error"]["code"].as_str()), (StatusCode::CONFLICT, Some("unknown_destination")), "{e}");
     for (m, path) in [(Method::GET, "/v1/destinations/crm"), (Method::DELETE, "/v1/destinations/crm")] {
         let (s, _) = w.call_as(&other, m, path, None, None).await;
         assert_eq!(s, StatusCode::NOT_FOUND, "{path}");
     }
-    let (s, _) = w.call_as(&other, Method::PUT, "/v1/destinations/crm/writes", None, Some(b"{\"enabled\":false}".to_vec())).await;
+    let (s, _) = w
+        .call_as(&other, Method::PUT, "/v1/destinations/crm/writes", None, Some(b"{\"enabled\":false}".to_vec()))
+        .await;
     assert_eq!(s, StatusCode::NOT_FOUND);
-    let (s, _) = w.call_as(&other, Method::PUT, "/v1/destinations/crm/secret", None, Some(b"{\"value\":\"x\"}".to_vec())).await;
+    let (s, _) =
+        w.call_as(&other, Method::PUT, "/v1/destinations/crm/secret", None, Some(b"{\"value\":\"x\"}".to_vec())).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     let (_, list) = w.call_as(&other, Method::GET, "/v1/destinations", None, None).await;
     assert_eq!(list["destinations"], json!([]));
     // Its own destination of the same name is its own, with its own secret.
-    destination(&w, &other, "crm", addr, json!({"auth_header": "Authorization", "base_url": "http://127.0.0.1:9/"})).await;
-    let (s, _) = w.call_as(&other, Method::PUT, "/v1/destinations/crm/secret", None, Some(b"{\"value\":\"Bearer globex\"}".to_vec())).await;
+    destination(&w, &other, "crm", addr, json!({"auth_header": "Authorization", "base_url": "http://127.0.0.1:9/"}))
+        .await;
+    let (s, _) = w
+        .call_as(
+            &other,
+            Method::PUT,
+            "/v1/destinations/crm/secret",
+            None,
+            Some(b"{\"value\":\"Bearer globex\"}".to_vec()),
+        )
+        .await;
     assert_eq!(s, StatusCode::NO_CONTENT);
     let (_, mine) = w.call(Method::GET, "/v1/destinations/crm", None, None).await;
     assert_eq!(mine["base_url"], format!("http://{addr}/api"), "unchanged: {mine}");
     let sm = aws_sdk_secretsmanager::Client::new(&moto::sdk_config());
     let read = |t: taskdeck::job::TenantId| {
         let sm = sm.clone();
-        async move { sm.get_secret_value().secret_id(taskdeck::destinations::secret_id(t, "crm")).send().await.unwrap().secret_string().unwrap().to_owned() }
+        async move {
+            sm.get_secret_value()
+                .secret_id(taskdeck::destinations::secret_id(t, "crm"))
+                .send()
+                .await
+                .unwrap()
+                .secret_string()
+                .unwrap()
+                .to_owned()
+        }
     };
     assert_eq!(read(w.tenant.id).await, "Bearer acme-secret");
     assert_eq!(read(globex.id).await, "Bearer globex");
@@ -454,7 +537,8 @@ async fn hostile_bytes_in_names_paths_and_headers_get_json_4xx() {
         let (s, e) = w.call(Method::PUT, "/v1/destinations/fine", None, Some(body.clone())).await;
         assert!(s.is_client_error() && e["error"]["code"].is_string(), "{body}: {s} {e}");
     }
-    let (s, e) = w.call(Method::PUT, "/v1/destinations/crm/secret", None, Some(json!({"value": "a\r\nX-Evil: 1"}))).await;
+    let (s, e) =
+        w.call(Method::PUT, "/v1/destinations/crm/secret", None, Some(json!({"value": "a\r\nX-Evil: 1"}))).await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
     let bad_params = [
         json!({"destination": "crm", "method": "POST", "path": "/../admin"}),
@@ -474,7 +558,12 @@ async fn hostile_bytes_in_names_paths_and_headers_get_json_4xx() {
         assert!(s.is_client_error() && e["error"]["code"].is_string(), "{params}: {s} {e}");
     }
     // The destination's auth header is its own to set: a job naming it fails, and sends nothing.
-    let id = submit(&w, "auth-1", json!({"destination": "crm", "method": "POST", "path": "/x", "headers": {"authorization": "Bearer mine"}})).await;
+    let id = submit(
+        &w,
+        "auth-1",
+        json!({"destination": "crm", "method": "POST", "path": "/x", "headers": {"authorization": "Bearer mine"}}),
+    )
+    .await;
     exec(&w).run_dispatched(&[id]).await.unwrap();
     let j = job(&w, id).await;
     assert_eq!(j["status"], "failed");

@@ -122,7 +122,12 @@ async fn executor_returns_records_to_the_queue_only_when_the_database_is_unreach
     // message without a row cannot come from Relay.
     let res = lambda::executor::handle(&w.platform.executor(), event, None).await;
     assert!(res.batch_item_failures.is_empty());
-    let kept = w.count("SELECT count(*) FROM dead_letters WHERE reason LIKE 'no job % exists%' AND body LIKE '%' || $1 || '%'", &[&id]).await;
+    let kept = w
+        .count(
+            "SELECT count(*) FROM dead_letters WHERE reason LIKE 'no job % exists%' AND body LIKE '%' || $1 || '%'",
+            &[&id],
+        )
+        .await;
     assert!(kept >= 1, "{kept}");
 }
 
@@ -142,7 +147,9 @@ async fn a_lambda_container_reconnects_after_its_connection_is_dropped() {
         assert_eq!(w.wait_for(id, Duration::from_secs(1), |j| j["status"] == "succeeded").await["status"], "succeeded");
         // The proxy (or an outage) drops the container's one connection between invocations.
         let pids = backend_pids(&p).await;
-        let killed = w.count("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM unnest($1::int[]) AS pid", &[&pids]).await;
+        let killed = w
+            .count("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM unnest($1::int[]) AS pid", &[&pids])
+            .await;
         assert_eq!(killed, 1, "round {round}");
     }
     assert_eq!(p.pool.status().max_size, 1, "one connection per container");
@@ -185,26 +192,32 @@ async fn ingress_turns_provider_records_into_jobs_once_and_keeps_what_it_cannot_
     let keys: Vec<String> = w
         .db()
         .await
-        .query("SELECT idempotency_key FROM jobs WHERE tenant_id = $1 AND task_type = 'provider.event' ORDER BY 1", &[&tenant.id])
+        .query(
+            "SELECT idempotency_key FROM jobs WHERE tenant_id = $1 AND task_type = 'provider.event' ORDER BY 1",
+            &[&tenant.id],
+        )
         .await
         .unwrap()
         .iter()
         .map(|r| r.get(0))
         .collect();
     assert_eq!(keys, ["sns:da41e39f-ea4d-435a-b922-c6aae3915ebe", "sqs:d9b3c2a1-5e6f-4a7b-8c9d-0e1f2a3b4c5d"]);
-    let params: Value = w
-        .db()
-        .await
-        .query_one("SELECT params FROM jobs WHERE idempotency_key LIKE 'sns:%'", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let params: Value =
+        w.db().await.query_one("SELECT params FROM jobs WHERE idempotency_key LIKE 'sns:%'", &[]).await.unwrap().get(0);
     assert_eq!(params["source"], "arn:aws:sns:eu-west-1:123456789012:relay-ses-events");
     assert_eq!(params["message"]["eventType"], "Delivery", "the SNS Message is kept as parsed JSON");
     assert_eq!(params["message"]["mail"]["tags"]["relay_correlation_id"][0], "order-4711");
-    let correlation: String =
-        w.db().await.query_one("SELECT correlation_id FROM jobs WHERE idempotency_key LIKE 'sns:%'", &[]).await.unwrap().get(0);
-    assert_eq!(correlation, "order-4711", "the event joins the message's correlation id (SES's tag, as Relay sends it)");
+    let correlation: String = w
+        .db()
+        .await
+        .query_one("SELECT correlation_id FROM jobs WHERE idempotency_key LIKE 'sns:%'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        correlation, "order-4711",
+        "the event joins the message's correlation id (SES's tag, as Relay sends it)"
+    );
     let kept = dead_letters::recent(&w.db().await, 10).await.unwrap();
     assert_eq!(kept.len(), 1);
     assert!(kept[0].body.starts_with("From: someone@example.org\r\n"), "kept whole");
@@ -287,8 +300,11 @@ async fn on_lambda_intake_refuses_a_timeout_no_executor_invocation_can_give() {
     let p = lambda_platform(&w, &url, &crate::support::database_url());
     let intake = taskdeck::api::router(p.app_state());
     let submit = |key: &str, timeout: i32| {
-        let mut event: Value =
-            serde_json::from_str(&fixture("apigw_v2_submit_job.json", &[("API_KEY", &w.key), ("IDEMPOTENCY_KEY", key)])).unwrap();
+        let mut event: Value = serde_json::from_str(&fixture(
+            "apigw_v2_submit_job.json",
+            &[("API_KEY", &w.key), ("IDEMPOTENCY_KEY", key)],
+        ))
+        .unwrap();
         event["body"] = json!(json!({"task_type": "noop", "timeout_seconds": timeout}).to_string());
         event["headers"].as_object_mut().unwrap().remove("content-length");
         event.to_string()

@@ -4,8 +4,8 @@
 
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
-use taskdeck::job::{ExceptionKind, JobId};
 use taskdeck::job::terms::{IdempotencyKey, Limits};
+use taskdeck::job::{ExceptionKind, JobId};
 use taskdeck::store::jobs::{self, Failure, NewJob};
 use taskdeck::store::{exceptions, operators, tenants};
 use uuid::Uuid;
@@ -60,7 +60,14 @@ async fn retry_now_requeues_and_the_system_resolves_the_exception_when_the_job_s
     let w = World::new().await;
     let key = operator(&w, "alice").await;
     let (job, exc) = failed_job(&w, "r1", fatal()).await;
-    let (s, out) = op_call(&w, &key, Method::POST, &format!("/v1/admin/exceptions/{exc}/retry"), Some(json!({"reason": "fixed upstream"}))).await;
+    let (s, out) = op_call(
+        &w,
+        &key,
+        Method::POST,
+        &format!("/v1/admin/exceptions/{exc}/retry"),
+        Some(json!({"reason": "fixed upstream"})),
+    )
+    .await;
     assert_eq!(s, StatusCode::OK, "{out}");
     assert_eq!(out["job"]["status"], "pending");
     assert_eq!(out["job"]["max_attempts"], 2, "one more attempt, bounded");
@@ -82,7 +89,9 @@ async fn retry_at_a_time_waits_and_a_failing_retry_keeps_one_exception() {
     let key = operator(&w, "alice").await;
     let (job, exc) = failed_job(&w, "r2", json!({"times": 5, "kind": "fatal"})).await;
     let at = chrono::Utc::now() + chrono::Duration::hours(1);
-    let (s, out) = op_call(&w, &key, Method::POST, &format!("/v1/admin/exceptions/{exc}/retry"), Some(json!({"run_at": at}))).await;
+    let (s, out) =
+        op_call(&w, &key, Method::POST, &format!("/v1/admin/exceptions/{exc}/retry"), Some(json!({"run_at": at})))
+            .await;
     assert_eq!(s, StatusCode::OK, "{out}");
     let run_at: chrono::DateTime<chrono::Utc> = out["job"]["run_at"].as_str().unwrap().parse().unwrap();
     assert!((run_at - at).num_milliseconds().abs() < 2, "{run_at} vs {at}");
@@ -92,7 +101,12 @@ async fn retry_at_a_time_waits_and_a_failing_retry_keeps_one_exception() {
     // Retried again now, it fails again: the one open exception stays, none is added.
     w.db().await.execute("UPDATE jobs SET run_at = now() WHERE id = $1", &[&job]).await.unwrap();
     let claimed = jobs::claim_due(&w.db().await, 10, 5.0).await.unwrap().jobs;
-    let failed = jobs::fail_reporting(&w.db().await, &[(claimed[0].fence(), Failure::platform(ExceptionKind::FatalError, "again"))]).await.unwrap();
+    let failed = jobs::fail_reporting(
+        &w.db().await,
+        &[(claimed[0].fence(), Failure::platform(ExceptionKind::FatalError, "again"))],
+    )
+    .await
+    .unwrap();
     assert!(failed.refused.is_empty());
     assert!(failed.opened.is_empty(), "no new exception, so no second alert");
     assert_eq!(w.count("SELECT count(*) FROM exceptions WHERE job_id = $1", &[&job]).await, 1);
@@ -115,7 +129,14 @@ async fn cancel_cancels_the_job_and_its_pending_children() {
         ..NewJob::new("noop", json!({}), IdempotencyKey::parse("child").unwrap())
     };
     jobs::insert_many(&w.db().await, w.tenant.id, std::slice::from_ref(&child), None).await.unwrap();
-    let (s, out) = op_call(&w, &key, Method::POST, &format!("/v1/admin/exceptions/{exc}/cancel"), Some(json!({"reason": "obsolete"}))).await;
+    let (s, out) = op_call(
+        &w,
+        &key,
+        Method::POST,
+        &format!("/v1/admin/exceptions/{exc}/cancel"),
+        Some(json!({"reason": "obsolete"})),
+    )
+    .await;
     assert_eq!(s, StatusCode::OK, "{out}");
     assert_eq!(out["job"]["status"], "cancelled");
     assert_eq!(out["cancelled"], json!([job, child.id]));
@@ -125,7 +146,9 @@ async fn cancel_cancels_the_job_and_its_pending_children() {
     assert_eq!(audit(&w, exc).await, [("cancel".into(), "bob".into(), Some("obsolete".into()))]);
     assert_eq!(event_kinds(&w, job).await, ["failed", "cancelled"]);
     // A closed exception takes no more actions.
-    let (s, err) = op_call(&w, &key, Method::POST, &format!("/v1/admin/exceptions/{exc}/ignore"), Some(json!({"reason": "x"}))).await;
+    let (s, err) =
+        op_call(&w, &key, Method::POST, &format!("/v1/admin/exceptions/{exc}/ignore"), Some(json!({"reason": "x"})))
+            .await;
     assert_eq!((s, err["error"]["code"].as_str()), (StatusCode::CONFLICT, Some("exception_closed")));
 }
 
@@ -136,14 +159,21 @@ async fn force_finish_needs_a_reason_and_records_it_in_the_result() {
     let (job, exc) = failed_job(&w, "f1", fatal()).await;
     let path = format!("/v1/admin/exceptions/{exc}/finish");
     let (s, err) = op_call(&w, &key, Method::POST, &path, Some(json!({}))).await;
-    assert_eq!((s, err["error"]["code"].as_str(), err["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_field"), Some("reason")));
+    assert_eq!(
+        (s, err["error"]["code"].as_str(), err["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_field"), Some("reason"))
+    );
     let (s, err) = op_call(&w, &key, Method::POST, &path, Some(json!({"reason": " \u{3000}"}))).await;
     assert_eq!((s, err["error"]["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("reason_required")));
     assert!(audit(&w, exc).await.is_empty(), "a refused action writes nothing");
-    let (s, out) = op_call(&w, &key, Method::POST, &path, Some(json!({"reason": "sent by hand", "result": {"ticket": 7}}))).await;
+    let (s, out) =
+        op_call(&w, &key, Method::POST, &path, Some(json!({"reason": "sent by hand", "result": {"ticket": 7}}))).await;
     assert_eq!(s, StatusCode::OK, "{out}");
     assert_eq!(out["job"]["status"], "succeeded");
-    assert_eq!(out["job"]["result"], json!({"forced": true, "by": "carol", "reason": "sent by hand", "result": {"ticket": 7}}));
+    assert_eq!(
+        out["job"]["result"],
+        json!({"forced": true, "by": "carol", "reason": "sent by hand", "result": {"ticket": 7}})
+    );
     assert_eq!(out["exception"]["status"], "resolved");
     assert_eq!(audit(&w, exc).await, [("finish".into(), "carol".into(), Some("sent by hand".into()))]);
     assert_eq!(event_kinds(&w, job).await, ["failed", "force_finished"]);
@@ -167,7 +197,11 @@ async fn ignore_closes_the_exception_and_leaves_the_job_failed() {
     assert_eq!(s, StatusCode::OK);
     assert_eq!(shown["job"]["id"], json!(job));
     let kinds: Vec<&str> = shown["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["submitted", "claimed", "failed", "exception_ignored"], "the history with its submission and claim");
+    assert_eq!(
+        kinds,
+        ["submitted", "claimed", "failed", "exception_ignored"],
+        "the history with its submission and claim"
+    );
     assert_eq!(shown["actions"][0]["actor"], "dave");
     let (s, _) = op_call(&w, &key, Method::GET, &format!("/v1/admin/exceptions/{}", Uuid::now_v7()), None).await;
     assert_eq!(s, StatusCode::NOT_FOUND);
@@ -181,8 +215,17 @@ async fn exceptions_list_by_filter_and_bulk_actions_answer_with_a_count() {
     for k in ["b1", "b2", "b3"] {
         failed_job(&w, k, fatal()).await;
     }
-    let (_, job) = w.call_as(&other_key, Method::POST, "/v1/jobs", Some("g1"),
-        Some(json!({"task_type": "test.fail", "params": {"times": 1, "kind": "ambiguous"}}).to_string().into_bytes())).await;
+    let (_, job) = w
+        .call_as(
+            &other_key,
+            Method::POST,
+            "/v1/jobs",
+            Some("g1"),
+            Some(
+                json!({"task_type": "test.fail", "params": {"times": 1, "kind": "ambiguous"}}).to_string().into_bytes(),
+            ),
+        )
+        .await;
     w.platform.executor().run_dispatched(&[id_of(&job)]).await.unwrap();
     let list = |q: &str| {
         let path = format!("/v1/admin/exceptions{q}");
@@ -213,7 +256,10 @@ async fn exceptions_list_by_filter_and_bulk_actions_answer_with_a_count() {
     let (s, out) = bulk(json!({"action": "ignore", "filter": {"tenant": "acme"}, "reason": "batch noise"})).await;
     assert_eq!(s, StatusCode::OK, "{out}");
     assert_eq!((out["matched"].as_u64(), out["count"].as_u64()), (Some(3), Some(3)));
-    assert_eq!(w.count("SELECT count(*) FROM exception_actions WHERE action = 'ignore' AND actor = 'erin'", &[]).await, 3);
+    assert_eq!(
+        w.count("SELECT count(*) FROM exception_actions WHERE action = 'ignore' AND actor = 'erin'", &[]).await,
+        3
+    );
     let (_, out) = bulk(json!({"action": "retry", "filter": {"kind": "ambiguous_outcome"}})).await;
     assert_eq!(out["count"], 1);
     let (s, _) = bulk(json!({"action": "explode"})).await;
@@ -251,12 +297,28 @@ async fn modes_are_read_and_set_with_an_audit_row_naming_the_operator() {
     let key = operator(&w, "grace").await;
     let (s, m) = op_call(&w, &key, Method::GET, "/v1/admin/modes", None).await;
     assert_eq!((s, &m), (StatusCode::OK, &json!({"switches": {}, "shadow": true})));
-    let (s, m) = op_call(&w, &key, Method::PUT, "/v1/admin/modes", Some(json!({"name": "pause:noop", "enabled": true, "reason": "drain"}))).await;
+    let (s, m) = op_call(
+        &w,
+        &key,
+        Method::PUT,
+        "/v1/admin/modes",
+        Some(json!({"name": "pause:noop", "enabled": true, "reason": "drain"})),
+    )
+    .await;
     assert_eq!(s, StatusCode::OK, "{m}");
     assert_eq!(m["switches"]["pause:noop"], true);
-    assert_eq!(w.count("SELECT count(*) FROM operating_mode_audit WHERE changed_by = 'grace' AND reason = 'drain'", &[]).await, 1);
-    for (name, code) in [("pause:nope", "unknown_task_type"), ("write:SES", "invalid_mode"), ("write:bogus", "invalid_mode"), ("turbo", "invalid_mode")] {
-        let (s, err) = op_call(&w, &key, Method::PUT, "/v1/admin/modes", Some(json!({"name": name, "enabled": true}))).await;
+    assert_eq!(
+        w.count("SELECT count(*) FROM operating_mode_audit WHERE changed_by = 'grace' AND reason = 'drain'", &[]).await,
+        1
+    );
+    for (name, code) in [
+        ("pause:nope", "unknown_task_type"),
+        ("write:SES", "invalid_mode"),
+        ("write:bogus", "invalid_mode"),
+        ("turbo", "invalid_mode"),
+    ] {
+        let (s, err) =
+            op_call(&w, &key, Method::PUT, "/v1/admin/modes", Some(json!({"name": name, "enabled": true}))).await;
         assert_eq!((s, err["error"]["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some(code)), "{name}");
     }
     let (s, _) = op_call(&w, &key, Method::PUT, "/v1/admin/modes", Some(json!({"name": "shadow"}))).await;

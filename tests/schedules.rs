@@ -24,8 +24,14 @@ fn fixed_now() -> DateTime<Utc> {
 
 async fn every_minute(w: &World, name: &str, catch_up: bool) -> store::Schedule {
     let spec = ScheduleSpec {
-        name: name.into(), task_type: "noop".into(), params: json!({"echo": name}), cron: "* * * * *".into(),
-        timezone: "UTC".into(), tenant: None, enabled: true, catch_up,
+        name: name.into(),
+        task_type: "noop".into(),
+        params: json!({"echo": name}),
+        cron: "* * * * *".into(),
+        timezone: "UTC".into(),
+        tenant: None,
+        enabled: true,
+        catch_up,
     };
     schedules::add(&w.db().await, &w.platform.catalogue, spec, "test", Utc::now()).await.unwrap()
 }
@@ -60,9 +66,18 @@ async fn two_concurrent_sweepers_fire_a_slot_once() {
     assert_eq!(after.last_fired_slot, Some(slot));
     assert_eq!(after.next_run_at, slot + TimeDelta::minutes(1));
     let key = IdempotencyKey::schedule_slot(s.id, slot);
-    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE idempotency_key = $1 AND id = $2", &[&key.as_str(), &after.last_job_id.unwrap()]).await, 1);
+    assert_eq!(
+        w.count(
+            "SELECT count(*) FROM jobs WHERE idempotency_key = $1 AND id = $2",
+            &[&key.as_str(), &after.last_job_id.unwrap()]
+        )
+        .await,
+        1
+    );
     // The same slot again (a sweeper that read before the advance) creates nothing.
-    assert!(!store::advance(&w.db().await, s.id, slot, slot, after.last_job_id.unwrap(), after.next_run_at).await.unwrap());
+    assert!(
+        !store::advance(&w.db().await, s.id, slot, slot, after.last_job_id.unwrap(), after.next_run_at).await.unwrap()
+    );
     let again = schedules::fire_due(&w.platform.pool, &w.platform.intake, now).await.unwrap();
     assert_eq!(again.fired + again.already_fired, 0, "not due any more");
 }
@@ -123,7 +138,12 @@ async fn schedules_are_managed_over_the_api_and_report_last_and_next_run() {
         let (s, err) = call(Method::PATCH, format!("/v1/admin/schedules/{id}"), Some(patch)).await;
         assert_eq!((s, err["error"]["code"].as_str()), (status, Some(code)));
     }
-    let (s, err) = call(Method::POST, "/v1/admin/schedules".into(), Some(json!({"name": "x", "task_type": "nope", "cron": "* * * * *"}))).await;
+    let (s, err) = call(
+        Method::POST,
+        "/v1/admin/schedules".into(),
+        Some(json!({"name": "x", "task_type": "nope", "cron": "* * * * *"})),
+    )
+    .await;
     assert_eq!((s, err["error"]["code"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("unknown_task_type")));
 
     // Fire it, run the job: the schedule reports the last run and its outcome.
@@ -139,7 +159,10 @@ async fn schedules_are_managed_over_the_api_and_report_last_and_next_run() {
 
     // Pause: no longer due; resume: next run from now on.
     let (s, paused) = call(Method::PATCH, format!("/v1/admin/schedules/{id}"), Some(json!({"enabled": false}))).await;
-    assert_eq!((s, paused["enabled"].clone(), paused["updated_by"].clone()), (StatusCode::OK, json!(false), json!("ops")));
+    assert_eq!(
+        (s, paused["enabled"].clone(), paused["updated_by"].clone()),
+        (StatusCode::OK, json!(false), json!("ops"))
+    );
     set_next(&w, id, Utc::now() - TimeDelta::hours(1)).await;
     assert!(store::due(&w.db().await, Utc::now(), 10).await.unwrap().is_empty());
     let (_, resumed) = call(Method::PATCH, format!("/v1/admin/schedules/{id}"), Some(json!({"enabled": true}))).await;
@@ -157,8 +180,14 @@ async fn schedules_are_managed_over_the_api_and_report_last_and_next_run() {
 async fn cancelling_a_scheduled_jobs_exception_disables_its_schedule() {
     let w = World::new().await;
     let spec = ScheduleSpec {
-        name: "flaky".into(), task_type: "test.fail".into(), params: json!({"times": 9, "kind": "fatal"}),
-        cron: "* * * * *".into(), timezone: "UTC".into(), tenant: Some("acme".into()), enabled: true, catch_up: false,
+        name: "flaky".into(),
+        task_type: "test.fail".into(),
+        params: json!({"times": 9, "kind": "fatal"}),
+        cron: "* * * * *".into(),
+        timezone: "UTC".into(),
+        tenant: Some("acme".into()),
+        enabled: true,
+        catch_up: false,
     };
     let s = schedules::add(&w.db().await, &w.platform.catalogue, spec, "test", Utc::now()).await.unwrap();
     assert_eq!(s.tenant_id, w.tenant.id);
@@ -166,9 +195,19 @@ async fn cancelling_a_scheduled_jobs_exception_disables_its_schedule() {
     w.platform.sweeper().pass().await.unwrap();
     let job = store::get(&w.db().await, s.id).await.unwrap().unwrap().last_job_id.unwrap();
     w.platform.executor().run_dispatched(&[job]).await.unwrap();
-    let exc: Uuid = w.db().await.query_one("SELECT id FROM exceptions WHERE job_id = $1", &[&job]).await.unwrap().get(0);
-    let out = taskdeck::exceptions::act(&w.platform.pool, &w.platform.transport, exc, &taskdeck::exceptions::Action::Cancel,
-        None, "ops", Utc::now()).await.unwrap();
+    let exc: Uuid =
+        w.db().await.query_one("SELECT id FROM exceptions WHERE job_id = $1", &[&job]).await.unwrap().get(0);
+    let out = taskdeck::exceptions::act(
+        &w.platform.pool,
+        &w.platform.transport,
+        exc,
+        &taskdeck::exceptions::Action::Cancel,
+        None,
+        "ops",
+        Utc::now(),
+    )
+    .await
+    .unwrap();
     assert_eq!(out.schedule_disabled, Some(s.id));
     let after = store::get(&w.db().await, s.id).await.unwrap().unwrap();
     assert!(!after.enabled);
@@ -195,8 +234,14 @@ async fn retention_deletes_only_old_terminal_jobs_with_their_events_and_keys() {
     let old = old_job("old", 40, None);
     let parent = old_job("parent", 40, None);
     let child = old_job("child", 40, Some(parent.id));
-    let jobs_in = [old.clone(), old_job("old-pending", 40, None), old_job("old-failed", 40, None), parent.clone(), child.clone(),
-        old_job("recent", 5, None)];
+    let jobs_in = [
+        old.clone(),
+        old_job("old-pending", 40, None),
+        old_job("old-failed", 40, None),
+        parent.clone(),
+        child.clone(),
+        old_job("recent", 5, None),
+    ];
     jobs::insert_many(&db, w.tenant.id, &jobs_in, None).await.unwrap();
     db.batch_execute(&format!(
         "UPDATE jobs SET status = 'succeeded', finished_at = now() - interval '40 days' WHERE idempotency_key IN ('old', 'parent', 'child');
@@ -211,11 +256,19 @@ async fn retention_deletes_only_old_terminal_jobs_with_their_events_and_keys() {
     assert_eq!(retention::delete_terminal_before(&db, cutoff, 1000).await.unwrap(), 2);
     assert_eq!(retention::delete_terminal_before(&db, cutoff, 1000).await.unwrap(), 1);
     assert_eq!(retention::delete_terminal_before(&db, cutoff, 1000).await.unwrap(), 0);
-    let left: Vec<String> = db.query("SELECT idempotency_key FROM jobs ORDER BY idempotency_key", &[]).await.unwrap()
-        .iter().map(|r| r.get(0)).collect();
+    let left: Vec<String> = db
+        .query("SELECT idempotency_key FROM jobs ORDER BY idempotency_key", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
     assert_eq!(left, ["old-failed", "old-pending", "recent"], "open exceptions, live and recent jobs stay");
     assert_eq!(w.count("SELECT count(*) FROM job_events WHERE job_id = $1", &[&old.id]).await, 0);
-    assert_eq!(w.count("SELECT count(*) FROM job_keys WHERE idempotency_key IN ('old', 'parent', 'child')", &[]).await, 0);
+    assert_eq!(
+        w.count("SELECT count(*) FROM job_keys WHERE idempotency_key IN ('old', 'parent', 'child')", &[]).await,
+        0
+    );
     assert_eq!(w.count("SELECT count(*) FROM job_keys", &[]).await, 3);
 }
 
@@ -229,7 +282,11 @@ async fn the_built_in_retention_schedule_runs_the_retention_task() {
     let platform = tenants::by_name(&w.db().await, "platform").await.unwrap().unwrap();
     assert_eq!(s.tenant_id, platform.id);
     jobs::insert_many(&w.db().await, w.tenant.id, &[old_job("ancient", 60, None)], None).await.unwrap();
-    w.db().await.execute("UPDATE jobs SET status = 'cancelled', finished_at = now() - interval '60 days'", &[]).await.unwrap();
+    w.db()
+        .await
+        .execute("UPDATE jobs SET status = 'cancelled', finished_at = now() - interval '60 days'", &[])
+        .await
+        .unwrap();
     set_next(&w, s.id, Utc::now() - TimeDelta::seconds(1)).await;
     w.platform.sweeper().pass().await.unwrap();
     let job = store::get(&w.db().await, s.id).await.unwrap().unwrap().last_job_id.unwrap();

@@ -4,8 +4,8 @@
 use axum::http::{Method, StatusCode};
 use chrono::{Duration, Utc};
 use serde_json::{Value, json};
-use taskdeck::job::{Fence, JobId};
 use taskdeck::job::terms::{CorrelationId, IdempotencyKey, Limits, RequestHash};
+use taskdeck::job::{Fence, JobId};
 use taskdeck::liveness::{Identity, Kind, Liveness};
 use taskdeck::store::jobs::{self, Failure, NewJob};
 use taskdeck::store::{status, status_keys, workers};
@@ -38,14 +38,24 @@ pub async fn populate(w: &World) -> JobId {
     // Claim the parent and two children (oldest run_at first: parent, c1, c2).
     let claimed = jobs::claim_ids(&db, &[pid, kids[0].id, kids[1].id], 30.0, None).await.unwrap().jobs;
     assert_eq!(claimed.len(), 3);
-    jobs::fail(&db, &[(Fence { job: kids[0].id, attempt: 1 }, Failure::platform(taskdeck::job::ExceptionKind::FatalError, "boom"))]).await.unwrap();
+    jobs::fail(
+        &db,
+        &[(Fence { job: kids[0].id, attempt: 1 }, Failure::platform(taskdeck::job::ExceptionKind::FatalError, "boom"))],
+    )
+    .await
+    .unwrap();
     jobs::succeed(&db, &[(Fence { job: kids[1].id, attempt: 1 }, json!({}))]).await.unwrap();
     db.execute("UPDATE jobs SET status = 'waiting', lease_until = NULL WHERE id = $1", &[&pid]).await.unwrap();
     let broke = job("broke", "noop", None);
     let broke_id = broke.id;
     jobs::insert_many(&db, w.tenant.id, &[broke], None).await.unwrap();
     jobs::claim_ids(&db, &[broke_id], 30.0, None).await.unwrap();
-    jobs::fail(&db, &[(Fence { job: broke_id, attempt: 1 }, Failure::platform(taskdeck::job::ExceptionKind::FatalError, "bust"))]).await.unwrap();
+    jobs::fail(
+        &db,
+        &[(Fence { job: broke_id, attempt: 1 }, Failure::platform(taskdeck::job::ExceptionKind::FatalError, "bust"))],
+    )
+    .await
+    .unwrap();
     let (top, busy) = (job("top", "noop", None), job("busy", "sleep", None));
     let (top_id, busy_id) = (top.id, busy.id);
     jobs::insert_many(&db, w.tenant.id, &[top, busy], None).await.unwrap();
@@ -66,7 +76,9 @@ async fn workers_beat_list_and_prune() {
     let seen = workers::seen_since(&db, Utc::now() - Duration::minutes(1), 10).await.unwrap();
     assert_eq!(seen.len(), 2, "one row per instance, however many beats");
     assert!(seen.iter().all(|s| (s.started_at - started).num_milliseconds().abs() < 5));
-    db.execute("UPDATE workers SET last_seen_at = now() - interval '8 days' WHERE kind = 'sweeper'", &[]).await.unwrap();
+    db.execute("UPDATE workers SET last_seen_at = now() - interval '8 days' WHERE kind = 'sweeper'", &[])
+        .await
+        .unwrap();
     assert_eq!(workers::seen_since(&db, Utc::now() - Duration::minutes(1), 10).await.unwrap().len(), 1);
     assert_eq!(workers::prune(&db, Utc::now() - Duration::days(7)).await.unwrap(), 1);
     assert!(workers::beat(&db, "janitor", "x", "h", None, started).await.is_err(), "kinds are checked");
@@ -106,7 +118,11 @@ async fn status_queries_count_live_work_failures_runs_and_children() {
     assert!(sleep.oldest_due.is_some());
     assert!(queues.iter().all(|q| q.task_type != "noop"), "no live noop job: {queues:?}");
 
-    assert_eq!(status::failure_counts(&db).await.unwrap(), (1, 1), "the failed top-level job, counted as runs are; not the child");
+    assert_eq!(
+        status::failure_counts(&db).await.unwrap(),
+        (1, 1),
+        "the failed top-level job, counted as runs are; not the child"
+    );
     db.execute("UPDATE jobs SET finished_at = now() - interval '2 hours' WHERE status = 'failed'", &[]).await.unwrap();
     assert_eq!(status::failure_counts(&db).await.unwrap(), (0, 1));
 
@@ -118,13 +134,17 @@ async fn status_queries_count_live_work_failures_runs_and_children() {
     assert!(capped.truncated);
 
     let runs = status::recent_runs(&db, 10).await.unwrap();
-    let shape: Vec<(&str, &str)> = runs.iter().map(|r| (r.job.status.as_str(), r.job.idempotency_key.as_str())).collect();
+    let shape: Vec<(&str, &str)> =
+        runs.iter().map(|r| (r.job.status.as_str(), r.job.idempotency_key.as_str())).collect();
     assert_eq!(shape, [("running", "busy"), ("waiting", "parent"), ("succeeded", "top"), ("failed", "broke")]);
     assert!(runs.iter().all(|r| r.tenant == "acme"));
 
     let counts = taskdeck::store::progress::child_counts(&db, &[pid, JobId::new()]).await.unwrap();
     assert_eq!(counts.len(), 1);
-    assert_eq!(counts[&pid], taskdeck::store::progress::ChildCounts { total: 3, succeeded: 1, failed: 1, cancelled: 0 });
+    assert_eq!(
+        counts[&pid],
+        taskdeck::store::progress::ChildCounts { total: 3, succeeded: 1, failed: 1, cancelled: 0 }
+    );
 }
 
 /// The JSON Schema checked into the repository.
@@ -171,13 +191,19 @@ async fn the_served_status_validates_against_its_schema_and_needs_a_status_key()
     let noop = doc["queues"].as_array().unwrap().iter().find(|q| q["name"] == "noop").unwrap();
     assert_eq!(noop["depth"], 0, "every catalogue task has a queue");
     let parent = doc["recent_runs"].as_array().unwrap().iter().find(|r| r["id"] == pid.to_string()).unwrap();
-    assert_eq!(parent["progress"], json!({"kind": "count", "total": 3, "succeeded": 1, "failed": 1, "cancelled": 0,
-        "pending": 1, "done": 2, "fraction": 2.0 / 3.0}));
+    assert_eq!(
+        parent["progress"],
+        json!({"kind": "count", "total": 3, "succeeded": 1, "failed": 1, "cancelled": 0,
+        "pending": 1, "done": 2, "fraction": 2.0 / 3.0})
+    );
     assert_eq!(parent["status"], "waiting");
     assert!(parent.get("params").is_none() && parent.get("result").is_none(), "client data stays out");
     let busy = doc["recent_runs"].as_array().unwrap().iter().find(|r| r["status"] == "running").unwrap();
     assert_eq!(busy["progress"]["kind"], "elapsed");
-    assert_eq!((busy["progress"]["runs_in_baseline"].as_i64(), busy["progress"]["stuck"].as_bool()), (Some(0), Some(false)));
+    assert_eq!(
+        (busy["progress"]["runs_in_baseline"].as_i64(), busy["progress"]["stuck"].as_bool()),
+        (Some(0), Some(false))
+    );
     assert_eq!(doc["activity"]["runs"].as_array().unwrap().len(), 12);
 
     // The same document parses with the console's reader.
@@ -212,7 +238,9 @@ fn the_schema_refuses_what_the_contract_forbids() {
     let validator = jsonschema::validator_for(&schema()).unwrap();
     let ok: Value = serde_json::from_str(include_str!("fixtures/status_v1_0_minimal.json")).unwrap();
     assert!(validator.is_valid(&ok), "the v1.0 fixture (with unknown fields) is valid");
-    for (field, bad) in [("contract", json!("relay.status/v2")), ("version", json!("2.0")), ("queues", json!([{"name": "q"}]))] {
+    for (field, bad) in
+        [("contract", json!("relay.status/v2")), ("version", json!("2.0")), ("queues", json!([{"name": "q"}]))]
+    {
         let mut doc = ok.clone();
         doc[field] = bad;
         assert!(!validator.is_valid(&doc), "{field}");

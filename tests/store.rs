@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
-use taskdeck::job::{Fence, JobId};
 use taskdeck::job::terms::{CorrelationId, IdempotencyKey, Limits, RequestHash};
+use taskdeck::job::{Fence, JobId};
 use taskdeck::store::jobs::{self, Failure, Inserted, JobFilter, NewJob, Retry};
 use taskdeck::store::{StoreError, exceptions, migrate, modes, tenants};
 use uuid::Uuid;
@@ -40,7 +40,8 @@ async fn tenants_are_found_by_key_hash_and_keys_rotate() {
     assert_eq!(tenants::by_api_key(&db, &key).await.unwrap().map(|t| t.id), Some(t.id));
     assert!(tenants::by_api_key(&db, "rk_nope").await.unwrap().is_none());
     assert_eq!(tenants::by_name(&db, "initech").await.unwrap().map(|t| t.id), Some(t.id));
-    let stored: Vec<u8> = db.query_one("SELECT api_key_hash FROM tenants WHERE id = $1", &[&t.id]).await.unwrap().get(0);
+    let stored: Vec<u8> =
+        db.query_one("SELECT api_key_hash FROM tenants WHERE id = $1", &[&t.id]).await.unwrap().get(0);
     assert_ne!(stored, key.as_bytes(), "only the hash is stored");
     let new_key = tenants::rotate_key(&db, t.id).await.unwrap();
     assert!(tenants::by_api_key(&db, &key).await.unwrap().is_none());
@@ -66,7 +67,13 @@ async fn insert_many_creates_new_keys_and_returns_existing_ones_in_order() {
     assert_eq!(shape, [("created", "b".into()), ("existing", "a".into()), ("existing", "b".into())]);
     assert_eq!(w.count("SELECT count(*) FROM jobs", &[]).await, 2);
     assert_eq!(w.count("SELECT count(*) FROM jobs WHERE dispatched_at IS NOT NULL", &[]).await, 2);
-    let ids: Vec<JobId> = out.iter().take(1).map(|i| match i { Inserted::Created(j) | Inserted::Existing(j) => j.id }).collect();
+    let ids: Vec<JobId> = out
+        .iter()
+        .take(1)
+        .map(|i| match i {
+            Inserted::Created(j) | Inserted::Existing(j) => j.id,
+        })
+        .collect();
     jobs::undispatch(&db, &ids).await.unwrap();
     assert_eq!(w.count("SELECT count(*) FROM jobs WHERE dispatched_at IS NULL", &[]).await, 1);
 }
@@ -153,7 +160,11 @@ async fn claims_are_fair_across_tenants_however_deep_one_tenants_backlog() {
     let claim = jobs::claim_due(&db, 30, 30.0).await.unwrap();
     let ids: Vec<JobId> = claim.jobs.iter().map(|j| j.id).collect();
     assert!(ids.contains(&q.id) && ids.contains(&t.id), "both quiet tenants are in the first claim");
-    assert_eq!(claim.jobs.iter().filter(|j| j.tenant_id == w.tenant.id).count(), 10, "the flood gets its share: 30 / 3");
+    assert_eq!(
+        claim.jobs.iter().filter(|j| j.tenant_id == w.tenant.id).count(),
+        10,
+        "the flood gets its share: 30 / 3"
+    );
     assert!(claim.more, "the flood has more due");
     // Alone again, the flood gets whole claims, oldest first.
     let next = jobs::claim_due(&db, 30, 30.0).await.unwrap();
@@ -205,7 +216,12 @@ async fn an_exception_kind_this_build_does_not_know_is_an_error_not_a_panic() {
     let db = w.db().await;
     jobs::insert_many(&db, w.tenant.id, &[new_job("k")], None).await.unwrap();
     let c = jobs::claim_due(&db, 10, 30.0).await.unwrap().jobs;
-    assert!(jobs::fail(&db, &[(c[0].fence(), Failure::platform(taskdeck::job::ExceptionKind::AmbiguousOutcome, "?"))]).await.unwrap().is_empty());
+    assert!(
+        jobs::fail(&db, &[(c[0].fence(), Failure::platform(taskdeck::job::ExceptionKind::AmbiguousOutcome, "?"))])
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let e = &exceptions::for_job(&db, c[0].id).await.unwrap()[0];
     assert_eq!(e.kind, taskdeck::job::ExceptionKind::AmbiguousOutcome, "read back as written");
     // As a newer build would write it.
@@ -295,10 +311,10 @@ async fn check_constraints_hold_the_lifecycle_invariants() {
     let j = new_job("inv");
     jobs::insert_many(&db, w.tenant.id, &[j.clone()], None).await.unwrap();
     for bad in [
-        "UPDATE jobs SET status = 'running' WHERE id = $1",                       // running without a lease
-        "UPDATE jobs SET status = 'succeeded' WHERE id = $1",                     // terminal without finished_at
-        "UPDATE jobs SET result = '{}' WHERE id = $1",                            // result while pending
-        "UPDATE jobs SET attempt = 9 WHERE id = $1",                              // beyond max_attempts
+        "UPDATE jobs SET status = 'running' WHERE id = $1", // running without a lease
+        "UPDATE jobs SET status = 'succeeded' WHERE id = $1", // terminal without finished_at
+        "UPDATE jobs SET result = '{}' WHERE id = $1",      // result while pending
+        "UPDATE jobs SET attempt = 9 WHERE id = $1",        // beyond max_attempts
     ] {
         assert!(db.execute(bad, &[&j.id]).await.is_err(), "{bad}");
     }
@@ -341,8 +357,12 @@ async fn every_key_row_is_its_jobs_on_both_insert_paths_and_an_unknown_tenant_le
     assert_eq!(w.count("SELECT count(*) FROM job_keys", &[]).await, 22);
     assert_eq!(keys_without_their_job(&w).await, 0);
     // The check can fail: a key row written apart from its job is counted.
-    db.execute("INSERT INTO job_keys (tenant_id, idempotency_key, correlation_id, job_id) VALUES ($1, 'stray', 'c', $2)",
-        &[&ghost, &JobId::new()]).await.unwrap();
+    db.execute(
+        "INSERT INTO job_keys (tenant_id, idempotency_key, correlation_id, job_id) VALUES ($1, 'stray', 'c', $2)",
+        &[&ghost, &JobId::new()],
+    )
+    .await
+    .unwrap();
     assert_eq!(keys_without_their_job(&w).await, 1);
 }
 
@@ -360,10 +380,9 @@ async fn a_pipelined_transaction_never_returns_its_connection_to_the_pool_unfini
 
     let db = Pipelined::new(w.db().await);
     let first = pid(&db).await;
-    let (_, inserted) = tokio::try_join!(db.begin(), async {
-        Ok(db.execute("INSERT INTO pipelined_probe VALUES (1)", &[]).await?)
-    })
-    .unwrap();
+    let (_, inserted) =
+        tokio::try_join!(db.begin(), async { Ok(db.execute("INSERT INTO pipelined_probe VALUES (1)", &[]).await?) })
+            .unwrap();
     assert_eq!(inserted, 1);
     drop(db); // no COMMIT: as when a statement fails
     let next = w.db().await;
@@ -371,18 +390,26 @@ async fn a_pipelined_transaction_never_returns_its_connection_to_the_pool_unfini
     let rows: i64 = next.query_one("SELECT count(*) FROM pipelined_probe", &[]).await.unwrap().get(0);
     assert_eq!(rows, 0, "the unfinished transaction's insert survived");
     // SAVEPOINT is refused outside a transaction block.
-    assert!(next.batch_execute("SAVEPOINT probe").await.is_err(), "the pool handed out a connection inside a transaction");
+    assert!(
+        next.batch_execute("SAVEPOINT probe").await.is_err(),
+        "the pool handed out a connection inside a transaction"
+    );
     let second = pid(&next).await;
     drop(next);
 
     let db = Pipelined::new(w.db().await);
     assert_eq!(pid(&db).await, second, "the pool keeps one idle connection here");
-    tokio::try_join!(db.begin(), async { Ok(db.execute("INSERT INTO pipelined_probe VALUES (2)", &[]).await.map(|_| ())?) }, db.commit())
-        .unwrap();
+    tokio::try_join!(
+        db.begin(),
+        async { Ok(db.execute("INSERT INTO pipelined_probe VALUES (2)", &[]).await.map(|_| ())?) },
+        db.commit()
+    )
+    .unwrap();
     db.release();
     let next = w.db().await;
     assert_eq!(pid(&next).await, second, "a released connection goes back to the pool");
-    let rows: Vec<i32> = next.query("SELECT n FROM pipelined_probe", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+    let rows: Vec<i32> =
+        next.query("SELECT n FROM pipelined_probe", &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
     assert_eq!(rows, vec![2]);
 }
 
@@ -421,11 +448,23 @@ async fn every_message_is_of_its_jobs_tenant_on_both_insert_paths_and_another_te
     let claim = jobs::claim_due(&db, 2, 30.0).await.unwrap();
     let (a, b) = (&claim.jobs[0], &claim.jobs[1]);
     // Both paths, the intent of a send and the record of an unsent message.
-    assert!(matches!(messages::record_intent(&db, &message(a, w.tenant.id, "k1", Status::Sending)).await.unwrap(), Intent::Recorded(_)));
-    assert!(matches!(messages::record_unsent(&db, &message(b, w.tenant.id, "k2", Status::Shadowed)).await.unwrap(), Intent::Recorded(_)));
+    assert!(matches!(
+        messages::record_intent(&db, &message(a, w.tenant.id, "k1", Status::Sending)).await.unwrap(),
+        Intent::Recorded(_)
+    ));
+    assert!(matches!(
+        messages::record_unsent(&db, &message(b, w.tenant.id, "k2", Status::Shadowed)).await.unwrap(),
+        Intent::Recorded(_)
+    ));
     // Another (real) tenant naming this tenant's running job records nothing, on either path.
-    assert!(matches!(messages::record_intent(&db, &message(a, other.id, "k3", Status::Sending)).await.unwrap(), Intent::Fenced));
-    assert!(matches!(messages::record_unsent(&db, &message(b, other.id, "k4", Status::Refused)).await.unwrap(), Intent::Fenced));
+    assert!(matches!(
+        messages::record_intent(&db, &message(a, other.id, "k3", Status::Sending)).await.unwrap(),
+        Intent::Fenced
+    ));
+    assert!(matches!(
+        messages::record_unsent(&db, &message(b, other.id, "k4", Status::Refused)).await.unwrap(),
+        Intent::Fenced
+    ));
     assert_eq!(w.count("SELECT count(*) FROM messages", &[]).await, 2);
     assert_eq!(w.count("SELECT count(*) FROM messages WHERE tenant_id = $1", &[&other.id]).await, 0);
     assert_eq!(messages_not_of_their_jobs_tenant(&w).await, 0);
@@ -456,15 +495,28 @@ async fn jobs_check_what_statements_change_and_leave_the_terms_to_their_types() 
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(checks, [
-        "jobs_attempts_bounded", "jobs_callback_url_check", "jobs_children_total_check", "jobs_finished_iff_terminal",
-        "jobs_lease_iff_running", "jobs_max_attempts_check", "jobs_not_own_parent", "jobs_result_only_on_success",
-        "jobs_running_was_claimed", "jobs_status_check",
-    ]);
+    assert_eq!(
+        checks,
+        [
+            "jobs_attempts_bounded",
+            "jobs_callback_url_check",
+            "jobs_children_total_check",
+            "jobs_finished_iff_terminal",
+            "jobs_lease_iff_running",
+            "jobs_max_attempts_check",
+            "jobs_not_own_parent",
+            "jobs_result_only_on_success",
+            "jobs_running_was_claimed",
+            "jobs_status_check",
+        ]
+    );
     // What is kept still refuses a broken state: running without a lease.
     jobs::insert_many(&db, w.tenant.id, &[new_job("kept")], None).await.unwrap();
     let err = db
-        .execute("UPDATE jobs SET status = 'running', attempt = 1, started_at = now() WHERE idempotency_key = 'kept'", &[])
+        .execute(
+            "UPDATE jobs SET status = 'running', attempt = 1, started_at = now() WHERE idempotency_key = 'kept'",
+            &[],
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION), "{err}");

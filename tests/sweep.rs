@@ -8,8 +8,8 @@ use taskdeck::job::JobId;
 use taskdeck::store::jobs;
 use tokio::sync::watch;
 
-use crate::support::transports::{Down, Partial, Recorded};
 use crate::support::World;
+use crate::support::transports::{Down, Partial, Recorded};
 
 fn id_of(job: &serde_json::Value) -> JobId {
     job["id"].as_str().unwrap().parse().unwrap()
@@ -52,7 +52,10 @@ async fn an_expired_lease_on_the_last_attempt_fails_with_an_exception() {
     let report = w.platform.sweeper().pass().await.unwrap();
     assert_eq!((report.leases_returned, report.leases_failed), (0, 1));
     let id = id_of(&job);
-    assert_eq!(w.count("SELECT count(*) FROM exceptions WHERE job_id = $1 AND kind = 'lease_expired'", &[&id]).await, 1);
+    assert_eq!(
+        w.count("SELECT count(*) FROM exceptions WHERE job_id = $1 AND kind = 'lease_expired'", &[&id]).await,
+        1
+    );
 }
 
 /// A world, the same world with a transport that refuses every dispatch, and a job submitted
@@ -161,7 +164,8 @@ async fn a_partly_failed_dispatch_leaves_only_the_unsent_jobs_to_the_sweep() {
     let w = World::new().await;
     let partial = w.with_transport(Arc::new(Partial));
     let items: Vec<_> = (0..4).map(|i| json!({"idempotency_key": format!("p{i}"), "task_type": "noop"})).collect();
-    let (status, res) = partial.call(axum::http::Method::POST, "/v1/jobs:batch", None, Some(json!({"jobs": items}))).await;
+    let (status, res) =
+        partial.call(axum::http::Method::POST, "/v1/jobs:batch", None, Some(json!({"jobs": items}))).await;
     assert_eq!(status, 200);
     let ids: Vec<JobId> = res["results"].as_array().unwrap().iter().map(|r| id_of(&r["job"])).collect();
     let unmarked = "SELECT count(*) FROM jobs WHERE id = ANY($1) AND dispatched_at IS NULL";

@@ -74,7 +74,8 @@ fn functions(t: &Value) -> BTreeMap<String, Value> {
 fn role_actions(t: &Value, role: &str) -> BTreeSet<String> {
     let r = &t["Resources"][role]["Properties"];
     let attached = t["Resources"].as_object().unwrap().values().filter(|p| {
-        p["Type"] == "AWS::IAM::Policy" && p["Properties"]["Roles"].as_array().unwrap().iter().any(|x| target(x) == role)
+        p["Type"] == "AWS::IAM::Policy"
+            && p["Properties"]["Roles"].as_array().unwrap().iter().any(|x| target(x) == role)
     });
     let documents: Vec<&Value> = r["Policies"]
         .as_array()
@@ -155,11 +156,18 @@ fn queues_redrive_and_outlast_their_consumers() {
             }
             sqs_events += 1;
             let e = &ev["Properties"];
-            assert_eq!(e["FunctionResponseTypes"], json!(["ReportBatchItemFailures"]), "{name}: partial batch responses");
+            assert_eq!(
+                e["FunctionResponseTypes"],
+                json!(["ReportBatchItemFailures"]),
+                "{name}: partial batch responses"
+            );
             assert!((1..=10).contains(&num(&e["BatchSize"])), "{name}: BatchSize 1..=10");
             let max_conc = num(&e["ScalingConfig"]["MaximumConcurrency"]);
             assert!(max_conc >= 2, "{name}: SQS MaximumConcurrency is at least 2");
-            assert!(max_conc <= num(&p["ReservedConcurrentExecutions"]), "{name}: MaximumConcurrency within reserved concurrency");
+            assert!(
+                max_conc <= num(&p["ReservedConcurrentExecutions"]),
+                "{name}: MaximumConcurrency within reserved concurrency"
+            );
             let queue = &res[target(&e["Queue"])]["Properties"];
             assert!(
                 num(&queue["VisibilityTimeout"]) >= 6 * num(&p["Timeout"]),
@@ -169,7 +177,10 @@ fn queues_redrive_and_outlast_their_consumers() {
             assert!(num(&redrive["maxReceiveCount"]) >= 5, "{name}: maxReceiveCount >= 5");
             let dlq = target(&redrive["deadLetterTargetArn"]);
             assert_eq!(res[&dlq]["Type"], "AWS::SQS::Queue", "{name}: a dead-letter queue");
-            assert!(num(&res[&dlq]["Properties"]["MessageRetentionPeriod"]) >= 1_209_600, "{dlq} keeps messages 14 days");
+            assert!(
+                num(&res[&dlq]["Properties"]["MessageRetentionPeriod"]) >= 1_209_600,
+                "{dlq} keeps messages 14 days"
+            );
         }
     }
     assert_eq!(sqs_events, 2, "executor and ingress consume SQS");
@@ -220,7 +231,8 @@ fn the_console_deploys_without_the_platform_stack() {
     let c = console();
     let console = &c["Resources"]["ConsoleFunction"]["Properties"];
     assert!(console.get("VpcConfig").is_none(), "the console stands alone: no VPC, no database");
-    let env: Vec<&String> = console["Environment"]["Variables"].as_object().map(|m| m.keys().collect()).unwrap_or_default();
+    let env: Vec<&String> =
+        console["Environment"]["Variables"].as_object().map(|m| m.keys().collect()).unwrap_or_default();
     assert_eq!(env, ["RELAY_CONSOLE_PROJECTS"], "the console gets its projects and nothing else");
     // Nothing imported from another stack: every reference is to its own parameters or resources.
     let text = serde_json::to_string(&c).unwrap();
@@ -234,10 +246,18 @@ fn the_console_deploys_without_the_platform_stack() {
     assert_eq!(target(&console["Role"]), "ConsoleRole");
     assert_eq!(
         role_actions(&c, "ConsoleRole"),
-        set(&["logs:CreateLogStream ConsoleLogGroup", "logs:PutLogEvents ConsoleLogGroup", "xray:PutTraceSegments *", "xray:PutTelemetryRecords *"])
+        set(&[
+            "logs:CreateLogStream ConsoleLogGroup",
+            "logs:PutLogEvents ConsoleLogGroup",
+            "xray:PutTraceSegments *",
+            "xray:PutTelemetryRecords *"
+        ])
     );
     assert!(c["Resources"]["ConsoleRole"]["Properties"].get("ManagedPolicyArns").is_none());
-    assert!(c["Resources"].as_object().unwrap().values().any(|r| r["Type"] == "AWS::CloudWatch::Alarm"), "console errors page");
+    assert!(
+        c["Resources"].as_object().unwrap().values().any(|r| r["Type"] == "AWS::CloudWatch::Alarm"),
+        "console errors page"
+    );
 }
 
 /// Every logical id a `Ref`, `GetAtt` or `Sub` under `v` names.
@@ -251,8 +271,11 @@ fn refs(v: &Value) -> Vec<String> {
                     ("Fn::GetAtt", _) => out.push(target(&json!({"Fn::GetAtt": x}))),
                     ("Fn::Sub", _) => {
                         let text = x.as_str().or_else(|| x[0].as_str()).unwrap_or_default();
-                        let vars: BTreeSet<String> =
-                            x.get(1).and_then(Value::as_object).map(|m| m.keys().cloned().collect()).unwrap_or_default();
+                        let vars: BTreeSet<String> = x
+                            .get(1)
+                            .and_then(Value::as_object)
+                            .map(|m| m.keys().cloned().collect())
+                            .unwrap_or_default();
                         for part in text.split("${").skip(1) {
                             let name = part.split('}').next().unwrap().split('.').next().unwrap();
                             if !vars.contains(name) {
@@ -388,7 +411,8 @@ fn each_task_type_has_its_own_role_trusting_only_the_executor() {
     let mut resolved = mapping.to_owned();
     for name in roles.keys() {
         assert!(mapping.contains(&format!("${{{name}.Arn}}")), "RELAY_TASK_ROLES maps {name}");
-        resolved = resolved.replace(&format!("${{{name}.Arn}}"), &format!("arn:aws:iam::123456789012:role/stack-{name}-X1"));
+        resolved =
+            resolved.replace(&format!("${{{name}.Arn}}"), &format!("arn:aws:iam::123456789012:role/stack-{name}-X1"));
     }
     let secs = vars["RELAY_TASK_SESSION_SECONDS"].as_str().unwrap().to_owned();
     let env = |k: &str| match k {
@@ -396,7 +420,8 @@ fn each_task_type_has_its_own_role_trusting_only_the_executor() {
         "RELAY_TASK_SESSION_SECONDS" => Some(secs.clone()),
         _ => None,
     };
-    let parsed = taskdeck::credentials::TaskRoles::from_lookup(env).expect("the executor accepts the template's mapping");
+    let parsed =
+        taskdeck::credentials::TaskRoles::from_lookup(env).expect("the executor accepts the template's mapping");
     let anyone = taskdeck::job::TenantId::new();
     assert!(parsed.resolve(anyone, "email.send").is_some());
     assert!(parsed.resolve(anyone, "noop").is_none(), "default deny for everything else");
@@ -409,7 +434,9 @@ fn the_alarms_that_page_exist() {
     let alarms: Vec<&Value> =
         t["Resources"].as_object().unwrap().values().filter(|r| r["Type"] == "AWS::CloudWatch::Alarm").collect();
     let watching = |metric: &str, dim: &str| {
-        alarms.iter().any(|a| a["Properties"]["MetricName"] == metric && target(&a["Properties"]["Dimensions"][0]["Value"]) == dim)
+        alarms.iter().any(|a| {
+            a["Properties"]["MetricName"] == metric && target(&a["Properties"]["Dimensions"][0]["Value"]) == dim
+        })
     };
     for dlq in ["WorkDeadLetterQueue", "IngressDeadLetterQueue"] {
         assert!(watching("ApproximateNumberOfMessagesVisible", dlq), "dead-letter depth of {dlq}");
@@ -422,7 +449,10 @@ fn the_alarms_that_page_exist() {
     }
     let sweep = alarms
         .iter()
-        .find(|a| a["Properties"]["MetricName"] == "Invocations" && target(&a["Properties"]["Dimensions"][0]["Value"]) == "SweeperFunction")
+        .find(|a| {
+            a["Properties"]["MetricName"] == "Invocations"
+                && target(&a["Properties"]["Dimensions"][0]["Value"]) == "SweeperFunction"
+        })
         .expect("a sweep-not-running alarm");
     assert_eq!(sweep["Properties"]["TreatMissingData"], "breaching", "no data means no sweep");
 }
@@ -450,7 +480,10 @@ fn every_alarm_pages_a_topic_that_always_exists() {
         assert_eq!(res["AlarmTopic"]["Type"], "AWS::SNS::Topic");
         assert_eq!(res["AlarmTopic"]["Condition"], "CreateAlarmTopic", "created exactly when none is given");
         let sub = &res["AlarmEmailSubscription"];
-        assert_eq!((sub["Properties"]["Protocol"].as_str(), target(&sub["Properties"]["TopicArn"])), (Some("email"), "AlarmTopic".into()));
+        assert_eq!(
+            (sub["Properties"]["Protocol"].as_str(), target(&sub["Properties"]["TopicArn"])),
+            (Some("email"), "AlarmTopic".into())
+        );
         let page = json!([{"Fn::If": ["CreateAlarmTopic", {"Ref": "AlarmTopic"}, {"Ref": "AlarmTopicArn"}]}]);
         for (name, r) in res.as_object().unwrap().iter().filter(|(_, r)| r["Type"] == "AWS::CloudWatch::Alarm") {
             assert_eq!(r["Properties"]["AlarmActions"], page, "{name} pages the alarm topic");
@@ -467,7 +500,8 @@ fn ses_events_flow_from_a_configuration_set_through_a_topic_into_the_ingress_que
     assert_eq!(target(&dest["ConfigurationSetName"]), "SesConfigurationSet");
     assert_eq!(dest["EventDestination"]["Enabled"], true);
     assert_eq!(dest["EventDestination"]["SnsDestination"]["TopicARN"], topic, "events go to the topic");
-    let types: BTreeSet<&str> = dest["EventDestination"]["MatchingEventTypes"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    let types: BTreeSet<&str> =
+        dest["EventDestination"]["MatchingEventTypes"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
     for needed in ["send", "delivery", "bounce", "complaint", "reject", "open", "click", "deliveryDelay"] {
         assert!(types.contains(needed), "the destination publishes {needed}");
     }
@@ -477,15 +511,28 @@ fn ses_events_flow_from_a_configuration_set_through_a_topic_into_the_ingress_que
     assert_eq!(sub["RawMessageDelivery"], false, "ingress parses the SNS envelope");
     let policy = &res["IngressQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"][0];
     assert_eq!(policy["Condition"]["ArnLike"]["aws:SourceArn"][0], topic, "that topic may deliver");
-    assert_eq!(policy["Condition"]["ArnLike"]["aws:SourceArn"].as_array().map(Vec::len), Some(2), "and relay-* topics, nothing else");
+    assert_eq!(
+        policy["Condition"]["ArnLike"]["aws:SourceArn"].as_array().map(Vec::len),
+        Some(2),
+        "and relay-* topics, nothing else"
+    );
     // Created unless given, both of them.
     assert_eq!(res["SesEventTopic"]["Condition"], "CreateSesEventTopic");
     assert_eq!(res["SesConfigurationSet"]["Condition"], "CreateSesConfigurationSet");
     assert_eq!(t["Conditions"]["CreateSesEventTopic"], json!({"Fn::Equals": [{"Ref": "SesEventTopicArn"}, ""]}));
-    assert_eq!(t["Conditions"]["CreateSesConfigurationSet"], json!({"Fn::Equals": [{"Ref": "SesConfigurationSetName"}, ""]}));
+    assert_eq!(
+        t["Conditions"]["CreateSesConfigurationSet"],
+        json!({"Fn::Equals": [{"Ref": "SesConfigurationSetName"}, ""]})
+    );
     // The email task role covers the very set sends name.
-    let statements = res["EmailSendTaskRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"].as_array().unwrap().clone();
-    let on_set = statements.iter().find(|s| s["Resource"].get("Fn::Sub").is_some()).expect("a statement on the configuration set");
+    let statements = res["EmailSendTaskRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let on_set = statements
+        .iter()
+        .find(|s| s["Resource"].get("Fn::Sub").is_some())
+        .expect("a statement on the configuration set");
     assert_eq!(
         on_set["Resource"]["Fn::Sub"][1]["Name"],
         json!({"Fn::If": ["CreateSesConfigurationSet", {"Ref": "SesConfigurationSet"}, {"Ref": "SesConfigurationSetName"}]})
@@ -501,23 +548,35 @@ fn vpc_endpoints_cover_every_aws_service_the_functions_call_behind_one_switch() 
         .unwrap()
         .values()
         .filter(|r| r["Type"] == "AWS::EC2::VPCEndpoint")
-        .map(|r| (r["Properties"]["ServiceName"]["Fn::Sub"].as_str().unwrap().rsplit('.').next().unwrap().to_owned(), r))
+        .map(|r| {
+            (r["Properties"]["ServiceName"]["Fn::Sub"].as_str().unwrap().rsplit('.').next().unwrap().to_owned(), r)
+        })
         .collect();
     assert_eq!(endpoints.keys().map(String::as_str).collect::<Vec<_>>(), ["email", "secretsmanager", "sqs", "sts"]);
     for (service, e) in endpoints {
         assert_eq!(e["Condition"], "WithVpcEndpoints", "{service}");
         let p = &e["Properties"];
-        assert_eq!((p["VpcEndpointType"].as_str(), p["PrivateDnsEnabled"].as_bool()), (Some("Interface"), Some(true)), "{service}");
+        assert_eq!(
+            (p["VpcEndpointType"].as_str(), p["PrivateDnsEnabled"].as_bool()),
+            (Some("Interface"), Some(true)),
+            "{service}"
+        );
         assert_eq!(target(&p["SubnetIds"]), "SubnetIds", "{service}: in the functions' subnets");
     }
 }
 
 /// The template's `DATABASE_URL`, its parameters replaced by sample values.
 fn resolved_database_url(p: &Value) -> String {
-    let url = p["Environment"]["Variables"]["DATABASE_URL"]["Fn::Sub"].as_str().expect("DATABASE_URL is a !Sub").to_owned();
-    [("DatabaseUser", "relay"), ("DatabaseProxyEndpoint", "relay.proxy-x.eu-west-1.rds.amazonaws.com"), ("DatabaseName", "relay"), ("DatabaseRootCert", "system")]
-        .iter()
-        .fold(url, |u, (k, v)| u.replace(&format!("${{{k}}}"), v))
+    let url =
+        p["Environment"]["Variables"]["DATABASE_URL"]["Fn::Sub"].as_str().expect("DATABASE_URL is a !Sub").to_owned();
+    [
+        ("DatabaseUser", "relay"),
+        ("DatabaseProxyEndpoint", "relay.proxy-x.eu-west-1.rds.amazonaws.com"),
+        ("DatabaseName", "relay"),
+        ("DatabaseRootCert", "system"),
+    ]
+    .iter()
+    .fold(url, |u, (k, v)| u.replace(&format!("${{{k}}}"), v))
 }
 
 #[test]
@@ -532,10 +591,16 @@ fn no_database_password_in_the_environment_and_tls_verified_in_full() {
         }
         with_db += 1;
         let text = serde_json::to_string(vars).unwrap();
-        assert!(!text.contains("resolve:secretsmanager") && !text.to_lowercase().contains("password"), "{name}: {text}");
+        assert!(
+            !text.contains("resolve:secretsmanager") && !text.to_lowercase().contains("password"),
+            "{name}: {text}"
+        );
         assert_eq!(target(&vars["RELAY_DATABASE_SECRET"]), "DatabaseSecretArn", "{name} reads the login at run time");
         let role = target(&p["Role"]);
-        assert!(role_actions(&t, &role).contains("secretsmanager:GetSecretValue DatabaseSecretArn"), "{role} may read it");
+        assert!(
+            role_actions(&t, &role).contains("secretsmanager:GetSecretValue DatabaseSecretArn"),
+            "{role} may read it"
+        );
         // What the function itself makes of it on AWS: verify-full, no password.
         let url = resolved_database_url(p);
         let env = |k: &str| match k {
@@ -587,7 +652,10 @@ fn dead_letters_are_counted_by_log_events_the_code_really_emits_and_page() {
         .values()
         .find(|r| r["Type"] == "AWS::CloudWatch::Alarm" && r["Properties"]["MetricName"] == "DeadLetters")
         .expect("an alarm on DeadLetters");
-    assert_eq!((alarm["Properties"]["Threshold"].as_i64(), alarm["Properties"]["ComparisonOperator"].as_str()), (Some(0), Some("GreaterThanThreshold")));
+    assert_eq!(
+        (alarm["Properties"]["Threshold"].as_i64(), alarm["Properties"]["ComparisonOperator"].as_str()),
+        (Some(0), Some("GreaterThanThreshold"))
+    );
 }
 
 #[test]

@@ -13,8 +13,8 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use http_body_util::BodyExt;
-use serde_json::Value;
 use relay::pgcluster::{Durability, PrivateCluster};
+use serde_json::Value;
 use taskdeck::platform::{Platform, Settings};
 use taskdeck::store::tenants;
 use tower::ServiceExt;
@@ -117,7 +117,13 @@ impl World {
     }
 
     /// Call the API as this world's tenant.
-    pub async fn call(&self, method: Method, path: &str, idem: Option<&str>, body: Option<Value>) -> (StatusCode, Value) {
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        idem: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
         self.call_as(&self.key, method, path, idem, body.map(|b| b.to_string().into_bytes())).await
     }
 
@@ -160,7 +166,12 @@ impl World {
 
     /// Wait (up to 5 s) until a count query returns `expected`; returns the last count.
     /// For effects that follow the answer, such as a failed dispatch clearing its mark.
-    pub async fn eventually(&self, sql: &str, params: &[&(dyn tokio_postgres::types::ToSql + Sync)], expected: i64) -> i64 {
+    pub async fn eventually(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+        expected: i64,
+    ) -> i64 {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         loop {
             let n = self.count(sql, params).await;
@@ -181,14 +192,16 @@ pub async fn send(router: &axum::Router, req: Request<Body>) -> (StatusCode, Val
     let res = router.clone().oneshot(req).await.expect("router is infallible");
     let status = res.status();
     let bytes = res.into_body().collect().await.expect("body").to_bytes();
-    let body = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).expect("every answer is JSON") };
+    let body =
+        if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).expect("every answer is JSON") };
     (status, body)
 }
 
 /// A fresh schema named `t_<unix secs>_<random>`; schemas from runs over an hour old are
 /// dropped on the first call of a run.
 async fn new_schema() -> String {
-    let (client, conn) = tokio_postgres::connect(base_url(), tokio_postgres::NoTls).await.expect("connect to test Postgres");
+    let (client, conn) =
+        tokio_postgres::connect(base_url(), tokio_postgres::NoTls).await.expect("connect to test Postgres");
     tokio::spawn(conn);
     static CLEANED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     CLEANED

@@ -11,8 +11,8 @@ use std::sync::OnceLock;
 use aws_lambda_events::sqs::SqsEvent;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
-use serde_json::json;
 use relay::localaws;
+use serde_json::json;
 use taskdeck::transport::sqs::SqsTransport;
 
 /// moto's endpoint, started on first use.
@@ -116,7 +116,13 @@ pub fn sdk_config() -> aws_config::SdkConfig {
         .behavior_version(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new("us-east-1"))
         .endpoint_url(endpoint())
-        .credentials_provider(SharedCredentialsProvider::new(Credentials::new("testing", "testing", None, None, "relay-local")))
+        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+            "testing",
+            "testing",
+            None,
+            None,
+            "relay-local",
+        )))
         .build()
 }
 

@@ -107,7 +107,9 @@ impl RuntimeApi {
         let deadline_ms = deadline.duration_since(SystemTime::UNIX_EPOCH).expect("clock").as_millis() as u64;
         let (answer, answered) = oneshot::channel();
         let id = uuid::Uuid::now_v7().to_string();
-        self.events.send(Pending { id: id.clone(), deadline_ms, event: event.to_string(), answer }).expect("stand-in alive");
+        self.events
+            .send(Pending { id: id.clone(), deadline_ms, event: event.to_string(), answer })
+            .expect("stand-in alive");
         match tokio::time::timeout(timeout, answered).await {
             Ok(Ok(invoked)) => invoked,
             _ => {

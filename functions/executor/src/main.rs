@@ -14,7 +14,9 @@ async fn main() -> Result<(), Error> {
     let (exec, live) = (&exec, &live);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         live.touch().await;
-        Ok::<SqsBatchResponse, Error>(taskdeck::lambda::executor::handle(exec, event.payload, Some(event.context.deadline())).await)
+        Ok::<SqsBatchResponse, Error>(
+            taskdeck::lambda::executor::handle(exec, event.payload, Some(event.context.deadline())).await,
+        )
     }))
     .await
 }

@@ -88,12 +88,15 @@ mod tests {
 
     #[test]
     fn both_shapes_parse_and_bad_ones_name_the_source() {
-        let c = ConsoleConfig::parse(r#"[{"name": "relay", "status_url": "http://x/v1/status", "token": "rs_1"}]"#, "f").unwrap();
+        let c =
+            ConsoleConfig::parse(r#"[{"name": "relay", "status_url": "http://x/v1/status", "token": "rs_1"}]"#, "f")
+                .unwrap();
         assert_eq!(c.projects[0].token.as_deref(), Some("rs_1"));
         assert_eq!(c.timeout, ConsoleConfig::DEFAULT_TIMEOUT);
         let c = ConsoleConfig::parse(r#"{"projects": [], "timeout_seconds": 2}"#, "f").unwrap();
         assert_eq!(c.timeout, Duration::from_secs(2));
-        let e = ConsoleConfig::parse(r#"[{"name": "a", "status_url": "ftp://x"}]"#, "RELAY_CONSOLE_PROJECTS").unwrap_err();
+        let e =
+            ConsoleConfig::parse(r#"[{"name": "a", "status_url": "ftp://x"}]"#, "RELAY_CONSOLE_PROJECTS").unwrap_err();
         assert!(e.to_string().starts_with("RELAY_CONSOLE_PROJECTS: project \"a\""), "{e}");
         assert!(ConsoleConfig::parse("{", "f").is_err());
     }

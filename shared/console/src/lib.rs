@@ -3,9 +3,9 @@
 //! only a cache, so it deploys on its own (`functions/console`, or `relay console` locally).
 
 pub mod config;
+pub mod lambda;
 pub mod poll;
 pub mod render;
-pub mod lambda;
 
 use axum::Router;
 use axum::extract::State;

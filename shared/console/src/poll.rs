@@ -89,7 +89,12 @@ impl Console {
                 polled_at: None,
             })
             .collect();
-        Ok(Console { config: Arc::new(config), http, cache: Arc::new(RwLock::new(cache)), last_refresh: Arc::default() })
+        Ok(Console {
+            config: Arc::new(config),
+            http,
+            cache: Arc::new(RwLock::new(cache)),
+            last_refresh: Arc::default(),
+        })
     }
 
     /// A copy of the cache.
@@ -146,11 +151,7 @@ impl Console {
         let req = req.body(Empty::new()).map_err(PollError::Request)?;
         let res = self.http.request(req).await.map_err(PollError::Unreachable)?;
         let status = res.status();
-        let body = Limited::new(res.into_body(), MAX_DOC_BYTES)
-            .collect()
-            .await
-            .map_err(PollError::Reading)?
-            .to_bytes();
+        let body = Limited::new(res.into_body(), MAX_DOC_BYTES).collect().await.map_err(PollError::Reading)?.to_bytes();
         if !status.is_success() {
             return Err(PollError::Status(status.as_u16()));
         }

@@ -196,10 +196,13 @@ fn since(now: DateTime<Utc>, at: Option<DateTime<Utc>>) -> String {
 /// When a schedule runs next: "in 4 min", or "due now" once its time has come (a slot the
 /// sweep has not fired yet is due, not in the past).
 fn until(now: DateTime<Utc>, at: Option<DateTime<Utc>>) -> String {
-    at.map_or_else(|| "—".into(), |t| {
-        let s = (t - now).num_milliseconds() as f64 / 1000.0;
-        if s >= 0.5 { format!("in {}", ago(s)) } else { "due now".into() }
-    })
+    at.map_or_else(
+        || "—".into(),
+        |t| {
+            let s = (t - now).num_milliseconds() as f64 / 1000.0;
+            if s >= 0.5 { format!("in {}", ago(s)) } else { "due now".into() }
+        },
+    )
 }
 
 /// The age of the oldest due job: "—" only when none is due.
@@ -219,7 +222,13 @@ pub fn view(states: &[ProjectState], refresh_s: u64, now: DateTime<Utc>) -> Page
     let projects = states
         .iter()
         .map(|s| {
-            let state = if s.polled_at.is_none() { "unknown" } else if s.reachable() { "ok" } else { "unreachable" };
+            let state = if s.polled_at.is_none() {
+                "unknown"
+            } else if s.reachable() {
+                "ok"
+            } else {
+                "unreachable"
+            };
             ProjectView {
                 name: s.name.clone(),
                 status_url: s.status_url.clone(),
@@ -245,9 +254,17 @@ fn data(doc: &StatusDoc, at: DateTime<Utc>, now: DateTime<Utc>) -> DataView {
             let live = is_live(w);
             let replaced = !live
                 && doc.workers.iter().any(|o| {
-                    o.kind == w.kind && is_live(o) && matches!((o.started_at, w.last_seen_at), (Some(s), Some(l)) if s >= l)
+                    o.kind == w.kind
+                        && is_live(o)
+                        && matches!((o.started_at, w.last_seen_at), (Some(s), Some(l)) if s >= l)
                 });
-            WorkerView { kind: w.kind.clone(), instance_id: w.instance_id.clone(), last_seen: since(now, w.last_seen_at), live, replaced }
+            WorkerView {
+                kind: w.kind.clone(),
+                instance_id: w.instance_id.clone(),
+                last_seen: since(now, w.last_seen_at),
+                live,
+                replaced,
+            }
         })
         .collect();
     let mut kinds: Vec<&str> = workers.iter().filter(|w| w.live).map(|w| w.kind.as_str()).collect();
@@ -342,7 +359,8 @@ fn run(r: &Run, now: DateTime<Utc>) -> RunView {
         }
         Some(p) if p.kind == "elapsed" => {
             let stuck = if p.stuck == Some(true) {
-                p.baseline_p95_s.map_or_else(|| " — stuck".to_owned(), |b| format!(" — stuck (usually under {})", ago(b)))
+                p.baseline_p95_s
+                    .map_or_else(|| " — stuck".to_owned(), |b| format!(" — stuck (usually under {})", ago(b)))
             } else {
                 String::new()
             };

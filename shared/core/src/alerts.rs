@@ -14,8 +14,8 @@ use uuid::Uuid;
 
 use crate::email::content;
 use crate::intake::Intake;
-use crate::store::exceptions::{self, Unalerted};
 use crate::job::terms::{CorrelationId, IdempotencyKey, Limits};
+use crate::store::exceptions::{self, Unalerted};
 use crate::store::jobs::NewJob;
 use crate::store::{StoreError, sending_identities, tenants};
 
@@ -53,8 +53,9 @@ impl AlertConfig {
             to.push(bare);
         }
         let from = match get("RELAY_ALERT_FROM").map(|f| f.trim().to_owned()).filter(|f| !f.is_empty()) {
-            Some(f) => content::bare(&f)
-                .ok_or(AlertConfigError::NotAnAddress { name: "RELAY_ALERT_FROM", value: f })?,
+            Some(f) => {
+                content::bare(&f).ok_or(AlertConfigError::NotAnAddress { name: "RELAY_ALERT_FROM", value: f })?
+            }
             None => format!("relay-alerts@{}", to[0].rsplit_once('@').map_or("localhost", |(_, d)| d)),
         };
         let tenant = get("RELAY_INGRESS_TENANT").filter(|t| !t.trim().is_empty()).unwrap_or_else(|| "platform".into());
@@ -80,7 +81,11 @@ fn alert_job(cfg: &AlertConfig, e: &Unalerted) -> NewJob {
         "message_key": format!("alert:{}", e.id),
     });
     let key = IdempotencyKey::exception_alert(e.id);
-    NewJob { correlation_id: CorrelationId::exception_alert(e.id), limits: ALERT_LIMITS, ..NewJob::new("email.send", params, key) }
+    NewJob {
+        correlation_id: CorrelationId::exception_alert(e.id),
+        limits: ALERT_LIMITS,
+        ..NewJob::new("email.send", params, key)
+    }
 }
 
 /// Queue the alert emails of new exceptions; returns how many were queued.

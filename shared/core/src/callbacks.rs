@@ -50,7 +50,9 @@ pub enum UrlError {
     NoHost,
     #[error("user info is not allowed in a callback URL")]
     UserInfo,
-    #[error("not of the shape `http(s)://host[:port][/path][?query]` (URL characters, `%` only as an escape, no fragment)")]
+    #[error(
+        "not of the shape `http(s)://host[:port][/path][?query]` (URL characters, `%` only as an escape, no fragment)"
+    )]
     Shape,
     /// The host is written as an address the guard refuses (`check_url` only).
     #[error("outbound calls may not reach {ip}: {why}")]
@@ -63,7 +65,11 @@ pub enum UrlError {
 /// acceptance depends on the guard.
 pub fn url_pattern(literals: bool) -> String {
     let name = "([A-Za-z0-9-]+\\.)*[A-Za-z][A-Za-z0-9-]*";
-    let host = if literals { format!("({name}|[0-9]{{1,3}}(\\.[0-9]{{1,3}}){{3}}|\\[[0-9A-Fa-f:.]+\\])") } else { format!("({name})") };
+    let host = if literals {
+        format!("({name}|[0-9]{{1,3}}(\\.[0-9]{{1,3}}){{3}}|\\[[0-9A-Fa-f:.]+\\])")
+    } else {
+        format!("({name})")
+    };
     let port = "(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})";
     let chars = "([A-Za-z0-9._~!$&'()*+,;=:@/-]|%[0-9A-Fa-f]{2})";
     format!("^https?://{host}(:{port})?(/{chars}*)?(\\?({chars}|\\?)*)?$")
@@ -152,7 +158,9 @@ fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
         // Deprecated IPv4-compatible addresses (::a.b.c.d).
         [0, 0, 0, 0, 0, 0, hi, lo] => refused_v4(embedded(hi, lo)).or(Some("IPv4-compatible address (::/96)")),
         // IPv4-translated (::ffff:0:a.b.c.d, SIIT) reaches the IPv4 address it carries.
-        [0, 0, 0, 0, 0xffff, 0, hi, lo] => refused_v4(embedded(hi, lo)).or(Some("IPv4-translated address (::ffff:0:0/96)")),
+        [0, 0, 0, 0, 0xffff, 0, hi, lo] => {
+            refused_v4(embedded(hi, lo)).or(Some("IPv4-translated address (::ffff:0:0/96)"))
+        }
         // NAT64 (64:ff9b::/96) reaches the IPv4 address it carries.
         [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => refused_v4(embedded(hi, lo)),
         // Local-use NAT64 (64:ff9b:1::/48) translates into a private network of its own.
@@ -256,9 +264,8 @@ pub async fn resolve(target: &Target, allow: &AllowList) -> Result<SocketAddr, R
         .await
         .map_err(|e| Refusal::Resolve { host: target.host.clone(), error: e.to_string() })?
         .collect();
-    let first = *addrs
-        .first()
-        .ok_or_else(|| Refusal::Resolve { host: target.host.clone(), error: "no addresses".into() })?;
+    let first =
+        *addrs.first().ok_or_else(|| Refusal::Resolve { host: target.host.clone(), error: "no addresses".into() })?;
     if allow.allows_host(&target.host) {
         return Ok(first);
     }
@@ -388,7 +395,12 @@ pub struct Limits {
 
 /// POST `body` to the target at the address chosen by `resolve` (a callback delivery: 15 s,
 /// a bounded answer read and dropped so the connection ends cleanly).
-pub async fn post(target: &Target, addr: SocketAddr, headers: &[(&str, String)], body: Bytes) -> Result<Answer, PostError> {
+pub async fn post(
+    target: &Target,
+    addr: SocketAddr,
+    headers: &[(&str, String)],
+    body: Bytes,
+) -> Result<Answer, PostError> {
     let limits = Limits { timeout: REQUEST_TIMEOUT, body: 16 * 1024, read_body: |_| true };
     request(target, addr, hyper::Method::POST, headers, body, limits).await
 }
@@ -423,7 +435,9 @@ pub async fn request(
     let timed_out = || format!("no answer within {} ms", limits.timeout.as_millis());
     let connect = async {
         let io = https.ready().await?.call(target.uri.clone()).await?;
-        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(hyper::client::conn::http1::handshake::<_, Full<Bytes>>(io).await?)
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(
+            hyper::client::conn::http1::handshake::<_, Full<Bytes>>(io).await?,
+        )
     };
     let (mut sender, conn) = tokio::time::timeout_at(deadline, connect)
         .await
@@ -439,7 +453,11 @@ pub async fn request(
         (false, Some(p)) => format!("{}:{p}", target.host),
         (false, None) => target.host.clone(),
     };
-    let mut req = hyper::Request::builder().method(method).uri(path).header("host", host).header("content-type", "application/json");
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", host)
+        .header("content-type", "application/json");
     for (name, value) in headers {
         req = req.header(*name, value);
     }
@@ -536,11 +554,32 @@ mod tests {
 
     #[test]
     fn the_guard_refuses_private_addresses_in_every_spelling() {
-        for ip in ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "0.0.0.0", "100.64.0.1",
-                   "224.0.0.1", "255.255.255.255", "::1", "::", "fe80::1", "fd00:ec2::254", "ff02::1",
-                   "::ffff:169.254.169.254", "::ffff:a9fe:a9fe", "::ffff:127.0.0.1", "::127.0.0.1",
-                   "64:ff9b::a9fe:a9fe", "2002:7f00:1::1", "::ffff:0:7f00:1", "::ffff:0:a9fe:a9fe", "64:ff9b:1::808:808",
-                   "2001:0:4136:e378:8000:63bf:3fff:fdd2"] {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "100.64.0.1",
+            "224.0.0.1",
+            "255.255.255.255",
+            "::1",
+            "::",
+            "fe80::1",
+            "fd00:ec2::254",
+            "ff02::1",
+            "::ffff:169.254.169.254",
+            "::ffff:a9fe:a9fe",
+            "::ffff:127.0.0.1",
+            "::127.0.0.1",
+            "64:ff9b::a9fe:a9fe",
+            "2002:7f00:1::1",
+            "::ffff:0:7f00:1",
+            "::ffff:0:a9fe:a9fe",
+            "64:ff9b:1::808:808",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+        ] {
             assert!(refused(ip.parse().unwrap()).is_some(), "{ip} must be refused");
         }
         for ip in ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111", "::ffff:8.8.8.8"] {
@@ -564,7 +603,9 @@ mod tests {
     #[test]
     fn a_literal_address_the_guard_refuses_is_refused_when_set() {
         let none = AllowList::default();
-        for url in ["http://127.0.0.1/", "http://169.254.169.254/latest", "https://[::1]:8443/", "http://[::ffff:0:7f00:1]/"] {
+        for url in
+            ["http://127.0.0.1/", "http://169.254.169.254/latest", "https://[::1]:8443/", "http://[::ffff:0:7f00:1]/"]
+        {
             assert!(check_url(url, &none).unwrap_err().to_string().contains("may not reach"), "{url}");
         }
         assert!(check_url("https://93.184.216.34/hook", &none).is_ok());

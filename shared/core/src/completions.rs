@@ -82,7 +82,8 @@ impl CompletionRequest {
         if self.error.as_ref().is_some_and(|e| e.chars().count() > MAX_ERROR_CHARS) {
             return Err(bad("error", format!("error: at most {MAX_ERROR_CHARS} characters")));
         }
-        let c = Completion { outcome: self.outcome, result, error: self.error, retryable: self.retryable.unwrap_or(true) };
+        let c =
+            Completion { outcome: self.outcome, result, error: self.error, retryable: self.retryable.unwrap_or(true) };
         Ok((self.token, c))
     }
 }
@@ -136,7 +137,9 @@ pub async fn apply(
                 Applied::Replayed { job, outcome, at: closed.at }
             }
             ("completion", Some(outcome)) => Applied::AlreadyCompleted { job, outcome, at: closed.at },
-            ("overdue", _) => Applied::Overdue { job, deadline: w.wait.deadline, policy: w.wait.on_overdue, at: closed.at },
+            ("overdue", _) => {
+                Applied::Overdue { job, deadline: w.wait.deadline, policy: w.wait.on_overdue, at: closed.at }
+            }
             _ => Applied::Superseded { job },
         });
     }
@@ -172,7 +175,11 @@ pub struct OverdueBatch {
 
 /// One batch of the sweep's overdue pass: lock up to `limit` open waits past their deadline
 /// (skipping any a completion holds), apply each one's overdue policy, close them, commit.
-pub async fn sweep_overdue(pool: &Pool, transport: &Arc<dyn Transport>, limit: i64) -> Result<OverdueBatch, StoreError> {
+pub async fn sweep_overdue(
+    pool: &Pool,
+    transport: &Arc<dyn Transport>,
+    limit: i64,
+) -> Result<OverdueBatch, StoreError> {
     let mut db = pool.get().await?;
     let tx = db.transaction().await?;
     let locked = waits::lock_overdue(&tx, limit).await?;
@@ -180,8 +187,10 @@ pub async fn sweep_overdue(pool: &Pool, transport: &Arc<dyn Transport>, limit: i
         return Ok(OverdueBatch::default());
     }
     let now = Utc::now();
-    let (due, gone): (Vec<&Locked>, Vec<&Locked>) = locked.iter().partition(|w| w.job_status == JobStatus::Waiting && w.current());
-    let ends: Vec<(Fence, WaitEnd)> = due.iter().map(|w| (w.wait.fence, completion::on_overdue(&w.wait, now))).collect();
+    let (due, gone): (Vec<&Locked>, Vec<&Locked>) =
+        locked.iter().partition(|w| w.job_status == JobStatus::Waiting && w.current());
+    let ends: Vec<(Fence, WaitEnd)> =
+        due.iter().map(|w| (w.wait.fence, completion::on_overdue(&w.wait, now))).collect();
     let ended = end_waits(&tx, JobStatus::Waiting, &ends).await?;
     let handled: Vec<Fence> = due.iter().map(|w| w.wait.fence).filter(|f| !ended.refused.contains(f)).collect();
     let gone: Vec<Fence> = gone.iter().map(|w| w.wait.fence).collect();
@@ -226,7 +235,9 @@ async fn end_waits(db: &impl GenericClient, from: JobStatus, ends: &[(Fence, Wai
         match end {
             WaitEnd::Succeed(result) => done.push((*fence, result.clone())),
             WaitEnd::Retry { run_at, error } => retries.push((*fence, Retry { run_at: *run_at, error: error.clone() })),
-            WaitEnd::Reschedule { run_at, note } => later.push((*fence, Retry { run_at: *run_at, error: note.clone() })),
+            WaitEnd::Reschedule { run_at, note } => {
+                later.push((*fence, Retry { run_at: *run_at, error: note.clone() }))
+            }
             WaitEnd::Fail { kind, error } => failures.push((*fence, Failure::platform(*kind, error.clone()))),
         }
     }
@@ -242,7 +253,9 @@ async fn end_waits(db: &impl GenericClient, from: JobStatus, ends: &[(Fence, Wai
             continue;
         }
         let refused = jobs::retry_wait(db, from, batch, reschedule).await?;
-        out.dispatch.extend(batch.iter().filter(|r| !refused.contains(&r.0)).map(|(f, r)| Dispatch { id: f.job, run_at: r.run_at }));
+        out.dispatch.extend(
+            batch.iter().filter(|r| !refused.contains(&r.0)).map(|(f, r)| Dispatch { id: f.job, run_at: r.run_at }),
+        );
         out.refused.extend(refused);
     }
     if !failures.is_empty() {

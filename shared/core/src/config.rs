@@ -86,7 +86,13 @@ impl LambdaConfig {
         let database_url = match text("DATABASE_URL") {
             Some(url) => Some(match crate::store::tls::DbUrl::parse(&url) {
                 // The URL may hold a password: never echo it.
-                Err(e) => return Err(ConfigError::Invalid { name: "DATABASE_URL", value: "<hidden>".into(), why: e.to_string() }),
+                Err(e) => {
+                    return Err(ConfigError::Invalid {
+                        name: "DATABASE_URL",
+                        value: "<hidden>".into(),
+                        why: e.to_string(),
+                    });
+                }
                 Ok(_) if on_aws && !has_sslmode(&url) => with_verify_full(&url),
                 Ok(_) => url,
             }),
@@ -114,8 +120,11 @@ impl LambdaConfig {
             alerts: crate::alerts::AlertConfig::from_lookup(&get)?,
             callback_allow: match text("RELAY_CALLBACK_ALLOW") {
                 None => Default::default(),
-                Some(v) => crate::callbacks::AllowList::parse(&v)
-                    .map_err(|e| ConfigError::Invalid { name: "RELAY_CALLBACK_ALLOW", value: v, why: e.to_string() })?,
+                Some(v) => crate::callbacks::AllowList::parse(&v).map_err(|e| ConfigError::Invalid {
+                    name: "RELAY_CALLBACK_ALLOW",
+                    value: v,
+                    why: e.to_string(),
+                })?,
             },
         })
     }
@@ -180,7 +189,8 @@ mod tests {
         assert!(e.starts_with("RELAY_WORK_QUEUE_URL is invalid"), "{e}");
         let e = read(&[("DATABASE_URL", "postgres://u:s3cret@h:notaport/db")]).unwrap_err().to_string();
         assert!(e.starts_with("DATABASE_URL is invalid") && !e.contains("s3cret"), "{e}");
-        let ok = read(&[("DATABASE_URL", "postgres://u:p@proxy:5432/relay"), ("RELAY_WORK_QUEUE_URL", "https://sqs.x/1/q")]);
+        let ok =
+            read(&[("DATABASE_URL", "postgres://u:p@proxy:5432/relay"), ("RELAY_WORK_QUEUE_URL", "https://sqs.x/1/q")]);
         assert_eq!(ok.unwrap().require_work_queue_url().unwrap(), "https://sqs.x/1/q");
     }
 
@@ -206,20 +216,30 @@ mod tests {
     fn on_aws_the_database_url_defaults_to_verify_full() {
         let url = |vars: &[(&str, &str)]| read(vars).unwrap().database_url.unwrap();
         let lambda = ("AWS_LAMBDA_FUNCTION_NAME", "relay-executor");
-        assert_eq!(url(&[lambda, ("DATABASE_URL", "postgres://relay@proxy/relay")]), "postgres://relay@proxy/relay?sslmode=verify-full");
+        assert_eq!(
+            url(&[lambda, ("DATABASE_URL", "postgres://relay@proxy/relay")]),
+            "postgres://relay@proxy/relay?sslmode=verify-full"
+        );
         assert_eq!(
             url(&[lambda, ("DATABASE_URL", "postgres://relay@proxy/relay?application_name=x")]),
             "postgres://relay@proxy/relay?application_name=x&sslmode=verify-full"
         );
-        assert_eq!(url(&[lambda, ("DATABASE_URL", "host=proxy user=relay")]), "host=proxy user=relay sslmode=verify-full");
+        assert_eq!(
+            url(&[lambda, ("DATABASE_URL", "host=proxy user=relay")]),
+            "host=proxy user=relay sslmode=verify-full"
+        );
         // Stated modes are kept; off AWS (or against moto) the URL is left as it is.
         let stated = "postgres://relay@proxy/relay?sslmode=require";
         assert_eq!(url(&[lambda, ("DATABASE_URL", stated)]), stated);
         assert_eq!(url(&[("DATABASE_URL", "postgres://relay@db/relay")]), "postgres://relay@db/relay");
-        let local = [lambda, ("AWS_ENDPOINT_URL", "http://127.0.0.1:5000"), ("DATABASE_URL", "postgres://relay@db/relay")];
+        let local =
+            [lambda, ("AWS_ENDPOINT_URL", "http://127.0.0.1:5000"), ("DATABASE_URL", "postgres://relay@db/relay")];
         assert_eq!(url(&local), "postgres://relay@db/relay");
         let e = read(&[("DATABASE_URL", "postgres://u:s3cret@h/db?sslmode=verify")]).unwrap_err().to_string();
         assert!(e.starts_with("DATABASE_URL is invalid") && e.contains("sslmode") && !e.contains("s3cret"), "{e}");
-        assert_eq!(read(&[("RELAY_DATABASE_SECRET", "arn:aws:secretsmanager:x")]).unwrap().database_secret.as_deref(), Some("arn:aws:secretsmanager:x"));
+        assert_eq!(
+            read(&[("RELAY_DATABASE_SECRET", "arn:aws:secretsmanager:x")]).unwrap().database_secret.as_deref(),
+            Some("arn:aws:secretsmanager:x")
+        );
     }
 }

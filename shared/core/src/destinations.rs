@@ -26,8 +26,19 @@ pub const MAX_HEADERS: usize = 50;
 
 /// Headers a call may not set: hop-by-hop ones, those of the connection, and Relay's own.
 pub const REFUSED_HEADERS: &[&str] = &[
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te", "trailer",
-    "transfer-encoding", "upgrade", "host", "content-length", "content-type", "idempotency-key",
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+    "content-type",
+    "idempotency-key",
     "x-relay-correlation-id",
 ];
 
@@ -57,7 +68,8 @@ pub fn check_path(path: &str) -> Result<(), &'static str> {
     let bytes = path.as_bytes();
     for (i, b) in bytes.iter().enumerate() {
         let ok = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/?".contains(b);
-        let escape = *b == b'%' && bytes.len() > i + 2 && bytes[i + 1].is_ascii_hexdigit() && bytes[i + 2].is_ascii_hexdigit();
+        let escape =
+            *b == b'%' && bytes.len() > i + 2 && bytes[i + 1].is_ascii_hexdigit() && bytes[i + 2].is_ascii_hexdigit();
         if !ok && !escape {
             return Err("URL characters only ('%' only as an escape; no space, '#', '\\' or control characters)");
         }
@@ -98,7 +110,9 @@ pub fn check_header(name: &str, value: &str, auth_header: Option<&str>) -> Resul
 /// A header value (and a secret, which is sent as one): visible ASCII, spaces and tabs.
 pub fn check_value(value: &str) -> Result<(), String> {
     if value.len() > MAX_HEADER_VALUE_LEN || !value.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b)) {
-        return Err(format!("a header value is at most {MAX_HEADER_VALUE_LEN} visible ASCII characters, spaces or tabs"));
+        return Err(format!(
+            "a header value is at most {MAX_HEADER_VALUE_LEN} visible ASCII characters, spaces or tabs"
+        ));
     }
     Ok(())
 }
@@ -173,8 +187,22 @@ mod tests {
         for p in ["/", "/v1/contacts", "/v1/contacts?email=a%40b.example&x=1", "/a/b.c/..d"] {
             assert!(check_path(p).is_ok(), "{p}");
         }
-        for p in ["", "v1", "//evil.example/x", "/../admin", "/a/./b", "/a/%2e%2E/b", "/a/%2fetc", "/a b", "/a#b", "/a\\b",
-                  "/a\r\nHost: x", "/%zz", "/%4", "http://x/"] {
+        for p in [
+            "",
+            "v1",
+            "//evil.example/x",
+            "/../admin",
+            "/a/./b",
+            "/a/%2e%2E/b",
+            "/a/%2fetc",
+            "/a b",
+            "/a#b",
+            "/a\\b",
+            "/a\r\nHost: x",
+            "/%zz",
+            "/%4",
+            "http://x/",
+        ] {
             assert!(check_path(p).is_err(), "{p:?}");
         }
         assert_eq!(join("https://api.example/base/", "/v1/x"), "https://api.example/base/v1/x");
@@ -183,7 +211,9 @@ mod tests {
     #[test]
     fn headers_refuse_hop_by_hop_host_and_the_auth_header() {
         assert!(check_header("X-Tenant-Ref", "abc 123", Some("Authorization")).is_ok());
-        for n in ["Host", "connection", "Transfer-Encoding", "Idempotency-Key", "X-Relay-Correlation-Id", "Content-Length"] {
+        for n in
+            ["Host", "connection", "Transfer-Encoding", "Idempotency-Key", "X-Relay-Correlation-Id", "Content-Length"]
+        {
             assert!(check_header(n, "x", None).is_err(), "{n}");
         }
         assert!(check_header("authorization", "x", Some("Authorization")).is_err());

@@ -19,10 +19,10 @@ use uuid::Uuid;
 
 use crate::job::terms::IdempotencyKey;
 use crate::job::{Dispatch, ExceptionKind, JobId, JobStatus};
-use crate::store::{GenericClient, StoreError};
 use crate::store::exceptions::{self, Exception, ExceptionFilter};
 use crate::store::jobs::operator;
 use crate::store::schedules as schedule_store;
+use crate::store::{GenericClient, StoreError};
 use crate::transport::{self, Transport};
 use crate::view::JobView;
 
@@ -33,10 +33,14 @@ pub const MAX_BULK: i64 = 1000;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     /// Back to pending at `at` (now when absent).
-    Retry { at: Option<DateTime<Utc>> },
+    Retry {
+        at: Option<DateTime<Utc>>,
+    },
     Cancel,
     /// Succeeded, with a result recording who and why (and `result` when given).
-    Finish { result: Option<Value> },
+    Finish {
+        result: Option<Value>,
+    },
     Ignore,
 }
 
@@ -225,7 +229,9 @@ pub async fn settle_ambiguous(
             Ok(_) => resolved.push(e.id),
             Err(ActionError::Store(s)) => return Err(s),
             // The job moved on meanwhile (an operator acted): nothing to settle.
-            Err(other) => tracing::info!(event = "relay.exception.settle_skipped", exception_id = %e.id, reason = %other),
+            Err(other) => {
+                tracing::info!(event = "relay.exception.settle_skipped", exception_id = %e.id, reason = %other)
+            }
         }
     }
     Ok(resolved)

@@ -101,14 +101,8 @@ pub enum JobStatus {
 }
 
 impl JobStatus {
-    pub const ALL: [JobStatus; 6] = [
-        Self::Pending,
-        Self::Running,
-        Self::Waiting,
-        Self::Succeeded,
-        Self::Failed,
-        Self::Cancelled,
-    ];
+    pub const ALL: [JobStatus; 6] =
+        [Self::Pending, Self::Running, Self::Waiting, Self::Succeeded, Self::Failed, Self::Cancelled];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -213,17 +207,32 @@ pub enum TaskError {
 /// The decision the executor records for one attempt.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    Succeeded { result: serde_json::Value },
-    Retry { run_at: DateTime<Utc>, error: String },
+    Succeeded {
+        result: serde_json::Value,
+    },
+    Retry {
+        run_at: DateTime<Utc>,
+        error: String,
+    },
     /// Fails for good and opens an exception of the given kind.
-    Failed { kind: ExceptionKind, error: String },
+    Failed {
+        kind: ExceptionKind,
+        error: String,
+    },
     /// Pending again at `run_at` (at once for `TaskError::Continue`, later for
     /// `TaskError::Defer`), with one more attempt allowed.
-    Continue { note: String, run_at: DateTime<Utc> },
+    Continue {
+        note: String,
+        run_at: DateTime<Utc>,
+    },
     /// Waiting for `total` children (`TaskError::WaitForChildren`).
-    Wait { total: i32 },
+    Wait {
+        total: i32,
+    },
     /// Waiting for an outside party's completion until `until` (`TaskError::WaitForCompletion`).
-    AwaitCompletion { until: DateTime<Utc> },
+    AwaitCompletion {
+        until: DateTime<Utc>,
+    },
 }
 
 /// Who can act on a job that failed for good.
@@ -327,7 +336,18 @@ mod tests {
             assert_eq!(k.to_string(), k.as_str());
         }
         let names: Vec<&str> = ExceptionKind::ALL.iter().map(|k| k.as_str()).collect();
-        assert_eq!(names, ["attempts_exhausted", "fatal_error", "ambiguous_outcome", "unknown_task_type", "lease_expired", "children_failed", "completion_overdue"]);
+        assert_eq!(
+            names,
+            [
+                "attempts_exhausted",
+                "fatal_error",
+                "ambiguous_outcome",
+                "unknown_task_type",
+                "lease_expired",
+                "children_failed",
+                "completion_overdue"
+            ]
+        );
         assert_eq!("disk_on_fire".parse::<ExceptionKind>(), Err(UnknownExceptionKind("disk_on_fire".into())));
         assert!(serde_json::from_value::<ExceptionKind>(serde_json::json!("disk_on_fire")).is_err());
     }

@@ -26,7 +26,11 @@ pub fn plain(message: &str) -> String {
         && let Some((_, want)) = rest.split_once(", expected ")
     {
         // A struct read from a JSON array: serde counts its elements.
-        return if want.starts_with("struct ") { "must be an object, not a list".to_owned() } else { format!("must be {}", expected(want)) };
+        return if want.starts_with("struct ") {
+            "must be an object, not a list".to_owned()
+        } else {
+            format!("must be {}", expected(want))
+        };
     }
     if let Some(rest) = message.strip_prefix("unknown variant ") {
         let (value, choices) = rest.split_once(", ").unwrap_or((rest, ""));
@@ -74,9 +78,16 @@ fn expected(want: &str) -> String {
         "a map" => "an object",
         "unit" => "null",
         "string or map" => "one of the accepted values",
-        w if w.starts_with("struct ") || w.starts_with("internally tagged enum ") || w.starts_with("struct variant ") => "an object",
+        w if w.starts_with("struct ")
+            || w.starts_with("internally tagged enum ")
+            || w.starts_with("struct variant ") =>
+        {
+            "an object"
+        }
         w if w.starts_with("tuple") || w.starts_with("an array") => "a list",
-        w if w.starts_with("enum ") || w.starts_with("variant identifier") || w.starts_with("field identifier") => "one of the accepted values",
+        w if w.starts_with("enum ") || w.starts_with("variant identifier") || w.starts_with("field identifier") => {
+            "one of the accepted values"
+        }
         w if w.starts_with("unit struct ") => "null",
         w if names_a_rust_type(w) => "of another type",
         w => return w.to_owned(),
@@ -89,7 +100,9 @@ fn unexpected(got: &str) -> String {
     let number = |s: &str| s.split_once('`').map(|(_, n)| n.trim_end_matches('`').to_owned());
     match got {
         g if g.starts_with("string ") => "a string".to_owned(),
-        g if g.starts_with("integer ") || g.starts_with("floating point ") => number(g).unwrap_or_else(|| "a number".to_owned()),
+        g if g.starts_with("integer ") || g.starts_with("floating point ") => {
+            number(g).unwrap_or_else(|| "a number".to_owned())
+        }
         g if g.starts_with("boolean ") => number(g).unwrap_or_else(|| "a boolean".to_owned()),
         "null" | "unit value" | "Option value" => "null".to_owned(),
         "map" => "an object".to_owned(),
@@ -111,7 +124,8 @@ fn unticked(s: &str) -> &str {
 
 /// Whether `s` names a Rust type: a primitive as a word, or `struct `, `enum `, `Option<`, `Vec<`.
 pub fn names_a_rust_type(s: &str) -> bool {
-    const PRIMITIVES: [&str; 12] = ["f64", "f32", "u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64", "usize", "isize"];
+    const PRIMITIVES: [&str; 12] =
+        ["f64", "f32", "u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64", "usize", "isize"];
     s.split(|c: char| !c.is_ascii_alphanumeric()).any(|w| PRIMITIVES.contains(&w))
         || ["struct ", "enum ", "Option<", "Vec<"].iter().any(|t| s.contains(t))
 }
@@ -175,8 +189,11 @@ mod tests {
             (json!({"zzz": 1}), "zzz", "unknown field zzz; the fields are: n, i, f, s, b, list, kind, at"),
             (json!([1]), ".", "must be an object, not a list"),
         ];
-        let wrong: Vec<_> = cases.iter().filter(|(body, field, message)| error(body.clone()) != (field.to_string(), message.to_string()))
-            .map(|(body, _, _)| format!("{body} → {:?}", error(body.clone()))).collect();
+        let wrong: Vec<_> = cases
+            .iter()
+            .filter(|(body, field, message)| error(body.clone()) != (field.to_string(), message.to_string()))
+            .map(|(body, _, _)| format!("{body} → {:?}", error(body.clone())))
+            .collect();
         assert!(wrong.is_empty(), "{wrong:#?}");
         let (field, message) = error(json!({"at": "yesterday"}));
         assert_eq!(field, "at");

@@ -9,10 +9,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::api::{AppState, TenantCache};
-use crate::intake::Intake;
 use crate::catalogue::Catalogue;
 use crate::credentials::TaskCredentials;
 use crate::executor::{Executor, ExecutorConfig, worker};
+use crate::intake::Intake;
 use crate::liveness::{Identity, Kind, Liveness};
 use crate::retry::RetryPolicy;
 use crate::store::{self, PoolOptions};

@@ -84,7 +84,12 @@ pub fn elapsed(now: DateTime<Utc>, started: DateTime<Utc>, baseline: Option<Base
 
 /// The progress of a job: counted when it is a fan-out (declared children or children), its
 /// elapsed time while a single unit runs, nothing otherwise.
-pub fn of(job: &Job, children: Option<ChildCounts>, baseline: Option<Baseline>, now: DateTime<Utc>) -> Option<Progress> {
+pub fn of(
+    job: &Job,
+    children: Option<ChildCounts>,
+    baseline: Option<Baseline>,
+    now: DateTime<Utc>,
+) -> Option<Progress> {
     if job.children_total.is_some() || children.is_some() {
         return Some(count(job.children_total, children.unwrap_or_default()));
     }
@@ -124,10 +129,16 @@ mod tests {
     #[test]
     fn a_count_uses_the_declared_total_and_only_terminal_children() {
         let c = ChildCounts { total: 3, succeeded: 1, failed: 1, cancelled: 0 };
-        assert_eq!(count(Some(10), c), Progress::Count { total: 10, succeeded: 1, failed: 1, cancelled: 0, pending: 8 });
+        assert_eq!(
+            count(Some(10), c),
+            Progress::Count { total: 10, succeeded: 1, failed: 1, cancelled: 0, pending: 8 }
+        );
         // More children than declared: the total is never below what exists.
         assert_eq!(count(Some(2), c), Progress::Count { total: 3, succeeded: 1, failed: 1, cancelled: 0, pending: 1 });
-        assert_eq!(count(None, ChildCounts::default()), Progress::Count { total: 0, succeeded: 0, failed: 0, cancelled: 0, pending: 0 });
+        assert_eq!(
+            count(None, ChildCounts::default()),
+            Progress::Count { total: 0, succeeded: 0, failed: 0, cancelled: 0, pending: 0 }
+        );
     }
 
     #[test]
@@ -167,15 +178,17 @@ impl From<&Progress> for relay_status::Progress {
                     ..relay_status::Progress::default()
                 }
             }
-            P::Elapsed { elapsed_s, baseline_p50_s, baseline_p95_s, runs_in_baseline, stuck } => relay_status::Progress {
-                kind: "elapsed".into(),
-                elapsed_s: Some(elapsed_s),
-                baseline_p50_s,
-                baseline_p95_s,
-                runs_in_baseline: Some(runs_in_baseline),
-                stuck: Some(stuck),
-                ..relay_status::Progress::default()
-            },
+            P::Elapsed { elapsed_s, baseline_p50_s, baseline_p95_s, runs_in_baseline, stuck } => {
+                relay_status::Progress {
+                    kind: "elapsed".into(),
+                    elapsed_s: Some(elapsed_s),
+                    baseline_p50_s,
+                    baseline_p95_s,
+                    runs_in_baseline: Some(runs_in_baseline),
+                    stuck: Some(stuck),
+                    ..relay_status::Progress::default()
+                }
+            }
         }
     }
 }

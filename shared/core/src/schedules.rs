@@ -156,7 +156,11 @@ pub fn validate(
     timezone: &str,
 ) -> Result<CronTz, (String, &'static str, String)> {
     if !catalogue.contains(task_type) {
-        return Err(("task_type".into(), "unknown_task_type", format!("task type {task_type:?} is not in the catalogue")));
+        return Err((
+            "task_type".into(),
+            "unknown_task_type",
+            format!("task type {task_type:?} is not in the catalogue"),
+        ));
     }
     catalogue.check(task_type, params).map_err(|e| (e.field.clone(), "invalid_params", e.to_string()))?;
     CronTz::parse(cron, timezone).map_err(|(field, msg)| {
@@ -269,10 +273,12 @@ pub async fn add(
         .ok_or_else(|| invalid(("cron".into(), "invalid_cron", "the expression has no future slot".into())))?;
     let tenant_id = match spec.tenant.as_deref() {
         None | Some(PLATFORM_TENANT) => tenants::ensure(db, PLATFORM_TENANT).await?.id,
-        Some(name) => tenants::by_name(db, name)
-            .await?
-            .ok_or_else(|| invalid(("tenant".into(), "unknown_tenant", format!("no tenant named {name:?}"))))?
-            .id,
+        Some(name) => {
+            tenants::by_name(db, name)
+                .await?
+                .ok_or_else(|| invalid(("tenant".into(), "unknown_tenant", format!("no tenant named {name:?}"))))?
+                .id
+        }
     };
     let new = NewSchedule {
         name: spec.name.clone(),

@@ -15,10 +15,10 @@ use tokio::sync::watch;
 use crate::alerts::AlertConfig;
 use crate::intake::Intake;
 use crate::job::{Dispatch, ExceptionKind, Fence};
-use crate::metrics;
 use crate::liveness::Liveness;
-use crate::store::{StoreError, workers};
+use crate::metrics;
 use crate::store::jobs::{self, ExpiredLease, Failure};
+use crate::store::{StoreError, workers};
 use crate::transport::{self, Transport};
 
 #[derive(Debug, Clone)]
@@ -194,9 +194,14 @@ impl Sweeper {
         metrics::LEASES_RECOVERED.add(report.leases_returned + report.leases_failed);
         metrics::REDISPATCHED.add(report.redispatched);
         if report != SweepReport::default() {
-            tracing::info!(event = "relay.sweep.recovered", leases_returned = report.leases_returned,
-                leases_failed = report.leases_failed, redispatched = report.redispatched,
-                completions_overdue = report.completions_overdue, "sweep recovered work");
+            tracing::info!(
+                event = "relay.sweep.recovered",
+                leases_returned = report.leases_returned,
+                leases_failed = report.leases_failed,
+                redispatched = report.redispatched,
+                completions_overdue = report.completions_overdue,
+                "sweep recovered work"
+            );
         }
         Ok(report)
     }

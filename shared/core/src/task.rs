@@ -71,9 +71,16 @@ impl TaskContext {
     /// wait exists (durably) before this returns, so hand the token out after it, then return
     /// `Err(wait.wait())`. A completion that arrives before the task has returned still
     /// applies (once); the task's own outcome is then refused as stale. One wait per attempt.
-    pub async fn await_completion(&self, within: Duration, on_overdue: OverduePolicy) -> Result<CompletionWait, TaskError> {
+    pub async fn await_completion(
+        &self,
+        within: Duration,
+        on_overdue: OverduePolicy,
+    ) -> Result<CompletionWait, TaskError> {
         if within < Duration::from_secs(1) || within > MAX_WAIT {
-            return Err(TaskError::Fatal(format!("a completion deadline is 1 s to {} days away", MAX_WAIT.as_secs() / 86_400)));
+            return Err(TaskError::Fatal(format!(
+                "a completion deadline is 1 s to {} days away",
+                MAX_WAIT.as_secs() / 86_400
+            )));
         }
         let token = tenants::new_key("rc");
         let wait = NewWait {

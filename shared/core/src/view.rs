@@ -11,8 +11,8 @@ use utoipa::ToSchema;
 
 use crate::job::{JobId, JobStatus};
 use crate::progress::{self, Progress, WaitingReason};
-use crate::store::jobs::Job;
 use crate::store::completions::open_deadlines;
+use crate::store::jobs::Job;
 use crate::store::progress::{baselines, child_counts, running_per_key};
 use crate::store::{GenericClient, StoreError, modes};
 

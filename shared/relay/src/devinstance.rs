@@ -37,7 +37,8 @@ impl DevInstance {
 
     pub fn write(&self, data_dir: &Path) -> anyhow::Result<()> {
         let file = path(data_dir);
-        std::fs::write(&file, serde_json::to_string_pretty(self)?).with_context(|| format!("writing {}", file.display()))?;
+        std::fs::write(&file, serde_json::to_string_pretty(self)?)
+            .with_context(|| format!("writing {}", file.display()))?;
         std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
         Ok(())
     }

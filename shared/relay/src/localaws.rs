@@ -51,21 +51,23 @@ pub fn moto_venv(tmp: &Path) -> Result<PathBuf, LocalAwsError> {
 }
 
 fn run(cmd: &mut Command) -> Result<(), LocalAwsError> {
-    let out = cmd.stdin(Stdio::null()).output().map_err(|error| LocalAwsError::Run { cmd: format!("{cmd:?}"), error })?;
+    let out =
+        cmd.stdin(Stdio::null()).output().map_err(|error| LocalAwsError::Run { cmd: format!("{cmd:?}"), error })?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(LocalAwsError::Failed { cmd: format!("{cmd:?}"), stderr: String::from_utf8_lossy(&out.stderr).into_owned() })
+        Err(LocalAwsError::Failed {
+            cmd: format!("{cmd:?}"),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
     }
 }
 
 /// Start `moto_server` from `venv` on a free port, logging to `log_dir/moto-<port>.log`; returns
 /// its endpoint and the child once it answers.
 pub fn start_moto(venv: &Path, log_dir: &Path) -> Result<(String, Child), LocalAwsError> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(LocalAwsError::Io)?
-        .port();
+    let port =
+        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(LocalAwsError::Io)?.port();
     let log = std::fs::File::create(log_dir.join(format!("moto-{port}.log"))).map_err(LocalAwsError::Io)?;
     let mut child = Command::new(venv.join("bin/moto_server"))
         .args(["-H", "127.0.0.1", "-p", &port.to_string()])

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use taskdeck::alerts::AlertConfig;
 use relay::pgcluster::{Durability, PrivateCluster};
+use taskdeck::alerts::AlertConfig;
 use taskdeck::platform::{Platform, Settings};
 use taskdeck::store::tenants;
 use tokio::sync::watch;
@@ -294,7 +294,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let p = Platform::new(&url()?, Settings::default())?;
             let applied = p.migrate().await?;
             eprintln!("migrations applied: {}", if applied.is_empty() { "none".into() } else { applied.join(", ") });
-            let s = taskdeck::schedules::ensure_builtin(&p.pool, retention_days.clamp(1, 3650), chrono::Utc::now()).await?;
+            let s =
+                taskdeck::schedules::ensure_builtin(&p.pool, retention_days.clamp(1, 3650), chrono::Utc::now()).await?;
             eprintln!("built-in schedule {}: {} ({}), next run {}", s.name, s.cron, s.timezone, s.next_run_at);
             Ok(())
         }
@@ -304,16 +305,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Smoke(s) => smoke::run(s).await,
         Command::Operator { command } => ops::operator(&ops()?, command).await,
-        Command::Exceptions { command } => {
-            ops::exceptions(&ops()?, &actor(cli.operator), command).await
-        }
+        Command::Exceptions { command } => ops::exceptions(&ops()?, &actor(cli.operator), command).await,
         Command::Modes { command } => ops::modes(&ops()?, &actor(cli.operator), command).await,
-        Command::Schedules { command } => {
-            ops::schedules(&ops()?, &actor(cli.operator), command).await
-        }
-        Command::Tenant { command: TenantCommand::Keys(command) } => {
-            ops::tenant_key(&ops()?, command).await
-        }
+        Command::Schedules { command } => ops::schedules(&ops()?, &actor(cli.operator), command).await,
+        Command::Tenant { command: TenantCommand::Keys(command) } => ops::tenant_key(&ops()?, command).await,
         Command::Serve { addr, run } => {
             let p = Platform::new(&url()?, run.settings()?)?;
             let (stop_tx, stop) = watch::channel(false);
@@ -335,7 +330,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let p = Platform::new(&url()?, run.settings()?)?;
             if keep_going {
                 let (stop_tx, stop) = watch::channel(false);
-            let stop_tx = Arc::new(stop_tx);
+                let stop_tx = Arc::new(stop_tx);
                 let sweeper = p.spawn_sweeper(&stop);
                 shutdown_on_signal(stop_tx).await;
                 sweeper.await?;
@@ -359,7 +354,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     (cluster.url("relay_bench"), Some(cluster))
                 }
             };
-            let opts = relay::bench::Options { quick, runs: runs.max(1), out, only, peer, peer_dir: "target/peer".into() };
+            let opts =
+                relay::bench::Options { quick, runs: runs.max(1), out, only, peer, peer_dir: "target/peer".into() };
             let result = relay::bench::run(&url, &opts).await;
             if let Some(c) = cluster {
                 c.stop()?;

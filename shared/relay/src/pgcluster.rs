@@ -62,9 +62,7 @@ pub fn find_binaries() -> anyhow::Result<PathBuf> {
     if let Some((_, dir)) = versions.pop() {
         return Ok(dir);
     }
-    std::env::var_os("PATH")
-        .and_then(|path| std::env::split_paths(&path).find(|d| has(d)))
-        .context(INSTALL_HINT)
+    std::env::var_os("PATH").and_then(|path| std::env::split_paths(&path).find(|d| has(d))).context(INSTALL_HINT)
 }
 
 fn running_as_root() -> bool {

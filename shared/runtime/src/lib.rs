@@ -14,7 +14,11 @@ pub async fn init<T>(setup: impl Future<Output = anyhow::Result<T>>) -> anyhow::
     if let Ok(api) = std::env::var("AWS_LAMBDA_RUNTIME_API")
         && let Err(e) = report_init_error(&api, &err).await
     {
-        tracing::error!(event = "relay.lambda.init_report_failed", error = format!("{e:#}"), "could not report the init error");
+        tracing::error!(
+            event = "relay.lambda.init_report_failed",
+            error = format!("{e:#}"),
+            "could not report the init error"
+        );
     }
     Err(err)
 }

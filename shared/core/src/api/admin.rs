@@ -89,7 +89,8 @@ async fn tenant_id(db: &impl crate::store::GenericClient, t: Option<&str>) -> Re
     }
     match tenants::by_name(db, t).await? {
         Some(found) => Ok(Some(found.id)),
-        None => Err(ApiError::new(StatusCode::NOT_FOUND, "unknown_tenant", format!("no tenant named {t:?}")).with("field", "tenant")),
+        None => Err(ApiError::new(StatusCode::NOT_FOUND, "unknown_tenant", format!("no tenant named {t:?}"))
+            .with("field", "tenant")),
     }
 }
 
@@ -119,7 +120,9 @@ pub async fn list_exceptions(
     let limit = page_limit(q.limit.as_deref(), 100)?;
     let before = match q.cursor.as_deref() {
         None => None,
-        Some(c) => Some(cursor::decode(c).ok_or_else(|| ApiError::invalid_query("cursor", "cursor is not one this API issued"))?),
+        Some(c) => Some(
+            cursor::decode(c).ok_or_else(|| ApiError::invalid_query("cursor", "cursor is not one this API issued"))?,
+        ),
     };
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let filter = ExceptionFilter {
@@ -132,7 +135,8 @@ pub async fn list_exceptions(
         limit,
     };
     let page = exceptions::list(&db, &filter).await?;
-    let next_cursor = (page.len() as i64 == limit).then(|| page.last().map(|e| cursor::encode(e.opened_at, e.id))).flatten();
+    let next_cursor =
+        (page.len() as i64 == limit).then(|| page.last().map(|e| cursor::encode(e.opened_at, e.id))).flatten();
     Ok(Json(ExceptionList { exceptions: page, next_cursor }))
 }
 
@@ -223,7 +227,9 @@ pub struct CancelBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IgnoreBody {
-    #[schema(pattern = "^[^\\x00]*[^\\x00\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00]*$")]
+    #[schema(
+        pattern = "^[^\\x00]*[^\\x00\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00]*$"
+    )]
     pub reason: String,
 }
 
@@ -231,12 +237,20 @@ pub struct IgnoreBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FinishBody {
-    #[schema(pattern = "^[^\\x00]*[^\\x00\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00]*$")]
+    #[schema(
+        pattern = "^[^\\x00]*[^\\x00\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00]*$"
+    )]
     pub reason: String,
     pub result: Option<Value>,
 }
 
-async fn act(state: &AppState, op: &str, id: &str, action: Action, reason: Option<String>) -> Result<Json<ActionOutcome>, ApiError> {
+async fn act(
+    state: &AppState,
+    op: &str,
+    id: &str,
+    action: Action,
+    reason: Option<String>,
+) -> Result<Json<ActionOutcome>, ApiError> {
     let id = parse_id(id)?;
     Ok(Json(actions::act(&state.pool, &state.transport, id, &action, reason.as_deref(), op, Utc::now()).await?))
 }
@@ -245,7 +259,12 @@ async fn act(state: &AppState, op: &str, id: &str, action: Action, reason: Optio
 #[utoipa::path(post, path = "/v1/admin/exceptions/{id}/retry", tag = "operations", params(("id" = String, Path)),
     request_body = RetryBody, security(("operator_key" = [])),
     responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = ActionOutcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn retry(State(state): State<AppState>, Operator(op): Operator, Path(id): Path<String>, JsonBody(b): JsonBody<RetryBody>) -> Result<Json<ActionOutcome>, ApiError> {
+pub async fn retry(
+    State(state): State<AppState>,
+    Operator(op): Operator,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<RetryBody>,
+) -> Result<Json<ActionOutcome>, ApiError> {
     act(&state, &op.name, &id, Action::Retry { at: b.run_at }, b.reason).await
 }
 
@@ -253,7 +272,12 @@ pub async fn retry(State(state): State<AppState>, Operator(op): Operator, Path(i
 #[utoipa::path(post, path = "/v1/admin/exceptions/{id}/cancel", tag = "operations", params(("id" = String, Path)),
     request_body = CancelBody, security(("operator_key" = [])),
     responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = ActionOutcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn cancel(State(state): State<AppState>, Operator(op): Operator, Path(id): Path<String>, JsonBody(b): JsonBody<CancelBody>) -> Result<Json<ActionOutcome>, ApiError> {
+pub async fn cancel(
+    State(state): State<AppState>,
+    Operator(op): Operator,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<CancelBody>,
+) -> Result<Json<ActionOutcome>, ApiError> {
     act(&state, &op.name, &id, Action::Cancel, b.reason).await
 }
 
@@ -261,7 +285,12 @@ pub async fn cancel(State(state): State<AppState>, Operator(op): Operator, Path(
 #[utoipa::path(post, path = "/v1/admin/exceptions/{id}/finish", tag = "operations", params(("id" = String, Path)),
     request_body = FinishBody, security(("operator_key" = [])),
     responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = ActionOutcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn finish(State(state): State<AppState>, Operator(op): Operator, Path(id): Path<String>, JsonBody(b): JsonBody<FinishBody>) -> Result<Json<ActionOutcome>, ApiError> {
+pub async fn finish(
+    State(state): State<AppState>,
+    Operator(op): Operator,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<FinishBody>,
+) -> Result<Json<ActionOutcome>, ApiError> {
     act(&state, &op.name, &id, Action::Finish { result: b.result }, Some(b.reason)).await
 }
 
@@ -269,7 +298,12 @@ pub async fn finish(State(state): State<AppState>, Operator(op): Operator, Path(
 #[utoipa::path(post, path = "/v1/admin/exceptions/{id}/ignore", tag = "operations", params(("id" = String, Path)),
     request_body = IgnoreBody, security(("operator_key" = [])),
     responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = ActionOutcome), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn ignore(State(state): State<AppState>, Operator(op): Operator, Path(id): Path<String>, JsonBody(b): JsonBody<IgnoreBody>) -> Result<Json<ActionOutcome>, ApiError> {
+pub async fn ignore(
+    State(state): State<AppState>,
+    Operator(op): Operator,
+    Path(id): Path<String>,
+    JsonBody(b): JsonBody<IgnoreBody>,
+) -> Result<Json<ActionOutcome>, ApiError> {
     act(&state, &op.name, &id, Action::Ignore, Some(b.reason)).await
 }
 
@@ -299,7 +333,11 @@ pub struct BulkBody {
     security(("operator_key" = [])),
     responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = BulkReport),
         (status = 404, description = "no tenant of that name (`unknown_tenant`)", body = ErrorBody), (status = 422, body = ErrorBody)))]
-pub async fn bulk(State(state): State<AppState>, Operator(op): Operator, JsonBody(b): JsonBody<BulkBody>) -> Result<Json<BulkReport>, ApiError> {
+pub async fn bulk(
+    State(state): State<AppState>,
+    Operator(op): Operator,
+    JsonBody(b): JsonBody<BulkBody>,
+) -> Result<Json<BulkReport>, ApiError> {
     let f = b.filter;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let filter = ExceptionFilter {
@@ -316,7 +354,9 @@ pub async fn bulk(State(state): State<AppState>, Operator(op): Operator, JsonBod
         BulkAction::Finish => Action::Finish { result: None },
         BulkAction::Ignore => Action::Ignore,
     };
-    let report = actions::bulk(&state.pool, &state.transport, &filter, &action, b.reason.as_deref(), &op.name, Utc::now()).await?;
+    let report =
+        actions::bulk(&state.pool, &state.transport, &filter, &action, b.reason.as_deref(), &op.name, Utc::now())
+            .await?;
     Ok(Json(report))
 }
 
@@ -361,27 +401,37 @@ pub fn check_mode_name(name: &str, catalogue: &crate::catalogue::Catalogue) -> R
     if let Some(rest) = name.strip_prefix("write:http:") {
         // One tenant's destination: `write:http:<tenant id>:<destination>`.
         let ok = rest.split_once(':').is_some_and(|(t, d)| {
-            t.parse::<crate::job::TenantId>().is_ok_and(|id| id.to_string() == t) && crate::destinations::check_name(d).is_ok()
+            t.parse::<crate::job::TenantId>().is_ok_and(|id| id.to_string() == t)
+                && crate::destinations::check_name(d).is_ok()
         });
         if !ok {
-            return Err(ApiError::unprocessable("invalid_mode", "a destination's switch is `write:http:<tenant id>:<destination name>`")
-                .with("field", "name"));
+            return Err(ApiError::unprocessable(
+                "invalid_mode",
+                "a destination's switch is `write:http:<tenant id>:<destination name>`",
+            )
+            .with("field", "name"));
         }
         return Ok(());
     }
     if let Some(i) = name.strip_prefix("write:") {
         if !modes::INTEGRATIONS.contains(&i) {
             let known = modes::INTEGRATIONS.iter().map(|i| format!("write:{i}")).collect::<Vec<_>>().join(", ");
-            return Err(ApiError::unprocessable("invalid_mode", format!("unknown integration {i:?}: the write switches are {known}"))
-                .with("field", "name"));
+            return Err(ApiError::unprocessable(
+                "invalid_mode",
+                format!("unknown integration {i:?}: the write switches are {known}"),
+            )
+            .with("field", "name"));
         }
         return Ok(());
     }
     if let Some(t) = name.strip_prefix("pause:") {
         if !catalogue.contains(t) {
-            return Err(ApiError::unprocessable("unknown_task_type", format!("task type {t:?} is not in the catalogue"))
-                .with("field", "name")
-                .with("available", catalogue.names()));
+            return Err(ApiError::unprocessable(
+                "unknown_task_type",
+                format!("task type {t:?} is not in the catalogue"),
+            )
+            .with("field", "name")
+            .with("available", catalogue.names()));
         }
         return Ok(());
     }
@@ -392,7 +442,11 @@ pub fn check_mode_name(name: &str, catalogue: &crate::catalogue::Catalogue) -> R
 #[utoipa::path(put, path = "/v1/admin/modes", tag = "operations", request_body = ModeChange,
     security(("operator_key" = [])),
     responses((status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 200, body = ModesView), (status = 422, body = ErrorBody)))]
-pub async fn set_mode(State(state): State<AppState>, Operator(op): Operator, JsonBody(b): JsonBody<ModeChange>) -> Result<Json<ModesView>, ApiError> {
+pub async fn set_mode(
+    State(state): State<AppState>,
+    Operator(op): Operator,
+    JsonBody(b): JsonBody<ModeChange>,
+) -> Result<Json<ModesView>, ApiError> {
     check_mode_name(&b.name, &state.catalogue)?;
     let mut db = state.pool.get().await.map_err(StoreError::from)?;
     modes::set(&mut db, &b.name, b.enabled, &op.name, b.reason.as_deref()).await?;

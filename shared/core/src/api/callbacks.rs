@@ -71,7 +71,11 @@ pub struct AttemptList {
 }
 
 fn not_configured() -> ApiError {
-    ApiError::new(axum::http::StatusCode::NOT_FOUND, "callbacks_not_configured", "no callback settings: PUT /v1/callbacks first")
+    ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "callbacks_not_configured",
+        "no callback settings: PUT /v1/callbacks first",
+    )
 }
 
 /// `GET /v1/callbacks`
@@ -94,9 +98,8 @@ pub async fn put(
     JsonBody(req): JsonBody<CallbackSettingsRequest>,
 ) -> Result<Json<CallbackSettings>, ApiError> {
     if let Some(url) = &req.url {
-        crate::callbacks::check_url(url, &state.admission.callback_allow).map_err(|why| {
-            ApiError::unprocessable("invalid_field", format!("url: {why}")).with("field", "url")
-        })?;
+        crate::callbacks::check_url(url, &state.admission.callback_allow)
+            .map_err(|why| ApiError::unprocessable("invalid_field", format!("url: {why}")).with("field", "url"))?;
     }
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let (s, created) = callbacks::set_url(&db, tenant.id, req.url.as_deref(), &crate::callbacks::new_secret()).await?;
@@ -129,7 +132,10 @@ pub async fn rotate(
 /// `DELETE /v1/callbacks`: no more callbacks (those queued find no settings and stop).
 #[utoipa::path(delete, path = "/v1/callbacks", tag = "callbacks", security(("tenant_key" = [])),
     responses((status = 200, description = "`{\"deleted\": true}`"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn delete(State(state): State<AppState>, Caller(tenant): Caller) -> Result<Json<serde_json::Value>, ApiError> {
+pub async fn delete(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+) -> Result<Json<serde_json::Value>, ApiError> {
     let db = state.pool.get().await.map_err(StoreError::from)?;
     if !callbacks::delete(&db, tenant.id).await? {
         return Err(not_configured());
@@ -141,7 +147,11 @@ pub async fn delete(State(state): State<AppState>, Caller(tenant): Caller) -> Re
 #[utoipa::path(get, path = "/v1/jobs/{id}/callbacks", tag = "callbacks", params(("id" = String, Path)),
     security(("tenant_key" = [])),
     responses((status = 200, body = AttemptList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn attempts(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<AttemptList>, ApiError> {
+pub async fn attempts(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<AttemptList>, ApiError> {
     let id = super::jobs::parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     super::jobs::owned(&db, tenant.id, id).await?;

@@ -44,14 +44,21 @@ pub async fn complete(
     JsonBody(req): JsonBody<CompletionRequest>,
 ) -> Result<Json<CompletionAnswer>, ApiError> {
     let id = super::jobs::parse_id(&id)?;
-    let (token, c) = req.into_completion().map_err(|e| ApiError::unprocessable("invalid_field", e.message).with("field", e.field))?;
+    let (token, c) = req
+        .into_completion()
+        .map_err(|e| ApiError::unprocessable("invalid_field", e.message).with("field", e.field))?;
     // Another tenant's job answers like a missing one, whatever token came with it.
     super::jobs::owned(&state.pool.get().await.map_err(StoreError::from)?, tenant.id, id).await?;
-    let applied = completions::apply(&state.pool, &state.transport, &token, Some((tenant.id, id)), &c, Via::Api).await?;
+    let applied =
+        completions::apply(&state.pool, &state.transport, &token, Some((tenant.id, id)), &c, Via::Api).await?;
     let answer = |applied: bool, outcome| async move {
         let db = state.pool.get().await.map_err(StoreError::from)?;
         let job = jobs::get(&db, tenant.id, id).await?.ok_or_else(ApiError::not_found)?;
-        Ok::<_, ApiError>(Json(CompletionAnswer { applied, outcome, job: view::annotate_one(&db, job, chrono::Utc::now()).await? }))
+        Ok::<_, ApiError>(Json(CompletionAnswer {
+            applied,
+            outcome,
+            job: view::annotate_one(&db, job, chrono::Utc::now()).await?,
+        }))
     };
     match applied {
         Applied::Applied { outcome, .. } => answer(true, outcome).await,
@@ -64,7 +71,11 @@ pub async fn complete(
         .with("completed_at", at.to_rfc3339())),
         Applied::Overdue { deadline, policy, at, .. } => Err(conflict(
             "completion_overdue",
-            format!("the deadline {} passed with no completion, and the overdue policy ({}) was applied", deadline.to_rfc3339(), policy.as_str()),
+            format!(
+                "the deadline {} passed with no completion, and the overdue policy ({}) was applied",
+                deadline.to_rfc3339(),
+                policy.as_str()
+            ),
         )
         .with("deadline", deadline.to_rfc3339())
         .with("on_overdue", policy.as_str())
@@ -73,8 +84,10 @@ pub async fn complete(
             "wait_superseded",
             "the job has left the attempt this token was for (cancelled, or another attempt runs)",
         )),
-        Applied::UnknownToken => Err(ApiError::new(StatusCode::FORBIDDEN, "invalid_token", "this token does not complete this job")
-            .with("field", "token")),
+        Applied::UnknownToken => {
+            Err(ApiError::new(StatusCode::FORBIDDEN, "invalid_token", "this token does not complete this job")
+                .with("field", "token"))
+        }
     }
 }
 

@@ -18,8 +18,7 @@ pub const PRINTABLE: &str = "^[^\\x00-\\x1f\\x7f-\\x9f]{1,200}$";
 /// Template text without template syntax it could fail to compile (`{{`, `{%`, `{#`).
 pub const PLAIN_TEMPLATE_TEXT: &str = "^([^\\x00{]|\\{[^\\x00{%#])*\\{?$";
 /// A bare email address of the common shape (dot-atom local part, host name).
-pub const ADDRESS: &str =
-    "^[A-Za-z0-9_+-]{1,32}(\\.[A-Za-z0-9_+-]{1,31})?@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,2}$";
+pub const ADDRESS: &str = "^[A-Za-z0-9_+-]{1,32}(\\.[A-Za-z0-9_+-]{1,31})?@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,2}$";
 /// SES tag names and values, configuration sets (`content::tag_text_ok`).
 pub const TAG_TEXT: &str = "^[A-Za-z0-9_-]{1,256}$";
 /// Template and schedule names (`templates::check_name`; schedules also take `:`).
@@ -48,7 +47,11 @@ pub fn apply(doc: &mut Value) {
         (names, branches)
     };
     let (client, mut client_branches) = branches(catalogue.describe(), &mut defs);
-    let scheduled = catalogue.describe_all().into_iter().filter(|t| catalogue.client_may_submit(t.name) || t.name == RETENTION).collect();
+    let scheduled = catalogue
+        .describe_all()
+        .into_iter()
+        .filter(|t| catalogue.client_may_submit(t.name) || t.name == RETENTION)
+        .collect();
     let (all, mut all_branches) = branches(scheduled, &mut defs);
     for (name, schema) in defs {
         schemas[name] = schema;
@@ -65,8 +68,10 @@ pub fn apply(doc: &mut Value) {
     schemas["RecipientPage"]["properties"]["recipients"]["maxItems"] = json!(crate::email::campaign::MAX_PAGE);
 
     let job = &mut schemas["JobRequest"];
-    job["properties"]["task_type"] = json!({"type": "string", "enum": client, "description": "A task type from `GET /v1/tasks`."});
-    job["properties"]["params"] = json!({"description": "Parameters, checked against the task's schema (`GET /v1/tasks`)."});
+    job["properties"]["task_type"] =
+        json!({"type": "string", "enum": client, "description": "A task type from `GET /v1/tasks`."});
+    job["properties"]["params"] =
+        json!({"description": "Parameters, checked against the task's schema (`GET /v1/tasks`)."});
     for field in ["correlation_id", "concurrency_key"] {
         job["properties"][field]["pattern"] = json!(PRINTABLE);
     }
@@ -92,8 +97,10 @@ pub fn apply(doc: &mut Value) {
     for name in ["ScheduleSpec", "SchedulePatch"] {
         let s = &mut schemas[name];
         s["properties"]["cron"]["pattern"] = json!(cron_pattern());
-        s["properties"]["cron"]["description"] = json!("Five fields, minute first. The pattern states expressions always taken \
-            (every one has a next slot); the server also takes ranges, names, a seconds field and any expression with a next slot.");
+        s["properties"]["cron"]["description"] = json!(
+            "Five fields, minute first. The pattern states expressions always taken \
+            (every one has a next slot); the server also takes ranges, names, a seconds field and any expression with a next slot."
+        );
         s["properties"]["timezone"]["enum"] = json!(time_zones(s["properties"]["timezone"]["type"].is_array()));
     }
     schemas["SchedulePatch"]["properties"]["params"] = json!({"$ref": "#/components/schemas/Json",
@@ -142,12 +149,24 @@ pub fn apply(doc: &mut Value) {
     schemas["SendingRoleBody"]["properties"]["role_arn"]["pattern"] = json!(ROLE_ARN);
 
     for (path, method, param, schema) in [
-        ("/v1/jobs", "get", "updated_since", json!({"anyOf": [{"type": "string", "format": "date-time"}, {"type": "string", "pattern": super::cursor::PATTERN}]})),
+        (
+            "/v1/jobs",
+            "get",
+            "updated_since",
+            json!({"anyOf": [{"type": "string", "format": "date-time"}, {"type": "string", "pattern": super::cursor::PATTERN}]}),
+        ),
         ("/v1/suppressions/{address}", "put", "address", json!({"type": "string", "pattern": ADDRESS})),
         ("/v1/templates/{name}", "put", "name", json!({"type": "string", "pattern": TEMPLATE_NAME})),
-        ("/v1/destinations/{name}", "put", "name", json!({"type": "string", "pattern": crate::destinations::NAME_PATTERN})),
+        (
+            "/v1/destinations/{name}",
+            "put",
+            "name",
+            json!({"type": "string", "pattern": crate::destinations::NAME_PATTERN}),
+        ),
     ] {
-        if let Some(p) = doc["paths"][path][method]["parameters"].as_array_mut().into_iter().flatten().find(|p| p["name"] == param) {
+        if let Some(p) =
+            doc["paths"][path][method]["parameters"].as_array_mut().into_iter().flatten().find(|p| p["name"] == param)
+        {
             p["schema"] = schema;
         }
     }
@@ -176,7 +195,9 @@ fn task_rules(task: &str, params: &mut Value) {
 /// A header name a client may set: visible ASCII but `:`, none of `RESERVED_HEADERS` (in any case).
 fn header_name() -> Value {
     let any_case = |name: &str| -> String {
-        name.chars().map(|c| if c.is_ascii_alphabetic() { format!("[{}{}]", c.to_ascii_uppercase(), c) } else { c.to_string() }).collect()
+        name.chars()
+            .map(|c| if c.is_ascii_alphabetic() { format!("[{}{}]", c.to_ascii_uppercase(), c) } else { c.to_string() })
+            .collect()
     };
     let reserved = crate::email::content::RESERVED_HEADERS.map(any_case).join("|");
     json!({"type": "string", "pattern": "^[!-9;-~]{1,126}$", "not": {"pattern": format!("^({reserved})$")}})
@@ -189,11 +210,17 @@ fn send_rules(p: &mut Value, campaign: bool) {
     let address = json!({"type": "string", "pattern": ADDRESS});
     let props = &mut p["properties"];
     props["from"]["pattern"] = json!(ADDRESS);
-    props["from"]["description"] = json!("One of the tenant's sending identities. The pattern states the common address shape; \
-        the server also takes a display name (`Acme <noreply@acme.example>`) and other RFC 5322 forms.");
+    props["from"]["description"] = json!(
+        "One of the tenant's sending identities. The pattern states the common address shape; \
+        the server also takes a display name (`Acme <noreply@acme.example>`) and other RFC 5322 forms."
+    );
     let most = crate::email::content::MAX_RECIPIENTS;
     for list in ["to", "cc", "bcc"] {
-        props[list] = if campaign { json!({"type": "array", "maxItems": 0}) } else { json!({"type": "array", "items": address, "maxItems": most}) };
+        props[list] = if campaign {
+            json!({"type": "array", "maxItems": 0})
+        } else {
+            json!({"type": "array", "items": address, "maxItems": most})
+        };
     }
     if campaign {
         props["message_key"] = json!({"type": "null"});
@@ -348,9 +375,17 @@ mod tests {
     #[test]
     fn member_name_rules_survive_the_nul_free_pass() {
         let doc = super::super::openapi::document();
-        let send = doc["components"]["schemas"]["JobRequest"]["oneOf"].as_array().unwrap().iter()
-            .find(|b| b["properties"]["task_type"]["const"] == "email.send").unwrap().clone();
-        assert_eq!(send["properties"]["params"]["properties"]["headers"]["propertyNames"]["pattern"], "^[!-9;-~]{1,126}$");
+        let send = doc["components"]["schemas"]["JobRequest"]["oneOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["properties"]["task_type"]["const"] == "email.send")
+            .unwrap()
+            .clone();
+        assert_eq!(
+            send["properties"]["params"]["properties"]["headers"]["propertyNames"]["pattern"],
+            "^[!-9;-~]{1,126}$"
+        );
         assert_eq!(send["properties"]["params"]["properties"]["tags"]["propertyNames"]["pattern"], TAG_TEXT);
     }
 

@@ -56,8 +56,17 @@ mod tests {
 
     #[test]
     fn every_string_of_the_documented_shape_is_a_position() {
-        let re_ok = |s: &str| s.len() == 32 && s.starts_with('A') && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        for s in ["A".repeat(32), format!("A{}", "_".repeat(31)), format!("A{}", "-".repeat(31)), format!("A{}", "z9".repeat(15)) + "Q"] {
+        let re_ok = |s: &str| {
+            s.len() == 32
+                && s.starts_with('A')
+                && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        for s in [
+            "A".repeat(32),
+            format!("A{}", "_".repeat(31)),
+            format!("A{}", "-".repeat(31)),
+            format!("A{}", "z9".repeat(15)) + "Q",
+        ] {
             assert!(re_ok(&s));
             let (at, _) = decode(&s).unwrap_or_else(|| panic!("{s} refused"));
             assert!(at.timestamp_micros() >= YEAR_ZERO_MICROS);

@@ -109,7 +109,11 @@ async fn views(state: &AppState, tenant: TenantId, list: Vec<Destination>) -> Re
         .map(|d| DestinationView {
             secret_id: rules::secret_id(tenant, &d.name),
             writes_enabled: m.destination_writes(tenant, &d.name),
-            last_call: last.iter().find(|l| l.0 == d.name).map(|l| LastCall { outcome: l.1.clone(), http_status: l.2, at: l.3 }),
+            last_call: last.iter().find(|l| l.0 == d.name).map(|l| LastCall {
+                outcome: l.1.clone(),
+                http_status: l.2,
+                at: l.3,
+            }),
             destination: d,
         })
         .collect())
@@ -129,7 +133,9 @@ fn check(state: &AppState, b: &DestinationBody) -> Result<(), ApiError> {
         return Err(invalid("base_url", "https only (http only for hosts on the operator's allow-list)"));
     }
     if let Some(h) = &b.auth_header
-        && (h.is_empty() || h.len() > 64 || !h.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
+        && (h.is_empty()
+            || h.len() > 64
+            || !h.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
             || rules::REFUSED_HEADERS.contains(&h.to_ascii_lowercase().as_str()))
     {
         return Err(invalid("auth_header", "1 to 64 letters, digits or '-', not a header Relay sets itself"));
@@ -179,7 +185,11 @@ pub async fn list(State(state): State<AppState>, Caller(tenant): Caller) -> Resu
 #[utoipa::path(get, path = "/v1/destinations/{name}", tag = "destinations", params(("name" = String, Path)),
     security(("tenant_key" = [])),
     responses((status = 200, body = DestinationView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(name): Path<String>) -> Result<Json<DestinationView>, ApiError> {
+pub async fn get(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(name): Path<String>,
+) -> Result<Json<DestinationView>, ApiError> {
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let d = destinations::get(&db, tenant.id, &name).await?.ok_or_else(ApiError::not_found)?;
     drop(db);
@@ -191,9 +201,17 @@ pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(nam
 #[utoipa::path(delete, path = "/v1/destinations/{name}", tag = "destinations", params(("name" = String, Path)),
     security(("tenant_key" = [])),
     responses((status = 204, description = "deleted"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn delete(State(state): State<AppState>, Caller(tenant): Caller, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+pub async fn delete(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    if destinations::delete(&db, tenant.id, &name).await? { Ok(StatusCode::NO_CONTENT) } else { Err(ApiError::not_found()) }
+    if destinations::delete(&db, tenant.id, &name).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found())
+    }
 }
 
 /// `PUT /v1/destinations/{name}/secret`: write the auth header's value to Secrets Manager under
@@ -215,13 +233,20 @@ pub async fn put_secret(
     let db = state.pool.get().await.map_err(StoreError::from)?;
     destinations::get(&db, tenant.id, &name).await?.ok_or_else(ApiError::not_found)?;
     drop(db);
-    let writer = state.secrets.as_ref().ok_or_else(|| ApiError::unavailable("this deployment has no secret store configured"))?;
+    let writer = state
+        .secrets
+        .as_ref()
+        .ok_or_else(|| ApiError::unavailable("this deployment has no secret store configured"))?;
     writer.write(tenant.id, &name, &b.value).await.map_err(|e| {
         tracing::warn!(event = "relay.destinations.secret_write_failed", error = %e, "could not write a destination's secret");
         ApiError::unavailable("the secret store did not take the value; try again")
     })?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    if destinations::secret_written(&db, tenant.id, &name).await? { Ok(StatusCode::NO_CONTENT) } else { Err(ApiError::not_found()) }
+    if destinations::secret_written(&db, tenant.id, &name).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found())
+    }
 }
 
 /// `PUT /v1/destinations/{name}/writes`: the destination's own write switch (an audited
@@ -251,7 +276,11 @@ pub async fn put_writes(
 #[utoipa::path(get, path = "/v1/jobs/{id}/http-calls", tag = "destinations", params(("id" = String, Path)),
     security(("tenant_key" = [])),
     responses((status = 200, body = CallList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn calls(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<CallList>, ApiError> {
+pub async fn calls(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<CallList>, ApiError> {
     let id = super::jobs::parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     super::jobs::owned(&db, tenant.id, id).await?;

@@ -15,12 +15,12 @@ use crate::credentials;
 use crate::email::campaign::{self, CampaignParams, Recipient};
 use crate::email::content;
 use crate::job::{JobId, JobStatus, TenantId};
-use crate::store::{campaign_pages, jobs};
-use crate::transport;
 use crate::store::messages::{self, Message, MessageEvent, Preview};
 use crate::store::suppressions::{self, Suppression};
 use crate::store::templates::{self, Template};
 use crate::store::{StoreError, sending_identities};
+use crate::store::{campaign_pages, jobs};
+use crate::transport;
 
 /// Query of `GET /v1/messages`: one correlation id's messages, one job's, or (neither given)
 /// the most recent.
@@ -121,9 +121,10 @@ pub async fn list_suppressions(
 }
 
 fn address(raw: &str) -> Result<String, ApiError> {
-    content::bare(raw)
-        .filter(|a| a == &raw.to_lowercase())
-        .ok_or_else(|| ApiError::unprocessable("invalid_address", format!("{raw:?} is not a bare email address")).with("field", "address"))
+    content::bare(raw).filter(|a| a == &raw.to_lowercase()).ok_or_else(|| {
+        ApiError::unprocessable("invalid_address", format!("{raw:?} is not a bare email address"))
+            .with("field", "address")
+    })
 }
 
 /// `PUT /v1/suppressions/{address}`: suppress an address by hand.
@@ -152,7 +153,11 @@ pub async fn remove_suppression(
 ) -> Result<StatusCode, ApiError> {
     let address = raw.to_lowercase();
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    if suppressions::remove(&db, tenant.id, &address).await? { Ok(StatusCode::NO_CONTENT) } else { Err(ApiError::not_found()) }
+    if suppressions::remove(&db, tenant.id, &address).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found())
+    }
 }
 
 /// A template to store: minijinja syntax; `text`, `html` or both.
@@ -172,7 +177,8 @@ pub struct TemplateList {
 }
 
 fn template_name(name: &str) -> Result<(), ApiError> {
-    templates::check_name(name).map_err(|m| ApiError::unprocessable("invalid_field", format!("name: {m}")).with("field", "name"))
+    templates::check_name(name)
+        .map_err(|m| ApiError::unprocessable("invalid_field", format!("name: {m}")).with("field", "name"))
 }
 
 /// `PUT /v1/templates/{name}`: create or replace a template; a syntax error is a 422 naming the part.
@@ -193,9 +199,8 @@ pub async fn put_template(
     if body.text.is_none() && body.html.is_none() {
         return Err(ApiError::unprocessable("invalid_field", "text: give text, html or both").with("field", "text"));
     }
-    content::compile_check(&body.subject, body.text.as_deref(), body.html.as_deref()).map_err(|(part, e)| {
-        ApiError::unprocessable("template_syntax", format!("{part}: {e}")).with("field", part)
-    })?;
+    content::compile_check(&body.subject, body.text.as_deref(), body.html.as_deref())
+        .map_err(|(part, e)| ApiError::unprocessable("template_syntax", format!("{part}: {e}")).with("field", part))?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let t = templates::put(&db, tenant.id, &name, &body.subject, body.text.as_deref(), body.html.as_deref()).await?;
     Ok(Json(t))
@@ -204,7 +209,10 @@ pub async fn put_template(
 /// `GET /v1/templates`
 #[utoipa::path(get, path = "/v1/templates", tag = "email", security(("tenant_key" = [])),
     responses((status = 200, body = TemplateList), (status = 401, body = ErrorBody)))]
-pub async fn list_templates(State(state): State<AppState>, Caller(tenant): Caller) -> Result<Json<TemplateList>, ApiError> {
+pub async fn list_templates(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+) -> Result<Json<TemplateList>, ApiError> {
     let db = state.pool.get().await.map_err(StoreError::from)?;
     Ok(Json(TemplateList { templates: templates::list(&db, tenant.id).await? }))
 }
@@ -230,7 +238,11 @@ pub async fn delete_template(
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    if templates::delete(&db, tenant.id, &name).await? { Ok(StatusCode::NO_CONTENT) } else { Err(ApiError::not_found()) }
+    if templates::delete(&db, tenant.id, &name).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found())
+    }
 }
 
 /// A tenant's sending identities: addresses (`noreply@acme.example`) or domains (`acme.example`).
@@ -273,8 +285,11 @@ pub async fn put_identities(
     let tenant = tenant_path(&raw)?;
     for (i, identity) in body.identities.iter().enumerate() {
         if !content::valid_identity(identity) {
-            return Err(ApiError::unprocessable("invalid_field", format!("identities[{i}]: {identity:?} is not an address or a domain"))
-                .with("field", format!("identities[{i}]")));
+            return Err(ApiError::unprocessable(
+                "invalid_field",
+                format!("identities[{i}]: {identity:?} is not an address or a domain"),
+            )
+            .with("field", format!("identities[{i}]")));
         }
     }
     let mut db = state.pool.get().await.map_err(StoreError::from)?;
@@ -315,12 +330,14 @@ pub async fn put_recipients(
     JsonBody(body): JsonBody<RecipientPage>,
 ) -> Result<(StatusCode, Json<PageReceipt>), ApiError> {
     let id = super::jobs::parse_id(&id)?;
-    let page: u32 = page
-        .parse()
-        .map_err(|_| ApiError::unprocessable("invalid_field", "page: a page number (0, 1, ...)").with("field", "page"))?;
+    let page: u32 = page.parse().map_err(|_| {
+        ApiError::unprocessable("invalid_field", "page: a page number (0, 1, ...)").with("field", "page")
+    })?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let job = jobs::get(&db, tenant.id, id).await?.ok_or_else(ApiError::not_found)?;
-    let not_paged = || ApiError::new(StatusCode::CONFLICT, "not_a_paged_campaign", "this job is not an email.campaign taking pages");
+    let not_paged = || {
+        ApiError::new(StatusCode::CONFLICT, "not_a_paged_campaign", "this job is not an email.campaign taking pages")
+    };
     if job.task_type != "email.campaign" {
         return Err(not_paged());
     }
@@ -338,12 +355,20 @@ pub async fn put_recipients(
         }
     })?;
     if job.status != JobStatus::Pending {
-        return Err(ApiError::new(StatusCode::CONFLICT, "job_state", format!("the campaign is {}; pages are taken while it is pending", job.status.as_str())));
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "job_state",
+            format!("the campaign is {}; pages are taken while it is pending", job.status.as_str()),
+        ));
     }
     let page_no = i32::try_from(page).unwrap_or(i32::MAX);
     let (stored, received) = campaign_pages::put(&db, id, page_no, &serde_json::json!(body.recipients)).await?;
     if stored == campaign_pages::Stored::Conflict {
-        return Err(ApiError::new(StatusCode::CONFLICT, "page_conflict", format!("page {page} was stored with other recipients")));
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "page_conflict",
+            format!("page {page} was stored with other recipients"),
+        ));
     }
     let mut released = false;
     if received == i64::from(pages)
@@ -376,7 +401,10 @@ pub struct SendingRoleBody {
 /// `GET /v1/sending-role`: the caller's sending role and the external id its trust policy needs.
 #[utoipa::path(get, path = "/v1/sending-role", tag = "email", security(("tenant_key" = [])),
     responses((status = 200, body = SendingRole), (status = 401, body = ErrorBody)))]
-pub async fn get_sending_role(State(state): State<AppState>, Caller(tenant): Caller) -> Result<Json<SendingRole>, ApiError> {
+pub async fn get_sending_role(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+) -> Result<Json<SendingRole>, ApiError> {
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let role_arn = sending_identities::role(&db, tenant.id).await?;
     Ok(Json(SendingRole { role_arn, external_id: credentials::tenant_external_id(tenant.id) }))
@@ -394,8 +422,11 @@ pub async fn put_sending_role(
     if let Some(arn) = &body.role_arn
         && !credentials::valid_role_arn(arn)
     {
-        return Err(ApiError::unprocessable("invalid_field", "role_arn: not an IAM role ARN (arn:aws:iam::<account>:role/<name>)")
-            .with("field", "role_arn"));
+        return Err(ApiError::unprocessable(
+            "invalid_field",
+            "role_arn: not an IAM role ARN (arn:aws:iam::<account>:role/<name>)",
+        )
+        .with("field", "role_arn"));
     }
     let db = state.pool.get().await.map_err(StoreError::from)?;
     sending_identities::set_role(&db, tenant.id, body.role_arn.as_deref()).await?;

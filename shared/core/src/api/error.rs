@@ -111,7 +111,11 @@ impl From<&StoreError> for ApiError {
             return ApiError::unavailable("the database is unavailable; retry shortly");
         }
         if let StoreError::Vanished(what) = e {
-            return ApiError::new(StatusCode::CONFLICT, "retry", format!("{what} changed while the request ran; retry"));
+            return ApiError::new(
+                StatusCode::CONFLICT,
+                "retry",
+                format!("{what} changed while the request ran; retry"),
+            );
         }
         tracing::error!(event = "relay.api.internal", error = %e, "internal error");
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error")
@@ -124,7 +128,9 @@ impl From<Invalid> for ApiError {
     fn from(e: Invalid) -> Self {
         match e {
             Invalid::IdempotencyKey => ApiError::bad_request("invalid_idempotency_key", e.to_string()),
-            Invalid::Timeout { longest } => ApiError::unprocessable("invalid_field", e.to_string()).with("field", e.field()).with("limit", longest),
+            Invalid::Timeout { longest } => {
+                ApiError::unprocessable("invalid_field", e.to_string()).with("field", e.field()).with("limit", longest)
+            }
             _ => ApiError::unprocessable("invalid_field", e.to_string()).with("field", e.field()),
         }
     }
@@ -155,4 +161,3 @@ pub fn page_limit(raw: Option<&str>, default: i64) -> Result<i64, ApiError> {
             .ok_or_else(|| ApiError::invalid_query("limit", "limit must be 1 to 500")),
     }
 }
-

@@ -82,7 +82,11 @@ where
         let db = state.pool.get().await.map_err(crate::store::StoreError::from)?;
         match operators::by_key(&db, &key).await? {
             Some(op) => Ok(Operator(op)),
-            None => Err(ApiError::new(axum::http::StatusCode::UNAUTHORIZED, "unauthorized", "unknown or disabled operator key")),
+            None => Err(ApiError::new(
+                axum::http::StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "unknown or disabled operator key",
+            )),
         }
     }
 }
@@ -169,8 +173,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
             .map_err(|e| ApiError::bad_request("malformed_json", format!("the body is not valid JSON: {e}")))?;
         integral_numbers(&mut value);
         if let Some(path) = nul_path(&value, "") {
-            return Err(ApiError::bad_request("nul_character", format!("{path} contains a NUL character"))
-                .with("field", path));
+            return Err(
+                ApiError::bad_request("nul_character", format!("{path} contains a NUL character")).with("field", path)
+            );
         }
         // Every body is an object; serde would read a struct from an array too, field by field.
         if !value.is_object() {
@@ -181,9 +186,11 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
                 Value::Bool(_) => "true or false",
                 _ => "null",
             };
-            return Err(ApiError::unprocessable("invalid_field", format!("the body must be an object, not {kind}")).with("field", "."));
+            return Err(ApiError::unprocessable("invalid_field", format!("the body must be an object, not {kind}"))
+                .with("field", "."));
         }
-        let parsed = serde_path_to_error::deserialize(&value).map_err(|e| ApiError::wrong_shape(e.path(), e.inner()))?;
+        let parsed =
+            serde_path_to_error::deserialize(&value).map_err(|e| ApiError::wrong_shape(e.path(), e.inner()))?;
         Ok(JsonBody(parsed))
     }
 }
@@ -193,9 +200,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
 /// (400 `invalid_query` naming it): Postgres text cannot take a NUL (SQLSTATE 22021), and this
 /// way no handler's path or query parameter can carry one.
 pub fn check_uri(uri: &axum::http::Uri) -> Result<(), ApiError> {
-    let path = percent_encoding::percent_decode_str(uri.path()).decode_utf8().map_err(|_| {
-        ApiError::bad_request("invalid_path", "the path is not UTF-8 once percent-decoded")
-    })?;
+    let path = percent_encoding::percent_decode_str(uri.path())
+        .decode_utf8()
+        .map_err(|_| ApiError::bad_request("invalid_path", "the path is not UTF-8 once percent-decoded"))?;
     if path.contains('\0') {
         return Err(ApiError::bad_request("nul_character", "the path contains a NUL character"));
     }

@@ -1,10 +1,10 @@
 //! The job resource: submit (one or a batch), read, list as a change feed, cancel, history;
 //! and the catalogue. Every query is scoped to the caller's tenant.
 
+use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -17,8 +17,8 @@ use super::error::{ApiError, ErrorBody, page_limit};
 use super::extract::{Caller, JsonBody};
 use crate::callbacks::AllowList;
 use crate::catalogue::Catalogue;
+use crate::job::terms::{self, Concurrency, CorrelationId, IdempotencyKey, Limits, MAX_TIMEOUT_SECONDS, RequestHash};
 use crate::job::{JobId, JobStatus, TenantId};
-use crate::job::terms::{self, Concurrency, CorrelationId, IdempotencyKey, Limits, RequestHash, MAX_TIMEOUT_SECONDS};
 use crate::store::jobs::{self, Inserted, Job, JobFilter, NewJob};
 use crate::store::{StoreError, attempt_sessions};
 use crate::view::{self, JobView};
@@ -132,7 +132,13 @@ fn empty_object() -> Value {
 impl JobRequest {
     /// Validate against the catalogue and what this deployment admits, and turn into a row to
     /// insert.
-    pub fn into_new_job(self, key: IdempotencyKey, catalogue: &Catalogue, admits: &Admission, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
+    pub fn into_new_job(
+        self,
+        key: IdempotencyKey,
+        catalogue: &Catalogue,
+        admits: &Admission,
+        now: DateTime<Utc>,
+    ) -> Result<NewJob, ApiError> {
         if !catalogue.client_may_submit(&self.task_type) {
             return Err(ApiError::unprocessable(
                 "unknown_task_type",
@@ -141,9 +147,9 @@ impl JobRequest {
             .with("field", "task_type")
             .with("available", catalogue.client_names()));
         }
-        catalogue.check(&self.task_type, &self.params).map_err(|e| {
-            ApiError::unprocessable("invalid_params", e.to_string()).with("field", e.field.clone())
-        })?;
+        catalogue
+            .check(&self.task_type, &self.params)
+            .map_err(|e| ApiError::unprocessable("invalid_params", e.to_string()).with("field", e.field.clone()))?;
         let correlation_id = self.correlation_id.as_deref().map(CorrelationId::parse).transpose()?;
         let run_at = terms::due_at(self.run_at, self.delay_seconds, now)?;
         // A held job (a campaign awaiting its recipient pages) is not due until released.
@@ -179,7 +185,9 @@ impl JobRequest {
 fn answer(inserted: Inserted, request_hash: &RequestHash) -> Result<(StatusCode, JobView), ApiError> {
     match inserted {
         Inserted::Created(job) => Ok((StatusCode::ACCEPTED, JobView::bare(job))),
-        Inserted::Existing(job) if job.request_hash == request_hash.as_bytes() => Ok((StatusCode::OK, JobView::bare(job))),
+        Inserted::Existing(job) if job.request_hash == request_hash.as_bytes() => {
+            Ok((StatusCode::OK, JobView::bare(job)))
+        }
         Inserted::Existing(job) => Err(ApiError::unprocessable(
             "idempotency_key_reused",
             format!("idempotency key {:?} was already used for a different request", job.idempotency_key),
@@ -254,8 +262,12 @@ pub async fn submit_batch(
     }
     state.limits.check(tenant.id, req.jobs.len())?;
     let now = Utc::now();
-    let mut parsed: Vec<Result<NewJob, ApiError>> =
-        req.jobs.into_iter().enumerate().map(|(i, item)| parse_item(i, item, &state.catalogue, &state.admission, now)).collect();
+    let mut parsed: Vec<Result<NewJob, ApiError>> = req
+        .jobs
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| parse_item(i, item, &state.catalogue, &state.admission, now))
+        .collect();
     for (i, p) in parsed.iter_mut().enumerate() {
         if let Ok(new) = p
             && let Err(e) = require_named(&state, tenant.id, new).await
@@ -276,19 +288,29 @@ pub async fn submit_batch(
         .into_iter()
         .map(|p| {
             let outcome = p.and_then(|new| {
-                let ins = inserted.next().ok_or_else(|| StoreError::Vanished(format!("idempotency key {:?}", new.idempotency_key)))?;
+                let ins = inserted
+                    .next()
+                    .ok_or_else(|| StoreError::Vanished(format!("idempotency key {:?}", new.idempotency_key)))?;
                 answer(ins, &new.request_hash)
             });
             match outcome {
                 Ok((status, job)) => BatchItemResult { status: status.as_u16(), job: Some(job), error: None },
-                Err(e) => BatchItemResult { status: e.status.as_u16(), job: None, error: Some(e.body()["error"].clone()) },
+                Err(e) => {
+                    BatchItemResult { status: e.status.as_u16(), job: None, error: Some(e.body()["error"].clone()) }
+                }
             }
         })
         .collect();
     Ok(Json(json!({ "results": results })))
 }
 
-fn parse_item(index: usize, item: Value, catalogue: &Catalogue, admits: &Admission, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
+fn parse_item(
+    index: usize,
+    item: Value,
+    catalogue: &Catalogue,
+    admits: &Admission,
+    now: DateTime<Utc>,
+) -> Result<NewJob, ApiError> {
     let at = |e: ApiError| {
         let field = e.details.get("field").and_then(Value::as_str).map(|f| format!("jobs[{index}].{f}"));
         match field {
@@ -300,13 +322,19 @@ fn parse_item(index: usize, item: Value, catalogue: &Catalogue, admits: &Admissi
         return Err(at(ApiError::unprocessable("invalid_field", "each job is an object").with("field", ".")));
     };
     let key = match obj.remove("idempotency_key") {
-        Some(Value::String(k)) => IdempotencyKey::parse(&k).map_err(|e| at(ApiError::from(e).with("field", "idempotency_key")))?,
+        Some(Value::String(k)) => {
+            IdempotencyKey::parse(&k).map_err(|e| at(ApiError::from(e).with("field", "idempotency_key")))?
+        }
         _ => {
-            return Err(at(ApiError::unprocessable("missing_idempotency_key", "each job needs an idempotency_key string")
-                .with("field", "idempotency_key")));
+            return Err(at(ApiError::unprocessable(
+                "missing_idempotency_key",
+                "each job needs an idempotency_key string",
+            )
+            .with("field", "idempotency_key")));
         }
     };
-    let req: JobRequest = serde_path_to_error::deserialize(Value::Object(obj)).map_err(|e| at(ApiError::wrong_shape(e.path(), e.inner())))?;
+    let req: JobRequest = serde_path_to_error::deserialize(Value::Object(obj))
+        .map_err(|e| at(ApiError::wrong_shape(e.path(), e.inner())))?;
     req.into_new_job(key, catalogue, admits, now).map_err(at)
 }
 
@@ -368,7 +396,11 @@ pub(super) fn parse_id(id: &str) -> Result<JobId, ApiError> {
 #[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = String, Path)),
     security(("tenant_key" = [])),
     responses((status = 200, body = JobView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn get(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<JobView>, ApiError> {
+pub async fn get(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let job = owned(&db, tenant.id, id).await?;
@@ -388,7 +420,11 @@ pub(super) async fn owned(db: &deadpool_postgres::Client, tenant_id: TenantId, i
 #[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", params(("id" = String, Path)),
     security(("tenant_key" = [])),
     responses((status = 200, body = EventList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn events(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn events(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     owned(&db, tenant.id, id).await?;
@@ -400,7 +436,11 @@ pub async fn events(State(state): State<AppState>, Caller(tenant): Caller, Path(
 #[utoipa::path(get, path = "/v1/jobs/{id}/sessions", tag = "jobs", params(("id" = String, Path)),
     security(("tenant_key" = [])),
     responses((status = 200, body = SessionList), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
-pub async fn sessions(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn sessions(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     owned(&db, tenant.id, id).await?;
@@ -412,7 +452,11 @@ pub async fn sessions(State(state): State<AppState>, Caller(tenant): Caller, Pat
     security(("tenant_key" = [])),
     responses((status = 200, body = JobView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody)))]
-pub async fn cancel(State(state): State<AppState>, Caller(tenant): Caller, Path(id): Path<String>) -> Result<Json<JobView>, ApiError> {
+pub async fn cancel(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let cancelled = jobs::cancel(&db, tenant.id, id).await?;
@@ -483,10 +527,13 @@ pub async fn list(
     if let Some(c) = &q.correlation_id {
         crate::telemetry::record_correlation(c);
     }
-    let filter = JobFilter { status, task_type: q.task_type, correlation_id: q.correlation_id, updated_since, after, limit };
+    let filter =
+        JobFilter { status, task_type: q.task_type, correlation_id: q.correlation_id, updated_since, after, limit };
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let page = view::annotate(&db, jobs::list(&db, tenant.id, &filter).await?, Utc::now()).await?;
-    let next_cursor = (page.len() as i64 == limit).then(|| page.last().map(|j| cursor::encode(j.updated_at, j.id.as_uuid()))).flatten();
+    let next_cursor = (page.len() as i64 == limit)
+        .then(|| page.last().map(|j| cursor::encode(j.updated_at, j.id.as_uuid())))
+        .flatten();
     let nil = JobId::from_uuid(Uuid::nil());
     let settled = (Utc::now() - chrono::Duration::seconds(SETTLE_SECONDS), nil);
     let reached = page.last().map(|j| (j.updated_at, j.id)).or(after).or(updated_since.map(|t| (t, nil)));
@@ -518,9 +565,16 @@ mod tests {
         let cat = Catalogue::standard();
         let now = Utc::now();
         let req = |delay| JobRequest {
-            task_type: "noop".into(), params: json!({}), correlation_id: None, run_at: None,
-            delay_seconds: delay, max_attempts: None, timeout_seconds: None,
-            concurrency_key: None, concurrency_limit: None, callback_url: None,
+            task_type: "noop".into(),
+            params: json!({}),
+            correlation_id: None,
+            run_at: None,
+            delay_seconds: delay,
+            max_attempts: None,
+            timeout_seconds: None,
+            concurrency_key: None,
+            concurrency_limit: None,
+            callback_url: None,
         };
         let admits = Admission::default();
         let key = || IdempotencyKey::parse("k").unwrap();

@@ -2,12 +2,12 @@
 //! (through lambda_http) and by tests (through `tower::ServiceExt::oneshot`).
 
 pub mod admin;
-pub mod email;
 pub mod callbacks;
 pub mod completions;
 pub mod constraints;
 pub mod cursor;
 pub mod destinations;
+pub mod email;
 pub mod error;
 pub mod extract;
 pub mod jobs;
@@ -19,12 +19,12 @@ pub mod status;
 
 use std::time::Duration;
 
+use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use axum::Router;
 use deadpool_postgres::Pool;
 
 use crate::catalogue::Catalogue;
@@ -82,7 +82,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/suppressions/{address}", put(email::add_suppression).delete(email::remove_suppression))
         .route("/v1/templates", get(email::list_templates))
         .route("/v1/templates/{name}", get(email::get_template).put(email::put_template).delete(email::delete_template))
-        .route("/v1/admin/tenants/{tenant_id}/sending-identities", get(email::get_identities).put(email::put_identities))
+        .route(
+            "/v1/admin/tenants/{tenant_id}/sending-identities",
+            get(email::get_identities).put(email::put_identities),
+        )
         .route("/v1/admin/exceptions", get(admin::list_exceptions))
         .route("/v1/admin/exceptions:bulk", post(admin::bulk))
         .route("/v1/admin/exceptions/{id}", get(admin::show_exception))

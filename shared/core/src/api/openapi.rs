@@ -79,8 +79,15 @@ pub fn document() -> Value {
     let bad_request = json!({"description": "a path or query parameter the server refuses (a NUL character, not UTF-8)",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}});
     let mut refs = Vec::new();
-    for op in doc["paths"].as_object_mut().into_iter().flat_map(|p| p.values_mut()).filter_map(Value::as_object_mut).flat_map(|m| m.values_mut()) {
-        let has_params = op["parameters"].as_array().is_some_and(|ps| ps.iter().any(|p| p["in"] == "path" || p["in"] == "query"));
+    for op in doc["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|p| p.values_mut())
+        .filter_map(Value::as_object_mut)
+        .flat_map(|m| m.values_mut())
+    {
+        let has_params =
+            op["parameters"].as_array().is_some_and(|ps| ps.iter().any(|p| p["in"] == "path" || p["in"] == "query"));
         if let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut)
             && has_params
             && !responses.contains_key("400")
@@ -113,7 +120,9 @@ pub fn document() -> Value {
 fn collect_refs(v: &Value, out: &mut Vec<String>) {
     match v {
         Value::Object(map) => {
-            if let Some(name) = map.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/components/schemas/")) {
+            if let Some(name) =
+                map.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/components/schemas/"))
+            {
                 out.push(name.to_owned());
             }
             map.values().for_each(|x| collect_refs(x, out));

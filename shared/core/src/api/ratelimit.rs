@@ -56,14 +56,19 @@ impl RateLimits {
             Refused::Wait(wait) => {
                 let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
                 let rate = self.rate.map(|r| r.per_second).unwrap_or_default();
-                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited",
-                    format!("this tenant may submit {rate} jobs per second; retry after {secs} s"))
-                    .with("retry_after_seconds", secs)
+                ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limited",
+                    format!("this tenant may submit {rate} jobs per second; retry after {secs} s"),
+                )
+                .with("retry_after_seconds", secs)
             }
-            Refused::Never { burst } => ApiError::unprocessable("over_burst",
-                format!("{jobs} jobs in one request; this tenant's rate limit takes at most {burst} at once: split it"))
-                .with("field", "jobs")
-                .with("max_jobs", burst),
+            Refused::Never { burst } => ApiError::unprocessable(
+                "over_burst",
+                format!("{jobs} jobs in one request; this tenant's rate limit takes at most {burst} at once: split it"),
+            )
+            .with("field", "jobs")
+            .with("max_jobs", burst),
         })
     }
 }

@@ -23,11 +23,15 @@ impl From<ScheduleError> for ApiError {
             ScheduleError::Invalid { field, code: code @ "unknown_tenant", message } => {
                 ApiError::new(StatusCode::NOT_FOUND, code, message).with("field", field)
             }
-            ScheduleError::Invalid { field, code, message } => ApiError::unprocessable(code, message).with("field", field),
-            ScheduleError::Exists(name) => {
-                ApiError::new(StatusCode::CONFLICT, "schedule_exists", format!("a schedule named {name:?} exists already"))
-                    .with("field", "name")
+            ScheduleError::Invalid { field, code, message } => {
+                ApiError::unprocessable(code, message).with("field", field)
             }
+            ScheduleError::Exists(name) => ApiError::new(
+                StatusCode::CONFLICT,
+                "schedule_exists",
+                format!("a schedule named {name:?} exists already"),
+            )
+            .with("field", "name"),
             ScheduleError::NotFound => ApiError::not_found(),
             ScheduleError::Store(s) => ApiError::from(s),
         }
@@ -70,7 +74,11 @@ pub async fn create(
 #[utoipa::path(get, path = "/v1/admin/schedules/{id}", tag = "operations", params(("id" = String, Path)),
     security(("operator_key" = [])),
     responses((status = 401, body = ErrorBody), (status = 200, body = Schedule), (status = 404, body = ErrorBody)))]
-pub async fn get(State(state): State<AppState>, Operator(_): Operator, Path(id): Path<String>) -> Result<Json<Schedule>, ApiError> {
+pub async fn get(
+    State(state): State<AppState>,
+    Operator(_): Operator,
+    Path(id): Path<String>,
+) -> Result<Json<Schedule>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     store::get(&db, id).await?.map(Json).ok_or_else(ApiError::not_found)
@@ -90,12 +98,13 @@ pub async fn update(
     let id = parse_id(&id)?;
     let mut db = state.pool.get().await.map_err(StoreError::from)?;
     // Params are the schedule's own task type's: ones it refuses conflict with the schedule.
-    let changed = schedules::change(&mut db, &state.catalogue, id, patch, &op.name, Utc::now()).await.map_err(|e| match e {
-        ScheduleError::Invalid { field, code: "invalid_params", message } => {
-            ApiError::new(StatusCode::CONFLICT, "invalid_params", message).with("field", field)
-        }
-        other => ApiError::from(other),
-    })?;
+    let changed =
+        schedules::change(&mut db, &state.catalogue, id, patch, &op.name, Utc::now()).await.map_err(|e| match e {
+            ScheduleError::Invalid { field, code: "invalid_params", message } => {
+                ApiError::new(StatusCode::CONFLICT, "invalid_params", message).with("field", field)
+            }
+            other => ApiError::from(other),
+        })?;
     Ok(Json(changed))
 }
 
@@ -103,7 +112,11 @@ pub async fn update(
 #[utoipa::path(delete, path = "/v1/admin/schedules/{id}", tag = "operations", params(("id" = String, Path)),
     security(("operator_key" = [])),
     responses((status = 401, body = ErrorBody), (status = 200, body = Deleted), (status = 404, body = ErrorBody)))]
-pub async fn delete(State(state): State<AppState>, Operator(_): Operator, Path(id): Path<String>) -> Result<Json<Deleted>, ApiError> {
+pub async fn delete(
+    State(state): State<AppState>,
+    Operator(_): Operator,
+    Path(id): Path<String>,
+) -> Result<Json<Deleted>, ApiError> {
     let id = parse_id(&id)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     if store::delete(&db, id).await? { Ok(Json(Deleted { deleted: id })) } else { Err(ApiError::not_found()) }

@@ -41,7 +41,12 @@ impl Default for Limits {
 }
 
 /// Serve `router` on `listener` until `stop` resolves, then finish the requests in flight.
-pub async fn serve(listener: TcpListener, router: Router, limits: Limits, stop: impl Future<Output = ()>) -> io::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    stop: impl Future<Output = ()>,
+) -> io::Result<()> {
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -65,7 +70,9 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, stop: 
             () = &mut stop => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone().map_request(|req: axum::http::Request<Incoming>| req.map(Body::new)));
+        let service = TowerToHyperService::new(
+            router.clone().map_request(|req: axum::http::Request<Incoming>| req.map(Body::new)),
+        );
         let conn = graceful.watch(http.serve_connection(TokioIo::new(JsonRefusals::new(stream)), service));
         tokio::spawn(async move {
             if let Err(e) = conn.await {
@@ -182,7 +189,9 @@ mod tests {
         let hyper_431 = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\ndate: x\r\n\r\n";
         let out = String::from_utf8(replacement(hyper_431).unwrap()).unwrap();
         assert!(out.starts_with("HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"));
-        assert!(out.ends_with(r#"{"error":{"code":"headers_too_large","message":"the request's headers are too large or too many"}}"#));
+        assert!(out.ends_with(
+            r#"{"error":{"code":"headers_too_large","message":"the request's headers are too large or too many"}}"#
+        ));
         let handler_400 = b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 52\r\n\r\n";
         assert_eq!(replacement(handler_400), None, "a handler's JSON 400 has a body");
         assert_eq!(replacement(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"), None);

@@ -10,10 +10,10 @@ use chrono::{DateTime, Utc};
 use super::AppState;
 use super::error::ApiError;
 use super::extract::StatusReader;
-use relay_status::{self as status, Activity, Failures, Progress, Queue, Run, Schedule, StatusDoc, Worker};
 use crate::store::status as queries;
 use crate::store::{StoreError, exceptions, schedules, workers};
 use crate::view::{self, JobView};
+use relay_status::{self as status, Activity, Failures, Progress, Queue, Run, Schedule, StatusDoc, Worker};
 
 /// Workers seen within this window are listed.
 pub const WORKERS_WINDOW_HOURS: i64 = 24;
@@ -36,7 +36,8 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
     let now = Utc::now();
     let seen = workers::seen_since(&db, now - chrono::Duration::hours(WORKERS_WINDOW_HOURS), MAX_WORKERS).await?;
     let live = queries::queues(&db).await?;
-    let (jobs, tenants): (Vec<_>, Vec<_>) = queries::recent_runs(&db, RUNS_PER_PART).await?.into_iter().map(|r| (r.job, r.tenant)).unzip();
+    let (jobs, tenants): (Vec<_>, Vec<_>) =
+        queries::recent_runs(&db, RUNS_PER_PART).await?.into_iter().map(|r| (r.job, r.tenant)).unzip();
     let runs = view::annotate(&db, jobs, now).await?.into_iter().zip(tenants);
     let (last_hour, last_24h) = queries::failure_counts(&db).await?;
     let open_exceptions = exceptions::count_open(&db).await?;
@@ -60,17 +61,22 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
         .catalogue
         .names()
         .into_iter()
-        .map(|n| (n.to_owned(), Queue { name: n.to_owned(), transport: state.transport.name().into(), ..Queue::default() }))
+        .map(|n| {
+            (n.to_owned(), Queue { name: n.to_owned(), transport: state.transport.name().into(), ..Queue::default() })
+        })
         .collect();
     for q in live {
-        queues.insert(q.task_type.clone(), Queue {
-            name: q.task_type,
-            transport: state.transport.name().into(),
-            depth: q.due,
-            oldest_pending_age_s: q.oldest_due.map_or(0.0, |at| age_secs(now, at)),
-            scheduled: Some(q.scheduled),
-            running: Some(q.running),
-        });
+        queues.insert(
+            q.task_type.clone(),
+            Queue {
+                name: q.task_type,
+                transport: state.transport.name().into(),
+                depth: q.due,
+                oldest_pending_age_s: q.oldest_due.map_or(0.0, |at| age_secs(now, at)),
+                scheduled: Some(q.scheduled),
+                running: Some(q.running),
+            },
+        );
     }
     for q in queues.values_mut() {
         q.scheduled.get_or_insert(0);

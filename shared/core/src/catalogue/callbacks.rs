@@ -149,7 +149,8 @@ impl Task for Deliver {
                         Ok(json!({"delivered": false, "gone": true, "status": 410}))
                     }
                     s => {
-                        let why = if (300..400).contains(&s) { "a redirect (not followed)" } else { "not a 2xx answer" };
+                        let why =
+                            if (300..400).contains(&s) { "a redirect (not followed)" } else { "not a 2xx answer" };
                         attempt.outcome = Outcome::Failed;
                         attempt.error = Some(format!("{s}: {why}"));
                         record(attempt).await?;

@@ -13,7 +13,8 @@ pub struct SendEmail;
 impl Task for SendEmail {
     type Params = SendParams;
     const NAME: &'static str = "email.send";
-    const DESCRIPTION: &'static str = "Send one email through SES, at most once per message key; shadow mode records it without sending.";
+    const DESCRIPTION: &'static str =
+        "Send one email through SES, at most once per message key; shadow mode records it without sending.";
 
     fn check(p: &SendParams) -> Result<(), (String, String)> {
         p.check()

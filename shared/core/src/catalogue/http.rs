@@ -39,8 +39,16 @@ pub const MAX_REQUEST_BODY: usize = 256 * 1024;
 /// How long a job for a destination whose writes are off waits before it looks again.
 pub const HOLD: Duration = Duration::from_secs(60);
 /// The answer headers recorded with the result.
-pub const RECORDED_HEADERS: &[&str] =
-    &["content-type", "content-length", "location", "etag", "last-modified", "retry-after", "request-id", "x-request-id"];
+pub const RECORDED_HEADERS: &[&str] = &[
+    "content-type",
+    "content-length",
+    "location",
+    "etag",
+    "last-modified",
+    "retry-after",
+    "request-id",
+    "x-request-id",
+];
 /// Shown in place of the secret wherever a request is recorded.
 pub const REDACTED: &str = "<redacted>";
 
@@ -145,9 +153,13 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
         return Err(TaskError::Fatal(format!("destination {:?} no longer exists", p.destination)));
     };
     for (name, value) in &p.headers {
-        rules::check_header(name, value, dest.auth_header.as_deref()).map_err(|m| TaskError::Fatal(format!("headers.{name}: {m}")))?;
+        rules::check_header(name, value, dest.auth_header.as_deref())
+            .map_err(|m| TaskError::Fatal(format!("headers.{name}: {m}")))?;
     }
-    let job = jobs::get(&db, ctx.tenant_id, ctx.job_id).await.map_err(retryable)?.ok_or_else(|| retryable("the job vanished"))?;
+    let job = jobs::get(&db, ctx.tenant_id, ctx.job_id)
+        .await
+        .map_err(retryable)?
+        .ok_or_else(|| retryable("the job vanished"))?;
     let url = rules::join(&dest.base_url, &p.path);
     let mut headers: Vec<(String, String)> = p.headers.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
     headers.push(("content-type".into(), "application/json".into()));
@@ -155,15 +167,23 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
     headers.push((crate::email::content::CORRELATION_HEADER.to_owned(), ctx.correlation_id.clone()));
     headers.push(("user-agent".into(), "relay-http/1".into()));
     let shown = shown_request(&p, &url, &headers, &dest);
-    let record = |outcome: &'static str, error: Option<String>| record_call(&db, ctx, &p.destination, &shown, outcome, error);
+    let record =
+        |outcome: &'static str, error: Option<String>| record_call(&db, ctx, &p.destination, &shown, outcome, error);
 
     if ctx.modes.shadow() {
         record("shadowed", Some("shadow mode: recorded, not sent".into())).await?;
         return Ok(json!({"sent": false, "shadowed": true, "request": shown}));
     }
     if !ctx.modes.writes_enabled("http") || !ctx.modes.destination_writes(ctx.tenant_id, &p.destination) {
-        let which = if ctx.modes.writes_enabled("http") { format!("write:http:<tenant>:{}", p.destination) } else { "write:http".into() };
-        return Err(TaskError::Defer(format!("writes to destination {:?} are switched off ({which}): held", p.destination), HOLD));
+        let which = if ctx.modes.writes_enabled("http") {
+            format!("write:http:<tenant>:{}", p.destination)
+        } else {
+            "write:http".into()
+        };
+        return Err(TaskError::Defer(
+            format!("writes to destination {:?} are switched off ({which}): held", p.destination),
+            HOLD,
+        ));
     }
     let target = match callbacks::parse_url(&url) {
         Ok(t) => t,
@@ -180,7 +200,8 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
         None => None,
     };
     let db = ctx.db.get().await.map_err(retryable)?;
-    let record = |outcome: &'static str, error: Option<String>| record_call(&db, ctx, &p.destination, &shown, outcome, error);
+    let record =
+        |outcome: &'static str, error: Option<String>| record_call(&db, ctx, &p.destination, &shown, outcome, error);
     let addr = match callbacks::resolve(&target, allow).await {
         Ok(a) => a,
         Err(refusal @ Refusal::Address { .. }) => {
@@ -192,7 +213,10 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
     match destinations::take_slot(&db, ctx.tenant_id, &dest.name).await.map_err(retryable)? {
         Slot::Taken => {}
         Slot::Wait(d) => {
-            return Err(TaskError::Defer(format!("destination {:?} is at its rate of {}/s: waiting for a slot", dest.name, dest.rate_per_second), d));
+            return Err(TaskError::Defer(
+                format!("destination {:?} is at its rate of {}/s: waiting for a slot", dest.name, dest.rate_per_second),
+                d,
+            ));
         }
         Slot::Gone => return Err(TaskError::Fatal(format!("destination {:?} no longer exists", dest.name))),
     }
@@ -230,7 +254,10 @@ async fn record_call(
 ) -> Result<i64, TaskError> {
     let fence = Fence { job: ctx.job_id, attempt: ctx.attempt };
     let c = NewCall { fence, tenant_id: ctx.tenant_id, destination, outcome, request, error: error.as_deref() };
-    http_calls::record(db, &c).await.map_err(retryable)?.ok_or_else(|| retryable("this attempt no longer holds the job; it may not call"))
+    http_calls::record(db, &c)
+        .await
+        .map_err(retryable)?
+        .ok_or_else(|| retryable("this attempt no longer holds the job; it may not call"))
 }
 
 /// What was (or would be) sent, the secret redacted.
@@ -245,7 +272,9 @@ fn shown_request(p: &RequestParams, url: &str, headers: &[(String, String)], des
 async fn read_secret(ctx: &TaskContext, dest: &Destination) -> Result<String, TaskError> {
     let sdk = ctx.aws().await?;
     match rules::read_secret(&sdk, ctx.tenant_id, &dest.name).await {
-        Ok(v) => rules::check_value(&v).map(|()| v).map_err(|m| TaskError::Fatal(format!("the destination's secret: {m}"))),
+        Ok(v) => {
+            rules::check_value(&v).map(|()| v).map_err(|m| TaskError::Fatal(format!("the destination's secret: {m}")))
+        }
         Err(e @ (SecretError::Missing(_) | SecretError::NotAString(_))) => Err(TaskError::Fatal(e.to_string())),
         Err(e @ SecretError::Service(_)) => Err(retryable(e)),
     }
@@ -268,8 +297,18 @@ fn response_json(a: &Answer) -> Value {
 }
 
 /// The one classification of a call's end (see the module's table).
-fn classify(what: &str, answer: Result<Answer, callbacks::PostError>, duration_ms: Option<i32>) -> (Settled, Result<Value, TaskError>) {
-    let settled = |outcome, http_status, response, error: Option<String>| Settled { outcome, http_status, response, error, duration_ms };
+fn classify(
+    what: &str,
+    answer: Result<Answer, callbacks::PostError>,
+    duration_ms: Option<i32>,
+) -> (Settled, Result<Value, TaskError>) {
+    let settled = |outcome, http_status, response, error: Option<String>| Settled {
+        outcome,
+        http_status,
+        response,
+        error,
+        duration_ms,
+    };
     let a = match answer {
         Err(e) if e.maybe_sent() => {
             let error = format!("{what}: {e}; the destination may have acted on it: not retried");
@@ -285,7 +324,10 @@ fn classify(what: &str, answer: Result<Answer, callbacks::PostError>, duration_m
     let status = Some(i32::from(a.status));
     match a.status {
         200..=299 if a.cut => {
-            let error = format!("{what}: answered {} but the answer broke off: the call was made; its result is incomplete", a.status);
+            let error = format!(
+                "{what}: answered {} but the answer broke off: the call was made; its result is incomplete",
+                a.status
+            );
             (settled("ambiguous", status, Some(response), Some(error.clone())), Err(TaskError::Ambiguous(error)))
         }
         200..=299 => (settled("succeeded", status, Some(response.clone()), None), Ok(response)),

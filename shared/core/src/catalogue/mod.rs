@@ -8,8 +8,8 @@
 //! fields refused) and runs the task's own checks; each failure names the field.
 
 mod basic;
-pub mod email;
 pub mod callbacks;
+pub mod email;
 pub mod housekeeping;
 pub mod http;
 pub mod provider;
@@ -119,11 +119,7 @@ struct Registered<T> {
 
 impl<T: Task> ErasedTask for Registered<T> {
     fn info(&self) -> TaskInfo {
-        TaskInfo {
-            name: T::NAME,
-            description: T::DESCRIPTION,
-            params_schema: params_schema::<T::Params>(),
-        }
+        TaskInfo { name: T::NAME, description: T::DESCRIPTION, params_schema: params_schema::<T::Params>() }
     }
 
     fn platform_only(&self) -> bool {
@@ -296,9 +292,21 @@ mod tests {
     fn test_tasks_exist_only_when_asked_for() {
         assert_eq!(
             Catalogue::standard().names(),
-            ["callback.deliver", "email.campaign", "email.send", "http.request", "noop", "provider.event", "relay.retention", "sleep"]
+            [
+                "callback.deliver",
+                "email.campaign",
+                "email.send",
+                "http.request",
+                "noop",
+                "provider.event",
+                "relay.retention",
+                "sleep"
+            ]
         );
-        assert_eq!(Catalogue::standard().client_names(), ["email.campaign", "email.send", "http.request", "noop", "sleep"]);
+        assert_eq!(
+            Catalogue::standard().client_names(),
+            ["email.campaign", "email.send", "http.request", "noop", "sleep"]
+        );
         #[cfg(feature = "testing")]
         assert!(Catalogue::standard().with_test_tasks().contains("test.fail"));
         assert!(!Catalogue::standard().contains("test.fail"));
@@ -340,8 +348,13 @@ mod tests {
         assert_eq!(e.field, "params", "{e}");
         let e = c.check("sleep", &json!({"seconds": [1]})).unwrap_err();
         assert_eq!(e.field, "params.seconds", "{e}");
-        let e = c.check("email.campaign", &json!({"message": {"from": "a@b.example", "subject": "s", "text": "t"},
-            "recipients": [{"to": 5}]})).unwrap_err();
+        let e = c
+            .check(
+                "email.campaign",
+                &json!({"message": {"from": "a@b.example", "subject": "s", "text": "t"},
+            "recipients": [{"to": 5}]}),
+            )
+            .unwrap_err();
         assert_eq!(e.field, "params.recipients.0.to", "{e}");
     }
 }

@@ -48,8 +48,7 @@ pub struct ProviderEventParams {
 impl Task for ProviderEvent {
     type Params = ProviderEventParams;
     const NAME: &'static str = "provider.event";
-    const DESCRIPTION: &'static str =
-        "A provider notification received by ingress (SES events via SNS, inbound mail); acknowledged and kept on the job.";
+    const DESCRIPTION: &'static str = "A provider notification received by ingress (SES events via SNS, inbound mail); acknowledged and kept on the job.";
     /// Only ingress creates these: an event names messages and addresses of any tenant, so a
     /// client submitting one could suppress another tenant's recipients.
     const PLATFORM_ONLY: bool = true;

@@ -10,8 +10,8 @@ use utoipa::ToSchema;
 
 use crate::job::TaskError;
 use crate::job::completion::{MAX_WAIT, OverduePolicy};
-use crate::task::{Task, TaskContext};
 use crate::store::effects;
+use crate::task::{Task, TaskContext};
 
 /// Fails its first `times` attempts with the given kind of error, then succeeds.
 pub struct Fail;
@@ -75,9 +75,7 @@ impl Task for Effect {
             // jobs held a worker's whole pool and starved its heartbeat and claims (found by
             // `relay chaos zombie`: every lease expired, attempts ran out).
             let db = ctx.db.get().await.map_err(|e| TaskError::Retryable(e.to_string()))?;
-            effects::record(&db, ctx.job_id, ctx.attempt)
-                .await
-                .map_err(|e| TaskError::Retryable(e.to_string()))?;
+            effects::record(&db, ctx.job_id, ctx.attempt).await.map_err(|e| TaskError::Retryable(e.to_string()))?;
         }
         tokio::time::sleep(Duration::from_secs_f64(p.sleep_seconds.clamp(0.0, 3600.0))).await;
         Ok(json!({ "effect": "recorded" }))
@@ -172,7 +170,8 @@ fn retry() -> OnOverdue {
 impl Task for Await {
     type Params = AwaitParams;
     const NAME: &'static str = "test.await";
-    const DESCRIPTION: &'static str = "Test only: waits for an outside party's completion; the token is noted in the effects ledger.";
+    const DESCRIPTION: &'static str =
+        "Test only: waits for an outside party's completion; the token is noted in the effects ledger.";
 
     fn check(p: &AwaitParams) -> Result<(), (String, String)> {
         if !(1.0..=MAX_WAIT.as_secs_f64()).contains(&p.within_seconds) {
@@ -196,7 +195,9 @@ impl Task for Await {
         let wait = ctx.await_completion(Duration::from_secs_f64(p.within_seconds), policy).await?;
         // Handing the token to the outside party.
         let db = ctx.db.get().await.map_err(|e| TaskError::Retryable(e.to_string()))?;
-        effects::record_note(&db, ctx.job_id, ctx.attempt, &wait.token).await.map_err(|e| TaskError::Retryable(e.to_string()))?;
+        effects::record_note(&db, ctx.job_id, ctx.attempt, &wait.token)
+            .await
+            .map_err(|e| TaskError::Retryable(e.to_string()))?;
         Err(wait.wait())
     }
 }

@@ -179,22 +179,27 @@ impl TaskRoles {
                 n
             }
         };
-        let mut roles = Self::with_session_seconds(secs).map_err(|e| invalid(SECS, &secs.to_string(), RolesProblem::Mapping(e)))?;
+        let mut roles =
+            Self::with_session_seconds(secs).map_err(|e| invalid(SECS, &secs.to_string(), RolesProblem::Mapping(e)))?;
         const TASKS: &str = "RELAY_TASK_ROLES";
         if let Some(v) = text(TASKS) {
-            let map: BTreeMap<String, Entry> =
-                serde_json::from_str(&v).map_err(|e| invalid(TASKS, &v, RolesProblem::TaskRolesShape(e.to_string())))?;
+            let map: BTreeMap<String, Entry> = serde_json::from_str(&v)
+                .map_err(|e| invalid(TASKS, &v, RolesProblem::TaskRolesShape(e.to_string())))?;
             for (task, entry) in map {
-                roles = roles.map_task(&task, entry.into()).map_err(|error| invalid(TASKS, &v, RolesProblem::Task { task, error }))?;
+                roles = roles
+                    .map_task(&task, entry.into())
+                    .map_err(|error| invalid(TASKS, &v, RolesProblem::Task { task, error }))?;
             }
         }
         const TENANTS: &str = "RELAY_TENANT_TASK_ROLES";
         if let Some(v) = text(TENANTS) {
-            let map: BTreeMap<TenantId, BTreeMap<String, RoleSpec>> =
-                serde_json::from_str(&v).map_err(|e| invalid(TENANTS, &v, RolesProblem::TenantRolesShape(e.to_string())))?;
+            let map: BTreeMap<TenantId, BTreeMap<String, RoleSpec>> = serde_json::from_str(&v)
+                .map_err(|e| invalid(TENANTS, &v, RolesProblem::TenantRolesShape(e.to_string())))?;
             for (tenant, tasks) in map {
                 for (task, role) in tasks {
-                    roles = roles.map_tenant_task(tenant, &task, role).map_err(|e| invalid(TENANTS, &v, RolesProblem::Mapping(e)))?;
+                    roles = roles
+                        .map_tenant_task(tenant, &task, role)
+                        .map_err(|e| invalid(TENANTS, &v, RolesProblem::Mapping(e)))?;
                 }
             }
         }
@@ -231,7 +236,8 @@ fn check_role(role: &RoleSpec) -> Result<(), MappingError> {
         return Err(MappingError::RoleArn(arn.clone()));
     }
     if let Some(x) = &role.external_id {
-        let valid = (2..=1224).contains(&x.len()) && x.chars().all(|c| c.is_ascii_alphanumeric() || "_+=,.@:/-".contains(c));
+        let valid =
+            (2..=1224).contains(&x.len()) && x.chars().all(|c| c.is_ascii_alphanumeric() || "_+=,.@:/-".contains(c));
         if !valid {
             return Err(MappingError::ExternalId(role.role_arn.clone()));
         }
@@ -259,7 +265,9 @@ mod tests {
             ("RELAY_TASK_ROLES", &format!(r#"{{"email.send": "{EMAIL}"}}"#)),
             (
                 "RELAY_TENANT_TASK_ROLES",
-                &format!(r#"{{"{tenant}": {{"email.send": {{"role_arn": "{TENANT_ROLE}", "external_id": "relay-acme"}}}}}}"#),
+                &format!(
+                    r#"{{"{tenant}": {{"email.send": {{"role_arn": "{TENANT_ROLE}", "external_id": "relay-acme"}}}}}}"#
+                ),
             ),
         ])
         .unwrap();

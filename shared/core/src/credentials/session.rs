@@ -70,7 +70,8 @@ mod tests {
         let mut rng = rand::rng();
         let edge = [1, 2, 99, 100, i32::MAX, 0, -1, i32::MIN];
         for i in 0..10_000 {
-            let id = JobId::from_uuid(if i % 2 == 0 { uuid::Uuid::now_v7() } else { uuid::Uuid::from_u128(rng.random()) });
+            let id =
+                JobId::from_uuid(if i % 2 == 0 { uuid::Uuid::now_v7() } else { uuid::Uuid::from_u128(rng.random()) });
             let attempt = if i < edge.len() { edge[i] } else { rng.random_range(1..=100) };
             let name = session_name(id, attempt);
             assert!(is_valid_session_name(&name), "{name}");

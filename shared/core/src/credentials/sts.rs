@@ -75,7 +75,8 @@ struct JobAwsInner {
 
 impl JobAws {
     pub fn new(source: Option<Arc<TaskCredentials>>, job: &ClaimedJob, pool: Pool) -> Self {
-        let run = Run { job_id: job.id, attempt: job.attempt, tenant_id: job.tenant_id, task_type: job.task_type.clone() };
+        let run =
+            Run { job_id: job.id, attempt: job.attempt, tenant_id: job.tenant_id, task_type: job.task_type.clone() };
         Self { inner: Arc::new(JobAwsInner { source, run, pool, config: OnceCell::new() }) }
     }
 
@@ -206,13 +207,12 @@ impl ScopedProvider {
             req = req.external_id(external_id);
         }
         let out = req.send().await.map_err(|e| classify(&role.role_arn, &e))?;
-        let creds = out
-            .credentials()
-            .ok_or_else(|| TaskError::Retryable(format!("AssumeRole {} answered without credentials", role.role_arn)))?;
-        let session_arn = out
-            .assumed_role_user()
-            .map(|u| u.arn().to_owned())
-            .ok_or_else(|| TaskError::Retryable(format!("AssumeRole {} answered without a session ARN", role.role_arn)))?;
+        let creds = out.credentials().ok_or_else(|| {
+            TaskError::Retryable(format!("AssumeRole {} answered without credentials", role.role_arn))
+        })?;
+        let session_arn = out.assumed_role_user().map(|u| u.arn().to_owned()).ok_or_else(|| {
+            TaskError::Retryable(format!("AssumeRole {} answered without a session ARN", role.role_arn))
+        })?;
         let expiry = SystemTime::try_from(*creds.expiration())
             .map_err(|e| TaskError::Retryable(format!("AssumeRole {}: expiration out of range: {e}", role.role_arn)))?;
         let expires_at = DateTime::<Utc>::from(expiry);
@@ -251,8 +251,13 @@ fn classify(role_arn: &str, e: &SdkError<AssumeRoleError>) -> TaskError {
     let msg = format!("AssumeRole {role_arn}: {}", DisplayErrorContext(e));
     match e.code() {
         Some(
-            "AccessDenied" | "AccessDeniedException" | "MalformedPolicyDocument" | "PackedPolicyTooLarge"
-            | "RegionDisabledException" | "ValidationError" | "InvalidParameterValue",
+            "AccessDenied"
+            | "AccessDeniedException"
+            | "MalformedPolicyDocument"
+            | "PackedPolicyTooLarge"
+            | "RegionDisabledException"
+            | "ValidationError"
+            | "InvalidParameterValue",
         ) => TaskError::Fatal(msg),
         _ => TaskError::Retryable(msg),
     }

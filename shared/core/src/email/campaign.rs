@@ -19,10 +19,10 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::content::SendParams;
-use crate::job::{Fence, JobId, TaskError};
 use crate::job::terms::{Concurrency, CorrelationId, IdempotencyKey, Limits};
-use crate::store::jobs::{self, NewJob};
+use crate::job::{Fence, JobId, TaskError};
 use crate::store::campaign_pages;
+use crate::store::jobs::{self, NewJob};
 use crate::task::TaskContext;
 
 /// Children created per statement (one commit, one dispatch).
@@ -107,7 +107,10 @@ impl CampaignParams {
             return Err(("message.to".into(), "recipients come from `recipients` or pages, not the message".into()));
         }
         if m.message_key.is_some() {
-            return Err(("message.message_key".into(), "each child's message key is the campaign and its position".into()));
+            return Err((
+                "message.message_key".into(),
+                "each child's message key is the campaign and its position".into(),
+            ));
         }
         match (self.recipients.len(), self.pages) {
             (0, None) => return Err(("recipients".into(), "give recipients, or the number of pages to come".into())),
@@ -116,7 +119,10 @@ impl CampaignParams {
                 return Err(("pages".into(), format!("1 to {MAX_PAGES} pages")));
             }
             (n, None) if n > MAX_INLINE => {
-                return Err(("recipients".into(), format!("{n} recipients inline; at most {MAX_INLINE} (upload pages instead)")));
+                return Err((
+                    "recipients".into(),
+                    format!("{n} recipients inline; at most {MAX_INLINE} (upload pages instead)"),
+                ));
             }
             _ => {}
         }
@@ -165,16 +171,26 @@ fn retryable(e: impl std::fmt::Display) -> TaskError {
 }
 
 /// The child for the recipient at `position` of the campaign `campaign`.
-fn child(campaign: JobId, correlation_id: &CorrelationId, p: &CampaignParams, r: &Recipient, position: usize) -> NewJob {
+fn child(
+    campaign: JobId,
+    correlation_id: &CorrelationId,
+    p: &CampaignParams,
+    r: &Recipient,
+    position: usize,
+) -> NewJob {
     let mut m = addressed(&p.message, r);
     let key = IdempotencyKey::campaign_child(campaign, position);
     m.message_key = Some(key.as_str().to_owned());
     let params = serde_json::to_value(&m).unwrap_or_default();
-    NewJob::child_of(campaign, correlation_id, NewJob {
-        limits: CHILD_LIMITS,
-        concurrency: Some(Concurrency::campaign(campaign, p.concurrency_limit.unwrap_or(DEFAULT_CONCURRENCY))),
-        ..NewJob::new("email.send", params, key)
-    })
+    NewJob::child_of(
+        campaign,
+        correlation_id,
+        NewJob {
+            limits: CHILD_LIMITS,
+            concurrency: Some(Concurrency::campaign(campaign, p.concurrency_limit.unwrap_or(DEFAULT_CONCURRENCY))),
+            ..NewJob::new("email.send", params, key)
+        },
+    )
 }
 
 /// Run CPU-bound work (parsing 100,000 recipients, building a thousand children) on the
@@ -195,7 +211,9 @@ pub async fn run(ctx: &TaskContext, p: CampaignParams) -> Result<Value, TaskErro
                 return Err(TaskError::Fatal(format!("{} of {pages} recipient pages arrived", got.len())));
             }
             off_the_runtime(move || {
-                got.into_iter().flat_map(|page| serde_json::from_value::<Vec<Recipient>>(page).unwrap_or_default()).collect()
+                got.into_iter()
+                    .flat_map(|page| serde_json::from_value::<Vec<Recipient>>(page).unwrap_or_default())
+                    .collect()
             })
             .await?
         }
@@ -214,9 +232,12 @@ pub async fn run(ctx: &TaskContext, p: CampaignParams) -> Result<Value, TaskErro
     let end = recipients.len().min(start + per_run);
     let p = std::sync::Arc::new(p);
     for from in (start..end).step_by(CHUNK) {
-        let (campaign, correlation_id, p, recipients) = (ctx.job_id, CorrelationId::carried(&ctx.correlation_id), p.clone(), recipients.clone());
+        let (campaign, correlation_id, p, recipients) =
+            (ctx.job_id, CorrelationId::carried(&ctx.correlation_id), p.clone(), recipients.clone());
         let slice: Vec<NewJob> = off_the_runtime(move || {
-            (from..end.min(from + CHUNK)).map(|pos| child(campaign, &correlation_id, &p, &recipients[pos], pos)).collect()
+            (from..end.min(from + CHUNK))
+                .map(|pos| child(campaign, &correlation_id, &p, &recipients[pos], pos))
+                .collect()
         })
         .await?;
         ctx.intake.enqueue(ctx.tenant_id, slice).await.map_err(retryable)?;
@@ -244,14 +265,20 @@ mod tests {
 
     #[test]
     fn a_campaign_names_its_recipients_once_and_well() {
-        let ok = params(json!({"message": message(), "recipients": [{"to": "a@example.com"}, {"to": "b@example.com"}]}));
+        let ok =
+            params(json!({"message": message(), "recipients": [{"to": "a@example.com"}, {"to": "b@example.com"}]}));
         assert_eq!(ok.check(), Ok(()));
         let templated = json!({"from": "news@acme.example", "template": "news"});
-        let ok = params(json!({"message": templated, "recipients": [{"to": "a@example.com"}, {"to": "b@example.com", "data": {"n": 1}}]}));
+        let ok = params(
+            json!({"message": templated, "recipients": [{"to": "a@example.com"}, {"to": "b@example.com", "data": {"n": 1}}]}),
+        );
         assert_eq!(ok.check(), Ok(()));
         let field = |v: Value| params(v).check().unwrap_err().0;
         assert_eq!(field(json!({"message": message()})), "recipients");
-        assert_eq!(field(json!({"message": message(), "recipients": [{"to": "a@example.com"}, {"to": "nope"}]})), "recipients[1].to");
+        assert_eq!(
+            field(json!({"message": message(), "recipients": [{"to": "a@example.com"}, {"to": "nope"}]})),
+            "recipients[1].to"
+        );
         assert_eq!(field(json!({"message": message(), "recipients": [{"to": "a@example.com"}], "pages": 2})), "pages");
         let mut with_to = message();
         with_to["to"] = json!(["x@example.com"]);
@@ -282,7 +309,8 @@ mod tests {
 
     #[test]
     fn a_child_is_email_send_params_that_check() {
-        let m: SendParams = serde_json::from_value(json!({"from": "news@acme.example", "template": "t", "data": {"a": 1}})).unwrap();
+        let m: SendParams =
+            serde_json::from_value(json!({"from": "news@acme.example", "template": "t", "data": {"a": 1}})).unwrap();
         let mut m2 = m.clone();
         m2.to = vec!["x@example.com".into()];
         m2.message_key = Some("campaign:p:0".into());

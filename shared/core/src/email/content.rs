@@ -137,7 +137,12 @@ impl SendParams {
                 }
                 match &self.subject {
                     Some(s) if !s.trim().is_empty() && !s.contains(['\r', '\n']) => {}
-                    _ => return Err(("subject".into(), "a one-line, non-empty subject is required without a template".into())),
+                    _ => {
+                        return Err((
+                            "subject".into(),
+                            "a one-line, non-empty subject is required without a template".into(),
+                        ));
+                    }
                 }
                 if self.text.is_none() && self.html.is_none() {
                     return Err(("text".into(), "give text, html or both (or a template)".into()));
@@ -158,7 +163,10 @@ impl SendParams {
         }
         for (name, value) in &self.tags {
             if !tag_text_ok(name) || !tag_text_ok(value) {
-                return Err((format!("tags.{name}"), "names and values are 1 to 256 letters, digits, '_' or '-'".into()));
+                return Err((
+                    format!("tags.{name}"),
+                    "names and values are 1 to 256 letters, digits, '_' or '-'".into(),
+                ));
             }
             if name.starts_with(RESERVED_TAG_PREFIX) {
                 return Err((format!("tags.{name}"), "tags starting relay_ are set by Relay".into()));
@@ -285,7 +293,9 @@ mod tests {
             html_body: Some("<p>Hi {{ name }}</p>".into()),
             updated_at: chrono::Utc::now(),
         };
-        let p = params(json!({"from": "a@acme.example", "to": ["b@example.com"], "template": "welcome", "data": {"name": "<Bo>"}}));
+        let p = params(
+            json!({"from": "a@acme.example", "to": ["b@example.com"], "template": "welcome", "data": {"name": "<Bo>"}}),
+        );
         assert_eq!(p.check(), Ok(()));
         let r = p.render(Some(&t)).unwrap();
         assert_eq!(r.subject, "Welcome, <Bo>");

@@ -74,9 +74,7 @@ pub fn parse(message: &Value) -> Result<SesEvent, NotAnEvent> {
         }
         v => v,
     };
-    let type_name = text(v, &["eventType"])
-        .or_else(|| text(v, &["notificationType"]))
-        .ok_or(NotAnEvent::NoType)?;
+    let type_name = text(v, &["eventType"]).or_else(|| text(v, &["notificationType"])).ok_or(NotAnEvent::NoType)?;
     // The detail object is named after the type, in camelCase (`deliveryDelay`), except
     // rendering failures (`failure`).
     let detail = |key: &str| v.get(key);
@@ -98,10 +96,8 @@ pub fn parse(message: &Value) -> Result<SesEvent, NotAnEvent> {
         other => return Err(NotAnEvent::UnknownType(other.to_owned())),
     };
     let ses_message_id = text(v, &["mail", "messageId"]).ok_or(NotAnEvent::NoMessageId)?.to_owned();
-    let relay_message_id = v
-        .pointer("/mail/tags/relay_message_id/0")
-        .and_then(Value::as_str)
-        .and_then(|s| s.parse().ok());
+    let relay_message_id =
+        v.pointer("/mail/tags/relay_message_id/0").and_then(Value::as_str).and_then(|s| s.parse().ok());
     let stamp = detail(detail_key)
         .and_then(|d| d.get("timestamp"))
         .or_else(|| v.pointer("/mail/timestamp"))
@@ -176,7 +172,9 @@ mod tests {
         let e = parse(&Value::String(text)).unwrap();
         assert_eq!((e.kind, e.relay_message_id, e.ses_message_id.as_str()), (EventKind::Complaint, None, "ses-1"));
         assert_eq!(e.suppress, ["b@example.com"]);
-        let inbound = parse(&json!({"notificationType": "Received", "mail": mail(), "receipt": {"recipients": ["in@acme.example"]}}));
+        let inbound = parse(
+            &json!({"notificationType": "Received", "mail": mail(), "receipt": {"recipients": ["in@acme.example"]}}),
+        );
         assert_eq!(inbound.unwrap().kind, EventKind::Received);
     }
 
@@ -190,7 +188,11 @@ mod tests {
                               {"name": "X-Relay-Correlation-Id", "value": "order 4711/ü"}]);
         let event = json!({"eventType": "Delivery", "mail": m});
         assert_eq!(correlation_tag(&event).as_deref(), Some("order 4711/ü"), "the header is verbatim");
-        assert_eq!(correlation_tag(&Value::String(event.to_string())).as_deref(), Some("order 4711/ü"), "SNS sends text");
+        assert_eq!(
+            correlation_tag(&Value::String(event.to_string())).as_deref(),
+            Some("order 4711/ü"),
+            "SNS sends text"
+        );
         // Another spelling of the tag is not Relay's.
         let other = json!({"eventType": "Delivery", "mail": {"tags": {"relay-correlation-id": ["x"]}}});
         assert_eq!(correlation_tag(&other), None);
@@ -199,7 +201,9 @@ mod tests {
     #[test]
     fn what_is_not_an_ses_event_says_why() {
         assert!(parse(&json!({"hello": 1})).unwrap_err().to_string().contains("not an SES event"));
-        assert!(matches!(parse(&json!({"eventType": "Teleport", "mail": mail()})), Err(NotAnEvent::UnknownType(t)) if t == "Teleport"));
+        assert!(
+            matches!(parse(&json!({"eventType": "Teleport", "mail": mail()})), Err(NotAnEvent::UnknownType(t)) if t == "Teleport")
+        );
         assert!(matches!(parse(&json!({"eventType": "Send"})), Err(NotAnEvent::NoMessageId)));
         assert!(parse(&Value::String("{oops".into())).unwrap_err().to_string().starts_with("not JSON: "));
     }

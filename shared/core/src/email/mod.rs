@@ -98,7 +98,9 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         (Some(why), _) => (Status::Refused, Some(why.clone())),
         (None, true) => (Status::Sending, None),
         (None, false) if ctx.modes.shadow() => (Status::Shadowed, Some("shadow mode: recorded, not sent".to_owned())),
-        (None, false) => (Status::Shadowed, Some(format!("SES writes are off (write:{INTEGRATION}): recorded, not sent"))),
+        (None, false) => {
+            (Status::Shadowed, Some(format!("SES writes are off (write:{INTEGRATION}): recorded, not sent")))
+        }
     };
     // Credentials before the intent: a denial or an STS failure must not leave a `sending` row.
     // (No pooled connection is held across the STS call, which records its session itself.)
@@ -130,12 +132,16 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         _ => messages::record_unsent(&db, &new).await,
     };
     let m = match recorded.map_err(retryable)? {
-        Intent::Fenced => return Err(TaskError::Retryable("this attempt no longer holds the job; it may not send".into())),
+        Intent::Fenced => {
+            return Err(TaskError::Retryable("this attempt no longer holds the job; it may not send".into()));
+        }
         Intent::Existing(m) => return existing(&db, m, ctx).await,
         Intent::Recorded(m) => m,
     };
     match m.status {
-        Status::Refused => return Err(TaskError::Fatal(format!("message {} refused: {}", m.id, m.reason.unwrap_or_default()))),
+        Status::Refused => {
+            return Err(TaskError::Fatal(format!("message {} refused: {}", m.id, m.reason.unwrap_or_default())));
+        }
         Status::Shadowed => return Ok(report(&m, "not sent")),
         _ => {}
     }
@@ -192,7 +198,9 @@ async fn record_outcome(
     };
     let why = failure.to_string();
     let (to, error) = match failure {
-        SendFailure::Throttled(_) | SendFailure::NotSent(_) => (Status::Throttled, TaskError::Retryable(format!("message {}: {why}", m.id))),
+        SendFailure::Throttled(_) | SendFailure::NotSent(_) => {
+            (Status::Throttled, TaskError::Retryable(format!("message {}: {why}", m.id)))
+        }
         SendFailure::Rejected(_) => (Status::Rejected, TaskError::Fatal(format!("message {}: SES {why}", m.id))),
         SendFailure::Ambiguous(_) => (
             Status::Unknown,
@@ -204,7 +212,9 @@ async fn record_outcome(
     // the job may say so.
     if !messages::transition(db, m.id, Status::Sending, to, &why).await.map_err(retryable)? {
         let now = messages::by_key(db, m.tenant_id, &m.message_key).await.map_err(retryable)?;
-        let proven = |s: Status| matches!(s, Status::Sent | Status::Delayed | Status::Delivered | Status::Bounced | Status::Complained);
+        let proven = |s: Status| {
+            matches!(s, Status::Sent | Status::Delayed | Status::Delivered | Status::Bounced | Status::Complained)
+        };
         if let Some(now) = now.filter(|n| proven(n.status)) {
             return Ok(report(&now, "confirmed by an SES event"));
         }
@@ -233,8 +243,12 @@ async fn existing(db: &deadpool_postgres::Client, m: Message, ctx: &TaskContext)
             "message {}: outcome unknown ({reason}); it is never sent twice, so an operator decides",
             m.id
         ))),
-        Status::Refused | Status::Rejected => Err(TaskError::Fatal(format!("message {} {}: {reason}", m.id, m.status.as_str()))),
-        Status::Throttled => Err(TaskError::Retryable(format!("message {} is throttled; another attempt will take it", m.id))),
+        Status::Refused | Status::Rejected => {
+            Err(TaskError::Fatal(format!("message {} {}: {reason}", m.id, m.status.as_str())))
+        }
+        Status::Throttled => {
+            Err(TaskError::Retryable(format!("message {} is throttled; another attempt will take it", m.id)))
+        }
         Status::Shadowed => Ok(report(&m, "not sent")),
         Status::Sent | Status::Delayed | Status::Delivered | Status::Bounced | Status::Complained => {
             Ok(report(&m, "already sent; not sent again"))
@@ -270,8 +284,12 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
     let mut db = ctx.db.get().await.map_err(retryable)?;
     let tx = db.transaction().await.map_err(retryable)?;
     let out = match messages::apply_event(&tx, event_key, &e, &detail).await.map_err(retryable)? {
-        messages::Applied::Duplicate => json!({ "ses_event": e.kind.name(), "applied": false, "note": "applied before (duplicate)" }),
-        messages::Applied::Unmatched => json!({ "ses_event": e.kind.name(), "applied": false, "note": "kept; no message of Relay's matches" }),
+        messages::Applied::Duplicate => {
+            json!({ "ses_event": e.kind.name(), "applied": false, "note": "applied before (duplicate)" })
+        }
+        messages::Applied::Unmatched => {
+            json!({ "ses_event": e.kind.name(), "applied": false, "note": "kept; no message of Relay's matches" })
+        }
         messages::Applied::Applied { message, before } => {
             // Only the message's own recipients, on its own tenant's list: an event cannot
             // suppress an address the message was never sent to.
@@ -280,15 +298,23 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
             let mut suppressed = 0;
             if !suppress.is_empty() {
                 let reason = if matches!(e.kind, messages::EventKind::Complaint) { "complaint" } else { "bounce" };
-                suppressed = suppressions::add(&tx, message.tenant_id, &suppress, reason, e.summary.as_deref(), Some(message.id))
-                    .await
-                    .map_err(retryable)?;
+                suppressed = suppressions::add(
+                    &tx,
+                    message.tenant_id,
+                    &suppress,
+                    reason,
+                    e.summary.as_deref(),
+                    Some(message.id),
+                )
+                .await
+                .map_err(retryable)?;
             }
             let mut settled = Vec::new();
             if matches!(before, Status::Unknown | Status::Sending) && e.kind.proves_sent() {
                 let result = json!({ "message_id": message.id, "status": message.status, "provider_message_id": message.provider_message_id });
                 let why = format!("SES {} event {event_key} proves message {} was sent", e.kind.name(), message.id);
-                settled = crate::exceptions::settle_ambiguous(&tx, message.job_id, result, &why).await.map_err(retryable)?;
+                settled =
+                    crate::exceptions::settle_ambiguous(&tx, message.job_id, result, &why).await.map_err(retryable)?;
             }
             json!({
                 "ses_event": e.kind.name(), "applied": true, "message_id": message.id,

@@ -70,17 +70,27 @@ pub fn tags(p: &SendParams, id: &Identity<'_>) -> Vec<(String, String)> {
         ("relay_job_id", id.job_id.to_owned()),
         (super::events::CORRELATION_TAG, tag_value(id.correlation_id)),
     ];
-    p.tags.iter().map(|(k, v)| (k.clone(), v.clone())).chain(relay.into_iter().map(|(k, v)| (k.to_owned(), v))).collect()
+    p.tags
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .chain(relay.into_iter().map(|(k, v)| (k.to_owned(), v)))
+        .collect()
 }
 
 /// Send once. Returns SES's message id.
 pub async fn send(client: &Client, p: &SendParams, body: &Rendered, id: &Identity<'_>) -> Result<String, SendFailure> {
-    let mut message = Message::builder().subject(content(&body.subject)?).body(Body::builder()
-        .set_text(body.text.as_deref().map(content).transpose()?)
-        .set_html(body.html.as_deref().map(content).transpose()?)
-        .build());
+    let mut message = Message::builder().subject(content(&body.subject)?).body(
+        Body::builder()
+            .set_text(body.text.as_deref().map(content).transpose()?)
+            .set_html(body.html.as_deref().map(content).transpose()?)
+            .build(),
+    );
     for (name, value) in headers(p, id) {
-        let h = MessageHeader::builder().name(name).value(value).build().map_err(|e| SendFailure::Rejected(e.to_string()))?;
+        let h = MessageHeader::builder()
+            .name(name)
+            .value(value)
+            .build()
+            .map_err(|e| SendFailure::Rejected(e.to_string()))?;
         message = message.headers(h);
     }
     let mut request = client
@@ -97,13 +107,15 @@ pub async fn send(client: &Client, p: &SendParams, body: &Rendered, id: &Identit
         .content(EmailContent::builder().simple(message.build()).build())
         .set_configuration_set_name(p.configuration_set.clone());
     for (name, value) in tags(p, id) {
-        let tag = MessageTag::builder().name(name).value(value).build().map_err(|e| SendFailure::Rejected(e.to_string()))?;
+        let tag =
+            MessageTag::builder().name(name).value(value).build().map_err(|e| SendFailure::Rejected(e.to_string()))?;
         request = request.email_tags(tag);
     }
     match request.send().await {
-        Ok(out) => out.message_id().map(str::to_owned).ok_or_else(|| {
-            SendFailure::Ambiguous("SES answered without a message id".into())
-        }),
+        Ok(out) => out
+            .message_id()
+            .map(str::to_owned)
+            .ok_or_else(|| SendFailure::Ambiguous("SES answered without a message id".into())),
         Err(e) => Err(classify(e)),
     }
 }
@@ -118,7 +130,8 @@ pub fn classify(e: SdkError<SendEmailError>) -> SendFailure {
             let status = s.raw().status().as_u16();
             let code = s.err().code().unwrap_or_default();
             match (status, code) {
-                (429, _) | (_, "TooManyRequestsException" | "LimitExceededException" | "Throttling" | "ThrottlingException") => {
+                (429, _)
+                | (_, "TooManyRequestsException" | "LimitExceededException" | "Throttling" | "ThrottlingException") => {
                     SendFailure::Throttled(said)
                 }
                 // A 5xx means the request reached SES and something failed there, maybe after

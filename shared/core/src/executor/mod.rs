@@ -13,16 +13,16 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
 use futures::FutureExt;
-use tracing::Instrument;
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::catalogue::Catalogue;
 use crate::credentials::{JobAws, TaskCredentials};
 use crate::job::{ClaimedJob, Dispatch, ExceptionKind, JobId, Outcome, TaskError};
 use crate::retry::RetryPolicy;
+use crate::store::StoreError;
 use crate::store::jobs;
 use crate::store::modes::Modes;
-use crate::store::StoreError;
 use crate::task::TaskContext;
 use crate::transport::{self, Transport};
 
@@ -132,7 +132,11 @@ impl Executor {
     /// delivery. Outcomes are written as jobs end (those ending within `FLUSH_WINDOW` of each
     /// other in one statement), so a job that is still running cannot hold back the others'.
     /// Half the reserve before the deadline, whatever still runs is stopped.
-    pub async fn run_dispatched_until(&self, ids: &[JobId], deadline: Option<Instant>) -> Result<Dispatched, StoreError> {
+    pub async fn run_dispatched_until(
+        &self,
+        ids: &[JobId],
+        deadline: Option<Instant>,
+    ) -> Result<Dispatched, StoreError> {
         let within = deadline.map(|d| {
             let left = d.saturating_duration_since(Instant::now()).saturating_sub(self.config.deadline_reserve);
             i32::try_from(left.as_secs()).unwrap_or(i32::MAX)
@@ -171,7 +175,8 @@ impl Executor {
             });
         }
         let stop_at = deadline.map(|d| d.checked_sub(self.config.deadline_reserve / 2).unwrap_or(d));
-        let mut out = Dispatched { claimed, deferred: deferred.iter().map(|d| d.id).collect(), ..Dispatched::default() };
+        let mut out =
+            Dispatched { claimed, deferred: deferred.iter().map(|d| d.id).collect(), ..Dispatched::default() };
         let mut ended: Vec<(ClaimedJob, Outcome)> = Vec::new();
         let mut flush_at: Option<Instant> = None;
         // Each turn has an arm enabled: a job running, or an outcome waiting for its flush.
@@ -208,8 +213,11 @@ impl Executor {
         }
         if !running.is_empty() {
             running.abort_all();
-            tracing::warn!(event = "relay.executor.deadline", jobs = started.len(),
-                "jobs still running at the invocation's deadline were stopped; their leases expire and the sweep returns them");
+            tracing::warn!(
+                event = "relay.executor.deadline",
+                jobs = started.len(),
+                "jobs still running at the invocation's deadline were stopped; their leases expire and the sweep returns them"
+            );
             out.unfinished = started;
         }
         Ok(out)
@@ -280,7 +288,9 @@ impl Executor {
             Ok(ready) => {
                 transport::send(&self.transport, &self.pool, &ready).await;
             }
-            Err(e) => tracing::warn!(event = "relay.executor.hand_on_failed", error = %e, "could not hand freed slots on; the sweep will"),
+            Err(e) => {
+                tracing::warn!(event = "relay.executor.hand_on_failed", error = %e, "could not hand freed slots on; the sweep will")
+            }
         }
     }
 }
@@ -347,7 +357,9 @@ pub fn decide(job: &ClaimedJob, ran: Ran, now: DateTime<Utc>, policy: &RetryPoli
         },
         Ran::Finished(Err(TaskError::Retryable(e))) => retry_or_fail(clean(&e)),
         Ran::Finished(Err(TaskError::RetryAfter(e, after))) => retry_or_fail_after(clean(&e), Some(after)),
-        Ran::Finished(Err(TaskError::Fatal(e))) => Outcome::Failed { kind: ExceptionKind::FatalError, error: clean(&e) },
+        Ran::Finished(Err(TaskError::Fatal(e))) => {
+            Outcome::Failed { kind: ExceptionKind::FatalError, error: clean(&e) }
+        }
         Ran::Finished(Err(TaskError::Ambiguous(e))) => {
             Outcome::Failed { kind: ExceptionKind::AmbiguousOutcome, error: clean(&e) }
         }
@@ -356,9 +368,10 @@ pub fn decide(job: &ClaimedJob, ran: Ran, now: DateTime<Utc>, policy: &RetryPoli
         Ran::Finished(Err(TaskError::Defer(note, after))) if job.max_attempts >= crate::job::terms::MAX_ATTEMPTS => {
             retry_or_fail_after(clean(&note), Some(after))
         }
-        Ran::Finished(Err(TaskError::Defer(note, after))) => {
-            Outcome::Continue { note: clean(&note), run_at: now + chrono::Duration::from_std(after).unwrap_or_default() }
-        }
+        Ran::Finished(Err(TaskError::Defer(note, after))) => Outcome::Continue {
+            note: clean(&note),
+            run_at: now + chrono::Duration::from_std(after).unwrap_or_default(),
+        },
         Ran::Finished(Err(TaskError::WaitForChildren(total))) => Outcome::Wait { total },
         Ran::Finished(Err(TaskError::WaitForCompletion(until))) => Outcome::AwaitCompletion { until },
         Ran::TimedOut(t) => retry_or_fail(format!("timed out after {}s", t.as_secs())),

@@ -36,7 +36,11 @@ impl Executor {
     }
 
     /// Write outcomes, fenced by each job's attempt: a statement per kind of outcome.
-    pub(crate) async fn write(&self, db: &impl GenericClient, outcomes: &[(ClaimedJob, Outcome)]) -> Result<Written, StoreError> {
+    pub(crate) async fn write(
+        &self,
+        db: &impl GenericClient,
+        outcomes: &[(ClaimedJob, Outcome)],
+    ) -> Result<Written, StoreError> {
         let mut done = Vec::new();
         let mut retries = Vec::new();
         let mut failures = Vec::new();
@@ -58,10 +62,12 @@ impl Executor {
                 Outcome::AwaitCompletion { until } => awaits.push((job.fence(), *until)),
             }
         }
-        let succeeded = if done.is_empty() { jobs::Succeeded::default() } else { jobs::succeed_reporting(db, &done).await? };
+        let succeeded =
+            if done.is_empty() { jobs::Succeeded::default() } else { jobs::succeed_reporting(db, &done).await? };
         let stale_done = succeeded.refused;
         let stale_retries = if retries.is_empty() { vec![] } else { jobs::retry(db, &retries).await? };
-        let failed = if failures.is_empty() { jobs::Failed::default() } else { jobs::fail_reporting(db, &failures).await? };
+        let failed =
+            if failures.is_empty() { jobs::Failed::default() } else { jobs::fail_reporting(db, &failures).await? };
         let stale_failures = failed.refused;
         let stale_continues = if continues.is_empty() { vec![] } else { jobs::continue_later(db, &continues).await? };
         let stale_waits = if waits.is_empty() { vec![] } else { jobs::wait_running(db, &waits).await? };
@@ -72,16 +78,27 @@ impl Executor {
             .filter(|r| !stale_retries.contains(&r.0))
             .map(|(fence, r)| Dispatch { id: fence.job, run_at: r.run_at })
             .collect();
-        redo.extend(continues.iter().filter(|c| !stale_continues.contains(&c.0)).map(|c| Dispatch { id: c.0.job, run_at: c.1.1 }));
+        redo.extend(
+            continues
+                .iter()
+                .filter(|c| !stale_continues.contains(&c.0))
+                .map(|c| Dispatch { id: c.0.job, run_at: c.1.1 }),
+        );
         redo.extend(succeeded.callbacks);
         redo.extend(failed.callbacks);
         let mut parents = succeeded.parents;
         parents.extend(failed.parents);
         // A parent that starts waiting after its children all ended (they were quick) is done.
         parents.extend(waits.iter().filter(|w| !stale_waits.contains(&w.0)).map(|w| w.0.job));
-        let writes = [done.len(), retries.len(), failures.len(), continues.len(), waits.len(), awaits.len()].iter().filter(|n| **n > 0).count();
-        let stale: Vec<Fence> =
-            [&stale_done, &stale_retries, &stale_failures, &stale_continues, &stale_waits].into_iter().flatten().copied().collect();
+        let writes = [done.len(), retries.len(), failures.len(), continues.len(), waits.len(), awaits.len()]
+            .iter()
+            .filter(|n| **n > 0)
+            .count();
+        let stale: Vec<Fence> = [&stale_done, &stale_retries, &stale_failures, &stale_continues, &stale_waits]
+            .into_iter()
+            .flatten()
+            .copied()
+            .collect();
         let report = RunReport {
             succeeded: done.len() - stale_done.len(),
             retried: retries.len() - stale_retries.len(),

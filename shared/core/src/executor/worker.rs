@@ -40,7 +40,12 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
     let slots = Arc::new(Semaphore::new(concurrency));
     let in_flight: InFlight = Arc::default();
     let (done_tx, done_rx) = mpsc::unbounded_channel::<Finished>();
-    let lanes = Lanes { in_flight: in_flight.clone(), done: done_tx.downgrade(), stop: stop.clone(), heads_at: tokio::time::Instant::now() };
+    let lanes = Lanes {
+        in_flight: in_flight.clone(),
+        done: done_tx.downgrade(),
+        stop: stop.clone(),
+        heads_at: tokio::time::Instant::now(),
+    };
     let recorder = tokio::spawn(record_loop(exec.clone(), done_rx, lanes));
     let heartbeat = tokio::spawn(heartbeat_loop(exec.clone(), in_flight.clone()));
     let mut backoff = Duration::from_millis(100);
@@ -111,8 +116,11 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
         for (_, (_, handle)) in &stragglers {
             handle.abort();
         }
-        tracing::warn!(event = "relay.worker.shutdown_timeout", jobs = stragglers.len(),
-            "jobs still running at shutdown were stopped; their leases will expire and the sweep returns them");
+        tracing::warn!(
+            event = "relay.worker.shutdown_timeout",
+            jobs = stragglers.len(),
+            "jobs still running at shutdown were stopped; their leases will expire and the sweep returns them"
+        );
     }
     drop(done_tx);
     heartbeat.abort();
@@ -261,7 +269,8 @@ async fn record_and_refill(
     let db = Pipelined::new(exec.pool.get().await?);
     let claim_sql = db.prepare_cached(&jobs::keyed_claim_sql(false)).await?;
     // Two round trips: BEGIN, the outcomes and the keys' locks; then the claim and COMMIT.
-    let (_, written, keys) = tokio::try_join!(db.begin(), exec.write(&*db, outcomes), jobs::lock_keys(&*db, room, which))?;
+    let (_, written, keys) =
+        tokio::try_join!(db.begin(), exec.write(&*db, outcomes), jobs::lock_keys(&*db, room, which))?;
     let claim = if keys.is_empty() {
         db.commit().await?;
         jobs::Claim::default()
@@ -330,8 +339,12 @@ async fn heartbeat_loop(exec: Executor, in_flight: InFlight) {
     let every = exec.config.lease / 3;
     loop {
         tokio::time::sleep(every).await;
-        let fence: Vec<Fence> =
-            in_flight.lock().expect("in-flight lock").iter().map(|(id, (a, _))| Fence { job: *id, attempt: *a }).collect();
+        let fence: Vec<Fence> = in_flight
+            .lock()
+            .expect("in-flight lock")
+            .iter()
+            .map(|(id, (a, _))| Fence { job: *id, attempt: *a })
+            .collect();
         if fence.is_empty() {
             continue;
         }

@@ -47,7 +47,9 @@ impl OverduePolicy {
     pub fn parse(name: &str, reschedule_seconds: Option<f64>) -> Option<Self> {
         match name {
             "retry" => Some(Self::Retry),
-            "reschedule" => Some(Self::Reschedule { after: Duration::from_secs_f64(reschedule_seconds.unwrap_or(0.0).max(0.0)) }),
+            "reschedule" => {
+                Some(Self::Reschedule { after: Duration::from_secs_f64(reschedule_seconds.unwrap_or(0.0).max(0.0)) })
+            }
             "fail" => Some(Self::Fail),
             _ => None,
         }
@@ -115,10 +117,19 @@ pub struct OpenWait {
 pub enum WaitEnd {
     Succeed(Value),
     /// Pending again at `run_at`, the attempt used up.
-    Retry { run_at: DateTime<Utc>, error: String },
+    Retry {
+        run_at: DateTime<Utc>,
+        error: String,
+    },
     /// Pending again at `run_at`, the attempt not counted.
-    Reschedule { run_at: DateTime<Utc>, note: String },
-    Fail { kind: ExceptionKind, error: String },
+    Reschedule {
+        run_at: DateTime<Utc>,
+        note: String,
+    },
+    Fail {
+        kind: ExceptionKind,
+        error: String,
+    },
 }
 
 fn after(now: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
@@ -147,7 +158,8 @@ pub fn on_completion(w: &OpenWait, c: &Completion, now: DateTime<Utc>) -> WaitEn
 
 /// A wait whose deadline passed with no completion: its policy applied (see `OverduePolicy`).
 pub fn on_overdue(w: &OpenWait, now: DateTime<Utc>) -> WaitEnd {
-    let late = format!("no completion by the deadline {}", w.deadline.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    let late =
+        format!("no completion by the deadline {}", w.deadline.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
     let fail = |why: &str| WaitEnd::Fail { kind: ExceptionKind::CompletionOverdue, error: format!("{late}{why}") };
     match w.on_overdue {
         OverduePolicy::Fail => fail(""),
@@ -158,7 +170,9 @@ pub fn on_overdue(w: &OpenWait, now: DateTime<Utc>) -> WaitEnd {
         OverduePolicy::Reschedule { after: d } if w.fence.attempt < super::terms::MAX_ATTEMPTS => {
             WaitEnd::Reschedule { run_at: after(now, d), note: format!("{late}; rescheduled (no attempt used)") }
         }
-        OverduePolicy::Reschedule { .. } => fail(&format!(" (rescheduled up to {} attempts)", super::terms::MAX_ATTEMPTS)),
+        OverduePolicy::Reschedule { .. } => {
+            fail(&format!(" (rescheduled up to {} attempts)", super::terms::MAX_ATTEMPTS))
+        }
     }
 }
 
@@ -185,33 +199,54 @@ mod tests {
     #[test]
     fn a_completion_succeeds_retries_or_fails_by_the_retry_policy() {
         let now = Utc::now();
-        let ok = Completion { outcome: CompletionOutcome::Success, result: json!({"a": 1}), error: None, retryable: true };
+        let ok =
+            Completion { outcome: CompletionOutcome::Success, result: json!({"a": 1}), error: None, retryable: true };
         assert_eq!(on_completion(&wait(1, 3, OverduePolicy::Fail), &ok, now), WaitEnd::Succeed(json!({"a": 1})));
-        assert_eq!(on_completion(&wait(1, 3, OverduePolicy::Fail), &failure(true), now),
-            WaitEnd::Retry { run_at: now + chrono::Duration::seconds(4), error: "completion: busy".into() });
-        assert!(matches!(on_completion(&wait(3, 3, OverduePolicy::Retry), &failure(true), now),
-            WaitEnd::Fail { kind: ExceptionKind::AttemptsExhausted, .. }));
-        assert!(matches!(on_completion(&wait(1, 3, OverduePolicy::Retry), &failure(false), now),
-            WaitEnd::Fail { kind: ExceptionKind::FatalError, .. }));
+        assert_eq!(
+            on_completion(&wait(1, 3, OverduePolicy::Fail), &failure(true), now),
+            WaitEnd::Retry { run_at: now + chrono::Duration::seconds(4), error: "completion: busy".into() }
+        );
+        assert!(matches!(
+            on_completion(&wait(3, 3, OverduePolicy::Retry), &failure(true), now),
+            WaitEnd::Fail { kind: ExceptionKind::AttemptsExhausted, .. }
+        ));
+        assert!(matches!(
+            on_completion(&wait(1, 3, OverduePolicy::Retry), &failure(false), now),
+            WaitEnd::Fail { kind: ExceptionKind::FatalError, .. }
+        ));
     }
 
     #[test]
     fn each_overdue_policy_ends_the_wait_its_own_way() {
         let now = Utc::now();
-        assert!(matches!(on_overdue(&wait(1, 3, OverduePolicy::Retry), now), WaitEnd::Retry { run_at, .. } if run_at > now));
-        assert!(matches!(on_overdue(&wait(3, 3, OverduePolicy::Retry), now),
-            WaitEnd::Fail { kind: ExceptionKind::CompletionOverdue, .. }));
+        assert!(
+            matches!(on_overdue(&wait(1, 3, OverduePolicy::Retry), now), WaitEnd::Retry { run_at, .. } if run_at > now)
+        );
+        assert!(matches!(
+            on_overdue(&wait(3, 3, OverduePolicy::Retry), now),
+            WaitEnd::Fail { kind: ExceptionKind::CompletionOverdue, .. }
+        ));
         let later = OverduePolicy::Reschedule { after: Duration::from_secs(60) };
-        assert!(matches!(on_overdue(&wait(3, 3, later), now),
-            WaitEnd::Reschedule { run_at, .. } if run_at == now + chrono::Duration::seconds(60)), "no attempt used");
-        assert!(matches!(on_overdue(&wait(100, 100, later), now), WaitEnd::Fail { kind: ExceptionKind::CompletionOverdue, .. }));
-        assert!(matches!(on_overdue(&wait(1, 3, OverduePolicy::Fail), now),
-            WaitEnd::Fail { kind: ExceptionKind::CompletionOverdue, .. }));
+        assert!(
+            matches!(on_overdue(&wait(3, 3, later), now),
+            WaitEnd::Reschedule { run_at, .. } if run_at == now + chrono::Duration::seconds(60)),
+            "no attempt used"
+        );
+        assert!(matches!(
+            on_overdue(&wait(100, 100, later), now),
+            WaitEnd::Fail { kind: ExceptionKind::CompletionOverdue, .. }
+        ));
+        assert!(matches!(
+            on_overdue(&wait(1, 3, OverduePolicy::Fail), now),
+            WaitEnd::Fail { kind: ExceptionKind::CompletionOverdue, .. }
+        ));
     }
 
     #[test]
     fn policies_and_outcomes_round_trip_and_hashes_tell_completions_apart() {
-        for p in [OverduePolicy::Retry, OverduePolicy::Fail, OverduePolicy::Reschedule { after: Duration::from_secs(5) }] {
+        for p in
+            [OverduePolicy::Retry, OverduePolicy::Fail, OverduePolicy::Reschedule { after: Duration::from_secs(5) }]
+        {
             assert_eq!(OverduePolicy::parse(p.as_str(), Some(5.0)), Some(p));
         }
         assert_eq!(OverduePolicy::parse("ignore", None), None);

@@ -185,7 +185,11 @@ impl From<CorrelationId> for String {
 
 /// When a job asked to run at `run_at`, or `delay_seconds` from `now` (not both), is due: never
 /// before `now`; a delay of at most `MAX_DELAY_SECONDS`.
-pub fn due_at(run_at: Option<DateTime<Utc>>, delay_seconds: Option<u32>, now: DateTime<Utc>) -> Result<DateTime<Utc>, Invalid> {
+pub fn due_at(
+    run_at: Option<DateTime<Utc>>,
+    delay_seconds: Option<u32>,
+    now: DateTime<Utc>,
+) -> Result<DateTime<Utc>, Invalid> {
     match (run_at, delay_seconds) {
         (Some(_), Some(_)) => Err(Invalid::RunAtAndDelay),
         (_, Some(d)) if d > MAX_DELAY_SECONDS => Err(Invalid::DelayTooLong),
@@ -348,21 +352,42 @@ mod tests {
         assert_eq!(due_at(None, Some(60), now), Ok(t("2024-01-01T00:01:00Z")));
         assert_eq!(due_at(Some(now), Some(1), now), Err(Invalid::RunAtAndDelay));
         assert_eq!(due_at(None, Some(MAX_DELAY_SECONDS + 1), now), Err(Invalid::DelayTooLong));
-        assert_eq!(due_at(Some(t("2125-06-01T00:00:00Z")), None, now), Ok(t("2125-06-01T00:00:00Z")), "a time is taken as given");
+        assert_eq!(
+            due_at(Some(t("2125-06-01T00:00:00Z")), None, now),
+            Ok(t("2125-06-01T00:00:00Z")),
+            "a time is taken as given"
+        );
     }
 
     #[test]
     fn limits_default_and_hold_their_bounds() {
         assert_eq!(Limits::parse(None, None, MAX_TIMEOUT_SECONDS), Ok(Limits::DEFAULT));
-        assert_eq!(Limits::parse(None, None, 60), Ok(Limits { max_attempts: 5, timeout_seconds: 60 }), "the default is cut to the deployment's");
+        assert_eq!(
+            Limits::parse(None, None, 60),
+            Ok(Limits { max_attempts: 5, timeout_seconds: 60 }),
+            "the default is cut to the deployment's"
+        );
         assert_eq!(Limits::parse(Some(0), None, MAX_TIMEOUT_SECONDS), Err(Invalid::MaxAttempts));
         assert_eq!(Limits::parse(Some(101), None, MAX_TIMEOUT_SECONDS), Err(Invalid::MaxAttempts));
         assert_eq!(Limits::parse(None, Some(61), 60), Err(Invalid::Timeout { longest: 60 }));
-        assert_eq!(Limits::parse(None, Some(0), MAX_TIMEOUT_SECONDS), Err(Invalid::Timeout { longest: MAX_TIMEOUT_SECONDS }));
+        assert_eq!(
+            Limits::parse(None, Some(0), MAX_TIMEOUT_SECONDS),
+            Err(Invalid::Timeout { longest: MAX_TIMEOUT_SECONDS })
+        );
         // A deployment configured past the bound still makes no job past it (`jobs` has no check).
-        assert_eq!(Limits::parse(None, Some(MAX_TIMEOUT_SECONDS + 1), i32::MAX), Err(Invalid::Timeout { longest: MAX_TIMEOUT_SECONDS }));
-        assert_eq!(Invalid::Timeout { longest: MAX_TIMEOUT_SECONDS }.to_string(), "timeout_seconds: between 1 and 86400");
-        assert!(Invalid::Timeout { longest: 60 }.to_string().starts_with("timeout_seconds: between 1 and 60 on this deployment: "));
+        assert_eq!(
+            Limits::parse(None, Some(MAX_TIMEOUT_SECONDS + 1), i32::MAX),
+            Err(Invalid::Timeout { longest: MAX_TIMEOUT_SECONDS })
+        );
+        assert_eq!(
+            Invalid::Timeout { longest: MAX_TIMEOUT_SECONDS }.to_string(),
+            "timeout_seconds: between 1 and 86400"
+        );
+        assert!(
+            Invalid::Timeout { longest: 60 }
+                .to_string()
+                .starts_with("timeout_seconds: between 1 and 60 on this deployment: ")
+        );
     }
 
     #[test]

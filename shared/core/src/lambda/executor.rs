@@ -39,8 +39,12 @@ pub async fn handle(exec: &Executor, event: SqsEvent, deadline: Option<SystemTim
             Err(why) => {
                 let reason = why.to_string();
                 let source = source(arn.as_deref());
-                tracing::warn!(event = "relay.executor.malformed_message", message_id, reason,
-                    "work message kept in dead_letters");
+                tracing::warn!(
+                    event = "relay.executor.malformed_message",
+                    message_id,
+                    reason,
+                    "work message kept in dead_letters"
+                );
                 letters.push(NewDeadLetter { source, message_id: Some(message_id), body, reason });
             }
         }
@@ -49,10 +53,19 @@ pub async fn handle(exec: &Executor, event: SqsEvent, deadline: Option<SystemTim
         match exec.run_dispatched_until(&ids, deadline).await {
             Ok(done) => {
                 let (report, claimed) = (&done.report, done.claimed);
-                tracing::info!(event = "relay.executor.batch", messages = ids.len(), claimed,
-                    deferred = done.deferred.len(), unfinished = done.unfinished.len(), flushes = done.flushes,
-                    succeeded = report.succeeded, retried = report.retried, failed = report.failed,
-                    stale = report.stale, "batch done");
+                tracing::info!(
+                    event = "relay.executor.batch",
+                    messages = ids.len(),
+                    claimed,
+                    deferred = done.deferred.len(),
+                    unfinished = done.unfinished.len(),
+                    flushes = done.flushes,
+                    succeeded = report.succeeded,
+                    retried = report.retried,
+                    failed = report.failed,
+                    stale = report.stale,
+                    "batch done"
+                );
                 // Nothing of these is recorded: do not acknowledge them.
                 for (id, (message_id, _)) in ids.iter().zip(&carrying) {
                     if done.unfinished.contains(id) {

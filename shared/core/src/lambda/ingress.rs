@@ -13,9 +13,9 @@ use tokio::sync::OnceCell;
 use crate::catalogue::Catalogue;
 use crate::catalogue::provider::ProviderEvent;
 use crate::intake::Intake;
-use crate::platform::Platform;
 use crate::job::TenantId;
 use crate::job::terms::{CorrelationId, IdempotencyKey};
+use crate::platform::Platform;
 use crate::store::dead_letters::{self, NewDeadLetter};
 use crate::store::jobs::NewJob;
 use crate::store::{StoreError, tenants};
@@ -84,7 +84,9 @@ impl Ingress {
     async fn tenant(&self) -> Result<TenantId, StoreError> {
         let id = self
             .tenant
-            .get_or_try_init(|| async { Ok::<_, StoreError>(tenants::ensure(&self.pool.get().await?, &self.tenant_name).await?.id) })
+            .get_or_try_init(|| async {
+                Ok::<_, StoreError>(tenants::ensure(&self.pool.get().await?, &self.tenant_name).await?.id)
+            })
             .await?;
         Ok(*id)
     }
@@ -103,7 +105,12 @@ impl Ingress {
                 }
                 Err(why) => {
                     let reason = why.to_string();
-                    tracing::warn!(event = "relay.ingress.unparseable", message_id, reason, "record kept in dead_letters");
+                    tracing::warn!(
+                        event = "relay.ingress.unparseable",
+                        message_id,
+                        reason,
+                        "record kept in dead_letters"
+                    );
                     letters.push(NewDeadLetter {
                         source: format!("ingress:{}", record.event_source_arn.as_deref().unwrap_or("unknown")),
                         message_id: Some(message_id),
@@ -126,12 +133,18 @@ impl Ingress {
             return response;
         }
         let n = jobs.len();
-        let enqueued = async { Ok::<_, std::sync::Arc<StoreError>>(self.intake.enqueue(self.tenant().await?, jobs).await?) };
+        let enqueued =
+            async { Ok::<_, std::sync::Arc<StoreError>>(self.intake.enqueue(self.tenant().await?, jobs).await?) };
         match enqueued.await {
             Ok(inserted) => {
                 let created = inserted.iter().filter(|i| matches!(i, crate::store::jobs::Inserted::Created(_))).count();
-                tracing::info!(event = "relay.ingress.batch", records = n, created,
-                    duplicates = n - created, "provider records handed to the task system");
+                tracing::info!(
+                    event = "relay.ingress.batch",
+                    records = n,
+                    created,
+                    duplicates = n - created,
+                    "provider records handed to the task system"
+                );
             }
             Err(e) => {
                 tracing::warn!(event = "relay.ingress.batch_failed", error = %e, records = n,

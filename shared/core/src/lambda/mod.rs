@@ -37,7 +37,8 @@ pub async fn platform(cfg: &LambdaConfig) -> anyhow::Result<Platform> {
     let credentials = Arc::new(TaskCredentials::new(cfg.task_roles.clone(), &sdk));
     // The database login from Secrets Manager, read on first connect (none in the environment).
     let mut settings = settings(cfg);
-    settings.pool.secret = cfg.database_secret.as_deref().map(|id| Arc::new(crate::store::secret::DbSecret::new(&sdk, id)));
+    settings.pool.secret =
+        cfg.database_secret.as_deref().map(|id| Arc::new(crate::store::secret::DbSecret::new(&sdk, id)));
     Ok(Platform::new(cfg.require_database_url()?, settings)?
         .with_transport(transport)
         .with_credentials(credentials)
@@ -63,4 +64,3 @@ pub fn settings(cfg: &LambdaConfig) -> Settings {
     s.callback_allow = cfg.callback_allow.clone();
     s
 }
-

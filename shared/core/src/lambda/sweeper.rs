@@ -25,9 +25,15 @@ pub async fn handle(
             tokio::time::sleep(gap).await;
         }
         let report = sweeper.pass().await?;
-        tracing::info!(event = "relay.sweep.pass", scheduled_at = event.get("time").and_then(|t| t.as_str()), pass = n + 1,
-            leases_returned = report.leases_returned, leases_failed = report.leases_failed,
-            redispatched = report.redispatched, "sweep pass done");
+        tracing::info!(
+            event = "relay.sweep.pass",
+            scheduled_at = event.get("time").and_then(|t| t.as_str()),
+            pass = n + 1,
+            leases_returned = report.leases_returned,
+            leases_failed = report.leases_failed,
+            redispatched = report.redispatched,
+            "sweep pass done"
+        );
         reports.push(report);
     }
     Ok(reports)

@@ -42,8 +42,7 @@ pub async fn record(db: &impl GenericClient, s: &NewSession) -> Result<(), Store
              VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .await?;
-    db.execute(&stmt, &[&s.job_id, &s.attempt, &s.role_arn, &s.session_arn, &s.external_id, &s.expires_at])
-        .await?;
+    db.execute(&stmt, &[&s.job_id, &s.attempt, &s.role_arn, &s.session_arn, &s.external_id, &s.expires_at]).await?;
     Ok(())
 }
 

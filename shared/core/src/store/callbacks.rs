@@ -60,9 +60,8 @@ impl Settings {
 const COLUMNS: &str = "tenant_id, url, secret, previous_secret, previous_until, secret_created_at, updated_at";
 
 pub async fn get(db: &impl GenericClient, tenant_id: TenantId) -> Result<Option<Settings>, StoreError> {
-    let row = db
-        .query_opt(&format!("SELECT {COLUMNS} FROM tenant_callbacks WHERE tenant_id = $1"), &[&tenant_id])
-        .await?;
+    let row =
+        db.query_opt(&format!("SELECT {COLUMNS} FROM tenant_callbacks WHERE tenant_id = $1"), &[&tenant_id]).await?;
     Ok(row.as_ref().map(Settings::from_row))
 }
 
@@ -178,8 +177,18 @@ pub async fn record_attempt(db: &impl GenericClient, a: &Attempt) -> Result<(), 
         "INSERT INTO callback_attempts (job_id, tenant_id, delivery_job_id, attempt, event, url, outcome,
                                         http_status, error, duration_ms)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        &[&a.job_id, &a.tenant_id, &a.delivery_job_id, &a.attempt, &a.event, &a.url, &a.outcome.as_str(),
-          &a.http_status, &a.error, &a.duration_ms],
+        &[
+            &a.job_id,
+            &a.tenant_id,
+            &a.delivery_job_id,
+            &a.attempt,
+            &a.event,
+            &a.url,
+            &a.outcome.as_str(),
+            &a.http_status,
+            &a.error,
+            &a.duration_ms,
+        ],
     )
     .await?;
     Ok(())

@@ -17,7 +17,12 @@ pub enum Stored {
 }
 
 /// Store one page (idempotent per page), and say how many pages the campaign now has.
-pub async fn put(db: &impl GenericClient, job_id: JobId, page: i32, recipients: &Value) -> Result<(Stored, i64), StoreError> {
+pub async fn put(
+    db: &impl GenericClient,
+    job_id: JobId,
+    page: i32,
+    recipients: &Value,
+) -> Result<(Stored, i64), StoreError> {
     let inserted = db
         .execute(
             "INSERT INTO campaign_pages (job_id, page, recipients) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
@@ -28,7 +33,10 @@ pub async fn put(db: &impl GenericClient, job_id: JobId, page: i32, recipients: 
         Stored::New
     } else {
         let same: bool = db
-            .query_one("SELECT recipients = $3 FROM campaign_pages WHERE job_id = $1 AND page = $2", &[&job_id, &page, recipients])
+            .query_one(
+                "SELECT recipients = $3 FROM campaign_pages WHERE job_id = $1 AND page = $2",
+                &[&job_id, &page, recipients],
+            )
             .await?
             .get(0);
         if same { Stored::Replay } else { Stored::Conflict }

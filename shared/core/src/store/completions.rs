@@ -41,7 +41,18 @@ pub async fn open(db: &impl GenericClient, w: &NewWait) -> Result<Option<DateTim
         )
         .await?;
     let row = db
-        .query_opt(&stmt, &[&w.fence.job, &w.fence.attempt, &w.token_hash, &w.within_secs, &w.on_overdue.as_str(), &reschedule, &w.retry_delay_secs])
+        .query_opt(
+            &stmt,
+            &[
+                &w.fence.job,
+                &w.fence.attempt,
+                &w.token_hash,
+                &w.within_secs,
+                &w.on_overdue.as_str(),
+                &reschedule,
+                &w.retry_delay_secs,
+            ],
+        )
         .await?;
     Ok(row.map(|r| r.get(0)))
 }
@@ -72,11 +83,13 @@ pub struct Locked {
 impl Locked {
     /// Whether the job is still in the wait's attempt, running or waiting.
     pub fn current(&self) -> bool {
-        self.job_attempt == self.wait.fence.attempt && matches!(self.job_status, JobStatus::Running | JobStatus::Waiting)
+        self.job_attempt == self.wait.fence.attempt
+            && matches!(self.job_status, JobStatus::Running | JobStatus::Waiting)
     }
 }
 
-const LOCKED_COLUMNS: &str = "w.job_id, w.attempt, w.deadline, w.on_overdue, w.reschedule_seconds, w.retry_delay_seconds,
+const LOCKED_COLUMNS: &str =
+    "w.job_id, w.attempt, w.deadline, w.on_overdue, w.reschedule_seconds, w.retry_delay_seconds,
     w.closed_at, w.closed_by, w.outcome, w.completion_hash, j.tenant_id, j.status, j.attempt, j.max_attempts";
 
 fn locked(r: &Row) -> Locked {
@@ -150,7 +163,12 @@ pub struct Completed<'a> {
 
 /// Close locked waits: by a completion (`completed`), or by the sweep (`by`: `overdue`,
 /// `superseded`). Returns how many were open.
-pub async fn close(db: &impl GenericClient, fences: &[Fence], by: &str, completed: Option<&Completed<'_>>) -> Result<u64, StoreError> {
+pub async fn close(
+    db: &impl GenericClient,
+    fences: &[Fence],
+    by: &str,
+    completed: Option<&Completed<'_>>,
+) -> Result<u64, StoreError> {
     let stmt = db
         .prepare_cached(
             "UPDATE completion_waits w SET closed_at = now(), closed_by = $3, outcome = $4, completion_hash = $5, via = $6
@@ -168,7 +186,10 @@ pub async fn close(db: &impl GenericClient, fences: &[Fence], by: &str, complete
 }
 
 /// The deadlines of these jobs' open waits (jobs without one are absent).
-pub async fn open_deadlines(db: &impl GenericClient, jobs: &[JobId]) -> Result<HashMap<JobId, DateTime<Utc>>, StoreError> {
+pub async fn open_deadlines(
+    db: &impl GenericClient,
+    jobs: &[JobId],
+) -> Result<HashMap<JobId, DateTime<Utc>>, StoreError> {
     let stmt = db
         .prepare_cached(
             "SELECT w.job_id, w.deadline FROM completion_waits w JOIN jobs j ON j.id = w.job_id AND j.attempt = w.attempt

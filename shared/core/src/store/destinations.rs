@@ -60,7 +60,8 @@ pub async fn put(db: &impl GenericClient, tenant: TenantId, d: &NewDestination<'
          SET base_url = $3, auth_header = $4, timeout_ms = $5, rate_per_second = $6, updated_at = now()
          RETURNING {COLUMNS}"
     );
-    let row = db.query_one(&sql, &[&tenant, &d.name, &d.base_url, &d.auth_header, &d.timeout_ms, &d.rate_per_second]).await?;
+    let row =
+        db.query_one(&sql, &[&tenant, &d.name, &d.base_url, &d.auth_header, &d.timeout_ms, &d.rate_per_second]).await?;
     Ok(Destination::from_row(&row))
 }
 

@@ -4,8 +4,7 @@ use super::{GenericClient, StoreError};
 use crate::job::JobId;
 
 pub async fn record(db: &impl GenericClient, job_id: JobId, attempt: i32) -> Result<(), StoreError> {
-    db.execute("INSERT INTO effects_ledger (job_id, attempt) VALUES ($1, $2)", &[&job_id, &attempt])
-        .await?;
+    db.execute("INSERT INTO effects_ledger (job_id, attempt) VALUES ($1, $2)", &[&job_id, &attempt]).await?;
     Ok(())
 }
 
@@ -20,7 +19,10 @@ pub async fn record_note(db: &impl GenericClient, job_id: JobId, attempt: i32, n
 /// The notes this job's effects carry, as (attempt, note), oldest first.
 pub async fn notes(db: &impl GenericClient, job_id: JobId) -> Result<Vec<(i32, String)>, StoreError> {
     let rows = db
-        .query("SELECT attempt, note FROM effects_ledger WHERE job_id = $1 AND note IS NOT NULL ORDER BY id", &[&job_id])
+        .query(
+            "SELECT attempt, note FROM effects_ledger WHERE job_id = $1 AND note IS NOT NULL ORDER BY id",
+            &[&job_id],
+        )
         .await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
@@ -32,7 +34,12 @@ pub async fn count(db: &impl GenericClient, job_id: JobId) -> Result<i64, StoreE
 
 /// Every effect performed, as (job, attempt).
 pub async fn all(db: &impl GenericClient) -> Result<Vec<(JobId, i32)>, StoreError> {
-    Ok(db.query("SELECT job_id, attempt FROM effects_ledger", &[]).await?.iter().map(|r| (r.get(0), r.get(1))).collect())
+    Ok(db
+        .query("SELECT job_id, attempt FROM effects_ledger", &[])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect())
 }
 
 /// How many jobs performed their effect more than once.

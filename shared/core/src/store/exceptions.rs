@@ -101,10 +101,7 @@ pub async fn list(db: &impl GenericClient, f: &ExceptionFilter) -> Result<Vec<Ex
         .await?;
     let (before_at, before_id) = f.before.map_or((None, None), |(a, i)| (Some(a), Some(i)));
     let rows = db
-        .query(
-            &stmt,
-            &[&f.status, &f.kind, &f.task_type, &f.tenant_id, &f.cause, &before_at, &before_id, &f.limit],
-        )
+        .query(&stmt, &[&f.status, &f.kind, &f.task_type, &f.tenant_id, &f.cause, &before_at, &before_id, &f.limit])
         .await?;
     rows.iter().map(Exception::from_row).collect()
 }
@@ -211,7 +208,11 @@ pub struct Unalerted {
 
 /// Open exceptions opened since `since` without an alert, oldest first. Exceptions of alert
 /// jobs themselves (correlation `relay-alert:...`) never alert: no alert about an alert.
-pub async fn unalerted(db: &impl GenericClient, since: DateTime<Utc>, limit: i64) -> Result<Vec<Unalerted>, StoreError> {
+pub async fn unalerted(
+    db: &impl GenericClient,
+    since: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<Unalerted>, StoreError> {
     let rows = db
         .query(
             "SELECT e.id, e.job_id, t.name, e.task_type, e.kind, e.cause, e.opened_at, j.correlation_id

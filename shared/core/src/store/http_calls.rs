@@ -99,7 +99,9 @@ pub async fn settle(db: &impl GenericClient, id: i64, s: &Settled) -> Result<(),
 /// A call of an earlier attempt of this job with no recorded outcome (its worker stopped
 /// mid-call): whether it reached the destination is unknown.
 pub async fn unsettled(db: &impl GenericClient, job: JobId, before_attempt: i32) -> Result<Option<Call>, StoreError> {
-    let sql = format!("SELECT {COLUMNS} FROM http_calls WHERE job_id = $1 AND attempt < $2 AND outcome = 'sending' ORDER BY id LIMIT 1");
+    let sql = format!(
+        "SELECT {COLUMNS} FROM http_calls WHERE job_id = $1 AND attempt < $2 AND outcome = 'sending' ORDER BY id LIMIT 1"
+    );
     Ok(db.query_opt(&sql, &[&job, &before_attempt]).await?.as_ref().map(Call::from_row))
 }
 

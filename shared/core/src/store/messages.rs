@@ -24,7 +24,9 @@ pub enum EventKind {
     Send,
     Delivery,
     /// `permanent`: a hard bounce (the address goes on the suppression list).
-    Bounce { permanent: bool },
+    Bounce {
+        permanent: bool,
+    },
     Complaint,
     Reject,
     Open,
@@ -324,8 +326,18 @@ async fn record(db: &impl GenericClient, m: &NewMessage, commit: &str) -> Result
         .query_opt(
             &stmt,
             &[
-                &m.id, &m.tenant_id, &m.message_key, &m.job_id, &m.attempt, &m.correlation_id, &status, &m.reason,
-                &m.from, &m.recipients, &m.subject, &preview,
+                &m.id,
+                &m.tenant_id,
+                &m.message_key,
+                &m.job_id,
+                &m.attempt,
+                &m.correlation_id,
+                &status,
+                &m.reason,
+                &m.from,
+                &m.recipients,
+                &m.subject,
+                &preview,
             ],
         )
         .await?;
@@ -359,7 +371,13 @@ pub async fn mark_sent(db: &impl GenericClient, id: Uuid, provider_message_id: &
 
 /// Move a message from `from` to `to` with a reason; false when it was no longer `from` (an
 /// event got there first).
-pub async fn transition(db: &impl GenericClient, id: Uuid, from: Status, to: Status, reason: &str) -> Result<bool, StoreError> {
+pub async fn transition(
+    db: &impl GenericClient,
+    id: Uuid,
+    from: Status,
+    to: Status,
+    reason: &str,
+) -> Result<bool, StoreError> {
     let n = db
         .execute(
             "UPDATE messages SET status = $3, reason = $4, updated_at = now() WHERE id = $1 AND status = $2",
@@ -371,7 +389,11 @@ pub async fn transition(db: &impl GenericClient, id: Uuid, from: Status, to: Sta
 
 /// A `sending` message left by an earlier attempt (which may have sent it) becomes `unknown`.
 /// Returns the message as it now is.
-pub async fn abandon_earlier_attempt(db: &impl GenericClient, m: &Message, attempt: i32) -> Result<Option<Message>, StoreError> {
+pub async fn abandon_earlier_attempt(
+    db: &impl GenericClient,
+    m: &Message,
+    attempt: i32,
+) -> Result<Option<Message>, StoreError> {
     let sql = format!(
         "UPDATE messages SET status = 'unknown', updated_at = now(),
                 reason = 'attempt ' || attempt || ' recorded the intent and never reported the outcome; it may have been sent'
@@ -437,7 +459,13 @@ pub async fn events(db: &impl GenericClient, message_id: Uuid) -> Result<Vec<Mes
         .await?;
     Ok(rows
         .iter()
-        .map(|r| MessageEvent { event_type: r.get(0), occurred_at: r.get(1), note: r.get(2), received_at: r.get(3), detail: r.get(4) })
+        .map(|r| MessageEvent {
+            event_type: r.get(0),
+            occurred_at: r.get(1),
+            note: r.get(2),
+            received_at: r.get(3),
+            detail: r.get(4),
+        })
         .collect())
 }
 
@@ -454,7 +482,12 @@ pub enum Applied {
 
 /// Apply one event once, in the caller's transaction: keep it, move the message's status up,
 /// count opens and clicks, and learn SES's message id if the send's own answer was lost.
-pub async fn apply_event(db: &impl GenericClient, event_key: &str, e: &SesEvent, detail: &Value) -> Result<Applied, StoreError> {
+pub async fn apply_event(
+    db: &impl GenericClient,
+    event_key: &str,
+    e: &SesEvent,
+    detail: &Value,
+) -> Result<Applied, StoreError> {
     let by_relay_id = format!("SELECT {COLUMNS} FROM messages WHERE id = $1 FOR UPDATE");
     let by_provider_id = format!("SELECT {COLUMNS} FROM messages WHERE provider_message_id = $1 FOR UPDATE");
     let mut found = None;
@@ -474,7 +507,9 @@ pub async fn apply_event(db: &impl GenericClient, event_key: &str, e: &SesEvent,
     let message = found.as_ref().map(Message::from_row);
     let note = match &message {
         None if e.kind == EventKind::Received => e.summary.clone(),
-        None => Some(format!("no message matches SES message {} (relay id {:?})", e.ses_message_id, e.relay_message_id)),
+        None => {
+            Some(format!("no message matches SES message {} (relay id {:?})", e.ses_message_id, e.relay_message_id))
+        }
         Some(_) => e.summary.clone(),
     };
     let inserted = db
@@ -504,8 +539,16 @@ pub async fn apply_event(db: &impl GenericClient, event_key: &str, e: &SesEvent,
     let row = db
         .query_one(
             &sql,
-            &[&m.id, &after.as_str(), &opens, &clicks, &was_sent.then_some(&e.ses_message_id), &(was_sent && e.kind.proves_sent()),
-              &e.occurred_at, &reason],
+            &[
+                &m.id,
+                &after.as_str(),
+                &opens,
+                &clicks,
+                &was_sent.then_some(&e.ses_message_id),
+                &(was_sent && e.kind.proves_sent()),
+                &e.occurred_at,
+                &reason,
+            ],
         )
         .await?;
     Ok(Applied::Applied { message: Message::from_row(&row), before: m.status })

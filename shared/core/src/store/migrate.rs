@@ -24,8 +24,16 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (15, "0015_destinations", include_str!("../../../../migrations/0015_destinations.sql")),
     (16, "0016_completions", include_str!("../../../../migrations/0016_completions.sql")),
     (17, "0017_fan_out_in_constant_time", include_str!("../../../../migrations/0017_fan_out_in_constant_time.sql")),
-    (18, "0018_job_keys_tenant_by_construction", include_str!("../../../../migrations/0018_job_keys_tenant_by_construction.sql")),
-    (19, "0019_messages_tenant_by_construction", include_str!("../../../../migrations/0019_messages_tenant_by_construction.sql")),
+    (
+        18,
+        "0018_job_keys_tenant_by_construction",
+        include_str!("../../../../migrations/0018_job_keys_tenant_by_construction.sql"),
+    ),
+    (
+        19,
+        "0019_messages_tenant_by_construction",
+        include_str!("../../../../migrations/0019_messages_tenant_by_construction.sql"),
+    ),
     (20, "0020_job_terms_by_type", include_str!("../../../../migrations/0020_job_terms_by_type.sql")),
 ];
 

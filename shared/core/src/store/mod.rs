@@ -3,8 +3,8 @@
 //! benchmarks and chaos suite ask of the database.
 
 pub mod attempt_sessions;
-pub mod campaign_pages;
 pub mod callbacks;
+pub mod campaign_pages;
 pub mod completions;
 mod connect;
 pub mod dead_letters;
@@ -133,7 +133,13 @@ pub struct PoolOptions {
 
 impl Default for PoolOptions {
     fn default() -> Self {
-        Self { max_size: 16, wait_timeout: Duration::from_secs(5), search_path: None, verify_on_checkout: false, secret: None }
+        Self {
+            max_size: 16,
+            wait_timeout: Duration::from_secs(5),
+            search_path: None,
+            verify_on_checkout: false,
+            secret: None,
+        }
     }
 }
 

@@ -36,7 +36,10 @@ pub const BASELINE_SCAN: i64 = 20_000;
 
 /// Child counts of each parent that has children (parents without children are absent); the
 /// numerator counts only children in a terminal state, so a child that dies cannot move it.
-pub async fn child_counts(db: &impl GenericClient, parents: &[JobId]) -> Result<HashMap<JobId, ChildCounts>, StoreError> {
+pub async fn child_counts(
+    db: &impl GenericClient,
+    parents: &[JobId],
+) -> Result<HashMap<JobId, ChildCounts>, StoreError> {
     let stmt = db
         .prepare_cached(
             "SELECT parent_id, count(*),
@@ -50,15 +53,16 @@ pub async fn child_counts(db: &impl GenericClient, parents: &[JobId]) -> Result<
         .query(&stmt, &[&parents])
         .await?
         .iter()
-        .map(|r| (r.get(0), ChildCounts { total: r.get(1), succeeded: r.get(2), failed: r.get(3), cancelled: r.get(4) }))
+        .map(|r| {
+            (r.get(0), ChildCounts { total: r.get(1), succeeded: r.get(2), failed: r.get(3), cancelled: r.get(4) })
+        })
         .collect())
 }
 
 /// Baselines of these task types (types with no finished runs yet are absent).
 pub async fn baselines(db: &impl GenericClient, task_types: &[&str]) -> Result<HashMap<String, Baseline>, StoreError> {
-    let stmt = db
-        .prepare_cached("SELECT task_type, p50_s, p95_s, runs FROM task_baselines WHERE task_type = ANY($1)")
-        .await?;
+    let stmt =
+        db.prepare_cached("SELECT task_type, p50_s, p95_s, runs FROM task_baselines WHERE task_type = ANY($1)").await?;
     Ok(db
         .query(&stmt, &[&task_types])
         .await?

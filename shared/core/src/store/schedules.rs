@@ -93,8 +93,19 @@ pub async fn create(db: &impl GenericClient, s: &NewSchedule) -> Result<Option<S
                                     catch_up, next_run_at, updated_by)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
              ON CONFLICT (name) DO NOTHING",
-            &[&id, &s.name, &s.tenant_id, &s.task_type, &s.params, &s.cron, &s.timezone, &s.enabled,
-              &s.catch_up, &s.next_run_at, &s.updated_by],
+            &[
+                &id,
+                &s.name,
+                &s.tenant_id,
+                &s.task_type,
+                &s.params,
+                &s.cron,
+                &s.timezone,
+                &s.enabled,
+                &s.catch_up,
+                &s.next_run_at,
+                &s.updated_by,
+            ],
         )
         .await?;
     if n == 0 {
@@ -121,9 +132,7 @@ pub async fn list(db: &impl GenericClient) -> Result<Vec<Schedule>, StoreError> 
 
 /// Lock a schedule for an update in the caller's transaction.
 pub async fn lock(db: &impl GenericClient, id: Uuid) -> Result<Option<Schedule>, StoreError> {
-    let row = db
-        .query_opt(&format!("SELECT {COLUMNS} FROM schedules s WHERE s.id = $1 FOR UPDATE"), &[&id])
-        .await?;
+    let row = db.query_opt(&format!("SELECT {COLUMNS} FROM schedules s WHERE s.id = $1 FOR UPDATE"), &[&id]).await?;
     Ok(row.as_ref().map(Schedule::from_row))
 }
 

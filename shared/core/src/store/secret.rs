@@ -98,7 +98,8 @@ impl DbSecret {
             .await
             .map_err(|e| SecretError::Read { id: self.id.clone(), why: DisplayErrorContext(e).to_string() })?;
         let shape = || SecretError::Shape { id: self.id.clone() };
-        let value: serde_json::Value = serde_json::from_str(out.secret_string().ok_or_else(shape)?).map_err(|_| shape())?;
+        let value: serde_json::Value =
+            serde_json::from_str(out.secret_string().ok_or_else(shape)?).map_err(|_| shape())?;
         Ok(Login {
             username: value["username"].as_str().map(str::to_owned),
             password: value["password"].as_str().ok_or_else(shape)?.to_owned(),

@@ -6,7 +6,11 @@ use super::{GenericClient, StoreError};
 use crate::job::TenantId;
 
 /// Replace a tenant's identities with `identities` (lower-cased, deduplicated).
-pub async fn set(db: &mut deadpool_postgres::Client, tenant: TenantId, identities: &[String]) -> Result<Vec<String>, StoreError> {
+pub async fn set(
+    db: &mut deadpool_postgres::Client,
+    tenant: TenantId,
+    identities: &[String],
+) -> Result<Vec<String>, StoreError> {
     let mut wanted: Vec<String> = identities.iter().map(|i| i.trim().to_lowercase()).collect();
     wanted.sort();
     wanted.dedup();
@@ -22,9 +26,8 @@ pub async fn set(db: &mut deadpool_postgres::Client, tenant: TenantId, identitie
 }
 
 pub async fn list(db: &impl GenericClient, tenant: TenantId) -> Result<Vec<String>, StoreError> {
-    let rows = db
-        .query("SELECT identity FROM sending_identities WHERE tenant_id = $1 ORDER BY identity", &[&tenant])
-        .await?;
+    let rows =
+        db.query("SELECT identity FROM sending_identities WHERE tenant_id = $1 ORDER BY identity", &[&tenant]).await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
@@ -32,7 +35,9 @@ pub async fn list(db: &impl GenericClient, tenant: TenantId) -> Result<Vec<Strin
 pub async fn allows(db: &impl GenericClient, tenant: TenantId, address: &str) -> Result<bool, StoreError> {
     let domain = address.rsplit_once('@').map_or("", |(_, d)| d);
     let stmt = db
-        .prepare_cached("SELECT EXISTS (SELECT 1 FROM sending_identities WHERE tenant_id = $1 AND identity IN ($2, $3))")
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM sending_identities WHERE tenant_id = $1 AND identity IN ($2, $3))",
+        )
         .await?;
     Ok(db.query_one(&stmt, &[&tenant, &address, &domain]).await?.get(0))
 }
@@ -56,13 +61,14 @@ pub async fn role(db: &impl GenericClient, tenant: TenantId) -> Result<Option<St
 /// Name (or, with `None`, forget) the tenant's own sending role.
 pub async fn set_role(db: &impl GenericClient, tenant: TenantId, role_arn: Option<&str>) -> Result<(), StoreError> {
     match role_arn {
-        Some(arn) => db
-            .execute(
+        Some(arn) => {
+            db.execute(
                 "INSERT INTO tenant_sending_roles (tenant_id, role_arn) VALUES ($1, $2)
                  ON CONFLICT (tenant_id) DO UPDATE SET role_arn = $2, updated_at = now()",
                 &[&tenant, &arn],
             )
-            .await?,
+            .await?
+        }
         None => db.execute("DELETE FROM tenant_sending_roles WHERE tenant_id = $1", &[&tenant]).await?,
     };
     Ok(())

@@ -38,7 +38,13 @@ pub async fn queues(db: &impl GenericClient) -> Result<Vec<QueueRow>, StoreError
         .query(&stmt, &[])
         .await?
         .iter()
-        .map(|r| QueueRow { task_type: r.get(0), due: r.get(1), scheduled: r.get(2), running: r.get(3), oldest_due: r.get(4) })
+        .map(|r| QueueRow {
+            task_type: r.get(0),
+            due: r.get(1),
+            scheduled: r.get(2),
+            running: r.get(3),
+            oldest_due: r.get(4),
+        })
         .collect())
 }
 
@@ -68,7 +74,12 @@ pub struct Activity {
     pub truncated: bool,
 }
 
-pub async fn activity(db: &impl GenericClient, buckets: usize, bucket_secs: i64, cap: i64) -> Result<Activity, StoreError> {
+pub async fn activity(
+    db: &impl GenericClient,
+    buckets: usize,
+    bucket_secs: i64,
+    cap: i64,
+) -> Result<Activity, StoreError> {
     let window = bucket_secs * i64::try_from(buckets).unwrap_or(0);
     let mut out = Activity { bucket_secs, runs: vec![0; buckets], failures: vec![0; buckets], truncated: false };
     let sources = [
@@ -129,12 +140,18 @@ pub async fn recent_runs(db: &impl GenericClient, limit: i64) -> Result<Vec<RunR
         .query(&stmt, &[&limit])
         .await?
         .iter()
-        .map(|r| RunRow { job: Job::from_row(r), tenant: r.get::<_, Option<String>>("tenant_name").unwrap_or_default() })
+        .map(|r| RunRow {
+            job: Job::from_row(r),
+            tenant: r.get::<_, Option<String>>("tenant_name").unwrap_or_default(),
+        })
         .collect())
 }
 
 /// The newest open exceptions with their tenant's name; the cause cut to 300 characters.
-pub async fn open_exceptions(db: &impl GenericClient, limit: i64) -> Result<Vec<relay_status::OpenException>, StoreError> {
+pub async fn open_exceptions(
+    db: &impl GenericClient,
+    limit: i64,
+) -> Result<Vec<relay_status::OpenException>, StoreError> {
     let rows = db
         .query(
             "SELECT e.id, e.job_id, t.name, e.task_type, e.kind, left(e.cause, 300), e.opened_at
@@ -159,7 +176,10 @@ pub async fn open_exceptions(db: &impl GenericClient, limit: i64) -> Result<Vec<
 
 /// Tenants' HTTP destinations (at most `limit`, by tenant and name) with their tenant's name,
 /// rate and last call; the write switch is the caller's to fill from the modes.
-pub async fn destinations(db: &impl GenericClient, limit: i64) -> Result<Vec<(crate::job::TenantId, relay_status::DestinationStatus)>, StoreError> {
+pub async fn destinations(
+    db: &impl GenericClient,
+    limit: i64,
+) -> Result<Vec<(crate::job::TenantId, relay_status::DestinationStatus)>, StoreError> {
     let rows = db
         .query(
             "SELECT d.tenant_id, t.name, d.name, d.rate_per_second, c.outcome, c.http_status, c.at
@@ -173,15 +193,18 @@ pub async fn destinations(db: &impl GenericClient, limit: i64) -> Result<Vec<(cr
     Ok(rows
         .iter()
         .map(|r| {
-            (r.get(0), relay_status::DestinationStatus {
-                tenant: Some(r.get(1)),
-                name: r.get(2),
-                writes_enabled: true,
-                rate_per_second: r.get(3),
-                last_outcome: r.get(4),
-                last_http_status: r.get(5),
-                last_call_at: r.get(6),
-            })
+            (
+                r.get(0),
+                relay_status::DestinationStatus {
+                    tenant: Some(r.get(1)),
+                    name: r.get(2),
+                    writes_enabled: true,
+                    rate_per_second: r.get(3),
+                    last_outcome: r.get(4),
+                    last_http_status: r.get(5),
+                    last_call_at: r.get(6),
+                },
+            )
         })
         .collect())
 }

@@ -23,9 +23,8 @@ pub async fn create(db: &impl GenericClient, name: &str) -> Result<(StatusKey, S
 
 /// The enabled status key with this value, if any.
 pub async fn by_key(db: &impl GenericClient, key: &str) -> Result<Option<StatusKey>, StoreError> {
-    let stmt = db
-        .prepare_cached("SELECT id, name FROM status_keys WHERE key_hash = $1 AND disabled_at IS NULL")
-        .await?;
+    let stmt =
+        db.prepare_cached("SELECT id, name FROM status_keys WHERE key_hash = $1 AND disabled_at IS NULL").await?;
     Ok(db.query_opt(&stmt, &[&hash_key(key)]).await?.map(|r| StatusKey { id: r.get(0), name: r.get(1) }))
 }
 

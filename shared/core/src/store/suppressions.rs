@@ -40,7 +40,11 @@ pub async fn add(
 }
 
 /// Which of `addresses` (bare, lower-case) are suppressed for the tenant.
-pub async fn matching(db: &impl GenericClient, tenant: TenantId, addresses: &[String]) -> Result<Vec<Suppression>, StoreError> {
+pub async fn matching(
+    db: &impl GenericClient,
+    tenant: TenantId,
+    addresses: &[String],
+) -> Result<Vec<Suppression>, StoreError> {
     let stmt = db
         .prepare_cached(
             "SELECT address, reason, detail, message_id, created_at FROM suppressions
@@ -51,7 +55,12 @@ pub async fn matching(db: &impl GenericClient, tenant: TenantId, addresses: &[St
 }
 
 /// A page of the list, in address order after `after`.
-pub async fn list(db: &impl GenericClient, tenant: TenantId, after: &str, limit: i64) -> Result<Vec<Suppression>, StoreError> {
+pub async fn list(
+    db: &impl GenericClient,
+    tenant: TenantId,
+    after: &str,
+    limit: i64,
+) -> Result<Vec<Suppression>, StoreError> {
     let rows = db
         .query(
             "SELECT address, reason, detail, message_id, created_at FROM suppressions

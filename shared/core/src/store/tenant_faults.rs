@@ -70,7 +70,11 @@ pub(super) fn count_cte(source: &str) -> String {
 }
 
 /// Every tenant fault, most recent first; `tenant` narrows to one tenant.
-pub async fn list(db: &impl GenericClient, tenant: Option<TenantId>, limit: i64) -> Result<Vec<TenantFault>, StoreError> {
+pub async fn list(
+    db: &impl GenericClient,
+    tenant: Option<TenantId>,
+    limit: i64,
+) -> Result<Vec<TenantFault>, StoreError> {
     let sql = format!(
         "SELECT {COLUMNS} FROM tenant_faults WHERE ($1::uuid IS NULL OR tenant_id = $1) ORDER BY last_at DESC LIMIT $2"
     );

@@ -29,19 +29,15 @@ pub fn hash_key(key: &str) -> Vec<u8> {
 pub async fn create(db: &impl GenericClient, name: &str) -> Result<(Tenant, String), StoreError> {
     let key = new_key("rk");
     let id = TenantId::new();
-    db.execute(
-        "INSERT INTO tenants (id, name, api_key_hash) VALUES ($1, $2, $3)",
-        &[&id, &name, &hash_key(&key)],
-    )
-    .await?;
+    db.execute("INSERT INTO tenants (id, name, api_key_hash) VALUES ($1, $2, $3)", &[&id, &name, &hash_key(&key)])
+        .await?;
     Ok((Tenant { id, name: name.to_owned() }, key))
 }
 
 /// The enabled tenant that owns this API key, if any.
 pub async fn by_api_key(db: &impl GenericClient, key: &str) -> Result<Option<Tenant>, StoreError> {
-    let stmt = db
-        .prepare_cached("SELECT id, name FROM tenants WHERE api_key_hash = $1 AND disabled_at IS NULL")
-        .await?;
+    let stmt =
+        db.prepare_cached("SELECT id, name FROM tenants WHERE api_key_hash = $1 AND disabled_at IS NULL").await?;
     let row = db.query_opt(&stmt, &[&hash_key(key)]).await?;
     Ok(row.map(|r| Tenant { id: r.get(0), name: r.get(1) }))
 }
@@ -59,8 +55,7 @@ pub async fn by_name(db: &impl GenericClient, name: &str) -> Result<Option<Tenan
 /// Replace a tenant's key (used by `relay dev` to print a working key on every start).
 pub async fn rotate_key(db: &impl GenericClient, id: TenantId) -> Result<String, StoreError> {
     let key = new_key("rk");
-    db.execute("UPDATE tenants SET api_key_hash = $2 WHERE id = $1", &[&id, &hash_key(&key)])
-        .await?;
+    db.execute("UPDATE tenants SET api_key_hash = $2 WHERE id = $1", &[&id, &hash_key(&key)]).await?;
     Ok(key)
 }
 
@@ -80,8 +75,7 @@ pub async fn ensure(db: &impl GenericClient, name: &str) -> Result<Tenant, Store
 /// Disable a tenant: its key stops working (within the API's key cache TTL) and no new key
 /// is issued. Returns false when no enabled tenant has that name.
 pub async fn revoke(db: &impl GenericClient, name: &str) -> Result<bool, StoreError> {
-    let n = db
-        .execute("UPDATE tenants SET disabled_at = now() WHERE name = $1 AND disabled_at IS NULL", &[&name])
-        .await?;
+    let n =
+        db.execute("UPDATE tenants SET disabled_at = now() WHERE name = $1 AND disabled_at IS NULL", &[&name]).await?;
     Ok(n == 1)
 }

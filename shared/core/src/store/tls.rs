@@ -75,7 +75,8 @@ impl DbUrl {
     pub fn parse(url: &str) -> Result<Self, TlsError> {
         let (rest, mode, root) = split_tls_params(url);
         let mode = mode.as_deref().map(SslMode::parse).transpose()?.unwrap_or(SslMode::Prefer);
-        let mut config: tokio_postgres::Config = rest.parse().map_err(|e: tokio_postgres::Error| TlsError::Url(e.to_string()))?;
+        let mut config: tokio_postgres::Config =
+            rest.parse().map_err(|e: tokio_postgres::Error| TlsError::Url(e.to_string()))?;
         config.ssl_mode(match mode {
             SslMode::Disable => tokio_postgres::config::SslMode::Disable,
             SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
@@ -151,15 +152,15 @@ fn split_tls_params(url: &str) -> (String, Option<String>, Option<String>) {
     };
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         let Some((base, query)) = url.split_once('?') else { return (url.to_owned(), None, None) };
-        let kept: Vec<&str> = query
-            .split('&')
-            .filter(|p| !p.split_once('=').is_some_and(|(k, v)| take(k, v)))
-            .collect();
+        let kept: Vec<&str> =
+            query.split('&').filter(|p| !p.split_once('=').is_some_and(|(k, v)| take(k, v))).collect();
         let rest = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
         (rest, mode, root)
     } else {
-        let kept: Vec<&str> =
-            url.split_whitespace().filter(|p| !p.split_once('=').is_some_and(|(k, v)| take(k.trim(), v.trim()))).collect();
+        let kept: Vec<&str> = url
+            .split_whitespace()
+            .filter(|p| !p.split_once('=').is_some_and(|(k, v)| take(k.trim(), v.trim())))
+            .collect();
         (kept.join(" "), mode, root)
     }
 }
@@ -273,8 +274,10 @@ mod tests {
 
     #[test]
     fn tls_parameters_are_read_and_removed_in_both_url_forms() {
-        let u = DbUrl::parse("postgres://u:p@db:5432/relay?sslmode=verify-full&sslrootcert=%2Fopt%2Fca.pem&application_name=x")
-            .unwrap();
+        let u = DbUrl::parse(
+            "postgres://u:p@db:5432/relay?sslmode=verify-full&sslrootcert=%2Fopt%2Fca.pem&application_name=x",
+        )
+        .unwrap();
         assert_eq!(u.mode, SslMode::VerifyFull);
         assert_eq!(u.root_cert, Some(PathBuf::from("/opt/ca.pem")));
         assert_eq!(u.config.get_application_name(), Some("x"));
@@ -296,7 +299,8 @@ mod tests {
         assert!(e.starts_with("sslrootcert /nonexistent/ca.pem:"), "{e}");
         let empty = std::env::temp_dir().join(format!("relay-empty-ca-{}.pem", std::process::id()));
         std::fs::write(&empty, "not a certificate\n").unwrap();
-        let u = DbUrl::parse(&format!("postgres://u@db/relay?sslmode=verify-ca&sslrootcert={}", empty.display())).unwrap();
+        let u =
+            DbUrl::parse(&format!("postgres://u@db/relay?sslmode=verify-ca&sslrootcert={}", empty.display())).unwrap();
         let e = u.connector().err().expect("no certificate").to_string();
         let _ = std::fs::remove_file(&empty);
         assert!(e.contains("no usable PEM certificate"), "{e}");

@@ -38,7 +38,11 @@ pub async fn beat(
 }
 
 /// Instances seen since `since`, most recently seen first, at most `limit`.
-pub async fn seen_since(db: &impl GenericClient, since: DateTime<Utc>, limit: i64) -> Result<Vec<WorkerRow>, StoreError> {
+pub async fn seen_since(
+    db: &impl GenericClient,
+    since: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<WorkerRow>, StoreError> {
     let stmt = db
         .prepare_cached(
             "SELECT kind, instance_id, host, pid, started_at, last_seen_at FROM workers

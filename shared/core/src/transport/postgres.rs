@@ -62,7 +62,11 @@ impl Transport for PgTransport {
 
     async fn dispatch(&self, jobs: &[Dispatch]) -> Result<(), TransportError> {
         let notifier = self.notifier.get_or_init(|| {
-            let n = Arc::new(Notifier { requested: AtomicU64::new(0), wake: Notify::new(), sent: watch::channel((0, Ok(()))).0 });
+            let n = Arc::new(Notifier {
+                requested: AtomicU64::new(0),
+                wake: Notify::new(),
+                sent: watch::channel((0, Ok(()))).0,
+            });
             tokio::spawn(notify_loop(self.pool.clone(), n.clone()));
             n
         });
@@ -95,7 +99,11 @@ async fn notify_loop(pool: Pool, n: Arc<Notifier>) {
 /// Wakes this process's workers when a NOTIFY arrives. Holds one dedicated connection,
 /// re-established after it drops; workers also poll, so a missed wake-up only costs latency.
 /// It ends (without a warning) once `stop` turns true.
-pub fn spawn_listener(database_url: String, search_path: Option<String>, mut stop: watch::Receiver<bool>) -> Arc<Notify> {
+pub fn spawn_listener(
+    database_url: String,
+    search_path: Option<String>,
+    mut stop: watch::Receiver<bool>,
+) -> Arc<Notify> {
     let wake = Arc::new(Notify::new());
     let w = wake.clone();
     tokio::spawn(async move {

@@ -93,7 +93,8 @@ impl SqsTransport {
         let all = |e: String| TransportError::nothing_sent("sqs", e, jobs);
         let mut entries = Vec::with_capacity(jobs.len());
         for (i, d) in jobs.iter().enumerate() {
-            let body = serde_json::to_string(&WorkMessage { job_id: d.id, run_at: d.run_at }).map_err(|e| all(e.to_string()))?;
+            let body = serde_json::to_string(&WorkMessage { job_id: d.id, run_at: d.run_at })
+                .map_err(|e| all(e.to_string()))?;
             let entry = SendMessageBatchRequestEntry::builder()
                 .id(i.to_string())
                 .message_body(body)
@@ -111,9 +112,16 @@ impl SqsTransport {
             .await
             .map_err(|e| all(DisplayErrorContext(e).to_string()))?;
         let Some(f) = out.failed().first() else { return Ok(()) };
-        let message = format!("{} of {} entries refused; first: {} {}", out.failed().len(), jobs.len(), f.code(), f.message().unwrap_or(""));
+        let message = format!(
+            "{} of {} entries refused; first: {} {}",
+            out.failed().len(),
+            jobs.len(),
+            f.code(),
+            f.message().unwrap_or("")
+        );
         // An entry's id is its index in this batch.
-        let unsent = out.failed().iter().filter_map(|f| jobs.get(f.id().parse::<usize>().ok()?)).map(|d| d.id).collect();
+        let unsent =
+            out.failed().iter().filter_map(|f| jobs.get(f.id().parse::<usize>().ok()?)).map(|d| d.id).collect();
         Err(TransportError { transport: "sqs", message, unsent })
     }
 }

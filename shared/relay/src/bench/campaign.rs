@@ -18,8 +18,8 @@ use taskdeck::job::JobId;
 use taskdeck::job::terms::{Concurrency, CorrelationId, IdempotencyKey, Limits};
 use taskdeck::platform::Settings;
 use taskdeck::store::jobs::{self, NewJob};
-use taskdeck::store::tooling::bench;
 use taskdeck::store::sending_identities;
+use taskdeck::store::tooling::bench;
 
 /// A run's completions over time, and the rates read from them.
 #[derive(Debug, Clone, Serialize)]
@@ -62,7 +62,13 @@ fn window(samples: &[Sample], n: usize, hi: f64, lo: f64) -> (Option<f64>, Optio
 /// passes; then read the rates. A sample counts every live job (50 ms of the database's time
 /// with 100,000 of them), so samples are 500 ms apart or 25 times the last one's time,
 /// whichever is longer: the watching takes at most 4 % of one core from what it watches.
-async fn watch(scratch: &Scratch, parent: Option<JobId>, n: usize, start: Instant, limit: Duration) -> anyhow::Result<Drain> {
+async fn watch(
+    scratch: &Scratch,
+    parent: Option<JobId>,
+    n: usize,
+    start: Instant,
+    limit: Duration,
+) -> anyhow::Result<Drain> {
     let db = scratch.platform.pool.get().await?;
     let mut samples: Vec<Sample> = Vec::new();
     loop {
@@ -78,7 +84,16 @@ async fn watch(scratch: &Scratch, parent: Option<JobId>, n: usize, start: Instan
     let (rate_at_90, pending_at_90) = window(&samples, n, 0.95, 0.85);
     let (rate_at_10, pending_at_10) = window(&samples, n, 0.15, 0.05);
     let last = samples.last().copied().unwrap_or_default();
-    Ok(Drain { jobs: n, seconds: last.0, rate_at_90, rate_at_10, pending_at_90, pending_at_10, finished: last.2 >= n as i64, samples })
+    Ok(Drain {
+        jobs: n,
+        seconds: last.0,
+        rate_at_90,
+        rate_at_10,
+        pending_at_90,
+        pending_at_10,
+        finished: last.2 >= n as i64,
+        samples,
+    })
 }
 
 /// A `relay worker` child with `relay dev`'s defaults, on the scratch schema.
@@ -98,7 +113,12 @@ fn worker(scratch: &Scratch) -> anyhow::Result<tokio::process::Child> {
 pub async fn campaign(base_url: &str, pages: usize, per_page: usize) -> anyhow::Result<Drain> {
     let n = pages * per_page;
     let server = Server::start(base_url).await?;
-    sending_identities::set(&mut server.scratch.platform.pool.get().await?, server.scratch.tenant.id, &["bench.example".into()]).await?;
+    sending_identities::set(
+        &mut server.scratch.platform.pool.get().await?,
+        server.scratch.tenant.id,
+        &["bench.example".into()],
+    )
+    .await?;
     let template = json!({"subject": "News for {{ name }}", "text": "Hi {{ name }}"});
     let (status, _) = server.request(Method::PUT, "/v1/templates/news", None, Some(&template)).await?;
     anyhow::ensure!(status == 200, "template answered {status}");

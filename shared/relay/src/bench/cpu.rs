@@ -43,7 +43,12 @@ impl CpuTimes {
         let client_us = us(self.client, before.client);
         let total = postgres_us.zip(client_us).map(|(p, c)| p + c + server_us.unwrap_or(0.0));
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-        CpuPerUnit { postgres_us, server_us, client_us, ceiling_per_sec: total.filter(|t| *t > 0.0).map(|t| cores * 1e6 / t) }
+        CpuPerUnit {
+            postgres_us,
+            server_us,
+            client_us,
+            ceiling_per_sec: total.filter(|t| *t > 0.0).map(|t| cores * 1e6 / t),
+        }
     }
 }
 

@@ -81,7 +81,13 @@ impl Server {
     }
 
     /// Any request as the scratch tenant; returns the status and the JSON body (`Null` if none).
-    pub async fn request(&self, method: hyper::Method, path: &str, key: Option<&str>, body: Option<&serde_json::Value>) -> anyhow::Result<(u16, serde_json::Value)> {
+    pub async fn request(
+        &self,
+        method: hyper::Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<&serde_json::Value>,
+    ) -> anyhow::Result<(u16, serde_json::Value)> {
         let mut req = hyper::Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base))
@@ -128,7 +134,9 @@ pub async fn run(base_url: &str, secs: f64) -> anyhow::Result<Intake> {
                     let mut i = 0u64;
                     while Instant::now() < until {
                         let t = Instant::now();
-                        let status = server.post("/v1/jobs", Some(&format!("s{clients}-{c}-{i}")), &json!({"task_type": "noop"})).await?;
+                        let status = server
+                            .post("/v1/jobs", Some(&format!("s{clients}-{c}-{i}")), &json!({"task_type": "noop"}))
+                            .await?;
                         anyhow::ensure!(status == 202, "intake answered {status}");
                         lat.push(t.elapsed().as_secs_f64() * 1000.0);
                         i += 1;

@@ -62,7 +62,11 @@ pub async fn run(base_url: &str, n: usize, containers: usize) -> anyhow::Result<
                         return anyhow::Ok(());
                     };
                     let res = taskdeck::lambda::executor::handle(&exec, event, None).await;
-                    anyhow::ensure!(res.batch_item_failures.is_empty(), "records failed: {:?}", res.batch_item_failures.len());
+                    anyhow::ensure!(
+                        res.batch_item_failures.is_empty(),
+                        "records failed: {:?}",
+                        res.batch_item_failures.len()
+                    );
                 }
             })
         })

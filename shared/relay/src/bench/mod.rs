@@ -80,9 +80,19 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
         }
         let m = |f: fn(&probe::Probe) -> f64| median(probe_runs.iter().map(f).collect());
         commits16 = m(|p| p.commits_per_sec_16);
-        row("limit", "single-row insert commits/s, 1 client", format!("{:.0}", m(|p| p.commits_per_sec_1)), "physical limit".into());
+        row(
+            "limit",
+            "single-row insert commits/s, 1 client",
+            format!("{:.0}", m(|p| p.commits_per_sec_1)),
+            "physical limit".into(),
+        );
         row("limit", "single-row insert commits/s, 16 clients", format!("{commits16:.0}"), "physical limit".into());
-        row("limit", "100-row multi-insert rows/s", format!("{:.0}", m(|p| p.multi_insert_rows_per_sec)), "physical limit".into());
+        row(
+            "limit",
+            "100-row multi-insert rows/s",
+            format!("{:.0}", m(|p| p.multi_insert_rows_per_sec)),
+            "physical limit".into(),
+        );
         report.insert("probe_start".into(), json!(probe_runs));
     }
 
@@ -111,29 +121,56 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
                 _ => note,
             };
             row("intake", &format!("POST /v1/jobs, {clients} clients: accepted/s"), format!("{rate:.0}"), note);
-            row("intake", &format!("  latency p50 / p99 ms, {clients} clients"), format!("{:.2} / {:.2}", m(|s| s.p50_ms), m(|s| s.p99_ms)), String::new());
+            row(
+                "intake",
+                &format!("  latency p50 / p99 ms, {clients} clients"),
+                format!("{:.2} / {:.2}", m(|s| s.p50_ms), m(|s| s.p99_ms)),
+                String::new(),
+            );
             if clients == 16 {
                 let job = cpu::CpuPerUnit::median(all.iter().map(|r| r.single[i].cpu_per_job));
                 let commit = cpu::CpuPerUnit::median(probe_runs.iter().map(|p| p.cpu_per_commit_16));
-                row("intake", "  CPU µs per job: db / serve / client", job.split(), format!("probe's commit: {}", commit.split()));
+                row(
+                    "intake",
+                    "  CPU µs per job: db / serve / client",
+                    job.split(),
+                    format!("probe's commit: {}", commit.split()),
+                );
                 if let (Some(jobs), Some(commits)) = (job.ceiling_per_sec, commit.ceiling_per_sec) {
-                    row("intake", "  at that cost, all cores busy: jobs/s", format!("{jobs:.0}"),
-                        format!("{:.0}% of the probe's {commits:.0} commits/s, all cores busy", 100.0 * jobs / commits));
+                    row(
+                        "intake",
+                        "  at that cost, all cores busy: jobs/s",
+                        format!("{jobs:.0}"),
+                        format!("{:.0}% of the probe's {commits:.0} commits/s, all cores busy", 100.0 * jobs / commits),
+                    );
                 }
             }
         }
         let lc = |f: fn(&setup::Lifecycle) -> Option<f64>| opt(all.first().and_then(|r| f(&r.single[1].lifecycle)));
-        row("cost", "accept: statements per job (16 clients)", lc(|l| l.accept), "key lookup + insert (its NOTIFY inside)".into());
+        row(
+            "cost",
+            "accept: statements per job (16 clients)",
+            lc(|l| l.accept),
+            "key lookup + insert (its NOTIFY inside)".into(),
+        );
         let batch = median(all.iter().map(|r| r.batch_jobs_per_sec).collect());
         row("intake", "POST /v1/jobs:batch (500/request): jobs/s", format!("{batch:.0}"), "target ≥ 40,000".into());
         if let Some(p) = &peer {
             let theirs = median(peer_intake.iter().map(|r| r.bulk_per_sec).collect());
-            row("intake", &format!("  {}: addJobs (1,000/call, 1 client)", p.name), format!("{theirs:.0}"),
-                format!("jobs/s over direct SQL; Relay's batch over HTTP is {:.2}× that", batch / theirs));
+            row(
+                "intake",
+                &format!("  {}: addJobs (1,000/call, 1 client)", p.name),
+                format!("{theirs:.0}"),
+                format!("jobs/s over direct SQL; Relay's batch over HTTP is {:.2}× that", batch / theirs),
+            );
         }
         let cpu = cpu::CpuPerUnit::median(all.iter().map(|r| r.batch_cpu_per_job));
-        row("intake", "  CPU µs per job: db / serve / client", cpu.split(),
-            cpu.ceiling_per_sec.map_or(String::new(), |c| format!("{c:.0} jobs/s at that cost, all cores busy")));
+        row(
+            "intake",
+            "  CPU µs per job: db / serve / client",
+            cpu.split(),
+            cpu.ceiling_per_sec.map_or(String::new(), |c| format!("{c:.0} jobs/s at that cost, all cores busy")),
+        );
         report.insert("intake".into(), json!(all));
         if !peer_intake.is_empty() {
             report.insert("peer_intake".into(), json!(peer_intake));
@@ -151,10 +188,19 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
         }
         let p50 = median(all.iter().map(|r| r.p50_ms).collect());
         let p99 = median(all.iter().map(|r| r.p99_ms).collect());
-        row("latency", "accept→start p50 / p99 ms (idle system)", format!("{p50:.2} / {p99:.2}"), "target ≤ 3 / ≤ 20".into());
+        row(
+            "latency",
+            "accept→start p50 / p99 ms (idle system)",
+            format!("{p50:.2} / {p99:.2}"),
+            "target ≤ 3 / ≤ 20".into(),
+        );
         if let Some(l) = all.first().map(|r| r.lifecycle) {
-            row("cost", "one-at-a-time: accept / claim / complete", format!("{} / {} / {}", opt(l.accept), opt(l.claim), opt(l.complete)),
-                format!("statements per job; {:.2} commits/job", l.commits_per_job));
+            row(
+                "cost",
+                "one-at-a-time: accept / claim / complete",
+                format!("{} / {} / {}", opt(l.accept), opt(l.claim), opt(l.complete)),
+                format!("statements per job; {:.2} commits/job", l.commits_per_job),
+            );
         }
         report.insert("latency".into(), json!(all));
     }
@@ -170,8 +216,12 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
         let small = median(small_runs.iter().map(|r| r.pass_ms).collect());
         let large = median(big_runs.iter().map(|r| r.pass_ms).collect());
         row("sweep", "pass, 10k due + 10k terminal rows: ms", format!("{small:.0}"), String::new());
-        row("sweep", &format!("pass, 10k due + {big} terminal rows: ms"), format!("{large:.0}"),
-            format!("{:.2}× the small table (target ≤ 1.2×)", large / small));
+        row(
+            "sweep",
+            &format!("pass, 10k due + {big} terminal rows: ms"),
+            format!("{large:.0}"),
+            format!("{:.2}× the small table (target ≤ 1.2×)", large / small),
+        );
         report.insert("sweep".into(), json!({"small": small_runs, "large": big_runs}));
     }
 
@@ -181,15 +231,31 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
         let c = campaign::campaign(url, pages, per_page).await?;
         let rate = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{v:.0}"));
         let flat = |d: &campaign::Drain| d.flatness().map_or("n/a".to_string(), |f| format!("{f:.2}×"));
-        row("campaign", &format!("{} recipients, shadow, {pages} pages: s", pages * per_page), format!("{:.1}", c.seconds),
-            format!("end to end{}; target ≤ 60 s at 100,000", if c.finished { "" } else { ", NOT FINISHED" }));
-        row("campaign", "  children/s at 90% / 10% left", format!("{} / {}", rate(c.rate_at_90), rate(c.rate_at_10)),
-            format!("ratio {} (target within 1.5×)", flat(&c)));
+        row(
+            "campaign",
+            &format!("{} recipients, shadow, {pages} pages: s", pages * per_page),
+            format!("{:.1}", c.seconds),
+            format!("end to end{}; target ≤ 60 s at 100,000", if c.finished { "" } else { ", NOT FINISHED" }),
+        );
+        row(
+            "campaign",
+            "  children/s at 90% / 10% left",
+            format!("{} / {}", rate(c.rate_at_90), rate(c.rate_at_10)),
+            format!("ratio {} (target within 1.5×)", flat(&c)),
+        );
         let k = campaign::keyed(url, keyed_jobs).await?;
-        row("keyed", &format!("{keyed_jobs} noop behind one key (limit 10): s"), format!("{:.1}", k.seconds),
-            if k.finished { String::new() } else { "NOT FINISHED".into() });
-        row("keyed", "  jobs/s at 90% / 10% left", format!("{} / {}", rate(k.rate_at_90), rate(k.rate_at_10)),
-            format!("ratio {} (target within 1.5×)", flat(&k)));
+        row(
+            "keyed",
+            &format!("{keyed_jobs} noop behind one key (limit 10): s"),
+            format!("{:.1}", k.seconds),
+            if k.finished { String::new() } else { "NOT FINISHED".into() },
+        );
+        row(
+            "keyed",
+            "  jobs/s at 90% / 10% left",
+            format!("{} / {}", rate(k.rate_at_90), rate(k.rate_at_10)),
+            format!("ratio {} (target within 1.5×)", flat(&k)),
+        );
         report.insert("campaign".into(), json!({"campaign": c, "keyed": k}));
     }
 
@@ -203,8 +269,12 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
             }
             let rate = median(rs.iter().map(|r| r.jobs_per_sec).collect());
             let commits = median(rs.iter().map(|r| r.commits_per_job).collect());
-            row("lambda", &format!("executor handler, SQS batches of 10, {containers} containers"), format!("{rate:.0}"),
-                format!("jobs/s, one connection per container; {commits:.2} commits per job"));
+            row(
+                "lambda",
+                &format!("executor handler, SQS batches of 10, {containers} containers"),
+                format!("{rate:.0}"),
+                format!("jobs/s, one connection per container; {commits:.2} commits per job"),
+            );
             all.push(json!({"containers": containers, "median_jobs_per_sec": rate, "runs": rs}));
         }
         report.insert("lambda".into(), Value::Array(all));
@@ -213,7 +283,12 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
     if !probe_runs.is_empty() {
         // A second probe shows how far the disk drifted while the bench ran.
         let end = probe::run(url, secs).await?;
-        row("limit", "commits/s at the end, 1 / 16 clients", format!("{:.0} / {:.0}", end.commits_per_sec_1, end.commits_per_sec_16), "drift check".into());
+        row(
+            "limit",
+            "commits/s at the end, 1 / 16 clients",
+            format!("{:.0} / {:.0}", end.commits_per_sec_1, end.commits_per_sec_16),
+            "drift check".into(),
+        );
         report.insert("probe_end".into(), json!(end));
     }
     if let Some(dir) = opts.out.parent() {

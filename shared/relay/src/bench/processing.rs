@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::setup::{Lifecycle, Scratch, close_idle, db_counters, peak_rss_mib};
 use super::peer::Peer;
+use super::setup::{Lifecycle, Scratch, close_idle, db_counters, peak_rss_mib};
 use super::wal::{self, JobCost, Reading};
 use super::{Options, WORKER_CONCURRENCY, median, opt, row};
 use taskdeck::platform::Settings;
@@ -69,7 +69,6 @@ pub async fn run(base_url: &str, n: usize, w: usize, concurrency: usize) -> anyh
     Ok(result)
 }
 
-
 /// The processing section: each cell (jobs, W) `runs` times. With a peer, each Relay run is
 /// followed by a peer run of the same jobs (A B A B …); the cell's ratio is the median of the
 /// pairs' ratios, the figure of record (absolutes on a shared machine move ±30 % in minutes).
@@ -93,14 +92,22 @@ pub async fn section(url: &str, opts: &Options, peer: Option<&Peer>) -> anyhow::
             if let Some(p) = peer {
                 let theirs = median(ps.iter().map(|q| q.jobs_per_sec).collect());
                 let ratio = median(rs.iter().zip(&ps).map(|(r, q)| r.jobs_per_sec / q.jobs_per_sec).collect());
-                row("processing", &format!("  {} {n} noop: jobs/s", p.name), format!("{theirs:.0}"),
-                    format!("Relay ÷ peer {ratio:.2}× (median of {} pairs; target ≥ 1.5)", ps.len()));
+                row(
+                    "processing",
+                    &format!("  {} {n} noop: jobs/s", p.name),
+                    format!("{theirs:.0}"),
+                    format!("Relay ÷ peer {ratio:.2}× (median of {} pairs; target ≥ 1.5)", ps.len()),
+                );
                 cell["peer"] = json!({"name": p.name, "median_jobs_per_sec": theirs, "ratio": ratio, "runs": ps});
             }
             row("memory", &format!("  worker peak RSS MiB ({n}, W={w})"), format!("{rss:.1}"), "target ≤ 64".into());
             let l = rs[0].lifecycle;
-            row("cost", "  claim / complete statements per job", format!("{} / {}", opt(l.claim), opt(l.complete)),
-                format!("{:.3} commits/job", l.commits_per_job));
+            row(
+                "cost",
+                "  claim / complete statements per job",
+                format!("{} / {}", opt(l.claim), opt(l.complete)),
+                format!("{:.3} commits/job", l.commits_per_job),
+            );
             if w == 4 {
                 let theirs = peer.zip(ps.first()).map(|(p, q)| (p.name.as_str(), &q.cost));
                 for l in wal::lines(&format!("{n}, W=4, 1st run"), &rs[0].cost, theirs) {

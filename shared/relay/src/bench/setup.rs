@@ -9,8 +9,8 @@ use deadpool_postgres::Pool;
 use serde_json::json;
 use uuid::Uuid;
 
-use taskdeck::platform::{Platform, Settings};
 use taskdeck::job::terms::{CorrelationId, IdempotencyKey, Limits};
+use taskdeck::platform::{Platform, Settings};
 use taskdeck::store::jobs::{self, NewJob};
 use taskdeck::store::tenants;
 use taskdeck::store::tooling;

@@ -102,9 +102,13 @@ impl Writes {
         match bench::wal_records_between(db, before.wal, after.wal).await? {
             Some(records) => {
                 let leaf = ["Btree/INSERT_LEAF", "Btree/INSERT_POST", "Btree/SPLIT_L", "Btree/SPLIT_R"];
-                w.index_entries = records.iter().filter(|r| leaf.contains(&r.0.as_str())).map(|r| r.1 as f64).sum::<f64>() / n;
+                w.index_entries =
+                    records.iter().filter(|r| leaf.contains(&r.0.as_str())).map(|r| r.1 as f64).sum::<f64>() / n;
                 w.index_counted = true;
-                w.records = records.into_iter().map(|(kind, count, bytes)| (kind, count as f64 / n, bytes as f64 / n)).collect();
+                w.records = records
+                    .into_iter()
+                    .map(|(kind, count, bytes)| (kind, count as f64 / n, bytes as f64 / n))
+                    .collect();
                 w.records.sort_by(|a, b| b.2.total_cmp(&a.2));
             }
             None => w.index_entries = estimate,
@@ -140,14 +144,21 @@ pub struct JobCost {
 impl JobCost {
     /// The cost between three readings: before the jobs were loaded, after (the accept
     /// window), and after they were processed.
-    pub async fn between(db: &impl GenericClient, jobs: usize, r0: &Reading, r1: &Reading, r2: &Reading) -> anyhow::Result<JobCost> {
+    pub async fn between(
+        db: &impl GenericClient,
+        jobs: usize,
+        r0: &Reading,
+        r1: &Reading,
+        r2: &Reading,
+    ) -> anyhow::Result<JobCost> {
         let n = jobs.max(1) as f64;
         let phase = |i: usize| r2.statements.zip(r0.statements).map(|(a, b)| Wal::between(b.1[i], a.1[i], n));
         let other = r2.statements.zip(r0.statements).map(|(a, b)| {
             let all = Wal::between(b.0, a.0, n);
             let classed: Vec<Wal> = (0..3).map(|i| Wal::between(b.1[i], a.1[i], n)).collect();
             Wal {
-                bytes: all.bytes - classed.iter().map(|c| c.bytes).sum::<f64>() + ((r2.wal - r0.wal) as f64 / n - all.bytes),
+                bytes: all.bytes - classed.iter().map(|c| c.bytes).sum::<f64>()
+                    + ((r2.wal - r0.wal) as f64 / n - all.bytes),
                 records: all.records - classed.iter().map(|c| c.records).sum::<f64>(),
                 fpi: all.fpi - classed.iter().map(|c| c.fpi).sum::<f64>(),
             }
@@ -168,7 +179,8 @@ impl JobCost {
 /// The per-job cost table: rows accept / claim / complete / other / total, then the heap and
 /// index writes of each window; Relay in the value column, the peer (when it ran) in the note.
 pub fn lines(label: &str, relay: &JobCost, peer: Option<(&str, &JobCost)>) -> Vec<String> {
-    let mut out = vec![super::line("cost", &format!("per job ({label}): WAL (records)"), "Relay", peer.map_or("", |p| p.0))];
+    let mut out =
+        vec![super::line("cost", &format!("per job ({label}): WAL (records)"), "Relay", peer.map_or("", |p| p.0))];
     let mut both = |name: &str, f: &dyn Fn(&JobCost) -> String| {
         let note = peer.map_or(String::new(), |(p, c)| format!("{p}: {}", f(c)));
         out.push(super::line("cost", &format!("  {name}"), &f(relay), &note));

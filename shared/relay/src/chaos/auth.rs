@@ -34,7 +34,11 @@ fn near_miss(key: &str, rng: &mut impl Rng) -> String {
         3 => format!("ro_{}", &key[3..]),
         _ => {
             let i = chars.iter().position(|c| c.is_ascii_alphabetic() && *c != 'r' && *c != 'k').unwrap_or(3);
-            chars[i] = if chars[i].is_ascii_uppercase() { chars[i].to_ascii_lowercase() } else { chars[i].to_ascii_uppercase() };
+            chars[i] = if chars[i].is_ascii_uppercase() {
+                chars[i].to_ascii_lowercase()
+            } else {
+                chars[i].to_ascii_uppercase()
+            };
             chars.into_iter().collect()
         }
     }
@@ -46,7 +50,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let scratch = env.scratch(Settings::default()).await?;
     let (_, other_key) = tenants::create(&scratch.platform.pool.get().await?, "other").await?;
     let real = scratch.key.clone();
-    let (server, http) = harness::serve(&env.relay, &scratch.url, &[("RELAY_LOG", "debug".into())], &env.log("auth-serve")).await?;
+    let (server, http) =
+        harness::serve(&env.relay, &scratch.url, &[("RELAY_LOG", "debug".into())], &env.log("auth-serve")).await?;
     let (ok, _) = http.call("GET", "/v1/tasks", Some(&real), None, None).await?;
     report.check(ok == 200, format!("the real key answered {ok}"));
 
@@ -106,12 +111,18 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     report.fig("requests/s", results.len() as f64 / elapsed);
     report.fig("answers by status", &by_status);
     report.fig("median µs random / near-miss", format!("{m_random:.0} / {m_near:.0}"));
-    report.fig("p99 µs random / near-miss", format!("{:.0} / {:.0}", harness::percentile(&random, 0.99), harness::percentile(&nearly, 0.99)));
+    report.fig(
+        "p99 µs random / near-miss",
+        format!("{:.0} / {:.0}", harness::percentile(&random, 0.99), harness::percentile(&nearly, 0.99)),
+    );
     report.fig("median difference µs (near − random)", diff);
     report.fig("server log lines (debug)", log.lines().count());
     report.fig("log lines with a real key / a tried key", format!("{leaked_real} / {leaked_tried}"));
     report.check(not_401 == 0, format!("{not_401} keys were not answered 401 unauthorized"));
-    report.check(diff.abs() < NOISE_US || diff.abs() < NOISE_SHARE * m_random, format!("near-miss keys differ by {diff:.0} µs in median"));
+    report.check(
+        diff.abs() < NOISE_US || diff.abs() < NOISE_SHARE * m_random,
+        format!("near-miss keys differ by {diff:.0} µs in median"),
+    );
     report.check(leaked_real == 0 && leaked_tried == 0, "a key appeared in the server's log");
     drop(server);
     scratch.drop_schema(&env.url).await?;
@@ -122,12 +133,16 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
 /// log's base64url runs against a set of the keys' 16-character windows' first window.
 fn tried_keys_in(log: &str, keys: &[(bool, String)]) -> usize {
     const W: usize = 16;
-    let prefixes: std::collections::HashSet<&str> = keys.iter().filter(|(_, k)| k.len() >= 3 + W).map(|(_, k)| &k[3..3 + W]).collect();
+    let prefixes: std::collections::HashSet<&str> =
+        keys.iter().filter(|(_, k)| k.len() >= 3 + W).map(|(_, k)| &k[3..3 + W]).collect();
     log.lines()
         .filter(|line| {
-            line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
-                .filter(|t| t.len() >= W)
-                .any(|t| (0..=t.len() - W).any(|i| t.is_char_boundary(i) && t.is_char_boundary(i + W) && prefixes.contains(&t[i..i + W])))
+            line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_')).filter(|t| t.len() >= W).any(
+                |t| {
+                    (0..=t.len() - W)
+                        .any(|i| t.is_char_boundary(i) && t.is_char_boundary(i + W) && prefixes.contains(&t[i..i + W]))
+                },
+            )
         })
         .count()
 }

@@ -50,7 +50,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
             Fate::Never => json!({"within_seconds": 3, "on_overdue": "retry", "wait_attempts": 1}),
         };
         let body = json!({"task_type": "test.await", "params": params, "max_attempts": 3});
-        let (status, job) = http.call("POST", "/v1/jobs", Some(&scratch.key), Some(&format!("cmp-{i}")), Some(&body)).await?;
+        let (status, job) =
+            http.call("POST", "/v1/jobs", Some(&scratch.key), Some(&format!("cmp-{i}")), Some(&body)).await?;
         anyhow::ensure!(status == 202, "submit answered {status}: {job}");
         ids.push(job["id"].as_str().unwrap_or_default().parse::<JobId>()?);
     }
@@ -94,7 +95,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
                     let failed = ingress.handle(event).await.batch_item_failures.len();
                     return anyhow::Ok((fate, if failed == 0 { "ingress" } else { "ingress_failed" }.to_owned()));
                 }
-                let (status, body) = http.call("POST", &format!("/v1/jobs/{id}/complete"), Some(&key), None, Some(&completion)).await?;
+                let (status, body) =
+                    http.call("POST", &format!("/v1/jobs/{id}/complete"), Some(&key), None, Some(&completion)).await?;
                 let said = match (status, body["applied"].as_bool()) {
                     (200, Some(true)) => "applied".to_owned(),
                     (200, Some(false)) => "replayed".to_owned(),
@@ -123,12 +125,19 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let applied_waits = row("SELECT count(*) FROM completion_waits WHERE closed_by = 'completion'").await?;
     let overdue_waits = row("SELECT count(*) FROM completion_waits WHERE closed_by = 'overdue'").await?;
     let late_ms = row("SELECT coalesce(max(extract(epoch FROM closed_at - deadline) * 1000), 0)::bigint
-        FROM completion_waits WHERE closed_by = 'overdue'").await?;
+        FROM completion_waits WHERE closed_by = 'overdue'")
+    .await?;
     let exceptions = row("SELECT count(*) FROM exceptions WHERE kind = 'completion_overdue'").await?;
-    let retried = row("SELECT count(*) FROM jobs WHERE task_type = 'test.await' AND status = 'succeeded' AND attempt = 2").await?;
-    let wrong_results = row("SELECT count(*) FROM jobs WHERE task_type = 'test.await' AND status = 'succeeded' AND attempt = 1
-        AND result->'job' IS NULL").await?;
-    let replays_kept = row("SELECT count(*) FROM jobs WHERE task_type = 'provider.event' AND result->>'completion' = 'replayed'").await?;
+    let retried =
+        row("SELECT count(*) FROM jobs WHERE task_type = 'test.await' AND status = 'succeeded' AND attempt = 2")
+            .await?;
+    let wrong_results =
+        row("SELECT count(*) FROM jobs WHERE task_type = 'test.await' AND status = 'succeeded' AND attempt = 1
+        AND result->'job' IS NULL")
+        .await?;
+    let replays_kept =
+        row("SELECT count(*) FROM jobs WHERE task_type = 'provider.event' AND result->>'completion' = 'replayed'")
+            .await?;
     let count = |fate: Fate, said: &str| answers.iter().filter(|(f, s)| *f == fate && s == said).count();
     let quarter = (n / 4) as i64;
     let twice_applied = count(Fate::Twice, "applied") as i64;
@@ -136,7 +145,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     report.fig("jobs (a quarter each: twice, once, late, never)", n);
     report.fig("completion copies sent for the 'twice' jobs", copies_sent);
     report.fig("  of which through ingress", twice_via_ingress);
-    report.fig("  answered applied / replayed (API)", format!("{} / {}", twice_applied, count(Fate::Twice, "replayed")));
+    report
+        .fig("  answered applied / replayed (API)", format!("{} / {}", twice_applied, count(Fate::Twice, "replayed")));
     report.fig("  replays kept by ingress jobs", replays_kept);
     report.fig("late completions refused as overdue", count(Fate::Late, "completion_overdue"));
     report.fig("deadlines passed with no completion (swept)", overdue_waits);
@@ -149,7 +159,10 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     report.check(ended_twice == 0, format!("{ended_twice} job attempts ended twice"));
     report.check(applied_waits == 2 * quarter, format!("{applied_waits} waits completed, expected {}", 2 * quarter));
     report.check(count(Fate::Once, "applied") as i64 == quarter, "a single on-time completion did not apply");
-    report.check(count(Fate::Late, "completion_overdue") as i64 == quarter, "a late completion was not refused as overdue");
+    report.check(
+        count(Fate::Late, "completion_overdue") as i64 == quarter,
+        "a late completion was not refused as overdue",
+    );
     report.check(overdue_waits == 2 * quarter, format!("{overdue_waits} waits swept, expected {}", 2 * quarter));
     report.check(exceptions == quarter, format!("{exceptions} completion_overdue exceptions, expected {quarter}"));
     report.check(retried == quarter, format!("{retried} never-completed jobs retried to success, expected {quarter}"));

@@ -11,10 +11,10 @@ use tokio::sync::watch;
 
 use super::harness::{self, Relay};
 use super::{Env, Report};
-use taskdeck::api::REQUEST_TIMEOUT;
 use crate::pgcluster::{Durability, PrivateCluster};
-use taskdeck::platform::Settings;
+use taskdeck::api::REQUEST_TIMEOUT;
 use taskdeck::job::{JobId, JobStatus};
+use taskdeck::platform::Settings;
 use taskdeck::store::tooling::{bench, readouts};
 
 pub async fn run(env: &Env) -> anyhow::Result<Report> {
@@ -30,11 +30,28 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
 }
 
 async fn outage(env: &Env, cluster: &PrivateCluster, base: &str, report: &mut Report) -> anyhow::Result<()> {
-    let scratch = crate::bench::setup::Scratch::new(base, { let mut s = Settings::default(); s.test_tasks = true; s }).await?;
+    let scratch = crate::bench::setup::Scratch::new(base, {
+        let mut s = Settings::default();
+        s.test_tasks = true;
+        s
+    })
+    .await?;
     let url = scratch.url.clone();
     let lease = ["--lease-seconds", "3"];
-    let mut worker = Relay::spawn(&env.relay, &["worker", "--workers", "2", lease[0], lease[1]], &url, &[], &env.log("outage-worker"))?;
-    let mut sweeper = Relay::spawn(&env.relay, &["sweep", "--loop", "--sweep-interval-seconds", "1", lease[0], lease[1]], &url, &[], &env.log("outage-sweep"))?;
+    let mut worker = Relay::spawn(
+        &env.relay,
+        &["worker", "--workers", "2", lease[0], lease[1]],
+        &url,
+        &[],
+        &env.log("outage-worker"),
+    )?;
+    let mut sweeper = Relay::spawn(
+        &env.relay,
+        &["sweep", "--loop", "--sweep-interval-seconds", "1", lease[0], lease[1]],
+        &url,
+        &[],
+        &env.log("outage-sweep"),
+    )?;
     let (mut server, http) = harness::serve(&env.relay, &url, &[], &env.log("outage-serve")).await?;
     let pids = (worker.pid, sweeper.pid, server.pid);
 
@@ -59,7 +76,13 @@ async fn outage(env: &Env, cluster: &PrivateCluster, base: &str, report: &mut Re
                         Ok(Err(_)) => (0, json!(null)),
                         Err(_) => (1, json!(null)), // hung past the timeout
                     };
-                    out.push((started, took, status, v["id"].as_str().map(str::to_owned), v["error"]["code"].as_str().map(str::to_owned)));
+                    out.push((
+                        started,
+                        took,
+                        status,
+                        v["id"].as_str().map(str::to_owned),
+                        v["error"]["code"].as_str().map(str::to_owned),
+                    ));
                     i += 1;
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
@@ -88,7 +111,8 @@ async fn outage(env: &Env, cluster: &PrivateCluster, base: &str, report: &mut Re
     let finished = harness::wait_until(Duration::from_secs(90), || harness::all_terminal(&pool)).await;
     let finished_at = t0.elapsed().as_secs_f64();
 
-    let accepted: Vec<JobId> = answers.iter().filter(|a| a.2 == 202).filter_map(|a| a.3.as_deref()?.parse().ok()).collect();
+    let accepted: Vec<JobId> =
+        answers.iter().filter(|a| a.2 == 202).filter_map(|a| a.3.as_deref()?.parse().ok()).collect();
     let db = pool.get().await?;
     let jobs = readouts::jobs_among(&db, &accepted).await?;
     let present = jobs.len() as i64;
@@ -99,7 +123,8 @@ async fn outage(env: &Env, cluster: &PrivateCluster, base: &str, report: &mut Re
     let count = |s: u16| answers.iter().filter(|a| a.2 == s).count();
     let unavailable_json = answers.iter().filter(|a| a.2 == 503 && a.4.as_deref() == Some("unavailable")).count();
     let max_latency = answers.iter().map(|a| a.1).fold(0.0, f64::max);
-    let first_202_after = answers.iter().filter(|a| a.2 == 202 && a.0 >= up_at).map(|a| a.0 - up_at).fold(f64::INFINITY, f64::min);
+    let first_202_after =
+        answers.iter().filter(|a| a.2 == 202 && a.0 >= up_at).map(|a| a.0 - up_at).fold(f64::INFINITY, f64::min);
     let five_hundred = answers.iter().filter(|a| a.2 >= 500 && a.2 != 503).count();
     let other = answers.len() - count(202) - count(503);
     let alive = [worker.alive(), sweeper.alive(), server.alive()].iter().all(|a| *a);
@@ -120,7 +145,10 @@ async fn outage(env: &Env, cluster: &PrivateCluster, base: &str, report: &mut Re
     report.check(max_latency <= REQUEST_TIMEOUT.as_secs_f64() + 1.0, format!("an answer took {max_latency:.1} s"));
     report.check(count(503) > 0, "the outage was never seen (no 503)");
     report.check(present == accepted.len() as i64, format!("{} accepted jobs lost", accepted.len() as i64 - present));
-    report.check(finished && succeeded == accepted.len() as i64, format!("{} accepted jobs did not run", accepted.len() as i64 - succeeded));
+    report.check(
+        finished && succeeded == accepted.len() as i64,
+        format!("{} accepted jobs did not run", accepted.len() as i64 - succeeded),
+    );
     report.check(alive && same, "a process died or was restarted");
     drop(db);
     worker.kill9().await;

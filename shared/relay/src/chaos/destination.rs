@@ -40,18 +40,28 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         modes::set(&mut db, "shadow", false, "chaos", None).await?;
         modes::set(&mut db, "write:http", true, "chaos", None).await?;
         let base_url = format!("http://{addr}/api");
-        let d = destinations::NewDestination { name: "faulty", base_url: &base_url, auth_header: None, timeout_ms: TIMEOUT_MS, rate_per_second: 1000.0 };
+        let d = destinations::NewDestination {
+            name: "faulty",
+            base_url: &base_url,
+            auth_header: None,
+            timeout_ms: TIMEOUT_MS,
+            rate_per_second: 1000.0,
+        };
         destinations::put(&db, scratch.tenant.id, &d).await?;
     }
-    let admits = taskdeck::api::jobs::Admission { callback_allow: scratch.platform.settings.callback_allow.clone(),
-        max_timeout_seconds: scratch.platform.settings.max_timeout_seconds };
+    let admits = taskdeck::api::jobs::Admission {
+        callback_allow: scratch.platform.settings.callback_allow.clone(),
+        max_timeout_seconds: scratch.platform.settings.max_timeout_seconds,
+    };
     let mut jobs = Vec::new();
     for kind in KINDS {
         for i in 0..per_kind {
             let req: taskdeck::api::jobs::JobRequest = serde_json::from_value(json!({"task_type": "http.request",
                 "params": {"destination": "faulty", "method": "POST", "path": "/v1/orders", "body": {"n": i}}}))?;
             let key = taskdeck::job::terms::IdempotencyKey::parse(&format!("{kind}-{i}"))?;
-            let new = req.into_new_job(key, &scratch.platform.catalogue, &admits, chrono::Utc::now()).map_err(|e| anyhow::anyhow!(e.message))?;
+            let new = req
+                .into_new_job(key, &scratch.platform.catalogue, &admits, chrono::Utc::now())
+                .map_err(|e| anyhow::anyhow!(e.message))?;
             jobs.push((kind, format!("{kind}-{i}"), new.id));
             scratch.platform.intake.enqueue(scratch.tenant.id, vec![new]).await.map_err(|e| anyhow::anyhow!("{e}"))?;
         }
@@ -81,12 +91,18 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         };
         report.check(n == want_calls, format!("{key}: {n} calls, expected {want_calls}"));
         report.check(status == want_status, format!("{key}: {status}, expected {want_status}"));
-        report.check(ambiguous == want_ambiguous, format!("{key}: {ambiguous} ambiguous exceptions, expected {want_ambiguous}"));
+        report.check(
+            ambiguous == want_ambiguous,
+            format!("{key}: {ambiguous} ambiguous exceptions, expected {want_ambiguous}"),
+        );
     }
     let known: Vec<&String> = jobs.iter().map(|j| &j.1).collect();
     let strangers = calls.lock().unwrap().keys().filter(|k| !known.contains(k)).count();
     for (kind, (n, succeeded, ambiguous)) in &by_kind {
-        report.fig(&format!("{kind}: jobs / calls received / succeeded / ambiguous exceptions"), format!("{per_kind} / {n} / {succeeded} / {ambiguous}"));
+        report.fig(
+            &format!("{kind}: jobs / calls received / succeeded / ambiguous exceptions"),
+            format!("{per_kind} / {n} / {succeeded} / {ambiguous}"),
+        );
     }
     report.fig("faults injected: slow answers (after the timeout)", by_kind.get("slow").map_or(0, |k| k.0));
     report.fig("faults injected: answers cut mid-body", by_kind.get("cut").map_or(0, |k| k.0));
@@ -123,7 +139,9 @@ async fn receiver() -> anyhow::Result<(std::net::SocketAddr, Calls)> {
                         ok
                     }
                     "cut" => "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"id\":",
-                    "flaky" if n == 1 => "HTTP/1.1 503 Busy\r\nretry-after: 1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                    "flaky" if n == 1 => {
+                        "HTTP/1.1 503 Busy\r\nretry-after: 1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    }
                     _ => ok,
                 };
                 let _ = sock.write_all(answer.as_bytes()).await;

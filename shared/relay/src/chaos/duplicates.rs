@@ -16,11 +16,11 @@ use tokio::sync::{mpsc, watch};
 
 use super::harness::{self, Fate, Faulty};
 use super::{Env, Report};
+use taskdeck::job::terms::{IdempotencyKey, Limits};
 use taskdeck::job::{Dispatch, JobId, JobStatus};
 use taskdeck::platform::Settings;
-use taskdeck::job::terms::{IdempotencyKey, Limits};
-use taskdeck::store::jobs::NewJob;
 use taskdeck::store::effects;
+use taskdeck::store::jobs::NewJob;
 use taskdeck::store::tooling::readouts;
 use taskdeck::transport::sqs::SqsTransport;
 use taskdeck::transport::{Transport, TransportError};
@@ -70,7 +70,13 @@ async fn one(env: &Env, transport: &str, n: usize, report: &mut Report) -> anyho
         scratch.platform = scratch.platform.clone().with_transport(faulty.clone());
         for _ in 0..4 {
             let exec = scratch.platform.executor();
-            consumers.push(tokio::spawn(harness::consume_sqs(exec, client.clone(), url.clone(), received.clone(), stop.clone())));
+            consumers.push(tokio::spawn(harness::consume_sqs(
+                exec,
+                client.clone(),
+                url.clone(),
+                received.clone(),
+                stop.clone(),
+            )));
         }
     } else {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -125,7 +131,11 @@ async fn one(env: &Env, transport: &str, n: usize, report: &mut Report) -> anyho
             .map(|i| NewJob {
                 run_at: now,
                 limits: Limits::fixed(5, 60),
-                ..NewJob::new("test.effect", json!({}), IdempotencyKey::parse(&format!("dup-{i}")).expect("a valid key"))
+                ..NewJob::new(
+                    "test.effect",
+                    json!({}),
+                    IdempotencyKey::parse(&format!("dup-{i}")).expect("a valid key"),
+                )
             })
             .collect();
         scratch.platform.intake.enqueue(scratch.tenant.id, jobs).await.map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -156,7 +166,8 @@ async fn one(env: &Env, transport: &str, n: usize, report: &mut Report) -> anyho
     }
     let observed = observed();
     let db = pool.get().await?;
-    let jobs: HashMap<JobId, (JobStatus, i32)> = readouts::jobs(&db).await?.into_iter().map(|j| (j.id, (j.status, j.attempt))).collect();
+    let jobs: HashMap<JobId, (JobStatus, i32)> =
+        readouts::jobs(&db).await?.into_iter().map(|j| (j.id, (j.status, j.attempt))).collect();
     // The effects ledger: (job, attempt) of every effect that really happened.
     let mut effects: HashMap<JobId, Vec<i32>> = HashMap::new();
     for (job, attempt) in effects::all(&db).await? {
@@ -169,7 +180,8 @@ async fn one(env: &Env, transport: &str, n: usize, report: &mut Report) -> anyho
     let multi: Vec<&JobId> = observed.iter().filter(|(_, k)| **k > 1).map(|(id, _)| id).collect();
     let most = observed.values().copied().max().unwrap_or(0);
     // Each job's copies all reached the executor.
-    let short = jobs.keys().filter(|id| observed.get(*id).copied().unwrap_or(0) != sent.get(*id).copied().unwrap_or(0)).count();
+    let short =
+        jobs.keys().filter(|id| observed.get(*id).copied().unwrap_or(0) != sent.get(*id).copied().unwrap_or(0)).count();
     // Each job performed its effect exactly once, in attempt 1.
     let one_effect = |id: &JobId| effects.get(id).is_some_and(|e| e == &[1]);
     let not_once = jobs.keys().filter(|id| !one_effect(id)).count();
@@ -177,12 +189,24 @@ async fn one(env: &Env, transport: &str, n: usize, report: &mut Report) -> anyho
     let effect_rows: usize = effects.values().map(Vec::len).sum();
     let extra_effects = effect_rows.saturating_sub(effects.len());
     report.fig(&format!("{transport}: jobs"), jobs.len());
-    report.fig(&format!("{transport}: copies sent (of which duplicates)"), format!("{copies} ({})", copies.saturating_sub(sent.len())));
-    report.fig(&format!("{transport}: deliveries observed at the executor (of which duplicates)"), format!("{deliveries} ({duplicates_seen})"));
+    report.fig(
+        &format!("{transport}: copies sent (of which duplicates)"),
+        format!("{copies} ({})", copies.saturating_sub(sent.len())),
+    );
+    report.fig(
+        &format!("{transport}: deliveries observed at the executor (of which duplicates)"),
+        format!("{deliveries} ({duplicates_seen})"),
+    );
     report.fig(&format!("{transport}: duplicate deliveries observed"), duplicates_seen);
-    report.fig(&format!("{transport}: jobs delivered 2+ times / most deliveries of one job"), format!("{} / {most}", multi.len()));
+    report.fig(
+        &format!("{transport}: jobs delivered 2+ times / most deliveries of one job"),
+        format!("{} / {most}", multi.len()),
+    );
     report.fig(&format!("{transport}: jobs whose observed deliveries differ from copies sent"), short);
-    report.fig(&format!("{transport}: effects (ledger rows) / effects beyond one per job"), format!("{effect_rows} / {extra_effects}"));
+    report.fig(
+        &format!("{transport}: effects (ledger rows) / effects beyond one per job"),
+        format!("{effect_rows} / {extra_effects}"),
+    );
     report.fig(&format!("{transport}: jobs delivered 2+ times with exactly one effect"), multi_once);
     report.fig(&format!("{transport}: claims (attempts)"), claims);
     report.check(finished && succeeded == n, format!("{transport}: {succeeded} of {n} jobs succeeded"));

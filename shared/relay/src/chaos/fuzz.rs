@@ -36,22 +36,33 @@ def before_call(ctx, case, kwargs):
 
 /// Path parameter values (already percent-encoded) no route may answer with a 5xx or non-JSON.
 const HOSTILE: [&str; 10] = [
-    "%00", "a%00b%40example.com", "%FF", "%C3%28", "..%2F..%2Fetc%2Fpasswd", "%25", "%E2%80%AE", "-1",
-    "00000000-0000-0000-0000-000000000000", "%20",
+    "%00",
+    "a%00b%40example.com",
+    "%FF",
+    "%C3%28",
+    "..%2F..%2Fetc%2Fpasswd",
+    "%25",
+    "%E2%80%AE",
+    "-1",
+    "00000000-0000-0000-0000-000000000000",
+    "%20",
 ];
 
 pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let mut report = Report::new("fuzz", env.scale);
     let examples = env.n(1000, 20);
     let tmp = env.tmp.clone();
-    let venv = tokio::task::spawn_blocking(move || crate::localaws::venv(&tmp.join("schemathesis-venv"), &["schemathesis>=4,<5"]))
-        .await??;
+    let venv = tokio::task::spawn_blocking(move || {
+        crate::localaws::venv(&tmp.join("schemathesis-venv"), &["schemathesis>=4,<5"])
+    })
+    .await??;
     let scratch = env.scratch(Settings::default()).await?;
     let (operator_key, status_key) = {
         let db = scratch.platform.pool.get().await?;
         (operators::create(&db, "fuzz").await?.1, status_keys::create(&db, "fuzz").await?.1)
     };
-    let (server, http) = harness::serve(&env.relay, &scratch.url, &[("RELAY_LOG", "error".into())], &env.log("fuzz-serve")).await?;
+    let (server, http) =
+        harness::serve(&env.relay, &scratch.url, &[("RELAY_LOG", "error".into())], &env.log("fuzz-serve")).await?;
     let runs = [
         ("tenant", scratch.key.as_str(), "^/v1/(jobs|tasks|messages|templates|suppressions|sending-role|callbacks)"),
         ("operator", operator_key.as_str(), "^/v1/admin"),
@@ -76,7 +87,16 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let cases = text.lines().find(|l| l.contains(" generated,")).unwrap_or("").trim().to_owned();
         let operations = text.lines().find(|l| l.trim_start().starts_with("Tested:")).unwrap_or("").trim().to_owned();
-        let failures: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("❌ ") && !l.contains("Coverage") && !l.contains("Fuzzing") && !l.contains("Stateful") && !l.contains("Examples")).collect();
+        let failures: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                l.trim_start().starts_with("❌ ")
+                    && !l.contains("Coverage")
+                    && !l.contains("Fuzzing")
+                    && !l.contains("Stateful")
+                    && !l.contains("Examples")
+            })
+            .collect();
         let failed = !out.status.success();
         report.fig(&format!("{who} key ({paths}): operations"), operations);
         report.fig(&format!("{who} key: test cases"), cases);
@@ -94,7 +114,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     report.fig("hostile probes answered 5xx or without a JSON error", bad.clone());
     report.check(bad.is_empty(), format!("{} hostile path probes were not a JSON 4xx: {bad:?}", bad.len()));
     report.fig("runs with failures", total_failures);
-    let server_errors = server.log_text().matches("relay.api.internal").count() + server.log_text().matches("relay.api.panic").count();
+    let server_errors =
+        server.log_text().matches("relay.api.internal").count() + server.log_text().matches("relay.api.panic").count();
     report.fig("server: internal errors / panics logged", server_errors);
     report.check(server_errors == 0, format!("the server logged {server_errors} internal errors"));
     drop(server);
@@ -104,7 +125,11 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
 
 /// Call every operation with a path parameter with each `HOSTILE` value in every parameter;
 /// returns how many calls were made and those not answered with a JSON 4xx (or a 2xx).
-async fn hostile_paths(http: &harness::Http, tenant_key: &str, operator_key: &str) -> anyhow::Result<(usize, Vec<String>)> {
+async fn hostile_paths(
+    http: &harness::Http,
+    tenant_key: &str,
+    operator_key: &str,
+) -> anyhow::Result<(usize, Vec<String>)> {
     let (_, doc) = http.call("GET", "/v1/openapi.json", None, None, None).await?;
     let mut calls = 0;
     let mut bad = Vec::new();
@@ -115,11 +140,16 @@ async fn hostile_paths(http: &harness::Http, tenant_key: &str, operator_key: &st
                 let path = fill(template, value);
                 let body = matches!(method.as_str(), "put" | "post" | "patch").then(|| serde_json::json!({}));
                 let idem = format!("fuzz-probe-{calls}");
-                let (status, answer) = http.call(&method.to_uppercase(), &path, Some(key), Some(&idem), body.as_ref()).await?;
+                let (status, answer) =
+                    http.call(&method.to_uppercase(), &path, Some(key), Some(&idem), body.as_ref()).await?;
                 calls += 1;
                 let json_error = answer["error"]["code"].is_string();
                 if status >= 500 || (status >= 400 && !json_error) {
-                    bad.push(format!("{} {path}: {status} {}", method.to_uppercase(), answer.to_string().chars().take(120).collect::<String>()));
+                    bad.push(format!(
+                        "{} {path}: {status} {}",
+                        method.to_uppercase(),
+                        answer.to_string().chars().take(120).collect::<String>()
+                    ));
                 }
             }
         }

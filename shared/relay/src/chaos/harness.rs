@@ -20,9 +20,9 @@ use tokio::sync::watch;
 
 use taskdeck::executor::Executor;
 use taskdeck::job::{Dispatch, JobId};
+use taskdeck::store::tooling::readouts;
 use taskdeck::transport::sqs::SqsTransport;
 use taskdeck::transport::{Transport, TransportError};
-use taskdeck::store::tooling::readouts;
 
 /// A `relay` child process (killed when dropped), its stderr in a log file.
 pub struct Relay {
@@ -32,7 +32,13 @@ pub struct Relay {
 }
 
 impl Relay {
-    pub fn spawn(relay_bin: &Path, args: &[&str], database_url: &str, vars: &[(&str, String)], log: &Path) -> anyhow::Result<Relay> {
+    pub fn spawn(
+        relay_bin: &Path,
+        args: &[&str],
+        database_url: &str,
+        vars: &[(&str, String)],
+        log: &Path,
+    ) -> anyhow::Result<Relay> {
         let file = std::fs::File::create(log)?;
         let mut cmd = tokio::process::Command::new(relay_bin);
         cmd.args(args)
@@ -87,12 +93,20 @@ pub struct Http {
 
 impl Http {
     pub fn new(base: impl Into<String>) -> Http {
-        let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).pool_max_idle_per_host(256).build_http();
+        let client =
+            hyper_util::client::legacy::Client::builder(TokioExecutor::new()).pool_max_idle_per_host(256).build_http();
         Http { base: base.into(), client }
     }
 
     /// One call; returns the status and the body (JSON, or the text as a string).
-    pub async fn call(&self, method: &str, path: &str, key: Option<&str>, idem: Option<&str>, body: Option<&Value>) -> anyhow::Result<(u16, Value)> {
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        idem: Option<&str>,
+        body: Option<&Value>,
+    ) -> anyhow::Result<(u16, Value)> {
         let mut req = hyper::Request::builder().method(method).uri(format!("{}{path}", self.base));
         if let Some(k) = key {
             req = req.header("authorization", format!("Bearer {k}"));
@@ -108,7 +122,8 @@ impl Http {
         let status = res.status().as_u16();
         let retry_after = res.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_owned);
         let bytes = res.into_body().collect().await?.to_bytes();
-        let mut value = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        let mut value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
         if let (Some(ra), Value::Object(map)) = (retry_after, &mut value) {
             map.insert("__retry_after".into(), ra.into());
         }
@@ -128,7 +143,12 @@ impl Http {
 }
 
 /// `relay serve` on a free port against `database_url`, ready to answer.
-pub async fn serve(relay_bin: &Path, database_url: &str, vars: &[(&str, String)], log: &Path) -> anyhow::Result<(Relay, Http)> {
+pub async fn serve(
+    relay_bin: &Path,
+    database_url: &str,
+    vars: &[(&str, String)],
+    log: &Path,
+) -> anyhow::Result<(Relay, Http)> {
     let addr = format!("127.0.0.1:{}", free_port()?);
     let relay = Relay::spawn(relay_bin, &["serve", "--addr", &addr], database_url, vars, log)?;
     let http = Http::new(format!("http://{addr}"));
@@ -195,7 +215,11 @@ impl Transport for Faulty {
             let fates: Vec<Fate> = jobs
                 .iter()
                 .map(|_| {
-                    if Self::due(&mut credit.1, self.drop) { Fate::Dropped } else { Fate::Sent(rng.random_range(self.dup.0..=self.dup.1)) }
+                    if Self::due(&mut credit.1, self.drop) {
+                        Fate::Dropped
+                    } else {
+                        Fate::Sent(rng.random_range(self.dup.0..=self.dup.1))
+                    }
                 })
                 .collect();
             (fails, fates)
@@ -208,8 +232,12 @@ impl Transport for Faulty {
         let most = fates.iter().map(|f| if let Fate::Sent(k) = f { *k } else { 0 }).max().unwrap_or(0);
         let mut result = Ok(());
         for round in 0..most {
-            let batch: Vec<Dispatch> =
-                jobs.iter().zip(&fates).filter(|(_, f)| matches!(f, Fate::Sent(k) if *k > round)).map(|(d, _)| *d).collect();
+            let batch: Vec<Dispatch> = jobs
+                .iter()
+                .zip(&fates)
+                .filter(|(_, f)| matches!(f, Fate::Sent(k) if *k > round))
+                .map(|(d, _)| *d)
+                .collect();
             if let Err(e) = self.inner.dispatch(&batch).await {
                 result = Err(e);
             }
@@ -217,7 +245,9 @@ impl Transport for Faulty {
         // A job the real transport did not send failed; the others went out as planned.
         let unsent: &[JobId] = result.as_ref().err().map_or(&[], |e: &TransportError| &e.unsent);
         let mut log = self.log.lock().expect("log lock");
-        log.extend(jobs.iter().zip(fates).map(|(d, f)| (d.id, now, if unsent.contains(&d.id) { Fate::Failed } else { f })));
+        log.extend(
+            jobs.iter().zip(fates).map(|(d, f)| (d.id, now, if unsent.contains(&d.id) { Fate::Failed } else { f })),
+        );
         result
     }
 }
@@ -229,7 +259,13 @@ pub fn sqs_client(endpoint: &str) -> Client {
         .behavior_version(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new("us-east-1"))
         .endpoint_url(endpoint)
-        .credentials_provider(SharedCredentialsProvider::new(Credentials::new("testing", "testing", None, None, "relay-chaos")))
+        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+            "testing",
+            "testing",
+            None,
+            None,
+            "relay-chaos",
+        )))
         .build();
     SqsTransport::client(&sdk)
 }
@@ -237,7 +273,12 @@ pub fn sqs_client(endpoint: &str) -> Client {
 /// A queue of its own; returns its URL.
 pub async fn new_queue(client: &Client, prefix: &str) -> anyhow::Result<String> {
     let name = format!("{prefix}-{}", uuid::Uuid::now_v7().simple());
-    let out = client.create_queue().queue_name(&name).send().await.map_err(|e| anyhow::anyhow!("{}", aws_sdk_sqs::error::DisplayErrorContext(e)))?;
+    let out = client
+        .create_queue()
+        .queue_name(&name)
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", aws_sdk_sqs::error::DisplayErrorContext(e)))?;
     out.queue_url.ok_or_else(|| anyhow::anyhow!("no queue url"))
 }
 
@@ -270,7 +311,12 @@ pub async fn receive_event(client: &Client, url: &str, wait_secs: i32) -> anyhow
 
 /// Delete every record the handler did not return as failed, in one `DeleteMessageBatch` (what
 /// the event source mapping does).
-pub async fn delete_acknowledged(client: &Client, url: &str, event: &SqsEvent, failed: &[String]) -> anyhow::Result<()> {
+pub async fn delete_acknowledged(
+    client: &Client,
+    url: &str,
+    event: &SqsEvent,
+    failed: &[String],
+) -> anyhow::Result<()> {
     let entries: Vec<_> = event
         .records
         .iter()
@@ -278,7 +324,11 @@ pub async fn delete_acknowledged(client: &Client, url: &str, event: &SqsEvent, f
         .filter_map(|r| r.receipt_handle.clone())
         .enumerate()
         .filter_map(|(i, handle)| {
-            aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder().id(i.to_string()).receipt_handle(handle).build().ok()
+            aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
+                .id(i.to_string())
+                .receipt_handle(handle)
+                .build()
+                .ok()
         })
         .collect();
     if !entries.is_empty() {
@@ -318,7 +368,11 @@ impl Received {
     fn add(&self, event: &SqsEvent) {
         let mut seen = self.0.lock().expect("received lock");
         for r in &event.records {
-            let job = r.body.as_deref().and_then(|b| serde_json::from_str::<taskdeck::transport::sqs::WorkMessage>(b).ok()).map(|m| m.job_id);
+            let job = r
+                .body
+                .as_deref()
+                .and_then(|b| serde_json::from_str::<taskdeck::transport::sqs::WorkMessage>(b).ok())
+                .map(|m| m.job_id);
             if let Some(id) = r.message_id.clone() {
                 seen.entry(id).or_insert(job);
             }
@@ -328,7 +382,13 @@ impl Received {
 
 /// Feed the executor function's handler from an SQS queue until `stop`, counting the distinct
 /// messages received.
-pub async fn consume_sqs(exec: Executor, client: Client, url: String, received: Arc<Received>, mut stop: watch::Receiver<bool>) {
+pub async fn consume_sqs(
+    exec: Executor,
+    client: Client,
+    url: String,
+    received: Arc<Received>,
+    mut stop: watch::Receiver<bool>,
+) {
     while !*stop.borrow() {
         let event = tokio::select! {
             e = receive_event(&client, &url, 1) => e,
@@ -364,7 +424,9 @@ pub fn sorted(mut xs: Vec<f64>) -> Vec<f64> {
 }
 
 /// Counts of jobs by status in the scratch schema.
-pub async fn status_counts(db: &impl taskdeck::store::GenericClient) -> anyhow::Result<std::collections::BTreeMap<String, i64>> {
+pub async fn status_counts(
+    db: &impl taskdeck::store::GenericClient,
+) -> anyhow::Result<std::collections::BTreeMap<String, i64>> {
     Ok(readouts::status_counts(db).await?)
 }
 
@@ -430,7 +492,10 @@ impl Proxy {
 
 /// Serve the API router of a platform in this process on a free port (for scenarios whose
 /// transport `relay serve` cannot take, like SQS through a proxy).
-pub async fn serve_in_process(platform: &taskdeck::platform::Platform, stop: watch::Receiver<bool>) -> anyhow::Result<Http> {
+pub async fn serve_in_process(
+    platform: &taskdeck::platform::Platform,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<Http> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let http = Http::new(format!("http://{}", listener.local_addr()?));
     let router = taskdeck::api::router(platform.app_state());

@@ -37,7 +37,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         tenant_ids.push(tenant.id);
         tenant_keys.push(key);
     }
-    let (_server, http) = harness::serve(&env.relay, &scratch.url, &[("RELAY_POOL_SIZE", "32".into())], &env.log("idem-serve")).await?;
+    let (_server, http) =
+        harness::serve(&env.relay, &scratch.url, &[("RELAY_POOL_SIZE", "32".into())], &env.log("idem-serve")).await?;
     let http = Arc::new(http);
     let tenant_keys = Arc::new(tenant_keys);
     let mut answers: Vec<Answer> = Vec::new();
@@ -56,7 +57,9 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
                     // The same body for the same key in every tenant; every fifth replay differs.
                     let echo = if r % 5 == 4 { format!("other-{r}") } else { format!("k{k}") };
                     let body = json!({"task_type": "noop", "params": {"echo": echo}});
-                    let (status, v) = http.call("POST", "/v1/jobs", Some(&tenant_keys[t]), Some(&format!("idem-{k}")), Some(&body)).await?;
+                    let (status, v) = http
+                        .call("POST", "/v1/jobs", Some(&tenant_keys[t]), Some(&format!("idem-{k}")), Some(&body))
+                        .await?;
                     let id = v["id"].as_str().or(v["error"]["job_id"].as_str()).map(str::to_owned);
                     anyhow::Ok((t, k, body["params"].clone(), status, id))
                 })
@@ -80,7 +83,10 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         rows.entry((t, k)).or_default().push((id.to_string(), params));
     }
     let pairs = TENANTS * keys;
-    let one_each = (0..TENANTS).flat_map(|t| (0..keys).map(move |k| (t, k))).filter(|p| rows.get(p).is_some_and(|v| v.len() == 1)).count();
+    let one_each = (0..TENANTS)
+        .flat_map(|t| (0..keys).map(move |k| (t, k)))
+        .filter(|p| rows.get(p).is_some_and(|v| v.len() == 1))
+        .count();
     let mut by_status: BTreeMap<u16, usize> = BTreeMap::new();
     let mut created: HashMap<(usize, usize), Vec<&Value>> = HashMap::new();
     let (mut wrong_job, mut foreign, mut wrong_verdict, mut mismatched, mut refused) = (0, 0, 0, 0, 0);
@@ -112,7 +118,9 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     // The stored body is the body of the one request answered 202.
     let creator_stored = created
         .iter()
-        .filter(|(p, bodies)| bodies.len() == 1 && rows.get(p).and_then(|v| v.first()).is_some_and(|(_, stored)| stored == bodies[0]))
+        .filter(|(p, bodies)| {
+            bodies.len() == 1 && rows.get(p).and_then(|v| v.first()).is_some_and(|(_, stored)| stored == bodies[0])
+        })
         .count();
     let split = named.values().filter(|ids| ids.len() > 1).count();
     let five_xx: usize = by_status.iter().filter(|(s, _)| **s >= 500).map(|(_, n)| n).sum();
@@ -128,11 +136,23 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     report.fig("answers not naming the pair's job", wrong_job);
     report.fig("requests differing from the stored body / refused 422", format!("{mismatched} / {refused}"));
     report.fig("answers whose verdict disagrees with the stored body", wrong_verdict);
-    report.check(jobs == pairs && one_each == pairs, format!("{jobs} jobs, {one_each} of {pairs} (tenant, key) pairs with exactly one"));
-    report.check(one_202 == pairs && creator_stored == pairs, format!("{one_202} of {pairs} pairs answered 202 once, {creator_stored} hold that request's body"));
-    report.check(split == 0 && wrong_job == 0, format!("{split} pairs answered with several job ids, {wrong_job} answers not naming the pair's job"));
+    report.check(
+        jobs == pairs && one_each == pairs,
+        format!("{jobs} jobs, {one_each} of {pairs} (tenant, key) pairs with exactly one"),
+    );
+    report.check(
+        one_202 == pairs && creator_stored == pairs,
+        format!("{one_202} of {pairs} pairs answered 202 once, {creator_stored} hold that request's body"),
+    );
+    report.check(
+        split == 0 && wrong_job == 0,
+        format!("{split} pairs answered with several job ids, {wrong_job} answers not naming the pair's job"),
+    );
     report.check(foreign == 0, format!("{foreign} answers named another tenant's job"));
-    report.check(mismatched > 0 && wrong_verdict == 0, format!("{wrong_verdict} answers contradict the stored body (422 iff it differs)"));
+    report.check(
+        mismatched > 0 && wrong_verdict == 0,
+        format!("{wrong_verdict} answers contradict the stored body (422 iff it differs)"),
+    );
     report.check(five_xx == 0, format!("{five_xx} answers were 5xx"));
     drop(db);
     scratch.drop_schema(&env.url).await?;

@@ -27,12 +27,15 @@ use taskdeck::store::tooling::readouts;
 fn normalise(v: &Value, ident: &str) -> Value {
     let timeless = |k: &str, x: &Value| {
         k.ends_with("_at")
-            || (k == "resume_cursor" && x.as_str().and_then(taskdeck::api::cursor::decode).is_some_and(|(_, id)| id.is_nil()))
+            || (k == "resume_cursor"
+                && x.as_str().and_then(taskdeck::api::cursor::decode).is_some_and(|(_, id)| id.is_nil()))
     };
     match v {
         Value::String(s) => Value::String(s.replace(ident, "<ident>")),
         Value::Array(xs) => Value::Array(xs.iter().map(|x| normalise(x, ident)).collect()),
-        Value::Object(m) => Value::Object(m.iter().filter(|(k, x)| !timeless(k, x)).map(|(k, x)| (k.clone(), normalise(x, ident))).collect()),
+        Value::Object(m) => Value::Object(
+            m.iter().filter(|(k, x)| !timeless(k, x)).map(|(k, x)| (k.clone(), normalise(x, ident))).collect(),
+        ),
         v => v.clone(),
     }
 }
@@ -53,9 +56,16 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let scratch = env.scratch(Settings::default()).await?;
     let a_tenant = scratch.tenant.id;
     let (b_tenant, b_key) = tenants::create(&scratch.platform.pool.get().await?, "other").await?;
-    taskdeck::store::sending_identities::set(&mut scratch.platform.pool.get().await?, a_tenant, &["chaos.example".into()]).await?;
+    taskdeck::store::sending_identities::set(
+        &mut scratch.platform.pool.get().await?,
+        a_tenant,
+        &["chaos.example".into()],
+    )
+    .await?;
     let a_key = scratch.key.clone();
-    let (_server, http) = harness::serve(&env.relay, &scratch.url, &[("RELAY_POOL_SIZE", "2".into())], &env.log("isolation-serve")).await?;
+    let (_server, http) =
+        harness::serve(&env.relay, &scratch.url, &[("RELAY_POOL_SIZE", "2".into())], &env.log("isolation-serve"))
+            .await?;
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let workers = scratch.platform.spawn_workers(1, &stop);
 
@@ -78,14 +88,27 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         a_corrs.push(format!("a-mail-{i}"));
     }
     // A paged campaign, held until its pages arrive.
-    let campaign = submit(&http, &a_key, "a-campaign", &json!({"task_type": "email.campaign",
-        "params": {"message": {"from": "noreply@chaos.example", "subject": "A's campaign", "text": "x"}, "pages": 2}})).await?;
+    let campaign = submit(
+        &http,
+        &a_key,
+        "a-campaign",
+        &json!({"task_type": "email.campaign",
+        "params": {"message": {"from": "noreply@chaos.example", "subject": "A's campaign", "text": "x"}, "pages": 2}}),
+    )
+    .await?;
     let mut templates = Vec::new();
     let mut addresses = Vec::new();
     for i in 0..env.n(10, 3) {
         let name = format!("a-tpl-{i}");
-        let (status, body) = http.call("PUT", &format!("/v1/templates/{name}"), Some(&a_key), None,
-            Some(&json!({"subject": format!("A's subject {i}"), "text": "A's text"}))).await?;
+        let (status, body) = http
+            .call(
+                "PUT",
+                &format!("/v1/templates/{name}"),
+                Some(&a_key),
+                None,
+                Some(&json!({"subject": format!("A's subject {i}"), "text": "A's text"})),
+            )
+            .await?;
         anyhow::ensure!(status == 200, "A's template answered {status}: {body}");
         templates.push(name);
         let address = format!("a-sup-{i}@victim.example");
@@ -105,7 +128,9 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let mut messages = Vec::new();
     for job in &mail_jobs {
         let (_, list) = http.call("GET", &format!("/v1/messages?job_id={job}"), Some(&a_key), None, None).await?;
-        messages.extend(list["messages"].as_array().into_iter().flatten().filter_map(|m| m["id"].as_str().map(str::to_owned)));
+        messages.extend(
+            list["messages"].as_array().into_iter().flatten().filter_map(|m| m["id"].as_str().map(str::to_owned)),
+        );
     }
     anyhow::ensure!(messages.len() == m, "A sees {} of its {m} messages", messages.len());
     let db = scratch.platform.pool.get().await?;
@@ -123,7 +148,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         probe("PUT", "/v1/jobs/{}/recipients/0", Some(page)),
         probe("GET", "/v1/messages?job_id={}", None),
     ];
-    let by_corr = [probe("GET", "/v1/jobs?correlation_id={}", None), probe("GET", "/v1/messages?correlation_id={}", None)];
+    let by_corr =
+        [probe("GET", "/v1/jobs?correlation_id={}", None), probe("GET", "/v1/messages?correlation_id={}", None)];
     let by_message = [probe("GET", "/v1/messages/{}", None)];
     let b_template = json!({"subject": "B's subject", "text": "B's text"});
     let by_template = [
@@ -133,7 +159,11 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         probe("GET", "/v1/templates/{}", None),
         probe("DELETE", "/v1/templates/{}", None),
     ];
-    let by_address = [probe("DELETE", "/v1/suppressions/{}", None), probe("PUT", "/v1/suppressions/{}", None), probe("DELETE", "/v1/suppressions/{}", None)];
+    let by_address = [
+        probe("DELETE", "/v1/suppressions/{}", None),
+        probe("PUT", "/v1/suppressions/{}", None),
+        probe("DELETE", "/v1/suppressions/{}", None),
+    ];
     let all_jobs: Vec<String> = a_ids.iter().chain(&mail_jobs).chain([&campaign]).cloned().collect();
     let uuid = || uuid::Uuid::now_v7().to_string();
     let kinds: Vec<(&str, &[Probe], &[String], Box<dyn Fn() -> String>)> = vec![
@@ -141,7 +171,12 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         ("correlation id", &by_corr, &a_corrs, Box::new(|| format!("zz-corr-{}", uuid::Uuid::now_v7().simple()))),
         ("message id", &by_message, &messages, Box::new(uuid)),
         ("template name", &by_template, &templates, Box::new(|| format!("zz-tpl-{}", uuid::Uuid::now_v7().simple()))),
-        ("address", &by_address, &addresses, Box::new(|| format!("zz-{}@missing.example", uuid::Uuid::now_v7().simple()))),
+        (
+            "address",
+            &by_address,
+            &addresses,
+            Box::new(|| format!("zz-{}@missing.example", uuid::Uuid::now_v7().simple())),
+        ),
     ];
     let mut cells = 0;
     let mut distinguishable = Vec::new();
@@ -150,12 +185,17 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         for ident in idents.iter() {
             let other = missing();
             for p in probes.iter() {
-                let theirs = http.call(p.method, &p.route.replace("{}", ident), Some(&b_key), None, p.body.as_ref()).await?;
-                let nowhere = http.call(p.method, &p.route.replace("{}", &other), Some(&b_key), None, p.body.as_ref()).await?;
+                let theirs =
+                    http.call(p.method, &p.route.replace("{}", ident), Some(&b_key), None, p.body.as_ref()).await?;
+                let nowhere =
+                    http.call(p.method, &p.route.replace("{}", &other), Some(&b_key), None, p.body.as_ref()).await?;
                 cells += 1;
                 *by_status.entry(format!("{} {}", p.method, theirs.0)).or_default() += 1;
                 if (theirs.0, normalise(&theirs.1, ident)) != (nowhere.0, normalise(&nowhere.1, &other)) {
-                    distinguishable.push(format!("{kind}: {} {}: {} {} vs {} {}", p.method, p.route, theirs.0, theirs.1, nowhere.0, nowhere.1));
+                    distinguishable.push(format!(
+                        "{kind}: {} {}: {} {} vs {} {}",
+                        p.method, p.route, theirs.0, theirs.1, nowhere.0, nowhere.1
+                    ));
                 }
             }
         }
@@ -163,7 +203,11 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     // B's own lists after the matrix: B deleted what it put, so nothing of A's may show.
     let (_, b_templates) = http.call("GET", "/v1/templates", Some(&b_key), None, None).await?;
     let (_, b_sups) = http.call("GET", "/v1/suppressions?limit=500", Some(&b_key), None, None).await?;
-    let in_b_lists = templates.iter().chain(&addresses).filter(|x| b_templates.to_string().contains(x.as_str()) || b_sups.to_string().contains(x.as_str())).count();
+    let in_b_lists = templates
+        .iter()
+        .chain(&addresses)
+        .filter(|x| b_templates.to_string().contains(x.as_str()) || b_sups.to_string().contains(x.as_str()))
+        .count();
     let after = readouts::tenant_rows(&db, a_tenant).await?;
     let changed: Vec<String> = before
         .iter()
@@ -177,7 +221,15 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         .map(|(t, g, n)| format!("{t}: {g} rows changed or gone, {n} new"))
         .collect();
     // A's campaign still takes its first page as new.
-    let (a_page, a_receipt) = http.call("PUT", &format!("/v1/jobs/{campaign}/recipients/0"), Some(&a_key), None, Some(&json!({"recipients": [{"to": "a@example.com"}]}))).await?;
+    let (a_page, a_receipt) = http
+        .call(
+            "PUT",
+            &format!("/v1/jobs/{campaign}/recipients/0"),
+            Some(&a_key),
+            None,
+            Some(&json!({"recipients": [{"to": "a@example.com"}]})),
+        )
+        .await?;
     let page_intact = a_page == 201 && a_receipt["pages_received"] == 1;
 
     // A's idempotency keys, as B: B's own new jobs, never A's.
@@ -192,10 +244,16 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         }
         b_ids.insert(id);
     }
-    let batch: Vec<Value> = (0..n.min(500)).map(|i| json!({"idempotency_key": format!("a-b{i}"), "task_type": "noop", "delay_seconds": 3600})).collect();
+    let batch: Vec<Value> = (0..n.min(500))
+        .map(|i| json!({"idempotency_key": format!("a-b{i}"), "task_type": "noop", "delay_seconds": 3600}))
+        .collect();
     let (_, a_batch) = http.call("POST", "/v1/jobs:batch", Some(&a_key), None, Some(&json!({"jobs": batch}))).await?;
-    let a_batch_ids: HashSet<String> =
-        a_batch["results"].as_array().into_iter().flatten().filter_map(|r| r["job"]["id"].as_str().map(str::to_owned)).collect();
+    let a_batch_ids: HashSet<String> = a_batch["results"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["job"]["id"].as_str().map(str::to_owned))
+        .collect();
     let (_, b_batch) = http.call("POST", "/v1/jobs:batch", Some(&b_key), None, Some(&json!({"jobs": batch}))).await?;
     for r in b_batch["results"].as_array().into_iter().flatten() {
         let id = r["job"]["id"].as_str().unwrap_or_default().to_owned();
@@ -205,7 +263,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         b_ids.insert(id);
     }
     let (_, a_feed) = http.call("GET", "/v1/jobs?limit=500", Some(&a_key), None, None).await?;
-    let a_all: HashSet<String> = a_feed["jobs"].as_array().into_iter().flatten().filter_map(|j| j["id"].as_str().map(str::to_owned)).collect();
+    let a_all: HashSet<String> =
+        a_feed["jobs"].as_array().into_iter().flatten().filter_map(|j| j["id"].as_str().map(str::to_owned)).collect();
 
     // Aborted requests through a two-connection pool, both tenants at once.
     let requests = env.n(4000, 300);
@@ -214,14 +273,19 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let b_rows = readouts::jobs(&db).await?.iter().filter(|j| j.tenant_id == b_tenant.id).count() as i64;
     let cross = readouts::keys_across_tenants(&db).await?;
     let a_owned: usize = before.values().map(Vec::len).sum();
-    report.fig("A's rows (jobs, keys, messages, templates, suppressions, pages)",
-        before.iter().map(|(t, r)| format!("{t} {}", r.len())).collect::<Vec<_>>().join(", "));
+    report.fig(
+        "A's rows (jobs, keys, messages, templates, suppressions, pages)",
+        before.iter().map(|(t, r)| format!("{t} {}", r.len())).collect::<Vec<_>>().join(", "),
+    );
     report.fig("matrix cells (route × A's identifier, as B)", cells);
     report.fig("B's answers to A's identifiers by method and status", &by_status);
     report.fig("cells distinguishable from not-found", distinguishable.len());
     report.fig("A's rows changed by B's calls", changed.len());
     report.fig("A's names and addresses in B's lists", in_b_lists);
-    report.fig("A's first campaign page after B's upload (status, pages received)", format!("{a_page}, {}", a_receipt["pages_received"]));
+    report.fig(
+        "A's first campaign page after B's upload (status, pages received)",
+        format!("{a_page}, {}", a_receipt["pages_received"]),
+    );
     report.fig("A's idempotency keys reused by B: leaks", key_leaks);
     report.fig("requests under abort / aborted / answered", format!("{requests} / {aborted} / {answered}"));
     report.fig("answers carrying the other tenant's rows", leaks);
@@ -278,7 +342,9 @@ async fn hammer(
                     1 => format!("/v1/jobs/{own}"),
                     _ => format!("/v1/jobs/{own}/events"),
                 };
-                let cut = rand::rng().random_bool(1.0 / 3.0).then(|| Duration::from_micros(rand::rng().random_range(0..5000)));
+                let cut = rand::rng()
+                    .random_bool(1.0 / 3.0)
+                    .then(|| Duration::from_micros(rand::rng().random_range(0..5000)));
                 let (http, a_all, b_ids) = (http.clone(), a_all.clone(), b_ids.clone());
                 tokio::spawn(async move {
                     let call = http.call("GET", &path, Some(&key), None, None);

@@ -83,18 +83,31 @@ pub const KINDS: &[Kind] = &[
 pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let mut report = Report::new("kill9", env.scale);
     let scratch = env.scratch(Settings::default()).await?;
-    taskdeck::store::sending_identities::set(&mut scratch.platform.pool.get().await?, scratch.tenant.id, &["chaos.example".into()]).await?;
+    taskdeck::store::sending_identities::set(
+        &mut scratch.platform.pool.get().await?,
+        scratch.tenant.id,
+        &["chaos.example".into()],
+    )
+    .await?;
     let url = scratch.url.clone();
     let lease = LEASE_SECS.to_string();
     let worker_args = ["worker", "--workers", "1", "--concurrency", "64", "--lease-seconds", lease.as_str()];
-    let spawn_worker = |i: usize| Relay::spawn(&env.relay, &worker_args, &url, &[], &env.log(&format!("kill9-worker{i}")));
+    let spawn_worker =
+        |i: usize| Relay::spawn(&env.relay, &worker_args, &url, &[], &env.log(&format!("kill9-worker{i}")));
     let mut workers: Vec<Relay> = (0..WORKERS).map(spawn_worker).collect::<anyhow::Result<_>>()?;
     let sweep_secs = SWEEP_SECS.to_string();
-    let _sweeper = Relay::spawn(&env.relay, &["sweep", "--loop", "--sweep-interval-seconds", &sweep_secs, "--lease-seconds", &lease], &url, &[], &env.log("kill9-sweep"))?;
+    let _sweeper = Relay::spawn(
+        &env.relay,
+        &["sweep", "--loop", "--sweep-interval-seconds", &sweep_secs, "--lease-seconds", &lease],
+        &url,
+        &[],
+        &env.log("kill9-sweep"),
+    )?;
     let (_server, http) = harness::serve(&env.relay, &url, &[], &env.log("kill9-serve")).await?;
 
     // The mix, interleaved, submitted in batches of 100 over 20 s (at least 6 s).
-    let mut mix: Vec<(&Kind, usize)> = KINDS.iter().flat_map(|k| (0..env.n(k.count, 20)).map(move |i| (k, i))).collect();
+    let mut mix: Vec<(&Kind, usize)> =
+        KINDS.iter().flat_map(|k| (0..env.n(k.count, 20)).map(move |i| (k, i))).collect();
     {
         let mut rng = rand::rng();
         for i in (1..mix.len()).rev() {
@@ -118,7 +131,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let submitter = tokio::spawn(async move {
         let mut accepted: Vec<JobId> = Vec::new();
         for jobs in batches {
-            let (status, body) = http.call("POST", "/v1/jobs:batch", Some(&key), None, Some(&json!({ "jobs": jobs }))).await?;
+            let (status, body) =
+                http.call("POST", "/v1/jobs:batch", Some(&key), None, Some(&json!({ "jobs": jobs }))).await?;
             anyhow::ensure!(status == 200, "batch answered {status}: {body}");
             for r in body["results"].as_array().into_iter().flatten() {
                 anyhow::ensure!(r["status"] == 202, "an item was refused: {r}");
@@ -175,7 +189,14 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         })
         .unzip();
     let (returned, picked) = (harness::sorted(returned), harness::sorted(picked));
-    let spread = |xs: &[f64]| format!("{:.2} / {:.2} / {:.2}", harness::percentile(xs, 0.5), harness::percentile(xs, 0.99), xs.last().copied().unwrap_or(0.0));
+    let spread = |xs: &[f64]| {
+        format!(
+            "{:.2} / {:.2} / {:.2}",
+            harness::percentile(xs, 0.5),
+            harness::percentile(xs, 0.99),
+            xs.last().copied().unwrap_or(0.0)
+        )
+    };
     report.fig("jobs accepted (202)", accepted.len());
     report.fig("jobs by status", &counts);
     if !failures.is_empty() {
@@ -189,15 +210,29 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     report.fig("returned → claimed again p50 / p99 / max s (pickup, queue wait)", spread(&picked));
     report.fig("bound: lease + sweep interval + pickup s", bound);
     report.check(accepted.len() == total, format!("{} of {total} submissions accepted", accepted.len()));
-    report.check(present == accepted.len() as i64, format!("{} accepted jobs missing", accepted.len() as i64 - present));
-    report.check(finished && terminal == accepted.len() as i64, format!("{} jobs not terminal", accepted.len() as i64 - terminal));
+    report
+        .check(present == accepted.len() as i64, format!("{} accepted jobs missing", accepted.len() as i64 - present));
+    report.check(
+        finished && terminal == accepted.len() as i64,
+        format!("{} jobs not terminal", accepted.len() as i64 - terminal),
+    );
     report.check(unrecorded == 0, format!("{unrecorded} jobs ran again without a recorded recovery"));
     let recovery_bound = (LEASE_SECS + SWEEP_SECS) as f64 + 0.5;
-    report.check(returned.last().is_none_or(|d| *d <= recovery_bound), format!("a lease was returned more than {recovery_bound} s after its worker died"));
+    report.check(
+        returned.last().is_none_or(|d| *d <= recovery_bound),
+        format!("a lease was returned more than {recovery_bound} s after its worker died"),
+    );
     let total = harness::sorted(returned.iter().zip(&picked).map(|(a, b)| a + b).collect());
-    report.fig("kill → claimed again p99 / max s", format!("{:.2} / {:.2}", harness::percentile(&total, 0.99), total.last().copied().unwrap_or(0.0)));
-    report.check(total.last().is_none_or(|d| *d <= bound + 0.5), format!("a recovered job waited more than {bound} s from the kill to its next claim"));
-    report.check(!recoveries.is_empty() && !landed.is_empty(), "no kill landed on a running job: nothing was recovered");
+    report.fig(
+        "kill → claimed again p99 / max s",
+        format!("{:.2} / {:.2}", harness::percentile(&total, 0.99), total.last().copied().unwrap_or(0.0)),
+    );
+    report.check(
+        total.last().is_none_or(|d| *d <= bound + 0.5),
+        format!("a recovered job waited more than {bound} s from the kill to its next claim"),
+    );
+    report
+        .check(!recoveries.is_empty() && !landed.is_empty(), "no kill landed on a running job: nothing was recovered");
     report.check(alive == WORKERS, format!("only {alive} of {WORKERS} workers alive at the end"));
     for kind in KINDS {
         let Some(recorded) = kind.effects else { continue };
@@ -220,7 +255,9 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         } else {
             (
                 per_attempt.values().filter(|c| **c > 1).count(),
-                jobs.iter().filter(|(id, (a, s))| *s == JobStatus::Succeeded && !per_attempt.contains_key(&(**id, *a))).count(),
+                jobs.iter()
+                    .filter(|(id, (a, s))| *s == JobStatus::Succeeded && !per_attempt.contains_key(&(**id, *a)))
+                    .count(),
             )
         };
         let beyond = per_attempt.keys().filter(|(id, a)| jobs.get(id).is_none_or(|(last, _)| a > last)).count();
@@ -229,7 +266,10 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         report.fig(&format!("{}: jobs whose effect ran again after a recovery", kind.task_type), rerun);
         let unit = if kind.once_per_job { "jobs" } else { "attempts" };
         report.check(twice == 0, format!("{}: {twice} {unit} performed their effect twice", kind.task_type));
-        report.check(missing == 0, format!("{}: {missing} succeeded jobs have no effect for their last attempt", kind.task_type));
+        report.check(
+            missing == 0,
+            format!("{}: {missing} succeeded jobs have no effect for their last attempt", kind.task_type),
+        );
         report.check(beyond == 0, format!("{}: {beyond} effects from attempts that never existed", kind.task_type));
     }
     drop(db);

@@ -11,10 +11,10 @@ use tokio::sync::watch;
 
 use super::harness::{self, Fate, Faulty};
 use super::{Env, Report};
-use taskdeck::platform::Settings;
 use taskdeck::job::terms::{IdempotencyKey, Limits};
-use taskdeck::store::jobs::NewJob;
+use taskdeck::platform::Settings;
 use taskdeck::store::effects;
+use taskdeck::store::jobs::NewJob;
 use taskdeck::store::tooling::readouts;
 use taskdeck::transport::sqs::SqsTransport;
 
@@ -37,7 +37,15 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let (stop_tx, stop) = watch::channel(false);
     let received = Arc::new(harness::Received::default());
     let consumers: Vec<_> = (0..4)
-        .map(|_| tokio::spawn(harness::consume_sqs(scratch.platform.executor(), client.clone(), url.clone(), received.clone(), stop.clone())))
+        .map(|_| {
+            tokio::spawn(harness::consume_sqs(
+                scratch.platform.executor(),
+                client.clone(),
+                url.clone(),
+                received.clone(),
+                stop.clone(),
+            ))
+        })
         .collect();
     let sweeper = scratch.platform.spawn_sweeper(&stop);
 
@@ -125,16 +133,30 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     report.fig("dispatch failures injected (jobs)", failed);
     report.fig("silent drops injected (jobs)", dropped);
     report.fig("redispatched events", events.len());
-    report.fig("failed → re-sent, p99 / max s (bound: one sweep interval)",
-        format!("{:.3} / {:.3}", harness::percentile(&fail_delays, 0.99), fail_delays.last().copied().unwrap_or(0.0)));
-    report.fig("dropped → re-sent after its grace, max s (bound: one interval)", drop_delays.last().copied().unwrap_or(0.0));
+    report.fig(
+        "failed → re-sent, p99 / max s (bound: one sweep interval)",
+        format!("{:.3} / {:.3}", harness::percentile(&fail_delays, 0.99), fail_delays.last().copied().unwrap_or(0.0)),
+    );
+    report.fig(
+        "dropped → re-sent after its grace, max s (bound: one interval)",
+        drop_delays.last().copied().unwrap_or(0.0),
+    );
     report.fig("sweep interval / grace s", format!("{interval} / {grace}"));
     report.fig("fresh rows re-sent before the grace period", early);
     report.fig("delivered rows re-sent after the grace (slow consumer)", late_fresh);
-    report.check(finished && counts.get("succeeded").copied().unwrap_or(0) == n as i64, format!("not every job succeeded: {counts:?}"));
+    report.check(
+        finished && counts.get("succeeded").copied().unwrap_or(0) == n as i64,
+        format!("not every job succeeded: {counts:?}"),
+    );
     report.check(unrecovered == 0, format!("{unrecovered} failed or dropped dispatches were never re-sent"));
-    report.check(fail_delays.last().is_none_or(|d| *d <= interval + SLACK_SECS), "a failed dispatch waited more than one sweep interval");
-    report.check(drop_delays.last().is_none_or(|d| *d <= interval + SLACK_SECS), "a lost dispatch waited more than its grace + one sweep interval");
+    report.check(
+        fail_delays.last().is_none_or(|d| *d <= interval + SLACK_SECS),
+        "a failed dispatch waited more than one sweep interval",
+    );
+    report.check(
+        drop_delays.last().is_none_or(|d| *d <= interval + SLACK_SECS),
+        "a lost dispatch waited more than its grace + one sweep interval",
+    );
     report.check(early == 0, format!("{early} fresh rows were re-dispatched before the grace period"));
     report.check(effects_doubled == 0, format!("{effects_doubled} jobs ran their effect twice"));
     report.check(failed > 0 && dropped > 0, "no faults were injected (scale too small?)");

@@ -35,8 +35,20 @@ use taskdeck::platform::Settings;
 
 /// Every scenario, in the order.
 pub const SCENARIOS: &[&str] = &[
-    "kill9", "duplicates", "lost-dispatch", "zombie", "db-outage", "queue-outage", "poison", "idempotency",
-    "isolation", "fuzz", "auth", "noisy", "destination", "completions",
+    "kill9",
+    "duplicates",
+    "lost-dispatch",
+    "zombie",
+    "db-outage",
+    "queue-outage",
+    "poison",
+    "idempotency",
+    "isolation",
+    "fuzz",
+    "auth",
+    "noisy",
+    "destination",
+    "completions",
 ];
 
 /// Where a chaos run happens.
@@ -141,11 +153,22 @@ impl Report {
     }
 
     pub fn print(&self) {
-        println!("== {} (scale {}, {:.1} s): {}", self.scenario, self.scale, self.seconds,
-            if self.violations.is_empty() { "OK".to_owned() } else { format!("{} VIOLATION(S)", self.violations.len()) });
+        println!(
+            "== {} (scale {}, {:.1} s): {}",
+            self.scenario,
+            self.scale,
+            self.seconds,
+            if self.violations.is_empty() {
+                "OK".to_owned()
+            } else {
+                format!("{} VIOLATION(S)", self.violations.len())
+            }
+        );
         for (name, value) in &self.figures {
             let v = match value {
-                Value::Number(n) if n.as_f64().is_some_and(|f| f.fract() != 0.0) => format!("{:.3}", n.as_f64().unwrap_or_default()),
+                Value::Number(n) if n.as_f64().is_some_and(|f| f.fract() != 0.0) => {
+                    format!("{:.3}", n.as_f64().unwrap_or_default())
+                }
                 Value::String(s) => s.clone(),
                 v => v.to_string(),
             };

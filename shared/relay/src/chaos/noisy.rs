@@ -41,11 +41,22 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let scratch = env.scratch(Settings::default()).await?;
     let (noisy_tenant, noisy_key) = tenants::create(&scratch.platform.pool.get().await?, "noisy").await?;
     let pool_size = ("RELAY_POOL_SIZE", "32".to_string());
-    let limits = [("RELAY_TENANT_RATE", TENANT_RATE.to_string()), ("RELAY_TENANT_BURST", TENANT_BURST.to_string()), pool_size.clone()];
+    let limits = [
+        ("RELAY_TENANT_RATE", TENANT_RATE.to_string()),
+        ("RELAY_TENANT_BURST", TENANT_BURST.to_string()),
+        pool_size.clone(),
+    ];
     let (_limited_server, limited) = harness::serve(&env.relay, &scratch.url, &limits, &env.log("noisy-serve")).await?;
-    let (_open_server, open) = harness::serve(&env.relay, &scratch.url, &[pool_size], &env.log("noisy-serve-unlimited")).await?;
+    let (_open_server, open) =
+        harness::serve(&env.relay, &scratch.url, &[pool_size], &env.log("noisy-serve-unlimited")).await?;
     let concurrency = SLOTS.to_string();
-    let _worker = Relay::spawn(&env.relay, &["worker", "--workers", "1", "--concurrency", &concurrency], &scratch.url, &[], &env.log("noisy-worker"))?;
+    let _worker = Relay::spawn(
+        &env.relay,
+        &["worker", "--workers", "1", "--concurrency", &concurrency],
+        &scratch.url,
+        &[],
+        &env.log("noisy-worker"),
+    )?;
     // 300 quiet samples per phase at full size, never fewer than MIN_SAMPLES: a p99 is then
     // the 3rd-worst job, not the one unlucky one (59 samples made `--scale 0.2` flaky). A
     // phase lasts until the quiet tenant has submitted them all.
@@ -56,37 +67,65 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let baseline = latencies(&scratch, scratch.tenant.id, from).await?;
 
     // 1. The flood against the limit; 2. the same flood without one (500 jobs/s against 320).
-    let limited_run = beside_flood(&scratch, &limited, &noisy_key, noisy_tenant.id, "limited", samples, Duration::from_secs(60)).await?;
-    let open_run = beside_flood(&scratch, &open, &noisy_key, noisy_tenant.id, "open", samples, Duration::from_secs(300)).await?;
+    let limited_run =
+        beside_flood(&scratch, &limited, &noisy_key, noisy_tenant.id, "limited", samples, Duration::from_secs(60))
+            .await?;
+    let open_run =
+        beside_flood(&scratch, &open, &noisy_key, noisy_tenant.id, "open", samples, Duration::from_secs(300)).await?;
     let ((attempted, limited_jobs, with_retry_after, limited_secs), loaded, noisy_limited) = limited_run;
     let ((open_attempted, _, _, _), quiet_open, noisy_open) = open_run;
     let ratio = loaded.1 / baseline.1;
 
-    report.fig("quiet tenant rate jobs/s; worker slots × job seconds", format!("{QUIET_RATE}; {SLOTS} × {JOB_SECONDS} s = {:.0} jobs/s", SLOTS as f64 / JOB_SECONDS));
+    report.fig(
+        "quiet tenant rate jobs/s; worker slots × job seconds",
+        format!("{QUIET_RATE}; {SLOTS} × {JOB_SECONDS} s = {:.0} jobs/s", SLOTS as f64 / JOB_SECONDS),
+    );
     report.fig("quiet accept→start p50 / p99 ms, alone", format!("{:.1} / {:.1}", baseline.2, baseline.1));
     report.fig("limited: per-tenant rate jobs/s / burst", format!("{TENANT_RATE} / {TENANT_BURST}"));
-    report.fig("limited: noisy attempted / refused 429 (with Retry-After) / admitted",
-        format!("{attempted} / {limited_jobs} ({with_retry_after}) / {}", noisy_limited.0));
+    report.fig(
+        "limited: noisy attempted / refused 429 (with Retry-After) / admitted",
+        format!("{attempted} / {limited_jobs} ({with_retry_after}) / {}", noisy_limited.0),
+    );
     report.fig("limited: quiet accept→start p50 / p99 ms", format!("{:.1} / {:.1}", loaded.2, loaded.1));
     report.fig("limited: quiet jobs (samples)", loaded.0);
     report.fig("limited: noisy accept→start p50 / p99 ms", format!("{:.1} / {:.1}", noisy_limited.2, noisy_limited.1));
     report.fig("limited: quiet p99 ratio to alone (target ≤ 1.5 or +20 ms)", ratio);
-    report.fig("quiet samples alone / limited / unlimited", format!("{} / {} / {}", baseline.0, loaded.0, quiet_open.0));
+    report
+        .fig("quiet samples alone / limited / unlimited", format!("{} / {} / {}", baseline.0, loaded.0, quiet_open.0));
     report.fig("unlimited: noisy jobs admitted", format!("{} of {open_attempted}", noisy_open.0));
     report.fig("unlimited: noisy accept→start p50 / p99 ms", format!("{:.1} / {:.1}", noisy_open.2, noisy_open.1));
     report.fig("unlimited: quiet accept→start p50 / p99 ms", format!("{:.1} / {:.1}", quiet_open.2, quiet_open.1));
-    report.check(limited_jobs > 0 && limited_jobs == with_retry_after, "the flood was not refused with 429 + Retry-After");
+    report.check(
+        limited_jobs > 0 && limited_jobs == with_retry_after,
+        "the flood was not refused with 429 + Retry-After",
+    );
     let growth = loaded.1 - baseline.1;
     report.check(ratio <= 1.5 || growth <= NOISE_MS,
         format!("the quiet tenant's p99 grew {ratio:.2}× (+{growth:.1} ms) under the limited flood (target 1.5× or +{NOISE_MS} ms)"));
     // The limit held: no more noisy jobs got in than the rate over the phase plus one burst.
     let allowed = TENANT_RATE * limited_secs + TENANT_BURST;
-    report.fig("limited: flood seconds / most admissible (rate × seconds + burst)", format!("{limited_secs:.1} / {allowed:.0}"));
-    report.check(noisy_limited.0 as f64 <= allowed * 1.1,
-        format!("the limited flood admitted {} noisy jobs, more than rate × phase + burst = {allowed:.0}", noisy_limited.0));
-    report.check(noisy_open.2 >= 100.0, format!("the unlimited flood formed no backlog (noisy median wait {:.1} ms): nothing was shown", noisy_open.2));
-    report.check(quiet_open.1 <= noisy_open.2 / 10.0,
-        format!("the quiet tenant waited behind the backlog: p99 {:.1} ms against a noisy median of {:.1} ms", quiet_open.1, noisy_open.2));
+    report.fig(
+        "limited: flood seconds / most admissible (rate × seconds + burst)",
+        format!("{limited_secs:.1} / {allowed:.0}"),
+    );
+    report.check(
+        noisy_limited.0 as f64 <= allowed * 1.1,
+        format!(
+            "the limited flood admitted {} noisy jobs, more than rate × phase + burst = {allowed:.0}",
+            noisy_limited.0
+        ),
+    );
+    report.check(
+        noisy_open.2 >= 100.0,
+        format!("the unlimited flood formed no backlog (noisy median wait {:.1} ms): nothing was shown", noisy_open.2),
+    );
+    report.check(
+        quiet_open.1 <= noisy_open.2 / 10.0,
+        format!(
+            "the quiet tenant waited behind the backlog: p99 {:.1} ms against a noisy median of {:.1} ms",
+            quiet_open.1, noisy_open.2
+        ),
+    );
     scratch.drop_schema(&env.url).await?;
     Ok(report)
 }
@@ -126,7 +165,8 @@ async fn quiet(http: &Http, key: &str, tag: &str, samples: usize) -> anyhow::Res
     pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for i in 0..samples {
         pace.tick().await;
-        let (status, body) = http.call("POST", "/v1/jobs", Some(key), Some(&format!("quiet-{tag}-{i}")), Some(&job())).await?;
+        let (status, body) =
+            http.call("POST", "/v1/jobs", Some(key), Some(&format!("quiet-{tag}-{i}")), Some(&job())).await?;
         anyhow::ensure!(status == 202, "the quiet tenant was answered {status}: {body}");
     }
     Ok(())
@@ -139,7 +179,12 @@ fn job() -> Value {
 /// Batches of 10 from 5 clients, each pausing 0.1 s between its batches: 100× the quiet
 /// rate in all, until `done`. Returns (jobs attempted, jobs refused 429, of which with a
 /// Retry-After header).
-async fn flood(http: Http, key: String, tag: &'static str, done: Arc<AtomicBool>) -> anyhow::Result<(usize, usize, usize)> {
+async fn flood(
+    http: Http,
+    key: String,
+    tag: &'static str,
+    done: Arc<AtomicBool>,
+) -> anyhow::Result<(usize, usize, usize)> {
     let key = Arc::new(key);
     let tasks: Vec<_> = (0..5)
         .map(|c| {
@@ -149,9 +194,14 @@ async fn flood(http: Http, key: String, tag: &'static str, done: Arc<AtomicBool>
                 let mut round = 0;
                 while !done.load(Ordering::Relaxed) {
                     let jobs: Vec<Value> = (0..10)
-                        .map(|i| { let mut j = job(); j["idempotency_key"] = json!(format!("n-{tag}-{c}-{round}-{i}")); j })
+                        .map(|i| {
+                            let mut j = job();
+                            j["idempotency_key"] = json!(format!("n-{tag}-{c}-{round}-{i}"));
+                            j
+                        })
                         .collect();
-                    let (status, body) = http.call("POST", "/v1/jobs:batch", Some(&key), None, Some(&json!({"jobs": jobs}))).await?;
+                    let (status, body) =
+                        http.call("POST", "/v1/jobs:batch", Some(&key), None, Some(&json!({"jobs": jobs}))).await?;
                     attempted += 10;
                     if status == 429 {
                         limited += 10;
@@ -175,10 +225,15 @@ async fn flood(http: Http, key: String, tag: &'static str, done: Arc<AtomicBool>
 }
 
 /// (jobs, p99 ms, p50 ms) of accept→start for a tenant's jobs created since `from`.
-async fn latencies(scratch: &crate::bench::setup::Scratch, tenant: taskdeck::job::TenantId, from: chrono::DateTime<chrono::Utc>) -> anyhow::Result<Latencies> {
+async fn latencies(
+    scratch: &crate::bench::setup::Scratch,
+    tenant: taskdeck::job::TenantId,
+    from: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<Latencies> {
     let pool = scratch.platform.pool.clone();
     harness::wait_until(Duration::from_secs(60), || harness::all_terminal(&pool)).await;
     let db = pool.get().await?;
-    let lat = harness::sorted(taskdeck::store::tooling::readouts::start_latencies_ms(&db, Some(tenant), Some(from)).await?);
+    let lat =
+        harness::sorted(taskdeck::store::tooling::readouts::start_latencies_ms(&db, Some(tenant), Some(from)).await?);
     Ok((lat.len(), harness::percentile(&lat, 0.99), harness::percentile(&lat, 0.5)))
 }

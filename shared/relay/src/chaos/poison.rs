@@ -12,13 +12,13 @@ use serde_json::json;
 
 use super::harness;
 use super::{Env, Report};
+use taskdeck::job::JobStatus;
+use taskdeck::job::terms::{IdempotencyKey, Limits};
 use taskdeck::lambda::ingress::Ingress;
 use taskdeck::platform::Settings;
-use taskdeck::job::terms::{IdempotencyKey, Limits};
-use taskdeck::store::jobs::NewJob;
-use taskdeck::job::JobStatus;
 use taskdeck::store::effects;
 use taskdeck::store::jobs::Job;
+use taskdeck::store::jobs::NewJob;
 use taskdeck::store::tooling::readouts;
 use taskdeck::transport::sqs::WorkMessage;
 
@@ -45,17 +45,29 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         // Inserted straight through intake with the Postgres transport: nobody listens, so
         // only the SQS message below runs it.
         platform.intake.enqueue(scratch.tenant.id, vec![job]).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-        let good = serde_json::to_string(&WorkMessage { job_id: *healthy.last().unwrap_or(&taskdeck::job::JobId::from_uuid(uuid::Uuid::nil())), run_at: chrono::Utc::now() })?;
+        let good = serde_json::to_string(&WorkMessage {
+            job_id: *healthy.last().unwrap_or(&taskdeck::job::JobId::from_uuid(uuid::Uuid::nil())),
+            run_at: chrono::Utc::now(),
+        })?;
         let nobody = taskdeck::job::JobId::new();
         let not_work = "not a work message".to_owned();
         let bad = [
             (format!("not json {r}"), not_work.clone()),
             (format!("{{\"job_id\": {r}}}"), not_work.clone()),
-            (serde_json::to_string(&WorkMessage { job_id: nobody, run_at: chrono::Utc::now() })?, format!("no job {nobody} exists")),
+            (
+                serde_json::to_string(&WorkMessage { job_id: nobody, run_at: chrono::Utc::now() })?,
+                format!("no job {nobody} exists"),
+            ),
             (format!("{r}{}", "x".repeat(HUGE)), not_work),
         ];
         for body in std::iter::once(&good).chain(bad.iter().map(|(b, _)| b)) {
-            client.send_message().queue_url(&work).message_body(body).send().await.map_err(|e| anyhow::anyhow!("{}", aws_sdk_sqs::error::DisplayErrorContext(e)))?;
+            client
+                .send_message()
+                .queue_url(&work)
+                .message_body(body)
+                .send()
+                .await
+                .map_err(|e| anyhow::anyhow!("{}", aws_sdk_sqs::error::DisplayErrorContext(e)))?;
         }
         poison_bodies.extend(bad);
     }
@@ -91,7 +103,13 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
             (format!("{r}{}", "y".repeat(HUGE)), not_json),
         ];
         for body in std::iter::once(&good).chain(bad.iter().map(|(b, _)| b)) {
-            client.send_message().queue_url(&ingress_q).message_body(body).send().await.map_err(|e| anyhow::anyhow!("{}", aws_sdk_sqs::error::DisplayErrorContext(e)))?;
+            client
+                .send_message()
+                .queue_url(&ingress_q)
+                .message_body(body)
+                .send()
+                .await
+                .map_err(|e| anyhow::anyhow!("{}", aws_sdk_sqs::error::DisplayErrorContext(e)))?;
         }
         ingress_poison.extend(bad);
     }
@@ -131,12 +149,17 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let work_kept = placed(&poison_bodies, &format!("executor:{}", arn(&work)));
     let ingress_kept = placed(&ingress_poison, &format!("ingress:{}", arn(&ingress_q)));
     let poison_total = poison_bodies.len() + ingress_poison.len();
-    let reasons: std::collections::BTreeMap<String, usize> = kept.iter().fold(Default::default(), |mut m, (s, _, r)| {
-        // The reason's first words, ids masked: one entry per kind of poison.
-        let words: Vec<&str> = r.split_whitespace().take(5).map(|w| if w.chars().any(|c| c.is_ascii_digit()) { "<id>" } else { w }).collect();
-        *m.entry(format!("{}: {}", s.split(':').next().unwrap_or(""), words.join(" "))).or_default() += 1;
-        m
-    });
+    let reasons: std::collections::BTreeMap<String, usize> =
+        kept.iter().fold(Default::default(), |mut m, (s, _, r)| {
+            // The reason's first words, ids masked: one entry per kind of poison.
+            let words: Vec<&str> = r
+                .split_whitespace()
+                .take(5)
+                .map(|w| if w.chars().any(|c| c.is_ascii_digit()) { "<id>" } else { w })
+                .collect();
+            *m.entry(format!("{}: {}", s.split(':').next().unwrap_or(""), words.join(" "))).or_default() += 1;
+            m
+        });
     let left = left_in(&client, &work).await? + left_in(&client, &ingress_q).await?;
     let runs = effects::count_among(&db, &healthy).await?;
     let first_time = |j: &&Job| j.status == JobStatus::Succeeded && j.attempt == 1;
@@ -148,18 +171,39 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         .filter(first_time)
         .count() as i64;
     report.fig("records received (both queues)", received);
-    report.fig("work queue: poison sent / kept once, in place, with its reason", format!("{} / {work_kept}", poison_bodies.len()));
-    report.fig("ingress queue: poison sent / kept once, in place, with its reason", format!("{} / {ingress_kept}", ingress_poison.len()));
+    report.fig(
+        "work queue: poison sent / kept once, in place, with its reason",
+        format!("{} / {work_kept}", poison_bodies.len()),
+    );
+    report.fig(
+        "ingress queue: poison sent / kept once, in place, with its reason",
+        format!("{} / {ingress_kept}", ingress_poison.len()),
+    );
     report.fig("dead letters (all) / poison sent", format!("{} / {poison_total}", kept.len()));
     report.fig("dead letters by place and reason", &reasons);
     report.fig("messages left in the queues", left);
     report.fig("healthy work messages: jobs run once / effects", format!("{once} / {runs}"));
     report.fig("healthy notifications: provider events run once", events);
-    report.check(work_kept == poison_bodies.len(), format!("{} work-queue poison messages not kept once under the work queue with their reason", poison_bodies.len() - work_kept));
-    report.check(ingress_kept == ingress_poison.len(), format!("{} ingress poison records not kept once under the ingress queue with their reason", ingress_poison.len() - ingress_kept));
+    report.check(
+        work_kept == poison_bodies.len(),
+        format!(
+            "{} work-queue poison messages not kept once under the work queue with their reason",
+            poison_bodies.len() - work_kept
+        ),
+    );
+    report.check(
+        ingress_kept == ingress_poison.len(),
+        format!(
+            "{} ingress poison records not kept once under the ingress queue with their reason",
+            ingress_poison.len() - ingress_kept
+        ),
+    );
     report.check(kept.len() == poison_total, format!("{} dead letters for {poison_total} poison messages", kept.len()));
     report.check(left == 0, format!("{left} messages left in the queues"));
-    report.check(once == rounds as i64 && runs == rounds as i64, format!("healthy jobs: {once} ran once, {runs} effects, of {rounds}"));
+    report.check(
+        once == rounds as i64 && runs == rounds as i64,
+        format!("healthy jobs: {once} ran once, {runs} effects, of {rounds}"),
+    );
     report.check(finished && events == rounds as i64, format!("{events} of {rounds} provider events ran"));
     drop(db);
     scratch.drop_schema(&env.url).await?;

@@ -11,8 +11,8 @@ use tokio::sync::watch;
 
 use super::harness::{self, Proxy};
 use super::{Env, Report};
-use taskdeck::platform::Settings;
 use taskdeck::job::{JobId, JobStatus};
+use taskdeck::platform::Settings;
 use taskdeck::store::effects;
 use taskdeck::store::tooling::readouts;
 use taskdeck::transport::sqs::SqsTransport;
@@ -30,12 +30,21 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     // re-dispatch storm (7,132 re-sends for 1,273 jobs) that slowed moto further.
     settings.sweep.redispatch_grace = Duration::from_secs(30);
     let mut scratch = env.scratch(settings).await?;
-    scratch.platform = scratch.platform.clone().with_transport(Arc::new(SqsTransport::new(client.clone(), queue.clone())));
+    scratch.platform =
+        scratch.platform.clone().with_transport(Arc::new(SqsTransport::new(client.clone(), queue.clone())));
     let (stop_tx, stop) = watch::channel(false);
     let http = harness::serve_in_process(&scratch.platform, stop.clone()).await?;
     let received = Arc::new(harness::Received::default());
     let consumers: Vec<_> = (0..4)
-        .map(|_| tokio::spawn(harness::consume_sqs(scratch.platform.executor(), client.clone(), queue.clone(), received.clone(), stop.clone())))
+        .map(|_| {
+            tokio::spawn(harness::consume_sqs(
+                scratch.platform.executor(),
+                client.clone(),
+                queue.clone(),
+                received.clone(),
+                stop.clone(),
+            ))
+        })
         .collect();
     let sweeper = scratch.platform.spawn_sweeper(&stop);
 
@@ -56,7 +65,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
                 while !*load.borrow() {
                     let started = t0.elapsed().as_secs_f64();
                     let body = json!({"task_type": "test.effect"});
-                    let answer = http.call("POST", "/v1/jobs", Some(&key), Some(&format!("q-{c}-{i}")), Some(&body)).await;
+                    let answer =
+                        http.call("POST", "/v1/jobs", Some(&key), Some(&format!("q-{c}-{i}")), Some(&body)).await;
                     let took = t0.elapsed().as_secs_f64() - started;
                     let (status, id) = match answer {
                         Ok((s, v)) => (s, v["id"].as_str().map(str::to_owned)),
@@ -92,9 +102,11 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     }
     let _ = sweeper.await;
 
-    let accepted: Vec<JobId> = answers.iter().filter(|a| a.2 == 202).filter_map(|a| a.3.as_deref()?.parse().ok()).collect();
+    let accepted: Vec<JobId> =
+        answers.iter().filter(|a| a.2 == 202).filter_map(|a| a.3.as_deref()?.parse().ok()).collect();
     let db = pool.get().await?;
-    let succeeded = readouts::jobs_among(&db, &accepted).await?.iter().filter(|j| j.status == JobStatus::Succeeded).count() as i64;
+    let succeeded =
+        readouts::jobs_among(&db, &accepted).await?.iter().filter(|j| j.status == JobStatus::Succeeded).count() as i64;
     let redispatched = readouts::count_events(&db, "redispatched", None).await?;
     let doubled = effects::jobs_with_repeats(&db).await?;
     let during: Vec<_> = answers.iter().filter(|a| a.0 + a.1 >= down_at && a.0 <= up_at).collect();
@@ -103,13 +115,19 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     report.fig("queue down for s", down_for.as_secs_f64());
     report.fig("requests / 202", format!("{} / {}", answers.len(), accepted.len()));
     report.fig("requests during the outage", during.len());
-    report.fig("latency during the outage p50 / max s", format!("{:.2} / {:.2}", harness::percentile(&lat, 0.5), lat.last().copied().unwrap_or(0.0)));
+    report.fig(
+        "latency during the outage p50 / max s",
+        format!("{:.2} / {:.2}", harness::percentile(&lat, 0.5), lat.last().copied().unwrap_or(0.0)),
+    );
     report.fig("re-dispatched by the sweep", redispatched);
     report.fig("accepted jobs succeeded", format!("{succeeded} of {}", accepted.len()));
     report.fig("all jobs terminal, s after the queue returned", all_done_after);
     report.check(not_202 == 0, format!("{not_202} requests were not answered 202"));
     report.check(!during.is_empty(), "no request overlapped the outage");
-    report.check(finished && succeeded == accepted.len() as i64, format!("{} accepted jobs did not run", accepted.len() as i64 - succeeded));
+    report.check(
+        finished && succeeded == accepted.len() as i64,
+        format!("{} accepted jobs did not run", accepted.len() as i64 - succeeded),
+    );
     report.check(redispatched > 0, "the sweep re-dispatched nothing (was the queue really down?)");
     report.check(doubled == 0, format!("{doubled} jobs ran their effect twice"));
     drop(db);

@@ -9,8 +9,8 @@ use serde_json::json;
 
 use super::harness::{self, Relay};
 use super::{Env, Report};
-use taskdeck::platform::Settings;
 use taskdeck::job::{JobId, JobStatus};
+use taskdeck::platform::Settings;
 use taskdeck::store::tooling::readouts;
 
 const LEASE_SECS: u64 = 3;
@@ -74,19 +74,30 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     report.check(done, "the second worker did not finish the jobs");
     report.check(changed == 0, format!("the zombie's late writes changed {changed} rows"));
     report.check(second_won == n, format!("{second_won} of {n} jobs kept attempt 2's result"));
-    report.check(stale + aborted >= n, format!("the zombie reported {} of {n} late outcomes (stale or aborted)", stale + aborted));
+    report.check(
+        stale + aborted >= n,
+        format!("the zombie reported {} of {n} late outcomes (stale or aborted)", stale + aborted),
+    );
     drop(db);
     scratch.drop_schema(&env.url).await?;
     Ok(report)
 }
 
-async fn scratch_submit(scratch: &crate::bench::setup::Scratch, i: usize, sleep: f64) -> anyhow::Result<(u16, taskdeck::job::JobId)> {
+async fn scratch_submit(
+    scratch: &crate::bench::setup::Scratch,
+    i: usize,
+    sleep: f64,
+) -> anyhow::Result<(u16, taskdeck::job::JobId)> {
     let req: taskdeck::api::jobs::JobRequest =
         serde_json::from_value(json!({"task_type": "test.effect", "params": {"sleep_seconds": sleep}}))?;
-    let admits = taskdeck::api::jobs::Admission { callback_allow: scratch.platform.settings.callback_allow.clone(),
-        max_timeout_seconds: scratch.platform.settings.max_timeout_seconds };
+    let admits = taskdeck::api::jobs::Admission {
+        callback_allow: scratch.platform.settings.callback_allow.clone(),
+        max_timeout_seconds: scratch.platform.settings.max_timeout_seconds,
+    };
     let key = taskdeck::job::terms::IdempotencyKey::parse(&format!("zombie-{i}"))?;
-    let new = req.into_new_job(key, &scratch.platform.catalogue, &admits, chrono::Utc::now()).map_err(|e| anyhow::anyhow!(e.message))?;
+    let new = req
+        .into_new_job(key, &scratch.platform.catalogue, &admits, chrono::Utc::now())
+        .map_err(|e| anyhow::anyhow!(e.message))?;
     let id = new.id;
     scratch.platform.intake.enqueue(scratch.tenant.id, vec![new]).await.map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok((202, id))

@@ -38,8 +38,11 @@ pub async fn run(url: Option<String>, dev: Dev) -> anyhow::Result<()> {
             ensure_database(&cluster.url("postgres"), "relay").await?;
             eprintln!("relay dev: private Postgres in {} on port {}", cluster.data_dir.display(), cluster.port);
             if let Some(w) = wanted.filter(|w| *w != cluster.port) {
-                eprintln!("relay dev: port {w}, the database's port at the last start, is taken by another program; \
-                           using {} from now on", cluster.port);
+                eprintln!(
+                    "relay dev: port {w}, the database's port at the last start, is taken by another program; \
+                           using {} from now on",
+                    cluster.port
+                );
             }
             (cluster.url("relay"), Some(cluster))
         }
@@ -55,7 +58,9 @@ pub async fn run(url: Option<String>, dev: Dev) -> anyhow::Result<()> {
     let console = match TcpListener::bind(console_addr).await {
         Ok(l) => Some(l),
         Err(e) => {
-            eprintln!("relay dev: no console: cannot listen on {console_addr} ({e}); choose another with --console-addr");
+            eprintln!(
+                "relay dev: no console: cannot listen on {console_addr} ({e}); choose another with --console-addr"
+            );
             None
         }
     };
@@ -184,7 +189,10 @@ async fn stop_on_signals(stop: watch::Sender<bool>, grace: Duration, cluster: Op
         }
     };
     signal().await;
-    eprintln!("relay dev: stopping: no new claims; jobs in flight have up to {} s to finish (Ctrl-C again: stop now)", grace.as_secs());
+    eprintln!(
+        "relay dev: stopping: no new claims; jobs in flight have up to {} s to finish (Ctrl-C again: stop now)",
+        grace.as_secs()
+    );
     let _ = stop.send(true);
     let started = Instant::now();
     let tty = std::io::stderr().is_terminal();
@@ -203,7 +211,10 @@ async fn stop_on_signals(stop: watch::Sender<bool>, grace: Duration, cluster: Op
             }
         }
     }
-    eprintln!("{}relay dev: stopping now; jobs in flight return to the queue when their leases expire", if tty { "\n" } else { "" });
+    eprintln!(
+        "{}relay dev: stopping now; jobs in flight return to the queue when their leases expire",
+        if tty { "\n" } else { "" }
+    );
     if let Some(c) = cluster {
         if let Err(e) = c.stop() {
             eprintln!("relay dev: could not stop the private Postgres: {e:#}");

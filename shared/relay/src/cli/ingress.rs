@@ -85,7 +85,9 @@ pub async fn run(p: &Platform, command: IngressCommand) -> anyhow::Result<()> {
     let mut input: Value = serde_json::from_str(&text).with_context(|| format!("{}: not JSON", file.display()))?;
     if let Some(id) = message {
         let db = p.pool.get().await?;
-        let (id, ses_id) = tooling::message_for_event(&db, id).await?.with_context(|| format!("no message (or job with a message) {id}"))?;
+        let (id, ses_id) = tooling::message_for_event(&db, id)
+            .await?
+            .with_context(|| format!("no message (or job with a message) {id}"))?;
         address_to(&mut input, id, ses_id.as_deref())?;
     }
     feed(p, input, tenant, wait).await
@@ -102,7 +104,10 @@ async fn feed(p: &Platform, input: Value, tenant: String, wait: f64) -> anyhow::
     for key in keys {
         let db = p.pool.get().await?;
         let Some(id) = tooling::job_by_key(&db, owner.id, key.as_str()).await? else {
-            eprintln!("relay ingress: record {} was not a provider event; kept in dead_letters (see the warning above)", key.as_str());
+            eprintln!(
+                "relay ingress: record {} was not a provider event; kept in dead_letters (see the warning above)",
+                key.as_str()
+            );
             continue;
         };
         let deadline = Instant::now() + Duration::from_secs_f64(wait.clamp(0.0, 600.0));
@@ -114,12 +119,18 @@ async fn feed(p: &Platform, input: Value, tenant: String, wait: f64) -> anyhow::
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         if !job.status.is_terminal() && wait > 0.0 {
-            eprintln!("relay ingress: job {id} is {} after {wait} s: is a worker (relay dev) running?", job.status.as_str());
+            eprintln!(
+                "relay ingress: job {id} is {} after {wait} s: is a worker (relay dev) running?",
+                job.status.as_str()
+            );
         }
         let view = JobView::bare(job);
-        println!("{}", serde_json::to_string_pretty(&json!({
-            "id": view.id, "task_type": view.task_type, "status": view.status, "result": view.result, "last_error": view.last_error,
-        }))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "id": view.id, "task_type": view.task_type, "status": view.status, "result": view.result, "last_error": view.last_error,
+            }))?
+        );
     }
     Ok(())
 }
@@ -127,12 +138,17 @@ async fn feed(p: &Platform, input: Value, tenant: String, wait: f64) -> anyhow::
 /// Set the SES event's Relay message tag (and SES's id when known), wherever the event sits.
 fn address_to(input: &mut Value, id: Uuid, ses_id: Option<&str>) -> anyhow::Result<()> {
     let set = |event: &mut Value| -> anyhow::Result<()> {
-        let mail = event.get_mut("mail").and_then(Value::as_object_mut).context("--message: the SES event has no `mail` object")?;
+        let mail = event
+            .get_mut("mail")
+            .and_then(Value::as_object_mut)
+            .context("--message: the SES event has no `mail` object")?;
         if let Some(ses_id) = ses_id {
             mail.insert("messageId".into(), json!(ses_id));
         }
         let tags = mail.entry("tags").or_insert_with(|| json!({}));
-        tags.as_object_mut().context("--message: mail.tags is not an object")?.insert("relay_message_id".into(), json!([id]));
+        tags.as_object_mut()
+            .context("--message: mail.tags is not an object")?
+            .insert("relay_message_id".into(), json!([id]));
         Ok(())
     };
     if input.get("Records").is_some() {

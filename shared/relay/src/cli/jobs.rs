@@ -96,17 +96,23 @@ pub async fn run(pool: &Pool, tenant_name: &str, command: JobsCommand) -> anyhow
         }
         JobsCommand::Show { id } => {
             let db = pool.get().await?;
-            let job = jobs::get(&db, t.id, id).await?.with_context(|| format!("no job {id} for tenant {tenant_name:?}"))?;
+            let job =
+                jobs::get(&db, t.id, id).await?.with_context(|| format!("no job {id} for tenant {tenant_name:?}"))?;
             let events = jobs::events(&db, t.id, id).await?;
             let children = progress::child_counts(&db, &[id]).await?.remove(&id).unwrap_or_default();
-            println!("{}", serde_json::to_string_pretty(&serde_json::json!({
-                "job": JobView::bare(job),
-                "events": events,
-                "children": { "total": children.total, "terminal": children.terminal(), "succeeded": children.succeeded, "failed": children.failed, "cancelled": children.cancelled },
-            }))?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "job": JobView::bare(job),
+                    "events": events,
+                    "children": { "total": children.total, "terminal": children.terminal(), "succeeded": children.succeeded, "failed": children.failed, "cancelled": children.cancelled },
+                }))?
+            );
             Ok(())
         }
-        JobsCommand::Watch { id, every } => watch(pool, t.id, id, Duration::from_secs_f64(every.clamp(0.1, 60.0))).await,
+        JobsCommand::Watch { id, every } => {
+            watch(pool, t.id, id, Duration::from_secs_f64(every.clamp(0.1, 60.0))).await
+        }
     }
 }
 
@@ -136,8 +142,13 @@ async fn watch(pool: &Pool, tenant_id: TenantId, id: JobId, every: Duration) -> 
             bar.set_length(1);
             bar.set_position(u64::from(job.status.is_terminal()));
         }
-        let failed = if children.failed > 0 { format!(", {} {} failed", children.failed, if children.failed == 1 { "child" } else { "children" }) } else { String::new() };
-        let message = format!("{} {} (attempt {}/{}){failed}", job.task_type, job.status.as_str(), job.attempt, job.max_attempts);
+        let failed = if children.failed > 0 {
+            format!(", {} {} failed", children.failed, if children.failed == 1 { "child" } else { "children" })
+        } else {
+            String::new()
+        };
+        let message =
+            format!("{} {} (attempt {}/{}){failed}", job.task_type, job.status.as_str(), job.attempt, job.max_attempts);
         if !tty {
             let line = if children.total > 0 {
                 format!("{}/{} children done: {message}", children.terminal(), children.total)

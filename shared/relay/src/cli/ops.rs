@@ -151,7 +151,9 @@ pub async fn operator(p: &Platform, cmd: OperatorCommand) -> anyhow::Result<()> 
             println!("{key}");
         }
         OperatorCommand::Rotate { name } => {
-            let key = operators::rotate_key(&db, &name).await?.with_context(|| format!("no enabled operator named {name:?}"))?;
+            let key = operators::rotate_key(&db, &name)
+                .await?
+                .with_context(|| format!("no enabled operator named {name:?}"))?;
             println!("{key}");
         }
         OperatorCommand::Revoke { name } => {
@@ -174,9 +176,12 @@ pub async fn exceptions(p: &Platform, actor: &str, cmd: ExceptionsCommand) -> an
             let db = p.pool.get().await?;
             let tenant_id = match tenant {
                 None => None,
-                Some(name) => Some(tenants::by_name(&db, &name).await?.with_context(|| format!("no tenant named {name:?}"))?.id),
+                Some(name) => {
+                    Some(tenants::by_name(&db, &name).await?.with_context(|| format!("no tenant named {name:?}"))?.id)
+                }
             };
-            let f = ExceptionFilter { status, kind, task_type, tenant_id, cause, before: None, limit: limit.clamp(1, 500) };
+            let f =
+                ExceptionFilter { status, kind, task_type, tenant_id, cause, before: None, limit: limit.clamp(1, 500) };
             print(&exceptions::list(&db, &f).await?)
         }
         ExceptionsCommand::Show { id } => {

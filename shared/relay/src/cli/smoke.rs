@@ -33,7 +33,8 @@ pub async fn run(s: Smoke) -> anyhow::Result<()> {
         "correlation_id": format!("relay-smoke-{nonce}"),
         "max_attempts": 1,
     });
-    let submitted = client.submit(&format!("relay-smoke-{nonce}"), &request).await.map_err(|e| anyhow::anyhow!("submit: {e}"))?;
+    let submitted =
+        client.submit(&format!("relay-smoke-{nonce}"), &request).await.map_err(|e| anyhow::anyhow!("submit: {e}"))?;
     let id = submitted["id"].as_str().and_then(|i| i.parse().ok());
     let Some(id) = id else { bail!("submit: no job id in the answer: {submitted}") };
     eprintln!("relay smoke: job {id} submitted");

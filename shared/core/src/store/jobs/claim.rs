@@ -309,7 +309,11 @@ pub(crate) fn keyed_claim_sql(only: bool) -> String {
 
 /// Mark and return the due jobs of these keys that fit in their free slots now: the hand-on
 /// after keyed jobs finish, so the next job of a key starts promptly on any transport.
-pub async fn keyed_ready(db: &mut deadpool_postgres::Client, keys: &[String], limit: i64) -> Result<Vec<Dispatch>, StoreError> {
+pub async fn keyed_ready(
+    db: &mut deadpool_postgres::Client,
+    keys: &[String],
+    limit: i64,
+) -> Result<Vec<Dispatch>, StoreError> {
     let fits = fitting(&from_heads("SELECT DISTINCT unnest($2::text[]) AS key"), "", "");
     let sql = format!(
         "UPDATE jobs j SET dispatched_at = now()

@@ -56,8 +56,11 @@ impl Transition {
     /// `waiting`, or from `running` when it arrived before the task returned), fenced alike.
     pub fn sql_from(&self, from: JobStatus, rest: &str) -> String {
         let Transition { rows, set, inputs, kind, to, reason } = self;
-        let returning: String =
-            [TERMINAL_RETURNING.to_owned()].into_iter().chain(inputs.iter().map(|(name, _)| format!("i.{name}"))).collect::<Vec<_>>().join(", ");
+        let returning: String = [TERMINAL_RETURNING.to_owned()]
+            .into_iter()
+            .chain(inputs.iter().map(|(name, _)| format!("i.{name}")))
+            .collect::<Vec<_>>()
+            .join(", ");
         // The history derives only a running attempt's success; from any other state (a
         // completion ending a wait) a success is recorded like every other transition.
         let kind = kind.or((from != JobStatus::Running).then_some(*to));
@@ -93,7 +96,8 @@ pub(super) async fn write(
     let stmt = db.prepare_cached(sql).await?;
     let ids: Vec<JobId> = fences.iter().map(|f| f.job).collect();
     let attempts: Vec<i32> = fences.iter().map(|f| f.attempt).collect();
-    let all: Vec<&(dyn ToSql + Sync)> = [&ids as &(dyn ToSql + Sync), &attempts].into_iter().chain(params.iter().copied()).collect();
+    let all: Vec<&(dyn ToSql + Sync)> =
+        [&ids as &(dyn ToSql + Sync), &attempts].into_iter().chain(params.iter().copied()).collect();
     let rows = db.query(&stmt, &all).await?;
     let written: std::collections::HashSet<JobId> = rows.iter().map(|r| r.get(0)).collect();
     let refused = fences.iter().copied().filter(|f| !written.contains(&f.job)).collect();

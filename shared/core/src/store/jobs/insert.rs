@@ -126,8 +126,23 @@ pub async fn insert_many(
     let rows = db
         .query(
             &stmt,
-            &[&tenants, &ids, &types, &params, &corr, &keys, &hashes, &parents, &run_ats,
-              &max_attempts, &timeouts, &ckeys, &climits, &callbacks, &wake],
+            &[
+                &tenants,
+                &ids,
+                &types,
+                &params,
+                &corr,
+                &keys,
+                &hashes,
+                &parents,
+                &run_ats,
+                &max_attempts,
+                &timeouts,
+                &ckeys,
+                &climits,
+                &callbacks,
+                &wake,
+            ],
         )
         .await?;
     let mut created: std::collections::HashMap<String, Job> =
@@ -170,11 +185,7 @@ async fn by_keys(db: &impl GenericClient, tenant_id: TenantId, keys: &[&str]) ->
 
 /// Clear the dispatch mark of jobs whose dispatch failed, so the sweep sends them at once.
 pub async fn undispatch(db: &impl GenericClient, ids: &[JobId]) -> Result<(), StoreError> {
-    db.execute(
-        "UPDATE jobs SET dispatched_at = NULL WHERE id = ANY($1) AND status = 'pending'",
-        &[&ids],
-    )
-    .await?;
+    db.execute("UPDATE jobs SET dispatched_at = NULL WHERE id = ANY($1) AND status = 'pending'", &[&ids]).await?;
     Ok(())
 }
 

@@ -36,14 +36,20 @@ pub mod retention;
 mod sweep;
 mod transition;
 
-pub use claim::{Claim, Keyed, Lane, claim_due, claim_ids, claim_keyed, claim_locked, defer_unfit, keyed_ready, lock_keys};
+pub use claim::{
+    Claim, Keyed, Lane, claim_due, claim_ids, claim_keyed, claim_locked, defer_unfit, keyed_ready, lock_keys,
+};
 pub(crate) use claim::{keyed_claim_sql, plan_keyed_claim};
 pub use insert::{Inserted, NewJob, insert_many, release, undispatch};
 pub use read::{JobEvent, JobFilter, count_children, events, get, list, missing};
-pub use sweep::{ExpiredLease, Finished, finish_parents, finish_parents_of, lock_expired_leases, return_expired, take_lost_dispatches, take_lost_keyed};
+pub use sweep::{
+    ExpiredLease, Finished, finish_parents, finish_parents_of, lock_expired_leases, return_expired,
+    take_lost_dispatches, take_lost_keyed,
+};
 pub use transition::{
     Failed, Failure, Retry, Succeeded, await_completion, cancel, continue_later, declare_children, fail, fail_from,
-    fail_reporting, heartbeat, retry, retry_wait, succeed, succeed_from, succeed_reporting, wait_for_children, wait_running,
+    fail_reporting, heartbeat, retry, retry_wait, succeed, succeed_from, succeed_reporting, wait_for_children,
+    wait_running,
 };
 
 /// A job as stored.
@@ -122,8 +128,5 @@ const TERMINAL_RETURNING: &str =
 
 /// The callback deliveries among a terminal write's rows (`id, is_callback, run_at` last).
 fn callbacks_of(rows: &[Row], flag: usize) -> Vec<Dispatch> {
-    rows.iter()
-        .filter(|r| r.get::<_, bool>(flag))
-        .map(|r| Dispatch { id: r.get(0), run_at: r.get(flag + 1) })
-        .collect()
+    rows.iter().filter(|r| r.get::<_, bool>(flag)).map(|r| Dispatch { id: r.get(0), run_at: r.get(flag + 1) }).collect()
 }

@@ -56,7 +56,8 @@ pub async fn retry_failed(
 pub async fn cancel_tree(db: &impl GenericClient, id: JobId, reason: &str) -> Result<Vec<JobId>, StoreError> {
     let rows = db
         .query(
-            &format!("WITH target AS (
+            &format!(
+                "WITH target AS (
                  SELECT id, status FROM jobs
                  WHERE (id = $1 AND status IN ('failed', 'pending', 'waiting'))
                     OR (parent_id = $1 AND status IN ('pending', 'waiting'))
@@ -71,7 +72,8 @@ pub async fn cancel_tree(db: &impl GenericClient, id: JobId, reason: &str) -> Re
                  FROM cancelled c JOIN target t ON t.id = c.id
              ), {callbacks}
              SELECT id FROM cancelled ORDER BY id <> $1, id",
-             callbacks = super::super::callbacks::enqueue_ctes("cancelled", false)),
+                callbacks = super::super::callbacks::enqueue_ctes("cancelled", false)
+            ),
             &[&id, &reason],
         )
         .await?;

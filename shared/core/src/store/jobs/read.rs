@@ -12,9 +12,7 @@ use crate::store::{GenericClient, StoreError};
 
 /// One job of one tenant; another tenant's job is indistinguishable from a missing one.
 pub async fn get(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> Result<Option<Job>, StoreError> {
-    let stmt = db
-        .prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND tenant_id = $2"))
-        .await?;
+    let stmt = db.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND tenant_id = $2")).await?;
     Ok(db.query_opt(&stmt, &[&id, &tenant_id]).await?.as_ref().map(Job::from_row))
 }
 
@@ -54,8 +52,7 @@ pub async fn list(db: &impl GenericClient, tenant_id: TenantId, f: &JobFilter) -
     let rows = db
         .query(
             &stmt,
-            &[&tenant_id, &status, &f.task_type, &f.correlation_id, &f.updated_since, &after_at,
-              &after_id, &f.limit],
+            &[&tenant_id, &status, &f.task_type, &f.correlation_id, &f.updated_since, &after_at, &after_id, &f.limit],
         )
         .await?;
     Ok(rows.iter().map(Job::from_row).collect())
@@ -84,8 +81,19 @@ pub struct JobEvent {
 impl JobEvent {
     /// Every kind a job's history can hold, in the order a job first meets them.
     pub const KINDS: [&'static str; 13] = [
-        "submitted", "claimed", "succeeded", "retry_scheduled", "failed", "cancelled", "lease_expired", "redispatched",
-        "waiting", "continued", "operator_retry", "force_finished", "exception_ignored",
+        "submitted",
+        "claimed",
+        "succeeded",
+        "retry_scheduled",
+        "failed",
+        "cancelled",
+        "lease_expired",
+        "redispatched",
+        "waiting",
+        "continued",
+        "operator_retry",
+        "force_finished",
+        "exception_ignored",
     ];
 
     /// From a row of `at, kind, from_status, to_status, attempt, started_at, reason`.
@@ -101,7 +109,14 @@ impl JobEvent {
         }
     }
 
-    fn derived(at: DateTime<Utc>, kind: &str, from: Option<&str>, to: &str, attempt: i32, started_at: Option<DateTime<Utc>>) -> Self {
+    fn derived(
+        at: DateTime<Utc>,
+        kind: &str,
+        from: Option<&str>,
+        to: &str,
+        attempt: i32,
+        started_at: Option<DateTime<Utc>>,
+    ) -> Self {
         let from_status = from.map(str::to_owned);
         JobEvent { at, kind: kind.into(), from_status, to_status: Some(to.into()), attempt, started_at, reason: None }
     }
@@ -120,7 +135,8 @@ pub(crate) fn with_derived(job: Option<&Row>, recorded: Vec<JobEvent>) -> Vec<Jo
     .then(|| job.get::<_, Option<DateTime<Utc>>>(4))
     .flatten()
     .map(|at| JobEvent::derived(at, "succeeded", Some("running"), "succeeded", attempt, started));
-    let mut claims: Vec<(DateTime<Utc>, i32)> = recorded.iter().filter_map(|e| e.started_at.map(|s| (s, e.attempt))).collect();
+    let mut claims: Vec<(DateTime<Utc>, i32)> =
+        recorded.iter().filter_map(|e| e.started_at.map(|s| (s, e.attempt))).collect();
     if (status == "running" || success.is_some())
         && let Some(started) = started
     {
@@ -129,7 +145,11 @@ pub(crate) fn with_derived(job: Option<&Row>, recorded: Vec<JobEvent>) -> Vec<Jo
     claims.sort();
     claims.dedup();
     let derived = std::iter::once(JobEvent::derived(job.get(0), "submitted", None, "pending", 0, None))
-        .chain(claims.into_iter().map(|(at, attempt)| JobEvent::derived(at, "claimed", Some("pending"), "running", attempt, Some(at))))
+        .chain(
+            claims
+                .into_iter()
+                .map(|(at, attempt)| JobEvent::derived(at, "claimed", Some("pending"), "running", attempt, Some(at))),
+        )
         .chain(success);
     let mut derived = derived.peekable();
     let mut out = Vec::with_capacity(recorded.len() * 2 + 2);
@@ -169,7 +189,10 @@ pub async fn count_children(db: &impl GenericClient, id: JobId) -> Result<i64, S
 /// Which of these ids name no job at all.
 pub async fn missing(db: &impl GenericClient, ids: &[JobId]) -> Result<Vec<JobId>, StoreError> {
     let rows = db
-        .query("SELECT id FROM unnest($1::uuid[]) AS i(id) WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = i.id)", &[&ids])
+        .query(
+            "SELECT id FROM unnest($1::uuid[]) AS i(id) WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = i.id)",
+            &[&ids],
+        )
         .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }

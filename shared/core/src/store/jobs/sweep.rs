@@ -106,7 +106,11 @@ pub async fn take_lost_dispatches(
 /// The sweep's share of keyed jobs: due jobs that fit in a free slot of their key but whose
 /// dispatch failed or was lost (`lost_dispatch`): a hand-on or its message was lost. Marked
 /// dispatched now, each with a `redispatched` event.
-pub async fn take_lost_keyed(db: &mut deadpool_postgres::Client, grace_secs: f64, limit: i64) -> Result<Vec<Dispatch>, StoreError> {
+pub async fn take_lost_keyed(
+    db: &mut deadpool_postgres::Client,
+    grace_secs: f64,
+    limit: i64,
+) -> Result<Vec<Dispatch>, StoreError> {
     let fits = fitting(
         &from_heads(&format!("{PENDING_KEYS} SELECT key FROM k WHERE key IS NOT NULL")),
         &format!("AND {}", lost_dispatch("$2")),

@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{TERMINAL_RETURNING, callbacks_of};
 use super::fence::{self, Transition, by_id, fences};
+use super::{TERMINAL_RETURNING, callbacks_of};
 use crate::job::{Dispatch, ExceptionKind, Fault, Fence, JobId, JobStatus, TenantId};
 use crate::store::{GenericClient, StoreError, callbacks, tenant_faults};
 
@@ -66,9 +66,15 @@ pub async fn succeed_reporting(db: &impl GenericClient, done: &[(Fence, Value)])
 }
 
 /// `succeed_reporting` for jobs in state `from` under the fenced attempt.
-pub async fn succeed_from(db: &impl GenericClient, from: JobStatus, done: &[(Fence, Value)]) -> Result<Succeeded, StoreError> {
-    let sql = SUCCEED.sql_from(from, &format!(
-        ", resolved AS (
+pub async fn succeed_from(
+    db: &impl GenericClient,
+    from: JobStatus,
+    done: &[(Fence, Value)],
+) -> Result<Succeeded, StoreError> {
+    let sql = SUCCEED.sql_from(
+        from,
+        &format!(
+            ", resolved AS (
                  -- A job with an open exception (retried by an operator) that now succeeds
                  -- closes it: the condition cleared. A probe of the small open-exception index.
                  UPDATE exceptions x SET status = 'resolved', closed_at = now(), closed_by = 'system',
@@ -81,8 +87,9 @@ pub async fn succeed_from(db: &impl GenericClient, from: JobStatus, done: &[(Fen
              ), {callbacks}
              SELECT id, false, NULL::timestamptz, parent_id FROM done
              UNION ALL SELECT id, true, run_at, NULL::uuid FROM callbacks",
-        callbacks = callbacks::enqueue_ctes("done", true),
-    ));
+            callbacks = callbacks::enqueue_ctes("done", true),
+        ),
+    );
     let done = &by_id(done);
     let results: Vec<&Value> = done.iter().map(|d| &d.1).collect();
     let (rows, refused) = fence::write(db, &sql, &fences(done), &[&results]).await?;
@@ -113,7 +120,12 @@ pub async fn retry(db: &impl GenericClient, retries: &[(Fence, Retry)]) -> Resul
 }
 
 /// A retry, or a reschedule (`RESCHEDULE`), of jobs in state `from` under the fenced attempt.
-async fn retry_from(db: &impl GenericClient, from: JobStatus, how: &Transition, retries: &[(Fence, Retry)]) -> Result<Vec<Fence>, StoreError> {
+async fn retry_from(
+    db: &impl GenericClient,
+    from: JobStatus,
+    how: &Transition,
+    retries: &[(Fence, Retry)],
+) -> Result<Vec<Fence>, StoreError> {
     let retries = &by_id(retries);
     let run_ats: Vec<DateTime<Utc>> = retries.iter().map(|r| r.1.run_at).collect();
     let errors: Vec<&str> = retries.iter().map(|r| r.1.error.as_str()).collect();
@@ -136,7 +148,12 @@ const RESCHEDULE: Transition = Transition {
 /// (`waiting`, or `running` when the completion came before the task returned): a retry uses
 /// up the attempt; a reschedule does not (`max_attempts` raised by one, at most to 100).
 /// Fenced; returns the fences refused as stale.
-pub async fn retry_wait(db: &impl GenericClient, from: JobStatus, retries: &[(Fence, Retry)], reschedule: bool) -> Result<Vec<Fence>, StoreError> {
+pub async fn retry_wait(
+    db: &impl GenericClient,
+    from: JobStatus,
+    retries: &[(Fence, Retry)],
+    reschedule: bool,
+) -> Result<Vec<Fence>, StoreError> {
     retry_from(db, from, if reschedule { &RESCHEDULE } else { &RETRY }, retries).await
 }
 
@@ -155,7 +172,10 @@ const CONTINUE: Transition = Transition {
 /// `run_at`, with one more attempt allowed (`max_attempts` raised, at most to 100), so a job
 /// making progress in slices, or deferred, does not use up its retries. Fenced; returns the
 /// fences refused as stale.
-pub async fn continue_later(db: &impl GenericClient, jobs: &[(Fence, (String, DateTime<Utc>))]) -> Result<Vec<Fence>, StoreError> {
+pub async fn continue_later(
+    db: &impl GenericClient,
+    jobs: &[(Fence, (String, DateTime<Utc>))],
+) -> Result<Vec<Fence>, StoreError> {
     let jobs = &by_id(jobs);
     let notes: Vec<&str> = jobs.iter().map(|j| j.1.0.as_str()).collect();
     let run_ats: Vec<DateTime<Utc>> = jobs.iter().map(|j| j.1.1).collect();
@@ -194,7 +214,10 @@ const AWAIT: Transition = Transition {
 /// until its deadline (the wait's own row, `store::completions`, holds the token's hash and
 /// the overdue policy). Fenced; a fence refused is a job that left `running` first (the
 /// completion arrived before the task returned, or its lease expired).
-pub async fn await_completion(db: &impl GenericClient, jobs: &[(Fence, DateTime<Utc>)]) -> Result<Vec<Fence>, StoreError> {
+pub async fn await_completion(
+    db: &impl GenericClient,
+    jobs: &[(Fence, DateTime<Utc>)],
+) -> Result<Vec<Fence>, StoreError> {
     let jobs = &by_id(jobs);
     let until: Vec<DateTime<Utc>> = jobs.iter().map(|j| j.1).collect();
     let sql = AWAIT.sql("\n             SELECT id FROM awaiting");
@@ -269,7 +292,11 @@ pub async fn fail_reporting(db: &impl GenericClient, failures: &[(Fence, Failure
 }
 
 /// `fail_reporting` for jobs in state `from` under the fenced attempt.
-pub async fn fail_from(db: &impl GenericClient, from: JobStatus, failures: &[(Fence, Failure)]) -> Result<Failed, StoreError> {
+pub async fn fail_from(
+    db: &impl GenericClient,
+    from: JobStatus,
+    failures: &[(Fence, Failure)],
+) -> Result<Failed, StoreError> {
     let sql = FAIL.sql_from(from, &format!(
         ", opened AS (
                  INSERT INTO exceptions (id, job_id, tenant_id, task_type, kind, cause)
@@ -325,7 +352,12 @@ pub async fn cancel(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> 
 /// created, so its progress never counts against a moving total). Children are created with
 /// `NewJob::child_of` through the intake, in as many chunks as suit. False when the job is in
 /// another state or not this tenant's.
-pub async fn wait_for_children(db: &impl GenericClient, tenant_id: TenantId, id: JobId, total: i32) -> Result<bool, StoreError> {
+pub async fn wait_for_children(
+    db: &impl GenericClient,
+    tenant_id: TenantId,
+    id: JobId,
+    total: i32,
+) -> Result<bool, StoreError> {
     let n = db
         .execute(
             "UPDATE jobs SET status = 'waiting', children_total = $3, lease_until = NULL, updated_at = now()
@@ -335,4 +367,3 @@ pub async fn wait_for_children(db: &impl GenericClient, tenant_id: TenantId, id:
         .await?;
     Ok(n == 1)
 }
-

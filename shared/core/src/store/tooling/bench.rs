@@ -9,7 +9,14 @@ use crate::store::{GenericClient, StoreError};
 /// Load `n` `noop` jobs in one statement, all in `status` (`succeeded` or `running`; running
 /// ones with leases that expired a minute ago), ids `prefix` followed by a 12-digit hex count,
 /// so a run can place old rows before live ones as UUIDv7 ids would be.
-pub async fn load_noops(db: &impl GenericClient, tenant: TenantId, key_prefix: &str, status: &str, n: i64, id_prefix: &str) -> Result<u64, StoreError> {
+pub async fn load_noops(
+    db: &impl GenericClient,
+    tenant: TenantId,
+    key_prefix: &str,
+    status: &str,
+    n: i64,
+    id_prefix: &str,
+) -> Result<u64, StoreError> {
     let sql = "INSERT INTO jobs (id, tenant_id, task_type, params, correlation_id, idempotency_key,
                                  request_hash, status, run_at, attempt, max_attempts, timeout_seconds,
                                  lease_until, started_at, result, finished_at)
@@ -137,7 +144,10 @@ pub struct StatementCost {
 
 /// Statements run so far in this database: all of them, and each of `classes` (accept, claim,
 /// complete). `None` when pg_stat_statements is not loaded.
-pub async fn statement_costs(db: &impl GenericClient, classes: &StatementClasses) -> Result<Option<(StatementCost, [StatementCost; 3])>, StoreError> {
+pub async fn statement_costs(
+    db: &impl GenericClient,
+    classes: &StatementClasses,
+) -> Result<Option<(StatementCost, [StatementCost; 3])>, StoreError> {
     let costs = db
         .query_one(
             "WITH s AS (
@@ -158,7 +168,12 @@ pub async fn statement_costs(db: &impl GenericClient, classes: &StatementClasses
         .await;
     let Ok(row) = costs else { return Ok(None) };
     let cols: [Vec<i64>; 4] = [row.get(0), row.get(1), row.get(2), row.get(3)];
-    let at = |i: usize| StatementCost { calls: cols[0][i], wal_bytes: cols[1][i], wal_records: cols[2][i], wal_fpi: cols[3][i] };
+    let at = |i: usize| StatementCost {
+        calls: cols[0][i],
+        wal_bytes: cols[1][i],
+        wal_records: cols[2][i],
+        wal_fpi: cols[3][i],
+    };
     Ok(Some((at(0), [at(1), at(2), at(3)])))
 }
 
@@ -193,7 +208,14 @@ pub async fn table_writes(db: &impl GenericClient, schema: &str) -> Result<Vec<T
         .await?;
     Ok(rows
         .iter()
-        .map(|r| TableWrites { table: r.get(0), inserted: r.get(1), updated: r.get(2), hot_updated: r.get(3), deleted: r.get(4), indexes: r.get(5) })
+        .map(|r| TableWrites {
+            table: r.get(0),
+            inserted: r.get(1),
+            updated: r.get(2),
+            hot_updated: r.get(3),
+            deleted: r.get(4),
+            indexes: r.get(5),
+        })
         .collect())
 }
 
@@ -201,7 +223,11 @@ pub async fn table_writes(db: &impl GenericClient, schema: &str) -> Result<Vec<T
 /// (pg_walinspect: INSERT_LEAF, INSERT_POST and leaf page splits, each carrying one new
 /// entry), with the records and bytes of each record type. `None` when the extension is not
 /// loaded (`enable_statement_counts`) or that WAL is no longer on disk.
-pub async fn wal_records_between(db: &impl GenericClient, from: i64, to: i64) -> Result<Option<Vec<(String, i64, i64)>>, StoreError> {
+pub async fn wal_records_between(
+    db: &impl GenericClient,
+    from: i64,
+    to: i64,
+) -> Result<Option<Vec<(String, i64, i64)>>, StoreError> {
     let lsn = |x: i64| format!("{:X}/{:X}", (x as u64) >> 32, (x as u64) & 0xffff_ffff);
     let rows = db
         .query(

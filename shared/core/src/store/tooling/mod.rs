@@ -32,14 +32,23 @@ fn quoted(name: &str) -> String {
 }
 
 /// The job a tenant's idempotency key names (what `relay ingress send` follows).
-pub async fn job_by_key(db: &impl super::GenericClient, tenant: crate::job::TenantId, key: &str) -> Result<Option<crate::job::JobId>, StoreError> {
-    let row = db.query_opt("SELECT job_id FROM job_keys WHERE tenant_id = $1 AND idempotency_key = $2", &[&tenant, &key]).await?;
+pub async fn job_by_key(
+    db: &impl super::GenericClient,
+    tenant: crate::job::TenantId,
+    key: &str,
+) -> Result<Option<crate::job::JobId>, StoreError> {
+    let row = db
+        .query_opt("SELECT job_id FROM job_keys WHERE tenant_id = $1 AND idempotency_key = $2", &[&tenant, &key])
+        .await?;
     Ok(row.map(|r| r.get(0)))
 }
 
 /// A message of any tenant, by its id or its job's id (the job's first message): its id and
 /// SES's id (`None` when it was never sent: shadowed, refused). For `relay ingress send --message`.
-pub async fn message_for_event(db: &impl super::GenericClient, id: uuid::Uuid) -> Result<Option<(uuid::Uuid, Option<String>)>, StoreError> {
+pub async fn message_for_event(
+    db: &impl super::GenericClient,
+    id: uuid::Uuid,
+) -> Result<Option<(uuid::Uuid, Option<String>)>, StoreError> {
     let row = db
         .query_opt("SELECT id, provider_message_id FROM messages WHERE id = $1 OR job_id = $1 ORDER BY id = $1 DESC, created_at LIMIT 1", &[&id])
         .await?;

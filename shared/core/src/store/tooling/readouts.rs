@@ -82,7 +82,11 @@ pub async fn recoveries(db: &impl GenericClient) -> Result<Vec<Recovery>, StoreE
 
 /// Milliseconds from each job's acceptance to its first claim, for the jobs created since
 /// `since` (of one tenant, when given) that have been claimed.
-pub async fn start_latencies_ms(db: &impl GenericClient, tenant: Option<TenantId>, since: Option<DateTime<Utc>>) -> Result<Vec<f64>, StoreError> {
+pub async fn start_latencies_ms(
+    db: &impl GenericClient,
+    tenant: Option<TenantId>,
+    since: Option<DateTime<Utc>>,
+) -> Result<Vec<f64>, StoreError> {
     let rows = db
         .query(
             "SELECT EXTRACT(EPOCH FROM (coalesce(e.started_at, j.started_at) - j.created_at))::float8 * 1000
@@ -106,14 +110,20 @@ pub async fn count_messages(db: &impl GenericClient, tenant: TenantId) -> Result
 
 /// Every row one tenant owns, table by table, as JSON text in sorted order: compare two
 /// readings to see whether anything of the tenant's changed.
-pub async fn tenant_rows(db: &impl GenericClient, tenant: TenantId) -> Result<BTreeMap<&'static str, Vec<String>>, StoreError> {
+pub async fn tenant_rows(
+    db: &impl GenericClient,
+    tenant: TenantId,
+) -> Result<BTreeMap<&'static str, Vec<String>>, StoreError> {
     const OWNED: &[(&str, &str)] = &[
         ("jobs", "SELECT row_to_json(t)::text FROM jobs t WHERE tenant_id = $1"),
         ("job_keys", "SELECT row_to_json(t)::text FROM job_keys t WHERE tenant_id = $1"),
         ("messages", "SELECT row_to_json(t)::text FROM messages t WHERE tenant_id = $1"),
         ("email_templates", "SELECT row_to_json(t)::text FROM email_templates t WHERE tenant_id = $1"),
         ("suppressions", "SELECT row_to_json(t)::text FROM suppressions t WHERE tenant_id = $1"),
-        ("campaign_pages", "SELECT row_to_json(p)::text FROM campaign_pages p JOIN jobs j ON j.id = p.job_id WHERE j.tenant_id = $1"),
+        (
+            "campaign_pages",
+            "SELECT row_to_json(p)::text FROM campaign_pages p JOIN jobs j ON j.id = p.job_id WHERE j.tenant_id = $1",
+        ),
     ];
     let mut out = BTreeMap::new();
     for (table, sql) in OWNED {
