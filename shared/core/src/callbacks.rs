@@ -1,6 +1,6 @@
 //! Signed callbacks: the Standard Webhooks signature, the address guard, and one HTTP request
-//! to an address resolved once. The delivery job that uses them is `catalogue::callbacks`;
-//! `http.request` (`catalogue::http`) calls a tenant's destinations through the same guard and
+//! to an address resolved once. The delivery job that uses them is `callbacks::task`;
+//! `http.request` (`destinations::task`) calls a tenant's destinations through the same guard and
 //! the same `request`.
 //!
 //! The guard: a callback URL's host is resolved once (the system resolver, which also reads
@@ -12,6 +12,8 @@
 //! IPv4 embedded in IPv6 (mapped, compatible, NAT64, 6to4) included. Redirects are not
 //! followed: a 3xx is a failed attempt. An operator allow-list (`RELAY_CALLBACK_ALLOW`: CIDRs
 //! and host names, comma-separated) lifts the refusal, e.g. for local development.
+
+pub mod task;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;

@@ -78,7 +78,7 @@ impl CompletionRequest {
             _ => {}
         }
         let result = self.result.unwrap_or(Value::Null);
-        crate::executor::storable(&result).map_err(|why| bad("result", format!("result: {why}")))?;
+        crate::job::storable(&result).map_err(|why| bad("result", format!("result: {why}")))?;
         if self.error.as_ref().is_some_and(|e| e.chars().count() > MAX_ERROR_CHARS) {
             return Err(bad("error", format!("error: at most {MAX_ERROR_CHARS} characters")));
         }
@@ -278,7 +278,7 @@ impl Ended {
             crate::exceptions::alert_opened(*exception, *job, *kind, error);
         }
         let mut send = self.dispatch;
-        send.extend(crate::executor::finish_parents(pool, self.parents).await);
+        send.extend(crate::parents::finish_parents(pool, self.parents).await);
         transport::send(transport, pool, &send).await;
     }
 }

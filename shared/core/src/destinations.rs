@@ -8,6 +8,8 @@
 //! written through the API (`PUT /v1/destinations/{name}/secret`) and read at run time under
 //! the `http.request` task's own role; no table holds it and no answer returns it.
 
+pub mod task;
+
 use aws_sdk_secretsmanager::error::{DisplayErrorContext, ProvideErrorMetadata};
 
 use crate::job::TenantId;

@@ -80,10 +80,15 @@ impl Intake {
         }
         answer.await.map_err(|_| closed())?
     }
+}
 
-    /// The transport this intake dispatches through (for work that ends jobs outside the
-    /// executor, such as a completion arriving by ingress, to dispatch their follow-ups).
-    pub fn transport(&self) -> &Arc<dyn Transport> {
+#[async_trait::async_trait]
+impl crate::task::Jobs for Intake {
+    async fn enqueue(&self, tenant_id: TenantId, jobs: Vec<NewJob>) -> Result<Vec<Inserted>, Arc<StoreError>> {
+        Intake::enqueue(self, tenant_id, jobs).await
+    }
+
+    fn transport(&self) -> &Arc<dyn Transport> {
         &self.transport
     }
 }

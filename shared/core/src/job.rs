@@ -235,6 +235,31 @@ pub enum Outcome {
     },
 }
 
+/// The largest result a task may return, serialised.
+pub const MAX_RESULT_BYTES: usize = 256 * 1024;
+
+/// Why a task's result cannot be stored (the job fails for good).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Unstorable {
+    #[error("result is {0} bytes; the limit is {MAX_RESULT_BYTES}")]
+    TooLarge(usize),
+    #[error("result contains a NUL character, which cannot be stored")]
+    Nul,
+}
+
+/// A result must be plain JSON that Postgres can store: no NUL characters, bounded size (a
+/// completion's result is held to the same).
+pub fn storable(result: &serde_json::Value) -> Result<(), Unstorable> {
+    let text = result.to_string();
+    if text.len() > MAX_RESULT_BYTES {
+        return Err(Unstorable::TooLarge(text.len()));
+    }
+    if text.contains("\\u0000") {
+        return Err(Unstorable::Nul);
+    }
+    Ok(())
+}
+
 /// Who can act on a job that failed for good.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Fault {

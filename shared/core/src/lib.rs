@@ -22,6 +22,8 @@ pub mod executor;
 pub mod intake;
 pub mod liveness;
 pub mod metrics;
+pub mod parents;
+pub mod provider;
 pub mod schedules;
 pub mod sweep;
 pub mod telemetry;

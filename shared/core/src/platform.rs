@@ -88,8 +88,8 @@ impl Platform {
         let catalogue = if settings.test_tasks { catalogue.with_test_tasks() } else { catalogue };
         Ok(Self {
             catalogue: catalogue
-                .with(crate::catalogue::callbacks::Deliver { allow: settings.callback_allow.clone() })
-                .with(crate::catalogue::http::HttpRequest { allow: settings.callback_allow.clone() }),
+                .with(crate::callbacks::task::Deliver { allow: settings.callback_allow.clone() })
+                .with(crate::destinations::task::HttpRequest { allow: settings.callback_allow.clone() }),
             intake: Intake::start(pool.clone(), transport.clone(), settings.intake_writers),
             pool,
             transport,

@@ -1,7 +1,9 @@
 //! The task contract: what a task type implements (`Task`) and what it is given to run
 //! (`TaskContext`); a run ends in a value or a `TaskError` (the job's vocabulary, `crate::job`).
-//! The task types (`catalogue/`, `email`) and the registry that holds them (`catalogue`) both
-//! depend on this; a task never names the registry.
+//! The task types (each feature's `task.rs`, the catalogue's own) and the registry that holds
+//! them (`catalogue`) depend on this; a task never names the registry. This is a leaf above the
+//! store: what a task may do beyond its rows it is given as a capability (`Jobs`, `AwsAccess`),
+//! which the services behind them implement.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,14 +15,35 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::credentials::JobAws;
-use crate::intake::Intake;
 use crate::job::completion::{MAX_WAIT, OverduePolicy};
 use crate::job::{Fault, Fence, JobId, TaskError, TenantId};
 use crate::retry::RetryPolicy;
+use crate::store::StoreError;
 use crate::store::completions::{self, NewWait};
+use crate::store::jobs::{Inserted, NewJob};
 use crate::store::modes::Modes;
 use crate::store::tenants;
+use crate::transport::Transport;
+
+/// What a task may do to other jobs: create them (a fan-out parent's children: insert, commit,
+/// then dispatch) and hand follow-ups of jobs it ended to the transport. The platform's intake
+/// (`crate::intake::Intake`) implements it.
+#[async_trait::async_trait]
+pub trait Jobs: Send + Sync {
+    /// Insert jobs for one tenant (committed on return), then dispatch the new ones.
+    async fn enqueue(&self, tenant_id: TenantId, jobs: Vec<NewJob>) -> Result<Vec<Inserted>, Arc<StoreError>>;
+
+    /// The transport jobs are dispatched through (for work that ends jobs outside the executor,
+    /// such as a completion arriving by ingress, to dispatch their follow-ups).
+    fn transport(&self) -> &Arc<dyn Transport>;
+}
+
+/// AWS access for one run: the task type's own role, assumed for this job and attempt
+/// (`crate::credentials::JobAws` implements it).
+#[async_trait::async_trait]
+pub trait AwsAccess: Send + Sync {
+    async fn sdk_config(&self) -> Result<aws_config::SdkConfig, TaskError>;
+}
 
 /// What a task sees of the job it runs for, and the platform it runs on.
 #[derive(Clone)]
@@ -33,9 +56,9 @@ pub struct TaskContext {
     /// The modes read when this job was claimed.
     pub modes: Arc<Modes>,
     pub db: deadpool_postgres::Pool,
-    /// Creates jobs (a fan-out parent's children): insert, commit, then dispatch.
-    pub intake: Intake,
-    pub(crate) aws: JobAws,
+    /// Creates jobs (a fan-out parent's children) and dispatches follow-ups.
+    pub jobs: Arc<dyn Jobs>,
+    pub(crate) aws: Arc<dyn AwsAccess>,
     /// The retry policy this job's attempts follow (its task type's own, or the default).
     pub(crate) retry: RetryPolicy,
 }
@@ -99,6 +122,35 @@ impl TaskContext {
     }
 }
 
+/// What intake settles before it admits a job (`Task::admit`); nothing by default.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Admission {
+    /// Held (not due) when submitted, until something releases it (a campaign waiting for its
+    /// recipient pages).
+    pub held: bool,
+    /// What the parameters name that the tenant must have stored: intake refuses a job naming
+    /// one it has not, naming the field.
+    pub names: Vec<Named>,
+}
+
+/// A stored thing that a job's parameters name, and the field that names it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Named {
+    pub kind: Stored,
+    /// The field's path under `params` (`message.template`).
+    pub field: String,
+    pub name: String,
+}
+
+/// The kinds of stored things parameters may name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// A template (`PUT /v1/templates/{name}`).
+    Template,
+    /// A destination (`PUT /v1/destinations/{name}`).
+    Destination,
+}
+
 /// A task type. `run` returns plain JSON: a task cannot hand back something unstorable.
 pub trait Task: Send + Sync + 'static {
     type Params: DeserializeOwned + ToSchema + Send;
@@ -121,22 +173,10 @@ pub trait Task: Send + Sync + 'static {
         Fault::Platform
     }
 
-    /// The stored template these parameters name, as (field under `params`, name): intake
-    /// refuses a name the tenant has not stored, naming that field.
-    fn template(_params: &Self::Params) -> Option<(&'static str, String)> {
-        None
-    }
-
-    /// The destination these parameters call, as (field under `params`, name): intake refuses
-    /// a name the tenant has not registered, naming that field.
-    fn destination(_params: &Self::Params) -> Option<(&'static str, String)> {
-        None
-    }
-
-    /// Whether a job with these parameters is held (not due) when submitted, until something
-    /// releases it (a campaign waiting for its recipient pages).
-    fn held(_params: &Self::Params) -> bool {
-        false
+    /// What intake settles before it admits a job with these parameters: whether it starts
+    /// held, and what stored things it names that the tenant must have.
+    fn admit(_params: &Self::Params) -> Admission {
+        Admission::default()
     }
 
     fn run(&self, ctx: &TaskContext, params: Self::Params) -> impl Future<Output = Result<Value, TaskError>> + Send;

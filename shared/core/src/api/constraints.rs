@@ -7,9 +7,11 @@
 
 use serde_json::{Map, Value, json};
 
-use super::openapi::NO_NUL;
 use crate::catalogue::housekeeping::RETENTION;
 use crate::catalogue::{Catalogue, TaskInfo};
+
+/// A string without a NUL character: every string the server takes (`api::extract`).
+pub const NO_NUL: &str = "^[^\\x00]*$";
 
 /// Text with a character that is not white space (what `str::trim` leaves non-empty), no NUL.
 pub const NON_BLANK: &str = "^[^\\x00]*[^\\x00\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00]*$";

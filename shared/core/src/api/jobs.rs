@@ -21,6 +21,7 @@ use crate::job::terms::{self, Concurrency, CorrelationId, IdempotencyKey, Limits
 use crate::job::{JobId, JobStatus, TenantId};
 use crate::store::jobs::{self, Inserted, Job, JobFilter, NewJob};
 use crate::store::{StoreError, attempt_sessions};
+use crate::task::{Named, Stored};
 use crate::view::{self, JobView};
 
 pub const MAX_BATCH: usize = 500;
@@ -153,7 +154,7 @@ impl JobRequest {
         let correlation_id = self.correlation_id.as_deref().map(CorrelationId::parse).transpose()?;
         let run_at = terms::due_at(self.run_at, self.delay_seconds, now)?;
         // A held job (a campaign awaiting its recipient pages) is not due until released.
-        let run_at = if catalogue.held(&self.task_type, &self.params) { now + HELD_FOR } else { run_at };
+        let run_at = if catalogue.admit(&self.task_type, &self.params).held { now + HELD_FOR } else { run_at };
         let limits = Limits::parse(self.max_attempts, self.timeout_seconds, admits.max_timeout_seconds)?;
         let concurrency = Concurrency::parse(self.concurrency_key.clone(), self.concurrency_limit)?;
         if let Some(url) = &self.callback_url {
@@ -343,31 +344,31 @@ fn parse_item(
 /// what the tenant has not stored yet is a conflict with its state (409), as a `callback_url`
 /// before `PUT /v1/callbacks` is.
 async fn require_named(state: &AppState, tenant_id: TenantId, new: &NewJob) -> Result<(), ApiError> {
-    let template = state.catalogue.template(&new.task_type, &new.params);
-    let destination = state.catalogue.destination(&new.task_type, &new.params);
-    if template.is_none() && destination.is_none() {
+    let names = state.catalogue.admit(&new.task_type, &new.params).names;
+    if names.is_empty() {
         return Ok(());
     }
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    if let Some((field, name)) = template
-        && crate::store::templates::get(&db, tenant_id, &name).await?.is_none()
-    {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "unknown_template",
-            format!("{field}: this tenant has no template {name:?} (PUT /v1/templates/{name} first)"),
-        )
-        .with("field", field));
-    }
-    if let Some((field, name)) = destination
-        && crate::store::destinations::get(&db, tenant_id, &name).await?.is_none()
-    {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "unknown_destination",
-            format!("{field}: this tenant has no destination {name:?} (PUT /v1/destinations/{name} first)"),
-        )
-        .with("field", field));
+    for Named { kind, field, name } in names {
+        let (stored, code, path) = match kind {
+            Stored::Template => {
+                (crate::store::templates::get(&db, tenant_id, &name).await?.is_some(), "unknown_template", "templates")
+            }
+            Stored::Destination => (
+                crate::store::destinations::get(&db, tenant_id, &name).await?.is_some(),
+                "unknown_destination",
+                "destinations",
+            ),
+        };
+        if !stored {
+            let what = code.trim_start_matches("unknown_");
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                code,
+                format!("{field}: this tenant has no {what} {name:?} (PUT /v1/{path}/{name} first)"),
+            )
+            .with("field", field));
+        }
     }
     Ok(())
 }

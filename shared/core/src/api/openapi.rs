@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
+use super::constraints::NO_NUL;
 use super::{admin, callbacks, completions, destinations, email, jobs, schedules, status};
 
 #[derive(OpenApi)]
@@ -66,9 +67,6 @@ pub fn document_json() -> String {
     s.push('\n');
     s
 }
-
-/// A string without a NUL character: every string the server takes (`api::extract`).
-pub const NO_NUL: &str = "^[^\\x00]*$";
 
 /// The document, with the rules the server applies to every route written in where they apply:
 /// no string it takes (parameter or request body field, at any depth) may hold a NUL character,

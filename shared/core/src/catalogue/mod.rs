@@ -8,11 +8,7 @@
 //! fields refused) and runs the task's own checks; each failure names the field.
 
 mod basic;
-pub mod callbacks;
-pub mod email;
 pub mod housekeeping;
-pub mod http;
-pub mod provider;
 #[cfg(feature = "testing")]
 mod testing;
 
@@ -26,7 +22,7 @@ use utoipa::ToSchema;
 
 use crate::job::{Fault, TaskError};
 use crate::retry::RetryPolicy;
-use crate::task::{Task, TaskContext};
+use crate::task::{Admission, Task, TaskContext};
 
 /// A parameter that failed validation, with the path of the field.
 #[derive(Debug, Clone, PartialEq, Serialize, thiserror::Error)]
@@ -51,9 +47,7 @@ trait ErasedTask: Send + Sync {
     fn fault(&self, params: &Value) -> Fault;
     fn retry(&self) -> Option<RetryPolicy>;
     fn check(&self, params: &Value) -> Result<(), ParamError>;
-    fn held(&self, params: &Value) -> bool;
-    fn template(&self, params: &Value) -> Option<(&'static str, String)>;
-    fn destination(&self, params: &Value) -> Option<(&'static str, String)>;
+    fn admit(&self, params: &Value) -> Admission;
     fn run<'a>(&'a self, ctx: &'a TaskContext, params: Value) -> BoxFuture<'a, Result<Value, TaskError>>;
 }
 
@@ -140,16 +134,8 @@ impl<T: Task> ErasedTask for Registered<T> {
         parse::<T>(params).map(|_| ())
     }
 
-    fn held(&self, params: &Value) -> bool {
-        parse::<T>(params).is_ok_and(|p| T::held(&p))
-    }
-
-    fn template(&self, params: &Value) -> Option<(&'static str, String)> {
-        parse::<T>(params).ok().and_then(|p| T::template(&p))
-    }
-
-    fn destination(&self, params: &Value) -> Option<(&'static str, String)> {
-        parse::<T>(params).ok().and_then(|p| T::destination(&p))
+    fn admit(&self, params: &Value) -> Admission {
+        parse::<T>(params).map_or_else(|_| Admission::default(), |p| T::admit(&p))
     }
 
     fn run<'a>(&'a self, ctx: &'a TaskContext, params: Value) -> BoxFuture<'a, Result<Value, TaskError>> {
@@ -174,12 +160,12 @@ impl Catalogue {
         let mut c = Catalogue { tasks: Arc::default() };
         c.add(basic::Noop);
         c.add(basic::Sleep);
-        c.add(email::SendEmail);
-        c.add(email::SendCampaign);
-        c.add(provider::ProviderEvent);
+        c.add(crate::email::task::SendEmail);
+        c.add(crate::email::task::SendCampaign);
+        c.add(crate::provider::ProviderEvent);
         c.add(housekeeping::Retention);
-        c.add(callbacks::Deliver::default());
-        c.add(http::HttpRequest::default());
+        c.add(crate::callbacks::task::Deliver::default());
+        c.add(crate::destinations::task::HttpRequest::default());
         c
     }
 
@@ -257,23 +243,14 @@ impl Catalogue {
         }
     }
 
-    /// Whether a job of this type and these (valid) parameters starts held.
-    pub fn held(&self, name: &str, params: &Value) -> bool {
-        self.tasks.get(name).is_some_and(|t| t.held(params))
-    }
-
-    /// The stored template a job of this type and these (valid) parameters names, as
-    /// (`params.` field, name).
-    pub fn template(&self, name: &str, params: &Value) -> Option<(String, String)> {
-        let (field, template) = self.tasks.get(name)?.template(params)?;
-        Some((format!("params.{field}"), template))
-    }
-
-    /// The destination a job of this type and these (valid) parameters calls, as (`params.`
-    /// field, name).
-    pub fn destination(&self, name: &str, params: &Value) -> Option<(String, String)> {
-        let (field, destination) = self.tasks.get(name)?.destination(params)?;
-        Some((format!("params.{field}"), destination))
+    /// What intake settles for a job of this type and these (valid) parameters; each named
+    /// field as a `params.` path.
+    pub fn admit(&self, name: &str, params: &Value) -> Admission {
+        let mut admission = self.tasks.get(name).map(|t| t.admit(params)).unwrap_or_default();
+        for n in &mut admission.names {
+            n.field = format!("params.{}", n.field);
+        }
+        admission
     }
 
     /// Run a task; `None` when the type is not in the catalogue.

@@ -136,6 +136,13 @@ impl JobAws {
     }
 }
 
+#[async_trait::async_trait]
+impl crate::task::AwsAccess for JobAws {
+    async fn sdk_config(&self) -> Result<SdkConfig, TaskError> {
+        JobAws::sdk_config(self).await
+    }
+}
+
 /// How long before expiry a session is replaced: five minutes, or a quarter of a shorter
 /// session.
 pub fn refresh_margin(session: Duration) -> Duration {

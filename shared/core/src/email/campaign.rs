@@ -240,7 +240,7 @@ pub async fn run(ctx: &TaskContext, p: CampaignParams) -> Result<Value, TaskErro
                 .collect()
         })
         .await?;
-        ctx.intake.enqueue(ctx.tenant_id, slice).await.map_err(retryable)?;
+        ctx.jobs.enqueue(ctx.tenant_id, slice).await.map_err(retryable)?;
     }
     tracing::info!(event = "relay.campaign.children", created_up_to = end, total, "campaign children created");
     if end < recipients.len() {

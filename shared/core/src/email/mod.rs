@@ -16,6 +16,7 @@ pub mod campaign;
 pub mod content;
 pub mod events;
 pub mod ses;
+pub mod task;
 
 use std::time::Duration;
 

@@ -18,16 +18,13 @@ use tracing::Instrument;
 
 use crate::catalogue::Catalogue;
 use crate::credentials::{JobAws, TaskCredentials};
-use crate::job::{ClaimedJob, Dispatch, ExceptionKind, JobId, Outcome, TaskError};
+use crate::job::{ClaimedJob, ExceptionKind, JobId, Outcome, TaskError};
 use crate::retry::RetryPolicy;
 use crate::store::StoreError;
 use crate::store::jobs;
 use crate::store::modes::Modes;
 use crate::task::TaskContext;
 use crate::transport::{self, Transport};
-
-/// The largest result a task may return, serialised.
-pub const MAX_RESULT_BYTES: usize = 256 * 1024;
 
 /// `ExecutorConfig::deadline_reserve` unless configured.
 pub const DEFAULT_DEADLINE_RESERVE: Duration = Duration::from_secs(5);
@@ -234,8 +231,8 @@ impl Executor {
             correlation_id: job.correlation_id.clone(),
             modes,
             db: self.pool.clone(),
-            intake: self.intake.clone(),
-            aws: JobAws::new(self.credentials.clone(), job, self.pool.clone()),
+            jobs: Arc::new(self.intake.clone()),
+            aws: Arc::new(JobAws::new(self.credentials.clone(), job, self.pool.clone())),
             retry: policy,
         };
         let timeout = Duration::from_secs(u64::try_from(job.timeout_seconds).unwrap_or(1));
@@ -303,30 +300,6 @@ pub(crate) fn freed_keys(outcomes: &[(ClaimedJob, Outcome)]) -> Vec<String> {
     keys
 }
 
-/// Children just ended (committed): their parents whose last child this was finish now, not
-/// on the next sweep (which stays the safety net: a failure here only delays them until it).
-/// Called after recording outcomes and after a wait's end. Returns the parents' callback
-/// deliveries.
-pub(crate) async fn finish_parents(pool: &Pool, mut parents: Vec<JobId>) -> Vec<Dispatch> {
-    if parents.is_empty() {
-        return vec![];
-    }
-    parents.sort();
-    parents.dedup();
-    let finished = async { jobs::finish_parents_of(&pool.get().await?, &parents).await };
-    match finished.await {
-        Ok(f) => {
-            crate::exceptions::alert_parents(&f);
-            f.callbacks
-        }
-        Err(e) => {
-            tracing::warn!(event = "relay.executor.finish_parents_failed", error = %e,
-                "could not finish parents whose children ended; the sweep will");
-            vec![]
-        }
-    }
-}
-
 /// Most jobs one hand-on dispatches.
 const HAND_ON_LIMIT: i64 = 1000;
 
@@ -351,7 +324,7 @@ pub fn decide(job: &ClaimedJob, ran: Ran, now: DateTime<Utc>, policy: &RetryPoli
     };
     let retry_or_fail = |error: String| retry_or_fail_after(error, None);
     match ran {
-        Ran::Finished(Ok(result)) => match storable(&result) {
+        Ran::Finished(Ok(result)) => match crate::job::storable(&result) {
             Ok(()) => Outcome::Succeeded { result },
             Err(why) => Outcome::Failed { kind: ExceptionKind::FatalError, error: why.to_string() },
         },
@@ -381,28 +354,6 @@ pub fn decide(job: &ClaimedJob, ran: Ran, now: DateTime<Utc>, policy: &RetryPoli
             error: format!("task type {:?} is not in this executor's catalogue", job.task_type),
         },
     }
-}
-
-/// Why a task's result cannot be stored (the job fails for good).
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub(crate) enum Unstorable {
-    #[error("result is {0} bytes; the limit is {MAX_RESULT_BYTES}")]
-    TooLarge(usize),
-    #[error("result contains a NUL character, which cannot be stored")]
-    Nul,
-}
-
-/// A result must be plain JSON that Postgres can store: no NUL characters, bounded size (a
-/// completion's result is held to the same).
-pub(crate) fn storable(result: &Value) -> Result<(), Unstorable> {
-    let text = result.to_string();
-    if text.len() > MAX_RESULT_BYTES {
-        return Err(Unstorable::TooLarge(text.len()));
-    }
-    if text.contains("\\u0000") {
-        return Err(Unstorable::Nul);
-    }
-    Ok(())
 }
 
 /// Error text as Postgres can store it (no NUL), bounded.
@@ -482,7 +433,7 @@ mod tests {
         let now = Utc::now();
         let nul = Ran::Finished(Ok(json!({"s": "a\u{0}b"})));
         assert!(matches!(decide(&job(1, 2), nul, now, &p), Outcome::Failed { .. }));
-        let huge = Ran::Finished(Ok(json!("x".repeat(MAX_RESULT_BYTES + 1))));
+        let huge = Ran::Finished(Ok(json!("x".repeat(crate::job::MAX_RESULT_BYTES + 1))));
         assert!(matches!(decide(&job(1, 2), huge, now, &p), Outcome::Failed { .. }));
         assert_eq!(clean("a\0b"), "a\u{FFFD}b");
     }

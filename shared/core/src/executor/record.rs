@@ -4,9 +4,10 @@
 //! callbacks. `record` is both on one connection. The slots keyed jobs freed are the caller's
 //! to fill: `hand_on`, or a worker's own claim of those keys (`worker`).
 
-use super::{Executor, RunReport, finish_parents};
+use super::{Executor, RunReport};
 use crate::job::{ClaimedJob, Dispatch, Fence, JobId, Outcome};
 use crate::metrics;
+use crate::parents::finish_parents;
 use crate::store::jobs::{self, Failure, Retry};
 use crate::store::{GenericClient, StoreError};
 use crate::transport;

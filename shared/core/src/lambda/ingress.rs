@@ -11,11 +11,11 @@ use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
 use crate::catalogue::Catalogue;
-use crate::catalogue::provider::ProviderEvent;
 use crate::intake::Intake;
 use crate::job::TenantId;
 use crate::job::terms::{CorrelationId, IdempotencyKey};
 use crate::platform::Platform;
+use crate::provider::ProviderEvent;
 use crate::store::dead_letters::{self, NewDeadLetter};
 use crate::store::jobs::NewJob;
 use crate::store::{StoreError, tenants};

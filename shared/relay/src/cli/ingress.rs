@@ -71,7 +71,7 @@ pub async fn run(p: &Platform, command: IngressCommand) -> anyhow::Result<()> {
             if let Some(e) = error {
                 c["error"] = json!(e);
             }
-            let input = json!({ taskdeck::catalogue::provider::COMPLETION_KEY: c });
+            let input = json!({ taskdeck::provider::COMPLETION_KEY: c });
             return feed(p, input, tenant, wait).await;
         }
     };

@@ -30,7 +30,7 @@ use crate::job::{Fence, TaskError};
 use crate::store::destinations::{self, Destination, Slot};
 use crate::store::http_calls::{self, NewCall, Settled};
 use crate::store::{StoreError, jobs};
-use crate::task::{Task, TaskContext};
+use crate::task::{Admission, Named, Stored, Task, TaskContext};
 
 /// The most body bytes of an answer recorded (the rest is not read).
 pub const MAX_RESPONSE_BODY: usize = 16 * 1024;
@@ -123,8 +123,9 @@ impl Task for HttpRequest {
         Ok(())
     }
 
-    fn destination(p: &RequestParams) -> Option<(&'static str, String)> {
-        Some(("destination", p.destination.clone()))
+    fn admit(p: &RequestParams) -> Admission {
+        let named = Named { kind: Stored::Destination, field: "destination".into(), name: p.destination.clone() };
+        Admission { held: false, names: vec![named] }
     }
 
     async fn run(&self, ctx: &TaskContext, p: RequestParams) -> Result<Value, TaskError> {

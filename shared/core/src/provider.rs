@@ -93,7 +93,7 @@ async fn complete(ctx: &TaskContext, body: &Value) -> Result<Value, TaskError> {
         Ok(ok) => ok,
         Err(why) => return Ok(json!({ "completion": false, "kept": true, "reason": why })),
     };
-    let applied = completions::apply(&ctx.db, ctx.intake.transport(), &token, None, &c, Via::Ingress)
+    let applied = completions::apply(&ctx.db, ctx.jobs.transport(), &token, None, &c, Via::Ingress)
         .await
         .map_err(|e| TaskError::Retryable(format!("applying a completion: {e}")))?;
     Ok(match applied {

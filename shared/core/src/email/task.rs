@@ -6,7 +6,7 @@ use serde_json::Value;
 use crate::email::campaign::CampaignParams;
 use crate::email::content::SendParams;
 use crate::job::TaskError;
-use crate::task::{Task, TaskContext};
+use crate::task::{Admission, Named, Stored, Task, TaskContext};
 
 pub struct SendEmail;
 
@@ -20,8 +20,10 @@ impl Task for SendEmail {
         p.check()
     }
 
-    fn template(p: &SendParams) -> Option<(&'static str, String)> {
-        p.template.clone().map(|t| ("template", t))
+    fn admit(p: &SendParams) -> Admission {
+        let names =
+            p.template.iter().map(|t| Named { kind: Stored::Template, field: "template".into(), name: t.clone() });
+        Admission { held: false, names: names.collect() }
     }
 
     async fn run(&self, ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> {
@@ -41,12 +43,13 @@ impl Task for SendCampaign {
         p.check()
     }
 
-    fn template(p: &CampaignParams) -> Option<(&'static str, String)> {
-        p.message.template.clone().map(|t| ("message.template", t))
-    }
-
-    fn held(p: &CampaignParams) -> bool {
-        p.held()
+    fn admit(p: &CampaignParams) -> Admission {
+        let names = p.message.template.iter().map(|t| Named {
+            kind: Stored::Template,
+            field: "message.template".into(),
+            name: t.clone(),
+        });
+        Admission { held: p.held(), names: names.collect() }
     }
 
     async fn run(&self, ctx: &TaskContext, p: CampaignParams) -> Result<Value, TaskError> {
