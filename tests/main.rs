@@ -28,3 +28,4 @@ mod status;
 mod store;
 mod sweep;
 mod template;
+mod tenancy;

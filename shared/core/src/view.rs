@@ -117,7 +117,7 @@ pub async fn annotate(db: &impl GenericClient, jobs: Vec<Job>, now: DateTime<Utc
         .collect();
     let baselines = if running_types.is_empty() { HashMap::new() } else { baselines(db, &running_types).await? };
     let due_now = |j: &Job| j.status == JobStatus::Pending && j.run_at <= now;
-    let modes = if jobs.iter().any(due_now) { modes::load(db).await? } else { modes::Modes::default() };
+    let modes = if jobs.iter().any(due_now) { modes::load_global(db).await? } else { modes::Modes::default() };
     let keys: Vec<&str> = jobs.iter().filter(|j| due_now(j)).filter_map(|j| j.concurrency_key.as_deref()).collect();
     let running = if keys.is_empty() { HashMap::new() } else { running_per_key(db, &keys).await? };
     let waiting: Vec<JobId> = jobs.iter().filter(|j| j.status == JobStatus::Waiting).map(|j| j.id).collect();

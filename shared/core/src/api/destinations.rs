@@ -15,7 +15,7 @@ use super::extract::{Caller, JsonBody};
 use crate::destinations as rules;
 use crate::job::TenantId;
 use crate::store::destinations::{self, Destination, NewDestination};
-use crate::store::{StoreError, http_calls, modes};
+use crate::store::{StoreError, http_calls};
 
 pub const DEFAULT_TIMEOUT_MS: i32 = 10_000;
 pub const DEFAULT_RATE_PER_SECOND: f64 = 10.0;
@@ -77,8 +77,6 @@ pub struct DestinationView {
     pub destination: Destination,
     /// Where the secret lives in Secrets Manager (Relay derives it; the value is never shown).
     pub secret_id: String,
-    /// The destination's own write switch (`write:http` and shadow mode apply as well).
-    pub writes_enabled: bool,
     pub last_call: Option<LastCall>,
 }
 
@@ -102,13 +100,11 @@ fn name_of(raw: &str) -> Result<(), ApiError> {
 
 async fn views(state: &AppState, tenant: TenantId, list: Vec<Destination>) -> Result<Vec<DestinationView>, ApiError> {
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    let m = modes::load(&db).await?;
     let last = http_calls::last_per_destination(&db, tenant).await?;
     Ok(list
         .into_iter()
         .map(|d| DestinationView {
             secret_id: rules::secret_id(tenant, &d.name),
-            writes_enabled: m.destination_writes(tenant, &d.name),
             last_call: last.iter().find(|l| l.0 == d.name).map(|l| LastCall {
                 outcome: l.1.clone(),
                 http_status: l.2,
@@ -249,8 +245,9 @@ pub async fn put_secret(
     }
 }
 
-/// `PUT /v1/destinations/{name}/writes`: the destination's own write switch (an audited
-/// operating mode, `write:http:<tenant id>:<name>`). Off: its jobs are held, not sent.
+/// `PUT /v1/destinations/{name}/writes`: the tenant's own write switch, kept on the destination
+/// (removed with it). Off: its jobs are held, not sent. An operator's switch for the destination
+/// is another switch, which this neither reads nor changes: a call goes out only when both allow.
 #[utoipa::path(put, path = "/v1/destinations/{name}/writes", tag = "destinations", params(("name" = String, Path)),
     request_body = WritesBody, security(("tenant_key" = [])),
     responses((status = 200, body = DestinationView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
@@ -264,10 +261,10 @@ pub async fn put_writes(
     if b.reason.as_ref().is_some_and(|r| r.len() > 500 || r.contains('\0')) {
         return Err(invalid("reason", "at most 500 characters, no NUL"));
     }
-    let mut db = state.pool.get().await.map_err(StoreError::from)?;
-    let d = destinations::get(&db, tenant.id, &name).await?.ok_or_else(ApiError::not_found)?;
-    let by = format!("tenant:{}", tenant.id);
-    modes::set(&mut db, &modes::destination_switch(tenant.id, &name), b.enabled, &by, b.reason.as_deref()).await?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let d = destinations::set_writes(&db, tenant.id, &name, b.enabled, b.reason.as_deref())
+        .await?
+        .ok_or_else(ApiError::not_found)?;
     drop(db);
     Ok(Json(views(&state, tenant.id, vec![d]).await?.remove(0)))
 }

@@ -3,8 +3,9 @@
 //! (`Idempotency-Key`) and correlation id.
 //!
 //! One attempt: an earlier attempt's call with no recorded outcome makes this one ambiguous
-//! (it may have gone); shadow mode records what would be sent and sends nothing; `write:http`
-//! or the destination's own switch off defers the job (`TaskError::Defer`, no attempt used);
+//! (it may have gone); shadow mode records what would be sent and sends nothing; `write:http`,
+//! the operators' switch for the destination or the tenant's own off defers the job
+//! (`TaskError::Defer`, no attempt used);
 //! then the secret (under the task's own role), the guard, a rate slot (deferred when there is
 //! none), the call recorded as `sending` under the job's fence, and the call itself:
 //!
@@ -29,7 +30,7 @@ use crate::destinations::{self as rules, SecretError};
 use crate::job::{Fence, TaskError};
 use crate::store::destinations::{self, Destination, Slot};
 use crate::store::http_calls::{self, NewCall, Settled};
-use crate::store::{StoreError, jobs};
+use crate::store::{StoreError, jobs, modes};
 use crate::task::{Admission, Named, Stored, Task, TaskContext};
 
 /// The most body bytes of an answer recorded (the rest is not read).
@@ -175,14 +176,20 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
         record("shadowed", Some("shadow mode: recorded, not sent".into())).await?;
         return Ok(json!({"sent": false, "shadowed": true, "request": shown}));
     }
-    if !ctx.modes.writes_enabled("http") || !ctx.modes.destination_writes(ctx.tenant_id, &p.destination) {
-        let which = if ctx.modes.writes_enabled("http") {
-            format!("write:http:<tenant>:{}", p.destination)
-        } else {
-            "write:http".into()
-        };
+    // Three switches, each able to hold the call: the operators' for every destination, the
+    // operators' for this one, and the tenant's own (on the destination).
+    let held = if !ctx.modes.writes_enabled("http") {
+        Some("by the operators, for every destination (write:http)")
+    } else if modes::operator_holds(&db, ctx.tenant_id, &dest.name).await.map_err(retryable)? {
+        Some("by the operators, for this destination")
+    } else if !dest.writes_enabled {
+        Some("by your own switch (PUT /v1/destinations/{name}/writes)")
+    } else {
+        None
+    };
+    if let Some(by) = held {
         return Err(TaskError::Defer(
-            format!("writes to destination {:?} are switched off ({which}): held", p.destination),
+            format!("writes to destination {:?} are switched off {by}: held", dest.name),
             HOLD,
         ));
     }

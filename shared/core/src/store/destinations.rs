@@ -1,5 +1,6 @@
-//! A tenant's HTTP destinations (`http_destinations`), the targets of `http.request`, and the
-//! per-destination rate slot every worker takes before a call.
+//! A tenant's HTTP destinations (`http_destinations`), the targets of `http.request`: each with
+//! the tenant's own write switch (removed with it), and the per-destination rate slot every
+//! worker takes before a call.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -20,6 +21,12 @@ pub struct Destination {
     pub secret_set_at: Option<DateTime<Utc>>,
     pub timeout_ms: i32,
     pub rate_per_second: f64,
+    /// The tenant's own write switch (`PUT /v1/destinations/{name}/writes`): off, its calls
+    /// are held. An operator's switch and `write:http` apply as well.
+    pub writes_enabled: bool,
+    /// Why the switch was last changed, as the tenant said.
+    pub writes_reason: Option<String>,
+    pub writes_changed_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -34,7 +41,8 @@ pub struct NewDestination<'a> {
     pub rate_per_second: f64,
 }
 
-const COLUMNS: &str = "name, base_url, auth_header, secret_set_at, timeout_ms, rate_per_second, created_at, updated_at";
+const COLUMNS: &str = "name, base_url, auth_header, secret_set_at, timeout_ms, rate_per_second, writes_enabled,
+    writes_reason, writes_changed_at, created_at, updated_at";
 
 impl Destination {
     fn from_row(r: &Row) -> Self {
@@ -45,13 +53,16 @@ impl Destination {
             secret_set_at: r.get(3),
             timeout_ms: r.get(4),
             rate_per_second: r.get(5),
-            created_at: r.get(6),
-            updated_at: r.get(7),
+            writes_enabled: r.get(6),
+            writes_reason: r.get(7),
+            writes_changed_at: r.get(8),
+            created_at: r.get(9),
+            updated_at: r.get(10),
         }
     }
 }
 
-/// Create or replace (the secret and the rate slot stay).
+/// Create or replace (the secret, the write switch and the rate slot stay).
 pub async fn put(db: &impl GenericClient, tenant: TenantId, d: &NewDestination<'_>) -> Result<Destination, StoreError> {
     let sql = format!(
         "INSERT INTO http_destinations (tenant_id, name, base_url, auth_header, timeout_ms, rate_per_second)
@@ -78,6 +89,21 @@ pub async fn list(db: &impl GenericClient, tenant: TenantId) -> Result<Vec<Desti
 /// Returns false when there was no such destination.
 pub async fn delete(db: &impl GenericClient, tenant: TenantId, name: &str) -> Result<bool, StoreError> {
     Ok(db.execute("DELETE FROM http_destinations WHERE tenant_id = $1 AND name = $2", &[&tenant, &name]).await? == 1)
+}
+
+/// Set the tenant's own write switch. None when there is no such destination.
+pub async fn set_writes(
+    db: &impl GenericClient,
+    tenant: TenantId,
+    name: &str,
+    enabled: bool,
+    reason: Option<&str>,
+) -> Result<Option<Destination>, StoreError> {
+    let sql = format!(
+        "UPDATE http_destinations SET writes_enabled = $3, writes_reason = $4, writes_changed_at = now()
+         WHERE tenant_id = $1 AND name = $2 RETURNING {COLUMNS}"
+    );
+    Ok(db.query_opt(&sql, &[&tenant, &name, &enabled, &reason]).await?.as_ref().map(Destination::from_row))
 }
 
 /// Note that the secret's value was written. Returns false when there is no such destination.

@@ -1,4 +1,7 @@
-//! Operating modes: one row per switch, read on every claim, changed with an audit row.
+//! Operating modes: one row per switch, changed by an operator with an audit row. The global
+//! ones (shadow, the integrations' write switches, the pauses) are read on every claim; an
+//! operator's switch for one tenant's destination only by that destination's calls. A tenant's
+//! own switch for its destination is not here: it lives on the destination (`destinations`).
 
 use std::collections::BTreeMap;
 
@@ -15,7 +18,12 @@ pub struct Modes {
 /// `http.request`'s calls to tenants' destinations.
 pub const INTEGRATIONS: &[&str] = &["ses", "callbacks", "http"];
 
-/// The write switch of one tenant's destination, below `write:http`; no row means on.
+/// Which rows the claim reads: those that apply to every job, never the per-destination ones
+/// (matching the partial index `operating_modes_global`, so the claim reads them by it).
+pub const GLOBAL: &str = "name NOT LIKE 'write:http:%'";
+
+/// The operator's write switch for one tenant's destination, below `write:http`; no row means
+/// on. The tenant's own switch is on the destination; a call goes out only when both allow it.
 pub fn destination_switch(tenant: crate::job::TenantId, destination: &str) -> String {
     format!("write:http:{tenant}:{destination}")
 }
@@ -29,12 +37,6 @@ impl Modes {
     /// Whether writes to an integration (`ses`, `callbacks`) may leave the machine.
     pub fn writes_enabled(&self, integration: &str) -> bool {
         !self.shadow() && self.switches.get(&format!("write:{integration}")).copied().unwrap_or(false)
-    }
-
-    /// Whether a tenant's destination takes writes: its own switch (on unless a row turns it
-    /// off), below `writes_enabled("http")`.
-    pub fn destination_writes(&self, tenant: crate::job::TenantId, destination: &str) -> bool {
-        self.switches.get(&destination_switch(tenant, destination)).copied().unwrap_or(true)
     }
 
     pub fn paused(&self, task_type: &str) -> bool {
@@ -51,10 +53,29 @@ impl Modes {
     }
 }
 
+/// Every switch with a row (the operators' view).
 pub async fn load(db: &impl GenericClient) -> Result<Modes, StoreError> {
     let stmt = db.prepare_cached("SELECT name, enabled FROM operating_modes").await?;
     let rows = db.query(&stmt, &[]).await?;
     Ok(Modes { switches: rows.iter().map(|r| (r.get(0), r.get(1))).collect() })
+}
+
+/// The switches that apply to every job (what a claim reads): no per-destination one.
+pub async fn load_global(db: &impl GenericClient) -> Result<Modes, StoreError> {
+    let stmt = db.prepare_cached(&format!("SELECT name, enabled FROM operating_modes WHERE {GLOBAL}")).await?;
+    let rows = db.query(&stmt, &[]).await?;
+    Ok(Modes { switches: rows.iter().map(|r| (r.get(0), r.get(1))).collect() })
+}
+
+/// Whether an operator holds writes to this tenant's destination (`destination_switch` off).
+pub async fn operator_holds(
+    db: &impl GenericClient,
+    tenant: crate::job::TenantId,
+    destination: &str,
+) -> Result<bool, StoreError> {
+    let stmt = db.prepare_cached("SELECT NOT enabled FROM operating_modes WHERE name = $1").await?;
+    let row = db.query_opt(&stmt, &[&destination_switch(tenant, destination)]).await?;
+    Ok(row.is_some_and(|r| r.get(0)))
 }
 
 /// Set one switch and write the audit row in the same transaction.
@@ -106,15 +127,5 @@ mod tests {
         m.switches.insert("shadow".into(), false);
         assert!(m.writes_enabled("ses"));
         assert!(!m.writes_enabled("callbacks"));
-    }
-
-    #[test]
-    fn a_destination_takes_writes_until_its_own_switch_is_off() {
-        let t = crate::job::TenantId::new();
-        let mut m = Modes::default();
-        assert!(m.destination_writes(t, "crm"));
-        m.switches.insert(destination_switch(t, "crm"), false);
-        assert!(!m.destination_writes(t, "crm"));
-        assert!(m.destination_writes(crate::job::TenantId::new(), "crm"), "another tenant's destination of that name");
     }
 }

@@ -175,14 +175,17 @@ pub async fn open_exceptions(
 }
 
 /// Tenants' HTTP destinations (at most `limit`, by tenant and name) with their tenant's name,
-/// rate and last call; the write switch is the caller's to fill from the modes.
+/// rate and last call; writes enabled when both the tenant's switch and the operator's for the
+/// destination allow them (`write:http` is the caller's to apply).
 pub async fn destinations(
     db: &impl GenericClient,
     limit: i64,
-) -> Result<Vec<(crate::job::TenantId, relay_status::DestinationStatus)>, StoreError> {
+) -> Result<Vec<relay_status::DestinationStatus>, StoreError> {
     let rows = db
         .query(
-            "SELECT d.tenant_id, t.name, d.name, d.rate_per_second, c.outcome, c.http_status, c.at
+            "SELECT d.writes_enabled AND coalesce((SELECT enabled FROM operating_modes
+                                                   WHERE name = 'write:http:' || d.tenant_id || ':' || d.name), true),
+                    t.name, d.name, d.rate_per_second, c.outcome, c.http_status, c.at
              FROM http_destinations d JOIN tenants t ON t.id = d.tenant_id
              LEFT JOIN LATERAL (SELECT outcome, http_status, at FROM http_calls
                                 WHERE tenant_id = d.tenant_id AND destination = d.name ORDER BY id DESC LIMIT 1) c ON true
@@ -192,19 +195,14 @@ pub async fn destinations(
         .await?;
     Ok(rows
         .iter()
-        .map(|r| {
-            (
-                r.get(0),
-                relay_status::DestinationStatus {
-                    tenant: Some(r.get(1)),
-                    name: r.get(2),
-                    writes_enabled: true,
-                    rate_per_second: r.get(3),
-                    last_outcome: r.get(4),
-                    last_http_status: r.get(5),
-                    last_call_at: r.get(6),
-                },
-            )
+        .map(|r| relay_status::DestinationStatus {
+            tenant: Some(r.get(1)),
+            name: r.get(2),
+            writes_enabled: r.get(0),
+            rate_per_second: r.get(3),
+            last_outcome: r.get(4),
+            last_http_status: r.get(5),
+            last_call_at: r.get(6),
         })
         .collect())
 }

@@ -27,8 +27,9 @@ fn claimed_from_row(r: &Row) -> ClaimedJob {
     }
 }
 
-/// The rows a claim takes: due, pending, not of a paused task type, not locked by another
-/// claimer. Shared by every claim shape so they cannot disagree.
+/// The rows a claim takes: due, pending, not of a paused task type (the pauses read by their
+/// partial index, `operating_modes_pauses`), not locked by another claimer. Shared by every
+/// claim shape so they cannot disagree.
 pub(super) const CLAIMABLE: &str = "status = 'pending' AND run_at <= now()
     AND task_type <> ALL (SELECT substr(name, 7) FROM operating_modes
                           WHERE name LIKE 'pause:%' AND enabled)";
@@ -47,7 +48,7 @@ pub(super) const CLAIMABLE: &str = "status = 'pending' AND run_at <= now()
 /// (some tenant had more). The tenant probes walk the index backwards, from each tenant's
 /// newest entry: the oldest entries are those of rows just claimed, dead until vacuum, and
 /// only the claim itself should have to step over them.
-fn fair_claim_sql() -> String {
+pub(crate) fn fair_claim_sql() -> String {
     format!(
         "WITH RECURSIVE tenants(tenant_id) AS (
             (SELECT tenant_id FROM jobs WHERE status = 'pending' AND concurrency_key IS NULL
@@ -80,8 +81,11 @@ const CLAIM_UPDATE: &str = "UPDATE jobs j SET status = 'running', attempt = j.at
              RETURNING j.id, j.tenant_id, j.task_type, j.params, j.correlation_id, j.attempt,
                  j.max_attempts, j.timeout_seconds, j.concurrency_key, j.run_at";
 
+/// The claimed rows, each with the switches that apply to every job (`modes::GLOBAL`: a
+/// handful of rows, read by their partial index; never the per-destination ones).
 const CLAIM_SELECT: &str = "SELECT claimed.*, modes.switches FROM claimed,
-             (SELECT coalesce(jsonb_object_agg(name, enabled), '{}') AS switches FROM operating_modes) modes";
+             (SELECT coalesce(jsonb_object_agg(name, enabled), '{}') AS switches FROM operating_modes
+              WHERE name NOT LIKE 'write:http:%') modes";
 
 /// Each distinct concurrency key with pending jobs, found by skipping through
 /// `jobs_keyed_pending` (one index probe per key, however many jobs each key holds).

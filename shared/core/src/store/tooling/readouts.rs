@@ -170,3 +170,16 @@ pub async fn keyed_claim_buffers(db: &mut deadpool_postgres::Client, key: &str, 
     let blocks = |k: &str| top[k].as_i64().unwrap_or(0);
     Ok(blocks("Shared Hit Blocks") + blocks("Shared Read Blocks"))
 }
+
+/// The buffers one fair claim (`claim_due`) of up to `limit` jobs touches, from `EXPLAIN
+/// (ANALYZE, BUFFERS)` of the very statement it runs, rolled back (see `keyed_claim_buffers`).
+pub async fn due_claim_buffers(db: &mut deadpool_postgres::Client, limit: i64) -> Result<i64, StoreError> {
+    let tx = db.transaction().await?;
+    let sql = format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", crate::store::jobs::fair_claim_sql());
+    let row = tx.query_one(&sql, &[&limit, &30.0f64]).await?;
+    tx.rollback().await?;
+    let plan: serde_json::Value = row.get(0);
+    let top = &plan[0]["Plan"];
+    let blocks = |k: &str| top[k].as_i64().unwrap_or(0);
+    Ok(blocks("Shared Hit Blocks") + blocks("Shared Read Blocks"))
+}
