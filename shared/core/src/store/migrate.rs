@@ -35,6 +35,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../../../../migrations/0019_messages_tenant_by_construction.sql"),
     ),
     (20, "0020_job_terms_by_type", include_str!("../../../../migrations/0020_job_terms_by_type.sql")),
+    (23, "0023_send_rates", include_str!("../../../../migrations/0023_send_rates.sql")),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's
