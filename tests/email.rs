@@ -194,7 +194,14 @@ async fn a_thousand_sends_through_faults_never_send_twice() {
     let w = World::new().await;
     go_live(&w).await;
     sender(&w).await;
-    let faults = Faults { throttle: 0.12, reject: 0.03, error_after: 0.02, drop_after: 0.02, hang_after: 0.004 };
+    let faults = Faults {
+        throttle: 0.12,
+        reject: 0.03,
+        error_after: 0.02,
+        drop_after: 0.02,
+        hang_after: 0.004,
+        ..Faults::default()
+    };
     let ses = ses_faults::start(moto::endpoint(), faults, 7).await;
     let mut exec = executor(&w, &ses.url, roles());
     exec.retry.base = Duration::from_millis(20);

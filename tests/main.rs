@@ -22,6 +22,7 @@ mod hostile;
 mod http;
 mod lambda;
 mod operations;
+mod pace;
 mod python;
 mod schedules;
 mod status;

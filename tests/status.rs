@@ -176,7 +176,7 @@ async fn the_served_status_validates_against_its_schema_and_needs_a_status_key()
     let (s, doc) = w.call_as(&key, Method::GET, "/v1/status", None, None).await;
     assert_eq!(s, StatusCode::OK, "{doc}");
     assert_valid(&doc);
-    assert_eq!((doc["contract"].as_str(), doc["version"].as_str()), (Some("relay.status/v1"), Some("1.4")));
+    assert_eq!((doc["contract"].as_str(), doc["version"].as_str()), (Some("relay.status/v1"), Some("1.5")));
     assert_eq!(doc["project"], "relay");
     assert_eq!(doc["workers"][0]["kind"], "worker");
     let schedules = doc["schedules"].as_array().unwrap();

@@ -1,7 +1,10 @@
 //! A fault-injecting stand-in in front of moto: each SES v2 send is passed through, throttled
 //! or rejected (never reaching moto), or taken by moto and then answered with a 500, cut off
-//! mid-answer, or held past the client's time limit. Every other request (STS) passes through.
-//! Counts what it did, so a test can check Relay's records against the truth.
+//! mid-answer, or held past the client's time limit; or, like SES past an account's maximum
+//! send rate, throttled when `max_per_second` sends already passed in the last second.
+//! Answers `GetAccount` (which moto lacks) with `account`'s quota. Every other request (STS)
+//! passes through. Counts what it did, and when each send passed (with its subject), so a
+//! test can check Relay's records against the truth.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,6 +34,10 @@ pub struct Faults {
     pub drop_after: f64,
     /// moto takes it, the answer comes after the client gave up.
     pub hang_after: f64,
+    /// Throttle a send when this many passed in the last second (SES's `MaxSendRate`).
+    pub max_per_second: Option<usize>,
+    /// `GetAccount`'s `MaxSendRate` and `Max24HourSend` (`SentLast24Hours` counts what passed).
+    pub account: Option<(f64, f64)>,
 }
 
 #[derive(Debug, Default)]
@@ -41,6 +48,8 @@ pub struct Counts {
     pub error_after: AtomicU64,
     pub dropped_after: AtomicU64,
     pub hung_after: AtomicU64,
+    /// When each send passed, and its subject.
+    pub passed_at: std::sync::Mutex<Vec<(std::time::Instant, String)>>,
 }
 
 impl Counts {
@@ -96,8 +105,32 @@ enum Fault {
 
 async fn handle(State(p): State<Proxy>, req: Request) -> Response {
     let is_send = req.uri().path().starts_with("/v2/email/outbound-emails");
-    let fault = if is_send { p.choose().await } else { Fault::Pass };
+    if req.uri().path() == "/v2/email/account"
+        && let Some((rate, max)) = p.faults.account
+    {
+        let sent = Counts::get(&p.counts.passed) as f64;
+        let body = serde_json::json!({"SendQuota": {"MaxSendRate": rate, "Max24HourSend": max, "SentLast24Hours": sent},
+            "SendingEnabled": true, "ProductionAccessEnabled": true});
+        let mut r = Response::new(Body::from(body.to_string()));
+        r.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+        return r;
+    }
+    let (req, subject) = if is_send { with_subject(req).await } else { (req, String::new()) };
+    let mut fault = if is_send { p.choose().await } else { Fault::Pass };
     let c = &p.counts;
+    if is_send && let Some(max) = p.faults.max_per_second {
+        // Take a place in the last second's sends now, or be throttled.
+        let now = std::time::Instant::now();
+        let mut passed = c.passed_at.lock().unwrap();
+        let recent = passed.iter().rev().take_while(|(at, _)| now.duration_since(*at) < Duration::from_secs(1)).count();
+        if recent >= max {
+            fault = Fault::Throttle;
+        } else if matches!(fault, Fault::Pass) {
+            passed.push((now, subject.clone()));
+        }
+    } else if is_send && matches!(fault, Fault::Pass) {
+        c.passed_at.lock().unwrap().push((std::time::Instant::now(), subject.clone()));
+    }
     match fault {
         Fault::Throttle => {
             c.throttled.fetch_add(1, Ordering::SeqCst);
@@ -135,6 +168,30 @@ async fn handle(State(p): State<Proxy>, req: Request) -> Response {
             answer
         }
     }
+}
+
+/// The request, whole again, and its subject (SES v2 `SendEmail`'s simple content).
+async fn with_subject(req: Request) -> (Request, String) {
+    let (parts, body) = req.into_parts();
+    let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let subject = v["Content"]["Simple"]["Subject"]["Data"].as_str().unwrap_or_default().to_owned();
+    (Request::from_parts(parts, Body::from(bytes)), subject)
+}
+
+/// The most sends in any one-second window of these times.
+pub fn max_in_any_second(times: &[std::time::Instant]) -> usize {
+    let mut t = times.to_vec();
+    t.sort();
+    let mut best = 0;
+    let mut start = 0;
+    for end in 0..t.len() {
+        while t[end].duration_since(t[start]) >= Duration::from_secs(1) {
+            start += 1;
+        }
+        best = best.max(end - start + 1);
+    }
+    best
 }
 
 impl Proxy {

@@ -193,6 +193,11 @@ pub enum TaskError {
     /// count against its attempts (the cap of 100 attempts still holds). The note says why.
     #[error("deferred for {1:?}: {0}")]
     Defer(String, std::time::Duration),
+    /// A `Defer` because a rate is used up: the job shows `waiting_reason` `rate_limited`
+    /// and `waiting_rate` (which rate: `account:default`, `tenant:<id>`,
+    /// `configuration_set:<name>`, `destination:<name>`) until it is due again.
+    #[error("rate limited by {rate} for {wait:?}: {note}")]
+    RateLimited { rate: String, note: String, wait: std::time::Duration },
     /// Not a failure: every declared child exists; the job waits for them to finish (the sweep
     /// finishes it, with counts, when they all have).
     #[error("waiting for {0} children")]
@@ -224,6 +229,8 @@ pub enum Outcome {
     Continue {
         note: String,
         run_at: DateTime<Utc>,
+        /// The rate that held it (`TaskError::RateLimited`), if one did.
+        rate: Option<String>,
     },
     /// Waiting for `total` children (`TaskError::WaitForChildren`).
     Wait {

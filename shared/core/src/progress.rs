@@ -44,6 +44,9 @@ pub enum Progress {
 pub enum WaitingReason {
     /// `run_at` is in the future (a delay or a retry's backoff).
     NotDue,
+    /// A rate held it (`waiting_rate` says which: an SES account's, a tenant's, a
+    /// configuration set's, a destination's): pending until a slot is free, no attempt used.
+    RateLimited,
     /// Its task type is paused by an operator.
     Paused,
     /// As many jobs of its concurrency key as its limit allows are running.
@@ -101,17 +104,20 @@ pub fn of(
 
 /// Why a non-terminal job is not running; `None` while it runs or once it has finished.
 /// `paused`: its task type is paused; `key_running`: how many jobs of its key run now;
-/// `completion_until`: the deadline of its open wait for a completion, if it has one.
+/// `completion_until`: the deadline of its open wait for a completion, if it has one;
+/// `rate_until`: until when a rate holds it, if one held it.
 pub fn waiting_reason(
     job: &Job,
     now: DateTime<Utc>,
     paused: bool,
     key_running: i64,
     completion_until: Option<DateTime<Utc>>,
+    rate_until: Option<DateTime<Utc>>,
 ) -> Option<WaitingReason> {
     match job.status {
         JobStatus::Waiting if completion_until.is_some() => Some(WaitingReason::WaitingForCompletion),
         JobStatus::Waiting => Some(WaitingReason::WaitingForChildren),
+        JobStatus::Pending if job.run_at > now && rate_until == Some(job.run_at) => Some(WaitingReason::RateLimited),
         JobStatus::Pending if job.run_at > now => Some(WaitingReason::NotDue),
         JobStatus::Pending if paused => Some(WaitingReason::Paused),
         JobStatus::Pending if job.concurrency_limit.is_some_and(|l| key_running >= i64::from(l)) => {

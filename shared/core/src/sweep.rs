@@ -1,7 +1,8 @@
 //! The sweep: returns expired leases to pending (or fails them for good when no attempt is
 //! left), re-dispatches due jobs whose dispatch failed or was lost, and fires due schedule
 //! slots (`crate::schedules`), applies the overdue policy of waits for a completion whose
-//! deadline passed (`crate::completions`), and queues alert emails for new exceptions (`crate::alerts`). Every recovery is a
+//! deadline passed (`crate::completions`), reads the SES account's rate and quota
+//! (`crate::email::pace`), and queues alert emails for new exceptions (`crate::alerts`). Every recovery is a
 //! job event and a counter. Any number of sweepers may run at once: rows are locked with
 //! `SKIP LOCKED`, so two sweepers never recover the same row.
 
@@ -31,11 +32,20 @@ pub struct SweepConfig {
     pub max_batches: usize,
     /// Alert emails for new exceptions (`crate::alerts`); `None`: the log line only.
     pub alerts: Option<AlertConfig>,
+    /// Read Relay's SES account's rate and quota (`GetAccount`) with this configuration,
+    /// at most once per `ACCOUNT_READ_EVERY` across every sweeper; `None`: never.
+    pub ses_account: Option<aws_config::SdkConfig>,
 }
 
 impl Default for SweepConfig {
     fn default() -> Self {
-        Self { batch: 1000, redispatch_grace: Duration::from_secs(30), max_batches: 100, alerts: None }
+        Self {
+            batch: 1000,
+            redispatch_grace: Duration::from_secs(30),
+            max_batches: 100,
+            alerts: None,
+            ses_account: None,
+        }
     }
 }
 
@@ -57,6 +67,8 @@ pub struct SweepReport {
     pub waits_superseded: usize,
     /// Tenant faults signalled to operators (`relay.tenant_fault`).
     pub tenant_faults_signalled: usize,
+    /// Whether this pass read the SES account's rate and quota.
+    pub ses_account_read: bool,
 }
 
 #[derive(Clone)]
@@ -178,6 +190,9 @@ impl Sweeper {
         }
         crate::store::progress::refresh_baselines(&self.pool.get().await?).await?;
         report.schedules_fired = crate::schedules::fire_due(&self.pool, &self.intake, chrono::Utc::now()).await?.fired;
+        if let Some(sdk) = &self.config.ses_account {
+            report.ses_account_read = crate::email::pace::refresh_account(&self.pool, sdk).await?;
+        }
         if let Some(alerts) = &self.config.alerts {
             report.alerts_queued = crate::alerts::queue_due(&self.pool, &self.intake, alerts).await?;
         }

@@ -14,7 +14,7 @@ use crate::progress::{self, Progress, WaitingReason};
 use crate::store::completions::open_deadlines;
 use crate::store::jobs::Job;
 use crate::store::progress::{baselines, child_counts, running_per_key};
-use crate::store::{GenericClient, StoreError, modes};
+use crate::store::{GenericClient, StoreError, modes, send_rates};
 
 /// The job resource. Its schema keeps the name and description it was published with.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -51,8 +51,17 @@ pub struct JobView {
     /// Why a pending or waiting job is not running (null when running or finished): `not_due`,
     /// `paused`, `concurrency_key_busy`, `waiting_for_children`, `waiting_for_completion` (an
     /// outside party's, until `waiting_until`) or `not_claimed` (due, but no worker has taken
-    /// it yet). Filled on reads (`annotate`), not in a submit's answer.
+    /// it yet), or `rate_limited` (which rate: `waiting_rate`). Filled on reads (`annotate`),
+    /// not in a submit's answer.
     pub waiting_reason: Option<WaitingReason>,
+    /// The rate that holds a `rate_limited` job: `account:<account>`, `account_quota:<account>`,
+    /// `tenant:<tenant id>`, `configuration_set:<name>` or `destination:<name>`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_rate: Option<String>,
+    /// What will hold this job back: for a campaign, when Relay's SES account's 24-hour quota
+    /// will not cover the recipients it has still to send. Filled on reads.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// Until when it waits: the deadline of its wait for a completion (after which the sweep
     /// applies the task's overdue policy); null otherwise. Filled on reads.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -89,6 +98,8 @@ impl JobView {
             children_total: job.children_total,
             callback_url: job.callback_url,
             waiting_reason,
+            waiting_rate: None,
+            warnings: Vec::new(),
             waiting_until: None,
             progress,
         }
@@ -100,6 +111,8 @@ impl JobView {
         JobView::new(job, None, None)
     }
 }
+
+const CAMPAIGN: &str = "email.campaign";
 
 /// Jobs read for a client, with their waiting reasons and progress as of `now`. Each input is
 /// read only when some job needs it, so a page of finished single jobs costs one query
@@ -122,14 +135,31 @@ pub async fn annotate(db: &impl GenericClient, jobs: Vec<Job>, now: DateTime<Utc
     let running = if keys.is_empty() { HashMap::new() } else { running_per_key(db, &keys).await? };
     let waiting: Vec<JobId> = jobs.iter().filter(|j| j.status == JobStatus::Waiting).map(|j| j.id).collect();
     let deadlines = if waiting.is_empty() { HashMap::new() } else { open_deadlines(db, &waiting).await? };
+    let not_due: Vec<JobId> =
+        jobs.iter().filter(|j| j.status == JobStatus::Pending && j.run_at > now).map(|j| j.id).collect();
+    let held = if not_due.is_empty() { HashMap::new() } else { send_rates::rate_waits(db, &not_due).await? };
+    let campaigning = jobs.iter().any(|j| j.task_type == CAMPAIGN && !j.status.is_terminal());
+    let account = if campaigning { send_rates::get(db, send_rates::Scope::Account, "default").await? } else { None };
     Ok(jobs
         .into_iter()
         .map(|j| {
             let busy = j.concurrency_key.as_ref().and_then(|k| running.get(k)).copied().unwrap_or(0);
             let until = deadlines.get(&j.id).copied().filter(|_| j.status == JobStatus::Waiting);
-            let waiting = progress::waiting_reason(&j, now, modes.paused(&j.task_type), busy, until);
+            let (rate, rate_until) = held.get(&j.id).cloned().unzip();
+            let waiting = progress::waiting_reason(&j, now, modes.paused(&j.task_type), busy, until, rate_until);
             let progress = progress::of(&j, children.get(&j.id).copied(), baselines.get(&j.task_type).copied(), now);
-            JobView { waiting_until: until, ..JobView::new(j, waiting, progress) }
+            let waiting_rate = rate.filter(|_| waiting == Some(WaitingReason::RateLimited));
+            let warnings = match (&account, &progress) {
+                (Some(a), _) if j.task_type == CAMPAIGN && !j.status.is_terminal() => {
+                    let to_send = match &progress {
+                        Some(Progress::Count { pending, .. }) => *pending,
+                        _ => j.params["recipients"].as_array().map_or(0, |r| r.len() as i64),
+                    };
+                    crate::email::pace::quota_warning(to_send, a).into_iter().collect()
+                }
+                _ => Vec::new(),
+            };
+            JobView { waiting_until: until, waiting_rate, warnings, ..JobView::new(j, waiting, progress) }
         })
         .collect())
 }

@@ -14,8 +14,8 @@ pub const CONTRACT: &str = "relay.status/v1";
 /// progress's baseline (`baseline_p50_s`, `baseline_p95_s`, `runs_in_baseline`, `stuck`);
 /// 1.2 the newest open exceptions (`exceptions`, optional); 1.3 `failures.dead_letters_24h`;
 /// 1.4 the HTTP destinations (`destinations`) and waits for outside parties' completions
-/// (`completions`), both optional.
-pub const VERSION: &str = "1.4";
+/// (`completions`), both optional; 1.5 the email send rates (`send_rates`, optional).
+pub const VERSION: &str = "1.5";
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -41,6 +41,34 @@ pub struct StatusDoc {
     /// Jobs waiting for an outside party's completion (optional; from 1.4).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub completions: Option<Completions>,
+    /// The rates email is sent at: SES accounts', tenants', configuration sets' (optional;
+    /// from 1.5).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub send_rates: Option<Vec<SendRateStatus>>,
+}
+
+/// A rate email is sent at: what holds now, what it is made of, throttles, the quota.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SendRateStatus {
+    /// `account`, `tenant` or `configuration_set`.
+    pub scope: String,
+    /// The account (`default`: Relay's own), the tenant's name, or the configuration set.
+    pub key: String,
+    /// The rate sends keep now (an account's base times its throttle back-off); null: none.
+    pub effective_rate: Option<f64>,
+    /// Set by an operator (for an account, it overrides SES's).
+    pub configured_rate: Option<f64>,
+    /// An account's `MaxSendRate` as SES last said.
+    pub provider_rate: Option<f64>,
+    /// The throttle back-off now (1: none).
+    pub factor: f64,
+    /// Throttle answers SES gave sends under this account.
+    pub throttles: i64,
+    pub last_throttle_at: Option<DateTime<Utc>>,
+    /// An account's 24-hour quota, and what remains of it.
+    pub max_24h: Option<f64>,
+    pub quota_left: Option<f64>,
 }
 
 /// A tenant's HTTP destination (`http.request`): its write switch, rate, and last call.

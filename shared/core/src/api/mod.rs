@@ -14,6 +14,7 @@ pub mod jobs;
 pub mod openapi;
 pub mod ratelimit;
 pub mod schedules;
+pub mod send_rates;
 pub mod server;
 pub mod status;
 
@@ -95,6 +96,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/exceptions/{id}/ignore", post(admin::ignore))
         .route("/v1/admin/tenant-faults", get(admin::list_tenant_faults))
         .route("/v1/admin/modes", get(admin::get_modes).put(admin::set_mode))
+        .route("/v1/admin/send-rates", get(send_rates::list))
+        .route("/v1/admin/send-rates/{scope}/{key}", get(send_rates::get).put(send_rates::put))
         .route("/v1/admin/schedules", get(schedules::list).post(schedules::create))
         .route("/v1/admin/schedules/{id}", get(schedules::get).patch(schedules::update).delete(schedules::delete))
         .route("/v1/status", get(status::status))

@@ -8,7 +8,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::constraints::NO_NUL;
-use super::{admin, callbacks, completions, destinations, email, jobs, schedules, status};
+use super::{admin, callbacks, completions, destinations, email, jobs, schedules, send_rates, status};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -28,6 +28,7 @@ use super::{admin, callbacks, completions, destinations, email, jobs, schedules,
         email::get_sending_role, email::put_sending_role,
         admin::list_exceptions, admin::show_exception, admin::retry, admin::cancel, admin::finish,
         admin::ignore, admin::bulk, admin::list_tenant_faults, admin::get_modes, admin::set_mode,
+        send_rates::list, send_rates::get, send_rates::put,
         schedules::list, schedules::create, schedules::get, schedules::update, schedules::delete,
         callbacks::get, callbacks::put, callbacks::rotate, callbacks::delete, callbacks::attempts,
         destinations::list, destinations::get, destinations::put, destinations::delete, destinations::put_secret,
@@ -41,7 +42,7 @@ use super::{admin, callbacks, completions, destinations, email, jobs, schedules,
         (name = "email", description = "Messages and their events, suppressions, templates (tenant key)"),
         (name = "callbacks", description = "Signed callbacks: settings, rotation, delivery attempts (tenant key)"),
         (name = "destinations", description = "HTTP destinations `http.request` calls, their secrets and write switches, each job's calls (tenant key)"),
-        (name = "operations", description = "Exceptions, modes and schedules (operator key)"),
+        (name = "operations", description = "Exceptions, modes, schedules and send rates (operator key)"),
         (name = "meta", description = "Health and this document"),
     )
 )]

@@ -53,6 +53,7 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
         })
         .collect();
     let (waits_open, waits_overdue) = crate::store::completions::count_open(&db).await?;
+    let send_rates = crate::store::send_rates::list(&db).await?;
     let activity = queries::activity(&db, ACTIVITY_BUCKETS, ACTIVITY_BUCKET_SECS, ACTIVITY_CAP).await?;
 
     // Every task type in the catalogue has a queue (depth 0 when idle), plus any live type
@@ -122,7 +123,25 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
         exceptions: Some(newest_exceptions),
         destinations: Some(destinations),
         completions: Some(status::Completions { open: waits_open, overdue: waits_overdue }),
+        send_rates: Some(send_rates.iter().map(|r| send_rate(r, now)).collect()),
     }))
+}
+
+/// A send rate as the contract shows it (`email::pace` decides what holds).
+pub fn send_rate(r: &crate::store::send_rates::SendRate, now: DateTime<Utc>) -> status::SendRateStatus {
+    use crate::email::pace;
+    status::SendRateStatus {
+        scope: r.scope.as_str().into(),
+        key: r.key.clone(),
+        effective_rate: pace::effective(r, now),
+        configured_rate: r.rate_per_second,
+        provider_rate: r.provider_rate,
+        factor: pace::factor_now(r, now),
+        throttles: r.throttles,
+        last_throttle_at: r.last_throttle_at,
+        max_24h: r.max_24h,
+        quota_left: pace::quota_left(r),
+    }
 }
 
 fn age_secs(now: DateTime<Utc>, at: DateTime<Utc>) -> f64 {

@@ -28,8 +28,9 @@ use utoipa::ToSchema;
 use crate::callbacks::{self, AllowList, Answer, Limits, Refusal};
 use crate::destinations::{self as rules, SecretError};
 use crate::job::{Fence, TaskError};
-use crate::store::destinations::{self, Destination, Slot};
+use crate::store::destinations::{self, Destination};
 use crate::store::http_calls::{self, NewCall, Settled};
+use crate::store::rate_slots::{self, Limit, Slot};
 use crate::store::{StoreError, jobs, modes};
 use crate::task::{Admission, Named, Stored, Task, TaskContext};
 
@@ -218,15 +219,17 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
         }
         Err(refusal @ Refusal::Resolve { .. }) => return Err(retryable(refusal)),
     };
-    match destinations::take_slot(&db, ctx.tenant_id, &dest.name).await.map_err(retryable)? {
-        Slot::Taken => {}
-        Slot::Wait(d) => {
-            return Err(TaskError::Defer(
-                format!("destination {:?} is at its rate of {}/s: waiting for a slot", dest.name, dest.rate_per_second),
-                d,
-            ));
-        }
-        Slot::Gone => return Err(TaskError::Fatal(format!("destination {:?} no longer exists", dest.name))),
+    let limit =
+        Limit { key: rate_slots::destination_key(ctx.tenant_id, &dest.name), rate_per_second: dest.rate_per_second };
+    if let Slot::Wait(wait) = rate_slots::take(&db, &[limit], Duration::ZERO).await.map_err(retryable)? {
+        return Err(TaskError::RateLimited {
+            rate: format!("destination:{}", dest.name),
+            note: format!(
+                "destination {:?} is at its rate of {}/s: waiting for a slot",
+                dest.name, dest.rate_per_second
+            ),
+            wait,
+        });
     }
     let call_id = record("sending", None).await?;
     if let Some((name, value)) = secret {

@@ -3,18 +3,22 @@
 //! One attempt of `email.send` (`send`):
 //! 1. render the content and decide whether it may go at all (the sender is the tenant's, no
 //!    recipient is suppressed) and whether it really goes (the `ses` write switch, shadow mode);
-//! 2. open this run's AWS access (the task's role, or the tenant's own sending role);
+//! 2. open this run's AWS access (the task's role, or the tenant's own sending role), and
+//!    wait for a slot under every rate the send keeps (`pace`; a slot too far ahead defers
+//!    the job, no attempt used);
 //! 3. record the intent on `messages` under the job's fence, committed on its own (and on
 //!    disk before the call; a message that is not sent is durable with the job's outcome,
 //!    `messages::record_unsent`): from here on no other attempt or job will send this key;
 //! 4. call SES once, retries off, and record what happened: sent; throttled or never
-//!    connected (nothing sent: back to `throttled`, retried through the one retry policy);
+//!    connected (nothing sent: back to `throttled`, retried through the one retry policy; a
+//!    throttle also lowers the account's rate for a while, `pace`);
 //!    rejected (fatal); or ambiguous (`unknown`, never retried: an exception opens, and an SES
 //!    event that proves the send settles both — see `settle`).
 
 pub mod campaign;
 pub mod content;
 pub mod events;
+pub mod pace;
 pub mod ses;
 pub mod task;
 
@@ -25,7 +29,7 @@ use uuid::Uuid;
 
 use crate::job::TaskError;
 use crate::store::messages::{self, Intent, Message, NewMessage, Preview, Status};
-use crate::store::{StoreError, sending_identities, suppressions, templates};
+use crate::store::{StoreError, send_rates, sending_identities, suppressions, templates};
 use crate::task::TaskContext;
 use content::SendParams;
 use ses::SendFailure;
@@ -79,10 +83,11 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
             None => Ok(None),
         }
     };
-    let (template, allowed, listed) = tokio::try_join!(
+    let (template, allowed, listed, own_role) = tokio::try_join!(
         template,
         sending_identities::allows(&db, tenant, &from),
         suppressions::matching(&db, tenant, &recipients),
+        sending_identities::role(&db, tenant),
     )
     .map_err(retryable)?;
     let body = p.render(template.as_ref()).map_err(|e| TaskError::Fatal(e.to_string()))?;
@@ -105,12 +110,21 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     };
     // Credentials before the intent: a denial or an STS failure must not leave a `sending` row.
     // (No pooled connection is held across the STS call, which records its session itself.)
-    let (db, aws) = if live {
+    // Then the send's slot under every rate it keeps (nothing recorded yet: a deferral or a
+    // crash while it waits leaves no trace to settle).
+    let (db, aws, plan) = if live {
+        let account = pace::account_of(own_role.as_deref());
+        let rates = send_rates::for_send(&db, &account, &tenant.to_string(), p.configuration_set.as_deref())
+            .await
+            .map_err(retryable)?;
+        let bulk = p.message_key.as_deref().is_some_and(|k| k.starts_with("campaign:"));
+        let plan = pace::Plan { account, rates, bulk };
         drop(db);
         let aws = ctx.aws().await?;
-        (ctx.db.get().await.map_err(retryable)?, Some(aws))
+        pace::wait_for_slot(&ctx.db, &plan).await?;
+        (ctx.db.get().await.map_err(retryable)?, Some(aws), Some(plan))
     } else {
-        (db, None)
+        (db, None, None)
     };
     let id = Uuid::now_v7();
     let preview = (status == Status::Shadowed).then(|| preview(&p, &body, id, ctx));
@@ -146,7 +160,7 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         Status::Shadowed => return Ok(report(&m, "not sent")),
         _ => {}
     }
-    let Some(aws) = aws else {
+    let (Some(aws), Some(plan)) = (aws, plan) else {
         return Err(TaskError::Fatal(format!("message {} is {:?} but this run has no SES access", m.id, m.status)));
     };
     let client = ses::client(&aws);
@@ -159,6 +173,12 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     drop(db);
     let outcome = ses::send(&client, &p, &body, &ids).await;
     let db = ctx.db.get().await;
+    if let (Err(SendFailure::Throttled(_)), Ok(db)) = (&outcome, &db) {
+        let factor = pace::after_throttle(plan.account_rate(), chrono::Utc::now());
+        if let Err(e) = send_rates::throttled(db, &plan.account, factor, pace::THROTTLE_GAP_SECONDS).await {
+            tracing::warn!(event = "relay.email.throttle_unrecorded", error = %e, "SES throttled a send; the back-off could not be recorded");
+        }
+    }
     record_outcome(db, &m, outcome).await
 }
 

@@ -1,7 +1,8 @@
 //! The one SES call: `SendEmail` (SES v2) with the SDK's own retries off, so Relay's state
 //! machine alone decides what happens next, and every way it can end classified:
 //! sent, throttled (nothing sent: retry later), rejected (nothing sent: never will be), or
-//! ambiguous (the request may have reached SES: never retried automatically).
+//! ambiguous (the request may have reached SES: never retried automatically). And the read
+//! of the account's quota (`GetAccount`) the sweep makes for `pace`.
 
 use std::error::Error as _;
 use std::time::Duration;
@@ -159,4 +160,12 @@ fn never_connected(e: Option<&aws_sdk_sesv2::error::ConnectorError>) -> bool {
         source = s.source();
     }
     false
+}
+
+/// What SES says of the account (`GetAccount`'s `SendQuota`): (`MaxSendRate`,
+/// `Max24HourSend`, `SentLast24Hours`).
+pub async fn account_quota(client: &Client) -> Result<(f64, f64, f64), String> {
+    let out = client.get_account().send().await.map_err(|e| DisplayErrorContext(&e).to_string())?;
+    let q = out.send_quota().ok_or("GetAccount answered without a SendQuota")?;
+    Ok((q.max_send_rate(), q.max24_hour_send(), q.sent_last24_hours()))
 }

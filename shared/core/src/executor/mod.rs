@@ -336,14 +336,27 @@ pub fn decide(job: &ClaimedJob, ran: Ran, now: DateTime<Utc>, policy: &RetryPoli
         Ran::Finished(Err(TaskError::Ambiguous(e))) => {
             Outcome::Failed { kind: ExceptionKind::AmbiguousOutcome, error: clean(&e) }
         }
-        Ran::Finished(Err(TaskError::Continue(note))) => Outcome::Continue { note: clean(&note), run_at: now },
+        Ran::Finished(Err(TaskError::Continue(note))) => {
+            Outcome::Continue { note: clean(&note), run_at: now, rate: None }
+        }
         // At the cap of attempts a deferral is charged as a retry, so attempts stay bounded.
         Ran::Finished(Err(TaskError::Defer(note, after))) if job.max_attempts >= crate::job::terms::MAX_ATTEMPTS => {
             retry_or_fail_after(clean(&note), Some(after))
         }
+        Ran::Finished(Err(TaskError::RateLimited { note, wait, .. }))
+            if job.max_attempts >= crate::job::terms::MAX_ATTEMPTS =>
+        {
+            retry_or_fail_after(clean(&note), Some(wait))
+        }
         Ran::Finished(Err(TaskError::Defer(note, after))) => Outcome::Continue {
             note: clean(&note),
             run_at: now + chrono::Duration::from_std(after).unwrap_or_default(),
+            rate: None,
+        },
+        Ran::Finished(Err(TaskError::RateLimited { rate, note, wait })) => Outcome::Continue {
+            note: clean(&note),
+            run_at: now + chrono::Duration::from_std(wait).unwrap_or_default(),
+            rate: Some(clean(&rate)),
         },
         Ran::Finished(Err(TaskError::WaitForChildren(total))) => Outcome::Wait { total },
         Ran::Finished(Err(TaskError::WaitForCompletion(until))) => Outcome::AwaitCompletion { until },

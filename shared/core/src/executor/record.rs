@@ -58,7 +58,9 @@ impl Executor {
                     let fault = self.catalogue.fault(&job.task_type, &job.params);
                     failures.push((job.fence(), Failure { kind: *kind, error: error.clone(), fault }))
                 }
-                Outcome::Continue { note, run_at } => continues.push((job.fence(), (note.clone(), *run_at))),
+                Outcome::Continue { note, run_at, rate } => {
+                    continues.push((job.fence(), (note.clone(), *run_at, rate.clone())))
+                }
                 Outcome::Wait { total } => waits.push((job.fence(), *total)),
                 Outcome::AwaitCompletion { until } => awaits.push((job.fence(), *until)),
             }

@@ -1,6 +1,6 @@
-//! A tenant's HTTP destinations (`http_destinations`), the targets of `http.request`: each with
-//! the tenant's own write switch (removed with it), and the per-destination rate slot every
-//! worker takes before a call.
+//! A tenant's HTTP destinations (`http_destinations`), the targets of `http.request`, each with
+//! the tenant's own write switch (removed with it). The rate slot every worker takes before a
+//! call is the destination's key in `rate_slots`.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -115,43 +115,4 @@ pub async fn secret_written(db: &impl GenericClient, tenant: TenantId, name: &st
         )
         .await?;
     Ok(n == 1)
-}
-
-/// The outcome of asking for a call slot.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Slot {
-    /// Call now; the next slot has moved one interval on.
-    Taken,
-    /// The rate is used up: the next free slot is this far away (nothing was taken).
-    Wait(std::time::Duration),
-    /// The destination no longer exists.
-    Gone,
-}
-
-/// Take the destination's next call slot if it is due (`next_slot` moves on by 1/rate from
-/// now or from itself, whichever is later). One row lock serialises every worker's take, so
-/// at most `rate` calls start per second, whatever the number of workers.
-pub async fn take_slot(db: &impl GenericClient, tenant: TenantId, name: &str) -> Result<Slot, StoreError> {
-    let row = db
-        .query_opt(
-            "WITH d AS (
-                 SELECT tenant_id, name, next_slot <= clock_timestamp() AS due,
-                        CASE WHEN next_slot <= clock_timestamp() THEN 0
-                             ELSE extract(epoch FROM next_slot - clock_timestamp())::float8 END AS wait
-                 FROM http_destinations WHERE tenant_id = $1 AND name = $2 FOR UPDATE
-             ), taken AS (
-                 UPDATE http_destinations h
-                 SET next_slot = greatest(h.next_slot, clock_timestamp()) + make_interval(secs => 1.0 / h.rate_per_second)
-                 FROM d WHERE d.due AND h.tenant_id = d.tenant_id AND h.name = d.name
-                 RETURNING h.name
-             )
-             SELECT d.due, d.wait FROM d",
-            &[&tenant, &name],
-        )
-        .await?;
-    Ok(match row {
-        None => Slot::Gone,
-        Some(r) if r.get::<_, bool>(0) => Slot::Taken,
-        Some(r) => Slot::Wait(std::time::Duration::from_secs_f64(r.get::<_, f64>(1).max(0.001))),
-    })
 }

@@ -162,7 +162,7 @@ const CONTINUE: Transition = Transition {
     set: "status = 'pending', run_at = i.run_at, lease_until = NULL,
                      max_attempts = least(j.max_attempts + 1, 100), last_error = NULL,
                      dispatched_at = now(), updated_at = now()",
-    inputs: &[("note", "text"), ("run_at", "timestamptz")],
+    inputs: &[("note", "text"), ("run_at", "timestamptz"), ("rate", "text")],
     kind: Some("continued"),
     to: "pending",
     reason: "note",
@@ -171,16 +171,25 @@ const CONTINUE: Transition = Transition {
 /// Running jobs that continue themselves (or wait their turn): pending again at their
 /// `run_at`, with one more attempt allowed (`max_attempts` raised, at most to 100), so a job
 /// making progress in slices, or deferred, does not use up its retries. Fenced; returns the
-/// fences refused as stale.
+/// fences refused as stale. A job a rate held (its third part, which rate) keeps why in
+/// `job_rate_waits` until it is due again (`waiting_reason` `rate_limited`).
 pub async fn continue_later(
     db: &impl GenericClient,
-    jobs: &[(Fence, (String, DateTime<Utc>))],
+    jobs: &[(Fence, (String, DateTime<Utc>, Option<String>))],
 ) -> Result<Vec<Fence>, StoreError> {
     let jobs = &by_id(jobs);
     let notes: Vec<&str> = jobs.iter().map(|j| j.1.0.as_str()).collect();
     let run_ats: Vec<DateTime<Utc>> = jobs.iter().map(|j| j.1.1).collect();
-    let sql = CONTINUE.sql("\n             SELECT id FROM continued");
-    Ok(fence::write(db, &sql, &fences(jobs), &[&notes, &run_ats]).await?.1)
+    let rates: Vec<Option<&str>> = jobs.iter().map(|j| j.1.2.as_deref()).collect();
+    let sql = CONTINUE.sql(
+        ", held AS (
+                 INSERT INTO job_rate_waits (job_id, rate, until)
+                 SELECT id, rate, run_at FROM continued WHERE rate IS NOT NULL
+                 ON CONFLICT (job_id) DO UPDATE SET rate = excluded.rate, until = excluded.until
+             )
+             SELECT id FROM continued",
+    );
+    Ok(fence::write(db, &sql, &fences(jobs), &[&notes, &run_ats, &rates]).await?.1)
 }
 
 const WAIT: Transition = Transition {

@@ -1,0 +1,155 @@
+//! Operators' send rates (`email::pace`): `GET /v1/admin/send-rates` lists every rate with
+//! what holds now; `GET`/`PUT /v1/admin/send-rates/{scope}/{key}` reads one with its audited
+//! changes, or sets (or clears, `null`) it.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::error::{ApiError, ErrorBody};
+use super::extract::{JsonBody, Operator};
+use crate::email::pace;
+use crate::store::StoreError;
+use crate::store::send_rates::{self, RateChange, Scope, SendRate};
+
+/// The most an operator may set, per second.
+pub const MAX_RATE: f64 = 10_000.0;
+/// The longest reason kept.
+pub const MAX_REASON: usize = 1000;
+
+/// A rate and what holds now.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RateView {
+    #[serde(flatten)]
+    pub rate: SendRate,
+    /// The rate sends keep now (an account's base times its back-off); null: no limit.
+    pub effective_rate: Option<f64>,
+    /// The back-off now (1: none).
+    pub factor_now: f64,
+    /// What remains of an account's 24-hour quota; null: unknown or unlimited.
+    pub quota_left: Option<f64>,
+}
+
+impl RateView {
+    fn of(rate: SendRate) -> RateView {
+        let now = Utc::now();
+        RateView {
+            effective_rate: pace::effective(&rate, now),
+            factor_now: pace::factor_now(&rate, now),
+            quota_left: pace::quota_left(&rate),
+            rate,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RateList {
+    pub rates: Vec<RateView>,
+}
+
+/// One rate and its changes, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RateDetail {
+    #[serde(flatten)]
+    pub rate: RateView,
+    pub changes: Vec<RateChange>,
+}
+
+/// Body of `PUT /v1/admin/send-rates/{scope}/{key}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RateChangeBody {
+    /// Sends per second, above 0 and at most 10,000; null clears it (an account then keeps
+    /// SES's own rate).
+    pub rate_per_second: Option<f64>,
+    pub reason: Option<String>,
+}
+
+/// The scope and key of a path: a scope of `account`, `tenant` or `configuration_set`; an
+/// account's key `default` or a 12-digit account id; a tenant's, its id (which must exist); a
+/// configuration set's, its name (1 to 64 letters, digits, `_` or `-`).
+async fn target(state: &AppState, scope: &str, key: &str) -> Result<(Scope, String), ApiError> {
+    let Some(scope) = Scope::parse(scope) else {
+        return Err(ApiError::not_found());
+    };
+    let ok = match scope {
+        Scope::Account => key == "default" || (key.len() == 12 && key.bytes().all(|b| b.is_ascii_digit())),
+        Scope::Tenant => {
+            let Ok(tenant) = key.parse::<crate::job::TenantId>() else { return Err(ApiError::not_found()) };
+            let db = state.pool.get().await.map_err(StoreError::from)?;
+            crate::store::tenants::by_id(&db, tenant).await?.ok_or_else(ApiError::not_found)?;
+            return Ok((scope, tenant.to_string()));
+        }
+        Scope::ConfigurationSet => {
+            (1..=64).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        }
+    };
+    if !ok {
+        return Err(ApiError::not_found());
+    }
+    Ok((scope, key.to_owned()))
+}
+
+/// `GET /v1/admin/send-rates`: every rate, with what holds now.
+#[utoipa::path(get, path = "/v1/admin/send-rates", tag = "operations", security(("operator_key" = [])),
+    responses((status = 200, body = RateList), (status = 401, body = ErrorBody)))]
+pub async fn list(State(state): State<AppState>, Operator(_): Operator) -> Result<Json<RateList>, ApiError> {
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    Ok(Json(RateList { rates: send_rates::list(&db).await?.into_iter().map(RateView::of).collect() }))
+}
+
+/// `GET /v1/admin/send-rates/{scope}/{key}`: one rate and its audited changes.
+#[utoipa::path(get, path = "/v1/admin/send-rates/{scope}/{key}", tag = "operations",
+    params(("scope" = String, Path), ("key" = String, Path)), security(("operator_key" = [])),
+    responses((status = 200, body = RateDetail), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get(
+    State(state): State<AppState>,
+    Operator(_): Operator,
+    Path((scope, key)): Path<(String, String)>,
+) -> Result<Json<RateDetail>, ApiError> {
+    let (scope, key) = target(&state, &scope, &key).await?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let rate = send_rates::get(&db, scope, &key).await?.ok_or_else(ApiError::not_found)?;
+    let changes = send_rates::history(&db, scope, &key).await?;
+    Ok(Json(RateDetail { rate: RateView::of(rate), changes }))
+}
+
+/// `PUT /v1/admin/send-rates/{scope}/{key}`: set (or clear) a rate; audited with the operator
+/// and the reason. Takes effect on the next send.
+#[utoipa::path(put, path = "/v1/admin/send-rates/{scope}/{key}", tag = "operations",
+    params(("scope" = String, Path), ("key" = String, Path)), request_body = RateChangeBody,
+    security(("operator_key" = [])),
+    responses((status = 200, body = RateView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn put(
+    State(state): State<AppState>,
+    Operator(op): Operator,
+    Path((scope, key)): Path<(String, String)>,
+    JsonBody(b): JsonBody<RateChangeBody>,
+) -> Result<Json<RateView>, ApiError> {
+    if let Some(r) = b.rate_per_second
+        && !(r.is_finite() && r > 0.0 && r <= MAX_RATE)
+    {
+        return Err(ApiError::unprocessable(
+            "invalid_field",
+            format!("rate_per_second: above 0 and at most {MAX_RATE}"),
+        )
+        .with("field", "rate_per_second"));
+    }
+    if let Some(reason) = &b.reason
+        && (reason.len() > MAX_REASON || reason.contains('\0'))
+    {
+        return Err(
+            ApiError::unprocessable("invalid_field", "reason: at most 1000 bytes, no NUL").with("field", "reason")
+        );
+    }
+    let (scope, key) = target(&state, &scope, &key).await?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let rate = send_rates::set(&db, scope, &key, b.rate_per_second, &op.name, b.reason.as_deref()).await?;
+    tracing::info!(event = "relay.email.send_rate", scope = scope.as_str(), key = %key, rate = ?b.rate_per_second,
+        operator = %op.name, "send rate set");
+    Ok(Json(RateView::of(rate)))
+}

@@ -1,0 +1,282 @@
+//! Sending at the provider's pace. Every live send takes a slot (`store::rate_slots`) under
+//! each rate it must keep, so the sum of all workers' sends stays under each:
+//! 1. its tenant's and its configuration set's rates (operators'), if set: the send's own;
+//! 2. then its SES account's: an operator's rate, else SES's `MaxSendRate` (read by the
+//!    sweep), times the throttle back-off (AIMD: halved on a throttle answer, grown back by
+//!    `RECOVERY_PER_SECOND` of the base rate each second).
+//!
+//! A slot a little ahead is waited for in the run (`sleep`); one further ahead than the
+//! send's horizon defers the job (`TaskError::RateLimited`: pending, no attempt used). Single
+//! sends have priority over a campaign's children: their horizon on the account is longer
+//! (`SINGLE_HORIZON` against `BULK_HORIZON`), so a child only takes an account slot less than
+//! `BULK_HORIZON` ahead while a single send may book past the children's queue. A
+//! password reset therefore waits at most about `BULK_HORIZON` behind any campaign; the
+//! children take every slot the single sends leave.
+//!
+//! The 24-hour quota: a child holds (`account_quota`) while what remains of the quota
+//! (`Max24HourSend - SentLast24Hours`, less the sends since it was read) is within
+//! `QUOTA_RESERVE` of the quota, kept for single sends; a single send holds only when
+//! nothing remains.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::job::TaskError;
+use crate::store::rate_slots::{self, Limit, Slot};
+use crate::store::send_rates::{self, Scope, SendRate};
+
+/// How far ahead a single send waits in the run for its account slot.
+pub const SINGLE_HORIZON: Duration = Duration::from_secs(2);
+/// How far ahead a campaign's child waits in the run for its account slot.
+pub const BULK_HORIZON: Duration = Duration::from_millis(500);
+/// How far ahead any send waits in the run for its tenant's and configuration set's slot.
+pub const OWN_HORIZON: Duration = Duration::from_secs(1);
+/// The back-off never goes below this share of the base rate.
+pub const FLOOR: f64 = 0.1;
+/// The back-off grows back by this share of the base rate per second without a throttle.
+pub const RECOVERY_PER_SECOND: f64 = 0.005;
+/// Throttles within this many seconds of the last are one signal (one halving).
+pub const THROTTLE_GAP_SECONDS: f64 = 1.0;
+/// The share of the 24-hour quota campaigns leave for single sends.
+pub const QUOTA_RESERVE: f64 = 0.01;
+/// How long a send held by the quota waits before it looks again.
+pub const QUOTA_HOLD: Duration = Duration::from_secs(300);
+
+/// How often the sweep reads Relay's SES account's rate and quota (`GetAccount`).
+pub const ACCOUNT_READ_EVERY: Duration = Duration::from_secs(60);
+
+/// Read Relay's own SES account's rate and quota if the last read is older than
+/// `ACCOUNT_READ_EVERY` (any sweeper may: the row says when it was last read). Returns
+/// whether it read. A failed read keeps the last figures, with why.
+pub async fn refresh_account(
+    pool: &deadpool_postgres::Pool,
+    sdk: &aws_config::SdkConfig,
+) -> Result<bool, crate::store::StoreError> {
+    if !send_rates::account_read_due(&pool.get().await?, "default", ACCOUNT_READ_EVERY.as_secs_f64()).await? {
+        return Ok(false);
+    }
+    let read = super::ses::account_quota(&super::ses::client(sdk)).await;
+    let db = pool.get().await?;
+    match read {
+        Ok((rate, max, sent)) => send_rates::record_account(&db, "default", rate, max, sent).await?,
+        Err(why) => {
+            tracing::warn!(event = "relay.email.account_unread", error = %why, "could not read the SES account's quota");
+            send_rates::record_account_error(&db, "default", &why).await?
+        }
+    }
+    Ok(true)
+}
+
+/// The account a tenant's sends go through: its own sending role's, else Relay's (`default`).
+pub fn account_of(own_role: Option<&str>) -> String {
+    own_role
+        .and_then(|arn| arn.split(':').nth(4))
+        .filter(|a| !a.is_empty() && a.bytes().all(|b| b.is_ascii_digit()))
+        .map_or_else(|| "default".to_owned(), str::to_owned)
+}
+
+/// The back-off now: as last written, grown back with the time since.
+pub fn factor_now(r: &SendRate, now: DateTime<Utc>) -> f64 {
+    let secs = (now - r.factor_at).num_milliseconds().max(0) as f64 / 1000.0;
+    (r.factor + RECOVERY_PER_SECOND * secs).min(1.0)
+}
+
+/// The back-off after a throttle answer: half of what it is now, not below `FLOOR`.
+pub fn after_throttle(r: Option<&SendRate>, now: DateTime<Utc>) -> f64 {
+    (r.map_or(1.0, |r| factor_now(r, now)) / 2.0).max(FLOOR)
+}
+
+/// The rate a send under this row keeps now: an account's base (the operator's, else SES's)
+/// times its back-off; a tenant's or a configuration set's as set. None: no limit.
+pub fn effective(r: &SendRate, now: DateTime<Utc>) -> Option<f64> {
+    match r.scope {
+        Scope::Account => {
+            let base = r.rate_per_second.or(r.provider_rate.filter(|x| *x > 0.0))?;
+            Some(base * factor_now(r, now))
+        }
+        _ => r.rate_per_second,
+    }
+}
+
+/// What remains of an account's 24-hour quota (None: unknown or unlimited).
+pub fn quota_left(r: &SendRate) -> Option<f64> {
+    let max = r.max_24h.filter(|m| *m >= 0.0)?;
+    Some(max - r.sent_24h.unwrap_or(0.0) - r.sent_since_read as f64)
+}
+
+/// Whether a send may use the quota now: a single send while any remains, a child while
+/// more than the reserve does.
+pub fn quota_allows(r: &SendRate, bulk: bool) -> bool {
+    match (quota_left(r), r.max_24h) {
+        (Some(left), Some(max)) if bulk => left > (max * QUOTA_RESERVE).max(0.0),
+        (Some(left), _) => left > 0.0,
+        _ => true,
+    }
+}
+
+/// What a campaign with `to_send` recipients still to send is told when its account's quota
+/// (less the reserve campaigns leave) will not cover them.
+pub fn quota_warning(to_send: i64, account: &SendRate) -> Option<String> {
+    let left = quota_left(account)?;
+    let usable = (left - account.max_24h.unwrap_or(0.0) * QUOTA_RESERVE).floor().max(0.0);
+    (to_send as f64 > usable).then(|| {
+        format!(
+            "SES account {}'s 24-hour quota covers {usable:.0} more campaign sends ({left:.0} of {:.0} left, {:.0}% kept \
+             for single sends) and this campaign has {to_send} still to send: the rest will wait \
+             (waiting_reason rate_limited, account_quota) until the quota frees",
+            account.key,
+            account.max_24h.unwrap_or(0.0),
+            QUOTA_RESERVE * 100.0
+        )
+    })
+}
+
+/// The rates of one send, read at the start of its run (`send_rates::for_send`).
+pub struct Plan {
+    pub account: String,
+    pub rates: Vec<SendRate>,
+    /// A campaign's child (its message key is the campaign's `campaign:<id>:<position>`).
+    pub bulk: bool,
+}
+
+impl Plan {
+    fn rate(&self, scope: Scope) -> Option<&SendRate> {
+        self.rates.iter().find(|r| r.scope == scope)
+    }
+
+    /// The account's row, for the throttle back-off.
+    pub fn account_rate(&self) -> Option<&SendRate> {
+        self.rate(Scope::Account)
+    }
+}
+
+fn limit(r: &SendRate, now: DateTime<Utc>) -> Option<(String, Limit)> {
+    let rate = effective(r, now)?;
+    let name = format!("{}:{}", r.scope.as_str(), r.key);
+    Some((name, Limit { key: send_rates::slot_key(r.scope, &r.key), rate_per_second: rate }))
+}
+
+/// A deferral a little past the slot, spread so that waiting sends do not all come back at once.
+fn defer(rate: String, note: String, wait: Duration) -> TaskError {
+    let spread = Duration::from_millis(rand::random_range(0..500));
+    TaskError::RateLimited { rate, note, wait: wait.max(Duration::from_millis(250)) + spread }
+}
+
+/// Wait for this send's slots: its own rates' first, then its account's. Returns once the
+/// send may start, or a deferral naming the rate that holds it.
+pub async fn wait_for_slot(db: &deadpool_postgres::Pool, plan: &Plan) -> Result<(), TaskError> {
+    let store = |e: crate::store::StoreError| TaskError::Retryable(e.to_string());
+    let now = Utc::now();
+    if let Some(acct) = plan.account_rate()
+        && !quota_allows(acct, plan.bulk)
+    {
+        let left = quota_left(acct).unwrap_or(0.0);
+        return Err(defer(
+            format!("account_quota:{}", plan.account),
+            format!(
+                "SES account {}'s 24-hour quota is used up to its reserve ({left:.0} of {:.0} left): held until it frees",
+                plan.account,
+                acct.max_24h.unwrap_or(0.0)
+            ),
+            QUOTA_HOLD,
+        ));
+    }
+    let own: Vec<(String, Limit)> =
+        plan.rates.iter().filter(|r| r.scope != Scope::Account).filter_map(|r| limit(r, now)).collect();
+    let account = plan.account_rate().and_then(|r| limit(r, now));
+    let horizon = if plan.bulk { BULK_HORIZON } else { SINGLE_HORIZON };
+    for (stage, horizon) in [(own, OWN_HORIZON), (account.into_iter().collect(), horizon)] {
+        if stage.is_empty() {
+            continue;
+        }
+        let limits: Vec<Limit> = stage.iter().map(|s| s.1.clone()).collect();
+        let taken = {
+            let db = db.get().await.map_err(|e| TaskError::Retryable(e.to_string()))?;
+            rate_slots::take(&db, &limits, horizon).await.map_err(store)?
+        };
+        match taken {
+            Slot::Taken(wait) => tokio::time::sleep(wait).await,
+            Slot::Wait(wait) => {
+                let names: Vec<&str> = stage.iter().map(|s| s.0.as_str()).collect();
+                let rates: Vec<String> = stage.iter().map(|s| format!("{}/s", round(s.1.rate_per_second))).collect();
+                return Err(defer(
+                    names.join(","),
+                    format!(
+                        "at its rate ({} at {}): the next slot is {wait:?} away",
+                        names.join(", "),
+                        rates.join(", ")
+                    ),
+                    wait,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn round(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn account(rate: Option<f64>, provider: Option<f64>, factor: f64, at: DateTime<Utc>) -> SendRate {
+        SendRate {
+            scope: Scope::Account,
+            key: "default".into(),
+            rate_per_second: rate,
+            provider_rate: provider,
+            max_24h: Some(1000.0),
+            sent_24h: Some(900.0),
+            read_at: None,
+            read_error: None,
+            sent_since_read: 85,
+            factor,
+            factor_at: at,
+            throttles: 0,
+            last_throttle_at: None,
+            updated_by: None,
+            updated_at: at,
+        }
+    }
+
+    #[test]
+    fn the_operator_rate_wins_and_the_back_off_grows_back() {
+        let t = Utc::now();
+        assert_eq!(effective(&account(Some(5.0), Some(14.0), 1.0, t), t), Some(5.0));
+        assert_eq!(effective(&account(None, Some(14.0), 1.0, t), t), Some(14.0));
+        assert_eq!(effective(&account(None, None, 1.0, t), t), None);
+        let halved = account(None, Some(10.0), 0.5, t);
+        assert_eq!(effective(&halved, t), Some(5.0));
+        let later = t + chrono::Duration::seconds(20);
+        assert!((effective(&halved, later).unwrap() - 6.0).abs() < 1e-9, "+0.5 % of the base per second");
+        assert_eq!(effective(&halved, t + chrono::Duration::seconds(1000)), Some(10.0), "never above the base");
+        assert_eq!(after_throttle(Some(&halved), t), 0.25);
+        assert_eq!(after_throttle(Some(&account(None, Some(10.0), 0.1, t)), t), FLOOR);
+        assert_eq!(after_throttle(None, t), 0.5);
+    }
+
+    #[test]
+    fn campaigns_leave_the_quota_reserve_to_single_sends() {
+        let t = Utc::now();
+        let mut a = account(None, Some(10.0), 1.0, t);
+        assert_eq!(quota_left(&a), Some(15.0));
+        assert!(quota_allows(&a, true) && quota_allows(&a, false));
+        a.sent_since_read = 91; // 9 left: within the reserve of 10
+        assert!(!quota_allows(&a, true) && quota_allows(&a, false));
+        a.sent_since_read = 100;
+        assert!(!quota_allows(&a, false));
+        a.max_24h = Some(-1.0); // unlimited
+        assert!(quota_allows(&a, true));
+    }
+
+    #[test]
+    fn a_tenants_own_role_sends_through_its_own_account() {
+        assert_eq!(account_of(None), "default");
+        assert_eq!(account_of(Some("arn:aws:iam::123456789012:role/x")), "123456789012");
+        assert_eq!(account_of(Some("nonsense")), "default");
+    }
+}

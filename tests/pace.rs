@@ -1,0 +1,277 @@
+//! Sending at the provider's pace, against the SES stand-in throttling above N sends a second:
+//! two tenants' campaigns and single sends under the account's rate read from `GetAccount`
+//! (no throttle, no second above N, single sends' wait bounded, no attempt used); a tenant's
+//! own rate; the 24-hour quota holding a campaign's children instead of failing them; the
+//! operators' rate routes refusing bad input.
+
+use std::time::{Duration, Instant};
+
+use axum::http::{Method, StatusCode};
+use serde_json::{Value, json};
+use taskdeck::executor::Executor;
+use taskdeck::store::{operators, sending_identities};
+
+use crate::email::{executor, go_live, roles};
+use crate::support::ses_faults::{self, Counts, Faults, FaultySes, max_in_any_second};
+use crate::support::{World, moto};
+
+const OTHER_DOMAIN: &str = "globex.example";
+
+/// Both tenants may send from their domains, and moto has them verified.
+async fn senders(w: &World, other: taskdeck::job::TenantId) {
+    crate::email::sender(w).await;
+    sending_identities::set(&mut w.db().await, other, &[OTHER_DOMAIN.into()]).await.unwrap();
+    let ses = aws_sdk_sesv2::Client::new(&moto::sdk_config());
+    let _ = ses.create_email_identity().email_identity(OTHER_DOMAIN).send().await;
+}
+
+/// The sweep reads the account's rate and quota from the stand-in.
+async fn read_account(w: &World, ses: &FaultySes) {
+    let mut sweeper = w.platform.sweeper();
+    sweeper.config.ses_account = Some(moto::sdk_config().to_builder().endpoint_url(&ses.url).build());
+    assert!(sweeper.pass().await.unwrap().ses_account_read, "the sweep read the account");
+}
+
+fn campaign(domain: &str, tag: &str, n: usize, limit: i32) -> Value {
+    let recipients: Vec<Value> = (0..n).map(|i| json!({"to": format!("c{i}@example.com")})).collect();
+    json!({"task_type": "email.campaign", "params": {
+        "message": {"from": format!("News <news@{domain}>"), "subject": format!("{tag} campaign"), "text": "Hi"},
+        "recipients": recipients, "concurrency_limit": limit}})
+}
+
+fn single(domain: &str, subject: &str) -> Value {
+    json!({"task_type": "email.send", "params": {
+        "from": format!("Acme <noreply@{domain}>"), "to": ["one@example.com"], "subject": subject, "text": "Hello"}})
+}
+
+async fn submit_as(w: &World, key: &str, idem: &str, body: Value) -> String {
+    let (status, job) = w.call_as(key, Method::POST, "/v1/jobs", Some(idem), Some(body.to_string().into_bytes())).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{job}");
+    job["id"].as_str().unwrap().to_owned()
+}
+
+fn workers(exec: &Executor, n: usize) -> (tokio::sync::watch::Sender<bool>, Vec<tokio::task::JoinHandle<()>>) {
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let wake = std::sync::Arc::new(tokio::sync::Notify::new());
+    let handles = (0..n)
+        .map(|_| tokio::spawn(taskdeck::executor::worker::run(exec.clone(), wake.clone(), stop.clone())))
+        .collect();
+    (stop_tx, handles)
+}
+
+async fn stop(stop_tx: tokio::sync::watch::Sender<bool>, handles: Vec<tokio::task::JoinHandle<()>>) {
+    stop_tx.send(true).unwrap();
+    for h in handles {
+        let _ = h.await;
+    }
+}
+
+fn passed(ses: &FaultySes, prefix: &str) -> Vec<Instant> {
+    ses.counts.passed_at.lock().unwrap().iter().filter(|(_, s)| s.starts_with(prefix)).map(|(at, _)| *at).collect()
+}
+
+#[tokio::test]
+async fn two_tenants_campaigns_and_single_sends_keep_the_accounts_rate_without_a_throttle() {
+    const RATE: usize = 8;
+    const PER_CAMPAIGN: usize = 48;
+    const SINGLES: usize = 8;
+    let w = World::new().await;
+    let (globex, globex_key) = w.other_tenant("globex").await;
+    go_live(&w).await;
+    senders(&w, globex.id).await;
+    let faults = Faults { max_per_second: Some(RATE), account: Some((RATE as f64, 100_000.0)), ..Faults::default() };
+    let ses = ses_faults::start(moto::endpoint(), faults, 1).await;
+    read_account(&w, &ses).await;
+    let mut exec = executor(&w, &ses.url, roles());
+    exec.config.concurrency = 16;
+
+    let started = Instant::now();
+    submit_as(&w, &w.key, "acme-campaign", campaign(crate::email::DOMAIN, "acme", PER_CAMPAIGN, 10)).await;
+    submit_as(&w, &globex_key, "globex-campaign", campaign(OTHER_DOMAIN, "globex", PER_CAMPAIGN, 10)).await;
+    let (stop_tx, handles) = workers(&exec, 2);
+    // Single sends from the second tenant while both campaigns run: when each was submitted.
+    let mut submitted = Vec::new();
+    for i in 0..SINGLES {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        submitted.push((format!("single {i}"), Instant::now()));
+        submit_as(&w, &globex_key, &format!("single-{i}"), single(OTHER_DOMAIN, &format!("single {i}"))).await;
+    }
+    let total = (2 * PER_CAMPAIGN + SINGLES) as i64;
+    let done = "SELECT count(*) FROM jobs WHERE task_type = 'email.send' AND status IN ('succeeded', 'failed')";
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while w.count(done, &[]).await < total && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let elapsed = started.elapsed();
+    stop(stop_tx, handles).await;
+    let sent = w.count("SELECT count(*) FROM messages WHERE status = 'sent'", &[]).await;
+    assert_eq!(sent, total, "every send went out");
+    assert_eq!(Counts::get(&ses.counts.throttled), 0, "no send was throttled");
+    let all: Vec<Instant> = ses.counts.passed_at.lock().unwrap().iter().map(|p| p.0).collect();
+    let busiest = max_in_any_second(&all);
+    assert!(busiest <= RATE, "at most {RATE} sends in any second; saw {busiest}");
+    let achieved = total as f64 / elapsed.as_secs_f64();
+    eprintln!("{total} sends in {elapsed:?}: {achieved:.2}/s against {RATE}/s; busiest second {busiest}");
+
+    // A single send waited a bounded time behind two campaigns: submit to SES in under 3 s.
+    let arrivals = ses.counts.passed_at.lock().unwrap().clone();
+    let mut worst = Duration::ZERO;
+    for (subject, at) in &submitted {
+        let arrived = arrivals.iter().find(|(_, s)| s == subject).unwrap_or_else(|| panic!("{subject} reached SES")).0;
+        worst = worst.max(arrived.duration_since(*at));
+    }
+    eprintln!("single sends' longest wait: {worst:?}");
+    assert!(worst < Duration::from_secs(3), "a single send waited {worst:?} behind the campaigns");
+    // Both tenants' campaigns went at a share of the rate, neither starved.
+    let (acme, other) = (passed(&ses, "acme campaign").len(), passed(&ses, "globex campaign").len());
+    assert_eq!((acme, other), (PER_CAMPAIGN, PER_CAMPAIGN));
+
+    // Held sends waited without using an attempt: deferrals recorded as rate-limited, no retry.
+    let held =
+        w.count("SELECT count(*) FROM job_events WHERE kind = 'continued' AND reason LIKE 'at its rate%'", &[]).await;
+    let retried = w.count("SELECT count(*) FROM job_events WHERE kind = 'retry_scheduled'", &[]).await;
+    eprintln!("deferrals by a rate: {held}");
+    assert_eq!(retried, 0, "no send used an attempt on a throttle");
+    let status = w.platform.app_state();
+    drop(status);
+}
+
+#[tokio::test]
+async fn a_tenants_own_rate_holds_and_its_waiting_sends_say_so() {
+    const TENANT_RATE: f64 = 2.0;
+    const N: usize = 8;
+    let w = World::new().await;
+    go_live(&w).await;
+    crate::email::sender(&w).await;
+    let ses = ses_faults::start(moto::endpoint(), Faults::default(), 1).await;
+    let op = operators::create(&w.db().await, "ops").await.unwrap().1;
+    let path = format!("/v1/admin/send-rates/tenant/{}", w.tenant.id);
+    let put = |body: Value| {
+        let (op, path) = (op.clone(), path.clone());
+        let w = &w;
+        async move { w.call_as(&op, Method::PUT, &path, None, Some(body.to_string().into_bytes())).await }
+    };
+    let (status, rate) = put(json!({"rate_per_second": TENANT_RATE, "reason": "warming up"})).await;
+    assert_eq!(status, StatusCode::OK, "{rate}");
+    assert_eq!(rate["effective_rate"], json!(TENANT_RATE));
+
+    let mut exec = executor(&w, &ses.url, roles());
+    exec.config.concurrency = 16;
+    let ids: Vec<String> = {
+        let mut ids = Vec::new();
+        for i in 0..N {
+            ids.push(
+                submit_as(&w, &w.key, &format!("t{i}"), single(crate::email::DOMAIN, &format!("tenant {i}"))).await,
+            );
+        }
+        ids
+    };
+    let (stop_tx, handles) = workers(&exec, 2);
+    // While they go, one of them is seen held by the tenant's rate.
+    let mut seen_held = None;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let done = "SELECT count(*) FROM jobs WHERE task_type = 'email.send' AND status = 'succeeded'";
+    while w.count(done, &[]).await < N as i64 && Instant::now() < deadline {
+        for id in &ids {
+            let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
+            if job["waiting_reason"] == "rate_limited" && seen_held.is_none() {
+                seen_held = Some(job);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop(stop_tx, handles).await;
+    assert_eq!(w.count(done, &[]).await, N as i64);
+    let times = passed(&ses, "tenant ");
+    assert_eq!(times.len(), N);
+    let busiest = max_in_any_second(&times);
+    assert!(busiest <= TENANT_RATE as usize, "at most {TENANT_RATE} of the tenant's sends a second; saw {busiest}");
+    let held = seen_held.expect("a send was seen waiting for the tenant's rate");
+    assert_eq!(held["status"], "pending");
+    assert_eq!(held["waiting_rate"], json!(format!("tenant:{}", w.tenant.id)), "{held}");
+    assert!(held["attempt"].as_i64().unwrap() < held["max_attempts"].as_i64().unwrap());
+
+    // The change is audited; bad input is a clear 4xx, never a 500; a tenant key is refused.
+    let (status, detail) = w.call_as(&op, Method::GET, &path, None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(detail["changes"][0]["changed_by"], "ops");
+    assert_eq!(detail["changes"][0]["reason"], "warming up");
+    for (body, want) in [
+        (json!({"rate_per_second": 0}), StatusCode::UNPROCESSABLE_ENTITY),
+        (json!({"rate_per_second": -1}), StatusCode::UNPROCESSABLE_ENTITY),
+        (json!({"rate_per_second": 1e9}), StatusCode::UNPROCESSABLE_ENTITY),
+        (json!({"rate_per_second": "fast"}), StatusCode::UNPROCESSABLE_ENTITY),
+        (json!({"rate_per_second": 1, "reason": "x".repeat(5000)}), StatusCode::UNPROCESSABLE_ENTITY),
+        (json!({"rate_per_second": 1, "extra": 1}), StatusCode::UNPROCESSABLE_ENTITY),
+    ] {
+        let (status, e) = put(body.clone()).await;
+        assert!(status == want || status == StatusCode::BAD_REQUEST, "{body}: {status} {e}");
+        assert!(e["error"]["code"].is_string() || e["code"].is_string(), "{e}");
+    }
+    let nul = br#"{"rate_per_second": 1, "reason": "a\u0000b"}"#.to_vec();
+    let (status, _) = w.call_as(&op, Method::PUT, &path, None, Some(nul)).await;
+    assert!(status.is_client_error(), "{status}");
+    for bad in [
+        "/v1/admin/send-rates/planet/x",
+        "/v1/admin/send-rates/tenant/00000000-0000-0000-0000-000000000000",
+        "/v1/admin/send-rates/tenant/not-a-uuid",
+        "/v1/admin/send-rates/account/12345",
+        "/v1/admin/send-rates/configuration_set/%C3%A9t%C3%A9",
+    ] {
+        let (status, e) =
+            w.call_as(&op, Method::PUT, bad, None, Some(json!({"rate_per_second": 1}).to_string().into_bytes())).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{bad}: {e}");
+    }
+    let (status, _) = w.call(Method::PUT, &path, None, Some(json!({"rate_per_second": 100}))).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "a tenant cannot set its own rate");
+    let (status, list) = w.call_as(&op, Method::GET, "/v1/admin/send-rates", None, None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list["rates"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_quota_too_small_for_a_campaign_is_reported_and_holds_its_children_instead_of_failing_them() {
+    const QUOTA: f64 = 25.0;
+    const N: usize = 30;
+    let w = World::new().await;
+    go_live(&w).await;
+    crate::email::sender(&w).await;
+    let faults = Faults { max_per_second: Some(50), account: Some((50.0, QUOTA)), ..Faults::default() };
+    let ses = ses_faults::start(moto::endpoint(), faults, 1).await;
+    read_account(&w, &ses).await;
+
+    let id = submit_as(&w, &w.key, "quota-campaign", campaign(crate::email::DOMAIN, "quota", N, 10)).await;
+    let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
+    let warning = job["warnings"][0].as_str().unwrap_or_else(|| panic!("a warning at submit: {job}"));
+    assert!(warning.contains("24-hour quota") && warning.contains(&format!("{N} still to send")), "{warning}");
+
+    let exec = executor(&w, &ses.url, roles());
+    let (stop_tx, handles) = workers(&exec, 1);
+    let sent = "SELECT count(*) FROM messages WHERE status = 'sent'";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while w.count(sent, &[]).await < QUOTA as i64 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The rest are held by the quota, not failed.
+    let held = "SELECT count(*) FROM job_rate_waits r JOIN jobs j ON j.id = r.job_id
+                WHERE j.status = 'pending' AND r.rate = 'account_quota:default'";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while w.count(held, &[]).await < (N as i64 - QUOTA as i64) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop(stop_tx, handles).await;
+    assert_eq!(w.count(sent, &[]).await, QUOTA as i64, "the quota's worth went out");
+    assert_eq!(w.count(held, &[]).await, N as i64 - QUOTA as i64, "the rest wait for the quota");
+    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE status = 'failed'", &[]).await, 0, "no child failed");
+    assert_eq!(Counts::get(&ses.counts.throttled), 0);
+    let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
+    assert_eq!(job["status"], "waiting");
+    assert!(job["warnings"][0].as_str().unwrap().contains("5 still to send"), "{job}");
+    let child = w
+        .count(
+            "SELECT count(*) FROM jobs j JOIN job_rate_waits r ON r.job_id = j.id WHERE j.parent_id IS NOT NULL",
+            &[],
+        )
+        .await;
+    assert_eq!(child, N as i64 - QUOTA as i64);
+}
