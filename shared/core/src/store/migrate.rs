@@ -35,6 +35,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../../../../migrations/0019_messages_tenant_by_construction.sql"),
     ),
     (20, "0020_job_terms_by_type", include_str!("../../../../migrations/0020_job_terms_by_type.sql")),
+    (24, "0024_admin_actions", include_str!("../../../../migrations/0024_admin_actions.sql")),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's
