@@ -10,5 +10,7 @@ async fn main() -> Result<(), lambda_http::Error> {
     // of one connection and the SQS client; nothing connects until the first request.
     let platform = relay_runtime::init(async { taskdeck::lambda::platform(&LambdaConfig::from_env()?).await }).await?;
     let live = platform.liveness(taskdeck::liveness::Kind::Api);
-    lambda_http::run(taskdeck::liveness::track(taskdeck::api::router(platform.app_state()), live)).await
+    let router = taskdeck::liveness::track(taskdeck::api::router(platform.app_state()), live);
+    // Each request's metrics (accepted, refused, 5xx, database errors) in EMF.
+    lambda_http::run(router.layer(axum::middleware::from_fn(taskdeck::metrics::emf::http))).await
 }

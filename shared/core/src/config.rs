@@ -59,6 +59,28 @@ pub struct LambdaConfig {
     /// `RELAY_CALLBACK_ALLOW`: CIDRs and host names callbacks may reach although the address
     /// guard refuses them (empty: none).
     pub callback_allow: crate::callbacks::AllowList,
+    /// `RELAY_WORK_DLQ_URL`, `RELAY_INGRESS_QUEUE_URL`, `RELAY_INGRESS_DLQ_URL`: the queues the
+    /// admin function's redrive moves between.
+    pub work_dlq_url: Option<String>,
+    pub ingress_queue_url: Option<String>,
+    pub ingress_dlq_url: Option<String>,
+    /// `RELAY_PRETRAFFIC_INTAKE`, `RELAY_PRETRAFFIC_EXECUTOR`: the new versions the pre-traffic
+    /// hook checks (a function name or a version's ARN).
+    pub pretraffic_intake: Option<String>,
+    pub pretraffic_executor: Option<String>,
+    /// `RELAY_PRETRAFFIC_WITHIN_SECONDS` (default 60): how long the hook's job has to succeed.
+    pub pretraffic_within: Duration,
+    /// `RELAY_RETENTION_DAYS` (default 30): the built-in retention schedule's days, when a
+    /// migration (hook or admin) creates it.
+    pub retention_days: u32,
+    /// `AWS_ENDPOINT_URL_LAMBDA`, `AWS_ENDPOINT_URL_CODEDEPLOY`: local stand-ins; unset on AWS.
+    pub lambda_endpoint_url: Option<String>,
+    pub codedeploy_endpoint_url: Option<String>,
+    /// The short lane's executor only: `RELAY_LANE_TIMEOUT_SECONDS`, its own function timeout,
+    /// and `RELAY_LONG_QUEUE_URL`, the long-job lane's queue. A job whose timeout exceeds this
+    /// lane's (less the reserve) goes there. `executor_timeout` stays the longest lane's.
+    pub lane_timeout: Option<Duration>,
+    pub long_queue_url: Option<String>,
 }
 
 impl LambdaConfig {
@@ -126,6 +148,20 @@ impl LambdaConfig {
                     why: e.to_string(),
                 })?,
             },
+            work_dlq_url: url_like("RELAY_WORK_DLQ_URL")?,
+            ingress_queue_url: url_like("RELAY_INGRESS_QUEUE_URL")?,
+            ingress_dlq_url: url_like("RELAY_INGRESS_DLQ_URL")?,
+            pretraffic_intake: text("RELAY_PRETRAFFIC_INTAKE"),
+            pretraffic_executor: text("RELAY_PRETRAFFIC_EXECUTOR"),
+            pretraffic_within: Duration::from_secs(number("RELAY_PRETRAFFIC_WITHIN_SECONDS", 60, 5..=600)?),
+            retention_days: u32::try_from(number("RELAY_RETENTION_DAYS", 30, 1..=3650)?).unwrap_or(30),
+            lambda_endpoint_url: url_like("AWS_ENDPOINT_URL_LAMBDA")?,
+            codedeploy_endpoint_url: url_like("AWS_ENDPOINT_URL_CODEDEPLOY")?,
+            lane_timeout: match text("RELAY_LANE_TIMEOUT_SECONDS") {
+                None => None,
+                Some(_) => Some(Duration::from_secs(number("RELAY_LANE_TIMEOUT_SECONDS", 900, 10..=900)?)),
+            },
+            long_queue_url: url_like("RELAY_LONG_QUEUE_URL")?,
         })
     }
 
@@ -138,6 +174,12 @@ impl LambdaConfig {
     pub fn max_job_timeout(&self) -> i32 {
         let secs = self.executor_timeout.saturating_sub(self.deadline_reserve).as_secs().max(1);
         i32::try_from(secs).unwrap_or(i32::MAX)
+    }
+
+    /// The short lane's limit and the long lane's queue, when this executor has a longer lane.
+    pub fn onward(&self) -> Option<(i32, &str)> {
+        let lane = self.lane_timeout?.saturating_sub(self.deadline_reserve).as_secs().max(1);
+        Some((i32::try_from(lane).unwrap_or(i32::MAX), self.long_queue_url.as_deref()?))
     }
 
     pub fn require_work_queue_url(&self) -> Result<&str, ConfigError> {

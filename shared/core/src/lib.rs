@@ -9,6 +9,7 @@ pub mod client;
 pub mod config;
 pub mod lambda;
 pub mod platform;
+pub mod smoke;
 
 // Services: what the platform does with a job.
 pub mod alerts;

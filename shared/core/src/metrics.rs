@@ -1,5 +1,8 @@
 //! Process-wide counters. Each is also logged with a stable event name where it happens, so
-//! a log-based metric (CloudWatch metric filter) counts it across Lambda containers.
+//! a log-based metric (CloudWatch metric filter) counts it across Lambda containers. On Lambda
+//! each invocation also prints its figures in Embedded Metric Format (`emf`).
+
+pub mod emf;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -15,6 +18,10 @@ impl Counter {
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
+    /// The count so far, reset to zero.
+    pub fn take(&self) -> u64 {
+        self.0.swap(0, Ordering::Relaxed)
+    }
 }
 
 /// Dispatches the transport refused (the sweep sends those jobs).
@@ -29,6 +36,9 @@ pub static STALE_WRITES: Counter = Counter::new();
 pub static JOBS_RUN: Counter = Counter::new();
 /// Statements that wrote outcomes (each its own commit): with `JOBS_RUN`, commits per job.
 pub static OUTCOME_WRITES: Counter = Counter::new();
+
+/// Calls that could not reach the database (taken per invocation by `emf`; not in `snapshot`).
+pub static DATABASE_ERRORS: Counter = Counter::new();
 
 /// All counters by name, for the status contract and `relay` output.
 pub fn snapshot() -> Vec<(&'static str, u64)> {

@@ -1,6 +1,8 @@
-//! What every Relay Lambda function does around its handler: JSON logs to stdout, and an init
-//! that fails is reported to the Runtime API. Small on purpose: the console function uses it
-//! without linking the platform (no Postgres, SES or STS).
+//! What every Relay Lambda function does around its handler: JSON logs to stdout with the
+//! Lambda Powertools fields, and an init that fails is reported to the Runtime API. Small on
+//! purpose: the console function uses it without linking the platform (no Postgres, SES or STS).
+
+mod powertools;
 
 /// Run a function's init (its configuration, clients, pools). An error is also reported to the
 /// Lambda Runtime API's `/init/error`, so the service shows it, naming the variable at fault, as
@@ -36,16 +38,20 @@ async fn report_init_error(api: &str, err: &anyhow::Error) -> anyhow::Result<()>
 }
 
 /// JSON logs to stdout (CloudWatch Logs); the filter from `RELAY_LOG`, `info` by default.
+/// Each line carries its span's fields (the job id and correlation id, `telemetry`) and the
+/// Powertools fields (`powertools::Powertools`): service, function, cold start, request id.
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| "info".into());
-    let _ = tracing_subscriber::fmt()
+    let json = tracing_subscriber::fmt::format()
         .json()
-        .with_env_filter(filter)
-        // Each line carries its span's fields: the job id and correlation id (`telemetry`).
         .with_current_span(true)
         .with_span_list(false)
         .without_time()
-        .with_target(false)
+        .with_target(false);
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
+        .event_format(powertools::Powertools::from_env(json))
         .try_init();
 }
 

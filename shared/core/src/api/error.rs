@@ -108,6 +108,7 @@ impl From<&StoreError> for ApiError {
     fn from(e: &StoreError) -> Self {
         if e.is_unavailable() {
             tracing::warn!(event = "relay.api.db_unavailable", error = %e, "database unavailable");
+            crate::metrics::DATABASE_ERRORS.add(1);
             return ApiError::unavailable("the database is unavailable; retry shortly");
         }
         if let StoreError::Vanished(what) = e {

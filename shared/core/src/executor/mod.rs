@@ -46,6 +46,25 @@ pub struct ExecutorConfig {
     /// Under a deadline (a Lambda invocation), the time kept back to record outcomes: a job
     /// starts only if its timeout fits in the time left less this.
     pub deadline_reserve: Duration,
+    /// Under a deadline: the longest `timeout_seconds` any executor invocation can give (the
+    /// longest lane's). A job above it can never start: it fails for good, with the reason.
+    pub longest_fit: Option<i32>,
+    /// Under a deadline: a lane for longer jobs. A job whose timeout exceeds `Onward::above`
+    /// (this executor's own invocation less the reserve) is sent there, not run here.
+    pub onward: Option<Onward>,
+}
+
+/// The long-job lane, seen from the short one (`ExecutorConfig::onward`).
+#[derive(Clone)]
+pub struct Onward {
+    pub above: i32,
+    pub transport: Arc<dyn Transport>,
+}
+
+impl std::fmt::Debug for Onward {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Onward {{ above: {}, transport: {} }}", self.above, self.transport.name())
+    }
 }
 
 impl Default for ExecutorConfig {
@@ -56,6 +75,8 @@ impl Default for ExecutorConfig {
             claim_batch: 64,
             poll_interval: Duration::from_secs(1),
             deadline_reserve: DEFAULT_DEADLINE_RESERVE,
+            longest_fit: None,
+            onward: None,
         }
     }
 }
@@ -146,19 +167,33 @@ impl Executor {
             let n = i64::try_from(ids.len()).unwrap_or(i64::MAX);
             claim.merge(jobs::claim_keyed(&mut db, n, self.lease_secs(), jobs::Keyed::Ids(ids), within).await?);
         }
-        let mut deferred = Vec::new();
+        let mut deferred = jobs::Deferred::default();
+        let mut never = Vec::new();
         if let Some(within) = within
             && claim.jobs.len() < ids.len()
         {
             let rest: Vec<JobId> = ids.iter().filter(|id| !claim.jobs.iter().any(|j| j.id == **id)).copied().collect();
-            deferred = jobs::defer_unfit(&db, &rest, within).await?;
+            let bounds = jobs::DeferBounds {
+                onward_above: self.config.onward.as_ref().map(|o| o.above),
+                longest: self.config.longest_fit,
+            };
+            deferred = jobs::defer_unfit(&db, &rest, within, bounds).await?;
+            if !deferred.never.is_empty() {
+                // Claimed only to fail for good through the one terminal path.
+                never = jobs::claim_ids(&db, &deferred.never, self.lease_secs(), None).await?.jobs;
+            }
         }
         drop(db);
-        for d in &deferred {
+        for d in deferred.again.iter().chain(&deferred.onward) {
             tracing::info!(event = "relay.executor.deferred", job_id = %d.id, within_seconds = within,
+                onward = deferred.onward.contains(d),
                 "job not started: its timeout does not fit in the invocation's time left; sent again");
         }
-        transport::send(&self.transport, &self.pool, &deferred).await;
+        transport::send(&self.transport, &self.pool, &deferred.again).await;
+        match &self.config.onward {
+            Some(o) => transport::send(&o.transport, &self.pool, &deferred.onward).await,
+            None => transport::send(&self.transport, &self.pool, &deferred.onward).await,
+        };
         let claimed = claim.jobs.len();
         let modes = Arc::new(claim.modes);
         let mut running = tokio::task::JoinSet::new();
@@ -172,10 +207,24 @@ impl Executor {
             });
         }
         let stop_at = deadline.map(|d| d.checked_sub(self.config.deadline_reserve / 2).unwrap_or(d));
-        let mut out =
-            Dispatched { claimed, deferred: deferred.iter().map(|d| d.id).collect(), ..Dispatched::default() };
-        let mut ended: Vec<(ClaimedJob, Outcome)> = Vec::new();
-        let mut flush_at: Option<Instant> = None;
+        let mut out = Dispatched {
+            claimed,
+            deferred: deferred.again.iter().chain(&deferred.onward).map(|d| d.id).collect(),
+            ..Dispatched::default()
+        };
+        let longest = self.config.longest_fit.unwrap_or(i32::MAX);
+        let mut ended: Vec<(ClaimedJob, Outcome)> = never
+            .into_iter()
+            .map(|job| {
+                let error = format!(
+                    "never started: its timeout ({} s) exceeds the {longest} s the longest executor invocation can give; \
+                     retry it with a timeout_seconds of at most {longest}",
+                    job.timeout_seconds
+                );
+                (job, Outcome::Failed { kind: ExceptionKind::FatalError, error })
+            })
+            .collect();
+        let mut flush_at: Option<Instant> = (!ended.is_empty()).then(Instant::now);
         // Each turn has an arm enabled: a job running, or an outcome waiting for its flush.
         while !(running.is_empty() && ended.is_empty()) {
             tokio::select! {

@@ -23,6 +23,7 @@ pub async fn handle(exec: &Executor, event: SqsEvent, deadline: Option<SystemTim
     // The runtime gives wall-clock time; the executor measures on the monotonic clock.
     let deadline = deadline.map(|d| Instant::now() + d.duration_since(SystemTime::now()).unwrap_or_default());
     let mut response = SqsBatchResponse::default();
+    let mut counts = Counts::default();
     let mut ids = Vec::new();
     let mut carrying = Vec::new();
     let mut letters = Vec::new();
@@ -53,6 +54,7 @@ pub async fn handle(exec: &Executor, event: SqsEvent, deadline: Option<SystemTim
         match exec.run_dispatched_until(&ids, deadline).await {
             Ok(done) => {
                 let (report, claimed) = (&done.report, done.claimed);
+                counts.done = Some(done.clone());
                 tracing::info!(
                     event = "relay.executor.batch",
                     messages = ids.len(),
@@ -73,10 +75,11 @@ pub async fn handle(exec: &Executor, event: SqsEvent, deadline: Option<SystemTim
                     }
                 }
                 if claimed + done.deferred.len() < ids.len() {
-                    unknown_jobs(exec, &ids, &carrying, arn.as_deref(), &mut letters, &mut response).await;
+                    unknown_jobs(exec, &ids, &carrying, arn.as_deref(), &mut letters, &mut response, &mut counts).await;
                 }
             }
             Err(e) => {
+                counts.database_errors += 1;
                 tracing::warn!(event = "relay.executor.batch_failed", error = %e, messages = ids.len(),
                     "could not claim or record; the messages return to the queue");
                 for (message_id, _) in carrying {
@@ -87,14 +90,45 @@ pub async fn handle(exec: &Executor, event: SqsEvent, deadline: Option<SystemTim
     }
     if !letters.is_empty() {
         let kept = async { dead_letters::insert_many(&exec.pool.get().await?, &letters).await };
+        counts.dead_letters = letters.len();
         if let Err(e) = kept.await {
+            counts.database_errors += 1;
+            counts.dead_letters = 0;
             tracing::warn!(event = "relay.executor.dead_letter_failed", error = %e, "could not keep poison messages; they return to the queue");
             for l in letters {
                 response.add_failure(l.message_id.unwrap_or_default());
             }
         }
     }
+    counts.record(response.batch_item_failures.len());
     response
+}
+
+/// What one invocation counts, printed as its metrics (`metrics::emf`).
+#[derive(Default)]
+struct Counts {
+    done: Option<crate::executor::Dispatched>,
+    dead_letters: usize,
+    database_errors: usize,
+}
+
+impl Counts {
+    fn record(&self, batch_item_failures: usize) {
+        let d = self.done.clone().unwrap_or_default();
+        let n = |x: usize| x as f64;
+        crate::metrics::emf::record(&[
+            ("Claimed", n(d.claimed)),
+            ("Succeeded", n(d.report.succeeded)),
+            ("Retried", n(d.report.retried)),
+            ("FailedForGood", n(d.report.failed)),
+            ("StaleWrites", n(d.report.stale)),
+            ("Deferred", n(d.deferred.len())),
+            ("StoppedAtDeadline", n(d.unfinished.len())),
+            ("BatchItemFailures", n(batch_item_failures)),
+            ("DeadLetters", n(self.dead_letters)),
+            ("DatabaseErrors", n(self.database_errors) + crate::metrics::emf::database_errors()),
+        ]);
+    }
 }
 
 fn source(arn: Option<&str>) -> String {
@@ -110,6 +144,7 @@ async fn unknown_jobs(
     arn: Option<&str>,
     letters: &mut Vec<NewDeadLetter>,
     response: &mut SqsBatchResponse,
+    counts: &mut Counts,
 ) {
     let missing = async { jobs::missing(&exec.pool.get().await?, ids).await };
     match missing.await {
@@ -127,6 +162,7 @@ async fn unknown_jobs(
             }
         }
         Err(e) => {
+            counts.database_errors += 1;
             // Return them all: a redelivery of a claimed or finished job claims nothing.
             tracing::warn!(event = "relay.executor.lookup_failed", error = %e, "could not look the unclaimed ids up; the messages return to the queue");
             for (message_id, _) in carrying {

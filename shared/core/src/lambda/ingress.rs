@@ -120,18 +120,44 @@ impl Ingress {
                 }
             }
         }
+        let mut kept_letters = letters.len();
+        let mut database_errors = 0;
         if !letters.is_empty() {
             let kept = async { dead_letters::insert_many(&self.pool.get().await?, &letters).await };
             if let Err(e) = kept.await {
+                (kept_letters, database_errors) = (0, 1);
                 tracing::warn!(event = "relay.ingress.dead_letter_failed", error = %e, "could not keep records; they return to the queue");
                 for l in letters {
                     response.add_failure(l.message_id.unwrap_or_default());
                 }
             }
         }
-        if jobs.is_empty() {
-            return response;
+        let n = jobs.len();
+        let mut created = 0;
+        if n > 0 {
+            match self.store(jobs).await {
+                Ok(c) => created = c,
+                Err(()) => {
+                    database_errors += 1;
+                    for message_id in carrying {
+                        response.add_failure(message_id);
+                    }
+                }
+            }
         }
+        crate::metrics::emf::record(&[
+            ("Received", n as f64),
+            ("Created", created as f64),
+            ("Duplicates", (n.saturating_sub(created)) as f64),
+            ("DeadLetters", kept_letters as f64),
+            ("BatchItemFailures", response.batch_item_failures.len() as f64),
+            ("DatabaseErrors", f64::from(database_errors)),
+        ]);
+        response
+    }
+
+    /// Store the jobs (idempotently); how many were new, or `Err` when the database refused.
+    async fn store(&self, jobs: Vec<NewJob>) -> Result<usize, ()> {
         let n = jobs.len();
         let enqueued =
             async { Ok::<_, std::sync::Arc<StoreError>>(self.intake.enqueue(self.tenant().await?, jobs).await?) };
@@ -145,16 +171,14 @@ impl Ingress {
                     duplicates = n - created,
                     "provider records handed to the task system"
                 );
+                Ok(created)
             }
             Err(e) => {
                 tracing::warn!(event = "relay.ingress.batch_failed", error = %e, records = n,
                     "could not store; the records return to the queue");
-                for message_id in carrying {
-                    response.add_failure(message_id);
-                }
+                Err(())
             }
         }
-        response
     }
 
     /// One record as a job, or the reason it cannot be one.

@@ -8,8 +8,10 @@
 //! executor assumes task roles with (task code builds its own clients per run, from them). Nothing connects at
 //! cold start, so an outage then cannot leave a container broken.
 
+pub mod admin;
 pub mod executor;
 pub mod ingress;
+pub mod pretraffic;
 pub mod sweeper;
 
 use std::sync::Arc;
@@ -27,22 +29,33 @@ pub async fn platform(cfg: &LambdaConfig) -> anyhow::Result<Platform> {
     // Name a missing variable before anything else runs.
     cfg.require_database_url()?;
     let queue_url = cfg.require_work_queue_url()?;
-    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
-    if let Some(endpoint) = &cfg.aws_endpoint_url {
-        loader = loader.endpoint_url(endpoint);
-    }
-    let sdk = loader.load().await;
+    let sdk = sdk_config(cfg).await;
     let transport = Arc::new(SqsTransport::new(SqsTransport::client(&sdk), queue_url));
+    let mut settings = settings(cfg);
+    // The short lane's executor sends longer jobs to the long-job lane.
+    if let Some((above, long_queue)) = cfg.onward() {
+        let transport: Arc<dyn Transport> = Arc::new(SqsTransport::new(SqsTransport::client(&sdk), long_queue));
+        settings.executor.onward = Some(crate::executor::Onward { above, transport });
+    }
     // Tasks get AWS access only through the roles mapped to their types (default deny).
     let credentials = Arc::new(TaskCredentials::new(cfg.task_roles.clone(), &sdk));
     // The database login from Secrets Manager, read on first connect (none in the environment).
-    let mut settings = settings(cfg);
     settings.pool.secret =
         cfg.database_secret.as_deref().map(|id| Arc::new(crate::store::secret::DbSecret::new(&sdk, id)));
     Ok(Platform::new(cfg.require_database_url()?, settings)?
         .with_transport(transport)
         .with_credentials(credentials)
         .with_secrets(&sdk))
+}
+
+/// The AWS SDK's shared configuration (credentials and region from the environment; the
+/// local endpoint when `AWS_ENDPOINT_URL` names one). Resolves nothing over the network.
+pub async fn sdk_config(cfg: &LambdaConfig) -> aws_config::SdkConfig {
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if let Some(endpoint) = &cfg.aws_endpoint_url {
+        loader = loader.endpoint_url(endpoint);
+    }
+    loader.load().await
 }
 
 /// The same, with the transport given (tests pass an SQS transport on a moto queue).
@@ -59,6 +72,7 @@ pub fn settings(cfg: &LambdaConfig) -> Settings {
     s.pool.wait_timeout = cfg.db_wait;
     s.executor.lease = cfg.lease;
     s.executor.deadline_reserve = cfg.deadline_reserve;
+    s.executor.longest_fit = Some(cfg.max_job_timeout());
     s.max_timeout_seconds = cfg.max_job_timeout();
     s.sweep.alerts = cfg.alerts.clone();
     s.callback_allow = cfg.callback_allow.clone();

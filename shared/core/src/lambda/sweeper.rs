@@ -24,7 +24,19 @@ pub async fn handle(
         if n > 0 {
             tokio::time::sleep(gap).await;
         }
-        let report = sweeper.pass().await?;
+        let report = match sweeper.pass().await {
+            Ok(r) => r,
+            Err(e) => {
+                crate::metrics::emf::record(&[("SweepFailed", 1.0), ("DatabaseErrors", 1.0)]);
+                return Err(e);
+            }
+        };
+        crate::metrics::emf::record(&[
+            ("SweepFailed", 0.0),
+            ("LeasesReturned", report.leases_returned as f64),
+            ("LeasesFailed", report.leases_failed as f64),
+            ("Redispatched", report.redispatched as f64),
+        ]);
         tracing::info!(
             event = "relay.sweep.pass",
             scheduled_at = event.get("time").and_then(|t| t.as_str()),

@@ -2,6 +2,7 @@
 //! nothing outside `store` writes SQL (tests excepted). `tooling` holds what the `relay` tool's
 //! benchmarks and chaos suite ask of the database.
 
+pub mod admin_actions;
 pub mod attempt_sessions;
 pub mod callbacks;
 pub mod campaign_pages;

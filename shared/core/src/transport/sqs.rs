@@ -126,6 +126,67 @@ impl SqsTransport {
     }
 }
 
+/// Move up to `max` messages from a dead-letter queue back to the queue it serves (the
+/// operator's redrive, `lambda::admin`): each is sent to `to` with its body unchanged, then
+/// deleted from `from`. A message is never deleted before its copy was accepted, so a failure
+/// can leave a duplicate (which claims nothing), never a loss. Returns how many moved.
+pub async fn move_messages(client: &Client, from: &str, to: &str, max: usize) -> Result<usize, String> {
+    let mut moved = 0;
+    while moved < max {
+        let want = i32::try_from((max - moved).min(BATCH)).unwrap_or(10);
+        let got = client
+            .receive_message()
+            .queue_url(from)
+            .max_number_of_messages(want)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .map_err(|e| format!("receive from {from}: {}", DisplayErrorContext(e)))?;
+        let messages = got.messages();
+        if messages.is_empty() {
+            break;
+        }
+        let mut entries = Vec::with_capacity(messages.len());
+        for (i, m) in messages.iter().enumerate() {
+            let entry = SendMessageBatchRequestEntry::builder()
+                .id(i.to_string())
+                .message_body(m.body().unwrap_or_default())
+                .build()
+                .map_err(|e| e.to_string())?;
+            entries.push(entry);
+        }
+        let sent = client
+            .send_message_batch()
+            .queue_url(to)
+            .set_entries(Some(entries))
+            .send()
+            .await
+            .map_err(|e| format!("send to {to}: {}", DisplayErrorContext(e)))?;
+        for ok in sent.successful() {
+            let Some(m) = ok.id().parse::<usize>().ok().and_then(|i| messages.get(i)) else { continue };
+            let Some(handle) = m.receipt_handle() else { continue };
+            client
+                .delete_message()
+                .queue_url(from)
+                .receipt_handle(handle)
+                .send()
+                .await
+                .map_err(|e| format!("delete from {from}: {}", DisplayErrorContext(e)))?;
+            moved += 1;
+        }
+        if let Some(f) = sent.failed().first() {
+            return Err(format!(
+                "send to {to} refused {} of {}: {} {}",
+                sent.failed().len(),
+                messages.len(),
+                f.code(),
+                f.message().unwrap_or("")
+            ));
+        }
+    }
+    Ok(moved)
+}
+
 #[async_trait::async_trait]
 impl Transport for SqsTransport {
     fn name(&self) -> &'static str {

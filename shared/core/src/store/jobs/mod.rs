@@ -37,7 +37,8 @@ mod sweep;
 mod transition;
 
 pub use claim::{
-    Claim, Keyed, Lane, claim_due, claim_ids, claim_keyed, claim_locked, defer_unfit, keyed_ready, lock_keys,
+    Claim, DeferBounds, Deferred, Keyed, Lane, claim_due, claim_ids, claim_keyed, claim_locked, defer_unfit,
+    keyed_ready, lock_keys,
 };
 pub(crate) use claim::{fair_claim_sql, keyed_claim_sql, plan_keyed_claim};
 pub use insert::{Inserted, NewJob, insert_many, release, undispatch};
