@@ -146,6 +146,40 @@ def signing(relay_settings: dict, callbacks: str) -> Iterator[dict]:
     relay_settings["SIGNING_SECRETS"] = before
 
 
+@pytest.fixture
+def relay_conf(relay_settings: dict) -> Iterator[dict]:
+    """The RELAY setting for one test to change: restored after it, the catalogue cache dropped."""
+    from relay_client.django import catalogue
+
+    before = dict(relay_settings)
+    catalogue.invalidate()
+    yield relay_settings
+    relay_settings.clear()
+    relay_settings.update(before)
+    catalogue.invalidate()
+
+
+@pytest.fixture
+def silent_relay() -> Iterator[str]:
+    """A URL whose port accepts connections and never answers (a hung Relay or load balancer)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(128)
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def jobs_on_relay(relay: Relay, correlation_id: str) -> list:
+    """Every job Relay holds with this correlation id (following the cursor)."""
+    out: list = []
+    with relay.client() as client:
+        page = client.list(correlation_id=correlation_id, limit=500)
+        out += page.jobs
+        while page.next_cursor:
+            page = client.list(cursor=page.next_cursor, limit=500)
+            out += page.jobs
+    return out
+
+
 def run_manage(*args: str, db_name: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
     """``manage.py`` of the example project in a subprocess, on the test database."""
     return subprocess.run([sys.executable, "manage.py", *args], cwd=EXAMPLE, env=child_env(db_name),

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 from django.db import transaction
-from django.tasks import TaskResultStatus
+from relay_client.django._compat import TaskResultStatus
 from standardwebhooks import Webhook
 
 from relay_client.django import correlation, reconcile, refresh

@@ -3,7 +3,8 @@
 It reads django-tasks-db's results table (the database backend for Django 6's tasks). That
 backend keeps no worker heartbeat, so a worker is "seen" when it claimed a task in the last 24
 hours. The outbox appears as a queue of its own (``relay-outbox``): rows a crash left behind
-show as depth and age there until a drain posts them.
+show as depth and age there until a drain posts them. Rows Relay refused count as failures, and
+rows stuck until the tenant acts (401/403/409) as open exceptions.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def document(now: datetime | None = None) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "contract": CONTRACT, "version": VERSION, "project": str(conf.get("PROJECT") or "django"),
         "generated_at": _iso(now), "workers": [], "queues": [_outbox_queue(now)], "schedules": [],
-        "recent_runs": [], "failures": {"last_hour": 0, "last_24h": 0, "open_exceptions": 0},
+        "recent_runs": [], "failures": _outbox_failures(now),
     }
     try:
         from django_tasks_db.models import DBTaskResult
@@ -44,9 +45,18 @@ def document(now: datetime | None = None) -> dict[str, Any]:
     doc["schedules"] = _schedules(results)
     doc["recent_runs"] = [_run(r, now) for r in results.order_by("-enqueued_at")[:RECENT_RUNS]]
     failed = results.filter(status="FAILED")
-    doc["failures"]["last_hour"] = failed.filter(finished_at__gte=now - timedelta(hours=1)).count()
-    doc["failures"]["last_24h"] = failed.filter(finished_at__gte=now - timedelta(hours=24)).count()
+    doc["failures"]["last_hour"] += failed.filter(finished_at__gte=now - timedelta(hours=1)).count()
+    doc["failures"]["last_24h"] += failed.filter(finished_at__gte=now - timedelta(hours=24)).count()
     return doc
+
+
+def _outbox_failures(now: datetime) -> dict[str, int]:
+    from .outbox import stuck
+
+    refused = RelayJob.objects.using(conf.database()).filter(status="refused")
+    return {"last_hour": refused.filter(posted_at__gte=now - timedelta(hours=1)).count(),
+            "last_24h": refused.filter(posted_at__gte=now - timedelta(hours=24)).count(),
+            "open_exceptions": stuck().count()}
 
 
 def _outbox_queue(now: datetime) -> dict[str, Any]:
@@ -90,14 +100,17 @@ def _queues(results: Any, now: datetime) -> list[dict[str, Any]]:
 
 
 def _schedules(results: Any) -> list[dict[str, Any]]:
+    from . import schedules
+
     out = []
-    for s in conf.get("SCHEDULES") or []:
-        last = results.filter(task_path=s.get("task", "")).order_by("-enqueued_at").first()
+    now = timezone.now()
+    for s in schedules.declared():
+        last = results.filter(task_path=s.task).order_by("-enqueued_at").first()
         out.append({
-            "name": s["name"], "cron": s.get("cron"),
+            "name": s.name, "cron": s.cron,
             "last_run_at": _iso(last.started_at or last.enqueued_at) if last else None,
             "last_outcome": _STATUS.get(last.status, last.status) if last else None,
-            "next_run_at": None,
+            "next_run_at": _iso(s.next(now)),
         })
     return out
 
