@@ -180,10 +180,12 @@ def jobs_on_relay(relay: Relay, correlation_id: str) -> list:
     return out
 
 
-def run_manage(*args: str, db_name: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+def run_manage(*args: str, db_name: str, check: bool = True, env_overrides: dict[str, str] | None = None,
+               **kwargs) -> subprocess.CompletedProcess:
     """``manage.py`` of the example project in a subprocess, on the test database."""
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=EXAMPLE, env=child_env(db_name),
-                          capture_output=True, text=True, check=check, **kwargs)
+    env = {**child_env(db_name), **(env_overrides or {})}
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=EXAMPLE, env=env, capture_output=True, text=True,
+                          check=check, **kwargs)
 
 
 def child_env(db_name: str) -> dict[str, str]:
