@@ -66,8 +66,10 @@ def test_the_local_status_document_validates_and_reports_the_local_work(relay_se
     queues = {q["name"]: q for q in doc["queues"]}
     assert queues["relay-outbox"]["depth"] == 1 and queues["relay-outbox"]["oldest_pending_age_s"] >= 0
     assert (queues["default"]["depth"], queues["default"]["scheduled"]) == (0, 1)
-    [schedule] = doc["schedules"]
-    assert (schedule["name"], schedule["last_outcome"]) == ("nightly-tally", "pending")
+    schedules = {s["name"]: s for s in doc["schedules"]}
+    assert set(schedules) == {"nightly-tally", "minutely-tally"}
+    assert schedules["nightly-tally"]["last_outcome"] == "pending"
+    assert schedules["nightly-tally"]["next_run_at"].endswith("02:00:00Z")
     # A document that breaks the contract is caught by the same check.
     with pytest.raises(jsonschema.ValidationError):
         validate({**doc, "failures": {"last_hour": -1}})

@@ -14,6 +14,7 @@ SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-only-not-secret")
 DEBUG = False
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 USE_TZ = True
+TIME_ZONE = "UTC"  # RELAY["SCHEDULES"] crons are read in this zone
 ROOT_URLCONF = "example.urls"
 STATIC_URL = "static/"  # the test live server wraps the app in a static-files handler that needs it
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -78,7 +79,11 @@ RELAY = {
     "SIGNING_SECRETS": os.environ.get("RELAY_SIGNING_SECRETS", "").split(),
     "STATUS_KEYS": [k for k in [os.environ.get("RELAY_STATUS_KEY")] if k],
     "PROJECT": "shop",
-    "SCHEDULES": [{"name": "nightly-tally", "cron": "0 2 * * *", "task": "shop.tasks.tally_orders"}],
+    # Local periodic work, fired by `manage.py relay_worker` (each slot once across workers).
+    "SCHEDULES": [
+        {"name": "nightly-tally", "cron": "0 2 * * *", "task": "shop.tasks.tally_orders"},
+        {"name": "minutely-tally", "cron": "* * * * *", "task": "shop.tasks.tally_orders"},
+    ],
 }
 
 LOGGING = {
