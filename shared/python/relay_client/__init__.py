@@ -22,7 +22,25 @@ from .errors import (
 )
 
 __all__ = [
-    "MAX_BATCH", "MAX_BODY_BYTES", "TERMINAL", "BatchResult", "Job", "JobPage", "JobRequest", "RelayClient",
-    "BadRequest", "Conflict", "Forbidden", "IdempotencyKeyReused", "InvalidRequest", "NotFound", "PayloadTooLarge",
-    "RateLimited", "RelayError", "ServerError", "TransportError", "Unauthorized", "Unavailable",
+    "MAX_BATCH",
+    "MAX_BODY_BYTES",
+    "TERMINAL",
+    "BatchResult",
+    "Job",
+    "JobPage",
+    "JobRequest",
+    "RelayClient",
+    "BadRequest",
+    "Conflict",
+    "Forbidden",
+    "IdempotencyKeyReused",
+    "InvalidRequest",
+    "NotFound",
+    "PayloadTooLarge",
+    "RateLimited",
+    "RelayError",
+    "ServerError",
+    "TransportError",
+    "Unauthorized",
+    "Unavailable",
 ]

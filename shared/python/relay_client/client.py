@@ -121,12 +121,21 @@ class JobRequest:
 
     def body(self) -> dict[str, Any]:
         """The JSON body of ``POST /v1/jobs`` (the key goes in a header there)."""
-        out: dict[str, Any] = {"task_type": self.task_type, "params": dict(self.params),
-                               "correlation_id": self.correlation_id}
+        out: dict[str, Any] = {
+            "task_type": self.task_type,
+            "params": dict(self.params),
+            "correlation_id": self.correlation_id,
+        }
         if self.run_at is not None:
             out["run_at"] = self.run_at.isoformat()
-        for name in ("delay_seconds", "max_attempts", "timeout_seconds", "concurrency_key",
-                     "concurrency_limit", "callback_url"):
+        for name in (
+            "delay_seconds",
+            "max_attempts",
+            "timeout_seconds",
+            "concurrency_key",
+            "concurrency_limit",
+            "callback_url",
+        ):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -167,8 +176,17 @@ class RelayClient:
     the connect alone when given.
     """
 
-    def __init__(self, base_url: str, api_key: str, *, timeout: float = 10.0, connect_timeout: float | None = None,
-                 attempts: int = 4, backoff: float = 0.2, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 10.0,
+        connect_timeout: float | None = None,
+        attempts: int = 4,
+        backoff: float = 0.2,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.attempts = max(1, attempts)
         self.backoff = backoff
         self._http = httpx.Client(
@@ -192,8 +210,7 @@ class RelayClient:
 
     def submit(self, request: JobRequest) -> Job:
         """``POST /v1/jobs``. A replay of the same request (same key) returns the same job."""
-        data = self._call("POST", "/v1/jobs", json=request.body(),
-                          headers={"idempotency-key": request.idempotency_key})
+        data = self._call("POST", "/v1/jobs", json=request.body(), headers={"idempotency-key": request.idempotency_key})
         return Job.from_json(data)
 
     def submit_batch(self, requests: Sequence[JobRequest]) -> list[BatchResult]:
@@ -222,14 +239,30 @@ class RelayClient:
         """Cancel a pending or waiting job; ``Conflict`` (``not_cancellable``) otherwise."""
         return Job.from_json(self._call("POST", f"/v1/jobs/{job_id}/cancel"))
 
-    def list(self, *, status: str | None = None, task_type: str | None = None,
-             correlation_id: str | None = None, updated_since: datetime | str | None = None,
-             cursor: str | None = None, limit: int | None = None) -> JobPage:
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        task_type: str | None = None,
+        correlation_id: str | None = None,
+        updated_since: datetime | str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> JobPage:
         """One page of ``GET /v1/jobs``, ordered by (updated_at, id): a change feed."""
         since = updated_since.isoformat() if isinstance(updated_since, datetime) else updated_since
-        query = {k: v for k, v in {"status": status, "task_type": task_type, "correlation_id": correlation_id,
-                                   "updated_since": since, "cursor": cursor, "limit": limit}.items()
-                 if v is not None}
+        query = {
+            k: v
+            for k, v in {
+                "status": status,
+                "task_type": task_type,
+                "correlation_id": correlation_id,
+                "updated_since": since,
+                "cursor": cursor,
+                "limit": limit,
+            }.items()
+            if v is not None
+        }
         data = self._call("GET", "/v1/jobs", params=query)
         return JobPage([Job.from_json(j) for j in data["jobs"]], data.get("next_cursor"), data["resume_cursor"])
 

@@ -105,8 +105,12 @@ def test_priority_is_refused_by_name_and_relay_task_is_typed(relay_settings):
 def signed(body: dict, secret: str, at: datetime) -> tuple[str, dict]:
     data = json.dumps(body)
     msg_id = f"cb_{uuid.uuid4()}"
-    return data, {"webhook-id": msg_id, "webhook-timestamp": str(int(at.timestamp())),
-                  "webhook-signature": Webhook(secret).sign(msg_id, at, data), "content-type": "application/json"}
+    return data, {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(at.timestamp())),
+        "webhook-signature": Webhook(secret).sign(msg_id, at, data),
+        "content-type": "application/json",
+    }
 
 
 def test_a_stale_timestamp_is_named_as_such(relay, signing, live_server):

@@ -60,7 +60,8 @@ def test_an_unknown_task_type_fails_at_its_first_enqueue(relay, relay_conf):
     with pytest.raises(InvalidTask, match="no task type 'emial.send'.*email.send"):
         emial.enqueue(**FROM, to=["a@example.com"], text="t")
     assert not RelayJob.objects.exists()
-    assert catalogue.current() is not None and len(catalogue.current().version) == 64
+    cat = catalogue.current()
+    assert cat is not None and len(cat.version) == 64
 
 
 def test_what_only_relay_checks_marks_the_row_refused_and_signals(relay, relay_conf):
@@ -116,11 +117,14 @@ def test_a_wrong_api_key_leaves_rows_unsent_signals_once_and_relay_drain_fails(r
     assert len(jobs_on_relay(relay, corr)) == 2
 
 
-@pytest.mark.parametrize(("env", "message"), [
-    ({"RELAY_API_KEY": ""}, "relay.E003"),
-    ({"RELAY_URL": "relay.internal:8080"}, "relay.E002"),
-    ({"RELAY_SIGNING_SECRETS": "not-a-secret"}, "relay.E004"),
-])
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"RELAY_API_KEY": ""}, "relay.E003"),
+        ({"RELAY_URL": "relay.internal:8080"}, "relay.E002"),
+        ({"RELAY_SIGNING_SECRETS": "not-a-secret"}, "relay.E004"),
+    ],
+)
 def test_configuration_mistakes_fail_manage_py_check(relay, relay_settings, env, message):
     db = connection.settings_dict["NAME"]
     assert run_manage("check", db_name=db, check=False).returncode == 0

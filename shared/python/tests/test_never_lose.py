@@ -21,7 +21,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def left_by_a_crash(n: int, corr: str, size: int) -> None:
     """Rows as a SIGKILL between commit and post leaves them: committed, never posted."""
     RelayJob.objects.bulk_create(
-        [RelayJob(task_type="noop", params={"echo": "x" * size}, correlation_id=corr) for _ in range(n)])
+        [RelayJob(task_type="noop", params={"echo": "x" * size}, correlation_id=corr) for _ in range(n)]
+    )
 
 
 def test_300_rows_of_4kb_a_crash_left_all_reach_relay_and_none_is_closed(relay, relay_conf):
@@ -69,8 +70,7 @@ def timed_commit(corr: str) -> tuple[float, str]:
     return time.monotonic() - started, result.id
 
 
-def test_a_hung_relay_costs_a_commit_at_most_post_timeout_and_the_drain_posts_later(relay, relay_conf,
-                                                                                    silent_relay):
+def test_a_hung_relay_costs_a_commit_at_most_post_timeout_and_the_drain_posts_later(relay, relay_conf, silent_relay):
     relay_conf["URL"] = silent_relay
     relay_conf["CATALOGUE_TIMEOUT"] = 0.3
     corr = f"hung-{uuid.uuid4()}"
@@ -82,8 +82,9 @@ def test_a_hung_relay_costs_a_commit_at_most_post_timeout_and_the_drain_posts_la
     relay_conf["POST_IN_BACKGROUND"] = True
     took, _ = timed_commit(corr)
     assert took < 0.3, f"in the background the commit waited {took:.2f}s"
-    wait_for("the hung posts to give up", lambda: RelayJob.objects.filter(post_code="transport").count() == 3,
-             timeout=10)
+    wait_for(
+        "the hung posts to give up", lambda: RelayJob.objects.filter(post_code="transport").count() == 3, timeout=10
+    )
     assert RelayJob.objects.filter(posted_at__isnull=True).count() == 3
     relay_conf["URL"] = relay.url
     assert drain().posted == 3

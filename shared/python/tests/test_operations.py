@@ -45,22 +45,30 @@ def test_the_admin_filters_by_status_and_posts_a_blocked_row_now(relay, relay_co
     assert res.status_code == 200 and "1 of 1 unsent rows posted" in res.content.decode()
     assert RelayJob.objects.get(pk=blocked.id).relay_id is not None
     assert len(jobs_on_relay(relay, corr)) == 2
-    res = client.post("/admin/relay/relayjob/", {"action": "refresh_from_relay", "_selected_action": [fine.id]},
-                      follow=True)
+    res = client.post(
+        "/admin/relay/relayjob/", {"action": "refresh_from_relay", "_selected_action": [fine.id]}, follow=True
+    )
     assert "1 rows refreshed from Relay" in res.content.decode()
     assert RelayJob.objects.get(pk=fine.id).synced_at is not None
 
 
 def test_relay_prune_deletes_only_old_finished_rows(relay_settings):
     old = timezone.now() - timedelta(days=40)
+
     def row(status: str, **kw) -> RelayJob:
-        r = RelayJob.objects.create(task_type="noop", correlation_id="prune", status=status,
-                                    status_rank=RANK[status], **kw)
+        r = RelayJob.objects.create(
+            task_type="noop", correlation_id="prune", status=status, status_rank=RANK[status], **kw
+        )
         RelayJob.objects.filter(pk=r.pk).update(created_at=old)
         return r
+
     gone = [row("succeeded", finished_at=old, posted_at=old), row("refused", posted_at=old)]
-    kept = [row("unsent"), row("blocked"), row("pending", posted_at=old),
-            row("failed", finished_at=timezone.now() - timedelta(days=1), posted_at=old)]
+    kept = [
+        row("unsent"),
+        row("blocked"),
+        row("pending", posted_at=old),
+        row("failed", finished_at=timezone.now() - timedelta(days=1), posted_at=old),
+    ]
     db = connection.settings_dict["NAME"]
     assert "would delete 2" in run_manage("relay_prune", "--days", "30", "--dry-run", db_name=db).stdout
     assert RelayJob.objects.count() == 6
@@ -82,9 +90,17 @@ def test_workers_at_once_fire_each_schedule_slot_once(relay, relay_conf):
     from django_tasks_db.models import DBTaskResult
 
     db = connection.settings_dict["NAME"]
-    procs = [subprocess.Popen([sys.executable, "manage.py", "relay_worker", "--once", "--min-age", "0"], cwd=EXAMPLE,
-                              env=child_env(db), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "manage.py", "relay_worker", "--once", "--min-age", "0"],
+            cwd=EXAMPLE,
+            env=child_env(db),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     outs = [p.communicate(timeout=60) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     slots = list(ScheduleSlot.objects.filter(name="minutely-tally"))
@@ -103,13 +119,34 @@ def test_relay_worker_drains_reconciles_and_stops_cleanly_on_sigterm(relay, rela
         deferred = noop.using(run_after=datetime.now(UTC) + timedelta(hours=1)).enqueue()
     db = connection.settings_dict["NAME"]
     worker = subprocess.Popen(
-        [sys.executable, "manage.py", "relay_worker", "--drain-every", "0.5", "--min-age", "0", "--reconcile-every",
-         "0.5", "--older-than", "0", "--schedules-every", "0.5"],
-        cwd=EXAMPLE, env=child_env(db), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "manage.py",
+            "relay_worker",
+            "--drain-every",
+            "0.5",
+            "--min-age",
+            "0",
+            "--reconcile-every",
+            "0.5",
+            "--older-than",
+            "0",
+            "--schedules-every",
+            "0.5",
+        ],
+        cwd=EXAMPLE,
+        env=child_env(db),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for("the worker's drain", lambda: RelayJob.objects.get(pk=row_id).relay_id, timeout=30)
-        wait_for("the worker's reconcile",
-                 lambda: RelayJob.objects.get(pk=deferred.id).waiting_reason == "not_due", timeout=30)
+        wait_for(
+            "the worker's reconcile",
+            lambda: RelayJob.objects.get(pk=deferred.id).waiting_reason == "not_due",
+            timeout=30,
+        )
         worker.send_signal(signal.SIGTERM)
         out, err = worker.communicate(timeout=15)
     finally:

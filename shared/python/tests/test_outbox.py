@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 from django.db import connection, transaction
-from relay_client.django._compat import TaskResultStatus
 
 from relay_client.django import correlation, drain, outbox
+from relay_client.django._compat import TaskResultStatus
 from relay_client.django.models import RelayJob
 from shop.models import Order
 from shop.tasks import email_send, noop
@@ -38,8 +38,9 @@ def test_a_committed_transaction_sends_exactly_one_job(relay, relay_settings):
     corr = f"commit-{uuid.uuid4()}"
     with transaction.atomic():
         with correlation(corr):
-            result = email_send.enqueue(**{"from": "shop@example.com"}, to=["a@example.com"], subject="Hi",
-                                        text="Hello")
+            result = email_send.enqueue(
+                **{"from": "shop@example.com"}, to=["a@example.com"], subject="Hi", text="Hello"
+            )
         assert jobs_on_relay(relay, corr) == [], "nothing leaves before the commit"
     row = RelayJob.objects.get(pk=result.id)
     assert row.posted_at is not None and row.relay_id is not None
@@ -52,19 +53,33 @@ def test_a_committed_transaction_sends_exactly_one_job(relay, relay_settings):
     assert drain().posted == 0
     assert [j.id for j in jobs_on_relay(relay, corr)] == [job.id]
     assert email_send.get_result(result.id).id == result.id
-    assert email_send.get_result(result.id).status in (TaskResultStatus.READY, TaskResultStatus.RUNNING,
-                                                       TaskResultStatus.SUCCESSFUL)
+    assert email_send.get_result(result.id).status in (
+        TaskResultStatus.READY,
+        TaskResultStatus.RUNNING,
+        TaskResultStatus.SUCCESSFUL,
+    )
 
 
 def test_a_process_killed_between_commit_and_post_gets_its_job_from_the_drain(relay, relay_settings):
     corr = f"crash-{uuid.uuid4()}"
-    child = subprocess.Popen([sys.executable, str(EXAMPLE.parent / "tests" / "crash_after_commit.py"), corr],
-                             cwd=EXAMPLE, env=child_env(connection.settings_dict["NAME"]), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, str(EXAMPLE.parent / "tests" / "crash_after_commit.py"), corr],
+        cwd=EXAMPLE,
+        env=child_env(connection.settings_dict["NAME"]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    stdout = child.stdout
     try:
         lines = []
-        wait_for("the child to commit", lambda: (lines.append(child.stdout.readline()) or "committed\n" in lines),
-                 timeout=60, every=0)
+        wait_for(
+            "the child to commit",
+            lambda: lines.append(stdout.readline()) or "committed\n" in lines,  # type: ignore[func-returns-value]
+            timeout=60,
+            every=0,
+        )
         child.send_signal(signal.SIGKILL)
         _, err = child.communicate(timeout=10)
     finally:
@@ -109,8 +124,7 @@ def test_the_periodic_drain_runs_as_local_work(relay, relay_settings):
     finally:
         relay_settings["URL"] = url
     drain_outbox.enqueue(min_age_seconds=0)
-    out = run_manage("db_worker", "--batch", "--no-startup-delay", db_name=connection.settings_dict["NAME"],
-                     timeout=60)
+    out = run_manage("db_worker", "--batch", "--no-startup-delay", db_name=connection.settings_dict["NAME"], timeout=60)
     assert out.returncode == 0, out.stderr
     assert RelayJob.objects.get(correlation_id=corr).posted_at is not None
     assert len(jobs_on_relay(relay, corr)) == 1

@@ -25,7 +25,18 @@ else:  # Django 5.2 with the backport
     from django_tasks.utils import normalize_json  # type: ignore[no-redef]
 
 __all__ = [
-    "DEFAULT_TASK_PRIORITY", "BaseTaskBackend", "DummyBackend", "InvalidTask", "Task", "TaskError", "TaskResult",
-    "TaskResultDoesNotExist", "TaskResultMismatch", "TaskResultStatus", "normalize_json", "task", "task_backends",
+    "DEFAULT_TASK_PRIORITY",
+    "BaseTaskBackend",
+    "DummyBackend",
+    "InvalidTask",
+    "Task",
+    "TaskError",
+    "TaskResult",
+    "TaskResultDoesNotExist",
+    "TaskResultMismatch",
+    "TaskResultStatus",
+    "normalize_json",
+    "task",
+    "task_backends",
     "task_enqueued",
 ]

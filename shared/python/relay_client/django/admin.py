@@ -14,9 +14,18 @@ from .models import RelayJob, ScheduleSlot
 
 
 @admin.register(RelayJob)
-class RelayJobAdmin(admin.ModelAdmin):
-    list_display = ("id", "task_type", "status", "post_code", "correlation_id", "attempt", "created_at", "posted_at",
-                    "finished_at")
+class RelayJobAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptable at run time
+    list_display = (
+        "id",
+        "task_type",
+        "status",
+        "post_code",
+        "correlation_id",
+        "attempt",
+        "created_at",
+        "posted_at",
+        "finished_at",
+    )
     list_filter = ("status", "task_type", "post_code")
     search_fields = ("id", "relay_id", "correlation_id", "idempotency_key")
     date_hierarchy = "created_at"
@@ -34,8 +43,9 @@ class RelayJobAdmin(admin.ModelAdmin):
         rows = list(queryset.filter(posted_at__isnull=True))
         for row in rows:
             outbox.post_when_committed(row)
-        posted = RelayJob.objects.using(conf.database()).filter(pk__in=[r.pk for r in rows],
-                                                                posted_at__isnull=False).count()
+        posted = (
+            RelayJob.objects.using(conf.database()).filter(pk__in=[r.pk for r in rows], posted_at__isnull=False).count()
+        )
         level = messages.SUCCESS if posted == len(rows) else messages.WARNING
         self.message_user(request, f"{posted} of {len(rows)} unsent rows posted; see post_error for the rest", level)
 
@@ -53,7 +63,7 @@ class RelayJobAdmin(admin.ModelAdmin):
 
 
 @admin.register(ScheduleSlot)
-class ScheduleSlotAdmin(admin.ModelAdmin):
+class ScheduleSlotAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("name", "slot", "task_result_id", "fired_at")
     list_filter = ("name",)
     ordering = ("-slot",)

@@ -51,7 +51,7 @@ def runs_on_relay(**params: Any) -> None:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RelayTask(Task):  # type: ignore[type-arg,misc]
+class RelayTask(Task):  # type: ignore[type-arg]
     """A task named by its Relay task type, with the job options it is enqueued with."""
 
     task_type: str = ""
@@ -73,17 +73,35 @@ class RelayTask(Task):  # type: ignore[type-arg,misc]
     def options(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in OPTIONS if getattr(self, k) is not None}
 
-    def using(  # type: ignore[override]
-        self, *, priority: int | None = None, queue_name: str | None = None, run_after: datetime | None = None,
-        backend: str | None = None, max_attempts: int | None = None, timeout_seconds: int | None = None,
-        concurrency_key: str | None = None, concurrency_limit: int | None = None, idempotency_key: str | None = None,
+    def using(
+        self,
+        *,
+        priority: int | None = None,
+        queue_name: str | None = None,
+        run_after: datetime | None = None,
+        backend: str | None = None,
+        max_attempts: int | None = None,
+        timeout_seconds: int | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        idempotency_key: str | None = None,
     ) -> RelayTask:
         """A copy with other defaults: Django's own, plus the job options and an idempotency key."""
-        changes = {k: v for k, v in {
-            "priority": priority, "queue_name": queue_name, "run_after": run_after, "backend": backend,
-            "max_attempts": max_attempts, "timeout_seconds": timeout_seconds, "concurrency_key": concurrency_key,
-            "concurrency_limit": concurrency_limit, "idempotency_key": idempotency_key,
-        }.items() if v is not None}
+        changes: dict[str, Any] = {
+            k: v
+            for k, v in {
+                "priority": priority,
+                "queue_name": queue_name,
+                "run_after": run_after,
+                "backend": backend,
+                "max_attempts": max_attempts,
+                "timeout_seconds": timeout_seconds,
+                "concurrency_key": concurrency_key,
+                "concurrency_limit": concurrency_limit,
+                "idempotency_key": idempotency_key,
+            }.items()
+            if v is not None
+        }
         return replace(self, **changes)
 
     def get_result(self, result_id: str) -> TaskResult:  # type: ignore[type-arg]
@@ -93,23 +111,44 @@ class RelayTask(Task):  # type: ignore[type-arg,misc]
         return result
 
 
-def relay_task(task_type: str, *, backend: str = "relay", queue_name: str = "default",
-               max_attempts: int | None = None, timeout_seconds: int | None = None,
-               concurrency_key: str | None = None, concurrency_limit: int | None = None) -> RelayTask:
+def relay_task(
+    task_type: str,
+    *,
+    backend: str = "relay",
+    queue_name: str = "default",
+    max_attempts: int | None = None,
+    timeout_seconds: int | None = None,
+    concurrency_key: str | None = None,
+    concurrency_limit: int | None = None,
+) -> RelayTask:
     """Declare a platform task by its type: ``email_send = relay_task("email.send", max_attempts=3)``."""
     if not isinstance(task_type, str) or not task_type.strip():
-        raise InvalidTask("relay_task needs a task type, e.g. relay_task(\"email.send\")")
-    return RelayTask(priority=DEFAULT_TASK_PRIORITY, func=runs_on_relay, backend=backend, queue_name=queue_name,
-                     run_after=None, takes_context=False, task_type=task_type, max_attempts=max_attempts,
-                     timeout_seconds=timeout_seconds, concurrency_key=concurrency_key,
-                     concurrency_limit=concurrency_limit)
+        raise InvalidTask('relay_task needs a task type, e.g. relay_task("email.send")')
+    return RelayTask(
+        priority=DEFAULT_TASK_PRIORITY,
+        func=runs_on_relay,
+        backend=backend,
+        queue_name=queue_name,
+        run_after=None,
+        takes_context=False,
+        task_type=task_type,
+        max_attempts=max_attempts,
+        timeout_seconds=timeout_seconds,
+        concurrency_key=concurrency_key,
+        concurrency_limit=concurrency_limit,
+    )
 
 
 _STATUS = {
-    "unsent": TaskResultStatus.READY, "blocked": TaskResultStatus.READY, "pending": TaskResultStatus.READY,
-    "waiting": TaskResultStatus.READY, "running": TaskResultStatus.RUNNING,
-    "succeeded": TaskResultStatus.SUCCESSFUL, "failed": TaskResultStatus.FAILED,
-    "cancelled": TaskResultStatus.FAILED, "refused": TaskResultStatus.FAILED,
+    "unsent": TaskResultStatus.READY,
+    "blocked": TaskResultStatus.READY,
+    "pending": TaskResultStatus.READY,
+    "waiting": TaskResultStatus.READY,
+    "running": TaskResultStatus.RUNNING,
+    "succeeded": TaskResultStatus.SUCCESSFUL,
+    "failed": TaskResultStatus.FAILED,
+    "cancelled": TaskResultStatus.FAILED,
+    "refused": TaskResultStatus.FAILED,
 }
 
 
@@ -135,16 +174,19 @@ def _check_options(task: RelayTask) -> None:
         raise InvalidTask("concurrency_limit needs a concurrency_key")
     for name in ("concurrency_key", "idempotency_key"):
         value = getattr(task, name)
-        if value is not None and not (isinstance(value, str) and 0 < len(value) <= 200
-                                      and all("!" <= c <= "~" for c in value)):
+        if value is not None and not (
+            isinstance(value, str) and 0 < len(value) <= 200 and all("!" <= c <= "~" for c in value)
+        ):
             raise InvalidTask(f"{name} must be 1 to 200 visible ASCII characters, not {value!r}")
     if task.idempotency_key is not None:
         try:
             uuid.UUID(task.idempotency_key)
         except ValueError:
             return
-        raise InvalidTask("a UUID idempotency key is reserved for the outbox's own rows: give the key a "
-                          "prefix of your own, e.g. \"order-confirmation:<id>\"")
+        raise InvalidTask(
+            "a UUID idempotency key is reserved for the outbox's own rows: give the key a "
+            'prefix of your own, e.g. "order-confirmation:<id>"'
+        )
 
 
 class RelayBackend(BaseTaskBackend):
@@ -155,11 +197,13 @@ class RelayBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task) -> None:  # type: ignore[type-arg]
         if task.priority != DEFAULT_TASK_PRIORITY:
-            raise InvalidTask("Relay has no priorities (a job runs when due, in run_at order): leave priority "
-                              "at 0; defer with run_after, or cap a kind of work with concurrency_key")
+            raise InvalidTask(
+                "Relay has no priorities (a job runs when due, in run_at order): leave priority "
+                "at 0; defer with run_after, or cap a kind of work with concurrency_key"
+            )
         super().validate_task(task)
         if not isinstance(task, RelayTask) or not task.task_type:
-            raise InvalidTask("the Relay backend runs Relay task types: declare them with relay_task(\"type\")")
+            raise InvalidTask('the Relay backend runs Relay task types: declare them with relay_task("type")')
         _check_options(task)
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:  # type: ignore[type-arg]
@@ -169,11 +213,17 @@ class RelayBackend(BaseTaskBackend):
         if args:
             raise InvalidTask("Relay tasks take their parameters as keyword arguments")
         params = normalize_json(dict(kwargs))
+        assert isinstance(params, dict)
         if conf.get("VALIDATE"):
             catalogue.check(task.task_type, params)
         db = conf.database()
-        row = RelayJob(task_type=task.task_type, params=params, run_at=task.run_after, options=task.options(),
-                       idempotency_key=task.idempotency_key)
+        row = RelayJob(
+            task_type=task.task_type,
+            params=params,
+            run_at=task.run_after,
+            options=task.options(),
+            idempotency_key=task.idempotency_key,
+        )
         row.correlation_id = current_correlation() or str(row.id)
         if task.idempotency_key is None:
             row.save(using=db, force_insert=True)
@@ -198,11 +248,19 @@ class RelayBackend(BaseTaskBackend):
         except IntegrityError:
             existing = RelayJob.objects.using(db).get(idempotency_key=row.idempotency_key)
         same = (existing.task_type, existing.params, existing.options, existing.run_at) == (
-            row.task_type, row.params, row.options, row.run_at)
+            row.task_type,
+            row.params,
+            row.options,
+            row.run_at,
+        )
         if not same:
-            raise IdempotencyKeyReused(422, "idempotency_key_reused",
-                                       f"idempotency key {row.idempotency_key!r} was already used by outbox row "
-                                       f"{existing.pk} for a different request", {"job_id": str(existing.pk)})
+            raise IdempotencyKeyReused(
+                422,
+                "idempotency_key_reused",
+                f"idempotency key {row.idempotency_key!r} was already used by outbox row "
+                f"{existing.pk} for a different request",
+                {"job_id": str(existing.pk)},
+            )
         return existing
 
     def get_result(self, result_id: str) -> TaskResult:  # type: ignore[type-arg]
@@ -212,21 +270,41 @@ class RelayBackend(BaseTaskBackend):
         except (RelayJob.DoesNotExist, ValidationError, ValueError) as e:  # unknown or not a UUID
             raise TaskResultDoesNotExist(result_id) from e
         opts = row.options or {}
-        task = RelayTask(priority=DEFAULT_TASK_PRIORITY, func=runs_on_relay, backend=self.alias,
-                         queue_name="default", run_after=row.run_at, task_type=row.task_type,
-                         idempotency_key=row.idempotency_key, **{k: opts[k] for k in OPTIONS if k in opts})
+        task = RelayTask(
+            priority=DEFAULT_TASK_PRIORITY,
+            func=runs_on_relay,
+            backend=self.alias,
+            queue_name="default",
+            run_after=row.run_at,
+            task_type=row.task_type,
+            idempotency_key=row.idempotency_key,
+            **{k: opts[k] for k in OPTIONS if k in opts},
+        )
         return self._result(row, task)
 
     def _result(self, row: RelayJob, task: RelayTask) -> TaskResult:  # type: ignore[type-arg]
         errors = []
-        if row.status in ("failed", "cancelled", "refused", "blocked") or row.post_code in ("unauthorized",
-                                                                                            "forbidden"):
-            errors.append(TaskError(exception_class_path="relay_client.errors.RelayError",
-                                    traceback=row.last_error or row.post_error or row.status))
+        if row.status in ("failed", "cancelled", "refused", "blocked") or row.post_code in (
+            "unauthorized",
+            "forbidden",
+        ):
+            errors.append(
+                TaskError(
+                    exception_class_path="relay_client.errors.RelayError",
+                    traceback=row.last_error or row.post_error or row.status,
+                )
+            )
         result = RelayTaskResult(
-            task=task, id=str(row.id), status=_STATUS.get(row.status, TaskResultStatus.READY),
-            enqueued_at=row.created_at, started_at=row.started_at, finished_at=row.finished_at,
-            last_attempted_at=row.started_at, args=[], kwargs=row.params, backend=self.alias,
+            task=task,
+            id=str(row.id),
+            status=_STATUS.get(row.status, TaskResultStatus.READY),
+            enqueued_at=row.created_at,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
+            last_attempted_at=row.started_at,
+            args=[],
+            kwargs=row.params,
+            backend=self.alias,
             errors=errors,
             # Relay's attempts, one entry each (the workers' own ids are Relay's to know).
             worker_ids=["relay"] * row.attempt,

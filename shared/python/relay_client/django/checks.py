@@ -26,15 +26,24 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         out.append(Error(f"RELAY['URL'] must be Relay's http(s) base URL, not {url!r}", hint=HINT, id="relay.E002"))
     key = relay.get("API_KEY")
     if not isinstance(key, str) or not key.strip():
-        out.append(Error("RELAY['API_KEY'] is empty: every post to Relay would be refused",
-                         hint="the tenant's API key (relay dev prints it at start)", id="relay.E003"))
+        out.append(
+            Error(
+                "RELAY['API_KEY'] is empty: every post to Relay would be refused",
+                hint="the tenant's API key (relay dev prints it at start)",
+                id="relay.E003",
+            )
+        )
     elif key != key.strip():
         out.append(Error("RELAY['API_KEY'] has surrounding whitespace", id="relay.E003"))
     secrets = relay.get("SIGNING_SECRETS") or []
     for s in [secrets] if isinstance(secrets, str) else secrets:
         if not isinstance(s, str) or not s.startswith("whsec_"):
-            out.append(Error("each RELAY['SIGNING_SECRETS'] entry is a 'whsec_...' secret from PUT /v1/callbacks",
-                             id="relay.E004"))
+            out.append(
+                Error(
+                    "each RELAY['SIGNING_SECRETS'] entry is a 'whsec_...' secret from PUT /v1/callbacks",
+                    id="relay.E004",
+                )
+            )
     for name in ("POST_TIMEOUT", "TIMEOUT", "CATALOGUE_TTL", "CATALOGUE_TIMEOUT"):
         value = relay.get(name, 0)
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
@@ -44,6 +53,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             out.append(Error(f"RELAY['SCHEDULES'][{i}] {problem}", id="relay.E006"))
     backends = [v.get("BACKEND", "") for v in (getattr(settings, "TASKS", None) or {}).values()]
     if not any(b.endswith("RelayBackend") for b in backends):
-        out.append(Warning("no TASKS entry uses relay_client.django.backend.RelayBackend: relay_task(...) enqueues "
-                           "go nowhere", id="relay.W001"))
+        out.append(
+            Warning(
+                "no TASKS entry uses relay_client.django.backend.RelayBackend: relay_task(...) enqueues go nowhere",
+                id="relay.W001",
+            )
+        )
     return out

@@ -27,8 +27,13 @@ from django.core.exceptions import ImproperlyConfigured
 from ..client import MAX_BODY_BYTES, RelayClient
 
 DEFAULTS: dict[str, Any] = {
-    "DATABASE": "default", "TIMEOUT": 10.0, "POST_TIMEOUT": 2.0, "POST_IN_BACKGROUND": False,
-    "MAX_BODY_BYTES": MAX_BODY_BYTES - 4096, "VALIDATE": True, "CATALOGUE_TTL": 300.0,
+    "DATABASE": "default",
+    "TIMEOUT": 10.0,
+    "POST_TIMEOUT": 2.0,
+    "POST_IN_BACKGROUND": False,
+    "MAX_BODY_BYTES": MAX_BODY_BYTES - 4096,
+    "VALIDATE": True,
+    "CATALOGUE_TTL": 300.0,
     "CATALOGUE_TIMEOUT": 1.0,
 }
 

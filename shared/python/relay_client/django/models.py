@@ -15,8 +15,17 @@ import uuid
 from django.db import models
 
 #: The rank of each status among updates with the same ``updated_at`` (a later stage wins).
-RANK = {"unsent": -1, "blocked": -1, "pending": 0, "waiting": 0, "running": 1, "succeeded": 2, "failed": 2,
-        "cancelled": 2, "refused": 2}
+RANK = {
+    "unsent": -1,
+    "blocked": -1,
+    "pending": 0,
+    "waiting": 0,
+    "running": 1,
+    "succeeded": 2,
+    "failed": 2,
+    "cancelled": 2,
+    "refused": 2,
+}
 TERMINAL_RANK = 2
 #: The statuses a row can have: Relay's, and the outbox's own ``unsent`` (waiting to be posted),
 #: ``blocked`` (Relay answered 409: e.g. a destination or template the tenant has not stored;
@@ -25,8 +34,9 @@ STATUS_CHOICES = [(s, s) for s in RANK]
 
 
 class RelayJob(models.Model):
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False,
-                          help_text="Also the idempotency key of the submit.")
+    id = models.UUIDField(
+        primary_key=True, default=uuid.uuid4, editable=False, help_text="Also the idempotency key of the submit."
+    )
     task_type = models.CharField(max_length=200)
     params = models.JSONField(default=dict)
     #: The caller's own idempotency key (``.using(idempotency_key=...)``); null means the row's id.

@@ -49,10 +49,16 @@ def request_for(row: RelayJob) -> JobRequest:
     """The job request of a row: the same on every post, so a repeat is a replay."""
     opts = row.options or {}
     return JobRequest(
-        task_type=row.task_type, idempotency_key=row.key, correlation_id=row.correlation_id,
-        params=row.params or {}, run_at=row.run_at, callback_url=conf.get("CALLBACK_URL"),
-        max_attempts=opts.get("max_attempts"), timeout_seconds=opts.get("timeout_seconds"),
-        concurrency_key=opts.get("concurrency_key"), concurrency_limit=opts.get("concurrency_limit"),
+        task_type=row.task_type,
+        idempotency_key=row.key,
+        correlation_id=row.correlation_id,
+        params=row.params or {},
+        run_at=row.run_at,
+        callback_url=conf.get("CALLBACK_URL"),
+        max_attempts=opts.get("max_attempts"),
+        timeout_seconds=opts.get("timeout_seconds"),
+        concurrency_key=opts.get("concurrency_key"),
+        concurrency_limit=opts.get("concurrency_limit"),
     )
 
 
@@ -86,8 +92,7 @@ def post_after_commit(row_id: uuid.UUID | str) -> None:
     try:
         future.result(timeout=budget)
     except FutureTimeout:
-        log.warning("relay post of %s not done after %.1fs: the request goes on, the drain has the row", row_id,
-                    budget)
+        log.warning("relay post of %s not done after %.1fs: the request goes on, the drain has the row", row_id, budget)
 
 
 def _post_on_thread(row_id: uuid.UUID | str, budget: float) -> None:
@@ -107,8 +112,7 @@ def post(row_id: uuid.UUID | str, *, timeout: float | None = None, blocked: bool
     fixed the cause). A failure is recorded on the row, never raised.
     """
     statuses = ["unsent", "blocked"] if blocked else ["unsent"]
-    row = RelayJob.objects.using(conf.database()).filter(pk=row_id, posted_at__isnull=True,
-                                                         status__in=statuses).first()
+    row = RelayJob.objects.using(conf.database()).filter(pk=row_id, posted_at__isnull=True, status__in=statuses).first()
     if row is None:
         return True
     try:
@@ -127,8 +131,9 @@ def _client(timeout: float | None) -> RelayClient:
 
 def post_when_committed(row: RelayJob) -> None:
     """Post an unsent row now, or after the current transaction commits (never before it)."""
-    transaction.on_commit(partial(post, row.pk, timeout=conf.post_timeout() or None, blocked=True),
-                          using=conf.database())
+    transaction.on_commit(
+        partial(post, row.pk, timeout=conf.post_timeout() or None, blocked=True), using=conf.database()
+    )
 
 
 # -- the drain ------------------------------------------------------------------------------------
@@ -165,8 +170,11 @@ def drain(*, min_age: timedelta = timedelta(0), limit: int | None = None, blocke
         while limit is None or seen < limit:
             size = BATCH if limit is None else min(BATCH, limit - seen)
             with transaction.atomic(using=db):
-                rows = RelayJob.objects.using(db).select_for_update(skip_locked=True).filter(
-                    posted_at__isnull=True, status__in=statuses, created_at__lte=timezone.now() - min_age)
+                rows = (
+                    RelayJob.objects.using(db)
+                    .select_for_update(skip_locked=True)
+                    .filter(posted_at__isnull=True, status__in=statuses, created_at__lte=timezone.now() - min_age)
+                )
                 if after is not None:
                     rows = rows.filter(Q(created_at__gt=after[0]) | Q(created_at=after[0], pk__gt=after[1]))
                 batch = list(rows.order_by("created_at", "pk")[:size])
@@ -183,8 +191,11 @@ def drain(*, min_age: timedelta = timedelta(0), limit: int | None = None, blocke
 
 def stuck() -> QuerySet[RelayJob]:
     """Unsent rows that will not go out until the tenant acts (a 409, or a 401/403 for the key)."""
-    return RelayJob.objects.using(conf.database()).filter(posted_at__isnull=True).filter(
-        Q(status="blocked") | Q(post_code__in=AUTH_CODES))
+    return (
+        RelayJob.objects.using(conf.database())
+        .filter(posted_at__isnull=True)
+        .filter(Q(status="blocked") | Q(post_code__in=AUTH_CODES))
+    )
 
 
 def _size(row: RelayJob) -> int:
@@ -240,7 +251,8 @@ def _post_batch(client: RelayClient, rows: list[RelayJob], report: DrainReport) 
 
 def _posted(row: RelayJob, job: Job) -> None:
     RelayJob.objects.using(conf.database()).filter(pk=row.pk, posted_at__isnull=True).update(
-        posted_at=timezone.now(), relay_id=job.id, post_error="", post_code="", status="unsent")
+        posted_at=timezone.now(), relay_id=job.id, post_error="", post_code="", status="unsent"
+    )
     apply(job)
 
 
@@ -252,8 +264,14 @@ def _settle(row: RelayJob, err: RelayError, report: DrainReport) -> None:
         log.error("relay refused outbox row %s (%s): %s", row.pk, row.task_type, err)
         if err.code in ("unknown_task_type", "invalid_params"):
             catalogue.invalidate()  # the schema let it through: the catalogue changed since
-        if rows.update(posted_at=timezone.now(), status="refused", status_rank=RANK["refused"], post_error=str(err),
-                       post_code=err.code, last_error=str(err)):
+        if rows.update(
+            posted_at=timezone.now(),
+            status="refused",
+            status_rank=RANK["refused"],
+            post_error=str(err),
+            post_code=err.code,
+            last_error=str(err),
+        ):
             report.refused += 1
             job_refused.send(RelayJob, row=_reload(row), error=err)
     elif err.status == 409 and err.code != "retry":
@@ -292,8 +310,11 @@ def apply(job: Job) -> bool:
     """
     db = conf.database()
     rank = RANK.get(job.status, 0)
-    newer = (Q(relay_updated_at__isnull=True) | Q(relay_updated_at__lt=job.updated_at)
-             | Q(relay_updated_at=job.updated_at, status_rank__lt=rank))
+    newer = (
+        Q(relay_updated_at__isnull=True)
+        | Q(relay_updated_at__lt=job.updated_at)
+        | Q(relay_updated_at=job.updated_at, status_rank__lt=rank)
+    )
     mine = Q(relay_id=job.id) | Q(idempotency_key=job.idempotency_key, relay_id__isnull=True)
     try:
         mine |= Q(pk=uuid.UUID(job.idempotency_key), idempotency_key__isnull=True, relay_id__isnull=True)
@@ -304,9 +325,18 @@ def apply(job: Job) -> bool:
     # A job Relay reports is posted, whoever posted it.
     rows.filter(posted_at__isnull=True).update(posted_at=now, relay_id=job.id, post_error="", post_code="")
     written = rows.filter(newer).update(
-        relay_id=job.id, status=job.status, status_rank=rank, attempt=job.attempt, progress=job.progress,
-        result=job.result, waiting_reason=job.waiting_reason, last_error=job.last_error,
-        started_at=job.started_at, finished_at=job.finished_at, relay_updated_at=job.updated_at, synced_at=now,
+        relay_id=job.id,
+        status=job.status,
+        status_rank=rank,
+        attempt=job.attempt,
+        progress=job.progress,
+        result=job.result,
+        waiting_reason=job.waiting_reason,
+        last_error=job.last_error,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        relay_updated_at=job.updated_at,
+        synced_at=now,
     )
     if not written and rank < TERMINAL_RANK:
         same = rows.filter(relay_updated_at=job.updated_at, status_rank=rank)
@@ -339,9 +369,11 @@ def reconcile(*, older_than: timedelta = timedelta(minutes=10)) -> int:
     """
     db = conf.database()
     now = timezone.now()
-    stale = RelayJob.objects.using(db).filter(
-        posted_at__isnull=False, relay_id__isnull=False, status_rank__lt=TERMINAL_RANK
-    ).filter(Q(synced_at__isnull=True) | Q(synced_at__lt=now - older_than))
+    stale = (
+        RelayJob.objects.using(db)
+        .filter(posted_at__isnull=False, relay_id__isnull=False, status_rank__lt=TERMINAL_RANK)
+        .filter(Q(synced_at__isnull=True) | Q(synced_at__lt=now - older_than))
+    )
     bounds = stale.aggregate(updated=Min("relay_updated_at"), posted=Min("posted_at"))
     since = bounds["updated"] or bounds["posted"]
     if since is None:
@@ -364,8 +396,12 @@ def prune(*, older_than: timedelta, dry_run: bool = False) -> int:
 
     db = conf.database()
     cutoff = timezone.now() - older_than
-    done = RelayJob.objects.using(db).filter(status_rank__gte=TERMINAL_RANK).annotate(
-        last=Coalesce("finished_at", "relay_updated_at", "posted_at", "created_at")).filter(last__lt=cutoff)
+    done = (
+        RelayJob.objects.using(db)
+        .filter(status_rank__gte=TERMINAL_RANK)
+        .annotate(last=Coalesce("finished_at", "relay_updated_at", "posted_at", "created_at"))
+        .filter(last__lt=cutoff)
+    )
     n = done.count()
     if not dry_run:
         RelayJob.objects.using(db).filter(pk__in=done.values("pk")).delete()

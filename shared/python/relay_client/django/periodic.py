@@ -10,7 +10,6 @@ periodic-task library) onto its local backend, e.g. every minute and every ten m
 from datetime import timedelta
 
 from ._compat import task
-
 from .outbox import drain, reconcile
 
 

@@ -45,7 +45,9 @@ def declared() -> list[Schedule]:
     """``RELAY["SCHEDULES"]``, read; the system checks report entries this cannot read."""
     out = []
     for entry in conf.get("SCHEDULES") or []:
-        out.append(Schedule(str(entry["name"]), str(entry["cron"]), str(entry["task"]), dict(entry.get("kwargs") or {})))
+        out.append(
+            Schedule(str(entry["name"]), str(entry["cron"]), str(entry["task"]), dict(entry.get("kwargs") or {}))
+        )
     return out
 
 

@@ -31,9 +31,15 @@ def _iso(t: datetime | None) -> str | None:
 def document(now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     doc: dict[str, Any] = {
-        "contract": CONTRACT, "version": VERSION, "project": str(conf.get("PROJECT") or "django"),
-        "generated_at": _iso(now), "workers": [], "queues": [_outbox_queue(now)], "schedules": [],
-        "recent_runs": [], "failures": _outbox_failures(now),
+        "contract": CONTRACT,
+        "version": VERSION,
+        "project": str(conf.get("PROJECT") or "django"),
+        "generated_at": _iso(now),
+        "workers": [],
+        "queues": [_outbox_queue(now)],
+        "schedules": [],
+        "recent_runs": [],
+        "failures": _outbox_failures(now),
     }
     try:
         from django_tasks_db.models import DBTaskResult
@@ -54,9 +60,11 @@ def _outbox_failures(now: datetime) -> dict[str, int]:
     from .outbox import stuck
 
     refused = RelayJob.objects.using(conf.database()).filter(status="refused")
-    return {"last_hour": refused.filter(posted_at__gte=now - timedelta(hours=1)).count(),
-            "last_24h": refused.filter(posted_at__gte=now - timedelta(hours=24)).count(),
-            "open_exceptions": stuck().count()}
+    return {
+        "last_hour": refused.filter(posted_at__gte=now - timedelta(hours=1)).count(),
+        "last_24h": refused.filter(posted_at__gte=now - timedelta(hours=24)).count(),
+        "open_exceptions": stuck().count(),
+    }
 
 
 def _outbox_queue(now: datetime) -> dict[str, Any]:
@@ -68,8 +76,9 @@ def _outbox_queue(now: datetime) -> dict[str, Any]:
 
 def _workers(results: Any, now: datetime) -> list[dict[str, Any]]:
     seen: dict[str, datetime] = {}
-    recent = results.filter(started_at__gte=now - timedelta(hours=24)).values_list("worker_ids", "started_at",
-                                                                                  "finished_at")
+    recent = results.filter(started_at__gte=now - timedelta(hours=24)).values_list(
+        "worker_ids", "started_at", "finished_at"
+    )
     for worker_ids, started, finished in recent[:5000]:
         at = max(t for t in (started, finished) if t)
         for w in worker_ids or []:
@@ -81,6 +90,7 @@ def _workers(results: Any, now: datetime) -> list[dict[str, Any]]:
 
 def _queues(results: Any, now: datetime) -> list[dict[str, Any]]:
     from django_tasks_db.models import get_date_max
+
     out = []
     never = get_date_max()
     names = results.filter(status__in=["READY", "RUNNING"]).values_list("backend_name", "queue_name").distinct()
@@ -88,14 +98,16 @@ def _queues(results: Any, now: datetime) -> list[dict[str, Any]]:
         q = results.filter(backend_name=backend, queue_name=queue)
         due = q.filter(status="READY").exclude(run_after__gt=now, run_after__lt=never)
         oldest = due.aggregate(at=Min("enqueued_at"))["at"]
-        out.append({
-            "name": queue if backend == "default" else f"{backend}/{queue}",
-            "transport": "django-tasks-db",
-            "depth": due.count(),
-            "oldest_pending_age_s": max((now - oldest).total_seconds(), 0.0) if oldest else 0.0,
-            "scheduled": q.filter(status="READY", run_after__gt=now, run_after__lt=never).count(),
-            "running": q.filter(status="RUNNING").count(),
-        })
+        out.append(
+            {
+                "name": queue if backend == "default" else f"{backend}/{queue}",
+                "transport": "django-tasks-db",
+                "depth": due.count(),
+                "oldest_pending_age_s": max((now - oldest).total_seconds(), 0.0) if oldest else 0.0,
+                "scheduled": q.filter(status="READY", run_after__gt=now, run_after__lt=never).count(),
+                "running": q.filter(status="RUNNING").count(),
+            }
+        )
     return out
 
 
@@ -106,21 +118,30 @@ def _schedules(results: Any) -> list[dict[str, Any]]:
     now = timezone.now()
     for s in schedules.declared():
         last = results.filter(task_path=s.task).order_by("-enqueued_at").first()
-        out.append({
-            "name": s.name, "cron": s.cron,
-            "last_run_at": _iso(last.started_at or last.enqueued_at) if last else None,
-            "last_outcome": _STATUS.get(last.status, last.status) if last else None,
-            "next_run_at": _iso(s.next(now)),
-        })
+        out.append(
+            {
+                "name": s.name,
+                "cron": s.cron,
+                "last_run_at": _iso(last.started_at or last.enqueued_at) if last else None,
+                "last_outcome": _STATUS.get(last.status, last.status) if last else None,
+                "next_run_at": _iso(s.next(now)),
+            }
+        )
     return out
 
 
 def _run(r: Any, now: datetime) -> dict[str, Any]:
     status = _STATUS.get(r.status, r.status.lower())
     run = {
-        "id": str(r.id), "task_type": r.task_path, "status": status, "tenant": None,
-        "attempt": len(r.worker_ids or []), "started_at": _iso(r.started_at), "created_at": _iso(r.enqueued_at),
-        "updated_at": _iso(r.finished_at or r.started_at or r.enqueued_at), "finished_at": _iso(r.finished_at),
+        "id": str(r.id),
+        "task_type": r.task_path,
+        "status": status,
+        "tenant": None,
+        "attempt": len(r.worker_ids or []),
+        "started_at": _iso(r.started_at),
+        "created_at": _iso(r.enqueued_at),
+        "updated_at": _iso(r.finished_at or r.started_at or r.enqueued_at),
+        "finished_at": _iso(r.finished_at),
         "last_error": r.exception_class_path or None,
         "progress": None,
     }

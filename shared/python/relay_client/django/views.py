@@ -68,10 +68,17 @@ def callback(request: HttpRequest) -> JsonResponse:
     headers = {k: request.headers.get(k, "") for k in ("webhook-id", "webhook-timestamp", "webhook-signature")}
     payload, code = check(request.body, headers)
     if code == "stale_timestamp":
-        log.warning("relay callback %s refused: its timestamp %s is over 5 minutes from this host's clock",
-                    headers["webhook-id"], headers["webhook-timestamp"])
-        return _error(400, code, "the signature verifies but webhook-timestamp is over 5 minutes from now "
-                                 "(a replay, or this host's clock is off)")
+        log.warning(
+            "relay callback %s refused: its timestamp %s is over 5 minutes from this host's clock",
+            headers["webhook-id"],
+            headers["webhook-timestamp"],
+        )
+        return _error(
+            400,
+            code,
+            "the signature verifies but webhook-timestamp is over 5 minutes from now "
+            "(a replay, or this host's clock is off)",
+        )
     if payload is None:
         log.warning("relay callback %s refused: no signing secret verifies it", headers["webhook-id"])
         return _error(400, "bad_signature", "the webhook signature does not verify")
@@ -94,4 +101,5 @@ def status(request: HttpRequest) -> JsonResponse:
     if not given or not any(hmac.compare_digest(given.encode(), k.encode()) for k in keys):
         return _error(401, "unauthorized", "missing or wrong status key (Authorization: Bearer <key>)")
     from .status import document
+
     return JsonResponse(document())

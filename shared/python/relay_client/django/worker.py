@@ -37,8 +37,11 @@ class Worker:
         self.stop_event.set()
 
     def steps(self) -> list[tuple[str, float, Callable[[], str]]]:
-        out = [("drain", self.drain_every, self.drain), ("reconcile", self.reconcile_every, self.reconcile),
-               ("schedules", self.schedules_every, self.schedules)]
+        out = [
+            ("drain", self.drain_every, self.drain),
+            ("reconcile", self.reconcile_every, self.reconcile),
+            ("schedules", self.schedules_every, self.schedules),
+        ]
         if self.prune_after_days is not None:
             out.append(("prune", 3600.0, self.prune))
         return out
@@ -77,8 +80,9 @@ class Worker:
             log.error("relay outbox: %d rows stuck until the tenant acts (401/403/409, see post_error)", r.stuck)
         if not (r.posted or r.refused or r.blocked or r.left or r.stuck):
             return ""
-        return (f"posted {r.posted}, refused {r.refused}, blocked {r.blocked}, left {r.left}, stuck {r.stuck}"
-                + (f" ({r.error})" if r.error else ""))
+        return f"posted {r.posted}, refused {r.refused}, blocked {r.blocked}, left {r.left}, stuck {r.stuck}" + (
+            f" ({r.error})" if r.error else ""
+        )
 
     def reconcile(self) -> str:
         n = outbox.reconcile(older_than=timedelta(seconds=self.reconcile_older_than))
