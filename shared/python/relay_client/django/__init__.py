@@ -15,7 +15,7 @@ from typing import Any
 
 from .context import correlation, current_correlation
 
-__all__ = ["correlation", "current_correlation", "relay_task", "refresh", "drain", "reconcile"]
+__all__ = ["InvalidParams", "correlation", "current_correlation", "relay_task", "refresh", "drain", "reconcile"]
 
 
 def __getattr__(name: str) -> Any:  # Lazy: these import models, which need the app registry.
@@ -23,6 +23,10 @@ def __getattr__(name: str) -> Any:  # Lazy: these import models, which need the 
         from .backend import relay_task
 
         return relay_task
+    if name == "InvalidParams":
+        from .catalogue import InvalidParams
+
+        return InvalidParams
     if name in ("refresh", "drain", "reconcile"):
         from . import outbox
 

@@ -15,7 +15,7 @@ A ``relay_task`` is a plain ``Task``: with ``TASKS["relay"]`` set to Django's ``
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -70,6 +70,12 @@ class RelayTask(Task):  # type: ignore[type-arg]
     def module_path(self) -> str:
         return f"relay:{self.task_type}"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Django pickles (and DummyBackend deep-copies) a task by its importable path; a Relay task
+        # has none, but its fields say all of it.
+        kwargs = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "func"}
+        return (_rebuild, (kwargs,))
+
     def options(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in OPTIONS if getattr(self, k) is not None}
 
@@ -109,6 +115,10 @@ class RelayTask(Task):  # type: ignore[type-arg]
         if not isinstance(result.task, RelayTask) or result.task.task_type != self.task_type:
             raise TaskResultMismatch(f"result {result_id} is a {result.task.name!r}, not a {self.task_type!r}")
         return result
+
+
+def _rebuild(kwargs: dict[str, Any]) -> RelayTask:
+    return RelayTask(func=runs_on_relay, **kwargs)
 
 
 def relay_task(
