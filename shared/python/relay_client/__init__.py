@@ -4,10 +4,11 @@ The Django integration (``django.tasks`` backend, outbox, callbacks, projection,
 collector) is ``relay_client.django``.
 """
 
-from .client import TERMINAL, BatchResult, Job, JobPage, JobRequest, RelayClient
+from .client import MAX_BATCH, MAX_BODY_BYTES, TERMINAL, BatchResult, Job, JobPage, JobRequest, RelayClient
 from .errors import (
     BadRequest,
     Conflict,
+    Forbidden,
     IdempotencyKeyReused,
     InvalidRequest,
     NotFound,
@@ -21,7 +22,25 @@ from .errors import (
 )
 
 __all__ = [
-    "TERMINAL", "BatchResult", "Job", "JobPage", "JobRequest", "RelayClient",
-    "BadRequest", "Conflict", "IdempotencyKeyReused", "InvalidRequest", "NotFound", "PayloadTooLarge",
-    "RateLimited", "RelayError", "ServerError", "TransportError", "Unauthorized", "Unavailable",
+    "MAX_BATCH",
+    "MAX_BODY_BYTES",
+    "TERMINAL",
+    "BatchResult",
+    "Job",
+    "JobPage",
+    "JobRequest",
+    "RelayClient",
+    "BadRequest",
+    "Conflict",
+    "Forbidden",
+    "IdempotencyKeyReused",
+    "InvalidRequest",
+    "NotFound",
+    "PayloadTooLarge",
+    "RateLimited",
+    "RelayError",
+    "ServerError",
+    "TransportError",
+    "Unauthorized",
+    "Unavailable",
 ]

@@ -8,6 +8,8 @@ second job.
 
 from __future__ import annotations
 
+import ssl
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,8 +21,27 @@ import httpx
 from .errors import RelayError, TransportError, error_for
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+#: Relay's limits on one request: the body (``MAX_BODY_BYTES`` in ``shared/core/src/api``) and
+#: the items of one ``POST /v1/jobs:batch``.
+MAX_BODY_BYTES = 1024 * 1024
+MAX_BATCH = 500
 #: Relay's job statuses, in the order a job normally moves through them.
 STATUSES = ("pending", "waiting", "running", "succeeded", "failed", "cancelled")
+
+
+_ssl_lock = threading.Lock()
+_ssl_context: ssl.SSLContext | None = None
+
+
+def _tls() -> ssl.SSLContext:
+    """One TLS context for every client: loading the CA bundle costs ~0.3 s, a client is cheap."""
+    global _ssl_context
+    with _ssl_lock:
+        if _ssl_context is None:
+            import certifi
+
+            _ssl_context = ssl.create_default_context(cafile=certifi.where())
+        return _ssl_context
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -45,6 +66,7 @@ class Job:
     result: Any = None
     waiting_reason: str | None = None
     last_error: str | None = None
+    started_at: datetime | None = None
     finished_at: datetime | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -69,6 +91,7 @@ class Job:
             result=d.get("result"),
             waiting_reason=d.get("waiting_reason"),
             last_error=d.get("last_error"),
+            started_at=parse_time(d.get("started_at")),
             finished_at=parse_time(d.get("finished_at")),
             raw=dict(d),
         )
@@ -98,16 +121,29 @@ class JobRequest:
 
     def body(self) -> dict[str, Any]:
         """The JSON body of ``POST /v1/jobs`` (the key goes in a header there)."""
-        out: dict[str, Any] = {"task_type": self.task_type, "params": dict(self.params),
-                               "correlation_id": self.correlation_id}
+        out: dict[str, Any] = {
+            "task_type": self.task_type,
+            "params": dict(self.params),
+            "correlation_id": self.correlation_id,
+        }
         if self.run_at is not None:
             out["run_at"] = self.run_at.isoformat()
-        for name in ("delay_seconds", "max_attempts", "timeout_seconds", "concurrency_key",
-                     "concurrency_limit", "callback_url"):
+        for name in (
+            "delay_seconds",
+            "max_attempts",
+            "timeout_seconds",
+            "concurrency_key",
+            "concurrency_limit",
+            "callback_url",
+        ):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
         return out
+
+    def batch_item(self) -> dict[str, Any]:
+        """One item of ``POST /v1/jobs:batch`` (the key inside the item)."""
+        return {**self.body(), "idempotency_key": self.idempotency_key}
 
 
 @dataclass(frozen=True)
@@ -136,17 +172,29 @@ class RelayClient:
 
     ``attempts`` bounds how often one request is sent (timeouts and retryable answers); the
     wait between attempts doubles from ``backoff`` seconds, or follows ``Retry-After``.
+    ``timeout`` bounds each wait on the network (connect, send, each read), ``connect_timeout``
+    the connect alone when given.
     """
 
-    def __init__(self, base_url: str, api_key: str, *, timeout: float = 10.0, attempts: int = 4,
-                 backoff: float = 0.2, transport: httpx.BaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 10.0,
+        connect_timeout: float | None = None,
+        attempts: int = 4,
+        backoff: float = 0.2,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
         self.attempts = max(1, attempts)
         self.backoff = backoff
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"),
             headers={"authorization": f"Bearer {api_key}", "user-agent": "relay-client-python/0.1"},
-            timeout=timeout,
+            timeout=httpx.Timeout(timeout, connect=connect_timeout if connect_timeout is not None else timeout),
             transport=transport,
+            verify=_tls(),
         )
 
     def close(self) -> None:
@@ -162,14 +210,16 @@ class RelayClient:
 
     def submit(self, request: JobRequest) -> Job:
         """``POST /v1/jobs``. A replay of the same request (same key) returns the same job."""
-        data = self._call("POST", "/v1/jobs", json=request.body(),
-                          headers={"idempotency-key": request.idempotency_key})
+        data = self._call("POST", "/v1/jobs", json=request.body(), headers={"idempotency-key": request.idempotency_key})
         return Job.from_json(data)
 
     def submit_batch(self, requests: Sequence[JobRequest]) -> list[BatchResult]:
-        """``POST /v1/jobs:batch`` (1 to 500 items); one result per item, in order."""
-        items = [{**r.body(), "idempotency_key": r.idempotency_key} for r in requests]
-        data = self._call("POST", "/v1/jobs:batch", json={"jobs": items})
+        """``POST /v1/jobs:batch`` (1 to 500 items); one result per item, in order.
+
+        An error of the whole request (413 over the body limit, 401, 5xx, no answer) raises: it
+        says nothing about any one item.
+        """
+        data = self._call("POST", "/v1/jobs:batch", json={"jobs": [r.batch_item() for r in requests]})
         out = []
         for r in data["results"]:
             status = int(r["status"])
@@ -178,6 +228,10 @@ class RelayClient:
             out.append(BatchResult(status, job, err))
         return out
 
+    def tasks(self) -> list[dict[str, Any]]:
+        """``GET /v1/tasks``: the catalogue a tenant may submit, each task with its ``params_schema``."""
+        return list(self._call("GET", "/v1/tasks")["tasks"])
+
     def get(self, job_id: str) -> Job:
         return Job.from_json(self._call("GET", f"/v1/jobs/{job_id}"))
 
@@ -185,14 +239,30 @@ class RelayClient:
         """Cancel a pending or waiting job; ``Conflict`` (``not_cancellable``) otherwise."""
         return Job.from_json(self._call("POST", f"/v1/jobs/{job_id}/cancel"))
 
-    def list(self, *, status: str | None = None, task_type: str | None = None,
-             correlation_id: str | None = None, updated_since: datetime | str | None = None,
-             cursor: str | None = None, limit: int | None = None) -> JobPage:
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        task_type: str | None = None,
+        correlation_id: str | None = None,
+        updated_since: datetime | str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> JobPage:
         """One page of ``GET /v1/jobs``, ordered by (updated_at, id): a change feed."""
         since = updated_since.isoformat() if isinstance(updated_since, datetime) else updated_since
-        query = {k: v for k, v in {"status": status, "task_type": task_type, "correlation_id": correlation_id,
-                                   "updated_since": since, "cursor": cursor, "limit": limit}.items()
-                 if v is not None}
+        query = {
+            k: v
+            for k, v in {
+                "status": status,
+                "task_type": task_type,
+                "correlation_id": correlation_id,
+                "updated_since": since,
+                "cursor": cursor,
+                "limit": limit,
+            }.items()
+            if v is not None
+        }
         data = self._call("GET", "/v1/jobs", params=query)
         return JobPage([Job.from_json(j) for j in data["jobs"]], data.get("next_cursor"), data["resume_cursor"])
 

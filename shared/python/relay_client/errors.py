@@ -39,6 +39,10 @@ class Unauthorized(RelayError):
     """401: a missing or wrong API key."""
 
 
+class Forbidden(RelayError):
+    """403: the key is valid but may not do this (e.g. a platform-only task type)."""
+
+
 class NotFound(RelayError):
     """404: no such job (another tenant's job answers the same)."""
 
@@ -92,6 +96,7 @@ _BY_CODE: dict[str, type[RelayError]] = {
 _BY_STATUS: dict[int, type[RelayError]] = {
     400: BadRequest,
     401: Unauthorized,
+    403: Forbidden,
     404: NotFound,
     409: Conflict,
     413: PayloadTooLarge,

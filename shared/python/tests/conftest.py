@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse, urlunparse
 
 import httpx
@@ -43,8 +44,9 @@ class Relay:
         return RelayClient(self.url, self.key, **kwargs)
 
     def api(self, method: str, path: str, **kwargs) -> httpx.Response:
-        return httpx.request(method, self.url + path, headers={"authorization": f"Bearer {self.key}"},
-                             timeout=10, **kwargs)
+        return httpx.request(
+            method, self.url + path, headers={"authorization": f"Bearer {self.key}"}, timeout=10, **kwargs
+        )
 
 
 def free_port() -> int:
@@ -58,7 +60,7 @@ def server_url(dbname: str) -> str:
     return urlunparse(base._replace(path=f"/{dbname}"))
 
 
-def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0, every: float = 0.1) -> object:
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0, every: float = 0.1) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = check()
@@ -86,23 +88,34 @@ def relay(tmp_dir: Path) -> Iterator[Relay]:
     db_url = server_url(dbname)
     port = free_port()
     log = tmp_dir / "relay-dev.log"
-    env = {**os.environ, "DATABASE_URL": db_url, "RELAY_CALLBACK_ALLOW": "127.0.0.1/32",
-           "RELAY_LOG": "warn", "RELAY_SWEEP_INTERVAL_SECONDS": "2"}
-    proc = subprocess.Popen([binary, "dev", "--addr", f"127.0.0.1:{port}"], env=env, stdout=subprocess.PIPE,
-                            stderr=log.open("w"), text=True)
+    env = {
+        **os.environ,
+        "DATABASE_URL": db_url,
+        "RELAY_CALLBACK_ALLOW": "127.0.0.1/32",
+        "RELAY_LOG": "warn",
+        "RELAY_SWEEP_INTERVAL_SECONDS": "2",
+    }
+    proc = subprocess.Popen(
+        [binary, "dev", "--addr", f"127.0.0.1:{port}"], env=env, stdout=subprocess.PIPE, stderr=log.open("w"), text=True
+    )
     try:
         key = proc.stdout.readline().strip() if proc.stdout else ""
         if not key:
             pytest.fail(f"relay dev printed no key: {log.read_text()}")
         url = f"http://127.0.0.1:{port}"
         wait_for("relay's /healthz", lambda: _answers(url + "/healthz"))
-        status_key = subprocess.run([binary, "status-key", "create", "console"], env=env, check=True,
-                                    capture_output=True, text=True).stdout.strip()
+        status_key = subprocess.run(
+            [binary, "status-key", "create", "console"], env=env, check=True, capture_output=True, text=True
+        ).stdout.strip()
         # `relay dev` starts in shadow mode; callbacks (and only they: email stays unsent) must
         # really go out to the live server.
         for switch, value in (("shadow", "off"), ("write:callbacks", "on")):
-            subprocess.run([binary, "modes", "set", switch, value, "--reason", "python tests"], env=env,
-                           check=True, capture_output=True)
+            subprocess.run(
+                [binary, "modes", "set", switch, value, "--reason", "python tests"],
+                env=env,
+                check=True,
+                capture_output=True,
+            )
         yield Relay(url, key, status_key, db_url, binary, log)
     finally:
         proc.terminate()
@@ -146,17 +159,66 @@ def signing(relay_settings: dict, callbacks: str) -> Iterator[dict]:
     relay_settings["SIGNING_SECRETS"] = before
 
 
-def run_manage(*args: str, db_name: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+@pytest.fixture
+def relay_conf(relay_settings: dict) -> Iterator[dict]:
+    """The RELAY setting for one test to change: restored after it, the catalogue cache dropped."""
+    from relay_client.django import catalogue
+
+    before = dict(relay_settings)
+    catalogue.invalidate()
+    yield relay_settings
+    relay_settings.clear()
+    relay_settings.update(before)
+    catalogue.invalidate()
+
+
+@pytest.fixture
+def silent_relay() -> Iterator[str]:
+    """A URL whose port accepts connections and never answers (a hung Relay or load balancer)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(128)
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def jobs_on_relay(relay: Relay, correlation_id: str) -> list:
+    """Every job Relay holds with this correlation id (following the cursor)."""
+    out: list = []
+    with relay.client() as client:
+        page = client.list(correlation_id=correlation_id, limit=500)
+        out += page.jobs
+        while page.next_cursor:
+            page = client.list(cursor=page.next_cursor, limit=500)
+            out += page.jobs
+    return out
+
+
+def run_manage(
+    *args: str, db_name: str, check: bool = True, env_overrides: dict[str, str] | None = None, **kwargs
+) -> subprocess.CompletedProcess:
     """``manage.py`` of the example project in a subprocess, on the test database."""
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=EXAMPLE, env=child_env(db_name),
-                          capture_output=True, text=True, check=check, **kwargs)
+    env = {**child_env(db_name), **(env_overrides or {})}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=EXAMPLE,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=check,
+        **kwargs,
+    )
 
 
 def child_env(db_name: str) -> dict[str, str]:
-    r = settings.RELAY
-    return {**os.environ, "DJANGO_DB_NAME": db_name, "RELAY_URL": r["URL"], "RELAY_API_KEY": r["API_KEY"],
-            "RELAY_SIGNING_SECRETS": " ".join(r.get("SIGNING_SECRETS") or []),
-            "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+    r: dict[str, Any] = settings.RELAY
+    return {
+        **os.environ,
+        "DJANGO_DB_NAME": db_name,
+        "RELAY_URL": r["URL"],
+        "RELAY_API_KEY": r["API_KEY"],
+        "RELAY_SIGNING_SECRETS": " ".join(r.get("SIGNING_SECRETS") or []),
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLE), str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
+    }
 
 
 def dump(obj: object) -> str:

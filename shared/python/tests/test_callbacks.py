@@ -6,14 +6,15 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import httpx
 import pytest
 from django.db import transaction
-from django.tasks import TaskResultStatus
 from standardwebhooks import Webhook
 
 from relay_client.django import correlation, reconcile, refresh
+from relay_client.django._compat import TaskResultStatus
 from relay_client.django.models import RelayJob
 from shop.tasks import noop
 
@@ -37,15 +38,22 @@ def send(live_server, body: dict, secret: str, *, msg_id: str | None = None) -> 
     data = json.dumps(body)
     msg_id = msg_id or f"cb_{uuid.uuid4()}"
     now = datetime.now(UTC)
-    headers = {"webhook-id": msg_id, "webhook-timestamp": str(int(now.timestamp())),
-               "webhook-signature": Webhook(secret).sign(msg_id, now, data), "content-type": "application/json"}
+    headers = {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(secret).sign(msg_id, now, data),
+        "content-type": "application/json",
+    }
     return httpx.post(f"{live_server.url}/relay/callbacks", content=data, headers=headers, timeout=10)
 
 
 def as_of(job: dict, status: str, at: datetime) -> dict:
     """The job resource as Relay would have sent it at another moment."""
-    return {"type": f"job.{status}", "timestamp": at.isoformat(),
-            "data": {**job, "status": status, "updated_at": at.isoformat().replace("+00:00", "Z")}}
+    return {
+        "type": f"job.{status}",
+        "timestamp": at.isoformat(),
+        "data": {**job, "status": status, "updated_at": at.isoformat().replace("+00:00", "Z")},
+    }
 
 
 def test_a_real_callback_moves_the_projection_to_the_terminal_state(relay: Relay, callbacks, live_server):
@@ -71,8 +79,11 @@ def test_replayed_and_reordered_callbacks_never_move_the_projection_backwards(re
 
     # An older "running" arrives late, then the same update again, then a "pending" with the
     # same time as the terminal one: none changes the row.
-    for body in (as_of(job, "running", done_at - timedelta(seconds=1)), as_of(job, "succeeded", done_at),
-                 as_of(job, "pending", done_at)):
+    for body in (
+        as_of(job, "running", done_at - timedelta(seconds=1)),
+        as_of(job, "succeeded", done_at),
+        as_of(job, "pending", done_at),
+    ):
         res = send(live_server, body, secret)
         assert res.status_code == 200 and res.json() == {"applied": False}, res.text
     assert RelayJob.objects.values().get(pk=row.pk) == before
@@ -101,10 +112,12 @@ def test_a_bad_signature_is_refused_with_400_and_changes_nothing(relay, signing,
     # A body changed after signing.
     data = json.dumps(forged)
     now = datetime.now(UTC)
-    headers = {"webhook-id": "cb_x", "webhook-timestamp": str(int(now.timestamp())),
-               "webhook-signature": Webhook(secret).sign("cb_x", now, data)}
-    res = httpx.post(f"{live_server.url}/relay/callbacks", content=data.replace("succeeded", "failed"),
-                     headers=headers)
+    headers = {
+        "webhook-id": "cb_x",
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(secret).sign("cb_x", now, data),
+    }
+    res = httpx.post(f"{live_server.url}/relay/callbacks", content=data.replace("succeeded", "failed"), headers=headers)
     assert res.status_code == 400
     res = httpx.post(f"{live_server.url}/relay/callbacks", content=data, headers={"webhook-id": "cb_y"})
     assert res.status_code == 400, "no signature"
@@ -120,14 +133,21 @@ def test_secret_rotation_overlap_either_secret_verifies(relay, signing, live_ser
         for secrets in ([new], [old]):
             signing["SIGNING_SECRETS"] = secrets
             row = enqueue_noop()
-            wait_for(f"a callback verified by {'new' if secrets == [new] else 'old'} secret",
-                     lambda row=row: row_status(row.pk) == "succeeded")
+            wait_for(
+                f"a callback verified by {'new' if secrets == [new] else 'old'} secret",
+                partial(lambda pk: row_status(pk) == "succeeded", row.pk),
+            )
         signing["SIGNING_SECRETS"] = ["whsec_" + "B" * 43 + "="]
         row = enqueue_noop()
         with relay.client() as client:
             wait_for("Relay to finish the job", lambda: client.get(str(row.relay_id)).terminal)
-        wait_for("a refused delivery", lambda: any(
-            a["http_status"] == 400 for a in relay.api("GET", f"/v1/jobs/{row.relay_id}/callbacks").json()["attempts"]))
+        wait_for(
+            "a refused delivery",
+            lambda: any(
+                a["http_status"] == 400
+                for a in relay.api("GET", f"/v1/jobs/{row.relay_id}/callbacks").json()["attempts"]
+            ),
+        )
         assert row_status(row.pk) == "pending", "a callback no secret verifies changes nothing"
     finally:
         signing["SIGNING_SECRETS"] = [new, old]
@@ -138,7 +158,7 @@ def test_reconciliation_repairs_a_projection_whose_callbacks_were_dropped(relay,
     rows = [enqueue_noop() for _ in range(3)]
     with relay.client() as client:
         for r in rows:
-            wait_for("Relay to finish", lambda r=r: client.get(str(r.relay_id)).status == "succeeded")
+            wait_for("Relay to finish", partial(lambda rid: client.get(str(rid)).status == "succeeded", r.relay_id))
     assert {row_status(r.pk) for r in rows} == {"pending"}, "no callback reached the projection"
     assert reconcile(older_than=timedelta(hours=1)) == 0, "not yet older than the bound"
     assert reconcile(older_than=timedelta(0)) == 3

@@ -30,8 +30,11 @@ def test_submit_replays_by_key_and_refusals_are_typed(relay: Relay):
     with relay.client() as client:
         first = req()
         job = client.submit(first)
-        assert (job.task_type, job.correlation_id, job.idempotency_key) == ("noop", first.correlation_id,
-                                                                            first.idempotency_key)
+        assert (job.task_type, job.correlation_id, job.idempotency_key) == (
+            "noop",
+            first.correlation_id,
+            first.idempotency_key,
+        )
         assert client.submit(first).id == job.id, "the same key and request is the same job"
         with pytest.raises(IdempotencyKeyReused) as reused:
             client.submit(req(key=first.idempotency_key, params={}, correlation_id="another"))
@@ -58,6 +61,7 @@ def test_batch_cancel_and_the_change_feed(relay: Relay):
         later = req(delay_seconds=3600)
         results = client.submit_batch([later, req("no.such.task"), req()])
         assert [r.status for r in results] == [202, 422, 202]
+        assert results[0].job is not None and results[2].job is not None
         assert results[1].error is not None and results[1].error.field == "jobs[1].task_type"
         assert client.submit_batch([later])[0].status == 200, "a replayed batch item"
         cancelled = client.cancel(results[0].job.id)

@@ -35,8 +35,15 @@ def local_work(relay_settings: dict) -> None:
     tally_orders.enqueue()
     broken.enqueue()
     tally_orders.using(run_after=datetime.now(UTC) + timedelta(hours=1)).enqueue()
-    out = run_manage("db_worker", "--batch", "--no-startup-delay", "--worker-id", "shop-worker-1",
-                     db_name=connection.settings_dict["NAME"], timeout=60)
+    out = run_manage(
+        "db_worker",
+        "--batch",
+        "--no-startup-delay",
+        "--worker-id",
+        "shop-worker-1",
+        db_name=connection.settings_dict["NAME"],
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     url = relay_settings["URL"]
     relay_settings["URL"] = "http://127.0.0.1:1"  # Relay unreachable: the row stays in the outbox
@@ -59,15 +66,20 @@ def test_the_local_status_document_validates_and_reports_the_local_work(relay_se
     validate(doc)
     assert (doc["contract"], doc["project"]) == ("relay.status/v1", "shop")
     runs = {(r["task_type"], r["status"]) for r in doc["recent_runs"]}
-    assert {("shop.tasks.tally_orders", "succeeded"), ("shop.tasks.broken", "failed"),
-            ("shop.tasks.tally_orders", "pending")} <= runs, runs
+    assert {
+        ("shop.tasks.tally_orders", "succeeded"),
+        ("shop.tasks.broken", "failed"),
+        ("shop.tasks.tally_orders", "pending"),
+    } <= runs, runs
     assert doc["failures"]["last_hour"] == 1 and doc["failures"]["last_24h"] == 1
     assert [w["instance_id"] for w in doc["workers"]] == ["shop-worker-1"]
     queues = {q["name"]: q for q in doc["queues"]}
     assert queues["relay-outbox"]["depth"] == 1 and queues["relay-outbox"]["oldest_pending_age_s"] >= 0
     assert (queues["default"]["depth"], queues["default"]["scheduled"]) == (0, 1)
-    [schedule] = doc["schedules"]
-    assert (schedule["name"], schedule["last_outcome"]) == ("nightly-tally", "pending")
+    schedules = {s["name"]: s for s in doc["schedules"]}
+    assert set(schedules) == {"nightly-tally", "minutely-tally"}
+    assert schedules["nightly-tally"]["last_outcome"] == "pending"
+    assert schedules["nightly-tally"]["next_run_at"].endswith("02:00:00Z")
     # A document that breaks the contract is caught by the same check.
     with pytest.raises(jsonschema.ValidationError):
         validate({**doc, "failures": {"last_hour": -1}})
@@ -83,14 +95,22 @@ def chromium() -> str | None:
 def test_the_console_shows_the_local_project_next_to_relay(relay: Relay, relay_settings, live_server, tmp_path):
     local_work(relay_settings)
     projects = tmp_path / "projects.json"
-    projects.write_text(json.dumps({"projects": [
-        {"name": "relay", "status_url": f"{relay.url}/v1/status", "token": relay.status_key},
-        {"name": "shop", "status_url": f"{live_server.url}/relay/status", "token": STATUS_KEY},
-    ], "timeout_seconds": 5}))
+    projects.write_text(
+        json.dumps(
+            {
+                "projects": [
+                    {"name": "relay", "status_url": f"{relay.url}/v1/status", "token": relay.status_key},
+                    {"name": "shop", "status_url": f"{live_server.url}/relay/status", "token": STATUS_KEY},
+                ],
+                "timeout_seconds": 5,
+            }
+        )
+    )
     port = free_port()
     log = (tmp_path / "console.log").open("w")
-    console = subprocess.Popen([relay.bin, "console", "--addr", f"127.0.0.1:{port}", "--projects", str(projects)],
-                               stdout=log, stderr=log)
+    console = subprocess.Popen(
+        [relay.bin, "console", "--addr", f"127.0.0.1:{port}", "--projects", str(projects)], stdout=log, stderr=log
+    )
     site = f"http://127.0.0.1:{port}/"
     try:
         html = wait_for("the console page", lambda: _page(site), timeout=30)
@@ -99,12 +119,23 @@ def test_the_console_shows_the_local_project_next_to_relay(relay: Relay, relay_s
         assert "relay-outbox" in html and "shop.tasks.broken" in html, "the local project's queues and runs"
         browser = chromium()
         if browser is None:
-            pytest.skip("chromium is not installed (apt-get install -y chromium, or set RELAY_CHROMIUM): "
-                        "the console's HTML was checked without a browser")
+            pytest.skip(
+                "chromium is not installed (apt-get install -y chromium, or set RELAY_CHROMIUM): "
+                "the console's HTML was checked without a browser"
+            )
         profile = tmp_path / "chromium"
-        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", f"--user-data-dir={profile}"]
+        flags = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            f"--user-data-dir={profile}",
+        ]
         out = subprocess.run([browser, *flags, "--dump-dom", site], capture_output=True, text=True, timeout=90)
         dom = out.stdout
         assert out.returncode == 0 and "Relay console" in dom, out.stderr + dom

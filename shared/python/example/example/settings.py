@@ -5,6 +5,7 @@ RELAY_SIGNING_SECRETS (space-separated), RELAY_STATUS_KEY.
 """
 
 import os
+from importlib.util import find_spec
 from urllib.parse import urlparse
 
 _db = urlparse(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/relay_example"))
@@ -13,15 +14,44 @@ SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-only-not-secret")
 DEBUG = False
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 USE_TZ = True
+TIME_ZONE = "UTC"  # RELAY["SCHEDULES"] crons are read in this zone
 ROOT_URLCONF = "example.urls"
 STATIC_URL = "static/"  # the test live server wraps the app in a static-files handler that needs it
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
     "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
     "django_tasks_db",
     "relay_client.django",
     "shop",
+]
+if find_spec("django.tasks") is None:  # Django 5.2 LTS: django.tasks comes from the backport
+    INSTALLED_APPS.insert(INSTALLED_APPS.index("django_tasks_db"), "django_tasks")
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
 ]
 
 DATABASES = {
@@ -49,7 +79,11 @@ RELAY = {
     "SIGNING_SECRETS": os.environ.get("RELAY_SIGNING_SECRETS", "").split(),
     "STATUS_KEYS": [k for k in [os.environ.get("RELAY_STATUS_KEY")] if k],
     "PROJECT": "shop",
-    "SCHEDULES": [{"name": "nightly-tally", "cron": "0 2 * * *", "task": "shop.tasks.tally_orders"}],
+    # Local periodic work, fired by `manage.py relay_worker` (each slot once across workers).
+    "SCHEDULES": [
+        {"name": "nightly-tally", "cron": "0 2 * * *", "task": "shop.tasks.tally_orders"},
+        {"name": "minutely-tally", "cron": "* * * * *", "task": "shop.tasks.tally_orders"},
+    ],
 }
 
 LOGGING = {

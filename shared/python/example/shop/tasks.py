@@ -1,6 +1,9 @@
 """The shop's tasks: one platform task type (runs on Relay) and one local task."""
 
-from django.tasks import task
+try:
+    from django.tasks import task  # Django 6
+except ImportError:  # Django 5.2 LTS: the django-tasks backport
+    from django_tasks import task  # type: ignore[no-redef]
 
 from relay_client.django import relay_task
 

@@ -21,7 +21,9 @@ def place_order(request: HttpRequest) -> JsonResponse:
         order = Order.objects.create(email=body["email"], total_cents=body["total_cents"])
         with correlation(f"order-{order.pk}"):
             result = email_send.enqueue(
-                **{"from": "shop@example.com"}, to=[order.email], subject="Your order",
+                **{"from": "shop@example.com"},
+                to=[order.email],
+                subject="Your order",
                 text=f"Order {order.pk} is confirmed.",
             )
         order.confirmation = result.id

@@ -11,16 +11,24 @@
 Add ``"relay_client.django"`` to ``INSTALLED_APPS``; see the package README for settings.
 """
 
+from typing import Any
+
 from .context import correlation, current_correlation
 
-__all__ = ["correlation", "current_correlation", "relay_task", "refresh", "drain", "reconcile"]
+__all__ = ["InvalidParams", "correlation", "current_correlation", "relay_task", "refresh", "drain", "reconcile"]
 
 
-def __getattr__(name: str):  # Lazy: these import models, which need the app registry.
+def __getattr__(name: str) -> Any:  # Lazy: these import models, which need the app registry.
     if name == "relay_task":
         from .backend import relay_task
+
         return relay_task
+    if name == "InvalidParams":
+        from .catalogue import InvalidParams
+
+        return InvalidParams
     if name in ("refresh", "drain", "reconcile"):
         from . import outbox
+
         return getattr(outbox, name)
     raise AttributeError(name)

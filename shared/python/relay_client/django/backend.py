@@ -2,27 +2,47 @@
 
 ``TASKS = {"relay": {"BACKEND": "relay_client.django.backend.RelayBackend"}}`` next to the
 project's local backend; then ``email_send = relay_task("email.send")`` and
-``email_send.enqueue(to=..., template=...)`` like any task. Parameters are keyword arguments
-(they become the job's ``params``); ``.using(run_after=...)`` defers the job.
+``email_send.enqueue(to=[...], subject=...)`` like any task. Parameters are keyword arguments
+(they become the job's ``params``) and are checked against the task's published schema before
+the row is written. ``.using(run_after=..., max_attempts=..., timeout_seconds=...,
+concurrency_key=..., concurrency_limit=..., idempotency_key=...)`` sets the job's options for one
+call; ``relay_task(...)`` takes the same options for every call.
+
+A ``relay_task`` is a plain ``Task``: with ``TASKS["relay"]`` set to Django's ``DummyBackend``
+(tests), enqueues are recorded there and nothing reaches the outbox or Relay.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, fields, replace
+from datetime import datetime
 from functools import partial
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
-from django.tasks import TaskResult, TaskResultStatus, task_backends
-from django.tasks.backends.base import BaseTaskBackend
-from django.tasks.base import DEFAULT_TASK_PRIORITY, Task, TaskError
-from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskResultMismatch
-from django.utils.json import normalize_json
+from django.db import IntegrityError, transaction
 
-from . import conf
+from ..errors import IdempotencyKeyReused
+from . import catalogue, conf
+from ._compat import (
+    DEFAULT_TASK_PRIORITY,
+    BaseTaskBackend,
+    InvalidTask,
+    Task,
+    TaskError,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultMismatch,
+    TaskResultStatus,
+    normalize_json,
+    task_enqueued,
+)
 from .context import current_correlation
 from .models import RelayJob
+
+#: The job options a task or a call may set (``JobRequest``'s fields of the same names).
+OPTIONS = ("max_attempts", "timeout_seconds", "concurrency_key", "concurrency_limit")
 
 
 def runs_on_relay(**params: Any) -> None:
@@ -31,10 +51,16 @@ def runs_on_relay(**params: Any) -> None:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RelayTask(Task):
-    """A task named by its Relay task type."""
+class RelayTask(Task):  # type: ignore[type-arg]
+    """A task named by its Relay task type, with the job options it is enqueued with."""
 
     task_type: str = ""
+    max_attempts: int | None = None
+    timeout_seconds: int | None = None
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+    #: The caller's own idempotency key (per call: ``.using(idempotency_key=...)``).
+    idempotency_key: str | None = None
 
     @property
     def name(self) -> str:
@@ -44,73 +70,254 @@ class RelayTask(Task):
     def module_path(self) -> str:
         return f"relay:{self.task_type}"
 
-    def get_result(self, result_id: str) -> TaskResult:
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Django pickles (and DummyBackend deep-copies) a task by its importable path; a Relay task
+        # has none, but its fields say all of it.
+        kwargs = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "func"}
+        return (_rebuild, (kwargs,))
+
+    def options(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in OPTIONS if getattr(self, k) is not None}
+
+    def using(
+        self,
+        *,
+        priority: int | None = None,
+        queue_name: str | None = None,
+        run_after: datetime | None = None,
+        backend: str | None = None,
+        max_attempts: int | None = None,
+        timeout_seconds: int | None = None,
+        concurrency_key: str | None = None,
+        concurrency_limit: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> RelayTask:
+        """A copy with other defaults: Django's own, plus the job options and an idempotency key."""
+        changes: dict[str, Any] = {
+            k: v
+            for k, v in {
+                "priority": priority,
+                "queue_name": queue_name,
+                "run_after": run_after,
+                "backend": backend,
+                "max_attempts": max_attempts,
+                "timeout_seconds": timeout_seconds,
+                "concurrency_key": concurrency_key,
+                "concurrency_limit": concurrency_limit,
+                "idempotency_key": idempotency_key,
+            }.items()
+            if v is not None
+        }
+        return replace(self, **changes)
+
+    def get_result(self, result_id: str) -> TaskResult:  # type: ignore[type-arg]
         result = self.get_backend().get_result(result_id)
         if not isinstance(result.task, RelayTask) or result.task.task_type != self.task_type:
             raise TaskResultMismatch(f"result {result_id} is a {result.task.name!r}, not a {self.task_type!r}")
         return result
 
 
-def relay_task(task_type: str, *, backend: str = "relay", queue_name: str = "default") -> RelayTask:
-    """Declare a platform task by its type: ``email_send = relay_task("email.send")``."""
-    cls = task_backends[backend].task_class
-    if not issubclass(cls, RelayTask):
-        raise InvalidTask(f"task backend {backend!r} is not a RelayBackend")
-    return cls(priority=DEFAULT_TASK_PRIORITY, func=runs_on_relay, backend=backend, queue_name=queue_name,
-               run_after=None, takes_context=False, task_type=task_type)
+def _rebuild(kwargs: dict[str, Any]) -> RelayTask:
+    return RelayTask(func=runs_on_relay, **kwargs)
+
+
+def relay_task(
+    task_type: str,
+    *,
+    backend: str = "relay",
+    queue_name: str = "default",
+    max_attempts: int | None = None,
+    timeout_seconds: int | None = None,
+    concurrency_key: str | None = None,
+    concurrency_limit: int | None = None,
+) -> RelayTask:
+    """Declare a platform task by its type: ``email_send = relay_task("email.send", max_attempts=3)``."""
+    if not isinstance(task_type, str) or not task_type.strip():
+        raise InvalidTask('relay_task needs a task type, e.g. relay_task("email.send")')
+    return RelayTask(
+        priority=DEFAULT_TASK_PRIORITY,
+        func=runs_on_relay,
+        backend=backend,
+        queue_name=queue_name,
+        run_after=None,
+        takes_context=False,
+        task_type=task_type,
+        max_attempts=max_attempts,
+        timeout_seconds=timeout_seconds,
+        concurrency_key=concurrency_key,
+        concurrency_limit=concurrency_limit,
+    )
 
 
 _STATUS = {
-    "unsent": TaskResultStatus.READY, "pending": TaskResultStatus.READY, "waiting": TaskResultStatus.READY,
-    "running": TaskResultStatus.RUNNING, "succeeded": TaskResultStatus.SUCCESSFUL,
-    "failed": TaskResultStatus.FAILED, "cancelled": TaskResultStatus.FAILED, "refused": TaskResultStatus.FAILED,
+    "unsent": TaskResultStatus.READY,
+    "blocked": TaskResultStatus.READY,
+    "pending": TaskResultStatus.READY,
+    "waiting": TaskResultStatus.READY,
+    "running": TaskResultStatus.RUNNING,
+    "succeeded": TaskResultStatus.SUCCESSFUL,
+    "failed": TaskResultStatus.FAILED,
+    "cancelled": TaskResultStatus.FAILED,
+    "refused": TaskResultStatus.FAILED,
 }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RelayTaskResult(TaskResult):  # type: ignore[type-arg,misc]
+    """A ``TaskResult`` whose ``refresh()`` asks Relay, not only the local row."""
+
+    def refresh(self) -> None:
+        from .outbox import refresh
+
+        row = RelayJob.objects.using(conf.database()).filter(pk=self.id).first()
+        if row is not None:
+            refresh(row)
+        TaskResult.refresh(self)
+
+
+def _check_options(task: RelayTask) -> None:
+    for name in ("max_attempts", "timeout_seconds", "concurrency_limit"):
+        value = getattr(task, name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise InvalidTask(f"{name} must be a whole number of at least 1, not {value!r}")
+    if task.concurrency_limit is not None and not task.concurrency_key:
+        raise InvalidTask("concurrency_limit needs a concurrency_key")
+    for name in ("concurrency_key", "idempotency_key"):
+        value = getattr(task, name)
+        if value is not None and not (
+            isinstance(value, str) and 0 < len(value) <= 200 and all("!" <= c <= "~" for c in value)
+        ):
+            raise InvalidTask(f"{name} must be 1 to 200 visible ASCII characters, not {value!r}")
+    if task.idempotency_key is not None:
+        try:
+            uuid.UUID(task.idempotency_key)
+        except ValueError:
+            return
+        raise InvalidTask(
+            "a UUID idempotency key is reserved for the outbox's own rows: give the key a "
+            'prefix of your own, e.g. "order-confirmation:<id>"'
+        )
 
 
 class RelayBackend(BaseTaskBackend):
     task_class = RelayTask
     supports_defer = True
     supports_get_result = True
+    supports_priority = False
 
-    def validate_task(self, task: Task) -> None:
+    def validate_task(self, task: Task) -> None:  # type: ignore[type-arg]
+        if task.priority != DEFAULT_TASK_PRIORITY:
+            raise InvalidTask(
+                "Relay has no priorities (a job runs when due, in run_at order): leave priority "
+                "at 0; defer with run_after, or cap a kind of work with concurrency_key"
+            )
         super().validate_task(task)
         if not isinstance(task, RelayTask) or not task.task_type:
-            raise InvalidTask("the Relay backend runs Relay task types: declare them with relay_task(\"type\")")
+            raise InvalidTask('the Relay backend runs Relay task types: declare them with relay_task("type")')
+        _check_options(task)
 
-    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        """Write the outbox row in the current transaction; post it once that commits."""
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:  # type: ignore[type-arg]
+        """Check the parameters, write the outbox row in the current transaction, post it once that commits."""
         self.validate_task(task)
         assert isinstance(task, RelayTask)
         if args:
             raise InvalidTask("Relay tasks take their parameters as keyword arguments")
+        params = normalize_json(dict(kwargs))
+        assert isinstance(params, dict)
+        if conf.get("VALIDATE"):
+            catalogue.check(task.task_type, params)
         db = conf.database()
-        row = RelayJob(task_type=task.task_type, params=normalize_json(dict(kwargs)), run_at=task.run_after)
+        row = RelayJob(
+            task_type=task.task_type,
+            params=params,
+            run_at=task.run_after,
+            options=task.options(),
+            idempotency_key=task.idempotency_key,
+        )
         row.correlation_id = current_correlation() or str(row.id)
-        row.save(using=db, force_insert=True)
-        from .outbox import post
-        transaction.on_commit(partial(post, row.id), using=db, robust=True)
-        return self._result(row, task)
+        if task.idempotency_key is None:
+            row.save(using=db, force_insert=True)
+        else:
+            existing = self._insert_keyed(row, db)
+            if existing is not None:  # the same request enqueued again: the same row
+                return self._result(existing, task)
+        from .outbox import post_after_commit
 
-    def get_result(self, result_id: str) -> TaskResult:
-        """The job's state as the projection holds it (``refresh`` asks Relay first)."""
+        transaction.on_commit(partial(post_after_commit, row.id), using=db, robust=True)
+        result = self._result(row, task)
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def _insert_keyed(self, row: RelayJob, db: str) -> RelayJob | None:
+        """Insert a row with the caller's key, or return the row that already holds the key for the
+        same request; another request with the same key raises ``IdempotencyKeyReused``."""
+        try:
+            with transaction.atomic(using=db):
+                row.save(using=db, force_insert=True)
+            return None
+        except IntegrityError:
+            existing = RelayJob.objects.using(db).get(idempotency_key=row.idempotency_key)
+        same = (existing.task_type, existing.params, existing.options, existing.run_at) == (
+            row.task_type,
+            row.params,
+            row.options,
+            row.run_at,
+        )
+        if not same:
+            raise IdempotencyKeyReused(
+                422,
+                "idempotency_key_reused",
+                f"idempotency key {row.idempotency_key!r} was already used by outbox row "
+                f"{existing.pk} for a different request",
+                {"job_id": str(existing.pk)},
+            )
+        return existing
+
+    def get_result(self, result_id: str) -> TaskResult:  # type: ignore[type-arg]
+        """The job's state as the projection holds it (``result.refresh()`` asks Relay first)."""
         try:
             row = RelayJob.objects.using(conf.database()).get(pk=result_id)
         except (RelayJob.DoesNotExist, ValidationError, ValueError) as e:  # unknown or not a UUID
             raise TaskResultDoesNotExist(result_id) from e
-        task = self.task_class(priority=DEFAULT_TASK_PRIORITY, func=runs_on_relay, backend=self.alias,
-                               queue_name="default", run_after=row.run_at, task_type=row.task_type)
+        opts = row.options or {}
+        task = RelayTask(
+            priority=DEFAULT_TASK_PRIORITY,
+            func=runs_on_relay,
+            backend=self.alias,
+            queue_name="default",
+            run_after=row.run_at,
+            task_type=row.task_type,
+            idempotency_key=row.idempotency_key,
+            **{k: opts[k] for k in OPTIONS if k in opts},
+        )
         return self._result(row, task)
 
-    def _result(self, row: RelayJob, task: Task) -> TaskResult:
+    def _result(self, row: RelayJob, task: RelayTask) -> TaskResult:  # type: ignore[type-arg]
         errors = []
-        if row.status in ("failed", "cancelled", "refused"):
-            errors.append(TaskError(exception_class_path="relay_client.errors.RelayError",
-                                    traceback=row.last_error or row.post_error or row.status))
-        result: TaskResult = TaskResult(
-            task=task, id=str(row.id), status=_STATUS.get(row.status, TaskResultStatus.READY),
-            enqueued_at=row.created_at, started_at=None, finished_at=row.finished_at,
-            last_attempted_at=None, args=[], kwargs=row.params, backend=self.alias,
-            errors=errors, worker_ids=[],
+        if row.status in ("failed", "cancelled", "refused", "blocked") or row.post_code in (
+            "unauthorized",
+            "forbidden",
+        ):
+            errors.append(
+                TaskError(
+                    exception_class_path="relay_client.errors.RelayError",
+                    traceback=row.last_error or row.post_error or row.status,
+                )
+            )
+        result = RelayTaskResult(
+            task=task,
+            id=str(row.id),
+            status=_STATUS.get(row.status, TaskResultStatus.READY),
+            enqueued_at=row.created_at,
+            started_at=row.started_at,
+            finished_at=row.finished_at,
+            last_attempted_at=row.started_at,
+            args=[],
+            kwargs=row.params,
+            backend=self.alias,
+            errors=errors,
+            # Relay's attempts, one entry each (the workers' own ids are Relay's to know).
+            worker_ids=["relay"] * row.attempt,
         )
         object.__setattr__(result, "_return_value", row.result)
         return result

@@ -4,8 +4,17 @@
 and the old ``whsec_`` secret) verify callbacks; ``STATUS_KEYS`` are the bearer keys that may
 read the status view; ``PROJECT`` names the project in its status document; ``CALLBACK_URL``
 (optional) is sent with each job instead of the tenant's callback URL; ``DATABASE`` is the alias
-holding the outbox (default ``"default"``); ``SCHEDULES`` lists local periodic tasks the project
-declares, ``[{"name", "cron", "task"}]`` with ``task`` the task's module path.
+holding the outbox (default ``"default"``); ``SCHEDULES`` lists local periodic tasks,
+``[{"name", "cron", "task"}]`` with ``task`` the task's module path, fired by ``relay_worker``.
+
+Bounds: ``POST_TIMEOUT`` (seconds, default 2) is the most a commit waits for its post to Relay
+(0: no post at commit, the worker's drain posts); ``POST_IN_BACKGROUND`` (default False) posts
+on a thread without waiting at all; ``TIMEOUT`` (default 10) bounds each network wait of the
+drain, reconcile and refresh; ``MAX_BODY_BYTES`` is the largest batch body the drain sends.
+``VALIDATE`` (default True) checks parameters against the task's published schema at
+``.enqueue()``; ``CATALOGUE_TTL`` (default 300 s) is how long that schema is trusted,
+``CATALOGUE_TIMEOUT`` (default 1 s) bounds its fetch (tried at most once a minute while Relay
+cannot be reached).
 """
 
 from __future__ import annotations
@@ -15,7 +24,18 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from ..client import RelayClient
+from ..client import MAX_BODY_BYTES, RelayClient
+
+DEFAULTS: dict[str, Any] = {
+    "DATABASE": "default",
+    "TIMEOUT": 10.0,
+    "POST_TIMEOUT": 2.0,
+    "POST_IN_BACKGROUND": False,
+    "MAX_BODY_BYTES": MAX_BODY_BYTES - 4096,
+    "VALIDATE": True,
+    "CATALOGUE_TTL": 300.0,
+    "CATALOGUE_TIMEOUT": 1.0,
+}
 
 
 def _relay() -> dict[str, Any]:
@@ -26,7 +46,7 @@ def _relay() -> dict[str, Any]:
 
 
 def get(name: str, default: Any = None) -> Any:
-    return _relay().get(name, default)
+    return _relay().get(name, DEFAULTS.get(name, default))
 
 
 def required(name: str) -> Any:
@@ -36,12 +56,18 @@ def required(name: str) -> Any:
     return value
 
 
-def client() -> RelayClient:
-    return RelayClient(required("URL"), required("API_KEY"), timeout=float(get("TIMEOUT", 10.0)))
+def client(*, timeout: float | None = None, attempts: int = 4) -> RelayClient:
+    """A client for the drain, reconcile and refresh (``TIMEOUT``), or for a bounded call."""
+    t = float(get("TIMEOUT")) if timeout is None else timeout
+    return RelayClient(required("URL"), required("API_KEY"), timeout=t, attempts=attempts)
+
+
+def post_timeout() -> float:
+    return max(float(get("POST_TIMEOUT")), 0.0)
 
 
 def database() -> str:
-    return str(get("DATABASE", "default"))
+    return str(get("DATABASE"))
 
 
 def signing_secrets() -> list[str]:

@@ -1,157 +1,359 @@
 """Posting the outbox, and keeping the projection.
 
-``post`` runs after the enqueuing transaction commits; ``drain`` posts what a crash or an
-unreachable Relay left behind. Both use the row's id as the idempotency key, so a row posted
-twice is one job. ``apply`` writes a job resource into its row only when it is newer than what
-the row holds (one conditional UPDATE, so concurrent callbacks cannot interleave);
-``reconcile`` and ``refresh`` pull from Relay for when callbacks are lost.
+``post_after_commit`` runs when the enqueuing transaction commits and waits for its post at
+most ``POST_TIMEOUT`` seconds (or not at all, ``POST_IN_BACKGROUND``); ``drain`` posts what a
+crash, a slow or an unreachable Relay left behind. Every post of a row carries the row's
+idempotency key, so a row posted twice is one job.
+
+Nothing here closes a row because of a failure of a whole request (413 for the batch, 401, 5xx,
+a timeout, no connection): the drain sizes its batches under Relay's body limit, halves a batch
+Relay finds too large, and closes a row only when Relay refused that row itself.
+
+``apply`` writes a job resource into its row only when it is newer than what the row holds (one
+conditional UPDATE, so concurrent callbacks cannot interleave); ``reconcile`` and ``refresh``
+pull from Relay for when callbacks are lost.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 
-from django.db import transaction
-from django.db.models import Min, Q
+from django.db import connections, transaction
+from django.db.models import Min, Q, QuerySet
 from django.utils import timezone
 
-from ..client import Job, JobRequest
-from ..errors import RelayError, TransportError
-from . import conf
+from ..client import MAX_BATCH, Job, JobRequest, RelayClient
+from ..errors import RelayError
+from . import catalogue, conf
 from .models import RANK, TERMINAL_RANK, RelayJob
+from .signals import job_blocked, job_refused
 
 log = logging.getLogger("relay_client")
 
-#: Most rows one drain posts in one batch request (Relay takes up to 500).
-BATCH = 500
+#: Most rows one drain reads at a time (each read is then cut into batches by bytes).
+BATCH = MAX_BATCH
+#: ``post_code`` of rows Relay will not take with the configured key (the drain keeps offering them).
+AUTH_CODES = ("unauthorized", "forbidden")
 
 
-def _request(row: RelayJob) -> JobRequest:
-    return JobRequest(task_type=row.task_type, idempotency_key=str(row.id), correlation_id=row.correlation_id,
-                      params=row.params or {}, run_at=row.run_at, callback_url=conf.get("CALLBACK_URL"))
+def request_for(row: RelayJob) -> JobRequest:
+    """The job request of a row: the same on every post, so a repeat is a replay."""
+    opts = row.options or {}
+    return JobRequest(
+        task_type=row.task_type,
+        idempotency_key=row.key,
+        correlation_id=row.correlation_id,
+        params=row.params or {},
+        run_at=row.run_at,
+        callback_url=conf.get("CALLBACK_URL"),
+        max_attempts=opts.get("max_attempts"),
+        timeout_seconds=opts.get("timeout_seconds"),
+        concurrency_key=opts.get("concurrency_key"),
+        concurrency_limit=opts.get("concurrency_limit"),
+    )
 
 
-def _refusal(err: RelayError) -> bool:
-    """Relay read the request and refused it: posting it again cannot succeed."""
-    return err.status in (400, 413, 422)
+# -- the post after the commit -------------------------------------------------------------------
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
 
 
-def post(row_id: uuid.UUID | str) -> bool:
-    """Post one outbox row (after its transaction committed); True when Relay has the job.
+def _pool() -> ThreadPoolExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="relay-post")
+        return _executor
 
-    A failure is logged and left to ``drain``; it never raises into the committed request.
+
+def post_after_commit(row_id: uuid.UUID | str) -> None:
+    """Post a row whose transaction committed, costing the caller at most ``POST_TIMEOUT`` seconds.
+
+    The post runs on a small thread pool; the caller waits for it up to the bound (or not at all
+    with ``POST_IN_BACKGROUND``). A post that did not finish in time goes on in the background;
+    one that failed is left to the drain. Never raises.
     """
-    db = conf.database()
-    row = RelayJob.objects.using(db).filter(pk=row_id, posted_at__isnull=True).first()
+    budget = conf.post_timeout()
+    if budget <= 0:
+        return
+    future = _pool().submit(_post_on_thread, row_id, budget)
+    if conf.get("POST_IN_BACKGROUND"):
+        return
+    try:
+        future.result(timeout=budget)
+    except FutureTimeout:
+        log.warning("relay post of %s not done after %.1fs: the request goes on, the drain has the row", row_id, budget)
+
+
+def _post_on_thread(row_id: uuid.UUID | str, budget: float) -> None:
+    try:
+        post(row_id, timeout=budget)
+    except Exception:  # a misconfiguration (ImproperlyConfigured) or a bug: the drain has the row
+        log.exception("relay post of %s failed, left for the drain", row_id)
+    finally:
+        connections.close_all()  # this thread's connections only
+
+
+def post(row_id: uuid.UUID | str, *, timeout: float | None = None, blocked: bool = False) -> bool:
+    """Post one outbox row (its transaction has committed); True when Relay has the job.
+
+    ``timeout`` bounds each network wait and makes it one attempt; without it the client's
+    ``TIMEOUT`` and retries apply. ``blocked`` also posts a row a 409 blocked (after the tenant
+    fixed the cause). A failure is recorded on the row, never raised.
+    """
+    statuses = ["unsent", "blocked"] if blocked else ["unsent"]
+    row = RelayJob.objects.using(conf.database()).filter(pk=row_id, posted_at__isnull=True, status__in=statuses).first()
     if row is None:
         return True
     try:
-        with conf.client() as client:
-            job = client.submit(_request(row))
+        with _client(timeout) as client:
+            job = client.submit(request_for(row))
     except RelayError as e:
-        _failed(row, e)
+        _settle(row, e, DrainReport())
         return False
     _posted(row, job)
     return True
 
 
-def drain(*, min_age: timedelta = timedelta(0), limit: int | None = None) -> int:
-    """Post every outbox row older than ``min_age``; returns how many Relay now holds.
+def _client(timeout: float | None) -> RelayClient:
+    return conf.client() if timeout is None else conf.client(timeout=timeout, attempts=1)
 
-    Rows are locked (``SKIP LOCKED``) while posted, so drains running at once share the work.
+
+def post_when_committed(row: RelayJob) -> None:
+    """Post an unsent row now, or after the current transaction commits (never before it)."""
+    transaction.on_commit(
+        partial(post, row.pk, timeout=conf.post_timeout() or None, blocked=True), using=conf.database()
+    )
+
+
+# -- the drain ------------------------------------------------------------------------------------
+
+
+@dataclass
+class DrainReport:
+    """What one drain did."""
+
+    posted: int = 0
+    refused: int = 0
+    #: Rows Relay will not take until the tenant acts (409, or 401/403 for the key).
+    blocked: int = 0
+    #: Rows a failure of the whole request left unsent (the next drain offers them again).
+    left: int = 0
+    #: The failure that stopped this drain early, if one did.
+    error: str = ""
+    #: Unsent rows that cannot go out until the tenant acts, after this drain.
+    stuck: int = 0
+
+
+def drain(*, min_age: timedelta = timedelta(0), limit: int | None = None, blocked: bool = False) -> DrainReport:
+    """Post every unsent outbox row older than ``min_age`` (``blocked``: and the blocked ones).
+
+    Rows are locked (``SKIP LOCKED``) while posted, so drains running at once share the work. A
+    failure of a whole request stops the drain and leaves its rows unsent.
     """
     db = conf.database()
-    posted = 0
-    while limit is None or posted < limit:
-        size = BATCH if limit is None else min(BATCH, limit - posted)
-        with transaction.atomic(using=db):
-            rows = list(
-                RelayJob.objects.using(db)
-                .select_for_update(skip_locked=True)
-                .filter(posted_at__isnull=True, created_at__lte=timezone.now() - min_age)
-                .order_by("created_at")[:size]
-            )
-            if not rows:
+    report = DrainReport()
+    statuses = ["unsent", "blocked"] if blocked else ["unsent"]
+    after: tuple[datetime, uuid.UUID] | None = None
+    seen = 0
+    with conf.client() as client:
+        while limit is None or seen < limit:
+            size = BATCH if limit is None else min(BATCH, limit - seen)
+            with transaction.atomic(using=db):
+                rows = (
+                    RelayJob.objects.using(db)
+                    .select_for_update(skip_locked=True)
+                    .filter(posted_at__isnull=True, status__in=statuses, created_at__lte=timezone.now() - min_age)
+                )
+                if after is not None:
+                    rows = rows.filter(Q(created_at__gt=after[0]) | Q(created_at=after[0], pk__gt=after[1]))
+                batch = list(rows.order_by("created_at", "pk")[:size])
+                if not batch:
+                    break
+                seen += len(batch)
+                after = (batch[-1].created_at, batch[-1].pk)
+                ok = all(_post_batch(client, part, report) for part in _by_bytes(batch))
+            if not ok or len(batch) < size:
                 break
-            try:
-                with conf.client() as client:
-                    results = client.submit_batch([_request(r) for r in rows])
-            except RelayError as e:
-                for r in rows:
-                    _failed(r, e)
-                log.warning("relay drain: %s", e)
-                break
-            for row, res in zip(rows, results, strict=True):
-                if res.job is not None:
-                    _posted(row, res.job)
-                    posted += 1
-                elif res.error is not None:
-                    _failed(row, res.error)
-        if len(rows) < size:
-            break
-    return posted
+    report.stuck = stuck().count()
+    return report
+
+
+def stuck() -> QuerySet[RelayJob]:
+    """Unsent rows that will not go out until the tenant acts (a 409, or a 401/403 for the key)."""
+    return (
+        RelayJob.objects.using(conf.database())
+        .filter(posted_at__isnull=True)
+        .filter(Q(status="blocked") | Q(post_code__in=AUTH_CODES))
+    )
+
+
+def _size(row: RelayJob) -> int:
+    item = request_for(row).batch_item()
+    return len(json.dumps(item, separators=(",", ":"), ensure_ascii=False, default=str).encode()) + 1
+
+
+def _by_bytes(rows: list[RelayJob]) -> Iterator[list[RelayJob]]:
+    """Cut rows into batches whose body stays under ``MAX_BODY_BYTES`` (and ``MAX_BATCH`` items)."""
+    limit = int(conf.get("MAX_BODY_BYTES"))
+    empty = len('{"jobs":[]}')
+    part: list[RelayJob] = []
+    size = empty
+    for row in rows:
+        n = _size(row)
+        if part and (size + n > limit or len(part) >= MAX_BATCH):
+            yield part
+            part, size = [], empty
+        part.append(row)
+        size += n
+    if part:
+        yield part
+
+
+def _post_batch(client: RelayClient, rows: list[RelayJob], report: DrainReport) -> bool:
+    """Post one batch; False when a failure of the whole request should stop the drain."""
+    try:
+        results = client.submit_batch([request_for(r) for r in rows])
+    except RelayError as e:
+        if e.status in (400, 413, 422):
+            # Refused as a whole: halve until the row Relay refuses stands alone.
+            if len(rows) == 1:
+                _settle(rows[0], e, report)
+                return True
+            mid = len(rows) // 2
+            return _post_batch(client, rows[:mid], report) and _post_batch(client, rows[mid:], report)
+        for r in rows:
+            _settle(r, e, report)
+        report.error = str(e)
+        log.warning("relay drain stopped, %d rows left unsent: %s", len(rows), e)
+        return False
+    for row, res in zip(rows, results, strict=True):
+        if res.job is not None:
+            _posted(row, res.job)
+            report.posted += 1
+        elif res.error is not None:
+            _settle(row, res.error, report)
+    return True
+
+
+# -- recording outcomes ---------------------------------------------------------------------------
 
 
 def _posted(row: RelayJob, job: Job) -> None:
-    db = conf.database()
-    RelayJob.objects.using(db).filter(pk=row.pk, posted_at__isnull=True).update(
-        posted_at=timezone.now(), relay_id=job.id, post_error="")
+    RelayJob.objects.using(conf.database()).filter(pk=row.pk, posted_at__isnull=True).update(
+        posted_at=timezone.now(), relay_id=job.id, post_error="", post_code="", status="unsent"
+    )
     apply(job)
 
 
-def _failed(row: RelayJob, err: RelayError) -> None:
-    db = conf.database()
-    if _refusal(err):
-        # Relay will never take this request: close the row so the drain stops offering it.
+def _settle(row: RelayJob, err: RelayError, report: DrainReport) -> None:
+    """Record Relay's answer to one row that did not make a job."""
+    rows = RelayJob.objects.using(conf.database()).filter(pk=row.pk, posted_at__isnull=True)
+    if err.status in (400, 413, 422):
+        # Relay read this row's request and will never take it: close it so no drain offers it.
         log.error("relay refused outbox row %s (%s): %s", row.pk, row.task_type, err)
-        RelayJob.objects.using(db).filter(pk=row.pk, posted_at__isnull=True).update(
-            posted_at=timezone.now(), status="refused", status_rank=RANK["refused"], post_error=str(err),
-            last_error=str(err))
+        if err.code in ("unknown_task_type", "invalid_params"):
+            catalogue.invalidate()  # the schema let it through: the catalogue changed since
+        if rows.update(
+            posted_at=timezone.now(),
+            status="refused",
+            status_rank=RANK["refused"],
+            post_error=str(err),
+            post_code=err.code,
+            last_error=str(err),
+        ):
+            report.refused += 1
+            job_refused.send(RelayJob, row=_reload(row), error=err)
+    elif err.status == 409 and err.code != "retry":
+        # A destination, template or callback secret the tenant has not stored: posting it again
+        # cannot work until the tenant acts (then `relay_drain --blocked` or the admin posts it).
+        log.error("relay blocked outbox row %s (%s): %s", row.pk, row.task_type, err)
+        if rows.update(status="blocked", post_error=str(err), post_code=err.code):
+            report.blocked += 1
+            job_blocked.send(RelayJob, row=_reload(row), error=err)
+    elif err.status in (401, 403):
+        code = AUTH_CODES[0] if err.status == 401 else AUTH_CODES[1]
+        log.error("relay refused the API key for outbox row %s: %s", row.pk, err)
+        report.blocked += 1
+        if rows.exclude(post_code=code).update(post_error=str(err), post_code=code):
+            job_blocked.send(RelayJob, row=_reload(row), error=err)
     else:
-        kind = "unreachable" if isinstance(err, TransportError) else "error"
-        log.warning("relay post of %s failed (%s), left for the drain: %s", row.pk, kind, err)
-        RelayJob.objects.using(db).filter(pk=row.pk, posted_at__isnull=True).update(post_error=str(err))
+        log.warning("relay post of %s failed, left for the drain: %s", row.pk, err)
+        report.left += 1
+        rows.update(post_error=str(err), post_code=err.code)
+
+
+def _reload(row: RelayJob) -> RelayJob:
+    return RelayJob.objects.using(conf.database()).get(pk=row.pk)
+
+
+# -- the projection -------------------------------------------------------------------------------
 
 
 def apply(job: Job) -> bool:
     """Write ``job`` into its row when newer than what the row holds; True when written.
 
     Newer: a later ``updated_at``, or the same one with a later stage (running after pending,
-    terminal after running). A replay or an older update changes nothing. The row is found by
-    Relay's id, or by the idempotency key (the row's id) for a job not yet recorded as posted.
+    terminal after running). A replay or an older update changes nothing, except what Relay
+    works out when read (``waiting_reason``, ``progress``), which the same version may refresh.
+    The row is found by Relay's id, or by the idempotency key for a job not yet recorded as posted.
     """
     db = conf.database()
     rank = RANK.get(job.status, 0)
-    newer = (Q(relay_updated_at__isnull=True) | Q(relay_updated_at__lt=job.updated_at)
-             | Q(relay_updated_at=job.updated_at, status_rank__lt=rank))
-    mine = Q(relay_id=job.id)
+    newer = (
+        Q(relay_updated_at__isnull=True)
+        | Q(relay_updated_at__lt=job.updated_at)
+        | Q(relay_updated_at=job.updated_at, status_rank__lt=rank)
+    )
+    mine = Q(relay_id=job.id) | Q(idempotency_key=job.idempotency_key, relay_id__isnull=True)
     try:
-        mine |= Q(pk=uuid.UUID(job.idempotency_key), relay_id__isnull=True)
+        mine |= Q(pk=uuid.UUID(job.idempotency_key), idempotency_key__isnull=True, relay_id__isnull=True)
     except ValueError:
         pass
-    return _update(db, mine, newer, job, rank, timezone.now()) > 0
-
-
-def _update(db: str, mine: Q, newer: Q, job: Job, rank: int, now: datetime) -> int:
+    now = timezone.now()
     rows = RelayJob.objects.using(db).filter(mine)
     # A job Relay reports is posted, whoever posted it.
-    rows.filter(posted_at__isnull=True).update(posted_at=now, relay_id=job.id, post_error="")
-    return rows.filter(newer).update(
-        relay_id=job.id, status=job.status, status_rank=rank, attempt=job.attempt, progress=job.progress,
-        result=job.result, waiting_reason=job.waiting_reason, last_error=job.last_error,
-        finished_at=job.finished_at, relay_updated_at=job.updated_at, synced_at=now,
+    rows.filter(posted_at__isnull=True).update(posted_at=now, relay_id=job.id, post_error="", post_code="")
+    written = rows.filter(newer).update(
+        relay_id=job.id,
+        status=job.status,
+        status_rank=rank,
+        attempt=job.attempt,
+        progress=job.progress,
+        result=job.result,
+        waiting_reason=job.waiting_reason,
+        last_error=job.last_error,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        relay_updated_at=job.updated_at,
+        synced_at=now,
     )
+    if not written and rank < TERMINAL_RANK:
+        same = rows.filter(relay_updated_at=job.updated_at, status_rank=rank)
+        for pk, reason, progress in same.values_list("pk", "waiting_reason", "progress"):
+            if (reason, progress) != (job.waiting_reason, job.progress):
+                same.filter(pk=pk).update(waiting_reason=job.waiting_reason, progress=job.progress, synced_at=now)
+    return written > 0
 
 
 def refresh(row: RelayJob) -> RelayJob:
     """Ask Relay for the job now (a detail page someone is watching); returns the row reloaded.
 
-    An unsent row is posted first.
+    An unsent row is posted, but never before the transaction that may still roll it back has
+    committed: inside ``atomic()`` the post waits for the commit.
     """
     if row.relay_id is None:
-        post(row.pk)
+        post_when_committed(row)
     else:
         with conf.client() as client:
             apply(client.get(str(row.relay_id)))
@@ -167,9 +369,11 @@ def reconcile(*, older_than: timedelta = timedelta(minutes=10)) -> int:
     """
     db = conf.database()
     now = timezone.now()
-    stale = RelayJob.objects.using(db).filter(
-        posted_at__isnull=False, relay_id__isnull=False, status_rank__lt=TERMINAL_RANK
-    ).filter(Q(synced_at__isnull=True) | Q(synced_at__lt=now - older_than))
+    stale = (
+        RelayJob.objects.using(db)
+        .filter(posted_at__isnull=False, relay_id__isnull=False, status_rank__lt=TERMINAL_RANK)
+        .filter(Q(synced_at__isnull=True) | Q(synced_at__lt=now - older_than))
+    )
     bounds = stale.aggregate(updated=Min("relay_updated_at"), posted=Min("posted_at"))
     since = bounds["updated"] or bounds["posted"]
     if since is None:
@@ -181,3 +385,25 @@ def reconcile(*, older_than: timedelta = timedelta(minutes=10)) -> int:
     # Every live job changed at or after `since` was in the feed: the rest are current.
     stale.update(synced_at=now)
     return changed
+
+
+def prune(*, older_than: timedelta, dry_run: bool = False) -> int:
+    """Delete finished rows (terminal or refused) last touched before ``older_than`` ago, and the
+    schedule slots as old; never an unsent, blocked or live row. Returns how many rows go."""
+    from django.db.models.functions import Coalesce
+
+    from .models import ScheduleSlot
+
+    db = conf.database()
+    cutoff = timezone.now() - older_than
+    done = (
+        RelayJob.objects.using(db)
+        .filter(status_rank__gte=TERMINAL_RANK)
+        .annotate(last=Coalesce("finished_at", "relay_updated_at", "posted_at", "created_at"))
+        .filter(last__lt=cutoff)
+    )
+    n = done.count()
+    if not dry_run:
+        RelayJob.objects.using(db).filter(pk__in=done.values("pk")).delete()
+        ScheduleSlot.objects.using(db).filter(slot__lt=cutoff).delete()
+    return n

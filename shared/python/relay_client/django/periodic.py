@@ -9,15 +9,14 @@ periodic-task library) onto its local backend, e.g. every minute and every ten m
 
 from datetime import timedelta
 
-from django.tasks import task
-
+from ._compat import task
 from .outbox import drain, reconcile
 
 
 @task
 def drain_outbox(min_age_seconds: float = 30.0) -> int:
     """Post outbox rows older than ``min_age_seconds`` (fresh ones are being posted on commit)."""
-    return drain(min_age=timedelta(seconds=min_age_seconds))
+    return drain(min_age=timedelta(seconds=min_age_seconds)).posted
 
 
 @task

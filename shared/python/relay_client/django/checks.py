@@ -1,0 +1,62 @@
+"""System checks for the ``RELAY`` setting (``manage.py check``, and before ``runserver`` and
+``migrate``): a missing key or a malformed URL fails the deployment, not every commit later."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlparse
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning, register
+
+from . import schedules
+
+HINT = "see relay_client.django.conf, or the package README's Settings"
+
+
+@register("relay")
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    relay = getattr(settings, "RELAY", None)
+    if not isinstance(relay, dict):
+        return [Error("settings.RELAY is missing or not a dict", hint=HINT, id="relay.E001")]
+    out: list[CheckMessage] = []
+    url = relay.get("URL")
+    parsed = urlparse(url) if isinstance(url, str) else None
+    if not parsed or parsed.scheme not in ("http", "https") or not parsed.netloc:
+        out.append(Error(f"RELAY['URL'] must be Relay's http(s) base URL, not {url!r}", hint=HINT, id="relay.E002"))
+    key = relay.get("API_KEY")
+    if not isinstance(key, str) or not key.strip():
+        out.append(
+            Error(
+                "RELAY['API_KEY'] is empty: every post to Relay would be refused",
+                hint="the tenant's API key (relay dev prints it at start)",
+                id="relay.E003",
+            )
+        )
+    elif key != key.strip():
+        out.append(Error("RELAY['API_KEY'] has surrounding whitespace", id="relay.E003"))
+    secrets = relay.get("SIGNING_SECRETS") or []
+    for s in [secrets] if isinstance(secrets, str) else secrets:
+        if not isinstance(s, str) or not s.startswith("whsec_"):
+            out.append(
+                Error(
+                    "each RELAY['SIGNING_SECRETS'] entry is a 'whsec_...' secret from PUT /v1/callbacks",
+                    id="relay.E004",
+                )
+            )
+    for name in ("POST_TIMEOUT", "TIMEOUT", "CATALOGUE_TTL", "CATALOGUE_TIMEOUT"):
+        value = relay.get(name, 0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            out.append(Error(f"RELAY[{name!r}] must be a number of seconds, not {value!r}", id="relay.E005"))
+    for i, entry in enumerate(relay.get("SCHEDULES") or []):
+        for problem in schedules.problems(entry):
+            out.append(Error(f"RELAY['SCHEDULES'][{i}] {problem}", id="relay.E006"))
+    backends = [v.get("BACKEND", "") for v in (getattr(settings, "TASKS", None) or {}).values()]
+    if not any(b.endswith("RelayBackend") for b in backends):
+        out.append(
+            Warning(
+                "no TASKS entry uses relay_client.django.backend.RelayBackend: relay_task(...) enqueues go nowhere",
+                id="relay.W001",
+            )
+        )
+    return out
