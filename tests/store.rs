@@ -335,7 +335,7 @@ async fn keys_without_their_job(w: &World) -> i64 {
 #[tokio::test]
 async fn every_key_row_is_its_jobs_on_both_insert_paths_and_an_unknown_tenant_leaves_none() {
     let mut s = crate::support::test_settings();
-    s.callback_allow = taskdeck::callbacks::AllowList::parse("127.0.0.1/32").unwrap();
+    s.callback_allow = taskdeck::outbound::AllowList::parse("127.0.0.1/32").unwrap();
     let w = World::with_settings(s).await;
     let db = w.db().await;
     // Path 1, the intake's insert: a tenant that does not exist is refused by the job's own

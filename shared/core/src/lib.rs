@@ -22,6 +22,7 @@ pub mod executor;
 pub mod intake;
 pub mod liveness;
 pub mod metrics;
+pub mod outbound;
 pub mod parents;
 pub mod provider;
 pub mod schedules;

@@ -1,5 +1,5 @@
 //! `http.request`: one call to a destination the tenant registered (`crate::destinations`),
-//! under the callbacks' address guard (`crate::callbacks`), carrying the job's idempotency key
+//! under the outbound address guard (`crate::outbound`), carrying the job's idempotency key
 //! (`Idempotency-Key`) and correlation id.
 //!
 //! One attempt: an earlier attempt's call with no recorded outcome makes this one ambiguous
@@ -24,9 +24,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use crate::callbacks::{self, AllowList, Answer, Limits, Refusal};
 use crate::destinations::{self as rules, SecretError};
 use crate::job::{Fence, TaskError};
+use crate::outbound::{self, AllowList, Answer, Limits, Refusal};
 use crate::store::destinations::{self, Destination, Slot};
 use crate::store::http_calls::{self, NewCall, Settled};
 use crate::store::{StoreError, jobs};
@@ -186,7 +186,7 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
             HOLD,
         ));
     }
-    let target = match callbacks::parse_url(&url) {
+    let target = match outbound::parse_url(&url) {
         Ok(t) => t,
         Err(why) => {
             record("refused", Some(format!("invalid URL: {why}"))).await?;
@@ -203,7 +203,7 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
     let db = ctx.db.get().await.map_err(retryable)?;
     let record =
         |outcome: &'static str, error: Option<String>| record_call(&db, ctx, &p.destination, &shown, outcome, error);
-    let addr = match callbacks::resolve(&target, allow).await {
+    let addr = match outbound::resolve(&target, allow).await {
         Ok(a) => a,
         Err(refusal @ Refusal::Address { .. }) => {
             record("refused", Some(refusal.to_string())).await?;
@@ -233,7 +233,7 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
         read_body: |s| !retryable_status(s),
     };
     let started = std::time::Instant::now();
-    let answer = callbacks::request(&target, addr, p.method.hyper(), &pairs, Bytes::from(body), limits).await;
+    let answer = outbound::request(&target, addr, p.method.hyper(), &pairs, Bytes::from(body), limits).await;
     let duration_ms = Some(i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX));
     let what = format!("{} {url}", p.method.hyper());
     let (settled, outcome) = classify(&what, answer, duration_ms);
@@ -300,7 +300,7 @@ fn response_json(a: &Answer) -> Value {
 /// The one classification of a call's end (see the module's table).
 fn classify(
     what: &str,
-    answer: Result<Answer, callbacks::PostError>,
+    answer: Result<Answer, outbound::PostError>,
     duration_ms: Option<i32>,
 ) -> (Settled, Result<Value, TaskError>) {
     let settled = |outcome, http_status, response, error: Option<String>| Settled {

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use taskdeck::callbacks::AllowList;
+use taskdeck::outbound::AllowList;
 use taskdeck::platform::Settings;
 use taskdeck::store::{destinations, modes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
