@@ -133,8 +133,7 @@ impl Ingress {
             return response;
         }
         let n = jobs.len();
-        let enqueued =
-            async { Ok::<_, std::sync::Arc<StoreError>>(self.intake.enqueue(self.tenant().await?, jobs).await?) };
+        let enqueued = async { self.intake.enqueue(self.tenant().await?, jobs).await };
         match enqueued.await {
             Ok(inserted) => {
                 let created = inserted.iter().filter(|i| matches!(i, crate::store::jobs::Inserted::Created(_))).count();

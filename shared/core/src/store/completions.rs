@@ -133,7 +133,7 @@ pub async fn lock_by_token(
         ))
         .await?;
     let (tenant, job) = (scope.map(|s| s.0), scope.map(|s| s.1));
-    Ok(db.query_opt(&stmt, &[&token_hash, &tenant, &job]).await?.as_ref().map(locked).transpose()?)
+    db.query_opt(&stmt, &[&token_hash, &tenant, &job]).await?.as_ref().map(locked).transpose()
 }
 
 /// Up to `limit` open waits past their deadline, locked with their jobs; rows another
@@ -150,7 +150,7 @@ pub async fn lock_overdue(db: &impl GenericClient, limit: i64) -> Result<Vec<Loc
              FOR UPDATE OF w, j SKIP LOCKED"
         ))
         .await?;
-    Ok(db.query(&stmt, &[&limit]).await?.iter().map(locked).collect::<Result<_, _>>()?)
+    db.query(&stmt, &[&limit]).await?.iter().map(locked).collect::<Result<_, _>>()
 }
 
 /// A completion that ended a wait: recorded on it, so a second one is told apart.

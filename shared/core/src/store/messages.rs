@@ -351,7 +351,7 @@ async fn record(db: &impl GenericClient, m: &NewMessage, commit: &str) -> Result
 
 pub async fn by_key(db: &impl GenericClient, tenant: TenantId, key: &str) -> Result<Option<Message>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM messages WHERE tenant_id = $1 AND message_key = $2");
-    Ok(db.query_opt(&sql, &[&tenant, &key]).await?.as_ref().map(Message::from_row).transpose()?)
+    db.query_opt(&sql, &[&tenant, &key]).await?.as_ref().map(Message::from_row).transpose()
 }
 
 /// SES accepted the message: record its id. An event that arrived first may have moved the
@@ -406,13 +406,13 @@ pub async fn abandon_earlier_attempt(
 
 async fn get_any(db: &impl GenericClient, id: Uuid) -> Result<Option<Message>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM messages WHERE id = $1");
-    Ok(db.query_opt(&sql, &[&id]).await?.as_ref().map(Message::from_row).transpose()?)
+    db.query_opt(&sql, &[&id]).await?.as_ref().map(Message::from_row).transpose()
 }
 
 /// One of the tenant's messages.
 pub async fn get(db: &impl GenericClient, tenant: TenantId, id: Uuid) -> Result<Option<Message>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM messages WHERE id = $1 AND tenant_id = $2");
-    Ok(db.query_opt(&sql, &[&id, &tenant]).await?.as_ref().map(Message::from_row).transpose()?)
+    db.query_opt(&sql, &[&id, &tenant]).await?.as_ref().map(Message::from_row).transpose()
 }
 
 /// What a shadowed message of the tenant's would have sent (none for a message really sent,
@@ -435,12 +435,7 @@ pub async fn list(
            AND ($2::text IS NULL OR correlation_id = $2) AND ($3::uuid IS NULL OR job_id = $3)
          ORDER BY created_at DESC, id DESC LIMIT $4"
     );
-    Ok(db
-        .query(&sql, &[&tenant, &correlation_id, &job_id, &limit])
-        .await?
-        .iter()
-        .map(Message::from_row)
-        .collect::<Result<_, _>>()?)
+    db.query(&sql, &[&tenant, &correlation_id, &job_id, &limit]).await?.iter().map(Message::from_row).collect()
 }
 
 /// A provider event as kept on its message.
@@ -481,7 +476,7 @@ pub enum Applied {
     /// No message matches; the event is kept with the reason.
     Unmatched,
     /// Applied to the message; `before` is its status before this event.
-    Applied { message: Message, before: Status },
+    Applied { message: Box<Message>, before: Status },
 }
 
 /// Apply one event once, in the caller's transaction: keep it, move the message's status up,
@@ -555,7 +550,7 @@ pub async fn apply_event(
             ],
         )
         .await?;
-    Ok(Applied::Applied { message: Message::from_row(&row)?, before: m.status })
+    Ok(Applied::Applied { message: Box::new(Message::from_row(&row)?), before: m.status })
 }
 
 #[cfg(test)]

@@ -180,7 +180,7 @@ async fn by_keys(db: &impl GenericClient, tenant_id: TenantId, keys: &[&str]) ->
                AND tenant_id = $1"
         ))
         .await?;
-    Ok(db.query(&stmt, &[&tenant_id, &keys]).await?.iter().map(Job::from_row).collect::<Result<_, _>>()?)
+    db.query(&stmt, &[&tenant_id, &keys]).await?.iter().map(Job::from_row).collect::<Result<_, _>>()
 }
 
 /// Clear the dispatch mark of jobs whose dispatch failed, so the sweep sends them at once.
