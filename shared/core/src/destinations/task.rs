@@ -133,24 +133,20 @@ impl Task for HttpRequest {
     }
 }
 
-fn retryable(e: impl std::fmt::Display) -> TaskError {
-    TaskError::Retryable(e.to_string())
-}
-
 /// Whether an answer's status makes the call worth another attempt (its body is not read).
 fn retryable_status(status: u16) -> bool {
     matches!(status, 408 | 429 | 500..=599)
 }
 
 async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<Value, TaskError> {
-    let db = ctx.db.get().await.map_err(retryable)?;
-    if let Some(c) = http_calls::unsettled(&db, ctx.job_id, ctx.attempt).await.map_err(retryable)? {
+    let db = ctx.db.get().await.map_err(TaskError::retryable)?;
+    if let Some(c) = http_calls::unsettled(&db, ctx.job_id, ctx.attempt).await.map_err(TaskError::retryable)? {
         return Err(TaskError::Ambiguous(format!(
             "attempt {}'s call to {} has no recorded outcome (its worker stopped mid-call): it may have reached the destination; not calling again",
             c.attempt, c.destination
         )));
     }
-    let Some(dest) = destinations::get(&db, ctx.tenant_id, &p.destination).await.map_err(retryable)? else {
+    let Some(dest) = destinations::get(&db, ctx.tenant_id, &p.destination).await.map_err(TaskError::retryable)? else {
         return Err(TaskError::Fatal(format!("destination {:?} no longer exists", p.destination)));
     };
     for (name, value) in &p.headers {
@@ -159,8 +155,8 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
     }
     let job = jobs::get(&db, ctx.tenant_id, ctx.job_id)
         .await
-        .map_err(retryable)?
-        .ok_or_else(|| retryable("the job vanished"))?;
+        .map_err(TaskError::retryable)?
+        .ok_or_else(|| TaskError::retryable("the job vanished"))?;
     let url = rules::join(&dest.base_url, &p.path);
     let mut headers: Vec<(String, String)> = p.headers.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
     headers.push(("content-type".into(), "application/json".into()));
@@ -200,7 +196,7 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
         Some(h) => Some((h.clone(), read_secret(ctx, &dest).await?)),
         None => None,
     };
-    let db = ctx.db.get().await.map_err(retryable)?;
+    let db = ctx.db.get().await.map_err(TaskError::retryable)?;
     let record =
         |outcome: &'static str, error: Option<String>| record_call(&db, ctx, &p.destination, &shown, outcome, error);
     let addr = match outbound::resolve(&target, allow).await {
@@ -209,9 +205,9 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
             record("refused", Some(refusal.to_string())).await?;
             return Err(TaskError::Fatal(refusal.to_string()));
         }
-        Err(refusal @ Refusal::Resolve { .. }) => return Err(retryable(refusal)),
+        Err(refusal @ Refusal::Resolve { .. }) => return Err(TaskError::retryable(refusal)),
     };
-    match destinations::take_slot(&db, ctx.tenant_id, &dest.name).await.map_err(retryable)? {
+    match destinations::take_slot(&db, ctx.tenant_id, &dest.name).await.map_err(TaskError::retryable)? {
         Slot::Taken => {}
         Slot::Wait(d) => {
             return Err(TaskError::Defer(
@@ -257,8 +253,8 @@ async fn record_call(
     let c = NewCall { fence, tenant_id: ctx.tenant_id, destination, outcome, request, error: error.as_deref() };
     http_calls::record(db, &c)
         .await
-        .map_err(retryable)?
-        .ok_or_else(|| retryable("this attempt no longer holds the job; it may not call"))
+        .map_err(TaskError::retryable)?
+        .ok_or_else(|| TaskError::retryable("this attempt no longer holds the job; it may not call"))
 }
 
 /// What was (or would be) sent, the secret redacted.
@@ -277,7 +273,7 @@ async fn read_secret(ctx: &TaskContext, dest: &Destination) -> Result<String, Ta
             rules::check_value(&v).map(|()| v).map_err(|m| TaskError::Fatal(format!("the destination's secret: {m}")))
         }
         Err(e @ (SecretError::Missing(_) | SecretError::NotAString(_))) => Err(TaskError::Fatal(e.to_string())),
-        Err(e @ SecretError::Service(_)) => Err(retryable(e)),
+        Err(e @ SecretError::Service(_)) => Err(TaskError::retryable(e)),
     }
 }
 
