@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, Method, StatusCode};
 use serde_json::{Value, json};
-use taskdeck::callbacks::AllowList;
 use taskdeck::client::{Client, Projection, Verifier};
 use taskdeck::job::JobId;
 use taskdeck::job::terms::{CorrelationId, IdempotencyKey, Limits};
+use taskdeck::outbound::AllowList;
 use taskdeck::store::jobs::{self, NewJob};
 use taskdeck::store::modes;
 use tokio::sync::watch;

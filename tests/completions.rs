@@ -440,8 +440,7 @@ async fn a_completion_through_ingress_applies_once() {
     let unknown = event(json!({"token": "rc_nobody", "outcome": "success"}));
     // The provider delivers the same completion twice (two messages), then another one, and
     // SQS redelivers the first message.
-    let records =
-        vec![record("m-1", &success), record("m-2", &success), record("m-3", &failure), record("m-4", &unknown)];
+    let records = [record("m-1", &success), record("m-2", &success), record("m-3", &failure), record("m-4", &unknown)];
     let ingress = Ingress::new(&w.platform, "platform");
     for r in records.iter().chain(std::iter::once(&records[0])) {
         let sqs: SqsEvent = serde_json::from_value(json!({"Records": [r]})).unwrap();

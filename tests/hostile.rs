@@ -146,12 +146,9 @@ async fn a_client_that_sends_its_headers_slowly_is_cut_off() {
             break;
         }
         let mut buf = [0u8; 256];
-        match tokio::time::timeout(Duration::from_millis(100), conn.read(&mut buf)).await {
-            Ok(Ok(0) | Err(_)) => {
-                closed_after = Some(started.elapsed());
-                break;
-            }
-            _ => {}
+        if let Ok(Ok(0) | Err(_)) = tokio::time::timeout(Duration::from_millis(100), conn.read(&mut buf)).await {
+            closed_after = Some(started.elapsed());
+            break;
         }
     }
     let closed_after = closed_after.expect("the slow client was still connected after 10 s");

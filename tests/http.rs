@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
-use taskdeck::callbacks::AllowList;
 use taskdeck::credentials::{RoleSpec, TaskCredentials, TaskRoles};
 use taskdeck::executor::Executor;
 use taskdeck::job::JobId;
+use taskdeck::outbound::AllowList;
 use taskdeck::store::modes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -1,6 +1,10 @@
 //! Relay's integration tests: one binary, real Postgres (one schema per test), AWS paths
 //! through moto's server mode (started by the harness).
 
+// Test code may unwrap: a failed unwrap is a failed test, said where it fails. (Unit tests
+// inside the crates get the same through `allow-unwrap-in-tests` in clippy.toml.)
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 mod api;

@@ -108,7 +108,7 @@ async fn get_and_list_are_scoped_to_the_tenant() {
     let db = w.db().await;
     let (other, _) = w.other_tenant("umbrella").await;
     let mine = new_job("x");
-    jobs::insert_many(&db, w.tenant.id, &[mine.clone()], None).await.unwrap();
+    jobs::insert_many(&db, w.tenant.id, std::slice::from_ref(&mine), None).await.unwrap();
     jobs::insert_many(&db, other.id, &[new_job("x")], None).await.unwrap();
     assert!(jobs::get(&db, w.tenant.id, mine.id).await.unwrap().is_some());
     assert!(jobs::get(&db, other.id, mine.id).await.unwrap().is_none());
@@ -236,7 +236,7 @@ async fn expired_leases_are_locked_returned_and_fenced() {
     let w = World::new().await;
     let mut db = w.db().await;
     jobs::insert_many(&db, w.tenant.id, &[new_job("e1"), new_job("e2")], None).await.unwrap();
-    jobs::claim_due(&db, 10, 0.05).await.unwrap().jobs;
+    jobs::claim_due(&db, 10, 0.05).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let tx = db.transaction().await.unwrap();
     let expired = jobs::lock_expired_leases(&tx, 10).await.unwrap();
@@ -309,7 +309,7 @@ async fn check_constraints_hold_the_lifecycle_invariants() {
     let w = World::new().await;
     let db = w.db().await;
     let j = new_job("inv");
-    jobs::insert_many(&db, w.tenant.id, &[j.clone()], None).await.unwrap();
+    jobs::insert_many(&db, w.tenant.id, std::slice::from_ref(&j), None).await.unwrap();
     for bad in [
         "UPDATE jobs SET status = 'running' WHERE id = $1", // running without a lease
         "UPDATE jobs SET status = 'succeeded' WHERE id = $1", // terminal without finished_at
@@ -335,7 +335,7 @@ async fn keys_without_their_job(w: &World) -> i64 {
 #[tokio::test]
 async fn every_key_row_is_its_jobs_on_both_insert_paths_and_an_unknown_tenant_leaves_none() {
     let mut s = crate::support::test_settings();
-    s.callback_allow = taskdeck::callbacks::AllowList::parse("127.0.0.1/32").unwrap();
+    s.callback_allow = taskdeck::outbound::AllowList::parse("127.0.0.1/32").unwrap();
     let w = World::with_settings(s).await;
     let db = w.db().await;
     // Path 1, the intake's insert: a tenant that does not exist is refused by the job's own

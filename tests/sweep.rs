@@ -47,7 +47,7 @@ async fn a_job_whose_worker_died_completes_after_its_lease_and_the_sweep() {
 async fn an_expired_lease_on_the_last_attempt_fails_with_an_exception() {
     let w = World::new().await;
     let (_, job) = w.submit("last", json!({"task_type": "noop", "max_attempts": 1})).await;
-    jobs::claim_due(&w.db().await, 10, 0.1).await.unwrap().jobs;
+    jobs::claim_due(&w.db().await, 10, 0.1).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let report = w.platform.sweeper().pass().await.unwrap();
     assert_eq!((report.leases_returned, report.leases_failed), (0, 1));

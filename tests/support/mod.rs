@@ -68,8 +68,7 @@ pub struct World {
 
 /// Settings tuned for tests: short leases, quick polls, the test tasks on.
 pub fn test_settings() -> Settings {
-    let mut s = Settings::default();
-    s.test_tasks = true;
+    let mut s = Settings { test_tasks: true, ..Settings::default() };
     s.executor.lease = Duration::from_secs(2);
     s.executor.poll_interval = Duration::from_millis(50);
     s.sweep.redispatch_grace = Duration::from_secs(1);

@@ -217,7 +217,7 @@ pub enum VerifyError {
     #[error("missing header {0}")]
     MissingHeader(&'static str),
     #[error("bad signature: {0}")]
-    Signature(&'static str),
+    Signature(#[from] crate::callbacks::SignatureError),
     #[error("the body is not a callback event: {0}")]
     Body(String),
 }
@@ -241,10 +241,9 @@ impl Verifier {
             headers.get(name).and_then(|v| v.to_str().ok()).ok_or(VerifyError::MissingHeader(name))
         };
         let (id, ts, sig) = (header("webhook-id")?, header("webhook-timestamp")?, header("webhook-signature")?);
-        let ts: i64 = ts.parse().map_err(|_| VerifyError::Signature("webhook-timestamp is not a number"))?;
+        let ts: i64 = ts.parse().map_err(|_| crate::callbacks::SignatureError::Timestamp)?;
         let secrets: Vec<&str> = self.secrets.iter().map(String::as_str).collect();
-        crate::callbacks::verify(&secrets, id, ts, body, sig, Utc::now().timestamp(), self.tolerance_s)
-            .map_err(VerifyError::Signature)?;
+        crate::callbacks::verify(&secrets, id, ts, body, sig, Utc::now().timestamp(), self.tolerance_s)?;
         serde_json::from_slice(body).map_err(|e| VerifyError::Body(e.to_string()))
     }
 }

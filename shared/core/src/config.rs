@@ -58,7 +58,7 @@ pub struct LambdaConfig {
     pub deadline_reserve: Duration,
     /// `RELAY_CALLBACK_ALLOW`: CIDRs and host names callbacks may reach although the address
     /// guard refuses them (empty: none).
-    pub callback_allow: crate::callbacks::AllowList,
+    pub callback_allow: crate::outbound::AllowList,
     /// `RELAY_WORK_DLQ_URL`, `RELAY_INGRESS_QUEUE_URL`, `RELAY_INGRESS_DLQ_URL`: the queues the
     /// admin function's redrive moves between.
     pub work_dlq_url: Option<String>,
@@ -142,7 +142,7 @@ impl LambdaConfig {
             alerts: crate::alerts::AlertConfig::from_lookup(&get)?,
             callback_allow: match text("RELAY_CALLBACK_ALLOW") {
                 None => Default::default(),
-                Some(v) => crate::callbacks::AllowList::parse(&v).map_err(|e| ConfigError::Invalid {
+                Some(v) => crate::outbound::AllowList::parse(&v).map_err(|e| ConfigError::Invalid {
                     name: "RELAY_CALLBACK_ALLOW",
                     value: v,
                     why: e.to_string(),

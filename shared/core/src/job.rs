@@ -209,6 +209,14 @@ pub enum TaskError {
     WaitForCompletion(DateTime<Utc>),
 }
 
+impl TaskError {
+    /// A retryable error from anything that says what went wrong (a store or pool error, an
+    /// SDK error): the one way a task turns a transient failure into another attempt.
+    pub fn retryable(e: impl std::fmt::Display) -> Self {
+        TaskError::Retryable(e.to_string())
+    }
+}
+
 /// The decision the executor records for one attempt.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {

@@ -1,7 +1,8 @@
 //! taskdeck: Relay's core, the platform itself. Each Lambda in `functions/` and the `relay`
 //! tool only wire configuration, pools and clients, then call into this crate.
 
-// Read top-down: each layer imports only the layers below it.
+// Read top-down: each layer imports only the layers below it (and, within a layer, a module
+// may use another that does not use it back: no two modules import each other).
 
 // Edges: how the outside reaches the platform.
 pub mod api;
@@ -11,28 +12,37 @@ pub mod lambda;
 pub mod platform;
 pub mod smoke;
 
-// Services: what the platform does with a job.
+// Services that run the platform: they hold the catalogue, or create and move jobs.
 pub mod alerts;
-pub mod callbacks;
-pub mod completions;
 pub mod credentials;
-pub mod destinations;
-pub mod email;
-pub mod exceptions;
 pub mod executor;
 pub mod intake;
 pub mod liveness;
-pub mod metrics;
-pub mod parents;
-pub mod provider;
 pub mod schedules;
 pub mod sweep;
+
+// The registry of task types, one floor above the features that implement them.
+pub mod catalogue;
+
+// Features: what the platform does for a job. Each that is a task type holds its adapter
+// beside it (`email::task`, `callbacks::task`, `destinations::task`; `provider` is one).
+pub mod callbacks;
+pub mod completions;
+pub mod destinations;
+pub mod email;
+pub mod exceptions;
+pub mod outbound;
+pub mod parents;
+pub mod provider;
+
+// The task contract: a leaf above the store; what a task may do beyond its rows it is given
+// as capabilities (`task::Jobs`, `task::AwsAccess`), which the services implement.
+pub mod task;
+
+// The dispatch seam and process-wide signals.
+pub mod metrics;
 pub mod telemetry;
 pub mod transport;
-
-// The task contract and the task types that implement it.
-pub mod catalogue;
-pub mod task;
 
 // What a job looks like from outside, built from its rows: the job resource, its progress
 // and why it waits.

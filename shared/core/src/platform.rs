@@ -35,7 +35,7 @@ pub struct Settings {
     /// The project name the status contract reports (`RELAY_PROJECT`, default `relay`).
     pub project: String,
     /// Addresses callbacks may reach although the guard refuses them (`RELAY_CALLBACK_ALLOW`).
-    pub callback_allow: crate::callbacks::AllowList,
+    pub callback_allow: crate::outbound::AllowList,
     /// Per-tenant intake rate limit; `None`: unlimited.
     pub tenant_rate: Option<crate::api::ratelimit::TenantRate>,
     /// The longest `timeout_seconds` intake accepts: 86,400 by default; on Lambda what the

@@ -128,6 +128,40 @@ pub fn waiting_reason(
     }
 }
 
+/// The status contract's flattened form of a job's progress.
+impl From<&Progress> for relay_status::Progress {
+    fn from(p: &Progress) -> Self {
+        use Progress as P;
+        match *p {
+            P::Count { total, succeeded, failed, cancelled, pending } => {
+                let done = total - pending;
+                relay_status::Progress {
+                    kind: "count".into(),
+                    total: Some(total),
+                    succeeded: Some(succeeded),
+                    failed: Some(failed),
+                    cancelled: Some(cancelled),
+                    pending: Some(pending),
+                    done: Some(done),
+                    fraction: Some(if total == 0 { 0.0 } else { done as f64 / total as f64 }),
+                    ..relay_status::Progress::default()
+                }
+            }
+            P::Elapsed { elapsed_s, baseline_p50_s, baseline_p95_s, runs_in_baseline, stuck } => {
+                relay_status::Progress {
+                    kind: "elapsed".into(),
+                    elapsed_s: Some(elapsed_s),
+                    baseline_p50_s,
+                    baseline_p95_s,
+                    runs_in_baseline: Some(runs_in_baseline),
+                    stuck: Some(stuck),
+                    ..relay_status::Progress::default()
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,39 +196,5 @@ mod tests {
         let json = serde_json::to_value(elapsed(now, now, None)).unwrap();
         assert_eq!(json["kind"], "elapsed");
         assert_eq!(json["baseline_p95_s"], serde_json::Value::Null);
-    }
-}
-
-/// The status contract's flattened form of a job's progress.
-impl From<&Progress> for relay_status::Progress {
-    fn from(p: &Progress) -> Self {
-        use Progress as P;
-        match *p {
-            P::Count { total, succeeded, failed, cancelled, pending } => {
-                let done = total - pending;
-                relay_status::Progress {
-                    kind: "count".into(),
-                    total: Some(total),
-                    succeeded: Some(succeeded),
-                    failed: Some(failed),
-                    cancelled: Some(cancelled),
-                    pending: Some(pending),
-                    done: Some(done),
-                    fraction: Some(if total == 0 { 0.0 } else { done as f64 / total as f64 }),
-                    ..relay_status::Progress::default()
-                }
-            }
-            P::Elapsed { elapsed_s, baseline_p50_s, baseline_p95_s, runs_in_baseline, stuck } => {
-                relay_status::Progress {
-                    kind: "elapsed".into(),
-                    elapsed_s: Some(elapsed_s),
-                    baseline_p50_s,
-                    baseline_p95_s,
-                    runs_in_baseline: Some(runs_in_baseline),
-                    stuck: Some(stuck),
-                    ..relay_status::Progress::default()
-                }
-            }
-        }
     }
 }

@@ -70,8 +70,8 @@ struct Run {
     test_tasks: bool,
     /// CIDRs and host names callbacks may reach although the address guard refuses them
     /// (comma-separated; e.g. `127.0.0.1/32` for a receiver on this machine).
-    #[arg(long, env = "RELAY_CALLBACK_ALLOW", value_parser = taskdeck::callbacks::AllowList::parse)]
-    callback_allow: Option<taskdeck::callbacks::AllowList>,
+    #[arg(long, env = "RELAY_CALLBACK_ALLOW", value_parser = taskdeck::outbound::AllowList::parse)]
+    callback_allow: Option<taskdeck::outbound::AllowList>,
     /// Jobs per second each tenant may submit to this API process (429 beyond); unset: no limit.
     #[arg(long, env = "RELAY_TENANT_RATE")]
     tenant_rate: Option<f64>,

@@ -98,7 +98,7 @@ pub async fn put(
     JsonBody(req): JsonBody<CallbackSettingsRequest>,
 ) -> Result<Json<CallbackSettings>, ApiError> {
     if let Some(url) = &req.url {
-        crate::callbacks::check_url(url, &state.admission.callback_allow)
+        crate::outbound::check_url(url, &state.admission.callback_allow)
             .map_err(|why| ApiError::unprocessable("invalid_field", format!("url: {why}")).with("field", "url"))?;
     }
     let db = state.pool.get().await.map_err(StoreError::from)?;

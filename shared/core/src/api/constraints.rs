@@ -77,9 +77,9 @@ pub fn apply(doc: &mut Value) {
     for field in ["correlation_id", "concurrency_key"] {
         job["properties"][field]["pattern"] = json!(PRINTABLE);
     }
-    let callback_url = crate::callbacks::url_pattern(false);
+    let callback_url = crate::outbound::url_pattern(false);
     job["properties"]["callback_url"]["pattern"] = json!(callback_url);
-    job["properties"]["callback_url"]["maxLength"] = json!(crate::callbacks::MAX_URL_LEN);
+    job["properties"]["callback_url"]["maxLength"] = json!(crate::outbound::MAX_URL_LEN);
     job["oneOf"] = json!(client_branches);
     job["allOf"] = json!([
         {"anyOf": [{"properties": {"run_at": {"type": "null"}}}, {"properties": {"delay_seconds": {"type": "null"}}}]},
@@ -147,7 +147,7 @@ pub fn apply(doc: &mut Value) {
     let base_url = callback_url.replacen("^https?://", "^https://", 1);
     let base_url = format!("{}$", &base_url[..base_url.rfind("(\\?(").unwrap_or(base_url.len() - 1)]);
     schemas["DestinationBody"]["properties"]["base_url"]["pattern"] = json!(base_url);
-    schemas["DestinationBody"]["properties"]["base_url"]["maxLength"] = json!(crate::callbacks::MAX_URL_LEN);
+    schemas["DestinationBody"]["properties"]["base_url"]["maxLength"] = json!(crate::outbound::MAX_URL_LEN);
     schemas["SendingRoleBody"]["properties"]["role_arn"]["pattern"] = json!(ROLE_ARN);
 
     for (path, method, param, schema) in [
@@ -363,11 +363,11 @@ mod tests {
 
     #[test]
     fn the_documented_callback_url_shape_is_one_the_server_takes() {
-        let documented = regex::Regex::new(&crate::callbacks::url_pattern(false)).unwrap();
-        let allow = crate::callbacks::AllowList::default();
+        let documented = regex::Regex::new(&crate::outbound::url_pattern(false)).unwrap();
+        let allow = crate::outbound::AllowList::default();
         for url in ["https://a.example/x?y=%2F", "http://localhost:65535", "http://a-1.b/p/q;r=s@t"] {
             assert!(documented.is_match(url), "{url}");
-            assert_eq!(crate::callbacks::check_url(url, &allow), Ok(()), "{url}");
+            assert_eq!(crate::outbound::check_url(url, &allow), Ok(()), "{url}");
         }
         for url in ["http://a.example:65536/", "http://a.example/%zz", "http://10.0.0.1/"] {
             assert!(!documented.is_match(url), "{url}");

@@ -119,8 +119,8 @@ async fn views(state: &AppState, tenant: TenantId, list: Vec<Destination>) -> Re
 /// the guard refuses is refused here), https unless allow-listed, no query or fragment.
 fn check(state: &AppState, b: &DestinationBody) -> Result<(), ApiError> {
     let allow = &state.admission.callback_allow;
-    crate::callbacks::check_url(&b.base_url, allow).map_err(|why| invalid("base_url", why))?;
-    let target = crate::callbacks::parse_url(&b.base_url).map_err(|why| invalid("base_url", why))?;
+    crate::outbound::check_url(&b.base_url, allow).map_err(|why| invalid("base_url", why))?;
+    let target = crate::outbound::parse_url(&b.base_url).map_err(|why| invalid("base_url", why))?;
     if b.base_url.contains('?') || b.base_url.contains('#') {
         return Err(invalid("base_url", "no query or fragment: a call's path and query are appended to it"));
     }

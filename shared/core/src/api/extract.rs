@@ -118,7 +118,10 @@ where
 /// Recently seen API keys (by hash) and their tenants, so a busy client costs no key lookup
 /// per request. An entry lives `TTL`: a disabled or rotated key stops working within that.
 #[derive(Clone, Default)]
-pub struct TenantCache(Arc<Mutex<HashMap<Vec<u8>, (Tenant, Instant)>>>);
+pub struct TenantCache(Arc<Mutex<KeyCache>>);
+
+/// Key hash to tenant, with when it was looked up.
+type KeyCache = HashMap<Vec<u8>, (Tenant, Instant)>;
 
 impl TenantCache {
     pub const TTL: Duration = Duration::from_secs(10);

@@ -15,10 +15,10 @@ use super::AppState;
 use super::cursor;
 use super::error::{ApiError, ErrorBody, page_limit};
 use super::extract::{Caller, JsonBody};
-use crate::callbacks::AllowList;
 use crate::catalogue::Catalogue;
 use crate::job::terms::{self, Concurrency, CorrelationId, IdempotencyKey, Limits, MAX_TIMEOUT_SECONDS, RequestHash};
 use crate::job::{JobId, JobStatus, TenantId};
+use crate::outbound::AllowList;
 use crate::store::jobs::{self, Inserted, Job, JobFilter, NewJob};
 use crate::store::{StoreError, attempt_sessions};
 use crate::task::{Named, Stored};
@@ -158,7 +158,7 @@ impl JobRequest {
         let limits = Limits::parse(self.max_attempts, self.timeout_seconds, admits.max_timeout_seconds)?;
         let concurrency = Concurrency::parse(self.concurrency_key.clone(), self.concurrency_limit)?;
         if let Some(url) = &self.callback_url {
-            crate::callbacks::check_url(url, &admits.callback_allow).map_err(|why| {
+            crate::outbound::check_url(url, &admits.callback_allow).map_err(|why| {
                 ApiError::unprocessable("invalid_field", format!("callback_url: {why}")).with("field", "callback_url")
             })?;
         }

@@ -13,8 +13,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use crate::callbacks::{self, AllowList};
+use crate::callbacks;
 use crate::job::{Fault, JobId, TaskError, TenantId};
+use crate::outbound::{self, AllowList, Refusal};
 use crate::retry::RetryPolicy;
 use crate::store::callbacks::{self as store, Attempt, Outcome};
 use crate::store::jobs;
@@ -84,7 +85,7 @@ impl Task for Deliver {
             record(attempt).await?;
             return Ok(json!({"delivered": false, "skipped": "no callback URL or signing secret"}));
         };
-        let target = match callbacks::parse_url(&url) {
+        let target = match outbound::parse_url(&url) {
             Ok(t) => t,
             Err(why) => {
                 attempt.outcome = Outcome::Refused;
@@ -98,17 +99,17 @@ impl Task for Deliver {
             record(attempt).await?;
             return Ok(json!({"delivered": false, "shadowed": true}));
         }
-        let addr = match callbacks::resolve(&target, &self.allow).await {
+        let addr = match outbound::resolve(&target, &self.allow).await {
             Ok(a) => a,
             Err(refusal) => {
                 attempt.error = Some(refusal.to_string());
                 return match refusal {
-                    callbacks::Refusal::Address { .. } => {
+                    Refusal::Address { .. } => {
                         attempt.outcome = Outcome::Refused;
                         record(attempt).await?;
                         Err(TaskError::Fatal(refusal.to_string()))
                     }
-                    callbacks::Refusal::Resolve { .. } => {
+                    Refusal::Resolve { .. } => {
                         attempt.outcome = Outcome::Failed;
                         record(attempt).await?;
                         Err(TaskError::Retryable(refusal.to_string()))
@@ -132,7 +133,7 @@ impl Task for Deliver {
             ("user-agent", "relay-callbacks/1".into()),
         ];
         let started = std::time::Instant::now();
-        let answer = callbacks::post(&target, addr, &headers, body.into()).await;
+        let answer = outbound::post(&target, addr, &headers, body.into()).await;
         attempt.duration_ms = Some(i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX));
         match answer {
             Ok(a) => {

@@ -1,5 +1,5 @@
 //! `http.request`: one call to a destination the tenant registered (`crate::destinations`),
-//! under the callbacks' address guard (`crate::callbacks`), carrying the job's idempotency key
+//! under the outbound address guard (`crate::outbound`), carrying the job's idempotency key
 //! (`Idempotency-Key`) and correlation id.
 //!
 //! One attempt: an earlier attempt's call with no recorded outcome makes this one ambiguous
@@ -25,9 +25,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use crate::callbacks::{self, AllowList, Answer, Limits, Refusal};
 use crate::destinations::{self as rules, SecretError};
 use crate::job::{Fence, TaskError};
+use crate::outbound::{self, AllowList, Answer, Limits, Refusal};
 use crate::store::destinations::{self, Destination};
 use crate::store::http_calls::{self, NewCall, Settled};
 use crate::store::rate_slots::{self, Limit, Slot};
@@ -135,24 +135,20 @@ impl Task for HttpRequest {
     }
 }
 
-fn retryable(e: impl std::fmt::Display) -> TaskError {
-    TaskError::Retryable(e.to_string())
-}
-
 /// Whether an answer's status makes the call worth another attempt (its body is not read).
 fn retryable_status(status: u16) -> bool {
     matches!(status, 408 | 429 | 500..=599)
 }
 
 async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<Value, TaskError> {
-    let db = ctx.db.get().await.map_err(retryable)?;
-    if let Some(c) = http_calls::unsettled(&db, ctx.job_id, ctx.attempt).await.map_err(retryable)? {
+    let db = ctx.db.get().await.map_err(TaskError::retryable)?;
+    if let Some(c) = http_calls::unsettled(&db, ctx.job_id, ctx.attempt).await.map_err(TaskError::retryable)? {
         return Err(TaskError::Ambiguous(format!(
             "attempt {}'s call to {} has no recorded outcome (its worker stopped mid-call): it may have reached the destination; not calling again",
             c.attempt, c.destination
         )));
     }
-    let Some(dest) = destinations::get(&db, ctx.tenant_id, &p.destination).await.map_err(retryable)? else {
+    let Some(dest) = destinations::get(&db, ctx.tenant_id, &p.destination).await.map_err(TaskError::retryable)? else {
         return Err(TaskError::Fatal(format!("destination {:?} no longer exists", p.destination)));
     };
     for (name, value) in &p.headers {
@@ -161,8 +157,8 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
     }
     let job = jobs::get(&db, ctx.tenant_id, ctx.job_id)
         .await
-        .map_err(retryable)?
-        .ok_or_else(|| retryable("the job vanished"))?;
+        .map_err(TaskError::retryable)?
+        .ok_or_else(|| TaskError::retryable("the job vanished"))?;
     let url = rules::join(&dest.base_url, &p.path);
     let mut headers: Vec<(String, String)> = p.headers.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
     headers.push(("content-type".into(), "application/json".into()));
@@ -181,7 +177,7 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
     // operators' for this one, and the tenant's own (on the destination).
     let held = if !ctx.modes.writes_enabled("http") {
         Some("by the operators, for every destination (write:http)")
-    } else if modes::operator_holds(&db, ctx.tenant_id, &dest.name).await.map_err(retryable)? {
+    } else if modes::operator_holds(&db, ctx.tenant_id, &dest.name).await.map_err(TaskError::retryable)? {
         Some("by the operators, for this destination")
     } else if !dest.writes_enabled {
         Some("by your own switch (PUT /v1/destinations/{name}/writes)")
@@ -194,7 +190,7 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
             HOLD,
         ));
     }
-    let target = match callbacks::parse_url(&url) {
+    let target = match outbound::parse_url(&url) {
         Ok(t) => t,
         Err(why) => {
             record("refused", Some(format!("invalid URL: {why}"))).await?;
@@ -208,20 +204,20 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
         Some(h) => Some((h.clone(), read_secret(ctx, &dest).await?)),
         None => None,
     };
-    let db = ctx.db.get().await.map_err(retryable)?;
+    let db = ctx.db.get().await.map_err(TaskError::retryable)?;
     let record =
         |outcome: &'static str, error: Option<String>| record_call(&db, ctx, &p.destination, &shown, outcome, error);
-    let addr = match callbacks::resolve(&target, allow).await {
+    let addr = match outbound::resolve(&target, allow).await {
         Ok(a) => a,
         Err(refusal @ Refusal::Address { .. }) => {
             record("refused", Some(refusal.to_string())).await?;
             return Err(TaskError::Fatal(refusal.to_string()));
         }
-        Err(refusal @ Refusal::Resolve { .. }) => return Err(retryable(refusal)),
+        Err(refusal @ Refusal::Resolve { .. }) => return Err(TaskError::retryable(refusal)),
     };
     let limit =
         Limit { key: rate_slots::destination_key(ctx.tenant_id, &dest.name), rate_per_second: dest.rate_per_second };
-    if let Slot::Wait(wait) = rate_slots::take(&db, &[limit], Duration::ZERO).await.map_err(retryable)? {
+    if let Slot::Wait(wait) = rate_slots::take(&db, &[limit], Duration::ZERO).await.map_err(TaskError::retryable)? {
         return Err(TaskError::RateLimited {
             rate: format!("destination:{}", dest.name),
             note: format!(
@@ -243,7 +239,7 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
         read_body: |s| !retryable_status(s),
     };
     let started = std::time::Instant::now();
-    let answer = callbacks::request(&target, addr, p.method.hyper(), &pairs, Bytes::from(body), limits).await;
+    let answer = outbound::request(&target, addr, p.method.hyper(), &pairs, Bytes::from(body), limits).await;
     let duration_ms = Some(i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX));
     let what = format!("{} {url}", p.method.hyper());
     let (settled, outcome) = classify(&what, answer, duration_ms);
@@ -267,8 +263,8 @@ async fn record_call(
     let c = NewCall { fence, tenant_id: ctx.tenant_id, destination, outcome, request, error: error.as_deref() };
     http_calls::record(db, &c)
         .await
-        .map_err(retryable)?
-        .ok_or_else(|| retryable("this attempt no longer holds the job; it may not call"))
+        .map_err(TaskError::retryable)?
+        .ok_or_else(|| TaskError::retryable("this attempt no longer holds the job; it may not call"))
 }
 
 /// What was (or would be) sent, the secret redacted.
@@ -287,7 +283,7 @@ async fn read_secret(ctx: &TaskContext, dest: &Destination) -> Result<String, Ta
             rules::check_value(&v).map(|()| v).map_err(|m| TaskError::Fatal(format!("the destination's secret: {m}")))
         }
         Err(e @ (SecretError::Missing(_) | SecretError::NotAString(_))) => Err(TaskError::Fatal(e.to_string())),
-        Err(e @ SecretError::Service(_)) => Err(retryable(e)),
+        Err(e @ SecretError::Service(_)) => Err(TaskError::retryable(e)),
     }
 }
 
@@ -310,7 +306,7 @@ fn response_json(a: &Answer) -> Value {
 /// The one classification of a call's end (see the module's table).
 fn classify(
     what: &str,
-    answer: Result<Answer, callbacks::PostError>,
+    answer: Result<Answer, outbound::PostError>,
     duration_ms: Option<i32>,
 ) -> (Settled, Result<Value, TaskError>) {
     let settled = |outcome, http_status, response, error: Option<String>| Settled {

@@ -166,10 +166,6 @@ pub fn check_page(campaign: &CampaignParams, page: u32, recipients: &[Recipient]
     Ok(())
 }
 
-fn retryable(e: impl std::fmt::Display) -> TaskError {
-    TaskError::Retryable(e.to_string())
-}
-
 /// The child for the recipient at `position` of the campaign `campaign`.
 fn child(
     campaign: JobId,
@@ -202,11 +198,11 @@ async fn off_the_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 's
 
 /// One run of a campaign: declare, create the next slice of children, then continue or wait.
 pub async fn run(ctx: &TaskContext, p: CampaignParams) -> Result<Value, TaskError> {
-    let db = ctx.db.get().await.map_err(retryable)?;
+    let db = ctx.db.get().await.map_err(TaskError::retryable)?;
     let recipients = match p.pages {
         None => p.recipients.clone(),
         Some(pages) => {
-            let got = campaign_pages::all(&db, ctx.job_id).await.map_err(retryable)?;
+            let got = campaign_pages::all(&db, ctx.job_id).await.map_err(TaskError::retryable)?;
             if got.len() != pages as usize {
                 return Err(TaskError::Fatal(format!("{} of {pages} recipient pages arrived", got.len())));
             }
@@ -220,12 +216,16 @@ pub async fn run(ctx: &TaskContext, p: CampaignParams) -> Result<Value, TaskErro
     };
     let recipients = std::sync::Arc::new(recipients);
     let total = i32::try_from(recipients.len()).map_err(|_| TaskError::Fatal("too many recipients".into()))?;
-    if !jobs::declare_children(&db, Fence { job: ctx.job_id, attempt: ctx.attempt }, total).await.map_err(retryable)? {
+    if !jobs::declare_children(&db, Fence { job: ctx.job_id, attempt: ctx.attempt }, total)
+        .await
+        .map_err(TaskError::retryable)?
+    {
         return Err(TaskError::Retryable("this attempt no longer holds the campaign".into()));
     }
     // Each chunk commits whole, so the children that exist are whole chunks (a partial last
     // chunk only at the very end); created again, a child is found by its key, not duplicated.
-    let existing = usize::try_from(jobs::count_children(&db, ctx.job_id).await.map_err(retryable)?).unwrap_or(0);
+    let existing =
+        usize::try_from(jobs::count_children(&db, ctx.job_id).await.map_err(TaskError::retryable)?).unwrap_or(0);
     drop(db);
     let start = existing - existing % CHUNK;
     let per_run = p.children_per_run.unwrap_or(DEFAULT_CHILDREN_PER_RUN) as usize;
@@ -240,7 +240,7 @@ pub async fn run(ctx: &TaskContext, p: CampaignParams) -> Result<Value, TaskErro
                 .collect()
         })
         .await?;
-        ctx.jobs.enqueue(ctx.tenant_id, slice).await.map_err(retryable)?;
+        ctx.jobs.enqueue(ctx.tenant_id, slice).await.map_err(TaskError::retryable)?;
     }
     tracing::info!(event = "relay.campaign.children", created_up_to = end, total, "campaign children created");
     if end < recipients.len() {

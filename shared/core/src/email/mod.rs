@@ -37,10 +37,6 @@ use ses::SendFailure;
 /// The write switch that lets email leave the machine (`write:ses`, with shadow off).
 pub const INTEGRATION: &str = "ses";
 
-fn retryable(e: impl std::fmt::Display) -> TaskError {
-    TaskError::Retryable(e.to_string())
-}
-
 /// What a run reports about its message.
 fn report(m: &Message, note: &str) -> Value {
     json!({
@@ -72,7 +68,7 @@ fn preview(p: &SendParams, body: &content::Rendered, message_id: Uuid, ctx: &Tas
 
 /// One attempt of `email.send`.
 pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> {
-    let db = ctx.db.get().await.map_err(retryable)?;
+    let db = ctx.db.get().await.map_err(TaskError::retryable)?;
     let tenant = ctx.tenant_id;
     let from = content::bare(&p.from).unwrap_or_default();
     let recipients: Vec<String> = p.recipients().filter_map(|r| content::bare(r)).collect();
@@ -89,7 +85,7 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         suppressions::matching(&db, tenant, &recipients),
         sending_identities::role(&db, tenant),
     )
-    .map_err(retryable)?;
+    .map_err(TaskError::retryable)?;
     let body = p.render(template.as_ref()).map_err(|e| TaskError::Fatal(e.to_string()))?;
     let refused = if !allowed {
         Some(format!("{from} is not one of this tenant's sending identities"))
@@ -116,13 +112,13 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         let account = pace::account_of(own_role.as_deref());
         let rates = send_rates::for_send(&db, &account, &tenant.to_string(), p.configuration_set.as_deref())
             .await
-            .map_err(retryable)?;
+            .map_err(TaskError::retryable)?;
         let bulk = p.message_key.as_deref().is_some_and(|k| k.starts_with("campaign:"));
         let plan = pace::Plan { account, rates, bulk };
         drop(db);
         let aws = ctx.aws().await?;
         pace::wait_for_slot(&ctx.db, &plan).await?;
-        (ctx.db.get().await.map_err(retryable)?, Some(aws), Some(plan))
+        (ctx.db.get().await.map_err(TaskError::retryable)?, Some(aws), Some(plan))
     } else {
         (db, None, None)
     };
@@ -146,7 +142,7 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         Status::Sending => messages::record_intent(&db, &new).await,
         _ => messages::record_unsent(&db, &new).await,
     };
-    let m = match recorded.map_err(retryable)? {
+    let m = match recorded.map_err(TaskError::retryable)? {
         Intent::Fenced => {
             return Err(TaskError::Retryable("this attempt no longer holds the job; it may not send".into()));
         }
@@ -231,8 +227,8 @@ async fn record_outcome(
     tracing::warn!(event = "relay.email.not_sent", message_id = %m.id, status = to.as_str(), reason = %why, "email send failed");
     // An event may have got there first (a Send event is proof): then the message moved on and
     // the job may say so.
-    if !messages::transition(db, m.id, Status::Sending, to, &why).await.map_err(retryable)? {
-        let now = messages::by_key(db, m.tenant_id, &m.message_key).await.map_err(retryable)?;
+    if !messages::transition(db, m.id, Status::Sending, to, &why).await.map_err(TaskError::retryable)? {
+        let now = messages::by_key(db, m.tenant_id, &m.message_key).await.map_err(TaskError::retryable)?;
         let proven = |s: Status| {
             matches!(s, Status::Sent | Status::Delayed | Status::Delivered | Status::Bounced | Status::Complained)
         };
@@ -254,7 +250,7 @@ async fn existing(db: &deadpool_postgres::Client, m: Message, ctx: &TaskContext)
     let m = match m.status {
         Status::Sending => messages::abandon_earlier_attempt(db, &m, ctx.attempt)
             .await
-            .map_err(|e: StoreError| retryable(e))?
+            .map_err(|e: StoreError| TaskError::retryable(e))?
             .unwrap_or(m),
         _ => m,
     };
@@ -302,9 +298,9 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
         Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| message.clone()),
         v => v.clone(),
     };
-    let mut db = ctx.db.get().await.map_err(retryable)?;
-    let tx = db.transaction().await.map_err(retryable)?;
-    let out = match messages::apply_event(&tx, event_key, &e, &detail).await.map_err(retryable)? {
+    let mut db = ctx.db.get().await.map_err(TaskError::retryable)?;
+    let tx = db.transaction().await.map_err(TaskError::retryable)?;
+    let out = match messages::apply_event(&tx, event_key, &e, &detail).await.map_err(TaskError::retryable)? {
         messages::Applied::Duplicate => {
             json!({ "ses_event": e.kind.name(), "applied": false, "note": "applied before (duplicate)" })
         }
@@ -328,14 +324,15 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
                     Some(message.id),
                 )
                 .await
-                .map_err(retryable)?;
+                .map_err(TaskError::retryable)?;
             }
             let mut settled = Vec::new();
             if matches!(before, Status::Unknown | Status::Sending) && e.kind.proves_sent() {
                 let result = json!({ "message_id": message.id, "status": message.status, "provider_message_id": message.provider_message_id });
                 let why = format!("SES {} event {event_key} proves message {} was sent", e.kind.name(), message.id);
-                settled =
-                    crate::exceptions::settle_ambiguous(&tx, message.job_id, result, &why).await.map_err(retryable)?;
+                settled = crate::exceptions::settle_ambiguous(&tx, message.job_id, result, &why)
+                    .await
+                    .map_err(TaskError::retryable)?;
             }
             json!({
                 "ses_event": e.kind.name(), "applied": true, "message_id": message.id,
@@ -344,6 +341,6 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
             })
         }
     };
-    tx.commit().await.map_err(retryable)?;
+    tx.commit().await.map_err(TaskError::retryable)?;
     Ok(out)
 }

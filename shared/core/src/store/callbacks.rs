@@ -143,11 +143,10 @@ impl Outcome {
         }
     }
 
-    fn parse(s: &str) -> Outcome {
+    fn parse(s: &str) -> Option<Outcome> {
         [Outcome::Delivered, Outcome::Failed, Outcome::Refused, Outcome::Shadowed, Outcome::Gone, Outcome::Skipped]
             .into_iter()
             .find(|o| o.as_str() == s)
-            .unwrap_or(Outcome::Failed)
     }
 }
 
@@ -204,22 +203,23 @@ pub async fn attempts(db: &impl GenericClient, tenant_id: TenantId, job_id: JobI
             &[&job_id, &tenant_id],
         )
         .await?;
-    Ok(rows
-        .iter()
-        .map(|r| Attempt {
-            job_id: r.get(0),
-            tenant_id: r.get(1),
-            delivery_job_id: r.get(2),
-            attempt: r.get(3),
-            event: r.get(4),
-            url: r.get(5),
-            outcome: Outcome::parse(r.get(6)),
-            http_status: r.get(7),
-            error: r.get(8),
-            duration_ms: r.get(9),
-            at: r.get(10),
+    rows.iter()
+        .map(|r| {
+            Ok(Attempt {
+                job_id: r.get(0),
+                tenant_id: r.get(1),
+                delivery_job_id: r.get(2),
+                attempt: r.get(3),
+                event: r.get(4),
+                url: r.get(5),
+                outcome: super::decode("callback_attempts.outcome", r.get(6), Outcome::parse)?,
+                http_status: r.get(7),
+                error: r.get(8),
+                duration_ms: r.get(9),
+                at: r.get(10),
+            })
         })
-        .collect())
+        .collect::<Result<_, StoreError>>()
 }
 
 /// CTEs that create a `callback.deliver` job (platform tenant) for each top-level job in the

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use tokio_postgres::Row;
 
-use super::{GenericClient, StoreError};
+use super::{GenericClient, StoreError, decode};
 use crate::job::completion::{CompletionOutcome, OpenWait, OverduePolicy};
 use crate::job::{Fence, JobId, JobStatus, TenantId};
 
@@ -92,28 +92,29 @@ const LOCKED_COLUMNS: &str =
     "w.job_id, w.attempt, w.deadline, w.on_overdue, w.reschedule_seconds, w.retry_delay_seconds,
     w.closed_at, w.closed_by, w.outcome, w.completion_hash, j.tenant_id, j.status, j.attempt, j.max_attempts";
 
-fn locked(r: &Row) -> Locked {
-    let on_overdue: &str = r.get(3);
-    let status: &str = r.get(11);
-    Locked {
+fn locked(r: &Row) -> Result<Locked, StoreError> {
+    let reschedule: Option<f64> = r.get(4);
+    let closed_outcome = r.get::<_, Option<&str>>(8);
+    let closed_outcome =
+        closed_outcome.map(|o| decode("completion_waits.outcome", o, CompletionOutcome::parse)).transpose()?;
+    Ok(Locked {
         wait: OpenWait {
             fence: Fence { job: r.get(0), attempt: r.get(1) },
             max_attempts: r.get(13),
             deadline: r.get(2),
-            // The column's CHECK admits only the names `parse` knows.
-            on_overdue: OverduePolicy::parse(on_overdue, r.get(4)).unwrap_or(OverduePolicy::Fail),
+            on_overdue: decode("completion_waits.on_overdue", r.get(3), |p| OverduePolicy::parse(p, reschedule))?,
             retry_delay: std::time::Duration::from_secs_f64(r.get::<_, f64>(5).max(0.0)),
         },
         tenant_id: r.get(10),
-        job_status: JobStatus::parse(status).unwrap_or(JobStatus::Failed),
+        job_status: decode("jobs.status", r.get(11), JobStatus::parse)?,
         job_attempt: r.get(12),
         closed: r.get::<_, Option<DateTime<Utc>>>(6).map(|at| Closed {
             at,
             by: r.get(7),
-            outcome: r.get::<_, Option<&str>>(8).and_then(CompletionOutcome::parse),
+            outcome: closed_outcome,
             completion_hash: r.get(9),
         }),
-    }
+    })
 }
 
 /// The wait this token opened, locked with its job (wait first, then job: no other path locks
@@ -132,7 +133,7 @@ pub async fn lock_by_token(
         ))
         .await?;
     let (tenant, job) = (scope.map(|s| s.0), scope.map(|s| s.1));
-    Ok(db.query_opt(&stmt, &[&token_hash, &tenant, &job]).await?.as_ref().map(locked))
+    db.query_opt(&stmt, &[&token_hash, &tenant, &job]).await?.as_ref().map(locked).transpose()
 }
 
 /// Up to `limit` open waits past their deadline, locked with their jobs; rows another
@@ -149,7 +150,7 @@ pub async fn lock_overdue(db: &impl GenericClient, limit: i64) -> Result<Vec<Loc
              FOR UPDATE OF w, j SKIP LOCKED"
         ))
         .await?;
-    Ok(db.query(&stmt, &[&limit]).await?.iter().map(locked).collect())
+    db.query(&stmt, &[&limit]).await?.iter().map(locked).collect::<Result<_, _>>()
 }
 
 /// A completion that ended a wait: recorded on it, so a second one is told apart.

@@ -213,15 +213,14 @@ const COLUMNS: &str = "id, message_key, job_id, attempt, correlation_id, status,
      subject, provider_message_id, opens, clicks, created_at, updated_at, sent_at, tenant_id";
 
 impl Message {
-    fn from_row(r: &Row) -> Message {
-        let status: String = r.get(5);
-        Message {
+    fn from_row(r: &Row) -> Result<Message, StoreError> {
+        Ok(Message {
             id: r.get(0),
             message_key: r.get(1),
             job_id: r.get(2),
             attempt: r.get(3),
             correlation_id: r.get(4),
-            status: Status::parse(&status).unwrap_or(Status::Unknown),
+            status: super::decode("messages.status", r.get(5), Status::parse)?,
             reason: r.get(6),
             from: r.get(7),
             recipients: r.get(8),
@@ -233,7 +232,7 @@ impl Message {
             updated_at: r.get(14),
             sent_at: r.get(15),
             tenant_id: r.get(16),
-        }
+        })
     }
 }
 
@@ -342,7 +341,7 @@ async fn record(db: &impl GenericClient, m: &NewMessage, commit: &str) -> Result
         )
         .await?;
     if let Some(r) = row {
-        return Ok(Intent::Recorded(Message::from_row(&r)));
+        return Ok(Intent::Recorded(Message::from_row(&r)?));
     }
     Ok(match by_key(db, m.tenant_id, &m.message_key).await? {
         Some(existing) => Intent::Existing(existing),
@@ -352,7 +351,7 @@ async fn record(db: &impl GenericClient, m: &NewMessage, commit: &str) -> Result
 
 pub async fn by_key(db: &impl GenericClient, tenant: TenantId, key: &str) -> Result<Option<Message>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM messages WHERE tenant_id = $1 AND message_key = $2");
-    Ok(db.query_opt(&sql, &[&tenant, &key]).await?.as_ref().map(Message::from_row))
+    db.query_opt(&sql, &[&tenant, &key]).await?.as_ref().map(Message::from_row).transpose()
 }
 
 /// SES accepted the message: record its id. An event that arrived first may have moved the
@@ -400,20 +399,20 @@ pub async fn abandon_earlier_attempt(
          WHERE id = $1 AND status = 'sending' AND attempt < $2 RETURNING {COLUMNS}"
     );
     if let Some(r) = db.query_opt(&sql, &[&m.id, &attempt]).await? {
-        return Ok(Some(Message::from_row(&r)));
+        return Ok(Some(Message::from_row(&r)?));
     }
     get_any(db, m.id).await
 }
 
 async fn get_any(db: &impl GenericClient, id: Uuid) -> Result<Option<Message>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM messages WHERE id = $1");
-    Ok(db.query_opt(&sql, &[&id]).await?.as_ref().map(Message::from_row))
+    db.query_opt(&sql, &[&id]).await?.as_ref().map(Message::from_row).transpose()
 }
 
 /// One of the tenant's messages.
 pub async fn get(db: &impl GenericClient, tenant: TenantId, id: Uuid) -> Result<Option<Message>, StoreError> {
     let sql = format!("SELECT {COLUMNS} FROM messages WHERE id = $1 AND tenant_id = $2");
-    Ok(db.query_opt(&sql, &[&id, &tenant]).await?.as_ref().map(Message::from_row))
+    db.query_opt(&sql, &[&id, &tenant]).await?.as_ref().map(Message::from_row).transpose()
 }
 
 /// What a shadowed message of the tenant's would have sent (none for a message really sent,
@@ -436,7 +435,7 @@ pub async fn list(
            AND ($2::text IS NULL OR correlation_id = $2) AND ($3::uuid IS NULL OR job_id = $3)
          ORDER BY created_at DESC, id DESC LIMIT $4"
     );
-    Ok(db.query(&sql, &[&tenant, &correlation_id, &job_id, &limit]).await?.iter().map(Message::from_row).collect())
+    db.query(&sql, &[&tenant, &correlation_id, &job_id, &limit]).await?.iter().map(Message::from_row).collect()
 }
 
 /// A provider event as kept on its message.
@@ -477,7 +476,7 @@ pub enum Applied {
     /// No message matches; the event is kept with the reason.
     Unmatched,
     /// Applied to the message; `before` is its status before this event.
-    Applied { message: Message, before: Status },
+    Applied { message: Box<Message>, before: Status },
 }
 
 /// Apply one event once, in the caller's transaction: keep it, move the message's status up,
@@ -504,7 +503,7 @@ pub async fn apply_event(
     if found.is_none() && e.kind != EventKind::Received {
         found = db.query_opt(&by_provider_id, &[&e.ses_message_id]).await?;
     }
-    let message = found.as_ref().map(Message::from_row);
+    let message = found.as_ref().map(Message::from_row).transpose()?;
     let note = match &message {
         None if e.kind == EventKind::Received => e.summary.clone(),
         None => {
@@ -551,7 +550,7 @@ pub async fn apply_event(
             ],
         )
         .await?;
-    Ok(Applied::Applied { message: Message::from_row(&row), before: m.status })
+    Ok(Applied::Applied { message: Box::new(Message::from_row(&row)?), before: m.status })
 }
 
 #[cfg(test)]

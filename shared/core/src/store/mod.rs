@@ -68,6 +68,20 @@ pub enum StoreError {
     /// A stored exception kind this build does not know (a newer build wrote it).
     #[error(transparent)]
     UnknownExceptionKind(#[from] crate::job::UnknownExceptionKind),
+    /// A stored value this build does not know (a newer build wrote it, or a hand): an error
+    /// naming the column, never a guess.
+    #[error("column {column} holds {value:?}, which this build does not know")]
+    UnknownValue { column: &'static str, value: String },
+}
+
+/// Decode a stored name with `parse`; a name it does not know is `StoreError::UnknownValue`
+/// naming `column`.
+pub(crate) fn decode<T>(
+    column: &'static str,
+    value: &str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<T, StoreError> {
+    parse(value).ok_or_else(|| StoreError::UnknownValue { column, value: value.to_owned() })
 }
 
 /// A database error with Postgres's own message (tokio-postgres's `Display` says only "db error").

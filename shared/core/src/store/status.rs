@@ -136,15 +136,13 @@ pub async fn recent_runs(db: &impl GenericClient, limit: i64) -> Result<Vec<RunR
              ) r ORDER BY part, coalesce(finished_at, updated_at) DESC"
         ))
         .await?;
-    Ok(db
-        .query(&stmt, &[&limit])
+    db.query(&stmt, &[&limit])
         .await?
         .iter()
-        .map(|r| RunRow {
-            job: Job::from_row(r),
-            tenant: r.get::<_, Option<String>>("tenant_name").unwrap_or_default(),
+        .map(|r| {
+            Ok(RunRow { job: Job::from_row(r)?, tenant: r.get::<_, Option<String>>("tenant_name").unwrap_or_default() })
         })
-        .collect())
+        .collect()
 }
 
 /// The newest open exceptions with their tenant's name; the cause cut to 300 characters.

@@ -32,8 +32,7 @@ enum Fate {
 pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let mut report = Report::new("completions", env.scale);
     let n = env.n(400, 20) / 4 * 4;
-    let mut settings = Settings::default();
-    settings.sweep_interval = Duration::from_millis(SWEEP_MS);
+    let settings = Settings { sweep_interval: Duration::from_millis(SWEEP_MS), ..Settings::default() };
     let scratch = env.scratch(settings).await?;
     let (pool, platform) = (scratch.platform.pool.clone(), scratch.platform.clone());
     let (stop_tx, stop) = tokio::sync::watch::channel(false);

@@ -30,12 +30,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
 }
 
 async fn outage(env: &Env, cluster: &PrivateCluster, base: &str, report: &mut Report) -> anyhow::Result<()> {
-    let scratch = crate::bench::setup::Scratch::new(base, {
-        let mut s = Settings::default();
-        s.test_tasks = true;
-        s
-    })
-    .await?;
+    let scratch = crate::bench::setup::Scratch::new(base, Settings { test_tasks: true, ..Settings::default() }).await?;
     let url = scratch.url.clone();
     let lease = ["--lease-seconds", "3"];
     let mut worker = Relay::spawn(

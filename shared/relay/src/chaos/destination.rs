@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use taskdeck::callbacks::AllowList;
+use taskdeck::outbound::AllowList;
 use taskdeck::platform::Settings;
 use taskdeck::store::{destinations, modes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -29,9 +29,11 @@ type Calls = Arc<Mutex<BTreeMap<String, usize>>>;
 pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let mut report = Report::new("destination", env.scale);
     let per_kind = env.n(50, 3);
-    let mut settings = Settings::default();
-    settings.callback_allow = AllowList::parse("127.0.0.1/32")?;
-    settings.sweep_interval = Duration::from_millis(500);
+    let settings = Settings {
+        callback_allow: AllowList::parse("127.0.0.1/32")?,
+        sweep_interval: Duration::from_millis(500),
+        ..Settings::default()
+    };
     let scratch = env.scratch(settings).await?;
     let pool = scratch.platform.pool.clone();
     let (addr, calls) = receiver().await?;
@@ -80,10 +82,10 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
                                 FROM jobs j WHERE id = $1", &[id]).await?;
         let (status, ambiguous): (String, i64) = (row.get(0), row.get(1));
         let e = by_kind.entry(kind).or_default();
-        e.0 += calls.lock().unwrap().get(key).copied().unwrap_or(0);
+        e.0 += calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).copied().unwrap_or(0);
         e.1 += usize::from(status == "succeeded");
         e.2 += ambiguous;
-        let n = calls.lock().unwrap().get(key).copied().unwrap_or(0);
+        let n = calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).copied().unwrap_or(0);
         let (want_calls, want_status, want_ambiguous) = match *kind {
             "slow" | "cut" => (1, "failed", 1),
             "flaky" => (2, "succeeded", 0),
@@ -97,7 +99,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         );
     }
     let known: Vec<&String> = jobs.iter().map(|j| &j.1).collect();
-    let strangers = calls.lock().unwrap().keys().filter(|k| !known.contains(k)).count();
+    let strangers =
+        calls.lock().unwrap_or_else(std::sync::PoisonError::into_inner).keys().filter(|k| !known.contains(k)).count();
     for (kind, (n, succeeded, ambiguous)) in &by_kind {
         report.fig(
             &format!("{kind}: jobs / calls received / succeeded / ambiguous exceptions"),
@@ -127,7 +130,7 @@ async fn receiver() -> anyhow::Result<(std::net::SocketAddr, Calls)> {
             tokio::spawn(async move {
                 let Some(key) = read_key(&mut sock).await else { return };
                 let n = {
-                    let mut seen = seen.lock().unwrap();
+                    let mut seen = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                     let n = seen.entry(key.clone()).or_default();
                     *n += 1;
                     *n

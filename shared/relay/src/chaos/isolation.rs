@@ -166,7 +166,9 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     ];
     let all_jobs: Vec<String> = a_ids.iter().chain(&mail_jobs).chain([&campaign]).cloned().collect();
     let uuid = || uuid::Uuid::now_v7().to_string();
-    let kinds: Vec<(&str, &[Probe], &[String], Box<dyn Fn() -> String>)> = vec![
+    /// What a kind of id is called, the probes that take it, the ids of the victim, a stranger's.
+    type Kind<'a> = (&'a str, &'a [Probe], &'a [String], Box<dyn Fn() -> String>);
+    let kinds: Vec<Kind> = vec![
         ("job id", &by_job, &all_jobs, Box::new(uuid)),
         ("correlation id", &by_corr, &a_corrs, Box::new(|| format!("zz-corr-{}", uuid::Uuid::now_v7().simple()))),
         ("message id", &by_message, &messages, Box::new(uuid)),

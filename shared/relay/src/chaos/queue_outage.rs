@@ -23,8 +23,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let queue = harness::new_queue(&harness::sqs_client(&moto), "chaos-qout").await?;
     let proxy = Proxy::start(&moto).await?;
     let client = harness::sqs_client(&proxy.url);
-    let mut settings = Settings::default();
-    settings.sweep_interval = Duration::from_secs(1);
+    let mut settings = Settings { sweep_interval: Duration::from_secs(1), ..Settings::default() };
     // The default grace (30 s): failed dispatches are unmarked and sent on the next pass
     // anyway. A 3 s grace re-sent every row moto had not delivered yet, again every 3 s: a
     // re-dispatch storm (7,132 re-sends for 1,273 jobs) that slowed moto further.

@@ -18,8 +18,7 @@ const LEASE_SECS: u64 = 3;
 pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let mut report = Report::new("zombie", env.scale);
     let n = env.n(50, 5);
-    let mut settings = Settings::default();
-    settings.sweep_interval = Duration::from_millis(500);
+    let settings = Settings { sweep_interval: Duration::from_millis(500), ..Settings::default() };
     let scratch = env.scratch(settings).await?;
     let pool = scratch.platform.pool.clone();
     let lease = LEASE_SECS.to_string();

@@ -134,10 +134,10 @@ async fn dev_tenant_key(p: &Platform) -> anyhow::Result<String> {
 /// the named key with a new value (or a new named key).
 async fn console_key(p: &Platform, kept: Option<String>) -> anyhow::Result<String> {
     let db = p.pool.get().await?;
-    if let Some(key) = kept {
-        if status_keys::by_key(&db, &key).await?.is_some_and(|k| k.name == CONSOLE_KEY_NAME) {
-            return Ok(key);
-        }
+    if let Some(key) = kept
+        && status_keys::by_key(&db, &key).await?.is_some_and(|k| k.name == CONSOLE_KEY_NAME)
+    {
+        return Ok(key);
     }
     match status_keys::rotate(&db, CONSOLE_KEY_NAME).await? {
         Some(key) => Ok(key),
@@ -205,7 +205,7 @@ async fn stop_on_signals(stop: watch::Sender<bool>, grace: Duration, cluster: Op
                 let left = grace.saturating_sub(started.elapsed()).as_secs();
                 if tty {
                     eprint!("\rrelay dev: {left:>3} s left for jobs in flight (Ctrl-C: stop now)\x1b[K");
-                } else if left % 5 == 0 || left + 2 >= grace.as_secs() {
+                } else if left.is_multiple_of(5) || left + 2 >= grace.as_secs() {
                     eprintln!("relay dev: {left} s left for jobs in flight (Ctrl-C: stop now)");
                 }
             }
@@ -215,10 +215,10 @@ async fn stop_on_signals(stop: watch::Sender<bool>, grace: Duration, cluster: Op
         "{}relay dev: stopping now; jobs in flight return to the queue when their leases expire",
         if tty { "\n" } else { "" }
     );
-    if let Some(c) = cluster {
-        if let Err(e) = c.stop() {
-            eprintln!("relay dev: could not stop the private Postgres: {e:#}");
-        }
+    if let Some(c) = cluster
+        && let Err(e) = c.stop()
+    {
+        eprintln!("relay dev: could not stop the private Postgres: {e:#}");
     }
     std::process::exit(130);
 }

@@ -146,7 +146,7 @@ pub async fn insert_many(
         )
         .await?;
     let mut created: std::collections::HashMap<String, Job> =
-        rows.iter().map(Job::from_row).map(|j| (j.idempotency_key.clone(), j)).collect();
+        rows.iter().map(|r| Job::from_row(r).map(|j| (j.idempotency_key.clone(), j))).collect::<Result<_, _>>()?;
     let missing: Vec<&str> = keys.iter().copied().filter(|k| !created.contains_key(*k)).collect();
     let mut existing: std::collections::HashMap<String, Job> = if missing.is_empty() {
         Default::default()
@@ -180,7 +180,7 @@ async fn by_keys(db: &impl GenericClient, tenant_id: TenantId, keys: &[&str]) ->
                AND tenant_id = $1"
         ))
         .await?;
-    Ok(db.query(&stmt, &[&tenant_id, &keys]).await?.iter().map(Job::from_row).collect())
+    db.query(&stmt, &[&tenant_id, &keys]).await?.iter().map(Job::from_row).collect::<Result<_, _>>()
 }
 
 /// Clear the dispatch mark of jobs whose dispatch failed, so the sweep sends them at once.

@@ -26,6 +26,7 @@ use serde_json::Value;
 use tokio_postgres::Row;
 
 use crate::job::{Dispatch, JobId, JobStatus, TenantId};
+use crate::store::{StoreError, decode};
 
 mod claim;
 mod fence;
@@ -92,13 +93,12 @@ pub(crate) const JOB_COLUMNS: &str = "id, tenant_id, task_type, status, params, 
     concurrency_key, concurrency_limit, children_total, callback_url";
 
 impl Job {
-    pub(crate) fn from_row(r: &Row) -> Self {
-        let status: &str = r.get("status");
-        Job {
+    pub(crate) fn from_row(r: &Row) -> Result<Self, StoreError> {
+        Ok(Job {
             id: r.get("id"),
             tenant_id: r.get("tenant_id"),
             task_type: r.get("task_type"),
-            status: JobStatus::parse(status).unwrap_or(JobStatus::Failed),
+            status: decode("jobs.status", r.get("status"), JobStatus::parse)?,
             params: r.get("params"),
             correlation_id: r.get("correlation_id"),
             idempotency_key: r.get("idempotency_key"),
@@ -119,7 +119,7 @@ impl Job {
             concurrency_limit: r.get("concurrency_limit"),
             children_total: r.get("children_total"),
             callback_url: r.get("callback_url"),
-        }
+        })
     }
 }
 

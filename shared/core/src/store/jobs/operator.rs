@@ -17,7 +17,7 @@ pub const MAX_ATTEMPTS: i32 = 100;
 /// Any job of any tenant (operators see every tenant).
 pub async fn get_any(db: &impl GenericClient, id: JobId) -> Result<Option<Job>, StoreError> {
     let row = db.query_opt(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1"), &[&id]).await?;
-    Ok(row.as_ref().map(Job::from_row))
+    row.as_ref().map(Job::from_row).transpose()
 }
 
 /// `failed` → `pending` at `run_at`, with one more attempt allowed when none is left
@@ -48,7 +48,7 @@ pub async fn retry_failed(
             &[&id, &run_at, &reason],
         )
         .await?;
-    Ok(row.as_ref().map(Job::from_row))
+    row.as_ref().map(Job::from_row).transpose()
 }
 
 /// Cancel a job that is failed, pending or waiting, and its pending or waiting children.
@@ -105,7 +105,7 @@ pub async fn force_finish(
             &[&id, result, &reason],
         )
         .await?;
-    Ok(row.as_ref().map(Job::from_row))
+    row.as_ref().map(Job::from_row).transpose()
 }
 
 /// An event that records an action without a transition (e.g. `exception_ignored`).

@@ -13,7 +13,7 @@ use crate::store::{GenericClient, StoreError};
 /// One job of one tenant; another tenant's job is indistinguishable from a missing one.
 pub async fn get(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> Result<Option<Job>, StoreError> {
     let stmt = db.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND tenant_id = $2")).await?;
-    Ok(db.query_opt(&stmt, &[&id, &tenant_id]).await?.as_ref().map(Job::from_row))
+    db.query_opt(&stmt, &[&id, &tenant_id]).await?.as_ref().map(Job::from_row).transpose()
 }
 
 /// Filters for a tenant's change feed, ordered by (updated_at, id).
@@ -55,7 +55,7 @@ pub async fn list(db: &impl GenericClient, tenant_id: TenantId, f: &JobFilter) -
             &[&tenant_id, &status, &f.task_type, &f.correlation_id, &f.updated_since, &after_at, &after_id, &f.limit],
         )
         .await?;
-    Ok(rows.iter().map(Job::from_row).collect())
+    rows.iter().map(Job::from_row).collect::<Result<_, _>>()
 }
 
 /// One step of a job's history. `submitted`, `claimed` and the `succeeded` that ends a running

@@ -13,13 +13,13 @@ use crate::store::{GenericClient, StoreError};
 /// Every job, in id order.
 pub async fn jobs(db: &impl GenericClient) -> Result<Vec<Job>, StoreError> {
     let rows = db.query(&format!("SELECT {JOB_COLUMNS} FROM jobs ORDER BY id"), &[]).await?;
-    Ok(rows.iter().map(Job::from_row).collect())
+    rows.iter().map(Job::from_row).collect::<Result<_, _>>()
 }
 
 /// The jobs among `ids` that exist, in id order.
 pub async fn jobs_among(db: &impl GenericClient, ids: &[JobId]) -> Result<Vec<Job>, StoreError> {
     let rows = db.query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ANY($1) ORDER BY id"), &[&ids]).await?;
-    Ok(rows.iter().map(Job::from_row).collect())
+    rows.iter().map(Job::from_row).collect::<Result<_, _>>()
 }
 
 /// How many jobs are in each status.

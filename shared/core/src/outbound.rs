@@ -1,9 +1,8 @@
-//! Signed callbacks: the Standard Webhooks signature, the address guard, and one HTTP request
-//! to an address resolved once. The delivery job that uses them is `callbacks::task`;
-//! `http.request` (`destinations::task`) calls a tenant's destinations through the same guard and
-//! the same `request`.
+//! Outbound HTTP to addresses a tenant chose: the address guard and one request to an address
+//! resolved once. Callbacks (`callbacks::task`) and `http.request` (`destinations::task`) both
+//! call out through here.
 //!
-//! The guard: a callback URL's host is resolved once (the system resolver, which also reads
+//! The guard: a URL's host is resolved once (the system resolver, which also reads
 //! numeric spellings such as `2130706433`, `0x7f.1` or `0177.0.0.1`, which `check_url` refuses
 //! when a URL is set but rows written before may hold), every address it
 //! resolves to is checked, and the request connects to the checked address, never resolving
@@ -13,15 +12,11 @@
 //! followed: a 3xx is a failed attempt. An operator allow-list (`RELAY_CALLBACK_ALLOW`: CIDRs
 //! and host names, comma-separated) lifts the refusal, e.g. for local development.
 
-pub mod task;
-
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 use std::time::Duration;
 
-use base64::Engine;
 use hyper::body::Bytes;
-use sha2::{Digest, Sha256};
 
 /// Longest callback URL accepted.
 pub const MAX_URL_LEN: usize = 2000;
@@ -279,71 +274,6 @@ pub async fn resolve(target: &Target, allow: &AllowList) -> Result<SocketAddr, R
     Ok(first)
 }
 
-/// A new signing secret in the Standard Webhooks form: `whsec_` and 32 random bytes, base64.
-pub fn new_secret() -> String {
-    let bytes: [u8; 32] = rand::random();
-    format!("whsec_{}", base64::engine::general_purpose::STANDARD.encode(bytes))
-}
-
-/// The key a secret stands for: the base64 after `whsec_` (the raw text otherwise).
-fn secret_key(secret: &str) -> Vec<u8> {
-    let b64 = secret.strip_prefix("whsec_").unwrap_or(secret);
-    base64::engine::general_purpose::STANDARD.decode(b64).unwrap_or_else(|_| secret.as_bytes().to_vec())
-}
-
-/// HMAC-SHA256 (RFC 2104).
-pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
-    const BLOCK: usize = 64;
-    let mut k = [0u8; BLOCK];
-    if key.len() > BLOCK {
-        k[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        k[..key.len()].copy_from_slice(key);
-    }
-    let pad = |byte: u8| k.map(|b| b ^ byte);
-    let inner = Sha256::new().chain_update(pad(0x36)).chain_update(message).finalize();
-    Sha256::new().chain_update(pad(0x5c)).chain_update(inner).finalize().into()
-}
-
-/// One signature, `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`.
-pub fn sign(secret: &str, msg_id: &str, timestamp: i64, body: &[u8]) -> String {
-    let mut signed = format!("{msg_id}.{timestamp}.").into_bytes();
-    signed.extend_from_slice(body);
-    let mac = hmac_sha256(&secret_key(secret), &signed);
-    format!("v1,{}", base64::engine::general_purpose::STANDARD.encode(mac))
-}
-
-/// The `webhook-signature` header: one signature per valid secret, space-separated.
-pub fn signature_header(secrets: &[&str], msg_id: &str, timestamp: i64, body: &[u8]) -> String {
-    secrets.iter().map(|s| sign(s, msg_id, timestamp, body)).collect::<Vec<_>>().join(" ")
-}
-
-/// Check a `webhook-signature` header against any of `secrets`, in constant time per
-/// comparison, and the timestamp against `now` within `tolerance` seconds.
-pub fn verify(
-    secrets: &[&str],
-    msg_id: &str,
-    timestamp: i64,
-    body: &[u8],
-    header: &str,
-    now: i64,
-    tolerance: i64,
-) -> Result<(), &'static str> {
-    if (now - timestamp).abs() > tolerance {
-        return Err("the timestamp is outside the tolerance");
-    }
-    let given: Vec<&str> = header.split_whitespace().collect();
-    let ok = secrets.iter().any(|s| {
-        let expected = sign(s, msg_id, timestamp, body);
-        given.iter().any(|g| constant_time_eq(g.as_bytes(), expected.as_bytes()))
-    });
-    if ok { Ok(()) } else { Err("no signature matches") }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// The answer to one request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answer {
@@ -531,28 +461,6 @@ impl tower::Service<hyper_util::client::legacy::connect::dns::Name> for Fixed {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hmac_matches_rfc_4231() {
-        // Test case 2 of RFC 4231.
-        let mac = hmac_sha256(b"Jefe", b"what do ya want for nothing?");
-        assert_eq!(hex::encode(mac), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
-        // Test case 6: a key longer than the block.
-        let mac = hmac_sha256(&[0xaa; 131], b"Test Using Larger Than Block-Size Key - Hash Key First");
-        assert_eq!(hex::encode(mac), "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
-    }
-
-    #[test]
-    fn signatures_verify_with_either_secret_and_fail_otherwise() {
-        let (a, b) = (new_secret(), new_secret());
-        let header = signature_header(&[&a, &b], "msg_1", 1_700_000_000, b"{}");
-        assert_eq!(header.split(' ').count(), 2);
-        assert!(verify(&[&a], "msg_1", 1_700_000_000, b"{}", &header, 1_700_000_010, 300).is_ok());
-        assert!(verify(&[&b], "msg_1", 1_700_000_000, b"{}", &header, 1_700_000_010, 300).is_ok());
-        assert!(verify(&[&new_secret()], "msg_1", 1_700_000_000, b"{}", &header, 1_700_000_010, 300).is_err());
-        assert!(verify(&[&a], "msg_1", 1_700_000_000, b"{ }", &header, 1_700_000_010, 300).is_err(), "body changed");
-        assert!(verify(&[&a], "msg_1", 1_700_000_000, b"{}", &header, 1_700_001_000, 300).is_err(), "too old");
-    }
 
     #[test]
     fn the_guard_refuses_private_addresses_in_every_spelling() {
