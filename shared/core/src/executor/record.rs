@@ -5,7 +5,7 @@
 //! to fill: `hand_on`, or a worker's own claim of those keys (`worker`).
 
 use super::{Executor, RunReport, finish_parents};
-use crate::job::{ClaimedJob, Dispatch, Fence, JobId, Outcome};
+use crate::job::{ClaimedJob, Dispatch, Ending, Fence, JobId, Outcome};
 use crate::metrics;
 use crate::store::jobs::{self, Failure, Retry};
 use crate::store::{GenericClient, StoreError};
@@ -53,9 +53,9 @@ impl Executor {
                 Outcome::Retry { run_at, error } => {
                     retries.push((job.fence(), Retry { run_at: *run_at, error: error.clone() }))
                 }
-                Outcome::Failed { kind, error } => {
-                    let fault = self.catalogue.fault(&job.task_type, &job.params);
-                    failures.push((job.fence(), Failure { kind: *kind, error: error.clone(), fault }))
+                Outcome::Failed { kind, error, tenants } => {
+                    let fault = self.catalogue.fault(job, Ending { kind: *kind, error, tenants: *tenants });
+                    failures.push((job.fence(), Failure { kind: *kind, error: error.clone(), fault, owners: false }))
                 }
                 Outcome::Continue { note, run_at } => continues.push((job.fence(), (note.clone(), *run_at))),
                 Outcome::Wait { total } => waits.push((job.fence(), *total)),
