@@ -344,13 +344,15 @@ async fn children_failing_for_one_cause_fail_their_campaign_once_and_at_once() {
     assert!(error.contains("is not one of this tenant's sending identities"), "the shared cause: {error}");
     assert!(!error.contains("other causes"), "one cause: {error}");
     assert_eq!(j["progress"]["failed"], 30, "{j}");
-    // One exception, the parent's, with the cause; none per child.
-    assert_eq!(w.count("SELECT count(*) FROM exceptions", &[]).await, 1);
-    let (kind, cause): (String, String) = {
-        let r = w.db().await.query_one("SELECT kind, cause FROM exceptions WHERE job_id = $1", &[&id]).await.unwrap();
+    // The sender is the tenant's: every child failed for a reason of its own, and so did the
+    // campaign. No operator exception; one tenant fault, the parent's, with the cause.
+    assert_eq!((w.count("SELECT count(*) FROM exceptions", &[]).await, j["fault"].as_str()), (0, Some("tenant")));
+    let (kind, last): (String, String) = {
+        let sql = "SELECT kind, last_error FROM tenant_faults WHERE last_job_id = $1";
+        let r = w.db().await.query_one(sql, &[&id]).await.unwrap();
         (r.get(0), r.get(1))
     };
-    assert_eq!((kind.as_str(), cause.as_str()), ("children_failed", error));
+    assert_eq!((kind.as_str(), last.as_str()), ("children_failed", error));
     // Closed by the last child's end, not by a sweep (none ran).
     let lag = closing_lag(&w, id).await;
     assert!((0.0..1.0).contains(&lag), "the parent closed {lag:.3} s after its last child");
@@ -388,8 +390,10 @@ async fn a_campaign_with_some_failed_children_says_how_many_and_why() {
     assert!(error.starts_with("4 of 10 children failed; 4 with: "), "{error}");
     assert!(error.contains("undefined"), "{error}");
     assert_eq!((j["progress"]["succeeded"].as_i64(), j["progress"]["failed"].as_i64()), (Some(6), Some(4)), "{j}");
-    assert_eq!(w.count("SELECT count(*) FROM exceptions WHERE kind = 'children_failed'", &[]).await, 1);
-    assert_eq!(w.count("SELECT count(*) FROM exceptions", &[]).await, 1, "no exception per child");
+    // The template data is the tenant's: its fault, counted, no operator exception.
+    assert_eq!(j["fault"], "tenant", "{j}");
+    assert_eq!(w.count("SELECT count(*) FROM tenant_faults WHERE kind = 'children_failed'", &[]).await, 1);
+    assert_eq!(w.count("SELECT count(*) FROM exceptions", &[]).await, 0, "no exception, per child or parent");
     let lag = closing_lag(&w, id_text.parse().unwrap()).await;
     assert!((0.0..1.0).contains(&lag), "the parent closed {lag:.3} s after its last child");
 }

@@ -158,15 +158,19 @@ async fn a_failure_completion_retries_under_the_retry_policy_then_fails_with_one
             .await;
     assert_eq!(s, StatusCode::OK, "{b}");
     assert_eq!(b["job"]["status"], "failed", "{b}");
-    let exceptions = "SELECT count(*) FROM exceptions WHERE job_id = $1 AND kind = 'attempts_exhausted'";
-    assert_eq!(count(&w, exceptions, id).await, 1);
+    // A completion is the tenant's outside party's word: its failure is the tenant's own.
+    assert_eq!(b["job"]["fault"], "tenant", "{b}");
+    let exceptions = "SELECT count(*) FROM exceptions WHERE job_id = $1";
+    assert_eq!(count(&w, exceptions, id).await, 0);
 
     let fatal = submit(&w, &w.key, "c-fatal", json!({"within_seconds": 60}), 5).await;
     let t = token(&w, fatal, 1).await;
     let body = json!({"token": t, "outcome": "failure", "error": "number does not exist", "retryable": false});
     let (s, b) = complete(&w, &w.key, &fatal.to_string(), body).await;
     assert_eq!((s, b["job"]["status"].as_str()), (StatusCode::OK, Some("failed")), "{b}");
-    assert_eq!(count(&w, "SELECT count(*) FROM exceptions WHERE job_id = $1 AND kind = 'fatal_error'", fatal).await, 1);
+    assert_eq!((count(&w, exceptions, fatal).await, b["job"]["fault"].as_str()), (0, Some("tenant")), "{b}");
+    let counted = "SELECT count(*) FROM tenant_faults WHERE last_job_id = $1 AND kind = 'fatal_error'";
+    assert_eq!(count(&w, counted, fatal).await, 1);
     run.stop().await;
 }
 
@@ -219,8 +223,10 @@ async fn a_missing_completion_is_found_by_the_sweep_within_one_interval_and_hand
     assert_eq!(j["waiting_reason"], "not_due");
     let j = w.wait_for(&fail.to_string(), Duration::from_secs(10), |j| j["status"] == "failed").await;
     assert_eq!(j["status"], "failed", "{j}");
-    let exceptions = "SELECT count(*) FROM exceptions WHERE job_id = $1 AND kind = 'completion_overdue'";
-    assert_eq!(count(&w, exceptions, fail).await, 1, "one exception");
+    // No completion from the tenant's outside party by the deadline: the tenant's fault.
+    assert_eq!(j["fault"], "tenant", "{j}");
+    let counted = "SELECT count(*) FROM tenant_faults WHERE last_job_id = $1 AND kind = 'completion_overdue'";
+    assert_eq!(count(&w, counted, fail).await, 1, "counted for the tenant");
     let all_exceptions = "SELECT count(*) FROM exceptions WHERE job_id = $1";
     assert_eq!((count(&w, all_exceptions, retry).await, count(&w, all_exceptions, later).await), (0, 0));
     // Within one sweep interval of the deadline (and the pass's own time).
@@ -330,7 +336,8 @@ async fn a_completion_racing_the_sweep_at_the_deadline_applies_exactly_one_of_th
     let events = "SELECT count(*) FROM job_events e JOIN jobs j ON j.id = e.job_id
                   WHERE j.task_type = 'test.await' AND e.kind IN ('succeeded', 'failed')";
     assert_eq!(w.count(events, &[]).await, n as i64, "one terminal transition per job");
-    assert_eq!(w.count("SELECT count(*) FROM exceptions WHERE kind = 'completion_overdue'", &[]).await, overdue as i64);
+    let counted = "SELECT coalesce(sum(count), 0)::int8 FROM tenant_faults WHERE kind = 'completion_overdue'";
+    assert_eq!(w.count(counted, &[]).await, overdue as i64);
 }
 
 #[tokio::test]

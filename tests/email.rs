@@ -524,7 +524,7 @@ async fn the_sender_must_be_the_tenants_and_templates_render_strictly() {
     let w = World::new().await;
     sender(&w).await;
     let exec = executor(&w, moto::endpoint(), roles());
-    // Someone else's domain: refused, recorded, an exception for an operator.
+    // Someone else's domain: refused, recorded, the tenant's own fault (no operator exception).
     let id = submit(
         &w,
         "x",
@@ -536,6 +536,8 @@ async fn the_sender_must_be_the_tenants_and_templates_render_strictly() {
     let j = job(&w, id).await;
     assert_eq!(j["status"], "failed");
     assert!(j["last_error"].as_str().unwrap().contains("not one of this tenant's sending identities"), "{j}");
+    assert_eq!(j["fault"], "tenant", "{j}");
+    assert_eq!(w.count("SELECT count(*) FROM exceptions WHERE job_id = $1", &[&id]).await, 0);
 
     // Templates: a syntax error is a 422 naming the part; rendering is strict and escapes HTML.
     let (status, err) =
@@ -564,6 +566,7 @@ async fn the_sender_must_be_the_tenants_and_templates_render_strictly() {
     let j = job(&w, missing).await;
     assert_eq!(j["status"], "failed");
     assert!(j["last_error"].as_str().unwrap().contains("undefined"), "{j}");
+    assert_eq!(j["fault"], "tenant", "the template data is the tenant's: {j}");
     let (status, err) = w.submit("t3", json!({"task_type": "email.send", "params": {"from": "noreply@acme.example", "to": ["bad"], "subject": "x", "text": "y"}})).await;
     assert_eq!(
         (status, err["error"]["field"].as_str()),

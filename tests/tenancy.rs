@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use taskdeck::job::JobId;
 use taskdeck::store::tooling::readouts;
 
-use crate::http::{destination, receiver, world};
+use crate::http::{Reply, destination, receiver, world};
 use crate::support::World;
 
 async fn as_tenant(w: &World, key: &str, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
@@ -37,10 +37,13 @@ async fn claim_buffers(db: &mut deadpool_postgres::Client) -> i64 {
 async fn a_claim_costs_the_same_whatever_another_tenant_configures() {
     let w = world().await;
     let mut db = w.db().await;
+    // Statistics fixed once: the plan must not change between the readings for another reason.
+    db.batch_execute("ALTER TABLE jobs SET (autovacuum_enabled = false)").await.unwrap();
     for i in 0..50 {
         let (s, j) = w.submit(&format!("quiet-{i}"), json!({"task_type": "noop", "params": {}})).await;
         assert_eq!(s, StatusCode::ACCEPTED, "{j}");
     }
+    db.batch_execute("ANALYZE jobs").await.unwrap();
     let before = claim_buffers(&mut db).await;
 
     // The loop of issue 37, as another tenant: create a destination, switch its writes off,
@@ -123,4 +126,73 @@ async fn an_operators_switch_for_a_destination_wins_over_the_tenants() {
     // A tenant cannot name the operator's switch.
     let (s, _) = w.call(Method::PUT, "/v1/admin/modes", None, Some(json!({"name": name, "enabled": true}))).await;
     assert_eq!(s, StatusCode::UNAUTHORIZED);
+}
+
+/// Open exceptions of a job, and the tenant faults counted for it.
+async fn blame(w: &World, id: JobId) -> (i64, i64) {
+    let opened = w.count("SELECT count(*) FROM exceptions WHERE job_id = $1", &[&id]).await;
+    let counted =
+        w.count("SELECT coalesce(sum(count), 0)::int8 FROM tenant_faults WHERE last_job_id = $1", &[&id]).await;
+    (opened, counted)
+}
+
+async fn run_until_failed(w: &World, id: JobId) -> Value {
+    for _ in 0..10 {
+        w.db()
+            .await
+            .execute("UPDATE jobs SET run_at = now() WHERE id = $1 AND status = 'pending'", &[&id])
+            .await
+            .unwrap();
+        w.platform.executor().run_dispatched(&[id]).await.unwrap();
+        let (_, j) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
+        if j["status"] == "failed" {
+            return j;
+        }
+    }
+    panic!("job {id} did not fail");
+}
+
+#[tokio::test]
+async fn a_tenants_own_endpoint_input_and_secret_page_no_operator() {
+    let w = world().await;
+    let busy = Reply::Status(429, vec![], "{}");
+    let (addr, seen) = receiver(vec![busy.clone(), busy.clone(), busy]).await;
+    destination(&w, &w.key, "busy", addr, json!({})).await;
+    destination(&w, &w.key, "locked", addr, json!({"auth_header": "Authorization"})).await;
+    let call = |d: &str| {
+        json!({"task_type": "http.request", "max_attempts": 3,
+                                "params": {"destination": d, "method": "POST", "path": "/x"}})
+    };
+    let (s, j) = w.submit("busy-1", call("busy")).await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{j}");
+    let busy: JobId = j["id"].as_str().unwrap().parse().unwrap();
+    // No secret was ever written for `locked`.
+    let (_, j) = w.submit("locked-1", call("locked")).await;
+    let locked: JobId = j["id"].as_str().unwrap().parse().unwrap();
+    // A sleep asked to outlast its own timeout.
+    let (_, j) = w
+        .submit(
+            "sleepy-1",
+            json!({"task_type": "sleep", "params": {"seconds": 3}, "timeout_seconds": 1,
+                                             "max_attempts": 1}),
+        )
+        .await;
+    let sleepy: JobId = j["id"].as_str().unwrap().parse().unwrap();
+    for id in [busy, locked, sleepy] {
+        let j = run_until_failed(&w, id).await;
+        assert_eq!(j["fault"], "tenant", "{j}");
+        assert_eq!(blame(&w, id).await, (0, 1), "no exception, one tenant fault: {j}");
+    }
+    assert_eq!(seen.lock().unwrap().len(), 3, "the busy destination was called once per attempt");
+    let (_, op) = taskdeck::store::operators::create(&w.db().await, "ops").await.unwrap();
+    let (s, b) =
+        w.call_as(&op, Method::GET, &format!("/v1/admin/tenant-faults?tenant={}", w.tenant.id), None, None).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let kinds: Vec<&str> = b["tenant_faults"].as_array().unwrap().iter().map(|f| f["kind"].as_str().unwrap()).collect();
+    assert!(kinds.contains(&"attempts_exhausted") && kinds.contains(&"fatal_error"), "{b}");
+    // A platform failure stays the operators'.
+    let (_, j) = w.submit("plain-1", json!({"task_type": "test.fail", "params": {"times": 5, "kind": "fatal"}})).await;
+    let plain: JobId = j["id"].as_str().unwrap().parse().unwrap();
+    let j = run_until_failed(&w, plain).await;
+    assert_eq!((j["fault"].as_str(), blame(&w, plain).await), (Some("platform"), (1, 0)), "{j}");
 }

@@ -238,7 +238,8 @@ async fn end_waits(db: &impl GenericClient, from: JobStatus, ends: &[(Fence, Wai
             WaitEnd::Reschedule { run_at, note } => {
                 later.push((*fence, Retry { run_at: *run_at, error: note.clone() }))
             }
-            WaitEnd::Fail { kind, error } => failures.push((*fence, Failure::platform(*kind, error.clone()))),
+            // The completion (or its absence) is the tenant's outside party's: its failure.
+            WaitEnd::Fail { kind, error } => failures.push((*fence, Failure::owners(*kind, error.clone()))),
         }
     }
     let mut out = Ended::default();

@@ -207,6 +207,22 @@ pub enum TaskError {
     /// deadline for the completion (see `completion`).
     #[error("waiting for a completion until {0}")]
     WaitForCompletion(DateTime<Utc>),
+    /// The failure inside is the tenant's own (its endpoint, input, sender, template data or
+    /// completion): retried as the inner error says, and when it ends the job, counted per
+    /// tenant and shown on the job as the tenant's, with no operator exception. Made with
+    /// `TaskError::tenants`.
+    #[error("{0}")]
+    Tenant(Box<TaskError>),
+}
+
+impl TaskError {
+    /// This failure is the tenant's own (see `TaskError::Tenant`).
+    pub fn tenants(self) -> TaskError {
+        match self {
+            TaskError::Tenant(_) => self,
+            e => TaskError::Tenant(Box::new(e)),
+        }
+    }
 }
 
 impl TaskError {
@@ -227,10 +243,12 @@ pub enum Outcome {
         run_at: DateTime<Utc>,
         error: String,
     },
-    /// Fails for good and opens an exception of the given kind.
+    /// Fails for good and opens an exception of the given kind (unless it is a tenant's fault).
     Failed {
         kind: ExceptionKind,
         error: String,
+        /// The task said the failure is the tenant's own (`TaskError::Tenant`).
+        tenants: bool,
     },
     /// Pending again at `run_at` (at once for `TaskError::Continue`, later for
     /// `TaskError::Defer`), with one more attempt allowed.
@@ -284,6 +302,15 @@ pub enum Fault {
     /// This tenant (a callback URL it set, refused or never answering): the job and its own
     /// records say why; the failure is counted per tenant and cause, and opens no exception.
     Tenant(TenantId),
+}
+
+/// How a job ended for good, as its task type's `Task::fault` judges whose failure it is.
+#[derive(Debug, Clone, Copy)]
+pub struct Ending<'a> {
+    pub kind: ExceptionKind,
+    pub error: &'a str,
+    /// The task marked the failure as the tenant's own (`TaskError::Tenant`).
+    pub tenants: bool,
 }
 
 /// Why a job failed for good: the kind of exception the terminal-failure path opens (or of

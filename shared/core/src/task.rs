@@ -16,7 +16,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::job::completion::{MAX_WAIT, OverduePolicy};
-use crate::job::{Fault, Fence, JobId, TaskError, TenantId};
+use crate::job::{ClaimedJob, Ending, Fault, Fence, JobId, TaskError, TenantId};
 use crate::retry::RetryPolicy;
 use crate::store::StoreError;
 use crate::store::completions::{self, NewWait};
@@ -167,10 +167,13 @@ pub trait Task: Send + Sync + 'static {
         Ok(())
     }
 
-    /// Whose failure a job with these parameters is when it fails for good: the platform's (an
-    /// exception opens) or a tenant's own (counted per tenant and cause; no exception).
-    fn fault(_params: &Self::Params) -> Fault {
-        Fault::Platform
+    /// Whose failure it is when `job` ends for good as `end` says: the platform's (Relay's
+    /// bugs, AWS refusing Relay, a database outage: an exception opens) or a tenant's own (its
+    /// endpoint, input, sender, template data or completion: counted per tenant and cause,
+    /// shown on the job; no exception). By default, the tenant's when the task marked it so
+    /// (`TaskError::tenants`).
+    fn fault(job: &ClaimedJob, end: Ending<'_>, _params: &Self::Params) -> Fault {
+        if end.tenants { Fault::Tenant(job.tenant_id) } else { Fault::Platform }
     }
 
     /// What intake settles before it admits a job with these parameters: whether it starts

@@ -48,6 +48,11 @@ pub struct JobView {
     pub children_total: Option<i32>,
     /// Where this job's callbacks go, instead of the tenant's callback URL.
     pub callback_url: Option<String>,
+    /// Whose failure a failed job is (null otherwise): `tenant` (its own endpoint, input,
+    /// sender, template data or completion: counted per tenant, no operator exception; an
+    /// ambiguous call to its own destination is its to decide) or `platform` (operators act).
+    #[schema(pattern = "^(tenant|platform)$")]
+    pub fault: Option<String>,
     /// Why a pending or waiting job is not running (null when running or finished): `not_due`,
     /// `paused`, `concurrency_key_busy`, `waiting_for_children`, `waiting_for_completion` (an
     /// outside party's, until `waiting_until`) or `not_claimed` (due, but no worker has taken
@@ -97,6 +102,7 @@ impl JobView {
             concurrency_limit: job.concurrency_limit,
             children_total: job.children_total,
             callback_url: job.callback_url,
+            fault: job.fault,
             waiting_reason,
             waiting_rate: None,
             warnings: Vec::new(),

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use crate::callbacks;
-use crate::job::{Fault, JobId, TaskError, TenantId};
+use crate::job::{ClaimedJob, Ending, Fault, JobId, TaskError, TenantId};
 use crate::outbound::{self, AllowList, Refusal};
 use crate::retry::RetryPolicy;
 use crate::store::callbacks::{self as store, Attempt, Outcome};
@@ -49,7 +49,7 @@ impl Task for Deliver {
 
     /// The URL and the endpoint are the tenant's: a refused address or an endpoint that never
     /// answers is recorded on its job's callback attempts, not opened as an operator exception.
-    fn fault(p: &DeliverParams) -> Fault {
+    fn fault(_job: &ClaimedJob, _end: Ending<'_>, p: &DeliverParams) -> Fault {
         Fault::Tenant(p.tenant_id)
     }
 

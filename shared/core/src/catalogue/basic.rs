@@ -6,7 +6,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use crate::job::TaskError;
+use crate::job::{ClaimedJob, Ending, Fault, TaskError};
 use crate::task::{Task, TaskContext};
 
 /// Does nothing and succeeds; returns `echo` when given.
@@ -52,6 +52,12 @@ impl Task for Sleep {
         } else {
             Err(("seconds".into(), "must be between 0 and 3600".into()))
         }
+    }
+
+    /// Asked to sleep at least as long as the job's own timeout, it can only time out: the
+    /// tenant's input, not the platform's failure.
+    fn fault(job: &ClaimedJob, _end: Ending<'_>, p: &SleepParams) -> Fault {
+        if p.seconds >= f64::from(job.timeout_seconds) { Fault::Tenant(job.tenant_id) } else { Fault::Platform }
     }
 
     async fn run(&self, _ctx: &TaskContext, p: SleepParams) -> Result<Value, TaskError> {

@@ -20,7 +20,7 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::job::{Fault, TaskError};
+use crate::job::{ClaimedJob, Ending, Fault, TaskError};
 use crate::retry::RetryPolicy;
 use crate::task::{Admission, Task, TaskContext};
 
@@ -44,7 +44,7 @@ pub struct TaskInfo {
 trait ErasedTask: Send + Sync {
     fn info(&self) -> TaskInfo;
     fn platform_only(&self) -> bool;
-    fn fault(&self, params: &Value) -> Fault;
+    fn fault(&self, job: &ClaimedJob, end: Ending<'_>) -> Fault;
     fn retry(&self) -> Option<RetryPolicy>;
     fn check(&self, params: &Value) -> Result<(), ParamError>;
     fn admit(&self, params: &Value) -> Admission;
@@ -120,8 +120,8 @@ impl<T: Task> ErasedTask for Registered<T> {
         T::PLATFORM_ONLY
     }
 
-    fn fault(&self, params: &Value) -> Fault {
-        parse::<T>(params).map_or(Fault::Platform, |p| T::fault(&p))
+    fn fault(&self, job: &ClaimedJob, end: Ending<'_>) -> Fault {
+        parse::<T>(&job.params).map_or(Fault::Platform, |p| T::fault(job, end, &p))
     }
 
     fn retry(&self) -> Option<RetryPolicy> {
@@ -200,10 +200,10 @@ impl Catalogue {
         self.tasks.get(name).and_then(|t| t.retry())
     }
 
-    /// Whose failure a job of this type and these parameters is (the platform's for a type
-    /// not in the catalogue, or parameters that no longer parse).
-    pub fn fault(&self, name: &str, params: &Value) -> Fault {
-        self.tasks.get(name).map_or(Fault::Platform, |t| t.fault(params))
+    /// Whose failure it is when `job` ends for good as `end` says, as its task type judges
+    /// (the platform's for a type not in the catalogue, or parameters that no longer parse).
+    pub fn fault(&self, job: &ClaimedJob, end: Ending<'_>) -> Fault {
+        self.tasks.get(job.task_type.as_str()).map_or(Fault::Platform, |t| t.fault(job, end))
     }
 
     /// Every task type, platform ones included.

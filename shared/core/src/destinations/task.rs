@@ -16,6 +16,12 @@
 //! | no connection | retryable (nothing was sent) |
 //! | cut off after the request left (no status, a 2xx body broken off, a timeout) | ambiguous: one exception, never retried |
 //! | 3xx (not followed), other 4xx | fatal, the body kept |
+//!
+//! Every failure the destination causes (its answers, its address, its name, its missing
+//! secret, a call cut off) is the tenant's own (`TaskError::tenants`): counted per tenant, no
+//! operator exception; an ambiguous call is the tenant's to decide, and the error says so.
+//! What Relay causes (no role mapped, Secrets Manager or the database failing) is the
+//! platform's.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -51,6 +57,9 @@ pub const RECORDED_HEADERS: &[&str] = &[
     "request-id",
     "x-request-id",
 ];
+/// What an ambiguous call's error tells the tenant: the destination is its own, so is the call.
+pub const DECIDE: &str =
+    "The destination is yours: check whether it acted, and submit again (a new idempotency key) if it did not.";
 /// Shown in place of the secret wherever a request is recorded.
 pub const REDACTED: &str = "<redacted>";
 
@@ -144,16 +153,17 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
     let db = ctx.db.get().await.map_err(TaskError::retryable)?;
     if let Some(c) = http_calls::unsettled(&db, ctx.job_id, ctx.attempt).await.map_err(TaskError::retryable)? {
         return Err(TaskError::Ambiguous(format!(
-            "attempt {}'s call to {} has no recorded outcome (its worker stopped mid-call): it may have reached the destination; not calling again",
+            "attempt {}'s call to {} has no recorded outcome (its worker stopped mid-call): it may have reached the destination; not calling again. {DECIDE}",
             c.attempt, c.destination
-        )));
+        ))
+        .tenants());
     }
     let Some(dest) = destinations::get(&db, ctx.tenant_id, &p.destination).await.map_err(TaskError::retryable)? else {
-        return Err(TaskError::Fatal(format!("destination {:?} no longer exists", p.destination)));
+        return Err(TaskError::Fatal(format!("destination {:?} no longer exists", p.destination)).tenants());
     };
     for (name, value) in &p.headers {
         rules::check_header(name, value, dest.auth_header.as_deref())
-            .map_err(|m| TaskError::Fatal(format!("headers.{name}: {m}")))?;
+            .map_err(|m| TaskError::Fatal(format!("headers.{name}: {m}")).tenants())?;
     }
     let job = jobs::get(&db, ctx.tenant_id, ctx.job_id)
         .await
@@ -194,7 +204,7 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
         Ok(t) => t,
         Err(why) => {
             record("refused", Some(format!("invalid URL: {why}"))).await?;
-            return Err(TaskError::Fatal(format!("invalid URL {url:?}: {why}")));
+            return Err(TaskError::Fatal(format!("invalid URL {url:?}: {why}")).tenants());
         }
     };
     // The secret before the intent: a missing one or an STS failure leaves no `sending` row.
@@ -211,9 +221,9 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
         Ok(a) => a,
         Err(refusal @ Refusal::Address { .. }) => {
             record("refused", Some(refusal.to_string())).await?;
-            return Err(TaskError::Fatal(refusal.to_string()));
+            return Err(TaskError::Fatal(refusal.to_string()).tenants());
         }
-        Err(refusal @ Refusal::Resolve { .. }) => return Err(TaskError::retryable(refusal)),
+        Err(refusal @ Refusal::Resolve { .. }) => return Err(TaskError::retryable(refusal).tenants()),
     };
     let limit =
         Limit { key: rate_slots::destination_key(ctx.tenant_id, &dest.name), rate_per_second: dest.rate_per_second };
@@ -279,10 +289,12 @@ fn shown_request(p: &RequestParams, url: &str, headers: &[(String, String)], des
 async fn read_secret(ctx: &TaskContext, dest: &Destination) -> Result<String, TaskError> {
     let sdk = ctx.aws().await?;
     match rules::read_secret(&sdk, ctx.tenant_id, &dest.name).await {
-        Ok(v) => {
-            rules::check_value(&v).map(|()| v).map_err(|m| TaskError::Fatal(format!("the destination's secret: {m}")))
+        Ok(v) => rules::check_value(&v)
+            .map(|()| v)
+            .map_err(|m| TaskError::Fatal(format!("the destination's secret: {m}")).tenants()),
+        Err(e @ (SecretError::Missing(_) | SecretError::NotAString(_))) => {
+            Err(TaskError::Fatal(e.to_string()).tenants())
         }
-        Err(e @ (SecretError::Missing(_) | SecretError::NotAString(_))) => Err(TaskError::Fatal(e.to_string())),
         Err(e @ SecretError::Service(_)) => Err(TaskError::retryable(e)),
     }
 }
@@ -318,12 +330,12 @@ fn classify(
     };
     let a = match answer {
         Err(e) if e.maybe_sent() => {
-            let error = format!("{what}: {e}; the destination may have acted on it: not retried");
-            return (settled("ambiguous", None, None, Some(error.clone())), Err(TaskError::Ambiguous(error)));
+            let error = format!("{what}: {e}; the destination may have acted on it: not retried. {DECIDE}");
+            return (settled("ambiguous", None, None, Some(error.clone())), Err(TaskError::Ambiguous(error).tenants()));
         }
         Err(e) => {
             let error = format!("{what}: {e}");
-            return (settled("retryable", None, None, Some(error.clone())), Err(TaskError::Retryable(error)));
+            return (settled("retryable", None, None, Some(error.clone())), Err(TaskError::Retryable(error).tenants()));
         }
         Ok(a) => a,
     };
@@ -332,10 +344,13 @@ fn classify(
     match a.status {
         200..=299 if a.cut => {
             let error = format!(
-                "{what}: answered {} but the answer broke off: the call was made; its result is incomplete",
+                "{what}: answered {} but the answer broke off: the call was made; its result is incomplete. {DECIDE}",
                 a.status
             );
-            (settled("ambiguous", status, Some(response), Some(error.clone())), Err(TaskError::Ambiguous(error)))
+            (
+                settled("ambiguous", status, Some(response), Some(error.clone())),
+                Err(TaskError::Ambiguous(error).tenants()),
+            )
         }
         200..=299 => (settled("succeeded", status, Some(response.clone()), None), Ok(response)),
         s if retryable_status(s) => {
@@ -344,13 +359,13 @@ fn classify(
                 Some(after) => TaskError::RetryAfter(error.clone(), after),
                 None => TaskError::Retryable(error.clone()),
             };
-            (settled("retryable", status, Some(response), Some(error)), Err(e))
+            (settled("retryable", status, Some(response), Some(error)), Err(e.tenants()))
         }
         s => {
             let why = if (300..400).contains(&s) { "a redirect (not followed)" } else { "refused" };
             let body: String = response["body"].to_string().chars().take(2000).collect();
             let error = format!("{what}: answered {s}, {why}: {body}");
-            (settled("fatal", status, Some(response), Some(error.clone())), Err(TaskError::Fatal(error)))
+            (settled("fatal", status, Some(response), Some(error.clone())), Err(TaskError::Fatal(error).tenants()))
         }
     }
 }

@@ -86,7 +86,8 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         sending_identities::role(&db, tenant),
     )
     .map_err(TaskError::retryable)?;
-    let body = p.render(template.as_ref()).map_err(|e| TaskError::Fatal(e.to_string()))?;
+    // The template and its data are the tenant's: a failure to render them is its own.
+    let body = p.render(template.as_ref()).map_err(|e| TaskError::Fatal(e.to_string()).tenants())?;
     let refused = if !allowed {
         Some(format!("{from} is not one of this tenant's sending identities"))
     } else {
@@ -150,8 +151,11 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         Intent::Recorded(m) => m,
     };
     match m.status {
+        // A sender the tenant may not use, or suppressed recipients: the tenant's own input.
         Status::Refused => {
-            return Err(TaskError::Fatal(format!("message {} refused: {}", m.id, m.reason.unwrap_or_default())));
+            return Err(
+                TaskError::Fatal(format!("message {} refused: {}", m.id, m.reason.unwrap_or_default())).tenants()
+            );
         }
         Status::Shadowed => return Ok(report(&m, "not sent")),
         _ => {}

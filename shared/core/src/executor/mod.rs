@@ -221,7 +221,7 @@ impl Executor {
                      retry it with a timeout_seconds of at most {longest}",
                     job.timeout_seconds
                 );
-                (job, Outcome::Failed { kind: ExceptionKind::FatalError, error })
+                (job, Outcome::Failed { kind: ExceptionKind::FatalError, error, tenants: false })
             })
             .collect();
         let mut flush_at: Option<Instant> = (!ended.is_empty()).then(Instant::now);
@@ -368,22 +368,26 @@ pub fn decide(job: &ClaimedJob, ran: Ran, now: DateTime<Utc>, policy: &RetryPoli
             Outcome::Retry { run_at: policy.next_run_at_after(now, job.attempt, asked), error }
         } else {
             let error = format!("{error} (attempt {} of {})", job.attempt, job.max_attempts);
-            Outcome::Failed { kind: ExceptionKind::AttemptsExhausted, error }
+            Outcome::Failed { kind: ExceptionKind::AttemptsExhausted, error, tenants: false }
         }
     };
     let retry_or_fail = |error: String| retry_or_fail_after(error, None);
     match ran {
         Ran::Finished(Ok(result)) => match crate::job::storable(&result) {
             Ok(()) => Outcome::Succeeded { result },
-            Err(why) => Outcome::Failed { kind: ExceptionKind::FatalError, error: why.to_string() },
+            Err(why) => Outcome::Failed { kind: ExceptionKind::FatalError, error: why.to_string(), tenants: false },
+        },
+        Ran::Finished(Err(TaskError::Tenant(inner))) => match decide(job, Ran::Finished(Err(*inner)), now, policy) {
+            Outcome::Failed { kind, error, .. } => Outcome::Failed { kind, error, tenants: true },
+            other => other,
         },
         Ran::Finished(Err(TaskError::Retryable(e))) => retry_or_fail(clean(&e)),
         Ran::Finished(Err(TaskError::RetryAfter(e, after))) => retry_or_fail_after(clean(&e), Some(after)),
         Ran::Finished(Err(TaskError::Fatal(e))) => {
-            Outcome::Failed { kind: ExceptionKind::FatalError, error: clean(&e) }
+            Outcome::Failed { kind: ExceptionKind::FatalError, error: clean(&e), tenants: false }
         }
         Ran::Finished(Err(TaskError::Ambiguous(e))) => {
-            Outcome::Failed { kind: ExceptionKind::AmbiguousOutcome, error: clean(&e) }
+            Outcome::Failed { kind: ExceptionKind::AmbiguousOutcome, error: clean(&e), tenants: false }
         }
         Ran::Finished(Err(TaskError::Continue(note))) => {
             Outcome::Continue { note: clean(&note), run_at: now, rate: None }
@@ -414,6 +418,7 @@ pub fn decide(job: &ClaimedJob, ran: Ran, now: DateTime<Utc>, policy: &RetryPoli
         Ran::UnknownType => Outcome::Failed {
             kind: ExceptionKind::UnknownTaskType,
             error: format!("task type {:?} is not in this executor's catalogue", job.task_type),
+            tenants: false,
         },
     }
 }
@@ -459,7 +464,7 @@ mod tests {
         let err = || Ran::Finished(Err(TaskError::Retryable("throttled".into())));
         assert!(matches!(decide(&job(1, 3), err(), now, &p), Outcome::Retry { run_at, .. } if run_at > now));
         match decide(&job(3, 3), err(), now, &p) {
-            Outcome::Failed { kind, error } => {
+            Outcome::Failed { kind, error, .. } => {
                 assert_eq!(kind, ExceptionKind::AttemptsExhausted);
                 assert!(error.contains("attempt 3 of 3"), "{error}");
             }

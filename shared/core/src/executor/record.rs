@@ -5,7 +5,7 @@
 //! to fill: `hand_on`, or a worker's own claim of those keys (`worker`).
 
 use super::{Executor, RunReport};
-use crate::job::{ClaimedJob, Dispatch, Fence, JobId, Outcome};
+use crate::job::{ClaimedJob, Dispatch, Ending, Fence, JobId, Outcome};
 use crate::metrics;
 use crate::parents::finish_parents;
 use crate::store::jobs::{self, Failure, Retry};
@@ -54,9 +54,9 @@ impl Executor {
                 Outcome::Retry { run_at, error } => {
                     retries.push((job.fence(), Retry { run_at: *run_at, error: error.clone() }))
                 }
-                Outcome::Failed { kind, error } => {
-                    let fault = self.catalogue.fault(&job.task_type, &job.params);
-                    failures.push((job.fence(), Failure { kind: *kind, error: error.clone(), fault }))
+                Outcome::Failed { kind, error, tenants } => {
+                    let fault = self.catalogue.fault(job, Ending { kind: *kind, error, tenants: *tenants });
+                    failures.push((job.fence(), Failure { kind: *kind, error: error.clone(), fault, owners: false }))
                 }
                 Outcome::Continue { note, run_at, rate } => {
                     continues.push((job.fence(), (note.clone(), *run_at, rate.clone())))

@@ -36,6 +36,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     ),
     (20, "0020_job_terms_by_type", include_str!("../../../../migrations/0020_job_terms_by_type.sql")),
     (21, "0021_tenant_owned_switches", include_str!("../../../../migrations/0021_tenant_owned_switches.sql")),
+    (22, "0022_job_fault", include_str!("../../../../migrations/0022_job_fault.sql")),
     (23, "0023_send_rates", include_str!("../../../../migrations/0023_send_rates.sql")),
     (24, "0024_admin_actions", include_str!("../../../../migrations/0024_admin_actions.sql")),
 ];

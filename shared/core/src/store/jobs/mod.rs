@@ -85,12 +85,14 @@ pub struct Job {
     pub children_total: Option<i32>,
     /// Where this job's callbacks go, instead of the tenant's callback URL.
     pub callback_url: Option<String>,
+    /// Whose failure a failed job is: `tenant` or `platform` (`job::Fault`).
+    pub fault: Option<String>,
 }
 
 pub(crate) const JOB_COLUMNS: &str = "id, tenant_id, task_type, status, params, correlation_id, \
     idempotency_key, request_hash, parent_id, run_at, attempt, max_attempts, timeout_seconds, \
     lease_until, started_at, result, last_error, created_at, updated_at, finished_at, \
-    concurrency_key, concurrency_limit, children_total, callback_url";
+    concurrency_key, concurrency_limit, children_total, callback_url, fault";
 
 impl Job {
     pub(crate) fn from_row(r: &Row) -> Result<Self, StoreError> {
@@ -119,6 +121,7 @@ impl Job {
             concurrency_limit: r.get("concurrency_limit"),
             children_total: r.get("children_total"),
             callback_url: r.get("callback_url"),
+            fault: r.get("fault"),
         })
     }
 }

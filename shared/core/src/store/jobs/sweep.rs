@@ -7,7 +7,7 @@ use super::{TERMINAL_RETURNING, callbacks_of};
 use uuid::Uuid;
 
 use crate::job::{Dispatch, Fence, JobId};
-use crate::store::{GenericClient, StoreError, callbacks};
+use crate::store::{GenericClient, StoreError, callbacks, tenant_faults};
 
 /// A running job whose lease has expired, locked for the sweep's transaction.
 #[derive(Debug, Clone, PartialEq)]
@@ -149,7 +149,9 @@ pub struct Finished {
 /// were cancelled) and naming the most common cause, and, when any child failed, one
 /// `children_failed` exception with that cause opens for the parent: children of a parent
 /// open no exceptions of their own (`fail_reporting`), so a cause all of them share reaches
-/// operators once. Events and callback deliveries are written in the same statement.
+/// operators once. When every failed child was the tenant's own fault (`jobs.fault`), so is
+/// the parent's failure: counted in `tenant_faults`, no exception. Events and callback
+/// deliveries are written in the same statement.
 fn finish_sql(ready: &str) -> String {
     format!(
         "WITH ready AS (
@@ -158,7 +160,8 @@ fn finish_sql(ready: &str) -> String {
              SELECT r.id, count(c.id) AS total,
                     count(c.id) FILTER (WHERE c.status = 'succeeded') AS succeeded,
                     count(c.id) FILTER (WHERE c.status = 'failed') AS failed,
-                    count(c.id) FILTER (WHERE c.status = 'cancelled') AS cancelled
+                    count(c.id) FILTER (WHERE c.status = 'cancelled') AS cancelled,
+                    count(c.id) FILTER (WHERE c.status = 'failed' AND c.fault IS DISTINCT FROM 'tenant') AS platform_failed
              FROM ready r LEFT JOIN jobs c ON c.parent_id = r.id GROUP BY r.id
          ), failures AS (
              -- A child's error with ids blanked (each names its own message): what it shares.
@@ -180,27 +183,34 @@ fn finish_sql(ready: &str) -> String {
                         || CASE WHEN k.cancelled > 0 THEN '; ' || k.cancelled || ' cancelled' ELSE '' END
                     WHEN k.cancelled > 0 THEN k.cancelled || ' of ' || k.total || ' children were cancelled'
                     END AS error,
-                    k.failed > 0 AS children_failed
+                    k.failed > 0 AS children_failed, k.platform_failed = 0 AS tenants
              FROM counts k LEFT JOIN by_cause top ON top.id = k.id AND top.rank = 1
          ), done AS (
              UPDATE jobs j SET status = CASE WHEN o.ok THEN 'succeeded' ELSE 'failed' END,
                  result = CASE WHEN o.ok THEN o.result END,
-                 last_error = o.error, finished_at = now(), updated_at = now()
+                 last_error = o.error, finished_at = now(), updated_at = now(),
+                 fault = CASE WHEN o.ok THEN NULL WHEN o.tenants THEN 'tenant' ELSE 'platform' END
              FROM outcome o WHERE j.id = o.id AND j.status = 'waiting'
-             RETURNING {TERMINAL_RETURNING}, o.error, o.children_failed
+             RETURNING {TERMINAL_RETURNING}, o.error, o.children_failed, o.tenants
          ), events AS (
              INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, reason)
              SELECT id, status, 'waiting', status, attempt, coalesce(error, 'every child succeeded') FROM done
          ), opened AS (
              INSERT INTO exceptions (id, job_id, tenant_id, task_type, kind, cause)
-             SELECT gen_random_uuid(), id, tenant_id, task_type, 'children_failed', error FROM done WHERE children_failed
+             SELECT gen_random_uuid(), id, tenant_id, task_type, 'children_failed', error FROM done
+             WHERE children_failed AND NOT tenants
              ON CONFLICT (job_id) WHERE status = 'open' DO NOTHING
              RETURNING id, job_id, cause
-         ), {callbacks}
+         ), blamed AS (
+             -- Every failed child the tenant's own: so is the parent's failure.
+             SELECT id, task_type, 'children_failed' AS kind, error, tenant_id AS at_fault FROM done
+             WHERE children_failed AND tenants
+         ), {faults}, {callbacks}
          SELECT id, false, NULL::timestamptz, NULL::uuid, NULL::text FROM done
          UNION ALL SELECT id, true, run_at, NULL::uuid, NULL::text FROM callbacks
          UNION ALL SELECT job_id, false, NULL::timestamptz, id, cause FROM opened",
         callbacks = callbacks::enqueue_ctes("done", true),
+        faults = tenant_faults::count_cte("blamed"),
     )
 }
 

@@ -253,12 +253,19 @@ pub struct Failure {
     /// Whose failure it is. A tenant's own (`Fault::Tenant`: a callback URL it set) opens no
     /// operator exception; it is counted in `tenant_faults` instead.
     pub fault: Fault,
+    /// The failure is the tenant's that owns the job, whatever `fault` says (`owners`).
+    pub owners: bool,
 }
 
 impl Failure {
     /// A failure operators act on (an exception opens).
     pub fn platform(kind: ExceptionKind, error: impl Into<String>) -> Failure {
-        Failure { kind, error: error.into(), fault: Fault::Platform }
+        Failure { kind, error: error.into(), fault: Fault::Platform, owners: false }
+    }
+
+    /// A failure that is the job's own tenant's (its completion, its outside party).
+    pub fn owners(kind: ExceptionKind, error: impl Into<String>) -> Failure {
+        Failure { kind, error: error.into(), fault: Fault::Platform, owners: true }
     }
 }
 
@@ -280,8 +287,9 @@ pub struct Failed {
 const FAIL: Transition = Transition {
     rows: "failed",
     set: "status = 'failed', lease_until = NULL, last_error = i.error,
+                     fault = CASE WHEN i.at_fault IS NULL AND NOT i.owners THEN 'platform' ELSE 'tenant' END,
                      finished_at = now(), updated_at = now()",
-    inputs: &[("kind", "text"), ("error", "text"), ("at_fault", "uuid")],
+    inputs: &[("kind", "text"), ("error", "text"), ("at_fault", "uuid"), ("owners", "bool")],
     kind: Some("failed"),
     to: "failed",
     reason: "kind || ': ' || error",
@@ -310,14 +318,17 @@ pub async fn fail_from(
         ", opened AS (
                  INSERT INTO exceptions (id, job_id, tenant_id, task_type, kind, cause)
                  SELECT gen_random_uuid(), id, tenant_id, task_type, kind, error FROM failed
-                 WHERE at_fault IS NULL AND parent_id IS NULL
+                 WHERE at_fault IS NULL AND NOT owners AND parent_id IS NULL
                  ON CONFLICT (job_id) WHERE status = 'open' DO NOTHING
                  RETURNING id, job_id
+             ), blamed AS (
+                 SELECT id, task_type, kind, error, CASE WHEN owners THEN tenant_id ELSE at_fault END AS at_fault
+                 FROM failed
              ), {faults}, {callbacks}
              SELECT f.id, o.id, false, NULL::timestamptz, f.parent_id FROM failed f LEFT JOIN opened o ON o.job_id = f.id
              UNION ALL SELECT id, NULL, true, run_at, NULL::uuid FROM callbacks",
         callbacks = callbacks::enqueue_ctes("failed", true),
-        faults = tenant_faults::count_cte("failed"),
+        faults = tenant_faults::count_cte("blamed"),
     ));
     let failures = &by_id(failures);
     let kinds: Vec<&str> = failures.iter().map(|f| f.1.kind.as_str()).collect();
@@ -329,7 +340,8 @@ pub async fn fail_from(
             Fault::Tenant(t) => Some(t),
         })
         .collect();
-    let (rows, refused) = fence::write(db, &sql, &fences(failures), &[&kinds, &errors, &at_fault]).await?;
+    let owners: Vec<bool> = failures.iter().map(|f| f.1.owners).collect();
+    let (rows, refused) = fence::write(db, &sql, &fences(failures), &[&kinds, &errors, &at_fault, &owners]).await?;
     let opened = rows.iter().filter_map(|r| Some((r.get::<_, Option<Uuid>>(1)?, r.get::<_, JobId>(0)))).collect();
     Ok(Failed { refused, opened, callbacks: callbacks_of(&rows, 2), parents: parents_of(&rows, 4) })
 }
