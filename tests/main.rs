@@ -3,6 +3,7 @@
 
 mod support;
 
+mod admin;
 mod api;
 mod callbacks;
 mod campaign;
@@ -13,6 +14,7 @@ mod conformance;
 mod console;
 mod credentials;
 mod dbconn;
+mod deploy;
 mod dev;
 mod email;
 mod executor;
