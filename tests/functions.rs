@@ -244,7 +244,8 @@ async fn a_database_outage_raises_the_outage_metric() {
         let mut intake = Function::start("intake", env).await;
         let (_, job) = w.submit(&format!("outage-{db}"), json!({"task_type": "noop"})).await;
         assert!(job["id"].is_string());
-        let (batch, invoked) = deliver(&mut executor, &url, &arn, Duration::from_secs(30)).await.expect("a message");
+        // The jobs' default timeout (300 s) must fit in what the invocation has left.
+        let (batch, invoked) = deliver(&mut executor, &url, &arn, Duration::from_secs(400)).await.expect("a message");
         let returned = response(invoked)["batchItemFailures"].as_array().map(Vec::len);
         assert_eq!(returned, Some(if expect_errors { batch.records.len() } else { 0 }), "{db}");
         let event: Value = serde_json::from_str(&fixture(
@@ -256,7 +257,7 @@ async fn a_database_outage_raises_the_outage_metric() {
         assert_eq!(answer["statusCode"], if expect_errors { 503 } else { 202 }, "{db}: {answer}");
         if !expect_errors {
             // Let the next round's executor see only its own message.
-            let (rest, _) = deliver(&mut executor, &url, &arn, Duration::from_secs(30)).await.expect("the API's job");
+            let (rest, _) = deliver(&mut executor, &url, &arn, Duration::from_secs(400)).await.expect("the API's job");
             assert_eq!(rest.records.len(), 1);
         }
         tokio::time::sleep(Duration::from_millis(200)).await; // the last stdout lines
@@ -280,4 +281,63 @@ async fn a_database_outage_raises_the_outage_metric() {
             assert_eq!(claimed, 2.0, "the healthy executor counts its claims");
         }
     }
+}
+
+/// The console function's tokens come from Secrets Manager (moto here), not its environment:
+/// the project it polls receives the token from the secret.
+#[tokio::test]
+async fn the_console_function_reads_its_tokens_from_secrets_manager() {
+    use std::sync::{Arc, Mutex};
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let record = seen.clone();
+    let project = axum::Router::new().route(
+        "/v1/status",
+        axum::routing::get(move |h: axum::http::HeaderMap| async move {
+            let auth = h.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+            record.lock().unwrap().push(auth);
+            (axum::http::StatusCode::UNAUTHORIZED, "{}")
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, project).await });
+    let name = format!("relay-console-tokens-{}", uuid::Uuid::now_v7().simple());
+    let sm = aws_sdk_secretsmanager::Client::new(&moto::sdk_config());
+    let arn = sm
+        .create_secret()
+        .name(&name)
+        .secret_string(r#"{"shop": "rs_from_the_secret"}"#)
+        .send()
+        .await
+        .unwrap()
+        .arn
+        .unwrap();
+    let env = vec![
+        (
+            "RELAY_CONSOLE_PROJECTS",
+            json!({"projects": [{"name": "shop", "status_url": format!("http://{addr}/v1/status")}], "timeout_seconds": 2})
+                .to_string(),
+        ),
+        ("RELAY_CONSOLE_TOKENS_SECRET", arn),
+        ("AWS_ENDPOINT_URL", moto::endpoint().to_owned()),
+    ];
+    let mut console = Function::start("console", &env).await;
+    let mut event: Value =
+        serde_json::from_str(&fixture("apigw_v2_get_job.json", &[("API_KEY", "none"), ("JOB_ID", "x")])).unwrap();
+    event["rawPath"] = json!("/");
+    event["requestContext"]["http"]["path"] = json!("/");
+    let page = response(console.invoke(&event, Duration::from_secs(30)).await);
+    assert_eq!(page["statusCode"], 200, "{page}");
+    assert_eq!(seen.lock().unwrap().first().map(String::as_str), Some("Bearer rs_from_the_secret"));
+
+    // A secret naming no project fails the init, naming the variable.
+    let bad = sm.create_secret().name(format!("{name}-bad")).secret_string(r#"{"nope": "x"}"#).send().await.unwrap();
+    let mut env = env;
+    env[1].1 = bad.arn.unwrap();
+    let broken = Function::start("console", &env).await;
+    let (_, body) = broken.api.init_error(Duration::from_secs(20)).await.expect("an init error");
+    assert!(
+        body["errorMessage"].as_str().unwrap().contains("RELAY_CONSOLE_TOKENS_SECRET: a token for \"nope\""),
+        "{body}"
+    );
 }

@@ -62,11 +62,6 @@ impl AwsStandIn {
     pub fn statuses(&self) -> Vec<Value> {
         self.shared.statuses.lock().expect("lock").clone()
     }
-
-    /// A served function's stand-in process (to read its output).
-    pub fn function(&self, name: &str) -> Arc<tokio::sync::Mutex<Function>> {
-        self.shared.functions[name].clone()
-    }
 }
 
 /// `Invoke` (RequestResponse): the function's answer as the payload; a function error as
@@ -93,7 +88,12 @@ async fn invoke(
         return (StatusCode::NOT_FOUND, h, msg.to_string()).into_response();
     };
     let event: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let invoked = f.lock().await.invoke(&event, Duration::from_secs(60)).await;
+    let f = f.lock().await;
+    // As Lambda does, a function whose init failed answers with that error at once.
+    let invoked = tokio::select! {
+        invoked = f.api.invoke(&event, Duration::from_secs(60)) => invoked,
+        Some((_, init)) = f.api.init_error(Duration::from_secs(60)) => Invoked::Error(init),
+    };
     let mut h = HeaderMap::new();
     h.insert("x-amz-executed-version", version.parse().unwrap_or_else(|_| "1".parse().expect("header")));
     match invoked {

@@ -31,7 +31,7 @@ use serde_json::Value;
 use tokio::sync::{Notify, mpsc, oneshot};
 
 /// The functions the tests run, built together once.
-const FUNCTIONS: [&str; 6] = ["intake", "executor", "sweeper", "ingress", "pretraffic", "admin"];
+const FUNCTIONS: [&str; 7] = ["intake", "executor", "sweeper", "ingress", "pretraffic", "admin", "console"];
 
 /// The path of a function's debug binary, built (or found fresh) by cargo.
 pub fn binary(name: &str) -> PathBuf {
