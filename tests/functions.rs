@@ -170,3 +170,174 @@ async fn a_missing_variable_fails_the_init_and_the_init_error_names_it() {
     let status = executor.exited(Duration::from_secs(10)).await.expect("the process ends");
     assert!(!status.success());
 }
+
+/// Item 7 of issue 31: a long job has its own lane. The short lane's executor (batches of ten,
+/// a short timeout) sends a job whose timeout it cannot give to the long lane's queue and
+/// records the nine short ones at once; its invocation ends without waiting for the long job,
+/// which the long lane's executor (batch size 1) then runs.
+#[tokio::test]
+async fn a_long_job_goes_to_its_own_lane_and_the_short_lanes_invocation_does_not_wait_for_it() {
+    let (w, url, arn) = sqs_world("fn-lanes").await;
+    let (long_url, long_arn) = moto::queue("fn-lanes-long").await;
+    let mut short_env = env_for(&w, &url);
+    short_env.extend([
+        ("RELAY_DEADLINE_RESERVE_SECONDS", "1".to_owned()),
+        ("RELAY_EXECUTOR_TIMEOUT_SECONDS", "60".to_owned()),
+        ("RELAY_LANE_TIMEOUT_SECONDS", "10".to_owned()),
+        ("RELAY_LONG_QUEUE_URL", long_url.clone()),
+    ]);
+    let mut long_env = env_for(&w, &url);
+    long_env.extend([
+        ("RELAY_DEADLINE_RESERVE_SECONDS", "1".to_owned()),
+        ("RELAY_EXECUTOR_TIMEOUT_SECONDS", "60".to_owned()),
+    ]);
+    let mut short = Function::start("executor", &short_env).await;
+    let mut long = Function::start("executor", &long_env).await;
+    for f in [&mut short, &mut long] {
+        let warm = f.invoke(&json!({"Records": []}), Duration::from_secs(60)).await;
+        assert_eq!(response(warm)["batchItemFailures"], json!([]));
+    }
+    let mut quick = Vec::new();
+    for i in 0..9 {
+        let body = json!({"task_type": "sleep", "params": {"seconds": 0.2}, "timeout_seconds": 2});
+        quick.push(w.submit(&format!("lane-quick-{i}"), body).await.1["id"].as_str().unwrap().to_owned());
+    }
+    let body = json!({"task_type": "sleep", "params": {"seconds": 4}, "timeout_seconds": 12});
+    let long_id = w.submit("lane-long", body).await.1["id"].as_str().unwrap().to_owned();
+
+    // The short lane's invocation (10 s, as its Timeout) gets all ten and ends with the nine.
+    let started = std::time::Instant::now();
+    let (batch, invoked) = deliver(&mut short, &url, &arn, Duration::from_secs(10)).await.expect("ten messages");
+    let took = started.elapsed();
+    assert_eq!(batch.records.len(), 10);
+    assert_eq!(response(invoked)["batchItemFailures"], json!([]));
+    assert!(took < Duration::from_secs(3), "the short lane did not wait for the 4 s job: {took:?}");
+    let succeeded = "SELECT count(*) FROM jobs WHERE status = 'succeeded' AND id::text = ANY($1)";
+    assert_eq!(w.count(succeeded, &[&quick]).await, 9);
+    let (_, events) = w.call(axum::http::Method::GET, &format!("/v1/jobs/{long_id}/events"), None, None).await;
+    assert!(events.to_string().contains("sent to the long-job lane"), "{events}");
+    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE attempt = 0 AND id::text = $1", &[&long_id]).await, 1);
+    assert_eq!((moto::depth(&url).await, moto::depth(&long_url).await), (0, 1), "handed to the long lane's queue");
+
+    // The long lane runs it, alone in its invocation.
+    let (one, invoked) = deliver(&mut long, &long_url, &long_arn, Duration::from_secs(30)).await.expect("the long job");
+    assert_eq!(one.records.len(), 1);
+    assert_eq!(response(invoked)["batchItemFailures"], json!([]));
+    let done = w.wait_for(&long_id, Duration::from_secs(2), |j| j["status"] == "succeeded").await;
+    assert_eq!((&done["status"], &done["attempt"]), (&json!("succeeded"), &json!(1)), "{done}");
+}
+
+/// A database outage, seen by the metrics: the executor and intake answer it without failing
+/// their invocations (records returned, a 503), so only their EMF metrics show it —
+/// `DatabaseErrors`, also published without a dimension for the outage alarm. The same
+/// functions with the database up print zero.
+#[tokio::test]
+async fn a_database_outage_raises_the_outage_metric() {
+    let (w, url, arn) = sqs_world("fn-outage").await;
+    let up = env_for(&w, &url);
+    let mut down = up.clone();
+    down[0].1 = "postgres://relay@127.0.0.1:1/relay".into();
+    let errors = |docs: &[Value]| -> f64 { docs.iter().filter_map(|d| d["DatabaseErrors"].as_f64()).sum() };
+    for (db, expect_errors) in [("up", false), ("down", true)] {
+        let env = if db == "up" { &up } else { &down };
+        let mut executor = Function::start("executor", env).await;
+        let mut intake = Function::start("intake", env).await;
+        let (_, job) = w.submit(&format!("outage-{db}"), json!({"task_type": "noop"})).await;
+        assert!(job["id"].is_string());
+        // The jobs' default timeout (300 s) must fit in what the invocation has left.
+        let (batch, invoked) = deliver(&mut executor, &url, &arn, Duration::from_secs(400)).await.expect("a message");
+        let returned = response(invoked)["batchItemFailures"].as_array().map(Vec::len);
+        assert_eq!(returned, Some(if expect_errors { batch.records.len() } else { 0 }), "{db}");
+        let event: Value = serde_json::from_str(&fixture(
+            "apigw_v2_submit_job.json",
+            &[("API_KEY", &w.key), ("IDEMPOTENCY_KEY", &format!("outage-api-{db}"))],
+        ))
+        .unwrap();
+        let answer = response(intake.invoke(&event, Duration::from_secs(30)).await);
+        assert_eq!(answer["statusCode"], if expect_errors { 503 } else { 202 }, "{db}: {answer}");
+        if !expect_errors {
+            // Let the next round's executor see only its own message.
+            let (rest, _) = deliver(&mut executor, &url, &arn, Duration::from_secs(400)).await.expect("the API's job");
+            assert_eq!(rest.records.len(), 1);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await; // the last stdout lines
+        for (name, f) in [("executor", &executor), ("intake", &intake)] {
+            let docs = f.metrics();
+            assert!(!docs.is_empty(), "{db}: {name} printed its metrics");
+            let n = errors(&docs);
+            assert_eq!(n > 0.0, expect_errors, "{db}: {name} DatabaseErrors = {n}: {docs:?}");
+            if expect_errors {
+                let summed =
+                    docs.iter().any(|d| {
+                        d["_aws"]["CloudWatchMetrics"].as_array().into_iter().flatten().any(|m| {
+                            m["Dimensions"] == json!([[]]) && m["Metrics"].to_string().contains("DatabaseErrors")
+                        })
+                    });
+                assert!(summed, "{name}: DatabaseErrors is published without a dimension: {docs:?}");
+            }
+        }
+        if !expect_errors {
+            let claimed: f64 = executor.metrics().iter().filter_map(|d| d["Claimed"].as_f64()).sum();
+            assert_eq!(claimed, 2.0, "the healthy executor counts its claims");
+        }
+    }
+}
+
+/// The console function's tokens come from Secrets Manager (moto here), not its environment:
+/// the project it polls receives the token from the secret.
+#[tokio::test]
+async fn the_console_function_reads_its_tokens_from_secrets_manager() {
+    use std::sync::{Arc, Mutex};
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let record = seen.clone();
+    let project = axum::Router::new().route(
+        "/v1/status",
+        axum::routing::get(move |h: axum::http::HeaderMap| async move {
+            let auth = h.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+            record.lock().unwrap().push(auth);
+            (axum::http::StatusCode::UNAUTHORIZED, "{}")
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, project).await });
+    let name = format!("relay-console-tokens-{}", uuid::Uuid::now_v7().simple());
+    let sm = aws_sdk_secretsmanager::Client::new(&moto::sdk_config());
+    let arn = sm
+        .create_secret()
+        .name(&name)
+        .secret_string(r#"{"shop": "rs_from_the_secret"}"#)
+        .send()
+        .await
+        .unwrap()
+        .arn
+        .unwrap();
+    let env = vec![
+        (
+            "RELAY_CONSOLE_PROJECTS",
+            json!({"projects": [{"name": "shop", "status_url": format!("http://{addr}/v1/status")}], "timeout_seconds": 2})
+                .to_string(),
+        ),
+        ("RELAY_CONSOLE_TOKENS_SECRET", arn),
+        ("AWS_ENDPOINT_URL", moto::endpoint().to_owned()),
+    ];
+    let mut console = Function::start("console", &env).await;
+    let mut event: Value =
+        serde_json::from_str(&fixture("apigw_v2_get_job.json", &[("API_KEY", "none"), ("JOB_ID", "x")])).unwrap();
+    event["rawPath"] = json!("/");
+    event["requestContext"]["http"]["path"] = json!("/");
+    let page = response(console.invoke(&event, Duration::from_secs(30)).await);
+    assert_eq!(page["statusCode"], 200, "{page}");
+    assert_eq!(seen.lock().unwrap().first().map(String::as_str), Some("Bearer rs_from_the_secret"));
+
+    // A secret naming no project fails the init, naming the variable.
+    let bad = sm.create_secret().name(format!("{name}-bad")).secret_string(r#"{"nope": "x"}"#).send().await.unwrap();
+    let mut env = env;
+    env[1].1 = bad.arn.unwrap();
+    let broken = Function::start("console", &env).await;
+    let (_, body) = broken.api.init_error(Duration::from_secs(20)).await.expect("an init error");
+    assert!(
+        body["errorMessage"].as_str().unwrap().contains("RELAY_CONSOLE_TOKENS_SECRET: a token for \"nope\""),
+        "{body}"
+    );
+}

@@ -319,3 +319,63 @@ async fn on_lambda_intake_refuses_a_timeout_no_executor_invocation_can_give() {
     let (status, _) = w.submit("long-elsewhere", json!({"task_type": "noop", "timeout_seconds": 3600})).await;
     assert_eq!(status, 202);
 }
+
+/// Item 6 of issue 31: the re-send loop ends. A job that does not fit the time an invocation
+/// has left is re-sent with a doubling backoff (not at once, for ever), and one whose timeout
+/// no executor invocation can give (a row from before the limit, or written around intake)
+/// fails for good at once, with the reason, through the one terminal path (an exception).
+#[tokio::test]
+async fn the_resend_loop_backs_off_and_a_job_that_can_never_fit_fails_for_good() {
+    let (w, url, arn) = sqs_world("never-fits").await;
+    let p = lambda_platform(&w, &url, &crate::support::database_url());
+    let exec = p.executor();
+    let deadline = || Some(std::time::SystemTime::now() + Duration::from_secs(8));
+    // Fits a fresh invocation (895 s), not one with 8 s left: re-sent, each time later.
+    let (_, fits) = w.submit("later", json!({"task_type": "noop", "timeout_seconds": 60})).await;
+    let fits = fits["id"].as_str().unwrap().to_owned();
+    let mut delays = Vec::new();
+    for round in 0..3 {
+        let event = moto::receive_event(&url, &arn, 20).await;
+        assert_eq!(event.records.len(), 1, "round {round}: the re-sent message arrives");
+        let res = lambda::executor::handle(&exec, event.clone(), deadline()).await;
+        assert!(res.batch_item_failures.is_empty());
+        moto::delete_acknowledged(&url, &event, &[]).await;
+        let row = w
+            .db()
+            .await
+            .query_one(
+                "SELECT extract(epoch FROM run_at - now())::float8, resends, attempt FROM jobs WHERE id::text = $1",
+                &[&fits],
+            )
+            .await
+            .unwrap();
+        let (delay, resends, attempt): (f64, i16, i32) = (row.get(0), row.get(1), row.get(2));
+        assert_eq!((resends, attempt), (round + 1, 0), "round {round}: counted, never charged an attempt");
+        delays.push(delay);
+    }
+    assert!(delays[0] < 0.5 && delays[1] > 0.0 && delays[2] > delays[1] + 0.5, "a doubling backoff: {delays:?}");
+
+    // Can never fit: 3600 s (accepted by the Postgres transport's day-long limit).
+    let (_, never) = w.submit("never", json!({"task_type": "noop", "timeout_seconds": 3600})).await;
+    let never = never["id"].as_str().unwrap().to_owned();
+    let event = moto::receive_event(&url, &arn, 2).await;
+    let mut only_never = SqsEvent::default();
+    only_never.records =
+        event.records.into_iter().filter(|r| r.body.as_deref().unwrap_or_default().contains(&never)).collect();
+    let event = only_never;
+    assert_eq!(event.records.len(), 1);
+    let res = lambda::executor::handle(&exec, event.clone(), deadline()).await;
+    assert!(res.batch_item_failures.is_empty());
+    let job = w.wait_for(&never, Duration::from_secs(2), |j| j["status"] == "failed").await;
+    assert_eq!(job["status"], "failed", "{job}");
+    let error = job["error"].as_str().or(job["last_error"].as_str()).unwrap_or_default().to_owned();
+    let events = w.call(axum::http::Method::GET, &format!("/v1/jobs/{never}/events"), None, None).await.1.to_string();
+    assert!(
+        format!("{error}{events}")
+            .contains("its timeout (3600 s) exceeds the 895 s the longest executor invocation can give"),
+        "{job} {events}"
+    );
+    let opened =
+        w.count("SELECT count(*) FROM exceptions WHERE job_id::text = $1 AND kind = 'fatal_error'", &[&never]).await;
+    assert_eq!(opened, 1, "the one terminal path opened an exception");
+}

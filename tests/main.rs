@@ -7,6 +7,7 @@
 
 mod support;
 
+mod admin;
 mod api;
 mod callbacks;
 mod campaign;
@@ -17,6 +18,7 @@ mod conformance;
 mod console;
 mod credentials;
 mod dbconn;
+mod deploy;
 mod dev;
 mod email;
 mod executor;

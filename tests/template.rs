@@ -112,7 +112,7 @@ fn task_roles(t: &Value) -> BTreeMap<String, Value> {
 }
 
 #[test]
-fn five_arm64_traced_cargo_lambda_functions_one_per_workspace_crate() {
+fn arm64_traced_cargo_lambda_functions_one_per_workspace_crate() {
     let mut binaries = BTreeSet::new();
     for t in [template(), console()] {
         let g = &t["Globals"]["Function"];
@@ -136,7 +136,7 @@ fn five_arm64_traced_cargo_lambda_functions_one_per_workspace_crate() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(binaries, members);
-    assert_eq!(binaries.len(), 5);
+    assert_eq!(binaries.len(), 7, "intake, executor (two lanes), sweeper, ingress, pretraffic, admin, console");
     let workspace = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.toml")).unwrap();
     for m in &members {
         assert!(workspace.contains(&format!("\"functions/{m}\"")), "functions/{m} is a workspace member");
@@ -183,18 +183,68 @@ fn queues_redrive_and_outlast_their_consumers() {
             );
         }
     }
-    assert_eq!(sqs_events, 2, "executor and ingress consume SQS");
+    assert_eq!(sqs_events, 3, "the executor's two lanes and ingress consume SQS");
 }
 
 #[test]
 fn the_executor_lease_outlasts_the_executor_timeout() {
     let t = template();
-    let p = &t["Resources"]["ExecutorFunction"]["Properties"];
-    let lease = num(&p["Environment"]["Variables"]["RELAY_LEASE_SECONDS"]);
-    assert!(lease > num(&p["Timeout"]), "lease {lease} must exceed the function timeout");
-    // Every function that reads RELAY_LEASE_SECONDS gets a valid value.
-    let cfg = taskdeck::config::LambdaConfig::from_lookup(|k| (k == "RELAY_LEASE_SECONDS").then(|| lease.to_string()));
-    assert_eq!(cfg.unwrap().lease.as_secs(), u64::try_from(lease).unwrap());
+    for f in ["ExecutorFunction", "LongExecutorFunction"] {
+        let p = &t["Resources"][f]["Properties"];
+        let lease = num(&p["Environment"]["Variables"]["RELAY_LEASE_SECONDS"]);
+        assert!(lease > num(&p["Timeout"]), "{f}: lease {lease} must exceed the function timeout");
+        // Every function that reads RELAY_LEASE_SECONDS gets a valid value.
+        let cfg =
+            taskdeck::config::LambdaConfig::from_lookup(|k| (k == "RELAY_LEASE_SECONDS").then(|| lease.to_string()));
+        assert_eq!(cfg.unwrap().lease.as_secs(), u64::try_from(lease).unwrap());
+    }
+}
+
+/// A function's environment as the function reads it (`LambdaConfig`), intrinsics replaced by
+/// sample values.
+fn config_of(t: &Value, function: &str) -> taskdeck::config::LambdaConfig {
+    let vars = t["Resources"][function]["Properties"]["Environment"]["Variables"].as_object().unwrap().clone();
+    // Literal values as they are; a queue's `!Ref` as a URL naming the queue; other intrinsics
+    // (the task roles' `!Sub`, the database URL) left out.
+    let get = move |k: &str| {
+        let v = vars.get(k)?;
+        match v.as_str() {
+            Some(text) => Some(text.to_owned()),
+            None if k.ends_with("_URL") => Some(format!("https://sqs.eu-west-1.amazonaws.com/1/{}", target(v))),
+            None => None,
+        }
+    };
+    taskdeck::config::LambdaConfig::from_lookup(|k| if k == "DATABASE_URL" { None } else { get(k) }).unwrap()
+}
+
+/// Intake's limit, the short lane's hand-over and the long lane's time all come from the
+/// functions' real timeouts: intake refuses what no invocation can give, the short lane sends
+/// on what it cannot give, the long lane takes one job at a time.
+#[test]
+fn the_lanes_and_intake_agree_on_the_executors_timeouts() {
+    let t = template();
+    let res = &t["Resources"];
+    let timeout = |f: &str| u64::try_from(num(&res[f]["Properties"]["Timeout"])).unwrap();
+    let (short, long) = (timeout("ExecutorFunction"), timeout("LongExecutorFunction"));
+    assert!(short < long, "the long lane is the longer one");
+    for f in ["IntakeFunction", "ExecutorFunction", "LongExecutorFunction"] {
+        let cfg = config_of(&t, f);
+        assert_eq!(
+            cfg.executor_timeout.as_secs(),
+            long,
+            "{f}: RELAY_EXECUTOR_TIMEOUT_SECONDS is the long lane's Timeout"
+        );
+        assert_eq!(cfg.deadline_reserve.as_secs(), 5, "{f}: one reserve for all");
+        assert_eq!(i64::from(cfg.max_job_timeout()), i64::try_from(long).unwrap() - 5);
+    }
+    let short_cfg = config_of(&t, "ExecutorFunction");
+    let (above, queue) = short_cfg.onward().expect("the short lane hands longer jobs on");
+    assert_eq!(i64::from(above), i64::try_from(short).unwrap() - 5, "RELAY_LANE_TIMEOUT_SECONDS is its own Timeout");
+    assert!(queue.ends_with("/LongWorkQueue"), "{queue}");
+    assert!(config_of(&t, "LongExecutorFunction").onward().is_none(), "the long lane is the last");
+    let long_event = res["LongExecutorFunction"]["Properties"]["Events"].as_object().unwrap().values().next().unwrap();
+    assert_eq!(target(&long_event["Properties"]["Queue"]), "LongWorkQueue");
+    assert_eq!(num(&long_event["Properties"]["BatchSize"]), 1, "one long job per invocation");
 }
 
 #[test]
@@ -233,7 +283,12 @@ fn the_console_deploys_without_the_platform_stack() {
     assert!(console.get("VpcConfig").is_none(), "the console stands alone: no VPC, no database");
     let env: Vec<&String> =
         console["Environment"]["Variables"].as_object().map(|m| m.keys().collect()).unwrap_or_default();
-    assert_eq!(env, ["RELAY_CONSOLE_PROJECTS"], "the console gets its projects and nothing else");
+    assert_eq!(
+        env,
+        ["RELAY_CONSOLE_PROJECTS", "RELAY_CONSOLE_TOKENS_SECRET"],
+        "the console gets its projects and the name of its tokens' secret, nothing else"
+    );
+    assert!(c["Parameters"]["ConsoleProjects"].get("NoEcho").is_none(), "no token in the projects parameter");
     // Nothing imported from another stack: every reference is to its own parameters or resources.
     let text = serde_json::to_string(&c).unwrap();
     assert!(!text.contains("Fn::ImportValue"), "the console imports nothing");
@@ -250,7 +305,8 @@ fn the_console_deploys_without_the_platform_stack() {
             "logs:CreateLogStream ConsoleLogGroup",
             "logs:PutLogEvents ConsoleLogGroup",
             "xray:PutTraceSegments *",
-            "xray:PutTelemetryRecords *"
+            "xray:PutTelemetryRecords *",
+            "secretsmanager:GetSecretValue ConsoleTokensSecretArn",
         ])
     );
     assert!(c["Resources"]["ConsoleRole"]["Properties"].get("ManagedPolicyArns").is_none());
@@ -307,8 +363,8 @@ fn each_function_has_its_own_least_privilege_role() {
                 "logs:PutLogEvents IntakeLogGroup",
                 "secretsmanager:GetSecretValue DatabaseSecretArn",
                 "sqs:SendMessage WorkQueue",
-                "secretsmanager:CreateSecret arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/*",
-                "secretsmanager:PutSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/*",
+                "secretsmanager:CreateSecret arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/*/destinations/*",
+                "secretsmanager:PutSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/*/destinations/*",
             ]),
         ),
         (
@@ -317,11 +373,43 @@ fn each_function_has_its_own_least_privilege_role() {
             set(&[
                 "logs:CreateLogStream ExecutorLogGroup",
                 "logs:PutLogEvents ExecutorLogGroup",
+                "logs:CreateLogStream LongExecutorLogGroup",
+                "logs:PutLogEvents LongExecutorLogGroup",
                 "secretsmanager:GetSecretValue DatabaseSecretArn",
                 "sqs:ReceiveMessage WorkQueue",
                 "sqs:DeleteMessage WorkQueue",
                 "sqs:GetQueueAttributes WorkQueue",
                 "sqs:SendMessage WorkQueue",
+                "sqs:ReceiveMessage LongWorkQueue",
+                "sqs:DeleteMessage LongWorkQueue",
+                "sqs:GetQueueAttributes LongWorkQueue",
+                "sqs:SendMessage LongWorkQueue",
+                "sts:AssumeRole EmailSendTaskRole",
+                "sts:TagSession EmailSendTaskRole",
+                "sts:AssumeRole HttpRequestTaskRole",
+                "sts:TagSession HttpRequestTaskRole",
+                "sts:AssumeRole TenantTaskRoleArns",
+                "sts:TagSession TenantTaskRoleArns",
+            ]),
+        ),
+        // The same code in its long lane: the same role (the task roles trust one principal).
+        (
+            "LongExecutorFunction",
+            "ExecutorRole",
+            set(&[
+                "logs:CreateLogStream ExecutorLogGroup",
+                "logs:PutLogEvents ExecutorLogGroup",
+                "logs:CreateLogStream LongExecutorLogGroup",
+                "logs:PutLogEvents LongExecutorLogGroup",
+                "secretsmanager:GetSecretValue DatabaseSecretArn",
+                "sqs:ReceiveMessage WorkQueue",
+                "sqs:DeleteMessage WorkQueue",
+                "sqs:GetQueueAttributes WorkQueue",
+                "sqs:SendMessage WorkQueue",
+                "sqs:ReceiveMessage LongWorkQueue",
+                "sqs:DeleteMessage LongWorkQueue",
+                "sqs:GetQueueAttributes LongWorkQueue",
+                "sqs:SendMessage LongWorkQueue",
                 "sts:AssumeRole EmailSendTaskRole",
                 "sts:TagSession EmailSendTaskRole",
                 "sts:AssumeRole HttpRequestTaskRole",
@@ -353,7 +441,39 @@ fn each_function_has_its_own_least_privilege_role() {
                 "sqs:SendMessage WorkQueue",
             ]),
         ),
+        (
+            "PreTrafficFunction",
+            "PreTrafficRole",
+            set(&[
+                "logs:CreateLogStream PreTrafficLogGroup",
+                "logs:PutLogEvents PreTrafficLogGroup",
+                "secretsmanager:GetSecretValue DatabaseSecretArn",
+                "lambda:InvokeFunction ${IntakeFunction.Arn}:*",
+                "lambda:InvokeFunction ${ExecutorFunction.Arn}:*",
+                "codedeploy:PutLifecycleEventHookExecutionStatus arn:${AWS::Partition}:codedeploy:${AWS::Region}:${AWS::AccountId}:deploymentgroup:${ServerlessDeploymentApplication}/*",
+            ]),
+        ),
+        (
+            "AdminFunction",
+            "AdminRole",
+            set(&[
+                "logs:CreateLogStream AdminLogGroup",
+                "logs:PutLogEvents AdminLogGroup",
+                "secretsmanager:GetSecretValue DatabaseSecretArn",
+                "sqs:ReceiveMessage WorkDeadLetterQueue",
+                "sqs:DeleteMessage WorkDeadLetterQueue",
+                "sqs:ReceiveMessage IngressDeadLetterQueue",
+                "sqs:DeleteMessage IngressDeadLetterQueue",
+                "sqs:SendMessage WorkQueue",
+                "sqs:SendMessage IngressQueue",
+            ]),
+        ),
     ];
+    assert_eq!(
+        expected.iter().map(|(f, _, _)| (*f).to_owned()).collect::<BTreeSet<_>>(),
+        functions(&t).keys().cloned().collect(),
+        "every function's actions are listed here"
+    );
     for (function, role, actions) in expected {
         let p = &t["Resources"][function]["Properties"];
         assert_eq!(target(&p["Role"]), role, "{function} has its own role");
@@ -384,7 +504,8 @@ fn each_task_type_has_its_own_role_trusting_only_the_executor() {
         .collect(),
     ), (
         "HttpRequestTaskRole",
-        ["secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/*".to_owned()]
+        // Only the session's own tenant's (the relay:tenant session tag, credentials/session.rs).
+        ["secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/${!aws:PrincipalTag/relay:tenant}/destinations/*".to_owned()]
             .into_iter()
             .collect(),
     )]
@@ -444,8 +565,25 @@ fn the_alarms_that_page_exist() {
     for q in ["WorkQueue", "IngressQueue"] {
         assert!(watching("ApproximateAgeOfOldestMessage", q), "oldest message in {q}");
     }
-    for f in functions(&t).keys() {
+    // The hook's failure is the deploy's; the admin function's is its caller's answer.
+    for f in functions(&t).keys().filter(|f| !["PreTrafficFunction", "AdminFunction"].contains(&f.as_str())) {
         assert!(watching("Errors", f), "errors of {f}");
+    }
+    assert!(watching("ApproximateAgeOfOldestMessage", "LongWorkQueue"), "oldest message in the long lane");
+    for metric in ["5xx", "Latency"] {
+        assert!(watching(metric, "HttpApi"), "API Gateway {metric}");
+    }
+    // The outage alarms read what the functions print in EMF, summed over every function
+    // (no dimension), in the namespace every function is given.
+    let namespace = &t["Globals"]["Function"]["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"];
+    for metric in ["DatabaseErrors", "BatchItemFailures"] {
+        let a = alarms
+            .iter()
+            .find(|a| a["Properties"]["MetricName"] == metric)
+            .unwrap_or_else(|| panic!("an alarm on {metric}"));
+        assert!(taskdeck::metrics::emf::AGGREGATED.contains(&metric), "{metric} is published without a dimension");
+        assert_eq!(&a["Properties"]["Namespace"], namespace, "{metric}");
+        assert!(a["Properties"].get("Dimensions").is_none(), "{metric}: the sum over every function");
     }
     let sweep = alarms
         .iter()
@@ -552,7 +690,10 @@ fn vpc_endpoints_cover_every_aws_service_the_functions_call_behind_one_switch() 
             (r["Properties"]["ServiceName"]["Fn::Sub"].as_str().unwrap().rsplit('.').next().unwrap().to_owned(), r)
         })
         .collect();
-    assert_eq!(endpoints.keys().map(String::as_str).collect::<Vec<_>>(), ["email", "secretsmanager", "sqs", "sts"]);
+    assert_eq!(
+        endpoints.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["codedeploy", "email", "lambda", "secretsmanager", "sqs", "sts"]
+    );
     for (service, e) in endpoints {
         assert_eq!(e["Condition"], "WithVpcEndpoints", "{service}");
         let p = &e["Properties"];
@@ -613,7 +754,7 @@ fn no_database_password_in_the_environment_and_tls_verified_in_full() {
         assert_eq!(parsed.mode, taskdeck::store::tls::SslMode::VerifyFull, "{name}");
         assert!(parsed.config.get_password().is_none(), "{name}: no password in the URL");
     }
-    assert_eq!(with_db, 4);
+    assert_eq!(with_db, 7);
 }
 
 #[test]
@@ -667,5 +808,104 @@ fn the_api_writes_access_logs_to_a_kept_log_group() {
     let format = settings["Format"].as_str().unwrap();
     for field in ["$context.requestId", "$context.status", "$context.integrationErrorMessage"] {
         assert!(format.contains(field), "access logs carry {field}");
+    }
+}
+
+/// A deploy proves itself: every function but the hook is published through an alias and
+/// deployed by CodeDeploy with the hook before traffic and alarms that roll it back; the hook
+/// is named so SAM's CodeDeploy role may invoke it, and checks the versions being deployed.
+#[test]
+fn every_function_deploys_through_an_alias_gated_by_the_hook_and_rolled_back_by_alarms() {
+    let t = template();
+    let res = &t["Resources"];
+    let mut gated = BTreeSet::new();
+    for (name, f) in functions(&t) {
+        let p = &f["Properties"];
+        if name == "PreTrafficFunction" || name == "AdminFunction" {
+            assert!(p.get("DeploymentPreference").is_none(), "{name} is not deployed through CodeDeploy");
+            continue;
+        }
+        assert_eq!(p["AutoPublishAlias"], "live", "{name}");
+        let d = &p["DeploymentPreference"];
+        assert!(d["Type"].as_str().unwrap().starts_with("Canary"), "{name}: a canary");
+        assert_eq!(d["Hooks"]["PreTraffic"], json!({"Ref": "PreTrafficFunction"}), "{name}");
+        let alarms = d["Alarms"].as_array().expect("rollback alarms");
+        assert!(alarms.iter().any(|a| target(a) == "DatabaseOutageAlarm"), "{name}: an outage rolls back");
+        for a in alarms {
+            assert_eq!(res[target(a)]["Type"], "AWS::CloudWatch::Alarm", "{name}");
+        }
+        gated.insert(name);
+    }
+    assert_eq!(gated.len(), 5, "{gated:?}");
+    let hook = &res["PreTrafficFunction"]["Properties"];
+    assert!(hook["FunctionName"]["Fn::Sub"].as_str().unwrap().starts_with("CodeDeployHook_"));
+    let vars = &hook["Environment"]["Variables"];
+    assert_eq!(vars["RELAY_PRETRAFFIC_INTAKE"], json!({"Ref": "IntakeFunction.Version"}));
+    assert_eq!(vars["RELAY_PRETRAFFIC_EXECUTOR"], json!({"Ref": "ExecutorFunction.Version"}));
+    assert_eq!(num(&hook["ReservedConcurrentExecutions"]), 1, "the hooks of one update run in turn");
+}
+
+/// Two stacks in one account and region: every name the template gives a resource (functions,
+/// log groups, topics, the schedule, the configuration set) carries the stack's name, and the
+/// sweeper's schedule has one (the default is the logical id, the same in every stack).
+#[test]
+fn a_second_stacks_names_do_not_collide() {
+    let t = template();
+    // (key path, value) of every name property, except dimensions' and an event destination's
+    // (names inside another resource, not physical names).
+    fn collect(v: &Value, at: &str, names: &mut Vec<(String, Value)>) {
+        if let Value::Object(m) = v {
+            for (k, x) in m.iter().filter(|(k, _)| !["Dimensions", "EventDestination"].contains(&k.as_str())) {
+                let here = format!("{at}.{k}");
+                if ["FunctionName", "TopicName", "LogGroupName", "Name"].contains(&k.as_str()) {
+                    names.push((here.clone(), x.clone()));
+                }
+                collect(x, &here, names);
+            }
+        } else if let Value::Array(a) = v {
+            a.iter().for_each(|x| collect(x, at, names));
+        }
+    }
+    let mut names = Vec::new();
+    for (id, r) in t["Resources"].as_object().unwrap() {
+        // Alarms and IAM roles get generated names.
+        if r["Type"] != "AWS::CloudWatch::Alarm" && !r["Type"].as_str().unwrap().starts_with("AWS::IAM") {
+            collect(&r["Properties"], id, &mut names);
+        }
+    }
+    assert!(names.len() >= 12, "{names:?}");
+    let resolve = |v: &Value, stack: &str| v["Fn::Sub"].as_str().map(|s| s.replace("${AWS::StackName}", stack));
+    let mut seen = BTreeSet::new();
+    for (at, v) in names.iter().filter(|(_, v)| v.get("Ref").is_none() && v.get("Fn::GetAtt").is_none()) {
+        // (A `!Ref`/`!GetAtt` names another resource, which is checked where it is declared.)
+        let (a, b) = (resolve(v, "relay"), resolve(v, "relay-staging"));
+        assert!(a.is_some() && a != b, "{at} = {v} does not carry the stack's name");
+        assert!(seen.insert(a.unwrap()), "{at}: two resources share a name");
+    }
+    let sweep = t["Resources"]["SweeperFunction"]["Properties"]["Events"]["Sweep"]["Properties"]["Name"].clone();
+    assert_eq!(
+        resolve(&sweep, "relay-staging").as_deref(),
+        Some("relay-staging-sweep"),
+        "the schedule is named per stack"
+    );
+}
+
+/// SES events carry recipients' addresses; alarms go the same way. Every topic the stack
+/// makes is encrypted with a rotating key of its own that SES and CloudWatch may use.
+#[test]
+fn the_topics_are_encrypted_with_a_key_their_publishers_may_use() {
+    let t = template();
+    let res = t["Resources"].as_object().unwrap();
+    let topics: Vec<_> = res.iter().filter(|(_, r)| r["Type"] == "AWS::SNS::Topic").collect();
+    assert_eq!(topics.len(), 2);
+    for (name, topic) in topics {
+        let key = target(&topic["Properties"]["KmsMasterKeyId"]);
+        let k = &res[&key]["Properties"];
+        assert_eq!(res[&key]["Type"], "AWS::KMS::Key", "{name}");
+        assert_eq!(k["EnableKeyRotation"], true);
+        let text = k["KeyPolicy"].to_string();
+        for publisher in ["ses.amazonaws.com", "cloudwatch.amazonaws.com", "sns.amazonaws.com"] {
+            assert!(text.contains(publisher), "{publisher} may use {key}");
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! run from the installed binaries), one fresh schema per test, migrated; HTTP through the
 //! real router with `oneshot`.
 
+pub mod aws_standin;
 pub mod moto;
 pub mod runtime_api;
 pub mod ses_faults;
@@ -194,6 +195,11 @@ pub async fn send(router: &axum::Router, req: Request<Body>) -> (StatusCode, Val
     let body =
         if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).expect("every answer is JSON") };
     (status, body)
+}
+
+/// A fresh schema nothing has migrated (for what migrates by itself: the pre-traffic hook).
+pub async fn bare_schema() -> String {
+    new_schema().await
 }
 
 /// A fresh schema named `t_<unix secs>_<random>`; schemas from runs over an hour old are

@@ -31,7 +31,7 @@ use serde_json::Value;
 use tokio::sync::{Notify, mpsc, oneshot};
 
 /// The functions the tests run, built together once.
-const FUNCTIONS: [&str; 4] = ["intake", "executor", "sweeper", "ingress"];
+const FUNCTIONS: [&str; 7] = ["intake", "executor", "sweeper", "ingress", "pretraffic", "admin", "console"];
 
 /// The path of a function's debug binary, built (or found fresh) by cargo.
 pub fn binary(name: &str) -> PathBuf {
@@ -181,6 +181,8 @@ pub struct Function {
     child: Option<tokio::process::Child>,
     /// Processes started so far (1 + the restarts after a timeout).
     pub starts: usize,
+    /// Every line the processes wrote on stdout (their JSON logs and EMF metrics).
+    pub stdout: Arc<Mutex<Vec<String>>>,
 }
 
 impl Function {
@@ -188,7 +190,7 @@ impl Function {
     pub async fn start(name: &str, env: &[(&str, String)]) -> Function {
         let api = RuntimeApi::start().await;
         let env = env.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
-        let mut f = Function { api, name: name.to_owned(), env, child: None, starts: 0 };
+        let mut f = Function { api, name: name.to_owned(), env, child: None, starts: 0, stdout: Arc::default() };
         f.spawn();
         f
     }
@@ -206,8 +208,20 @@ impl Function {
             .env("AWS_SECRET_ACCESS_KEY", "testing")
             .env("RELAY_LOG", std::env::var("RELAY_LOG").unwrap_or_else(|_| "warn".into()))
             .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdout(std::process::Stdio::piped())
             .kill_on_drop(true);
-        self.child = Some(cmd.spawn().expect("start the function binary"));
+        let mut child = cmd.spawn().expect("start the function binary");
+        if let Some(out) = child.stdout.take() {
+            let lines = self.stdout.clone();
+            tokio::spawn(async move {
+                use tokio::io::AsyncBufReadExt;
+                let mut reader = tokio::io::BufReader::new(out).lines();
+                while let Ok(Some(line)) = reader.next_line().await {
+                    lines.lock().expect("lock").push(line);
+                }
+            });
+        }
+        self.child = Some(child);
         self.starts += 1;
     }
 
@@ -221,6 +235,12 @@ impl Function {
             self.spawn();
         }
         invoked
+    }
+
+    /// The EMF documents the processes printed (`metrics::emf`), oldest first.
+    pub fn metrics(&self) -> Vec<Value> {
+        let lines = self.stdout.lock().expect("lock");
+        lines.iter().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|v| v.get("_aws").is_some()).collect()
     }
 
     /// The process's exit status, if it has ended (an init failure ends it).

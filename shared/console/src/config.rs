@@ -70,6 +70,21 @@ impl ConsoleConfig {
         })
     }
 
+    /// Give projects their tokens from a JSON object `{"<project name>": "<token>"}` (the
+    /// console function reads it from Secrets Manager, `RELAY_CONSOLE_TOKENS_SECRET`, so no
+    /// token sits in its environment). A name no project has is an error, naming `source`.
+    pub fn with_tokens(mut self, text: &str, source: &str) -> anyhow::Result<ConsoleConfig> {
+        let tokens: std::collections::BTreeMap<String, String> = serde_json::from_str(text)
+            .map_err(|e| anyhow::anyhow!("{source}: not a JSON object of project name to token ({e})"))?;
+        for (name, token) in tokens {
+            let Some(p) = self.projects.iter_mut().find(|p| p.name == name) else {
+                anyhow::bail!("{source}: a token for {name:?}, which is not a project");
+            };
+            p.token = Some(token);
+        }
+        Ok(self)
+    }
+
     pub fn from_file(path: &std::path::Path) -> anyhow::Result<ConsoleConfig> {
         let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         Self::parse(&text, &path.display().to_string())
@@ -92,6 +107,11 @@ mod tests {
             ConsoleConfig::parse(r#"[{"name": "relay", "status_url": "http://x/v1/status", "token": "rs_1"}]"#, "f")
                 .unwrap();
         assert_eq!(c.projects[0].token.as_deref(), Some("rs_1"));
+        let c = c.with_tokens(r#"{"relay": "rs_from_secret"}"#, "secret").unwrap();
+        assert_eq!(c.projects[0].token.as_deref(), Some("rs_from_secret"));
+        let e = c.clone().with_tokens(r#"{"other": "x"}"#, "secret").unwrap_err().to_string();
+        assert!(e.starts_with("secret: a token for \"other\""), "{e}");
+        assert!(c.clone().with_tokens("[]", "secret").is_err());
         assert_eq!(c.timeout, ConsoleConfig::DEFAULT_TIMEOUT);
         let c = ConsoleConfig::parse(r#"{"projects": [], "timeout_seconds": 2}"#, "f").unwrap();
         assert_eq!(c.timeout, Duration::from_secs(2));

@@ -81,6 +81,9 @@ pub struct LambdaConfig {
     /// lane's (less the reserve) goes there. `executor_timeout` stays the longest lane's.
     pub lane_timeout: Option<Duration>,
     pub long_queue_url: Option<String>,
+    /// `RELAY_SES_CONFIGURATION_SET`: the configuration set every send names unless its
+    /// request names one (the template's, whose events reach ingress).
+    pub ses_configuration_set: Option<String>,
 }
 
 impl LambdaConfig {
@@ -162,6 +165,16 @@ impl LambdaConfig {
                 Some(_) => Some(Duration::from_secs(number("RELAY_LANE_TIMEOUT_SECONDS", 900, 10..=900)?)),
             },
             long_queue_url: url_like("RELAY_LONG_QUEUE_URL")?,
+            ses_configuration_set: match text("RELAY_SES_CONFIGURATION_SET") {
+                Some(v) if v.len() > 64 || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') => {
+                    return Err(ConfigError::Invalid {
+                        name: "RELAY_SES_CONFIGURATION_SET",
+                        value: v,
+                        why: "1 to 64 letters, digits, '_' or '-'".into(),
+                    });
+                }
+                v => v,
+            },
         })
     }
 

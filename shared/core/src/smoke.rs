@@ -11,6 +11,9 @@ use serde_json::{Value, json};
 use crate::client::{Client, ClientError};
 use crate::job::JobId;
 
+/// The smoke job's `timeout_seconds`.
+pub const SMOKE_TIMEOUT_SECONDS: u32 = 30;
+
 /// How the check reaches Relay's API as one tenant.
 #[async_trait::async_trait]
 pub trait SmokeApi: Send + Sync {
@@ -73,6 +76,9 @@ pub async fn run(api: &dyn SmokeApi, within: Duration, poll: Duration) -> Result
         "params": {"echo": format!("smoke {nonce}")},
         "correlation_id": format!("relay-smoke-{nonce}"),
         "max_attempts": 1,
+        // Short enough for any executor lane and any invocation's time left: the short lane
+        // runs it (a longer one would be sent to the long lane, which the check does not drive).
+        "timeout_seconds": SMOKE_TIMEOUT_SECONDS,
     });
     let submitted = api.submit(&format!("relay-smoke-{nonce}"), &request).await.map_err(SmokeError::Submit)?;
     let Some(id) = submitted["id"].as_str().and_then(|i| i.parse::<JobId>().ok()) else {

@@ -37,6 +37,24 @@ use ses::SendFailure;
 /// The write switch that lets email leave the machine (`write:ses`, with shadow off).
 pub const INTEGRATION: &str = "ses";
 
+/// The configuration set a send names when its request names none (`RELAY_SES_CONFIGURATION_SET`,
+/// set once at a Lambda container's start): every send then publishes its events, whatever
+/// the sending identity's own default.
+static DEFAULT_CONFIGURATION_SET: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Set the process's default configuration set (the first call wins).
+pub fn set_default_configuration_set(name: &str) {
+    let _ = DEFAULT_CONFIGURATION_SET.set(name.to_owned());
+}
+
+/// The request's own configuration set, else the default.
+fn with_default_set(mut p: SendParams, default: Option<&String>) -> SendParams {
+    if p.configuration_set.is_none() {
+        p.configuration_set = default.cloned();
+    }
+    p
+}
+
 /// What a run reports about its message.
 fn report(m: &Message, note: &str) -> Value {
     json!({
@@ -68,6 +86,7 @@ fn preview(p: &SendParams, body: &content::Rendered, message_id: Uuid, ctx: &Tas
 
 /// One attempt of `email.send`.
 pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> {
+    let p = with_default_set(p, DEFAULT_CONFIGURATION_SET.get());
     let db = ctx.db.get().await.map_err(TaskError::retryable)?;
     let tenant = ctx.tenant_id;
     let from = content::bare(&p.from).unwrap_or_default();
@@ -347,4 +366,25 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
     };
     tx.commit().await.map_err(TaskError::retryable)?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_send_names_the_default_configuration_set_unless_it_names_its_own() {
+        let p = |set: Option<&str>| {
+            let mut v =
+                serde_json::json!({"from": "a@example.com", "to": ["b@example.com"], "subject": "s", "text": "t"});
+            if let Some(s) = set {
+                v["configuration_set"] = serde_json::json!(s);
+            }
+            serde_json::from_value::<SendParams>(v).unwrap()
+        };
+        let default = "relay-events".to_owned();
+        assert_eq!(with_default_set(p(None), Some(&default)).configuration_set.as_deref(), Some("relay-events"));
+        assert_eq!(with_default_set(p(Some("own")), Some(&default)).configuration_set.as_deref(), Some("own"));
+        assert_eq!(with_default_set(p(None), None).configuration_set, None);
+    }
 }

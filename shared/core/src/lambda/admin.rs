@@ -72,10 +72,16 @@ impl Admin {
             Ok(v) => (true, v),
             Err(e) => (false, json!({"error": {"code": e.code, "message": e.message}})),
         };
-        // The audit never holds a key: only the action's inputs and the answer's other fields.
-        let mut detail = json!({"name": event.get("name"), "queue": event.get("queue"), "max": event.get("max")});
+        // The audit never holds a key: only the action's inputs and the answer's other fields,
+        // each as text Postgres can store (no NUL) and at most 200 characters.
+        let mut detail = json!({});
+        for k in ["name", "queue", "max"] {
+            if let Some(v) = event.get(k) {
+                detail[k] = storable(v);
+            }
+        }
         for (k, v) in answer.as_object().into_iter().flatten().filter(|(k, _)| k.as_str() != "key") {
-            detail[k] = v.clone();
+            detail[k] = storable(v);
         }
         let audit_action =
             if action.is_empty() || action.len() > MAX_NAME || action.contains('\0') { "invalid" } else { action };
@@ -154,6 +160,21 @@ impl Admin {
                 "unknown_action",
                 "action must be one of: migrate, tenant.create, operator.create, status_key.create, dead_letters.redrive",
             )),
+        }
+    }
+}
+
+/// A value as the audit keeps it: numbers, booleans and short arrays as they are; anything
+/// else as text without control characters, cut at 200 characters.
+fn storable(v: &Value) -> Value {
+    match v {
+        Value::Null | Value::Bool(_) | Value::Number(_) => v.clone(),
+        Value::Array(a) if a.len() <= 50 && a.iter().all(Value::is_string) => {
+            Value::Array(a.iter().map(storable).collect())
+        }
+        other => {
+            let text = other.as_str().map_or_else(|| other.to_string(), str::to_owned);
+            Value::String(text.chars().filter(|c| !c.is_control()).take(200).collect())
         }
     }
 }

@@ -30,6 +30,9 @@ pub async fn platform(cfg: &LambdaConfig) -> anyhow::Result<Platform> {
     cfg.require_database_url()?;
     let queue_url = cfg.require_work_queue_url()?;
     let sdk = sdk_config(cfg).await;
+    if let Some(set) = &cfg.ses_configuration_set {
+        crate::email::set_default_configuration_set(set);
+    }
     let transport = Arc::new(SqsTransport::new(SqsTransport::client(&sdk), queue_url));
     let mut settings = settings(cfg);
     // The short lane's executor sends longer jobs to the long-job lane.
