@@ -20,7 +20,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, transaction
 
 from ..errors import IdempotencyKeyReused
@@ -235,14 +235,19 @@ class RelayBackend(BaseTaskBackend):
             idempotency_key=task.idempotency_key,
         )
         row.correlation_id = current_correlation() or str(row.id)
+        from .outbox import post_after_commit, request_size
+
+        limit = int(conf.get("MAX_BODY_BYTES"))
+        if (size := request_size(row)) > limit:
+            raise catalogue.InvalidParams(
+                task.task_type, {NON_FIELD_ERRORS: [f"the job request is {size} bytes: Relay takes at most {limit}"]}
+            )
         if task.idempotency_key is None:
             row.save(using=db, force_insert=True)
         else:
             existing = self._insert_keyed(row, db)
             if existing is not None:  # the same request enqueued again: the same row
                 return self._result(existing, task)
-        from .outbox import post_after_commit
-
         transaction.on_commit(partial(post_after_commit, row.id), using=db, robust=True)
         result = self._result(row, task)
         task_enqueued.send(type(self), task_result=result)
