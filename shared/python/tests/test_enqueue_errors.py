@@ -135,3 +135,18 @@ def test_configuration_mistakes_fail_manage_py_check(relay, relay_settings, env,
     assert run_manage("check", db_name=db, check=False).returncode == 0
     out = run_manage("check", db_name=db, check=False, env_overrides=env)
     assert out.returncode != 0 and message in out.stderr, out.stdout + out.stderr
+
+
+def test_a_schema_relay_no_longer_holds_is_dropped_when_relay_refuses_what_it_let_through(relay, relay_conf):
+    fresh = catalogue.current()
+    assert fresh is not None
+    # As if the cached copy predated a change that made `sleep` stricter.
+    stale = catalogue.Catalogue("stale", fresh.fetched_at, {**fresh.schemas, "sleep": {"type": "object"}})
+    catalogue._cached = stale
+    with transaction.atomic():
+        result = relay_task("sleep").enqueue(seconds="ten")
+    assert RelayJob.objects.get(pk=result.id).status == "refused"
+    assert catalogue._cached is None, "the copy that let it through was dropped"
+    with pytest.raises(InvalidParams):
+        relay_task("sleep").enqueue(seconds="ten")
+    assert catalogue.current() is not None and catalogue.current().version == fresh.version  # type: ignore[union-attr]
