@@ -149,4 +149,4 @@ def test_a_schema_relay_no_longer_holds_is_dropped_when_relay_refuses_what_it_le
     assert catalogue._cached is None, "the copy that let it through was dropped"
     with pytest.raises(InvalidParams):
         relay_task("sleep").enqueue(seconds="ten")
-    assert catalogue.current() is not None and catalogue.current().version == fresh.version  # type: ignore[union-attr]
+    assert catalogue.current() is not None and catalogue.current().version == fresh.version
