@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from django.db import transaction
+from django.db import DataError, transaction
 from django.test import override_settings
 from standardwebhooks import Webhook
 
@@ -91,8 +91,23 @@ def test_options_per_task_and_per_call_reach_the_job(relay, relay_settings):
     assert datetime.fromisoformat(jobs[0].raw["run_at"].replace("Z", "+00:00")) == later
     with pytest.raises(InvalidTask, match="whole number"):
         noop.using(max_attempts=0)
-    with pytest.raises(InvalidTask, match="concurrency_key"):
+    with pytest.raises(InvalidTask, match="whole number"):
+        noop.using(timeout_seconds=86_401)
+    with pytest.raises(InvalidTask, match="go together"):
         noop.using(concurrency_limit=2)
+    with pytest.raises(InvalidTask, match="go together"):
+        noop.using(concurrency_key="acct-7")
+    with pytest.raises(InvalidTask, match="concurrency_key must be"):
+        noop.using(concurrency_key="a\x00b", concurrency_limit=1)
+    with pytest.raises(InvalidTask, match="idempotency_key must be"):
+        noop.using(idempotency_key="clé ünïcode")
+    for bad in ("x" * 201, "tab\there"):
+        with pytest.raises(InvalidTask, match="correlation id"), correlation(bad):
+            noop.enqueue()
+    with pytest.raises(DataError), transaction.atomic():  # Postgres refuses a NUL in JSON: at enqueue
+        noop.enqueue(echo="a\x00b")
+    noop_result = noop.enqueue(echo="ünïcode ☃ " + "\U0001f600")
+    assert RelayJob.objects.get(pk=noop_result.id).params == {"echo": "ünïcode ☃ \U0001f600"}
 
 
 def test_priority_is_refused_by_name_and_relay_task_is_typed(relay_settings):

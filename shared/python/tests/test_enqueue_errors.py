@@ -14,6 +14,7 @@ from relay_client.django._compat import InvalidTask
 from relay_client.django.catalogue import InvalidParams
 from relay_client.django.models import RelayJob
 from relay_client.django.signals import job_blocked, job_refused
+from relay_client.django.status import document
 from shop.tasks import email_send, noop
 
 from .conftest import jobs_on_relay, run_manage
@@ -52,6 +53,8 @@ def test_parameters_the_schema_refuses_raise_at_enqueue_naming_the_field(relay, 
     with pytest.raises(InvalidParams) as e:
         relay_task("sleep").enqueue(seconds="ten")
     assert list(e.value.message_dict) == ["seconds"]
+    with pytest.raises(InvalidParams, match="bytes: Relay takes at most"):
+        noop.enqueue(echo="x" * 1_100_000)
     assert not RelayJob.objects.exists(), "nothing was written"
 
 
@@ -73,6 +76,7 @@ def test_what_only_relay_checks_marks_the_row_refused_and_signals(relay, relay_c
     [call] = refused.calls
     assert call["row"].pk == row.pk and call["error"].field == "params.to[0]"
     assert email_send.get_result(result.id).errors, "the TaskResult says why"
+    assert document()["failures"]["last_hour"] == 1, "the status view counts it"
     assert jobs_on_relay(relay, corr) == []
 
 
@@ -85,6 +89,7 @@ def test_a_409_blocks_the_row_the_drain_leaves_it_and_relay_drain_fails_until_th
     row = RelayJob.objects.get(pk=result.id)
     assert (row.status, row.post_code, row.posted_at) == ("blocked", "unknown_destination", None)
     assert [c["row"].pk for c in blocked.calls] == [row.pk]
+    assert document()["failures"]["open_exceptions"] == 1, "the status view shows it"
     report = drain()
     assert (report.posted, report.blocked, report.stuck) == (0, 0, 1), "a blocked row is not offered again"
     db = connection.settings_dict["NAME"]
@@ -130,3 +135,18 @@ def test_configuration_mistakes_fail_manage_py_check(relay, relay_settings, env,
     assert run_manage("check", db_name=db, check=False).returncode == 0
     out = run_manage("check", db_name=db, check=False, env_overrides=env)
     assert out.returncode != 0 and message in out.stderr, out.stdout + out.stderr
+
+
+def test_a_schema_relay_no_longer_holds_is_dropped_when_relay_refuses_what_it_let_through(relay, relay_conf):
+    fresh = catalogue.current()
+    assert fresh is not None
+    # As if the cached copy predated a change that made `sleep` stricter.
+    stale = catalogue.Catalogue("stale", fresh.fetched_at, {**fresh.schemas, "sleep": {"type": "object"}})
+    catalogue._cached = stale
+    with transaction.atomic():
+        result = relay_task("sleep").enqueue(seconds="ten")
+    assert RelayJob.objects.get(pk=result.id).status == "refused"
+    assert catalogue._cached is None, "the copy that let it through was dropped"
+    with pytest.raises(InvalidParams):
+        relay_task("sleep").enqueue(seconds="ten")
+    assert catalogue.current() is not None and catalogue.current().version == fresh.version

@@ -29,8 +29,14 @@ def test_300_rows_of_4kb_a_crash_left_all_reach_relay_and_none_is_closed(relay, 
     corr, other = f"crash300-{uuid.uuid4()}", f"unrelated-{uuid.uuid4()}"
     left_by_a_crash(300, corr, 4000)  # 1.2 MB in all: over Relay's 1 MiB body limit as one batch
     left_by_a_crash(1, other, 10)
-    report = drain()
-    assert (report.posted, report.refused, report.left, report.stuck) == (301, 0, 0, 0), report
+    posted = 0
+    for _ in range(10):  # a loaded Relay may answer a batch 503: its rows wait for the next drain
+        report = drain()
+        assert (report.refused, report.stuck) == (0, 0), report
+        posted += report.posted
+        if not report.left:
+            break
+    assert posted == 301, report
     assert len(jobs_on_relay(relay, corr)) == 300
     assert len(jobs_on_relay(relay, other)) == 1
     assert not RelayJob.objects.filter(status="refused").exists()

@@ -14,13 +14,14 @@ A ``relay_task`` is a plain ``Task``: with ``TASKS["relay"]`` set to Django's ``
 
 from __future__ import annotations
 
+import unicodedata
 import uuid
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from functools import partial
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.db import IntegrityError, transaction
 
 from ..errors import IdempotencyKeyReused
@@ -175,22 +176,36 @@ class RelayTaskResult(TaskResult):  # type: ignore[type-arg,misc]
         TaskResult.refresh(self)
 
 
+#: Relay's bounds on a job's terms (``shared/core/src/job/terms.rs``); a deployment may cap
+#: ``timeout_seconds`` lower, which only Relay knows.
+BOUNDS = {"max_attempts": 100, "timeout_seconds": 86_400, "concurrency_limit": 10_000}
+
+
+def printable(value: object) -> bool:
+    """1 to 200 characters, none a control character (Relay's rule for correlation ids)."""
+    return isinstance(value, str) and 0 < len(value) <= 200 and not any(unicodedata.category(c) == "Cc" for c in value)
+
+
 def _check_options(task: RelayTask) -> None:
-    for name in ("max_attempts", "timeout_seconds", "concurrency_limit"):
+    for name, most in BOUNDS.items():
         value = getattr(task, name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise InvalidTask(f"{name} must be a whole number of at least 1, not {value!r}")
-    if task.concurrency_limit is not None and not task.concurrency_key:
-        raise InvalidTask("concurrency_limit needs a concurrency_key")
-    for name in ("concurrency_key", "idempotency_key"):
-        value = getattr(task, name)
-        if value is not None and not (
-            isinstance(value, str) and 0 < len(value) <= 200 and all("!" <= c <= "~" for c in value)
-        ):
-            raise InvalidTask(f"{name} must be 1 to 200 visible ASCII characters, not {value!r}")
-    if task.idempotency_key is not None:
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most):
+            raise InvalidTask(f"{name} must be a whole number from 1 to {most}, not {value!r}")
+    if (task.concurrency_key is None) != (task.concurrency_limit is None):
+        raise InvalidTask(
+            "concurrency_key and concurrency_limit go together: the key names the work, the limit "
+            "how many of it run at once"
+        )
+    if task.concurrency_key is not None and not printable(task.concurrency_key):
+        raise InvalidTask(
+            f"concurrency_key must be 1 to 200 characters without control characters, not {task.concurrency_key!r}"
+        )
+    key = task.idempotency_key
+    if key is not None and not (isinstance(key, str) and 0 < len(key) <= 200 and all("!" <= c <= "~" for c in key)):
+        raise InvalidTask(f"idempotency_key must be 1 to 200 visible ASCII characters, not {key!r}")
+    if key is not None:
         try:
-            uuid.UUID(task.idempotency_key)
+            uuid.UUID(key)
         except ValueError:
             return
         raise InvalidTask(
@@ -235,14 +250,23 @@ class RelayBackend(BaseTaskBackend):
             idempotency_key=task.idempotency_key,
         )
         row.correlation_id = current_correlation() or str(row.id)
+        if not printable(row.correlation_id):
+            raise InvalidTask(
+                f"a correlation id is 1 to 200 characters without control characters, not {row.correlation_id!r}"
+            )
+        from .outbox import post_after_commit, request_size
+
+        limit = int(conf.get("MAX_BODY_BYTES"))
+        if (size := request_size(row)) > limit:
+            raise catalogue.InvalidParams(
+                task.task_type, {NON_FIELD_ERRORS: [f"the job request is {size} bytes: Relay takes at most {limit}"]}
+            )
         if task.idempotency_key is None:
             row.save(using=db, force_insert=True)
         else:
             existing = self._insert_keyed(row, db)
             if existing is not None:  # the same request enqueued again: the same row
                 return self._result(existing, task)
-        from .outbox import post_after_commit
-
         transaction.on_commit(partial(post_after_commit, row.id), using=db, robust=True)
         result = self._result(row, task)
         task_enqueued.send(type(self), task_result=result)

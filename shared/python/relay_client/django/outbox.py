@@ -198,7 +198,8 @@ def stuck() -> QuerySet[RelayJob]:
     )
 
 
-def _size(row: RelayJob) -> int:
+def request_size(row: RelayJob) -> int:
+    """The bytes this row adds to a batch body."""
     item = request_for(row).batch_item()
     return len(json.dumps(item, separators=(",", ":"), ensure_ascii=False, default=str).encode()) + 1
 
@@ -210,7 +211,7 @@ def _by_bytes(rows: list[RelayJob]) -> Iterator[list[RelayJob]]:
     part: list[RelayJob] = []
     size = empty
     for row in rows:
-        n = _size(row)
+        n = request_size(row)
         if part and (size + n > limit or len(part) >= MAX_BATCH):
             yield part
             part, size = [], empty
