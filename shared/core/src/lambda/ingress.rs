@@ -159,8 +159,7 @@ impl Ingress {
     /// Store the jobs (idempotently); how many were new, or `Err` when the database refused.
     async fn store(&self, jobs: Vec<NewJob>) -> Result<usize, ()> {
         let n = jobs.len();
-        let enqueued =
-            async { Ok::<_, std::sync::Arc<StoreError>>(self.intake.enqueue(self.tenant().await?, jobs).await?) };
+        let enqueued = async { self.intake.enqueue(self.tenant().await?, jobs).await };
         match enqueued.await {
             Ok(inserted) => {
                 let created = inserted.iter().filter(|i| matches!(i, crate::store::jobs::Inserted::Created(_))).count();
