@@ -94,14 +94,14 @@ mod tests {
     #[test]
     fn lines_get_the_fields_and_cold_start_holds_for_the_first_request_only() {
         let mut p = Powertools::from_env(());
-        p.fixed = serde_json::from_str(r#"{"service": "executor", "function_name": "relay-executor"}"#).unwrap();
+        p.fixed = serde_json::from_str(r#"{"service": "executor", "function_name": "relay-executor"}"#).expect("JSON");
         let line = |req: &str| {
             let raw = format!(
                 r#"{{"level":"INFO","fields":{{"event":"x"}},"span":{{"requestId":"{req}","xrayTraceId":"Root=1"}}}}"#
             );
-            serde_json::from_str::<Value>(&p.decorate(&raw).unwrap()).unwrap()
+            serde_json::from_str::<Value>(&p.decorate(&raw).expect("decorated")).expect("JSON")
         };
-        let init = serde_json::from_str::<Value>(&p.decorate(r#"{"level":"INFO"}"#).unwrap()).unwrap();
+        let init = serde_json::from_str::<Value>(&p.decorate(r#"{"level":"INFO"}"#).expect("decorated")).expect("JSON");
         assert_eq!(init["cold_start"], true, "before any invocation");
         let first = line("a");
         assert_eq!((&first["cold_start"], &first["function_request_id"]), (&Value::Bool(true), &Value::from("a")));

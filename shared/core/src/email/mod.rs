@@ -380,7 +380,7 @@ mod tests {
             if let Some(s) = set {
                 v["configuration_set"] = serde_json::json!(s);
             }
-            serde_json::from_value::<SendParams>(v).unwrap()
+            serde_json::from_value::<SendParams>(v).expect("send params")
         };
         let default = "relay-events".to_owned();
         assert_eq!(with_default_set(p(None), Some(&default)).configuration_set.as_deref(), Some("relay-events"));

@@ -82,6 +82,36 @@ pub async fn run(client: &mut deadpool_postgres::Client) -> Result<Vec<&'static 
 mod tests {
     use super::*;
 
+    /// During a deploy the old version runs on the new schema (the hook migrates before the
+    /// canary; a rollback does not un-migrate), so a migration may only add what it does not
+    /// read: no dropped or renamed table, column, view, function or type, no changed column
+    /// type, no column made NOT NULL, no new NOT NULL column an old INSERT would leave empty.
+    /// (Dropping an index or a constraint only loosens; it is allowed.)
+    #[test]
+    fn migrations_only_add_so_the_old_version_runs_on_the_new_schema() {
+        let forbidden = regex::Regex::new(
+            r"(?i)\bDROP\s+(TABLE|COLUMN|VIEW|MATERIALIZED\s+VIEW|FUNCTION|TYPE|SCHEMA)\b|\bRENAME\b|\bALTER\s+COLUMN\s+\S+\s+(SET\s+DATA\s+)?TYPE\b|\bSET\s+NOT\s+NULL\b",
+        )
+        .expect("regex");
+        let add_column = regex::Regex::new(r"(?is)\bADD\s+COLUMN\b[^,;]*").expect("regex");
+        for (_, name, sql) in MIGRATIONS {
+            let code: String =
+                sql.lines().map(|l| l.split("--").next().unwrap_or_default()).collect::<Vec<_>>().join("\n");
+            if let Some(m) = forbidden.find(&code) {
+                panic!("{name}: {:?} breaks the version still running during a deploy", m.as_str());
+            }
+            for m in add_column.find_iter(&code) {
+                let clause = m.as_str().split_whitespace().collect::<Vec<_>>().join(" ").to_ascii_uppercase();
+                assert!(
+                    !clause.contains("NOT NULL") || clause.contains("DEFAULT") || clause.contains("GENERATED"),
+                    "{name}: {clause:?} needs a DEFAULT, or an old version's INSERT fails"
+                );
+            }
+        }
+        assert!(forbidden.is_match("ALTER TABLE jobs DROP COLUMN params"), "the check can fail");
+        assert!(add_column.is_match("ALTER TABLE jobs ADD COLUMN x int NOT NULL"));
+    }
+
     #[test]
     fn every_file_in_migrations_is_listed_in_order() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../migrations");
