@@ -225,8 +225,11 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
         }
         Err(refusal @ Refusal::Resolve { .. }) => return Err(TaskError::retryable(refusal).tenants()),
     };
-    let limit =
-        Limit { key: rate_slots::destination_key(ctx.tenant_id, &dest.name), rate_per_second: dest.rate_per_second };
+    let limit = Limit {
+        key: rate_slots::destination_key(ctx.tenant_id, &dest.name),
+        rate_per_second: dest.rate_per_second,
+        cap: None,
+    };
     if let Slot::Wait(wait) = rate_slots::take(&db, &[limit], Duration::ZERO).await.map_err(TaskError::retryable)? {
         return Err(TaskError::RateLimited {
             rate: format!("destination:{}", dest.name),

@@ -3,13 +3,12 @@
 //! One attempt of `email.send` (`send`):
 //! 1. render the content and decide whether it may go at all (the sender is the tenant's, no
 //!    recipient is suppressed) and whether it really goes (the `ses` write switch, shadow mode);
-//! 2. open this run's AWS access (the task's role, or the tenant's own sending role), and
-//!    wait for a slot under every rate the send keeps (`pace`; a slot too far ahead defers
-//!    the job, no attempt used);
+//! 2. open this run's AWS access (the task's role, or the tenant's own sending role);
 //! 3. record the intent on `messages` under the job's fence, committed on its own (and on
 //!    disk before the call; a message that is not sent is durable with the job's outcome,
 //!    `messages::record_unsent`): from here on no other attempt or job will send this key;
-//! 4. call SES once, retries off, and record what happened: sent; throttled or never
+//! 4. wait for a slot under every rate the send keeps (`pace`; a slot too far ahead defers
+//!    the job, no attempt used, the message back to `throttled`), call SES once, retries off, and record what happened: sent; throttled or never
 //!    connected (nothing sent: back to `throttled`, retried through the one retry policy; a
 //!    throttle also lowers the account's rate for a while, `pace`);
 //!    rejected (fatal); or ambiguous (`unknown`, never retried: an exception opens, and an SES
@@ -126,8 +125,6 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     };
     // Credentials before the intent: a denial or an STS failure must not leave a `sending` row.
     // (No pooled connection is held across the STS call, which records its session itself.)
-    // Then the send's slot under every rate it keeps (nothing recorded yet: a deferral or a
-    // crash while it waits leaves no trace to settle).
     let (db, aws, plan) = if live {
         let account = pace::account_of(own_role.as_deref());
         let rates = send_rates::for_send(&db, &account, &tenant.to_string(), p.configuration_set.as_deref())
@@ -137,7 +134,6 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         let plan = pace::Plan { account, rates, bulk };
         drop(db);
         let aws = ctx.aws().await?;
-        pace::wait_for_slot(&ctx.db, &plan).await?;
         (ctx.db.get().await.map_err(TaskError::retryable)?, Some(aws), Some(plan))
     } else {
         (db, None, None)
@@ -190,6 +186,17 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     };
     // No pooled connection is held across the call (it may take SEND_TIMEOUT).
     drop(db);
+    // The slot comes last, just before the call, so each rate holds where SES counts it (a
+    // slot taken before the intent's commit let one send arrive hundreds of milliseconds late
+    // beside an on-time one). Held: the message goes back to `throttled` (nothing was sent)
+    // and the next attempt takes it up again.
+    if let Err(held) = pace::wait_for_slot(&ctx.db, &plan).await {
+        let db = ctx.db.get().await.map_err(TaskError::retryable)?;
+        messages::transition(&db, m.id, Status::Sending, Status::Throttled, &held.to_string())
+            .await
+            .map_err(TaskError::retryable)?;
+        return Err(held);
+    }
     let outcome = ses::send(&client, &p, &body, &ids).await;
     let db = ctx.db.get().await;
     if let (Err(SendFailure::Throttled(_)), Ok(db)) = (&outcome, &db) {

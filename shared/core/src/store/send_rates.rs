@@ -55,6 +55,9 @@ pub struct SendRate {
     pub read_error: Option<String>,
     /// Sends taken under this key since the quota was read (an account's), or ever.
     pub sent_since_read: i64,
+    /// The key's count of slots taken when the quota was read (0: never read).
+    #[serde(skip)]
+    pub taken_at_read: i64,
     /// The throttle back-off as last written (1: none) and when (`email::pace` grows it back).
     pub factor: f64,
     pub factor_at: DateTime<Utc>,
@@ -67,7 +70,7 @@ pub struct SendRate {
 
 const COLUMNS: &str = "r.scope, r.key, r.rate_per_second, r.provider_rate, r.max_24h, r.sent_24h, r.read_at,
      r.read_error, coalesce(s.taken, 0) - coalesce(r.taken_at_read, 0), r.factor, r.factor_at, r.throttles,
-     r.last_throttle_at, r.updated_by, r.updated_at";
+     r.last_throttle_at, r.updated_by, r.updated_at, coalesce(r.taken_at_read, 0)";
 
 /// The slot key of a rate (`rate_slots`).
 pub fn slot_key(scope: Scope, key: &str) -> String {
@@ -94,6 +97,7 @@ impl SendRate {
             last_throttle_at: r.get(12),
             updated_by: r.get(13),
             updated_at: r.get(14),
+            taken_at_read: r.get(15),
         }
     }
 }
@@ -191,7 +195,7 @@ pub async fn record_account(
 ) -> Result<(), StoreError> {
     db.execute(
         "INSERT INTO send_rates (scope, key, provider_rate, max_24h, sent_24h, read_at, read_error, taken_at_read)
-         VALUES ('account', $1, $2, $3, $4, now(), NULL, (SELECT taken FROM rate_slots WHERE key = $5))
+         VALUES ('account', $1, $2, $3, $4, now(), NULL, coalesce((SELECT taken FROM rate_slots WHERE key = $5), 0))
          ON CONFLICT (scope, key) DO UPDATE SET provider_rate = $2, max_24h = $3, sent_24h = $4, read_at = now(),
              read_error = NULL, taken_at_read = excluded.taken_at_read",
         &[&key, &max_send_rate, &max_24h, &sent_24h, &slot_key(Scope::Account, key)],

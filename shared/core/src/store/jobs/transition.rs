@@ -157,6 +157,9 @@ pub async fn retry_wait(
     retry_from(db, from, if reschedule { &RESCHEDULE } else { &RETRY }, retries).await
 }
 
+/// A continuation: its note, when it is due again, and the rate that held it, if one did.
+pub type Continued = (String, DateTime<Utc>, Option<String>);
+
 const CONTINUE: Transition = Transition {
     rows: "continued",
     set: "status = 'pending', run_at = i.run_at, lease_until = NULL,
@@ -168,15 +171,12 @@ const CONTINUE: Transition = Transition {
     reason: "note",
 };
 
-/// A continuing job's note, when it is due again, and the rate that held it (if one did).
-pub type Continuation = (String, DateTime<Utc>, Option<String>);
-
 /// Running jobs that continue themselves (or wait their turn): pending again at their
 /// `run_at`, with one more attempt allowed (`max_attempts` raised, at most to 100), so a job
 /// making progress in slices, or deferred, does not use up its retries. Fenced; returns the
 /// fences refused as stale. A job a rate held (its third part, which rate) keeps why in
 /// `job_rate_waits` until it is due again (`waiting_reason` `rate_limited`).
-pub async fn continue_later(db: &impl GenericClient, jobs: &[(Fence, Continuation)]) -> Result<Vec<Fence>, StoreError> {
+pub async fn continue_later(db: &impl GenericClient, jobs: &[(Fence, Continued)]) -> Result<Vec<Fence>, StoreError> {
     let jobs = &by_id(jobs);
     let notes: Vec<&str> = jobs.iter().map(|j| j.1.0.as_str()).collect();
     let run_ats: Vec<DateTime<Utc>> = jobs.iter().map(|j| j.1.1).collect();
