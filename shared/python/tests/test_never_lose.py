@@ -64,7 +64,7 @@ def test_a_relay_that_fails_whole_requests_never_closes_a_row(relay, relay_conf,
         assert (report.posted, report.refused, report.left) == (0, 0, 3), report
         assert report.error
         assert set(RelayJob.objects.values_list("status", "post_code")) == {("unsent", "transport")}
-    relay_conf["URL"] = relay.url
+    relay_conf.update(URL=relay.url, TIMEOUT=10.0)
     assert drain().posted == 3
     assert len(jobs_on_relay(relay, corr)) == 3
 
