@@ -524,7 +524,7 @@ async fn each_recipient_gets_its_own_list_unsubscribe_and_bad_templates_are_refu
             "params.message.list_unsubscribe.url",
         ),
         (
-            unsubscribe_campaign(json!([ok(0)]), json!({"url": "https://acme.example/u/\u{0}{{ token }}"})),
+            unsubscribe_campaign(json!([ok(0)]), json!({"url": "https://acme.example/u/\u{7}{{ token }}"})),
             "params.message.list_unsubscribe.url",
         ),
         (
@@ -554,6 +554,14 @@ async fn each_recipient_gets_its_own_list_unsubscribe_and_bad_templates_are_refu
             "case {i}: {e}"
         );
     }
+    // NUL is refused before any task sees it (400 `nul_character`, naming the field).
+    let nul = unsubscribe_campaign(json!([ok(0)]), json!({"url": "https://acme.example/u/\u{0}{{ token }}"}));
+    let (status, e) = w.submit("bad-unsub-nul", nul).await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str(), e["error"]["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("nul_character"), Some("params.message.list_unsubscribe.url")),
+        "{e}"
+    );
     let mut both = unsubscribe_campaign(json!([ok(0)]), url.clone());
     both["params"]["message"]["headers"] = json!({"list-unsubscribe": "<https://elsewhere.example/>"});
     let (status, e) = w.submit("bad-unsub-both", both).await;

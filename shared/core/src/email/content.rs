@@ -274,6 +274,9 @@ impl SendParams {
             if out.chars().any(char::is_control) {
                 return Err((field, "rendered with control characters (CR, LF, NUL...)".into()));
             }
+            if !out.is_ascii() {
+                return Err((field, "rendered with non-ASCII characters (percent-encode them: `urlencode`)".into()));
+            }
             Ok(out)
         };
         let url = render("url", &l.url)?;
