@@ -41,7 +41,7 @@ fn progress(job: &Value) -> Option<(i64, i64)> {
     let p = &job["progress"];
     (p["kind"] == "count").then(|| {
         let n = |k: &str| p[k].as_i64().unwrap_or(0);
-        (n("total"), n("succeeded") + n("failed") + n("cancelled"))
+        (n("total"), n("succeeded") + n("skipped") + n("failed") + n("cancelled"))
     })
 }
 
@@ -101,7 +101,7 @@ async fn ten_thousand_recipients_in_shadow_mode_complete_exactly_though_the_crea
         let _ = h.await;
     }
     assert_eq!(last["status"], "succeeded", "{}", last["last_error"]);
-    assert_eq!(last["result"], json!({"total": N, "succeeded": N, "failed": 0, "cancelled": 0}));
+    assert_eq!(last["result"], json!({"total": N, "succeeded": N, "skipped": 0, "failed": 0, "cancelled": 0}));
 
     // Progress: the declared total from the start, never decreasing, never past the total.
     assert!(seen.len() > 3, "progress was observed while it ran");
@@ -192,7 +192,7 @@ async fn a_paged_campaign_is_held_until_its_last_page_arrives() {
     exec.run_dispatched(&kids).await.unwrap();
     w.platform.sweeper().pass().await.unwrap();
     let (_, j) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
-    assert_eq!(j["result"], json!({"total": 6, "succeeded": 6, "failed": 0, "cancelled": 0}), "{j}");
+    assert_eq!(j["result"], json!({"total": 6, "succeeded": 6, "skipped": 0, "failed": 0, "cancelled": 0}), "{j}");
 
     // Pages only for a paged campaign of the caller's.
     let (_, other_key) = w.other_tenant("globex").await;
@@ -396,4 +396,192 @@ async fn a_campaign_with_some_failed_children_says_how_many_and_why() {
     assert_eq!(w.count("SELECT count(*) FROM exceptions", &[]).await, 0, "no exception, per child or parent");
     let lag = closing_lag(&w, id_text.parse().unwrap()).await;
     assert!((0.0..1.0).contains(&lag), "the parent closed {lag:.3} s after its last child");
+}
+
+/// Suppressed recipients are skipped, with the reason, counted apart, and do not fail the
+/// campaign; the same addresses on another tenant's list skip nothing here.
+#[tokio::test]
+async fn a_campaign_with_suppressed_recipients_succeeds_and_counts_them_skipped() {
+    const N: usize = 1_000;
+    let w = World::new().await;
+    sender(&w).await;
+    template(&w).await;
+    let suppressed: Vec<String> = (0..N).step_by(100).map(|i| format!("r{i}@example.com")).collect();
+    for a in &suppressed {
+        let (status, e) = w.call(Method::PUT, &format!("/v1/suppressions/{a}"), None, None).await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{e}");
+    }
+    // Another tenant suppressing other recipients of this list changes nothing here.
+    let (_, other_key) = w.other_tenant("other").await;
+    let (status, e) = w.call_as(&other_key, Method::PUT, "/v1/suppressions/r1@example.com", None, None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{e}");
+
+    let recipients: Vec<Value> = (0..N).map(|i| json!({"to": format!("r{i}@example.com")})).collect();
+    let (status, parent) =
+        w.submit("with-suppressed", campaign(json!(recipients), json!({"concurrency_limit": 200}))).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{parent}");
+    let id_text = parent["id"].as_str().unwrap().to_owned();
+    let id: JobId = id_text.parse().unwrap();
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let handles = w.platform.spawn_workers(2, &stop);
+    let j = w
+        .wait_for(&id_text, Duration::from_secs(300), |j| {
+            j["status"] != "pending" && j["status"] != "running" && j["status"] != "waiting"
+        })
+        .await;
+    stop_tx.send(true).unwrap();
+    for h in handles {
+        let _ = h.await;
+    }
+    assert_eq!(j["status"], "succeeded", "{j}");
+    let s = suppressed.len();
+    assert_eq!(j["result"], json!({"total": N, "succeeded": N - s, "skipped": s, "failed": 0, "cancelled": 0}), "{j}");
+    assert_eq!(
+        j["progress"],
+        json!({"kind": "count", "total": N, "succeeded": N - s, "skipped": s, "failed": 0, "cancelled": 0, "pending": 0})
+    );
+    assert_eq!(w.count("SELECT count(*) FROM exceptions", &[]).await, 0, "a skip is no one's to fix");
+    // Each skipped child says why; its message is `skipped`, never sent, never previewed.
+    let db = w.db().await;
+    let rows = db
+        .query(
+            "SELECT c.result, m.status, m.reason, m.recipients->'to'->>0, m.preview IS NULL
+             FROM jobs c JOIN messages m ON m.job_id = c.id WHERE c.parent_id = $1 AND c.result ? 'skipped'",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    let mut skipped_to: Vec<String> = rows.iter().map(|r| r.get(3)).collect();
+    skipped_to.sort();
+    let mut expected = suppressed.clone();
+    expected.sort();
+    assert_eq!(skipped_to, expected);
+    for r in &rows {
+        let (result, status, reason): (Value, String, String) = (r.get(0), r.get(1), r.get(2));
+        assert_eq!((result["skipped"].as_str(), result["status"].as_str()), (Some("suppressed"), Some("skipped")));
+        assert_eq!(status, "skipped");
+        assert!(reason.starts_with("suppressed recipients: r") && reason.ends_with("(manual)"), "{reason}");
+        assert!(r.get::<_, bool>(4), "a skipped message carries no preview");
+    }
+    assert_eq!(
+        w.count("SELECT count(*) FROM messages m JOIN jobs c ON c.id = m.job_id WHERE c.parent_id = $1 AND m.status = 'shadowed'", &[&id])
+            .await,
+        (N - s) as i64
+    );
+}
+
+fn unsubscribe_campaign(recipients: Value, list_unsubscribe: Value) -> Value {
+    let mut body = campaign(recipients, json!({}));
+    body["params"]["message"]["list_unsubscribe"] = list_unsubscribe;
+    body
+}
+
+/// Every child's message carries its own recipient's `List-Unsubscribe` (and RFC 8058's
+/// one-click header); a bad template or hostile data is a 422 at submit naming the field.
+#[tokio::test]
+async fn each_recipient_gets_its_own_list_unsubscribe_and_bad_templates_are_refused_at_submit() {
+    let w = World::new().await;
+    sender(&w).await;
+    template(&w).await;
+    let url =
+        json!({"url": "https://acme.example/u/{{ token }}?list=news", "mailto": "unsub+{{ token }}@acme.example"});
+    let recipients: Vec<Value> =
+        (0..20).map(|i| json!({"to": format!("r{i}@example.com"), "data": {"token": format!("t{i}")}})).collect();
+    let (status, parent) = w.submit("unsub", unsubscribe_campaign(json!(recipients), url.clone())).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{parent}");
+    let id_text = parent["id"].as_str().unwrap().to_owned();
+    let j = run_until_done(&w, &id_text).await;
+    assert_eq!(j["status"], "succeeded", "{j}");
+    let id: JobId = id_text.parse().unwrap();
+    let rows = w
+        .db()
+        .await
+        .query(
+            "SELECT m.recipients->'to'->>0, m.preview->'headers' FROM messages m JOIN jobs c ON c.id = m.job_id
+             WHERE c.parent_id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 20);
+    for r in &rows {
+        let (to, headers): (String, Value) = (r.get(0), r.get(1));
+        let i = to.trim_start_matches('r').trim_end_matches("@example.com");
+        assert_eq!(
+            headers["List-Unsubscribe"],
+            format!("<https://acme.example/u/t{i}?list=news>, <mailto:unsub+t{i}@acme.example>"),
+            "{to}: {headers}"
+        );
+        assert_eq!(headers["List-Unsubscribe-Post"], "List-Unsubscribe=One-Click", "{headers}");
+    }
+
+    // Refused at submit, each naming its field; nothing is created.
+    let ok = |i: usize| json!({"to": format!("r{i}@example.com"), "data": {"token": "t"}});
+    let with_token = |token: Value| json!([ok(0), {"to": "r1@example.com", "data": {"token": token}}]);
+    let cases = [
+        (
+            unsubscribe_campaign(json!([ok(0)]), json!({"url": "https://acme.example/u/{{ token"})),
+            "params.message.list_unsubscribe.url",
+        ),
+        (
+            unsubscribe_campaign(json!([ok(0)]), json!({"url": "http://acme.example/u/{{ token }}"})),
+            "params.message.list_unsubscribe.url",
+        ),
+        (
+            unsubscribe_campaign(json!([ok(0)]), json!({"url": "https://acme.example/u/\u{7}{{ token }}"})),
+            "params.message.list_unsubscribe.url",
+        ),
+        (
+            unsubscribe_campaign(
+                json!([ok(0)]),
+                json!({"url": "https://acme.example/u/{{ token }}", "mailto": "{{ token }}"}),
+            ),
+            "params.recipients[0].data",
+        ),
+        (unsubscribe_campaign(json!([ok(0), {"to": "r1@example.com"}]), url.clone()), "params.recipients[1].data"),
+        (
+            unsubscribe_campaign(with_token(json!("x\r\nBcc: evil@example.com")), url.clone()),
+            "params.recipients[1].data",
+        ),
+        (
+            unsubscribe_campaign(with_token(json!("x>, <https://evil.example/")), url.clone()),
+            "params.recipients[1].data",
+        ),
+        (unsubscribe_campaign(with_token(json!("x".repeat(100_000))), url.clone()), "params.recipients[1].data"),
+        (unsubscribe_campaign(with_token(json!("ü")), url.clone()), "params.recipients[1].data"),
+    ];
+    for (i, (body, field)) in cases.into_iter().enumerate() {
+        let (status, e) = w.submit(&format!("bad-unsub-{i}"), body).await;
+        assert_eq!(
+            (status, e["error"]["field"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some(field)),
+            "case {i}: {e}"
+        );
+    }
+    // NUL is refused before any task sees it (400 `nul_character`, naming the field).
+    let nul = unsubscribe_campaign(json!([ok(0)]), json!({"url": "https://acme.example/u/\u{0}{{ token }}"}));
+    let (status, e) = w.submit("bad-unsub-nul", nul).await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str(), e["error"]["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("nul_character"), Some("params.message.list_unsubscribe.url")),
+        "{e}"
+    );
+    let mut both = unsubscribe_campaign(json!([ok(0)]), url.clone());
+    both["params"]["message"]["headers"] = json!({"list-unsubscribe": "<https://elsewhere.example/>"});
+    let (status, e) = w.submit("bad-unsub-both", both).await;
+    assert_eq!(
+        (status, e["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("params.message.headers.list-unsubscribe")),
+        "{e}"
+    );
+    // A single send renders its own data at submit, the same way.
+    let single = json!({"task_type": "email.send", "params": {"from": "news@acme.example", "to": ["a@example.com"],
+        "subject": "News", "text": "Hello", "data": {"token": "a\nb"}, "list_unsubscribe": url}});
+    let (status, e) = w.submit("bad-unsub-single", single).await;
+    assert_eq!(
+        (status, e["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("params.list_unsubscribe.url")),
+        "{e}"
+    );
+    assert_eq!(w.count("SELECT count(*) FROM jobs", &[]).await, 21, "the refused requests created nothing");
 }

@@ -449,14 +449,17 @@ async fn ses_events_apply_once_in_any_order_and_bounces_suppress() {
     assert_eq!(list["suppressions"][0]["address"], "bo@example.com");
     assert_eq!(list["suppressions"][0]["reason"], "bounce");
 
-    // A send to a suppressed address is refused with the reason, then allowed once removed.
+    // A send to a suppressed address is skipped with the reason (the job succeeds, no
+    // exception: nothing for anyone to fix), then sent once the address is removed.
     let subject = format!("after bounce {}", w.schema);
-    let refused = submit(&w, "r1", email(&subject, "bo@example.com")).await;
-    let (report, _) = exec.run_dispatched(&[refused]).await.unwrap();
-    assert_eq!(report.failed, 1);
-    let j = job(&w, refused).await;
-    assert!(j["last_error"].as_str().unwrap().contains("suppressed recipients: bo@example.com (bounce)"), "{j}");
-    assert_eq!(message_of(&w, refused).await["status"], "refused");
+    let skipped = submit(&w, "r1", email(&subject, "bo@example.com")).await;
+    let (report, _) = exec.run_dispatched(&[skipped]).await.unwrap();
+    assert_eq!(report.succeeded, 1);
+    let j = job(&w, skipped).await;
+    assert_eq!(j["result"]["skipped"], "suppressed", "{j}");
+    assert!(j["result"]["reason"].as_str().unwrap().contains("suppressed recipients: bo@example.com (bounce)"), "{j}");
+    assert_eq!(message_of(&w, skipped).await["status"], "skipped");
+    assert_eq!(w.count("SELECT count(*) FROM exceptions WHERE job_id = $1", &[&skipped]).await, 0);
     assert_eq!(in_moto(&subject).await, 0);
     let (status, _) = w.call(Method::DELETE, "/v1/suppressions/bo@example.com", None, None).await;
     assert_eq!(status, StatusCode::NO_CONTENT);

@@ -143,7 +143,7 @@ async fn status_queries_count_live_work_failures_runs_and_children() {
     assert_eq!(counts.len(), 1);
     assert_eq!(
         counts[&pid],
-        taskdeck::store::progress::ChildCounts { total: 3, succeeded: 1, failed: 1, cancelled: 0 }
+        taskdeck::store::progress::ChildCounts { total: 3, succeeded: 1, skipped: 0, failed: 1, cancelled: 0 }
     );
 }
 

@@ -25,8 +25,9 @@ pub const MIN_BASELINE_RUNS: i32 = 5;
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Progress {
     /// A fan-out parent. `pending` = `total` minus the children in a terminal state (children
-    /// not yet created, waiting or running).
-    Count { total: i64, succeeded: i64, failed: i64, cancelled: i64, pending: i64 },
+    /// not yet created, waiting or running). `skipped`: children that succeeded without doing
+    /// their work, on purpose (an email to a suppressed recipient); not in `succeeded`.
+    Count { total: i64, succeeded: i64, skipped: i64, failed: i64, cancelled: i64, pending: i64 },
     /// A single unit running for `elapsed_s`. The baseline fields are null until its task type
     /// has finished runs.
     Elapsed {
@@ -66,6 +67,7 @@ pub fn count(declared: Option<i32>, c: ChildCounts) -> Progress {
     Progress::Count {
         total,
         succeeded: c.succeeded,
+        skipped: c.skipped,
         failed: c.failed,
         cancelled: c.cancelled,
         pending: total - c.terminal(),
@@ -133,7 +135,8 @@ impl From<&Progress> for relay_status::Progress {
     fn from(p: &Progress) -> Self {
         use Progress as P;
         match *p {
-            P::Count { total, succeeded, failed, cancelled, pending } => {
+            // The contract has no `skipped`: skipped children count in `done`.
+            P::Count { total, succeeded, failed, cancelled, pending, .. } => {
                 let done = total - pending;
                 relay_status::Progress {
                     kind: "count".into(),
@@ -168,16 +171,19 @@ mod tests {
 
     #[test]
     fn a_count_uses_the_declared_total_and_only_terminal_children() {
-        let c = ChildCounts { total: 3, succeeded: 1, failed: 1, cancelled: 0 };
+        let c = ChildCounts { total: 4, succeeded: 1, skipped: 1, failed: 1, cancelled: 0 };
         assert_eq!(
             count(Some(10), c),
-            Progress::Count { total: 10, succeeded: 1, failed: 1, cancelled: 0, pending: 8 }
+            Progress::Count { total: 10, succeeded: 1, skipped: 1, failed: 1, cancelled: 0, pending: 7 }
         );
         // More children than declared: the total is never below what exists.
-        assert_eq!(count(Some(2), c), Progress::Count { total: 3, succeeded: 1, failed: 1, cancelled: 0, pending: 1 });
+        assert_eq!(
+            count(Some(2), c),
+            Progress::Count { total: 4, succeeded: 1, skipped: 1, failed: 1, cancelled: 0, pending: 1 }
+        );
         assert_eq!(
             count(None, ChildCounts::default()),
-            Progress::Count { total: 0, succeeded: 0, failed: 0, cancelled: 0, pending: 0 }
+            Progress::Count { total: 0, succeeded: 0, skipped: 0, failed: 0, cancelled: 0, pending: 0 }
         );
     }
 

@@ -89,6 +89,8 @@ fn check_recipient(message: &SendParams, r: &Recipient, at: &str) -> Result<(), 
     addressed(message, r).check().map_err(|(f, m)| match f.as_str() {
         f if f.starts_with("to") => (format!("{at}.to"), m),
         "data" if !r.data.is_empty() => (format!("{at}.data"), m),
+        // The message's templates compiled (`check_message`): what fails now is this data.
+        f if f.starts_with("list_unsubscribe.") => (format!("{at}.data"), format!("{f}: {m}")),
         f => (format!("message.{f}"), m),
     })
 }
@@ -97,7 +99,7 @@ fn check_recipient(message: &SendParams, r: &Recipient, at: &str) -> Result<(), 
 /// named once, not per recipient).
 fn check_message(message: &SendParams) -> Result<(), (String, String)> {
     let sample = Recipient { to: "recipient@example.com".into(), data: BTreeMap::new() };
-    addressed(message, &sample).check().map_err(|(f, m)| (format!("message.{f}"), m))
+    addressed(message, &sample).check_fields().map_err(|(f, m)| (format!("message.{f}"), m))
 }
 
 impl CampaignParams {

@@ -63,7 +63,37 @@ pub struct SendParams {
     /// At most one email is ever sent per tenant and message key; default: the job id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_key: Option<String>,
+    /// `List-Unsubscribe` (and RFC 8058's `List-Unsubscribe-Post`) built for this message from
+    /// templates rendered with `data` (in a campaign, each recipient's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub list_unsubscribe: Option<ListUnsubscribe>,
 }
+
+/// The unsubscribe headers of RFC 2369 and RFC 8058, from minijinja templates (strict mode)
+/// rendered with the message's `data`: `List-Unsubscribe: <https://…>, <mailto:…>` and, for
+/// one-click, `List-Unsubscribe-Post: List-Unsubscribe=One-Click`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListUnsubscribe {
+    /// An `https://` URL template, e.g. `https://acme.example/unsubscribe/{{ token }}`; it must
+    /// render to a valid URI (use minijinja's `urlencode` filter on free text).
+    pub url: String,
+    /// An address template the unsubscribe may also be mailed to (`mailto:`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mailto: Option<String>,
+    /// Whether the URL takes RFC 8058's one-click POST (default true).
+    #[serde(default = "one_click_default")]
+    pub one_click: bool,
+}
+
+fn one_click_default() -> bool {
+    true
+}
+
+/// The headers `list_unsubscribe` sets; a client may not set them through `headers` as well.
+pub const UNSUBSCRIBE_HEADERS: [&str; 2] = ["List-Unsubscribe", "List-Unsubscribe-Post"];
+/// The longest header value Relay sends (a line of 998 characters, less the name).
+pub const MAX_HEADER_VALUE: usize = 870;
 
 /// What is sent: rendered, ready for SES.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,6 +101,8 @@ pub struct Rendered {
     pub subject: String,
     pub text: Option<String>,
     pub html: Option<String>,
+    /// Headers rendered for this message (`list_unsubscribe`), after the client's own.
+    pub headers: Vec<(String, String)>,
 }
 
 fn address(field: &str, value: &str) -> Result<EmailAddress, (String, String)> {
@@ -109,8 +141,16 @@ impl SendParams {
         self.to.iter().chain(&self.cc).chain(&self.bcc)
     }
 
-    /// The checks that need no database, as (field, message).
+    /// The checks that need no database, as (field, message): the fields, then the headers
+    /// rendered from this message's own `data`.
     pub fn check(&self) -> Result<(), (String, String)> {
+        self.check_fields()?;
+        self.rendered_headers().map(|_| ())
+    }
+
+    /// `check` without rendering the headers (a campaign's message, before each recipient's
+    /// data is over it): their templates' syntax only.
+    pub fn check_fields(&self) -> Result<(), (String, String)> {
         address("from", &self.from)?;
         let n = self.to.len() + self.cc.len() + self.bcc.len();
         if n == 0 {
@@ -132,8 +172,11 @@ impl SendParams {
                 crate::store::templates::check_name(name).map_err(|m| ("template".to_owned(), m.to_string()))?;
             }
             None => {
-                if !self.data.is_empty() {
-                    return Err(("data".into(), "data is for a template; literal content is sent as given".into()));
+                if !self.data.is_empty() && self.list_unsubscribe.is_none() {
+                    return Err((
+                        "data".into(),
+                        "data is for a template or list_unsubscribe; literal content is sent as given".into(),
+                    ));
                 }
                 match &self.subject {
                     Some(s) if !s.trim().is_empty() && !s.contains(['\r', '\n']) => {}
@@ -157,8 +200,25 @@ impl SendParams {
             if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
                 return Err((format!("headers.{name}"), "set by Relay or SES; use the matching parameter".into()));
             }
-            if value.contains(['\r', '\n']) || value.chars().count() > 870 {
-                return Err((format!("headers.{name}"), "one line of at most 870 characters".into()));
+            if value.contains(['\r', '\n']) || value.chars().count() > MAX_HEADER_VALUE {
+                return Err((format!("headers.{name}"), format!("one line of at most {MAX_HEADER_VALUE} characters")));
+            }
+            if self.list_unsubscribe.is_some() && UNSUBSCRIBE_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name)) {
+                return Err((format!("headers.{name}"), "set by list_unsubscribe; give it there only".into()));
+            }
+        }
+        if let Some(l) = &self.list_unsubscribe {
+            let env = environment();
+            for (part, source) in [("url", Some(&l.url)), ("mailto", l.mailto.as_ref())] {
+                let Some(src) = source else { continue };
+                let field = format!("list_unsubscribe.{part}");
+                if src.is_empty() || src.len() > 2000 || src.chars().any(char::is_control) {
+                    return Err((field, "1 to 2000 characters, no control characters".into()));
+                }
+                env.template_from_str(src).map_err(|e| (field, e.to_string()))?;
+            }
+            if !l.url.starts_with("https://") {
+                return Err(("list_unsubscribe.url".into(), "an https:// URL (RFC 8058)".into()));
             }
         }
         for (name, value) in &self.tags {
@@ -187,15 +247,62 @@ impl SendParams {
 
     /// The content to send: literal, or the stored template rendered with `data`.
     pub fn render(&self, template: Option<&Template>) -> Result<Rendered, RenderError> {
-        match (&self.template, template) {
-            (None, _) => Ok(Rendered {
+        let headers = self.rendered_headers().map_err(|(field, error)| RenderError::Header { field, error })?;
+        let body = match (&self.template, template) {
+            (None, _) => Rendered {
                 subject: self.subject.clone().unwrap_or_default(),
                 text: self.text.clone(),
                 html: self.html.clone(),
-            }),
-            (Some(name), None) => Err(RenderError::NoTemplate(name.clone())),
-            (Some(_), Some(t)) => render_template(t, &self.data),
+                headers: vec![],
+            },
+            (Some(name), None) => return Err(RenderError::NoTemplate(name.clone())),
+            (Some(_), Some(t)) => render_template(t, &self.data)?,
+        };
+        Ok(Rendered { headers, ..body })
+    }
+
+    /// The headers rendered from `data` (`list_unsubscribe`), or the field that cannot be.
+    pub fn rendered_headers(&self) -> Result<Vec<(String, String)>, (String, String)> {
+        let Some(l) = &self.list_unsubscribe else { return Ok(vec![]) };
+        let env = environment();
+        let render = |part: &str, src: &str| -> Result<String, (String, String)> {
+            let field = format!("list_unsubscribe.{part}");
+            let out = env
+                .template_from_str(src)
+                .and_then(|t| t.render(minijinja::value::Serde(&self.data)))
+                .map_err(|e| (field.clone(), e.to_string()))?;
+            if out.chars().any(char::is_control) {
+                return Err((field, "rendered with control characters (CR, LF, NUL...)".into()));
+            }
+            if !out.is_ascii() {
+                return Err((field, "rendered with non-ASCII characters (percent-encode them: `urlencode`)".into()));
+            }
+            Ok(out)
+        };
+        let url = render("url", &l.url)?;
+        let uri: hyper::Uri = url
+            .parse()
+            .map_err(|e| ("list_unsubscribe.url".to_owned(), format!("rendered {url:?}, not a URI: {e}")))?;
+        if uri.scheme_str() != Some("https") || uri.host().is_none_or(str::is_empty) {
+            return Err(("list_unsubscribe.url".into(), format!("rendered {url:?}, not an https:// URL")));
         }
+        let mut value = format!("<{uri}>");
+        if let Some(src) = &l.mailto {
+            let to = render("mailto", src)?;
+            let a = address("list_unsubscribe.mailto", &to)?;
+            value.push_str(&format!(", <mailto:{}>", a.email()));
+        }
+        if value.chars().count() > MAX_HEADER_VALUE {
+            return Err((
+                "list_unsubscribe.url".into(),
+                format!("List-Unsubscribe would be longer than {MAX_HEADER_VALUE} characters"),
+            ));
+        }
+        let mut headers = vec![(UNSUBSCRIBE_HEADERS[0].to_owned(), value)];
+        if l.one_click {
+            headers.push((UNSUBSCRIBE_HEADERS[1].to_owned(), "List-Unsubscribe=One-Click".to_owned()));
+        }
+        Ok(headers)
     }
 }
 
@@ -209,6 +316,8 @@ pub enum RenderError {
     Part { template: String, part: &'static str, error: minijinja::Error },
     #[error("template {0:?}: the subject rendered empty or on several lines")]
     Subject(String),
+    #[error("{field}: {error}")]
+    Header { field: String, error: String },
 }
 
 fn environment() -> Environment<'static> {
@@ -247,6 +356,7 @@ fn render_template(t: &Template, data: &BTreeMap<String, Value>) -> Result<Rende
         subject,
         text: t.text_body.as_deref().map(|s| render("text", s)).transpose()?,
         html: t.html_body.as_deref().map(|s| render("html", s)).transpose()?,
+        headers: vec![],
     })
 }
 

@@ -64,6 +64,20 @@ fn report(m: &Message, note: &str) -> Value {
     })
 }
 
+/// What a run reports about a message skipped on purpose: `skipped` names why (the one
+/// reason so far, `suppressed`), which a parent counts apart from the sent (`progress`).
+fn skipped(m: &Message) -> Value {
+    json!({
+        "message_id": m.id,
+        "status": m.status,
+        "skipped": SKIPPED_SUPPRESSED,
+        "reason": m.reason,
+    })
+}
+
+/// The reason a skipped message's result gives.
+pub const SKIPPED_SUPPRESSED: &str = "suppressed";
+
 /// What the SES request would carry (`ses::send`), kept on a shadowed message.
 fn preview(p: &SendParams, body: &content::Rendered, message_id: Uuid, ctx: &TaskContext) -> Preview {
     let (message_id, job_id) = (message_id.to_string(), ctx.job_id.to_string());
@@ -77,7 +91,7 @@ fn preview(p: &SendParams, body: &content::Rendered, message_id: Uuid, ctx: &Tas
         subject: body.subject.clone(),
         text: body.text.clone(),
         html: body.html.clone(),
-        headers: ses::headers(p, &id).into_iter().collect(),
+        headers: ses::headers(p, body, &id).into_iter().collect(),
         tags: ses::tags(p, &id).into_iter().collect(),
         configuration_set: p.configuration_set.clone(),
     }
@@ -106,17 +120,19 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     .map_err(TaskError::retryable)?;
     // The template and its data are the tenant's: a failure to render them is its own.
     let body = p.render(template.as_ref()).map_err(|e| TaskError::Fatal(e.to_string()).tenants())?;
-    let refused = if !allowed {
-        Some(format!("{from} is not one of this tenant's sending identities"))
+    // Not sent: refused (the tenant's to fix: the job fails) or skipped (the recipient's
+    // choice: the job succeeds, `skipped` in its result).
+    let unsent = if !allowed {
+        Some((Status::Refused, format!("{from} is not one of this tenant's sending identities")))
     } else {
         (!listed.is_empty()).then(|| {
             let who: Vec<String> = listed.iter().map(|s| format!("{} ({})", s.address, s.reason)).collect();
-            format!("suppressed recipients: {}", who.join(", "))
+            (Status::Skipped, format!("suppressed recipients: {}", who.join(", ")))
         })
     };
-    let live = refused.is_none() && ctx.modes.writes_enabled(INTEGRATION);
-    let (status, reason) = match (&refused, live) {
-        (Some(why), _) => (Status::Refused, Some(why.clone())),
+    let live = unsent.is_none() && ctx.modes.writes_enabled(INTEGRATION);
+    let (status, reason) = match (&unsent, live) {
+        (Some((status, why)), _) => (*status, Some(why.clone())),
         (None, true) => (Status::Sending, None),
         (None, false) if ctx.modes.shadow() => (Status::Shadowed, Some("shadow mode: recorded, not sent".to_owned())),
         (None, false) => {
@@ -166,13 +182,14 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         Intent::Recorded(m) => m,
     };
     match m.status {
-        // A sender the tenant may not use, or suppressed recipients: the tenant's own input.
+        // A sender the tenant may not use: the tenant's own input.
         Status::Refused => {
             return Err(
                 TaskError::Fatal(format!("message {} refused: {}", m.id, m.reason.unwrap_or_default())).tenants()
             );
         }
         Status::Shadowed => return Ok(report(&m, "not sent")),
+        Status::Skipped => return Ok(skipped(&m)),
         _ => {}
     }
     let (Some(aws), Some(plan)) = (aws, plan) else {
@@ -297,6 +314,7 @@ async fn existing(db: &deadpool_postgres::Client, m: Message, ctx: &TaskContext)
             Err(TaskError::Retryable(format!("message {} is throttled; another attempt will take it", m.id)))
         }
         Status::Shadowed => Ok(report(&m, "not sent")),
+        Status::Skipped => Ok(skipped(&m)),
         Status::Sent | Status::Delayed | Status::Delivered | Status::Bounced | Status::Complained => {
             Ok(report(&m, "already sent; not sent again"))
         }

@@ -57,9 +57,11 @@ fn content(data: &str) -> Result<Content, SendFailure> {
     Content::builder().data(data).charset("UTF-8").build().map_err(|e| SendFailure::Rejected(e.to_string()))
 }
 
-/// The headers a message is sent with: the client's, then Relay's correlation header.
-pub fn headers(p: &SendParams, id: &Identity<'_>) -> Vec<(String, String)> {
+/// The headers a message is sent with: the client's, those rendered for this message
+/// (`list_unsubscribe`), then Relay's correlation header.
+pub fn headers(p: &SendParams, body: &Rendered, id: &Identity<'_>) -> Vec<(String, String)> {
     let mut headers: Vec<(String, String)> = p.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    headers.extend(body.headers.iter().cloned());
     headers.push((CORRELATION_HEADER.to_owned(), id.correlation_id.to_owned()));
     headers
 }
@@ -86,7 +88,7 @@ pub async fn send(client: &Client, p: &SendParams, body: &Rendered, id: &Identit
             .set_html(body.html.as_deref().map(content).transpose()?)
             .build(),
     );
-    for (name, value) in headers(p, id) {
+    for (name, value) in headers(p, body, id) {
         let h = MessageHeader::builder()
             .name(name)
             .value(value)

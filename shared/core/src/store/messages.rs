@@ -92,8 +92,11 @@ pub struct SesEvent {
 pub enum Status {
     /// Recorded, not sent: shadow mode or SES writes switched off.
     Shadowed,
-    /// Not sent: a recipient is suppressed or the sender is not the tenant's.
+    /// Not sent: the sender is not the tenant's (the job fails).
     Refused,
+    /// Not sent, on purpose: a recipient is suppressed (bounced, complained, unsubscribed). The
+    /// recipient's choice, not a failure: the job succeeds with `skipped` in its result.
+    Skipped,
     /// The intent is recorded and the call is (or was) in flight.
     Sending,
     /// SES refused for now; nothing was sent; a later attempt may send.
@@ -111,9 +114,10 @@ pub enum Status {
 }
 
 impl Status {
-    pub const ALL: [Status; 11] = [
+    pub const ALL: [Status; 12] = [
         Status::Shadowed,
         Status::Refused,
+        Status::Skipped,
         Status::Sending,
         Status::Throttled,
         Status::Unknown,
@@ -129,6 +133,7 @@ impl Status {
         match self {
             Status::Shadowed => "shadowed",
             Status::Refused => "refused",
+            Status::Skipped => "skipped",
             Status::Sending => "sending",
             Status::Throttled => "throttled",
             Status::Unknown => "unknown",
@@ -148,7 +153,7 @@ impl Status {
     /// How far along a message is; events only ever move it up, so they may arrive in any order.
     fn rank(self) -> u8 {
         match self {
-            Status::Shadowed | Status::Refused => 0,
+            Status::Shadowed | Status::Refused | Status::Skipped => 0,
             Status::Sending | Status::Throttled => 1,
             Status::Unknown => 2,
             Status::Sent => 3,
@@ -173,7 +178,7 @@ impl Status {
         })
     }
 
-    /// The status after an event: the higher of the two, never out of shadowed or refused.
+    /// The status after an event: the higher of the two, never out of shadowed, refused or skipped.
     pub fn after(self, kind: EventKind) -> Status {
         match Status::implied_by(kind) {
             Some(s) if self.rank() > 0 && s.rank() > self.rank() => s,
@@ -262,7 +267,7 @@ pub struct NewMessage {
     pub job_id: JobId,
     pub attempt: i32,
     pub correlation_id: String,
-    /// `Sending` (about to call SES), `Shadowed` or `Refused`.
+    /// `Sending` (about to call SES), `Shadowed`, `Refused` or `Skipped`.
     pub status: Status,
     pub reason: Option<String>,
     pub from: String,
@@ -289,7 +294,7 @@ pub async fn record_intent(db: &impl GenericClient, m: &NewMessage) -> Result<In
     record(db, m, "true").await
 }
 
-/// `record_intent` for a message that is not sent (shadowed, refused), committed without
+/// `record_intent` for a message that is not sent (shadowed, refused, skipped), committed without
 /// waiting for the disk. Only a send needs its intent on disk before it happens; this record
 /// only has to be durable with the job's outcome, and it is: that outcome commits later, and a
 /// commit makes every earlier WAL record durable with it. A crash before the outcome reruns

@@ -10,16 +10,24 @@ use crate::job::JobId;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChildCounts {
     pub total: i64,
+    /// Succeeded, not counting the skipped.
     pub succeeded: i64,
+    /// Succeeded with `skipped` in their result: ended on purpose without doing their work
+    /// (an email to a suppressed recipient), never a failure.
+    pub skipped: i64,
     pub failed: i64,
     pub cancelled: i64,
 }
 
 impl ChildCounts {
     pub fn terminal(&self) -> i64 {
-        self.succeeded + self.failed + self.cancelled
+        self.succeeded + self.skipped + self.failed + self.cancelled
     }
 }
+
+/// A succeeded child whose result says it was skipped (`crate::email::SKIPPED_SUPPRESSED`);
+/// SQL over a `jobs` row aliased `c`.
+pub const SKIPPED_CHILD: &str = "c.status = 'succeeded' AND c.result ? 'skipped'";
 
 /// A task type's run-time baseline.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -41,20 +49,30 @@ pub async fn child_counts(
     parents: &[JobId],
 ) -> Result<HashMap<JobId, ChildCounts>, StoreError> {
     let stmt = db
-        .prepare_cached(
-            "SELECT parent_id, count(*),
-                    count(*) FILTER (WHERE status = 'succeeded'),
-                    count(*) FILTER (WHERE status = 'failed'),
-                    count(*) FILTER (WHERE status = 'cancelled')
-             FROM jobs WHERE parent_id = ANY($1) GROUP BY parent_id",
-        )
+        .prepare_cached(&format!(
+            "SELECT c.parent_id, count(*),
+                        count(*) FILTER (WHERE c.status = 'succeeded' AND NOT ({SKIPPED_CHILD})),
+                        count(*) FILTER (WHERE {SKIPPED_CHILD}),
+                        count(*) FILTER (WHERE c.status = 'failed'),
+                        count(*) FILTER (WHERE c.status = 'cancelled')
+                 FROM jobs c WHERE c.parent_id = ANY($1) GROUP BY c.parent_id"
+        ))
         .await?;
     Ok(db
         .query(&stmt, &[&parents])
         .await?
         .iter()
         .map(|r| {
-            (r.get(0), ChildCounts { total: r.get(1), succeeded: r.get(2), failed: r.get(3), cancelled: r.get(4) })
+            (
+                r.get(0),
+                ChildCounts {
+                    total: r.get(1),
+                    succeeded: r.get(2),
+                    skipped: r.get(3),
+                    failed: r.get(4),
+                    cancelled: r.get(5),
+                },
+            )
         })
         .collect())
 }

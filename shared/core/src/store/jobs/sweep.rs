@@ -144,7 +144,8 @@ pub struct Finished {
 
 /// The statement that finishes the waiting parents `ready` selects (ids, locked) once all
 /// their declared children exist and have ended. A parent succeeds only when every child
-/// did, with its children counted by outcome as its result (`{total, succeeded, failed,
+/// did (a skipped child succeeded: it ended on purpose, see `progress::SKIPPED_CHILD`), with
+/// its children counted by outcome as its result (`{total, succeeded, skipped, failed,
 /// cancelled}`). Otherwise it fails, its `last_error` counting the children that failed (or
 /// were cancelled) and naming the most common cause, and, when any child failed, one
 /// `children_failed` exception with that cause opens for the parent: children of a parent
@@ -158,7 +159,8 @@ fn finish_sql(ready: &str) -> String {
              {ready}
          ), counts AS (
              SELECT r.id, count(c.id) AS total,
-                    count(c.id) FILTER (WHERE c.status = 'succeeded') AS succeeded,
+                    count(c.id) FILTER (WHERE c.status = 'succeeded' AND NOT ({skipped})) AS succeeded,
+                    count(c.id) FILTER (WHERE {skipped}) AS skipped,
                     count(c.id) FILTER (WHERE c.status = 'failed') AS failed,
                     count(c.id) FILTER (WHERE c.status = 'cancelled') AS cancelled,
                     count(c.id) FILTER (WHERE c.status = 'failed' AND c.fault IS DISTINCT FROM 'tenant') AS platform_failed
@@ -175,8 +177,9 @@ fn finish_sql(ready: &str) -> String {
                     count(*) OVER (PARTITION BY id) AS causes
              FROM failures GROUP BY id, cause
          ), outcome AS (
-             SELECT k.id, k.succeeded = k.total AS ok,
-                    jsonb_build_object('total', k.total, 'succeeded', k.succeeded, 'failed', k.failed, 'cancelled', k.cancelled) AS result,
+             SELECT k.id, k.succeeded + k.skipped = k.total AS ok,
+                    jsonb_build_object('total', k.total, 'succeeded', k.succeeded, 'skipped', k.skipped,
+                                       'failed', k.failed, 'cancelled', k.cancelled) AS result,
                     CASE WHEN k.failed > 0 THEN
                         k.failed || ' of ' || k.total || ' children failed; ' || top.n || ' with: ' || top.cause
                         || CASE WHEN top.causes > 1 THEN ' (and ' || (top.causes - 1) || ' other causes)' ELSE '' END
@@ -211,6 +214,7 @@ fn finish_sql(ready: &str) -> String {
          UNION ALL SELECT job_id, false, NULL::timestamptz, id, cause FROM opened",
         callbacks = callbacks::enqueue_ctes("done", true),
         faults = tenant_faults::count_cte("blamed"),
+        skipped = crate::store::progress::SKIPPED_CHILD,
     )
 }
 
