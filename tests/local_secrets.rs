@@ -31,7 +31,7 @@ async fn local_world(dir: &std::path::Path) -> World {
 
 #[tokio::test]
 async fn a_secret_put_without_aws_is_sealed_locally_and_sent_by_http_request() {
-    let dir = std::env::temp_dir().join(format!("relay-local-secrets-{}", uuid::Uuid::new_v4()));
+    let dir = std::env::temp_dir().join(format!("relay-local-secrets-{}", taskdeck::job::TenantId::new()));
     let w = local_world(&dir).await;
     assert!(w.platform.credentials.is_none(), "no AWS access at all");
     let (addr, seen) = receiver(vec![]).await;
@@ -55,7 +55,8 @@ async fn a_secret_put_without_aws_is_sealed_locally_and_sent_by_http_request() {
     let (_, other_key) = w.other_tenant("globex").await;
     destination(&w, &other_key, "crm", addr, json!({"auth_header": "Authorization"})).await;
     let params = json!({"destination": "crm", "method": "POST", "path": "/x"});
-    let (s, job) = w.submit(&other_key, json!({"task_type": "http.request", "params": params})).await;
+    let request = json!({"task_type": "http.request", "params": params}).to_string().into_bytes();
+    let (s, job) = w.call_as(&other_key, Method::POST, "/v1/jobs", Some("theirs-1"), Some(request)).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{job}");
     let theirs: JobId = job["id"].as_str().unwrap().parse().unwrap();
     w.platform.executor().run_dispatched(&[theirs]).await.unwrap();
@@ -64,7 +65,7 @@ async fn a_secret_put_without_aws_is_sealed_locally_and_sent_by_http_request() {
     assert!(j["last_error"].as_str().unwrap().contains("has no value"), "{j}");
 
     // Ours is sent.
-    let (s, job) = w.submit(&w.key, json!({"task_type": "http.request", "params": params})).await;
+    let (s, job) = w.submit("ours-1", json!({"task_type": "http.request", "params": params})).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{job}");
     let ours: JobId = job["id"].as_str().unwrap().parse().unwrap();
     w.platform.executor().run_dispatched(&[ours]).await.unwrap();

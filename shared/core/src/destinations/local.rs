@@ -141,7 +141,7 @@ mod tests {
     use super::*;
 
     fn temp() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("relay-secrets-{}", uuid::Uuid::new_v4()));
+        let dir = std::env::temp_dir().join(format!("relay-secrets-{}", TenantId::new()));
         let _ = std::fs::remove_dir_all(&dir);
         dir
     }
