@@ -29,6 +29,9 @@ pub enum Reply {
     Cut,
     /// Wait this long before answering 200 (a timeout after the request was sent).
     Hang(Duration),
+    /// Answer this status with the request's head as the body: as a JSON string when `true`,
+    /// else as text (an error page quoting what it was sent).
+    Echo(u16, bool),
 }
 
 /// One request the receiver got.
@@ -39,6 +42,8 @@ pub struct Seen {
     pub headers: BTreeMap<String, String>,
     pub body: Vec<u8>,
     pub at: Instant,
+    /// The request line and headers as they arrived.
+    pub head: String,
 }
 
 pub type SeenLog = Arc<Mutex<Vec<Seen>>>;
@@ -56,6 +61,7 @@ pub async fn receiver(script: Vec<Reply>) -> (SocketAddr, SeenLog) {
             let (log, script) = (log.clone(), script.clone());
             tokio::spawn(async move {
                 let Some(req) = read_request(&mut sock).await else { return };
+                let head = req.head.clone();
                 log.lock().unwrap().push(req);
                 let reply = script.lock().unwrap().pop_front().unwrap_or(Reply::Status(200, vec![], "{\"ok\":true}"));
                 let out = match reply {
@@ -69,6 +75,16 @@ pub async fn receiver(script: Vec<Reply>) -> (SocketAddr, SeenLog) {
                     Reply::Cut => {
                         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"id\":"
                             .into()
+                    }
+                    Reply::Echo(code, as_json) => {
+                        // The auth header comes back in a recorded answer header too.
+                        let auth = head.split("\r\n").find_map(|l| l.strip_prefix("authorization: "));
+                        let auth = auth.unwrap_or("none").to_owned();
+                        let body = if as_json { json!({"you_sent": head}).to_string() } else { head };
+                        format!(
+                            "HTTP/1.1 {code} X\r\nx-request-id: {auth}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        )
                     }
                     Reply::Hang(d) => {
                         tokio::time::sleep(d).await;
@@ -111,7 +127,7 @@ async fn read_request(sock: &mut tokio::net::TcpStream) -> Option<Seen> {
         }
         buf.extend_from_slice(&chunk[..n]);
     }
-    Some(Seen { method, path, headers, body: buf[head_end..].to_vec(), at: Instant::now() })
+    Some(Seen { method, path, headers, body: buf[head_end..].to_vec(), at: Instant::now(), head })
 }
 
 /// A world whose outbound calls may reach 127.0.0.1, shadow off and `write:http` on, the

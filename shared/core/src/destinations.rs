@@ -6,9 +6,14 @@
 //! another tenant's secret, nor the platform's; IAM holds the same line (the task role may
 //! read `relay/tenants/*` only, the intake function may write there only). The value is
 //! written through the API (`PUT /v1/destinations/{name}/secret`) and read at run time under
-//! the `http.request` task's own role; no table holds it and no answer returns it.
+//! the `http.request` task's own role; no table holds it and no answer returns it. Where there
+//! is no Secrets Manager (`relay dev`, or `RELAY_SECRETS_DIR`), the local store (`local`) keeps
+//! it, encrypted at rest, behind the same API.
 
+pub mod local;
 pub mod task;
+
+use std::sync::Arc;
 
 use aws_sdk_secretsmanager::error::{DisplayErrorContext, ProvideErrorMetadata};
 
@@ -143,25 +148,36 @@ pub async fn read_secret(sdk: &aws_config::SdkConfig, tenant: TenantId, name: &s
     }
 }
 
-/// Writes destination secrets (the intake function's own identity, allowed `relay/tenants/*`).
+/// Writes destination secrets: to Secrets Manager (the intake function's own identity, allowed
+/// `relay/tenants/*`), or to the local store.
 #[derive(Clone, Debug)]
-pub struct SecretWriter {
-    client: aws_sdk_secretsmanager::Client,
+pub enum SecretWriter {
+    Aws(aws_sdk_secretsmanager::Client),
+    Local(Arc<local::LocalSecrets>),
 }
 
 impl SecretWriter {
     pub fn new(sdk: &aws_config::SdkConfig) -> Self {
-        SecretWriter { client: aws_sdk_secretsmanager::Client::new(sdk) }
+        SecretWriter::Aws(aws_sdk_secretsmanager::Client::new(sdk))
     }
 
     /// Create the secret, or put a new value when it exists.
     pub async fn write(&self, tenant: TenantId, name: &str, value: &str) -> Result<(), SecretError> {
+        let client = match self {
+            SecretWriter::Aws(client) => client,
+            SecretWriter::Local(store) => {
+                let (store, name, value) = (store.clone(), name.to_owned(), value.to_owned());
+                return tokio::task::spawn_blocking(move || store.write(tenant, &name, &value))
+                    .await
+                    .map_err(|e| SecretError::Service(e.to_string()))?;
+            }
+        };
         let id = secret_id(tenant, name);
-        let created = self.client.create_secret().name(&id).secret_string(value).send().await;
+        let created = client.create_secret().name(&id).secret_string(value).send().await;
         match created {
             Ok(_) => Ok(()),
             Err(e) if e.code() == Some("ResourceExistsException") => {
-                let put = self.client.put_secret_value().secret_id(&id).secret_string(value).send().await;
+                let put = client.put_secret_value().secret_id(&id).secret_string(value).send().await;
                 put.map(|_| ()).map_err(|e| SecretError::Service(DisplayErrorContext(&e).to_string()))
             }
             Err(e) => Err(SecretError::Service(DisplayErrorContext(&e).to_string())),

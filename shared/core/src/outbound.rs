@@ -8,7 +8,8 @@
 //! resolves to is checked, and the request connects to the checked address, never resolving
 //! again. Loopback, private, shared (CGNAT), link-local (cloud metadata included),
 //! unspecified, multicast, reserved and documentation ranges are refused, in IPv4 and IPv6,
-//! IPv4 embedded in IPv6 (mapped, compatible, NAT64, 6to4) included. Redirects are not
+//! IPv4 embedded in IPv6 (mapped, compatible, NAT64, 6to4) included: every range of the IANA
+//! special-purpose registries that is not globally reachable (`special`). Redirects are not
 //! followed: a 3xx is a failed attempt. An operator allow-list (`RELAY_CALLBACK_ALLOW`: CIDRs
 //! and host names, comma-separated) lifts the refusal, e.g. for local development.
 
@@ -17,6 +18,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use hyper::body::Bytes;
+
+pub mod special;
 
 /// Longest callback URL accepted.
 pub const MAX_URL_LEN: usize = 2000;
@@ -123,23 +126,7 @@ pub fn refused(ip: IpAddr) -> Option<&'static str> {
 }
 
 fn refused_v4(ip: Ipv4Addr) -> Option<&'static str> {
-    let o = ip.octets();
-    let reason = match o {
-        [0, ..] => "unspecified or 'this network' (0.0.0.0/8)",
-        [10, ..] => "private (10.0.0.0/8)",
-        [100, b, ..] if (64..128).contains(&b) => "shared address space (100.64.0.0/10)",
-        [127, ..] => "loopback (127.0.0.0/8)",
-        [169, 254, ..] => "link-local, cloud metadata (169.254.0.0/16)",
-        [172, b, ..] if (16..32).contains(&b) => "private (172.16.0.0/12)",
-        [192, 0, 0, _] => "IETF protocol assignments (192.0.0.0/24)",
-        [192, 0, 2, _] | [198, 51, 100, _] | [203, 0, 113, _] => "documentation range",
-        [192, 168, ..] => "private (192.168.0.0/16)",
-        [198, b, ..] if b == 18 || b == 19 => "benchmarking (198.18.0.0/15)",
-        [a, ..] if (224..240).contains(&a) => "multicast (224.0.0.0/4)",
-        [a, ..] if a >= 240 => "reserved or broadcast (240.0.0.0/4)",
-        _ => return None,
-    };
-    Some(reason)
+    special::refused(IpAddr::V4(ip))
 }
 
 fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
@@ -150,28 +137,22 @@ fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
         return refused_v4(v4);
     }
     match s {
-        [0, 0, 0, 0, 0, 0, 0, 0] => Some("unspecified (::)"),
-        [0, 0, 0, 0, 0, 0, 0, 1] => Some("loopback (::1)"),
+        // NAT64 (64:ff9b::/96) reaches the IPv4 address it carries.
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => return refused_v4(embedded(hi, lo)),
+        // 6to4 (2002::/16) carries an IPv4 address in bits 16..48.
+        [0x2002, hi, lo, ..] => return refused_v4(embedded(hi, lo)),
+        _ => {}
+    }
+    if let Some(why) = special::refused(IpAddr::V6(ip)) {
+        return Some(why);
+    }
+    match s {
         // Deprecated IPv4-compatible addresses (::a.b.c.d).
         [0, 0, 0, 0, 0, 0, hi, lo] => refused_v4(embedded(hi, lo)).or(Some("IPv4-compatible address (::/96)")),
         // IPv4-translated (::ffff:0:a.b.c.d, SIIT) reaches the IPv4 address it carries.
         [0, 0, 0, 0, 0xffff, 0, hi, lo] => {
             refused_v4(embedded(hi, lo)).or(Some("IPv4-translated address (::ffff:0:0/96)"))
         }
-        // NAT64 (64:ff9b::/96) reaches the IPv4 address it carries.
-        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] => refused_v4(embedded(hi, lo)),
-        // Local-use NAT64 (64:ff9b:1::/48) translates into a private network of its own.
-        [0x64, 0xff9b, 1, ..] => Some("local-use NAT64 (64:ff9b:1::/48)"),
-        // Teredo (2001::/32) tunnels to an IPv4 address hidden in the rest of the address.
-        [0x2001, 0, ..] => Some("Teredo tunnel (2001::/32)"),
-        // 6to4 (2002::/16) carries an IPv4 address in bits 16..48.
-        [0x2002, hi, lo, ..] => refused_v4(embedded(hi, lo)),
-        [a, ..] if a & 0xfe00 == 0xfc00 => Some("unique local, cloud metadata (fc00::/7)"),
-        [a, ..] if a & 0xffc0 == 0xfe80 => Some("link-local (fe80::/10)"),
-        [a, ..] if a & 0xffc0 == 0xfec0 => Some("site-local (fec0::/10)"),
-        [a, ..] if a & 0xff00 == 0xff00 => Some("multicast (ff00::/8)"),
-        [0x2001, 0xdb8, ..] => Some("documentation (2001:db8::/32)"),
-        [0x100, 0, 0, 0, ..] => Some("discard-only (100::/64)"),
         _ => None,
     }
 }
@@ -273,6 +254,9 @@ pub async fn resolve(target: &Target, allow: &AllowList) -> Result<SocketAddr, R
     }
     Ok(first)
 }
+
+/// The body's type on every request Relay sends out (set by `request` alone).
+pub const CONTENT_TYPE: &str = "application/json";
 
 /// The answer to one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -385,11 +369,8 @@ pub async fn request(
         (false, Some(p)) => format!("{}:{p}", target.host),
         (false, None) => target.host.clone(),
     };
-    let mut req = hyper::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", host)
-        .header("content-type", "application/json");
+    let mut req =
+        hyper::Request::builder().method(method).uri(path).header("host", host).header("content-type", CONTENT_TYPE);
     for (name, value) in headers {
         req = req.header(*name, value);
     }
@@ -494,6 +475,80 @@ mod tests {
         }
         for ip in ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111", "::ffff:8.8.8.8"] {
             assert_eq!(refused(ip.parse().unwrap()), None, "{ip} is public");
+        }
+    }
+
+    fn last_v4(e: &special::Entry<Ipv4Addr>) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(e.net) | (u32::MAX.checked_shr(u32::from(e.bits)).unwrap_or(0)))
+    }
+
+    fn last_v6(e: &special::Entry<Ipv6Addr>) -> Ipv6Addr {
+        Ipv6Addr::from(u128::from(e.net) | (u128::MAX.checked_shr(u32::from(e.bits)).unwrap_or(0)))
+    }
+
+    /// Every entry of both registries: one not globally reachable is refused at its first and
+    /// last address (in every IPv6 spelling of an IPv4 one); a globally reachable one is let
+    /// through unless an entry that is not holds it.
+    #[test]
+    fn the_guard_refuses_every_special_purpose_range_not_globally_reachable() {
+        use special::Reach;
+        let v4_held = |ip: Ipv4Addr| {
+            special::IPV4.iter().any(|o| {
+                let shift = 32 - u32::from(o.bits);
+                o.reach != Reach::Global && u32::from(o.net).checked_shr(shift) == u32::from(ip).checked_shr(shift)
+            })
+        };
+        for e in special::IPV4.iter().chain(special::OTHER_V4) {
+            for ip in [e.net, last_v4(e)] {
+                if e.reach == Reach::Global && !v4_held(ip) {
+                    for spelled in [IpAddr::V4(ip), IpAddr::V6(ip.to_ipv6_mapped())] {
+                        assert_eq!(refused(spelled), None, "{spelled} ({}) is globally reachable", e.name);
+                    }
+                } else if e.reach != Reach::Global {
+                    let s = ip.octets();
+                    let (hi, lo) = (u16::from_be_bytes([s[0], s[1]]), u16::from_be_bytes([s[2], s[3]]));
+                    for spelled in [
+                        IpAddr::V4(ip),
+                        IpAddr::V6(ip.to_ipv6_mapped()),
+                        IpAddr::V6(ip.to_ipv6_compatible()),
+                        IpAddr::V6(Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, hi, lo)),
+                        IpAddr::V6(Ipv6Addr::new(0x2002, hi, lo, 0, 0, 0, 0, 1)),
+                    ] {
+                        assert!(refused(spelled).is_some(), "{spelled} ({}) must be refused", e.name);
+                    }
+                }
+            }
+        }
+        let v6_held = |ip: Ipv6Addr| {
+            special::IPV6.iter().any(|o| {
+                let shift = 128 - u32::from(o.bits);
+                o.reach != Reach::Global && u128::from(o.net).checked_shr(shift) == u128::from(ip).checked_shr(shift)
+            })
+        };
+        for e in special::IPV6.iter().chain(special::OTHER_V6) {
+            for ip in [e.net, last_v6(e)] {
+                let got = refused(IpAddr::V6(ip));
+                match e.reach {
+                    // The prefixes that carry an IPv4 address are judged by it: 6to4's first
+                    // address carries 0.0.0.0, NAT64's last 255.255.255.255.
+                    _ if [0x2002, 0x64].contains(&ip.segments()[0]) && e.bits != 48 => {
+                        let s = ip.segments();
+                        let (hi, lo) = if s[0] == 0x2002 { (s[1], s[2]) } else { (s[6], s[7]) };
+                        let carried = Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
+                        assert_eq!(got.is_some(), refused(IpAddr::V4(carried)).is_some(), "{ip} carries {carried}");
+                    }
+                    Reach::Global if !v6_held(ip) => assert_eq!(got, None, "{ip} ({}) is globally reachable", e.name),
+                    Reach::Global => assert!(got.is_some(), "{ip} ({}) lies in a range that is not", e.name),
+                    _ => assert!(got.is_some(), "{ip} ({}) must be refused", e.name),
+                }
+            }
+        }
+        // Public addresses carried by NAT64 and 6to4 are let through; private ones are not.
+        for ip in ["64:ff9b::808:808", "2002:808:808::1", "2001:4860:4860::8888", "2a00:1450:4001::1"] {
+            assert_eq!(refused(ip.parse().unwrap()), None, "{ip}");
+        }
+        for ip in ["64:ff9b::a00:1", "2002:c0a8:101::1", "3fff:fff::1", "2001:2:0:ffff::1", "192.88.99.1", "5f00::1"] {
+            assert!(refused(ip.parse().unwrap()).is_some(), "{ip}");
         }
     }
 

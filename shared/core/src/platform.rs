@@ -89,7 +89,7 @@ impl Platform {
         Ok(Self {
             catalogue: catalogue
                 .with(crate::callbacks::task::Deliver { allow: settings.callback_allow.clone() })
-                .with(crate::destinations::task::HttpRequest { allow: settings.callback_allow.clone() }),
+                .with(crate::destinations::task::HttpRequest { allow: settings.callback_allow.clone(), local: None }),
             intake: Intake::start(pool.clone(), transport.clone(), settings.intake_writers),
             pool,
             transport,
@@ -118,6 +118,17 @@ impl Platform {
     pub fn with_secrets(mut self, sdk: &aws_config::SdkConfig) -> Self {
         self.secrets = Some(crate::destinations::SecretWriter::new(sdk));
         self
+    }
+
+    /// Keep destinations' secrets in the local store in `dir` (created with its key the first
+    /// time): the API writes them there and `http.request` reads them from there.
+    pub fn with_local_secrets(mut self, dir: &std::path::Path) -> anyhow::Result<Self> {
+        let store = Arc::new(crate::destinations::local::LocalSecrets::open(dir)?);
+        self.secrets = Some(crate::destinations::SecretWriter::Local(store.clone()));
+        let task =
+            crate::destinations::task::HttpRequest { allow: self.settings.callback_allow.clone(), local: Some(store) };
+        self.catalogue = self.catalogue.with(task);
+        Ok(self)
     }
 
     pub async fn migrate(&self) -> anyhow::Result<Vec<&'static str>> {

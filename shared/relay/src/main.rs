@@ -265,11 +265,21 @@ fn main() -> anyhow::Result<()> {
 /// default chain is the process's own identity, which only assumes them); otherwise every
 /// task's AWS access is denied.
 ///
-/// When AWS is configured (`AWS_REGION`, `AWS_DEFAULT_REGION` or `AWS_ENDPOINT_URL`, e.g. a
-/// moto server's), the API also writes destinations' secrets to its Secrets Manager.
-async fn with_task_roles(p: Platform) -> anyhow::Result<Platform> {
+/// Destinations' secrets: with `RELAY_SECRETS_DIR` in the local store there; else, when AWS is
+/// configured (`AWS_REGION`, `AWS_DEFAULT_REGION` or `AWS_ENDPOINT_URL`, e.g. a moto server's),
+/// in its Secrets Manager; else in the local store in `local_secrets` (`relay dev`'s), if any.
+async fn with_task_roles(p: Platform, local_secrets: Option<PathBuf>) -> anyhow::Result<Platform> {
     let roles = taskdeck::credentials::TaskRoles::from_lookup(|k| std::env::var(k).ok())?;
     let aws = ["AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL"].iter().any(|k| std::env::var_os(k).is_some());
+    let local = std::env::var_os("RELAY_SECRETS_DIR").filter(|d| !d.is_empty()).map(PathBuf::from);
+    let local = local.or(local_secrets.filter(|_| !aws));
+    let p = match &local {
+        Some(dir) => {
+            p.with_local_secrets(dir).with_context(|| format!("the local secret store in {}", dir.display()))?
+        }
+        None => p,
+    };
+    let aws = aws && local.is_none();
     if roles.is_empty() && !aws {
         return Ok(p);
     }
@@ -310,14 +320,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Schedules { command } => ops::schedules(&ops()?, &actor(cli.operator), command).await,
         Command::Tenant { command: TenantCommand::Keys(command) } => ops::tenant_key(&ops()?, command).await,
         Command::Serve { addr, run } => {
-            let p = Platform::new(&url()?, run.settings()?)?;
+            let p = with_task_roles(Platform::new(&url()?, run.settings()?)?, None).await?;
             let (stop_tx, stop) = watch::channel(false);
             let stop_tx = Arc::new(stop_tx);
             tokio::spawn(shutdown_on_signal(stop_tx));
             serve(&p, bind(addr).await?, stop).await
         }
         Command::Worker { run } => {
-            let p = with_task_roles(Platform::new(&url()?, run.settings()?)?).await?;
+            let p = with_task_roles(Platform::new(&url()?, run.settings()?)?, None).await?;
             let (stop_tx, stop) = watch::channel(false);
             let stop_tx = Arc::new(stop_tx);
             let workers = p.spawn_workers(run.workers, &stop);

@@ -190,17 +190,35 @@ fn task_rules(task: &str, params: &mut Value) {
                 {"properties": {"recipients": {"items": {"properties": {"data": {"maxProperties": 0}}}}}},
             ]);
         }
+        "http.request" => {
+            let headers = &mut params["properties"]["headers"];
+            headers["propertyNames"] = http_header_name();
+            headers["maxProperties"] = json!(crate::destinations::MAX_HEADERS);
+            let most = crate::destinations::MAX_HEADER_VALUE_LEN;
+            headers["additionalProperties"] = json!({"type": "string", "pattern": format!("^[\\t -~]{{0,{most}}}$")});
+        }
         _ => {}
     }
 }
 
+/// A name in any letter case, as a pattern.
+fn any_case(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphabetic() { format!("[{}{}]", c.to_ascii_uppercase(), c) } else { c.to_string() })
+        .collect()
+}
+
+/// A header `http.request` may add (`destinations::check_header`): 1 to 64 token characters,
+/// none of `REFUSED_HEADERS` (in any case). The destination's own auth header is refused when
+/// the job runs.
+fn http_header_name() -> Value {
+    let refused: Vec<String> = crate::destinations::REFUSED_HEADERS.iter().map(|h| any_case(h)).collect();
+    json!({"type": "string", "pattern": "^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$",
+        "not": {"pattern": format!("^({})$", refused.join("|"))}})
+}
+
 /// A header name a client may set: visible ASCII but `:`, none of `RESERVED_HEADERS` (in any case).
 fn header_name() -> Value {
-    let any_case = |name: &str| -> String {
-        name.chars()
-            .map(|c| if c.is_ascii_alphabetic() { format!("[{}{}]", c.to_ascii_uppercase(), c) } else { c.to_string() })
-            .collect()
-    };
     let reserved = crate::email::content::RESERVED_HEADERS.map(any_case).join("|");
     json!({"type": "string", "pattern": "^[!-9;-~]{1,126}$", "not": {"pattern": format!("^({reserved})$")}})
 }
@@ -389,6 +407,38 @@ mod tests {
             "^[!-9;-~]{1,126}$"
         );
         assert_eq!(send["properties"]["params"]["properties"]["tags"]["propertyNames"]["pattern"], TAG_TEXT);
+    }
+
+    /// The header names `http.request`'s schema allows, in a job and a schedule, are the
+    /// ones the task takes.
+    #[test]
+    fn http_request_header_names_are_documented_as_the_task_checks_them() {
+        let doc = super::super::openapi::document();
+        for schema in ["JobRequest", "ScheduleSpec"] {
+            let http = doc["components"]["schemas"][schema]["oneOf"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|b| b["properties"]["task_type"]["const"] == "http.request")
+                .unwrap()
+                .clone();
+            let names = &http["properties"]["params"]["properties"]["headers"]["propertyNames"];
+            let allowed = regex::Regex::new(names["pattern"].as_str().unwrap()).unwrap();
+            let refused = regex::Regex::new(names["not"]["pattern"].as_str().unwrap()).unwrap();
+            let documented = |n: &str| allowed.is_match(n) && !refused.is_match(n);
+            let mut names: Vec<String> = ["X-Tenant-Ref", "x_a.b~c", "HOST", "Content-Type", "content-LENGTH", "Te"]
+                .iter()
+                .chain(&["X A", "X:A", "é", "", "x\0", "X-Relay-Correlation-Id", "idempotency-KEY", "a(b)", "a/b"])
+                .map(|n| (*n).to_owned())
+                .collect();
+            names.extend(crate::destinations::REFUSED_HEADERS.iter().map(|h| h.to_ascii_uppercase()));
+            names.push("x".repeat(64));
+            names.push("x".repeat(65));
+            for n in names {
+                let takes = crate::destinations::check_header(&n, "v", None).is_ok();
+                assert_eq!(documented(&n), takes, "{schema}: {n:?}");
+            }
+        }
     }
 
     #[test]

@@ -19,6 +19,11 @@ use crate::store::{StoreError, http_calls};
 
 pub const DEFAULT_TIMEOUT_MS: i32 = 10_000;
 pub const DEFAULT_RATE_PER_SECOND: f64 = 10.0;
+/// The slowest rate a destination may have: one call every 1000 s (a slower one would put a
+/// slot's time past what a timestamp holds).
+pub const MIN_RATE_PER_SECOND: f64 = 0.001;
+/// The fastest rate a destination may have.
+pub const MAX_RATE_PER_SECOND: f64 = 1000.0;
 
 /// `PUT /v1/destinations/{name}`
 #[derive(Debug, Deserialize, ToSchema)]
@@ -37,9 +42,9 @@ pub struct DestinationBody {
     #[serde(default)]
     #[schema(minimum = 100, maximum = 60000)]
     pub timeout_ms: Option<i32>,
-    /// Calls per second, across every worker (above 0, at most 1000; default 10).
+    /// Calls per second, across every worker (0.001 to 1000; default 10).
     #[serde(default)]
-    #[schema(exclusive_minimum = 0, maximum = 1000)]
+    #[schema(minimum = 0.001, maximum = 1000)]
     pub rate_per_second: Option<f64>,
 }
 
@@ -139,8 +144,8 @@ fn check(state: &AppState, b: &DestinationBody) -> Result<(), ApiError> {
     if b.timeout_ms.is_some_and(|t| !(100..=60_000).contains(&t)) {
         return Err(invalid("timeout_ms", "100 to 60000"));
     }
-    if b.rate_per_second.is_some_and(|r| !(r > 0.0 && r <= 1000.0)) {
-        return Err(invalid("rate_per_second", "above 0, at most 1000"));
+    if b.rate_per_second.is_some_and(|r| !(MIN_RATE_PER_SECOND..=MAX_RATE_PER_SECOND).contains(&r)) {
+        return Err(invalid("rate_per_second", "0.001 (one call every 1000 s) to 1000 calls a second"));
     }
     Ok(())
 }

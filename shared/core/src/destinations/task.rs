@@ -31,6 +31,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
+use std::sync::Arc;
+
+use crate::destinations::local::LocalSecrets;
 use crate::destinations::{self as rules, SecretError};
 use crate::job::{Fence, TaskError};
 use crate::outbound::{self, AllowList, Answer, Limits, Refusal};
@@ -64,10 +67,11 @@ pub const DECIDE: &str =
 pub const REDACTED: &str = "<redacted>";
 
 /// Calls tenants' destinations; `allow` is the operator's allow-list (`RELAY_CALLBACK_ALLOW`),
-/// the same one callbacks use.
+/// the same one callbacks use; `local`, the local secret store when there is no Secrets Manager.
 #[derive(Debug, Clone, Default)]
 pub struct HttpRequest {
     pub allow: AllowList,
+    pub local: Option<Arc<LocalSecrets>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, ToSchema)]
@@ -140,7 +144,7 @@ impl Task for HttpRequest {
     }
 
     async fn run(&self, ctx: &TaskContext, p: RequestParams) -> Result<Value, TaskError> {
-        call(&self.allow, ctx, p).await
+        call(self, ctx, p).await
     }
 }
 
@@ -149,7 +153,8 @@ fn retryable_status(status: u16) -> bool {
     matches!(status, 408 | 429 | 500..=599)
 }
 
-async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<Value, TaskError> {
+async fn call(task: &HttpRequest, ctx: &TaskContext, p: RequestParams) -> Result<Value, TaskError> {
+    let allow = &task.allow;
     let db = ctx.db.get().await.map_err(TaskError::retryable)?;
     if let Some(c) = http_calls::unsettled(&db, ctx.job_id, ctx.attempt).await.map_err(TaskError::retryable)? {
         return Err(TaskError::Ambiguous(format!(
@@ -171,7 +176,6 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
         .ok_or_else(|| TaskError::retryable("the job vanished"))?;
     let url = rules::join(&dest.base_url, &p.path);
     let mut headers: Vec<(String, String)> = p.headers.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
-    headers.push(("content-type".into(), "application/json".into()));
     headers.push(("idempotency-key".into(), job.idempotency_key.clone()));
     headers.push((crate::email::content::CORRELATION_HEADER.to_owned(), ctx.correlation_id.clone()));
     headers.push(("user-agent".into(), "relay-http/1".into()));
@@ -211,7 +215,7 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
     // (No pooled connection is held across the AWS calls.)
     drop(db);
     let secret = match &dest.auth_header {
-        Some(h) => Some((h.clone(), read_secret(ctx, &dest).await?)),
+        Some(h) => Some((h.clone(), read_secret(task.local.as_ref(), ctx, &dest).await?)),
         None => None,
     };
     let db = ctx.db.get().await.map_err(TaskError::retryable)?;
@@ -241,8 +245,8 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
         });
     }
     let call_id = record("sending", None).await?;
-    if let Some((name, value)) = secret {
-        headers.push((name, value));
+    if let Some((name, value)) = &secret {
+        headers.push((name.clone(), value.clone()));
     }
     let pairs: Vec<(&str, String)> = headers.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
     let body = p.body.as_ref().map_or_else(Vec::new, |b| b.to_string().into_bytes());
@@ -252,7 +256,9 @@ async fn call(allow: &AllowList, ctx: &TaskContext, p: RequestParams) -> Result<
         read_body: |s| !retryable_status(s),
     };
     let started = std::time::Instant::now();
-    let answer = outbound::request(&target, addr, p.method.hyper(), &pairs, Bytes::from(body), limits).await;
+    let answer = outbound::request(&target, addr, p.method.hyper(), &pairs, Bytes::from(body), limits)
+        .await
+        .map(|a| redact(a, secret.as_ref().map(|(_, v)| v.as_str())));
     let duration_ms = Some(i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX));
     let what = format!("{} {url}", p.method.hyper());
     let (settled, outcome) = classify(&what, answer, duration_ms);
@@ -280,18 +286,31 @@ async fn record_call(
         .ok_or_else(|| TaskError::retryable("this attempt no longer holds the job; it may not call"))
 }
 
-/// What was (or would be) sent, the secret redacted.
+/// What was (or would be) sent, the secret redacted (`content-type` is `outbound::request`'s).
 fn shown_request(p: &RequestParams, url: &str, headers: &[(String, String)], dest: &Destination) -> Value {
     let mut shown: serde_json::Map<String, Value> = headers.iter().map(|(n, v)| (n.clone(), json!(v))).collect();
+    shown.insert("content-type".into(), json!(outbound::CONTENT_TYPE));
     if let Some(h) = &dest.auth_header {
         shown.insert(h.clone(), json!(REDACTED));
     }
     json!({"method": p.method, "url": url, "headers": shown, "body": p.body})
 }
 
-async fn read_secret(ctx: &TaskContext, dest: &Destination) -> Result<String, TaskError> {
-    let sdk = ctx.aws().await?;
-    match rules::read_secret(&sdk, ctx.tenant_id, &dest.name).await {
+/// The destination's secret: from the local store when there is one, else from Secrets Manager
+/// under the task's own role.
+async fn read_secret(
+    local: Option<&Arc<LocalSecrets>>,
+    ctx: &TaskContext,
+    dest: &Destination,
+) -> Result<String, TaskError> {
+    let read = match local {
+        Some(store) => {
+            let (store, tenant, name) = (store.clone(), ctx.tenant_id, dest.name.clone());
+            tokio::task::spawn_blocking(move || store.read(tenant, &name)).await.map_err(TaskError::retryable)?
+        }
+        None => rules::read_secret(&ctx.aws().await?, ctx.tenant_id, &dest.name).await,
+    };
+    match read {
         Ok(v) => rules::check_value(&v)
             .map(|()| v)
             .map_err(|m| TaskError::Fatal(format!("the destination's secret: {m}")).tenants()),
@@ -300,6 +319,60 @@ async fn read_secret(ctx: &TaskContext, dest: &Destination) -> Result<String, Ta
         }
         Err(e @ SecretError::Service(_)) => Err(TaskError::retryable(e)),
     }
+}
+
+/// The answer with the destination's secret taken out of its body and headers: a destination
+/// may echo what it was sent (an error page quoting the request's headers), and everything
+/// recorded of a call (its record, the job's error and events, exceptions, logs) comes from
+/// here. The secret is replaced as sent, JSON-escaped, and, at the end of a body cut at the
+/// limit, as the start of it.
+fn redact(mut a: Answer, secret: Option<&str>) -> Answer {
+    let Some(secret) = secret.filter(|s| !s.is_empty()) else { return a };
+    let quoted = serde_json::to_string(secret).unwrap_or_default();
+    let escaped = quoted.strip_prefix('"').and_then(|q| q.strip_suffix('"')).unwrap_or(secret);
+    let mut forms = vec![secret.as_bytes()];
+    if escaped != secret {
+        forms.push(escaped.as_bytes());
+    }
+    let scrub = |bytes: &[u8]| -> Vec<u8> {
+        let mut out = bytes.to_vec();
+        for form in &forms {
+            out = replace_all(&out, form, REDACTED.as_bytes());
+        }
+        out
+    };
+    a.body = scrub(&a.body);
+    if a.truncated || a.cut {
+        // A secret cut by the limit leaves its start at the end of what was read.
+        let keep = (4..secret.len()).rev().find(|&n| a.body.ends_with(&secret.as_bytes()[..n]));
+        if let Some(n) = keep {
+            a.body.truncate(a.body.len() - n);
+            a.body.extend_from_slice(REDACTED.as_bytes());
+        }
+    }
+    for value in a.headers.values_mut() {
+        let scrubbed = scrub(value.as_bytes());
+        if scrubbed != value.as_bytes() {
+            *value = hyper::header::HeaderValue::from_bytes(&scrubbed)
+                .unwrap_or_else(|_| hyper::header::HeaderValue::from_static(REDACTED));
+        }
+    }
+    a
+}
+
+fn replace_all(haystack: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(haystack.len());
+    let mut i = 0;
+    while i < haystack.len() {
+        if haystack[i..].starts_with(needle) {
+            out.extend_from_slice(with);
+            i += needle.len();
+        } else {
+            out.push(haystack[i]);
+            i += 1;
+        }
+    }
+    out
 }
 
 /// The answer as recorded: status, recorded headers, the body (JSON when it parses whole, else
@@ -370,5 +443,29 @@ fn classify(
             let error = format!("{what}: answered {s}, {why}: {body}");
             (settled("fatal", status, Some(response), Some(error.clone())), Err(TaskError::Fatal(error).tenants()))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(body: &str, truncated: bool) -> Answer {
+        let mut headers = hyper::HeaderMap::new();
+        headers.insert("x-request-id", hyper::header::HeaderValue::from_static("echo Bearer s\"k\\1"));
+        Answer { status: 400, retry_after: None, headers, body: body.as_bytes().to_vec(), truncated, cut: false }
+    }
+
+    #[test]
+    fn the_secret_is_redacted_as_sent_json_escaped_and_cut_at_the_limit() {
+        let secret = "Bearer s\"k\\1";
+        let a = redact(answer(r#"{"sent": "Bearer s\"k\\1"} raw: Bearer s"k\1 end"#, false), Some(secret));
+        let body = String::from_utf8(a.body).unwrap();
+        assert_eq!(body, r#"{"sent": "<redacted>"} raw: <redacted> end"#);
+        assert_eq!(a.headers["x-request-id"], "echo <redacted>");
+        let cut = redact(answer("... authorization: Bearer s\"", true), Some(secret));
+        assert_eq!(String::from_utf8(cut.body).unwrap(), "... authorization: <redacted>");
+        let untouched = redact(answer("nothing here", false), None);
+        assert_eq!(untouched.body, b"nothing here");
     }
 }

@@ -47,7 +47,7 @@ pub async fn run(url: Option<String>, dev: Dev) -> anyhow::Result<()> {
             (cluster.url("relay"), Some(cluster))
         }
     };
-    let p = with_task_roles(Platform::new(&url, run.settings()?)?).await?;
+    let p = with_task_roles(Platform::new(&url, run.settings()?)?, Some(secrets_dir(&data_dir))).await?;
     p.migrate().await?;
     taskdeck::schedules::ensure_builtin(&p.pool, 30, chrono::Utc::now()).await?;
     let key = dev_tenant_key(&p).await?;
@@ -221,4 +221,11 @@ async fn stop_on_signals(stop: watch::Sender<bool>, grace: Duration, cluster: Op
         eprintln!("relay dev: could not stop the private Postgres: {e:#}");
     }
     std::process::exit(130);
+}
+
+/// Where `relay dev` keeps destinations' secrets unless `RELAY_SECRETS_DIR` says: beside the
+/// database's folder (`.relay/pg` → `.relay/pg-secrets`), encrypted under a key kept there.
+pub fn secrets_dir(data_dir: &std::path::Path) -> std::path::PathBuf {
+    let name = data_dir.file_name().map_or_else(|| "relay".into(), |n| n.to_string_lossy().into_owned());
+    data_dir.with_file_name(format!("{name}-secrets"))
 }

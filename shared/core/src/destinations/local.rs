@@ -1,0 +1,179 @@
+//! The local secret store: destinations' secrets where there is no Secrets Manager (`relay dev`,
+//! or `relay serve` and `relay worker` with `RELAY_SECRETS_DIR`). One file per secret under the
+//! store's folder, `<tenant id>/<destination>.secret`, holding a random nonce and the value
+//! sealed with AES-256-GCM under the store's key (`secrets.key` beside them, 32 random bytes,
+//! readable by its owner only), the secret's name (`destinations::secret_id`) as associated
+//! data: a file copied under another tenant's or destination's name does not open. The same
+//! write-only API as Secrets Manager: written by `PUT /v1/destinations/{name}/secret`, read by
+//! `http.request`, never returned.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use ring::rand::{SecureRandom, SystemRandom};
+
+use super::{SecretError, secret_id};
+use crate::job::TenantId;
+
+/// The key file's name in the store's folder.
+pub const KEY_FILE: &str = "secrets.key";
+const KEY_LEN: usize = 32;
+
+/// A local store, its key loaded.
+pub struct LocalSecrets {
+    dir: PathBuf,
+    key: LessSafeKey,
+    rng: SystemRandom,
+}
+
+impl std::fmt::Debug for LocalSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalSecrets").field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+/// Why the store could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("{path}: {error}")]
+    Io { path: PathBuf, error: std::io::Error },
+    #[error("{0}: not a key of {KEY_LEN} bytes (remove it to start a new store; its secrets are then lost)")]
+    BadKey(PathBuf),
+    #[error("no random numbers for a new key")]
+    Random,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> OpenError + '_ {
+    move |error| OpenError::Io { path: path.to_owned(), error }
+}
+
+/// Write `bytes` to `path` through a file of the owner's only, renamed into place.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+fn create_dir_private(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+impl LocalSecrets {
+    /// Open the store in `dir`, creating the folder and its key the first time.
+    pub fn open(dir: &Path) -> Result<LocalSecrets, OpenError> {
+        create_dir_private(dir).map_err(io(dir))?;
+        let rng = SystemRandom::new();
+        let key_path = dir.join(KEY_FILE);
+        let bytes = match std::fs::read(&key_path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut b = vec![0u8; KEY_LEN];
+                rng.fill(&mut b).map_err(|_| OpenError::Random)?;
+                write_private(&key_path, &b).map_err(io(&key_path))?;
+                b
+            }
+            Err(e) => return Err(OpenError::Io { path: key_path, error: e }),
+        };
+        let unbound = UnboundKey::new(&AES_256_GCM, &bytes).map_err(|_| OpenError::BadKey(key_path))?;
+        Ok(LocalSecrets { dir: dir.to_owned(), key: LessSafeKey::new(unbound), rng })
+    }
+
+    /// The file of a destination's secret (names are checked by `destinations::check_name`,
+    /// so they never leave the tenant's folder).
+    fn path(&self, tenant: TenantId, name: &str) -> PathBuf {
+        self.dir.join(tenant.to_string()).join(format!("{name}.secret"))
+    }
+
+    /// Seal and store the value, replacing any earlier one.
+    pub fn write(&self, tenant: TenantId, name: &str, value: &str) -> Result<(), SecretError> {
+        super::check_name(name).map_err(|m| SecretError::Service(format!("{name:?}: {m}")))?;
+        let mut nonce = [0u8; NONCE_LEN];
+        self.rng.fill(&mut nonce).map_err(|_| SecretError::Service("no random numbers for a nonce".into()))?;
+        let mut sealed = value.as_bytes().to_vec();
+        let aad = secret_id(tenant, name);
+        self.key
+            .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad.as_bytes()), &mut sealed)
+            .map_err(|_| SecretError::Service("could not seal the value".into()))?;
+        let path = self.path(tenant, name);
+        let fail = |e: std::io::Error| SecretError::Service(format!("{}: {e}", path.display()));
+        create_dir_private(path.parent().unwrap_or(&self.dir)).map_err(fail)?;
+        let mut file = nonce.to_vec();
+        file.extend_from_slice(&sealed);
+        write_private(&path, &file).map_err(fail)
+    }
+
+    /// Open a destination's secret.
+    pub fn read(&self, tenant: TenantId, name: &str) -> Result<String, SecretError> {
+        let id = secret_id(tenant, name);
+        super::check_name(name).map_err(|_| SecretError::Missing(id.clone()))?;
+        let path = self.path(tenant, name);
+        let mut bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(SecretError::Missing(id)),
+            Err(e) => return Err(SecretError::Service(format!("{}: {e}", path.display()))),
+        };
+        if bytes.len() < NONCE_LEN {
+            return Err(SecretError::Service(format!("{}: too short to be a sealed secret", path.display())));
+        }
+        let mut sealed = bytes.split_off(NONCE_LEN);
+        let nonce = Nonce::try_assume_unique_for_key(&bytes)
+            .map_err(|_| SecretError::Service(format!("{}: bad nonce", path.display())))?;
+        let opened = self.key.open_in_place(nonce, Aad::from(id.as_bytes()), &mut sealed).map_err(|_| {
+            SecretError::Service(format!("{}: does not open under this store's key and name", path.display()))
+        })?;
+        String::from_utf8(opened.to_vec()).map_err(|_| SecretError::NotAString(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("relay-secrets-{}", TenantId::new()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn a_value_is_sealed_at_rest_and_opens_only_as_its_own_name() {
+        let dir = temp();
+        let store = LocalSecrets::open(&dir).unwrap();
+        let (a, b) = (TenantId::new(), TenantId::new());
+        store.write(a, "crm", "Bearer sk-local-7").unwrap();
+        assert_eq!(store.read(a, "crm").unwrap(), "Bearer sk-local-7");
+        let file = std::fs::read(store.path(a, "crm")).unwrap();
+        assert!(!file.windows(8).any(|w| w == b"sk-local"), "the value is not stored in the clear");
+        assert!(matches!(store.read(b, "crm"), Err(SecretError::Missing(_))));
+        // A file copied under another tenant's name does not open.
+        std::fs::create_dir_all(store.path(b, "crm").parent().unwrap()).unwrap();
+        std::fs::copy(store.path(a, "crm"), store.path(b, "crm")).unwrap();
+        assert!(matches!(store.read(b, "crm"), Err(SecretError::Service(_))));
+        // A new value replaces the old; the store reopens with the same key.
+        store.write(a, "crm", "Bearer sk-local-8").unwrap();
+        assert_eq!(LocalSecrets::open(&dir).unwrap().read(a, "crm").unwrap(), "Bearer sk-local-8");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(dir.join(KEY_FILE)).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "the key is its owner's only");
+        }
+        // Names that would leave the folder are refused.
+        assert!(store.write(a, "../x", "v").is_err());
+        assert!(matches!(store.read(a, "../x"), Err(SecretError::Missing(_))));
+        std::fs::write(dir.join(KEY_FILE), b"short").unwrap();
+        assert!(matches!(LocalSecrets::open(&dir), Err(OpenError::BadKey(_))));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
