@@ -82,7 +82,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         // fails as the tenant's fault and opens no operator exception.
         let row = db
             .query_one(
-                "SELECT status, (status = 'failed' AND fault = 'tenant')::int8,
+                "SELECT status, (status = 'failed' AND fault = 'tenant')::int::int8,
                         (SELECT count(*) FROM exceptions x WHERE x.job_id = j.id)
                  FROM jobs j WHERE id = $1",
                 &[id],
