@@ -501,6 +501,7 @@ async fn jobs_check_what_statements_change_and_leave_the_terms_to_their_types() 
             "jobs_attempts_bounded",
             "jobs_callback_url_check",
             "jobs_children_total_check",
+            "jobs_fault_check",
             "jobs_finished_iff_terminal",
             "jobs_lease_iff_running",
             "jobs_max_attempts_check",
