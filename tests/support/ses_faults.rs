@@ -80,17 +80,27 @@ pub struct FaultySes {
 /// Start the stand-in in front of `upstream` (moto's URL).
 pub async fn start(upstream: &str, faults: Faults, seed: u64) -> FaultySes {
     let counts = Arc::new(Counts::default());
-    let proxy = Proxy {
-        upstream: upstream.trim_end_matches('/').to_owned(),
-        faults,
-        counts: counts.clone(),
-        rng: Arc::new(Mutex::new(StdRng::seed_from_u64(seed))),
-        client: Client::builder(TokioExecutor::new()).build_http(),
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let (upstream, kept) = (upstream.trim_end_matches('/').to_owned(), counts.clone());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.set_nonblocking(true).expect("a non-blocking listener");
     let addr: SocketAddr = listener.local_addr().expect("addr");
-    let app = axum::Router::new().fallback(handle).with_state(proxy);
-    tokio::spawn(async move { axum::serve(listener, app).await.ok() });
+    // On a thread and runtime of its own, so the time a send is counted at is when it came,
+    // not when the test's busy runtime got round to it.
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        rt.block_on(async move {
+            let proxy = Proxy {
+                upstream,
+                faults,
+                counts: kept,
+                rng: Arc::new(Mutex::new(StdRng::seed_from_u64(seed))),
+                client: Client::builder(TokioExecutor::new()).build_http(),
+            };
+            let listener = tokio::net::TcpListener::from_std(listener).expect("the listener");
+            let app = axum::Router::new().fallback(handle).with_state(proxy);
+            axum::serve(listener, app).await.ok()
+        })
+    });
     FaultySes { url: format!("http://{addr}"), counts }
 }
 

@@ -205,16 +205,30 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     drop(db);
     // The slot comes last, just before the call, so each rate holds where SES counts it (a
     // slot taken before the intent's commit let one send arrive hundreds of milliseconds late
-    // beside an on-time one). Held: the message goes back to `throttled` (nothing was sent)
-    // and the next attempt takes it up again.
-    if let Err(held) = pace::wait_for_slot(&ctx.db, &plan).await {
+    // beside an on-time one); a call not on its way soon after its slot is not made, and the
+    // send takes another. Held: the message goes back to `throttled` (nothing was sent) and
+    // the next attempt takes it up again.
+    let mut misses = 0;
+    let outcome = loop {
+        let held = match pace::wait_for_slot(&ctx.db, &plan).await {
+            Ok(booked) => match ses::send(&client, &p, &body, &ids, booked.leave_by).await {
+                Err(SendFailure::MissedSlot) => {
+                    misses += 1;
+                    match pace::missed(&ctx.db, &booked, misses).await {
+                        Ok(()) => continue,
+                        Err(held) => held,
+                    }
+                }
+                outcome => break outcome,
+            },
+            Err(held) => held,
+        };
         let db = ctx.db.get().await.map_err(TaskError::retryable)?;
         messages::transition(&db, m.id, Status::Sending, Status::Throttled, &held.to_string())
             .await
             .map_err(TaskError::retryable)?;
         return Err(held);
-    }
-    let outcome = ses::send(&client, &p, &body, &ids).await;
+    };
     let db = ctx.db.get().await;
     if let (Err(SendFailure::Throttled(_)), Ok(db)) = (&outcome, &db) {
         let factor = pace::after_throttle(plan.account_rate(), chrono::Utc::now());
@@ -262,7 +276,7 @@ async fn record_outcome(
     };
     let why = failure.to_string();
     let (to, error) = match failure {
-        SendFailure::Throttled(_) | SendFailure::NotSent(_) => {
+        SendFailure::Throttled(_) | SendFailure::NotSent(_) | SendFailure::MissedSlot => {
             (Status::Throttled, TaskError::Retryable(format!("message {}: {why}", m.id)))
         }
         SendFailure::Rejected(_) => (Status::Rejected, TaskError::Fatal(format!("message {}: SES {why}", m.id))),

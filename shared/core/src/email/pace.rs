@@ -37,6 +37,12 @@ pub const OWN_HORIZON: Duration = Duration::from_secs(1);
 /// 90 % a second holds about 110 ms of that variation without an extra send (measured on a
 /// loaded 2-core machine: up to 110 ms).
 pub const HEADROOM: f64 = 0.9;
+/// A call that would leave more than this after its slot is not made, and another slot is
+/// taken: at `HEADROOM` a second holds about 110 ms of variation between a call leaving and
+/// SES counting it.
+pub const LATE_SLOT: Duration = Duration::from_millis(50);
+/// How many slots one run takes (each missed by more than `LATE_SLOT`) before its job is deferred.
+pub const RETAKES: u32 = 3;
 /// The back-off never goes below this share of the base rate.
 pub const FLOOR: f64 = 0.1;
 /// The back-off grows back by this share of the base rate per second without a throttle.
@@ -200,10 +206,18 @@ fn defer(rate: String, note: String, wait: Duration) -> TaskError {
     TaskError::RateLimited { rate, note, wait: wait.max(Duration::from_millis(250)) + spread }
 }
 
+/// The slots a send took: when its call must have left by, and the keys that counted it.
+#[derive(Debug, Default)]
+pub struct Booked {
+    /// Its last slot plus `LATE_SLOT` (None: no rate applies). A call not on its way by then is
+    /// not made (`ses::send` checks just before the request goes out) and another slot is taken.
+    pub leave_by: Option<std::time::Instant>,
+    keys: Vec<String>,
+}
+
 /// Wait for this send's slots: its own rates' first, then its account's. Returns once the
 /// send may start, or a deferral naming the rate that holds it.
-pub async fn wait_for_slot(db: &deadpool_postgres::Pool, plan: &Plan) -> Result<(), TaskError> {
-    let store = |e: crate::store::StoreError| TaskError::Retryable(e.to_string());
+pub async fn wait_for_slot(db: &deadpool_postgres::Pool, plan: &Plan) -> Result<Booked, TaskError> {
     let now = Utc::now();
     if plan.account_rate().is_some_and(|a| !quota_allows(a, plan.bulk)) {
         return Err(quota_held(plan));
@@ -212,17 +226,23 @@ pub async fn wait_for_slot(db: &deadpool_postgres::Pool, plan: &Plan) -> Result<
         plan.rates.iter().filter(|r| r.scope != Scope::Account).filter_map(|r| limit(r, now, plan.bulk)).collect();
     let account = plan.account_rate().and_then(|r| limit(r, now, plan.bulk));
     let horizon = if plan.bulk { BULK_HORIZON } else { SINGLE_HORIZON };
+    let mut booked = Booked::default();
     for (stage, horizon) in [(own, OWN_HORIZON), (account.into_iter().collect(), horizon)] {
         if stage.is_empty() {
             continue;
         }
         let limits: Vec<Limit> = stage.iter().map(|s| s.1.clone()).collect();
         let taken = {
-            let db = db.get().await.map_err(|e| TaskError::Retryable(e.to_string()))?;
-            rate_slots::take(&db, &limits, horizon).await.map_err(store)?
+            let db = db.get().await.map_err(TaskError::retryable)?;
+            rate_slots::take(&db, &limits, horizon).await.map_err(TaskError::retryable)?
         };
         match taken {
-            Slot::Taken(wait) => tokio::time::sleep(wait).await,
+            Slot::Taken(wait) => {
+                let slot = tokio::time::Instant::now() + wait;
+                tokio::time::sleep_until(slot).await;
+                booked.leave_by = Some(slot.into_std() + LATE_SLOT);
+                booked.keys.extend(limits.into_iter().map(|l| l.key));
+            }
             Slot::Full => return Err(quota_held(plan)),
             Slot::Wait(wait) => {
                 let names: Vec<&str> = stage.iter().map(|s| s.0.as_str()).collect();
@@ -239,7 +259,21 @@ pub async fn wait_for_slot(db: &deadpool_postgres::Pool, plan: &Plan) -> Result<
             }
         }
     }
-    Ok(())
+    Ok(booked)
+}
+
+/// A booked send whose call did not leave by its time (a busy machine): its slots stay spent
+/// (the rate loses them, never exceeds) but no longer count against a quota. After `RETAKES`
+/// misses in one run the job is deferred.
+pub async fn missed(db: &deadpool_postgres::Pool, booked: &Booked, misses: u32) -> Result<(), TaskError> {
+    let db = db.get().await.map_err(TaskError::retryable)?;
+    rate_slots::give_back(&db, &booked.keys).await.map_err(TaskError::retryable)?;
+    if misses < RETAKES {
+        return Ok(());
+    }
+    let names = booked.keys.join(",");
+    let note = format!("its call left over {LATE_SLOT:?} after each of {RETAKES} slots ({names}): a busy worker");
+    Err(defer(names, note, LATE_SLOT))
 }
 
 fn round(x: f64) -> f64 {

@@ -9,8 +9,10 @@ use std::time::Duration;
 
 use aws_config::SdkConfig;
 use aws_sdk_sesv2::Client;
+use aws_sdk_sesv2::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_sesv2::config::retry::RetryConfig;
 use aws_sdk_sesv2::config::timeout::TimeoutConfig;
+use aws_sdk_sesv2::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_sesv2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_sesv2::operation::send_email::SendEmailError;
 use aws_sdk_sesv2::types::{Body, Content, Destination, EmailContent, Message, MessageHeader, MessageTag};
@@ -35,6 +37,46 @@ pub enum SendFailure {
     /// The request may have reached SES (timeout, reset, a 5xx, an unreadable answer).
     #[error("outcome unknown: {0}")]
     Ambiguous(String),
+    /// The request was ready after its `leave_by`, so it was not sent (`pace::Booked`).
+    #[error("not sent: it would have left after its send slot")]
+    MissedSlot,
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Refuses, just before the request is written, a send that would leave after its time.
+#[derive(Debug)]
+struct LeaveBy(std::time::Instant);
+
+#[derive(Debug, thiserror::Error)]
+#[error("the send's slot has passed")]
+struct PastSlot;
+
+impl Intercept for LeaveBy {
+    fn name(&self) -> &'static str {
+        "LeaveBy"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if std::time::Instant::now() > self.0 { Err(Box::new(PastSlot)) } else { Ok(()) }
+    }
+}
+
+/// Whether this error is `LeaveBy`'s refusal (nothing was written).
+fn past_slot(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(e) = next {
+        if e.is::<PastSlot>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// What identifies a message at SES and in its events.
@@ -81,7 +123,14 @@ pub fn tags(p: &SendParams, id: &Identity<'_>) -> Vec<(String, String)> {
 }
 
 /// Send once. Returns SES's message id.
-pub async fn send(client: &Client, p: &SendParams, body: &Rendered, id: &Identity<'_>) -> Result<String, SendFailure> {
+/// Send one message; with `leave_by`, only if the request is on its way by then.
+pub async fn send(
+    client: &Client,
+    p: &SendParams,
+    body: &Rendered,
+    id: &Identity<'_>,
+    leave_by: Option<std::time::Instant>,
+) -> Result<String, SendFailure> {
     let mut message = Message::builder().subject(content(&body.subject)?).body(
         Body::builder()
             .set_text(body.text.as_deref().map(content).transpose()?)
@@ -114,11 +163,16 @@ pub async fn send(client: &Client, p: &SendParams, body: &Rendered, id: &Identit
             MessageTag::builder().name(name).value(value).build().map_err(|e| SendFailure::Rejected(e.to_string()))?;
         request = request.email_tags(tag);
     }
-    match request.send().await {
+    let sent = match leave_by {
+        Some(at) => request.customize().interceptor(LeaveBy(at)).send().await,
+        None => request.send().await,
+    };
+    match sent {
         Ok(out) => out
             .message_id()
             .map(str::to_owned)
             .ok_or_else(|| SendFailure::Ambiguous("SES answered without a message id".into())),
+        Err(e) if past_slot(&e) => Err(SendFailure::MissedSlot),
         Err(e) => Err(classify(e)),
     }
 }

@@ -92,3 +92,10 @@ pub async fn take(db: &impl GenericClient, limits: &[Limit], horizon: Duration) 
     }
     Err(StoreError::Vanished(format!("the rate slots {keys:?}")))
 }
+
+/// Take one back from each key's count of slots taken (a slot whose call was not made: it
+/// counts against no quota). The keys' next slots stay where they are.
+pub async fn give_back(db: &impl GenericClient, keys: &[String]) -> Result<(), StoreError> {
+    db.execute("UPDATE rate_slots SET taken = taken - 1 WHERE key = ANY ($1) AND taken > 0", &[&keys]).await?;
+    Ok(())
+}
