@@ -159,6 +159,31 @@ async fn the_sweeper_binary_accepts_the_schedulers_payload_a_rules_an_empty_and_
     }
 }
 
+/// The sweeper Lambda reads the SES account's rate and quota (`GetAccount`, through the SES
+/// stand-in, which passes everything else on to moto), so sends keep SES's own rate with no
+/// operator setting.
+#[tokio::test]
+async fn the_sweeper_binary_reads_the_ses_accounts_rate_and_quota() {
+    use crate::support::ses_faults::{self, Faults};
+    use taskdeck::store::send_rates::{self, Scope};
+    let (w, url, _) = sqs_world("fn-sweeper-ses").await;
+    let ses =
+        ses_faults::start(moto::endpoint(), Faults { account: Some((14.0, 50_000.0)), ..Faults::default() }, 1).await;
+    let mut env = env_for(&w, &url);
+    env.retain(|(k, _)| *k != "AWS_ENDPOINT_URL");
+    env.extend([
+        ("AWS_ENDPOINT_URL", ses.url.clone()),
+        ("RELAY_SWEEP_PASSES", "1".to_owned()),
+        ("RELAY_SWEEP_GAP_SECONDS", "0".to_owned()),
+    ]);
+    let mut sweeper = Function::start("sweeper", &env).await;
+    let reports = response(sweeper.invoke(&json!({}), Duration::from_secs(20)).await);
+    assert_eq!(reports[0]["ses_account_read"], json!(true), "{reports}");
+    let account = send_rates::get(&w.db().await, Scope::Account, "default").await.unwrap().expect("the account's row");
+    assert_eq!((account.provider_rate, account.max_24h), (Some(14.0), Some(50_000.0)));
+    assert_eq!(account.read_error, None);
+}
+
 #[tokio::test]
 async fn a_missing_variable_fails_the_init_and_the_init_error_names_it() {
     let w = World::new().await;

@@ -120,6 +120,13 @@ impl Platform {
         self
     }
 
+    /// Let the sweep read the SES account's send rate and quota (`GetAccount`) with this
+    /// configuration, for the pacing of sends (`email::pace`).
+    pub fn with_ses_account(mut self, sdk: &aws_config::SdkConfig) -> Self {
+        self.settings.sweep.ses_account = Some(sdk.clone());
+        self
+    }
+
     /// Keep destinations' secrets in the local store in `dir` (created with its key the first
     /// time): the API writes them there and `http.request` reads them from there.
     pub fn with_local_secrets(mut self, dir: &std::path::Path) -> anyhow::Result<Self> {

@@ -284,7 +284,7 @@ async fn with_task_roles(p: Platform, local_secrets: Option<PathBuf>) -> anyhow:
         return Ok(p);
     }
     let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await;
-    let p = if aws { p.with_secrets(&sdk) } else { p };
+    let p = if aws { p.with_secrets(&sdk).with_ses_account(&sdk) } else { p };
     if roles.is_empty() {
         return Ok(p);
     }

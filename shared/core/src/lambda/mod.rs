@@ -48,7 +48,8 @@ pub async fn platform(cfg: &LambdaConfig) -> anyhow::Result<Platform> {
     Ok(Platform::new(cfg.require_database_url()?, settings)?
         .with_transport(transport)
         .with_credentials(credentials)
-        .with_secrets(&sdk))
+        .with_secrets(&sdk)
+        .with_ses_account(&sdk))
 }
 
 /// The AWS SDK's shared configuration (credentials and region from the environment; the
