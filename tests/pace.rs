@@ -334,3 +334,55 @@ async fn a_quota_too_small_for_a_campaign_is_reported_and_holds_its_children_ins
         .await;
     assert_eq!(child, rest);
 }
+
+/// A wrong rate heals itself: an operator sets the account at 20/s where SES (the stand-in)
+/// takes 4/s; the throttles halve the account's rate (AIMD) until the sends fit, each throttle
+/// is counted on the account's row and in the status contract, and every send goes out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn throttles_lower_a_rate_set_too_high_until_the_sends_fit() {
+    const SES_RATE: usize = 4;
+    const N: usize = 24;
+    let w = World::new().await;
+    go_live(&w).await;
+    crate::email::sender(&w).await;
+    let ses =
+        ses_faults::start(moto::endpoint(), Faults { max_per_second: Some(SES_RATE), ..Faults::default() }, 1).await;
+    let op = operators::create(&w.db().await, "ops").await.unwrap().1;
+    let body = json!({"rate_per_second": 20, "reason": "a guess"}).to_string().into_bytes();
+    let (status, e) = w.call_as(&op, Method::PUT, "/v1/admin/send-rates/account/default", None, Some(body)).await;
+    assert_eq!(status, StatusCode::OK, "{e}");
+    let mut exec = executor(&w, &ses.url, roles());
+    exec.config.concurrency = 16;
+    for i in 0..N {
+        submit_as(&w, &w.key, &format!("a{i}"), single(crate::email::DOMAIN, &format!("aimd {i}"))).await;
+    }
+    let (stop_tx, handles) = workers(&exec, 2);
+    let done = "SELECT count(*) FROM jobs WHERE task_type = 'email.send' AND status IN ('succeeded', 'failed')";
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut throttled_at_half = None;
+    while w.count(done, &[]).await < N as i64 && Instant::now() < deadline {
+        if throttled_at_half.is_none() && Counts::get(&ses.counts.passed) >= (N / 2) as u64 {
+            throttled_at_half = Some(Counts::get(&ses.counts.throttled));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop(stop_tx, handles).await;
+    let throttled = Counts::get(&ses.counts.throttled);
+    let sent = w.count("SELECT count(*) FROM messages WHERE status = 'sent'", &[]).await;
+    let account =
+        taskdeck::store::send_rates::get(&w.db().await, taskdeck::store::send_rates::Scope::Account, "default")
+            .await
+            .unwrap()
+            .expect("the account's row");
+    eprintln!(
+        "{throttled} throttled ({throttled_at_half:?} by the time half had passed); factor {:.3}; counted {}",
+        account.factor, account.throttles
+    );
+    assert_eq!(sent, N as i64, "every send went out in the end");
+    assert!(throttled > 0, "the stand-in throttled the rate set too high");
+    assert!(account.throttles >= 1 && account.factor <= 0.5, "a throttle halved the account's rate: {account:?}");
+    let contract = taskdeck::api::status::send_rate(&account, chrono::Utc::now());
+    assert_eq!(contract.throttles, account.throttles, "the status contract counts them");
+    let late = throttled - throttled_at_half.unwrap_or(throttled);
+    assert!(late * 3 <= throttled, "the throttles stop once the rate fits: {late} of {throttled} in the second half");
+}
