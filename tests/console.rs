@@ -55,7 +55,10 @@ async fn older_minor_versions_with_missing_and_unknown_fields_are_shown() {
     let exceptions = r#""exceptions": [{"id": "0193aaaa-0000-7000-8000-00000000beef", "job_id": "j", "tenant": "acme",
         "task_type": "email.send", "kind": "ambiguous_outcome", "cause": "timed out <b>", "opened_at": "2026-11-30T10:00:00Z"}],
         "destinations": [{"tenant": "acme", "name": "crm", "writes_enabled": false, "rate_per_second": 5, "last_outcome": "ambiguous",
-        "last_http_status": 200, "last_call_at": "2026-11-30T10:00:00Z"}],"#;
+        "last_http_status": 200, "last_call_at": "2026-11-30T10:00:00Z"}],
+        "send_rates": [{"scope": "account", "key": "default", "effective_rate": 7, "configured_rate": null,
+        "provider_rate": 14, "factor": 0.5, "throttles": 3, "last_throttle_at": "2026-11-30T10:00:00Z",
+        "max_24h": 50000, "quota_left": 1200}],"#;
     let newer = FIXTURE
         .replace("\"1.0\"", "\"1.5\"")
         .replace("\"project\"", &format!("\"added_in_1_5\": {{\"x\": 1}}, {exceptions} \"project\""))
@@ -90,6 +93,13 @@ async fn older_minor_versions_with_missing_and_unknown_fields_are_shown() {
             r#"<td>acme</td><td>crm</td><td class="warn">off</td><td class="num">5</td><td>ambiguous (200)</td>"#
         ),
         "destinations are listed with their write switch, rate and last call (1.4)"
+    );
+    assert!(
+        html.contains(
+            r#"<td>account</td><td>default</td><td class="num warn">7</td><td>SES: 14 × 0.50</td><td class="num">3</td>"#
+        ) && html.contains("<td>1200 of 50000 left</td>"),
+        "send rates are listed with what makes them and their throttles (1.5): {}",
+        html.split("Email send rates").nth(1).unwrap_or("none").chars().take(700).collect::<String>()
     );
     assert!(
         html.contains(r#"<div class="dead-letters warn">3 dead letters in 24 h</div>"#),

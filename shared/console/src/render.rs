@@ -63,6 +63,8 @@ pub struct DataView {
     pub exceptions: Vec<ExceptionView>,
     /// Tenants' HTTP destinations, when the project reports them (1.4).
     pub destinations: Vec<DestinationView>,
+    /// The rates email is sent at, when the project reports them (1.5).
+    pub send_rates: Vec<SendRateView>,
     pub schedules: Vec<ScheduleView>,
     pub runs: Vec<RunView>,
     pub chart: Option<ChartView>,
@@ -87,6 +89,20 @@ pub struct DestinationView {
     pub rate: String,
     pub last_outcome: String,
     pub last_call: String,
+}
+
+/// A send rate: what holds now and why (an operator's setting, SES's, a throttle back-off).
+#[derive(Debug, Serialize)]
+pub struct SendRateView {
+    pub scope: String,
+    pub key: String,
+    pub effective: String,
+    pub source: String,
+    /// Below its base because of throttles.
+    pub backed_off: bool,
+    pub throttles: i64,
+    pub last_throttle: String,
+    pub quota: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -328,6 +344,7 @@ fn data(doc: &StatusDoc, at: DateTime<Utc>, now: DateTime<Utc>) -> DataView {
                 last_call: since(now, d.last_call_at),
             })
             .collect(),
+        send_rates: doc.send_rates.iter().flatten().map(|r| send_rate(r, now)).collect(),
         schedules: doc
             .schedules
             .iter()
@@ -340,6 +357,28 @@ fn data(doc: &StatusDoc, at: DateTime<Utc>, now: DateTime<Utc>) -> DataView {
             .collect(),
         runs: doc.recent_runs.iter().map(|r| run(r, now)).collect(),
         chart: doc.activity.as_ref().and_then(chart),
+    }
+}
+
+fn send_rate(r: &relay_status::SendRateStatus, now: DateTime<Utc>) -> SendRateView {
+    let per_second = |x: f64| ((x * 100.0).round() / 100.0).to_string();
+    let source = match (r.configured_rate, r.provider_rate) {
+        (Some(c), _) => format!("operator: {}", per_second(c)),
+        (None, Some(p)) => format!("SES: {}", per_second(p)),
+        (None, None) => "—".into(),
+    };
+    SendRateView {
+        scope: r.scope.clone(),
+        key: r.key.clone(),
+        effective: r.effective_rate.map_or_else(|| "no limit".into(), per_second),
+        source: if r.factor < 1.0 { format!("{source} × {:.2}", r.factor) } else { source },
+        backed_off: r.factor < 1.0,
+        throttles: r.throttles,
+        last_throttle: since(now, r.last_throttle_at),
+        quota: match (r.quota_left, r.max_24h) {
+            (Some(left), Some(max)) if max >= 0.0 => format!("{left:.0} of {max:.0} left"),
+            _ => "—".into(),
+        },
     }
 }
 
