@@ -152,9 +152,19 @@ async fn two_tenants_run() -> Result<(), String> {
     if worst >= Duration::from_secs(3) {
         return Err(format!("a single send waited {worst:?} behind the campaigns"));
     }
-    // Both tenants' campaigns went at a share of the rate, neither starved.
+    // Both tenants' campaigns went at a share of the rate, neither starved: of the first
+    // PER_CAMPAIGN campaign sends to reach SES, each tenant's campaign had at least a third.
     let (acme, other) = (passed(&ses, "acme campaign").len(), passed(&ses, "globex campaign").len());
     assert_eq!((acme, other), (PER_CAMPAIGN, PER_CAMPAIGN));
+    let mut campaign_sends: Vec<(Instant, String)> =
+        ses.counts.passed_at.lock().unwrap().iter().filter(|(_, s)| s.contains(" campaign")).cloned().collect();
+    campaign_sends.sort();
+    let acme_share = campaign_sends[..PER_CAMPAIGN].iter().filter(|(_, s)| s.starts_with("acme")).count();
+    eprintln!("acme's share of the first {PER_CAMPAIGN} campaign sends: {acme_share}");
+    assert!(
+        (PER_CAMPAIGN / 3..=PER_CAMPAIGN * 2 / 3).contains(&acme_share),
+        "each tenant's campaign gets a fair share while both run: acme had {acme_share} of the first {PER_CAMPAIGN}"
+    );
 
     // Held sends waited without using an attempt: deferrals recorded as rate-limited, no retry.
     let held =
