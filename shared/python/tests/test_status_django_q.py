@@ -115,7 +115,9 @@ def test_a_django_q2_projects_status_document_validates_and_reports_its_work(rel
         during = wait_for("the cluster's heartbeat", lambda: status(live_server)["workers"] or cluster.poll(), 20)
     finally:
         out = stop(cluster)
-    assert ran and Task.objects.count() == 3 and OrmQ.objects.count() == 0, out
+    assert ran and Task.objects.count() == 3, out
+    [retry] = OrmQ.objects.all()
+    assert retry.task["id"] == bad and retry.lock > timezone.now(), "the failed attempt waits for its retry"
     [worker] = during
     assert (worker["kind"], worker["host"], worker["pid"]) == ("qcluster", socket.gethostname(), cluster.pid)
 
@@ -125,11 +127,12 @@ def test_a_django_q2_projects_status_document_validates_and_reports_its_work(rel
 
     after = status(live_server)
     shop = {q["name"]: q for q in after["queues"]}["shop"]
-    assert (shop["depth"], shop["running"], shop["scheduled"]) == (1, 1, 1), shop
+    assert (shop["depth"], shop["running"], shop["scheduled"]) == (1, 1, 2), "the retry is scheduled, not running"
     runs = {r["id"]: r for r in after["recent_runs"]}
     assert (runs[ok]["status"], runs[ok]["attempt"], runs[ok]["last_error"]) == ("succeeded", 1, None)
     assert runs[ok]["finished_at"] is not None
-    assert runs[bad]["status"] == "failed"
+    assert (runs[bad]["status"], runs[bad]["attempt"]) == ("pending", 1), runs[bad]
+    assert runs[bad]["run_at"] == retry.lock.isoformat().replace("+00:00", "Z")
     assert runs[bad]["last_error"] == "this legacy task always fails", runs[bad]
     assert (runs[claimed]["status"], runs[waiting]["status"]) == ("running", "pending")
     assert after["failures"] == {"last_hour": 1, "last_24h": 1, "open_exceptions": 0}

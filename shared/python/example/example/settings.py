@@ -83,7 +83,7 @@ Q_CLUSTER = {
     "workers": 1,
     "timeout": 30,
     "retry": 60,
-    "max_attempts": 1,
+    "max_attempts": 2,  # a failed attempt's row stays queued, retried once its claim lapses
     "poll": 0.2,
     "catch_up": False,
 }

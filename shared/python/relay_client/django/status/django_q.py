@@ -29,6 +29,8 @@ from . import shape
 TRANSPORT = "django-q2"
 #: How many of the oldest due rows are decoded for their enqueue time, and of the newest for runs.
 DECODED = 50
+#: How many claimed rows are decoded to tell a retry's wait from a run.
+CLAIMED = 500
 log = logging.getLogger("relay_client")
 
 
@@ -114,12 +116,14 @@ def _queues(now: datetime) -> list[dict[str, Any]]:
         # The scheduler of the cluster named like the prefix also takes schedules with no cluster.
         mine = deferred.filter(Q(cluster=name) | Q(cluster__isnull=True) if name == conf.PREFIX else Q(cluster=name))
         late = mine.filter(next_run__lte=now)
-        depth, running, oldest = late.count(), None, late.aggregate(at=Min("next_run"))["at"]
+        depth, running, retrying, oldest = late.count(), None, 0, late.aggregate(at=Min("next_run"))["at"]
         if rows is not None:
             q = rows.filter(key=name)
             due = q.filter(Q(lock__lte=now) | Q(lock__isnull=True))
+            claimed = q.filter(lock__gt=now)
+            retrying = _retrying(claimed)
             depth += due.count()
-            running = q.filter(lock__gt=now).count()
+            running = claimed.count() - retrying
             oldest = min((t for t in (oldest, _oldest(due)) if t), default=None)
         out.append(
             shape.queue(
@@ -128,11 +132,20 @@ def _queues(now: datetime) -> list[dict[str, Any]]:
                 now,
                 depth=depth,
                 oldest_due=oldest,
-                scheduled=mine.filter(next_run__gt=now).count(),
+                scheduled=mine.filter(next_run__gt=now).count() + retrying,
                 running=running,
             )
         )
     return out
+
+
+def _retrying(claimed: Any) -> int:
+    """How many claimed rows wait for a retry rather than run: a failed attempt of theirs is saved
+    (django-q2 keeps the row until ``Q_CLUSTER["max_attempts"]``, its claim lapsing after ``retry``)."""
+    from django_q.models import Failure
+
+    ids = [str(_package(row).get("id")) for row in claimed.order_by("id")[:CLAIMED]]
+    return int(Failure.objects.filter(id__in=ids).count())
 
 
 def _oldest(due: Any) -> datetime | None:
@@ -147,24 +160,29 @@ def _oldest(due: Any) -> datetime | None:
 
 
 def _queued(now: datetime) -> list[dict[str, Any]]:
-    """The newest queued rows as runs: pending, or running while a cluster's claim holds."""
+    """The newest queued rows as runs: running while a cluster's claim holds, else pending (a
+    failed attempt's row until its claim lapses: ``run_at``)."""
+    from django_q.models import Failure
     from django_q.utils import get_func_repr
 
     rows = _orm()
     if rows is None:
         return []
+    queued = [(row, _package(row)) for row in rows.order_by("-id")[:DECODED]]
+    failed = set(Failure.objects.filter(id__in=[str(t.get("id")) for _, t in queued if t]).values_list("id", flat=True))
     out = []
-    for row in rows.order_by("-id")[:DECODED]:
-        task = _package(row)
+    for row, task in queued:
         if not task:
             continue
         claimed = row.lock is not None and row.lock > now
+        retry = claimed and task.get("id") in failed
         out.append(
             {
                 "id": str(task.get("id")),
                 "task_type": str(get_func_repr(task.get("func"))),
-                "status": "running" if claimed else "pending",
+                "status": "running" if claimed and not retry else "pending",
                 "created_at": task.get("started"),
+                "run_at": row.lock if retry else None,
                 "attempt": None,
                 "last_error": None,
             }

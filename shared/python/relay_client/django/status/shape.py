@@ -101,6 +101,7 @@ def run(
     created_at: datetime | None,
     started_at: datetime | None = None,
     finished_at: datetime | None = None,
+    run_at: datetime | None = None,
     attempt: int | None = None,
     last_error: str | None = None,
 ) -> tuple[datetime, dict[str, Any]]:
@@ -110,6 +111,7 @@ def run(
         "task_type": task_type,
         "status": status,
         "tenant": None,
+        "run_at": iso(run_at),
         "attempt": attempt,
         "started_at": iso(started_at),
         "created_at": iso(created_at),
