@@ -35,10 +35,10 @@ log = logging.getLogger("relay_client")
 
 
 def collect(now: datetime) -> shape.Part:
-    from django_q.models import Failure, Task
+    from django_q.models import Failure
 
     queued = _queued(now)
-    runs = {r["id"]: r for r in _finished(Task.objects.order_by("-started")[: shape.RECENT_RUNS], now)}
+    runs = {r["id"]: r for r in _finished()}
     for r in queued:  # still queued (a failed attempt waiting for its retry): the queue's state wins
         finished = runs.get(r["id"])
         if finished:
@@ -190,9 +190,15 @@ def _queued(now: datetime) -> list[dict[str, Any]]:
     return out
 
 
-def _finished(tasks: Any, now: datetime) -> list[dict[str, Any]]:
+def _finished() -> list[dict[str, Any]]:
+    """The newest ``Task`` rows as runs (a failure's result, its error, read for those alone)."""
+    from django_q.models import Task
+
+    newest = list(Task.objects.defer("args", "kwargs", "result").order_by("-started")[: shape.RECENT_RUNS])
+    failed = [t.id for t in newest if not t.success]
+    errors = dict(Task.objects.filter(id__in=failed).values_list("id", "result"))
     out = []
-    for t in tasks:
+    for t in newest:
         out.append(
             {
                 "id": t.id,
@@ -201,7 +207,7 @@ def _finished(tasks: Any, now: datetime) -> list[dict[str, Any]]:
                 "created_at": t.started,
                 "finished_at": t.stopped,
                 "attempt": t.attempt_count,
-                "last_error": None if t.success else _error(t.result),
+                "last_error": None if t.success else _error(errors.get(t.id)),
             }
         )
     return out
