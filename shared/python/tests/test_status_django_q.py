@@ -146,6 +146,20 @@ def test_a_django_q2_projects_status_document_validates_and_reports_its_work(rel
     nightly = scheds["q-nightly-tally"]
     assert (nightly["cron"], nightly["last_outcome"], nightly["last_run_at"]) == ("0 3 * * *", None, None)
     assert nightly["next_run_at"].endswith("T03:00:00Z"), nightly
+
+    # The failed attempt's claim lapses: due again; a cluster claims it: its next attempt runs.
+    OrmQ.objects.filter(pk=retry.pk).update(lock=timezone.now() - timedelta(seconds=1))
+    lapsed = status(live_server)
+    shop = {q["name"]: q for q in lapsed["queues"]}["shop"]
+    assert (shop["depth"], shop["running"], shop["scheduled"]) == (2, 1, 1), shop
+    assert {r["id"]: r for r in lapsed["recent_runs"]}[bad]["run_at"] is None
+    broker = get_broker()  # claims one row a call (Q_CLUSTER["bulk"] is 1)
+    assert len((broker.dequeue() or []) + (broker.dequeue() or [])) == 2, "the retry and the waiting row"
+    again = status(live_server)
+    shop = {q["name"]: q for q in again["queues"]}["shop"]
+    assert (shop["depth"], shop["running"], shop["scheduled"]) == (0, 3, 1), shop
+    assert ({r["id"]: r for r in again["recent_runs"]}[bad]["status"], runs[bad]["attempt"]) == ("running", 1)
+
     Schedule.objects.filter(name="q-nightly-tally").update(repeats=0)
     assert {s["name"]: s for s in document()["schedules"]}["q-nightly-tally"]["next_run_at"] is None, "ended"
 

@@ -140,12 +140,20 @@ def _queues(now: datetime) -> list[dict[str, Any]]:
 
 
 def _retrying(claimed: Any) -> int:
-    """How many claimed rows wait for a retry rather than run: a failed attempt of theirs is saved
-    (django-q2 keeps the row until ``Q_CLUSTER["max_attempts"]``, its claim lapsing after ``retry``)."""
+    """How many claimed rows wait for a retry rather than run."""
+    return len(_waiting([(row, _package(row)) for row in claimed.order_by("id")[:CLAIMED]]))
+
+
+def _waiting(rows: list[tuple[Any, dict[str, Any]]]) -> set[str]:
+    """The task ids of claimed rows that wait for a retry. django-q2 keeps a failed task's row
+    (until ``Q_CLUSTER["max_attempts"]``) under the claim of the attempt that failed, which lapses
+    ``retry`` seconds after it was made; a claim made after the failure is the next attempt."""
     from django_q.models import Failure
 
-    ids = [str(_package(row).get("id")) for row in claimed.order_by("id")[:CLAIMED]]
-    return int(Failure.objects.filter(id__in=ids).count())
+    claimed = {str(t["id"]): row for row, t in rows if t.get("id") and row.lock is not None}
+    stopped = dict(Failure.objects.filter(id__in=list(claimed)).values_list("id", "stopped"))
+    retry = timedelta(seconds=float(_conf().RETRY))
+    return {i for i, row in claimed.items() if i in stopped and row.lock - retry <= stopped[i]}
 
 
 def _oldest(due: Any) -> datetime | None:
@@ -162,20 +170,19 @@ def _oldest(due: Any) -> datetime | None:
 def _queued(now: datetime) -> list[dict[str, Any]]:
     """The newest queued rows as runs: running while a cluster's claim holds, else pending (a
     failed attempt's row until its claim lapses: ``run_at``)."""
-    from django_q.models import Failure
     from django_q.utils import get_func_repr
 
     rows = _orm()
     if rows is None:
         return []
     queued = [(row, _package(row)) for row in rows.order_by("-id")[:DECODED]]
-    failed = set(Failure.objects.filter(id__in=[str(t.get("id")) for _, t in queued if t]).values_list("id", flat=True))
+    waiting = _waiting([(row, t) for row, t in queued if row.lock is not None and row.lock > now])
     out = []
     for row, task in queued:
         if not task:
             continue
         claimed = row.lock is not None and row.lock > now
-        retry = claimed and task.get("id") in failed
+        retry = str(task.get("id")) in waiting
         out.append(
             {
                 "id": str(task.get("id")),
