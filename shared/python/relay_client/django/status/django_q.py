@@ -5,11 +5,12 @@
   cache is shared between processes (the database cache, Redis); with the default per-process
   local-memory cache no worker shows.
 - Queues: one per cluster name (``OrmQ.key``) on the ORM broker (``Q_CLUSTER["orm"]``). A row
-  whose claim (``lock``) lies ahead is ``running`` (a cluster holds it); the others are due,
-  and their age counts from the enqueue time in their signed package. ``Schedule.ONCE`` rows
-  are deferred work: ``scheduled`` until their time, then due (and counted in depth and age)
-  until a cluster's scheduler turns them into a queued task. Other brokers keep their queue
-  elsewhere: then only the schedules' deferred rows show.
+  whose claim (``lock``) lies ahead is ``running`` (a cluster holds it), or ``scheduled`` when
+  it is a failed attempt's waiting for its retry; the others are due, and their age counts from
+  the enqueue time in their signed package. ``Schedule.ONCE`` rows are deferred work:
+  ``scheduled`` until their time, then due (counted in depth and age) until a cluster's
+  scheduler turns them into a queued task. Other brokers keep their queue elsewhere: then only
+  the schedules' deferred rows show.
 - Schedules: the recurring ``Schedule`` rows, with their next run (none once ``repeats`` is 0)
   and the outcome of the task they last fired.
 - Runs and failures: ``Task`` rows (``Success``/``Failure``) and the queued rows. django-q2
