@@ -26,6 +26,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django_tasks_db",
+    "django_q",  # the work not moved yet (django-q2), beside django.tasks during the move
     "relay_client.django",
     "shop",
 ]
@@ -71,6 +72,24 @@ TASKS = {
     "default": {"BACKEND": "django_tasks_db.DatabaseBackend"},
     # Platform work: Relay's task types.
     "relay": {"BACKEND": "relay_client.django.backend.RelayBackend"},
+}
+
+# django-q2 as AI Shipping Labs runs it: the ORM broker on the project's database, heartbeats in a
+# database cache every process reads (the status view shows the clusters from there).
+Q_CLUSTER = {
+    "name": "shop",
+    "orm": "default",
+    "cache": "django_q",
+    "workers": 1,
+    "timeout": 30,
+    "retry": 60,
+    "max_attempts": 2,  # a failed attempt's row stays queued, retried once its claim lapses
+    "poll": 0.2,
+    "catch_up": False,
+}
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "django_q": {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "django_q_cache"},
 }
 
 RELAY = {

@@ -51,6 +51,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     for i, entry in enumerate(relay.get("SCHEDULES") or []):
         for problem in schedules.problems(entry):
             out.append(Error(f"RELAY['SCHEDULES'][{i}] {problem}", id="relay.E006"))
+    out += _status_sources(relay.get("STATUS_SOURCES"))
     backends = [v.get("BACKEND", "") for v in (getattr(settings, "TASKS", None) or {}).values()]
     if not any(b.endswith("RelayBackend") for b in backends):
         out.append(
@@ -59,4 +60,32 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="relay.W001",
             )
         )
+    return out
+
+
+def _status_sources(chosen: Any) -> list[CheckMessage]:
+    """``STATUS_SOURCES``: known names whose apps are installed (unset: each installed one)."""
+    from django.apps import apps
+
+    from .status import SOURCES
+
+    if chosen is None:
+        return []
+    names = [chosen] if isinstance(chosen, str) else chosen
+    if not isinstance(names, list | tuple):
+        return [Error(f"RELAY['STATUS_SOURCES'] must be a list of source names, not {chosen!r}", id="relay.E007")]
+    out: list[CheckMessage] = []
+    for name in names:
+        if name not in SOURCES:
+            out.append(
+                Error(
+                    f"RELAY['STATUS_SOURCES'] names {name!r}, which is no source of local work",
+                    hint=f"known: {', '.join(sorted(SOURCES))}",
+                    id="relay.E007",
+                )
+            )
+        elif not apps.is_installed(name):
+            out.append(
+                Error(f"RELAY['STATUS_SOURCES'] names {name!r}, whose app is not in INSTALLED_APPS", id="relay.E007")
+            )
     return out

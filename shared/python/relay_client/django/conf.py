@@ -5,7 +5,9 @@ and the old ``whsec_`` secret) verify callbacks; ``STATUS_KEYS`` are the bearer 
 read the status view; ``PROJECT`` names the project in its status document; ``CALLBACK_URL``
 (optional) is sent with each job instead of the tenant's callback URL; ``DATABASE`` is the alias
 holding the outbox (default ``"default"``); ``SCHEDULES`` lists local periodic tasks,
-``[{"name", "cron", "task"}]`` with ``task`` the task's module path, fired by ``relay_worker``.
+``[{"name", "cron", "task"}]`` with ``task`` the task's module path, fired by ``relay_worker``;
+``STATUS_SOURCES`` names the local work the status view reports (``"django_tasks_db"``,
+``"django_q"``; default: each whose app is installed).
 
 Bounds: ``POST_TIMEOUT`` (seconds, default 2) is the most a commit waits for its post to Relay
 (0: no post at commit, the worker's drain posts); ``POST_IN_BACKGROUND`` (default False) posts
