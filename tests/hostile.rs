@@ -161,17 +161,24 @@ async fn at_the_cap_with_every_connection_busy_the_next_waits_until_one_finishes
     let w = World::new().await;
     let (addr, _stop) = serve(&w, Limits { max_connections: 2, ..Limits::default() }).await;
     // Two requests in flight: their handlers wait for bodies that never come.
-    let head = format!(
-        "POST /v1/jobs HTTP/1.1\r\nhost: t\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{{",
-        w.key
-    );
     let mut busy = Vec::new();
-    for _ in 0..2 {
+    for i in 0..2 {
+        let head = format!(
+            "POST /v1/jobs HTTP/1.1\r\nhost: t\r\nauthorization: Bearer {}\r\nidempotency-key: held-{i}\r\n\
+             content-type: application/json\r\ncontent-length: 100\r\n\r\n{{",
+            w.key
+        );
         let mut conn = TcpStream::connect(addr).await.unwrap();
         conn.write_all(head.as_bytes()).await.unwrap();
         busy.push(conn);
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
+    for conn in &mut busy {
+        let mut b = [0u8; 256];
+        let read = tokio::time::timeout(Duration::from_millis(50), conn.read(&mut b)).await;
+        let answered = read.map(|r| String::from_utf8_lossy(&b[..r.unwrap_or(0)]).into_owned());
+        assert!(answered.is_err(), "the held request was answered or closed: {answered:?}");
+    }
     let mut third = TcpStream::connect(addr).await.unwrap();
     third.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n").await.unwrap();
     let mut buf = Vec::new();
