@@ -276,8 +276,7 @@ mod tests {
     fn carries_v4(ip: u128) -> Option<u128> {
         let low = ip & 0xffff_ffff;
         match ip >> 32 {
-            0 | 0xffff | 0xffff_0000 => Some(low),
-            p if p == 0x64_ff9b_0000_0000_0000_0000 => Some(low),
+            0 | 0xffff | 0xffff_0000 | 0x64_ff9b_0000_0000_0000_0000 => Some(low),
             _ if ip >> 112 == 0x2002 => Some((ip >> 80) & 0xffff_ffff),
             _ => None,
         }
