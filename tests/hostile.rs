@@ -157,19 +157,89 @@ async fn a_client_that_sends_its_headers_slowly_is_cut_off() {
 }
 
 #[tokio::test]
-async fn connections_over_the_cap_wait_until_one_closes() {
+async fn at_the_cap_with_every_connection_busy_the_next_waits_until_one_finishes() {
     let w = World::new().await;
     let (addr, _stop) = serve(&w, Limits { max_connections: 2, ..Limits::default() }).await;
-    let idle = [TcpStream::connect(addr).await.unwrap(), TcpStream::connect(addr).await.unwrap()];
+    // Two requests in flight: their handlers wait for bodies that never come.
+    let mut busy = Vec::new();
+    for i in 0..2 {
+        let head = format!(
+            "POST /v1/jobs HTTP/1.1\r\nhost: t\r\nauthorization: Bearer {}\r\nidempotency-key: held-{i}\r\n\
+             content-type: application/json\r\ncontent-length: 100\r\n\r\n{{",
+            w.key
+        );
+        let mut conn = TcpStream::connect(addr).await.unwrap();
+        conn.write_all(head.as_bytes()).await.unwrap();
+        busy.push(conn);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for conn in &mut busy {
+        let mut b = [0u8; 256];
+        let read = tokio::time::timeout(Duration::from_millis(50), conn.read(&mut b)).await;
+        let answered = read.map(|r| String::from_utf8_lossy(&b[..r.unwrap_or(0)]).into_owned());
+        assert!(answered.is_err(), "the held request was answered or closed: {answered:?}");
+    }
     let mut third = TcpStream::connect(addr).await.unwrap();
     third.write_all(b"GET /healthz HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n").await.unwrap();
     let mut buf = Vec::new();
     let early = tokio::time::timeout(Duration::from_millis(500), third.read_to_end(&mut buf)).await;
     assert!(early.is_err() && buf.is_empty(), "served over the cap: {:?}", String::from_utf8_lossy(&buf));
-    drop(idle);
+    for conn in &mut busy {
+        // Neither busy connection was closed to make room.
+        let mut b = [0u8; 64];
+        let read = tokio::time::timeout(Duration::from_millis(50), conn.read(&mut b)).await;
+        assert!(read.is_err(), "a connection with a request in flight was closed: {read:?}");
+    }
+    drop(busy);
     tokio::time::timeout(Duration::from_secs(5), third.read_to_end(&mut buf)).await.unwrap().unwrap();
     let (s, _, body) = parse(&String::from_utf8_lossy(&buf));
     assert_eq!((s, body["ok"].as_bool()), (200, Some(true)));
+}
+
+/// Issue 37: more half-sent request heads than the cap, held open, kept tenants out until the
+/// header-read timeout freed room. Now each new connection closes the one that has waited
+/// longest for its head: every tenant is answered at once, and the oldest of the crowd go.
+#[tokio::test]
+async fn half_sent_requests_over_the_cap_give_way_to_tenants() {
+    let w = World::new().await;
+    let cap = server::MAX_CONNECTIONS;
+    let (addr, _stop) = serve(&w, Limits::default()).await;
+    let mut crowd = Vec::new();
+    for _ in 0..cap + 76 {
+        let mut conn = TcpStream::connect(addr).await.unwrap();
+        conn.write_all(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        crowd.push(conn);
+    }
+    let request =
+        format!("GET /v1/jobs HTTP/1.1\r\nhost: t\r\nauthorization: Bearer {}\r\nconnection: close\r\n\r\n", w.key);
+    let tenant = |request: String| async move {
+        let started = Instant::now();
+        let mut conn = TcpStream::connect(addr).await.unwrap();
+        conn.write_all(request.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(1), conn.read_to_end(&mut out)).await;
+        let status = read.ok().and_then(|_| String::from_utf8_lossy(&out).get(9..12).map(str::to_owned));
+        (status, started.elapsed())
+    };
+    let answers = futures::future::join_all((0..11).map(|_| tenant(request.clone()))).await;
+    println!("tenant GETs behind {} half-sent heads: {answers:?}", crowd.len());
+    for (status, took) in &answers {
+        assert_eq!(
+            status.as_deref(),
+            Some("200"),
+            "a tenant GET got no answer within 1 s (after {took:?}): {answers:?}"
+        );
+    }
+    // The kills landed: the crowd's oldest connections were closed, the rest are still open.
+    let closed = futures::future::join_all(crowd.iter_mut().map(|conn| async move {
+        let mut b = [0u8; 64];
+        matches!(tokio::time::timeout(Duration::from_millis(500), conn.read(&mut b)).await, Ok(Ok(0) | Err(_)))
+    }))
+    .await;
+    let kills = closed.iter().filter(|c| **c).count();
+    println!("{kills} of {} half-sent connections closed", crowd.len());
+    assert!((77..=76 + 11).contains(&kills), "{kills} closed: 76 to make room for the crowd, then 1 to 11 for tenants");
+    assert!(closed[..kills].iter().all(|c| *c), "the connections closed are the ones that waited longest");
 }
 
 /// Whether an error message names a Rust type (`expected f64`, `struct JobRequest`).

@@ -1,31 +1,37 @@
 //! The HTTP server of `relay serve`/`relay dev` (and the console): hyper's HTTP/1 connection
 //! with what `axum::serve` cannot set — a header-read timeout (a client that sends its headers
-//! slowly, or sits idle between requests, is cut off) and a cap on open connections (at the cap
-//! the server stops accepting; the kernel's backlog holds the rest) — and JSON answers for the
-//! requests hyper refuses before any handler sees them (400, 414, 431: see `JsonRefusals`).
+//! slowly, or sits idle between requests, is cut off), a cap on open connections (at the cap a
+//! new connection takes the place of the one that has waited longest for a request head; when
+//! every one has a request in flight the server stops accepting and the kernel's backlog holds
+//! the rest: see `connections`) — and JSON answers for the requests hyper refuses before any
+//! handler sees them (400, 414, 431: see `JsonRefusals`).
 
+mod connections;
+
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::http::StatusCode;
+use axum::http::{Request, StatusCode};
+use axum::response::IntoResponse;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
+use self::connections::{Connections, Tracked};
 use super::error::ApiError;
 
 /// How long a client has to send a request's headers (and how long an idle connection stays).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// Open connections at most; the next is accepted when one closes.
+/// Open connections at most; at the cap a new one takes the place of the one that has waited
+/// longest for a request head, or waits for room when every one has a request in flight.
 pub const MAX_CONNECTIONS: usize = 1024;
 
 #[derive(Debug, Clone, Copy)]
@@ -47,16 +53,19 @@ pub async fn serve(
     limits: Limits,
     stop: impl Future<Output = ()>,
 ) -> io::Result<()> {
-    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let open = Connections::new(limits.max_connections);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
     tokio::pin!(stop);
-    loop {
-        let slot = tokio::select! {
-            slot = slots.clone().acquire_owned() => slot.map_err(io::Error::other)?,
-            () = &mut stop => break,
-        };
+    'serve: loop {
+        // Below the cap, or a connection to evict; else wait for one to close or finish a request.
+        while !open.has_room() {
+            tokio::select! {
+                () = open.room_changed() => {}
+                () = &mut stop => break 'serve,
+            }
+        }
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -69,16 +78,43 @@ pub async fn serve(
             },
             () = &mut stop => break,
         };
+        // The evictable one may have begun a request meanwhile: then this one waits for room.
+        let connection = loop {
+            if let Some(c) = open.admit() {
+                break c;
+            }
+            tokio::select! {
+                () = open.room_changed() => {}
+                () = &mut stop => break 'serve,
+            }
+        };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(
-            router.clone().map_request(|req: axum::http::Request<Incoming>| req.map(Body::new)),
-        );
+        let tracker = connection.tracker();
+        let router = router.clone();
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let in_flight = tracker.begin();
+            let router = router.clone();
+            async move {
+                let Some(in_flight) = in_flight else {
+                    // Evicted as this request's head arrived: the connection is closing.
+                    return Ok::<_, Infallible>(
+                        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the server is busy")
+                            .into_response(),
+                    );
+                };
+                let response = router.oneshot(req.map(Body::new)).await?;
+                Ok(response.map(|body| Body::new(Tracked::new(body, in_flight))))
+            }
+        });
         let conn = graceful.watch(http.serve_connection(TokioIo::new(JsonRefusals::new(stream)), service));
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(event = "relay.api.connection_closed", error = %e, "connection ended with an error");
+            tokio::select! {
+                ended = conn => if let Err(e) = ended {
+                    tracing::debug!(event = "relay.api.connection_closed", error = %e, "connection ended with an error");
+                },
+                () = connection.evicted() => {}
             }
-            drop(slot);
+            drop(connection);
         });
     }
     drop(listener);
