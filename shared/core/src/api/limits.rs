@@ -121,7 +121,8 @@ pub async fn get(
 }
 
 /// Body of `PUT /v1/admin/tenants/{tenant_id}/limits`: the kinds to change, each a whole number
-/// 0 to 1,000,000,000, or null to go back to the default; kinds left out stay as they are.
+/// 0 to 1,000,000,000, or null to go back to the default; kinds left out stay as they are (a
+/// body naming none changes nothing and is not audited).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsChange {
@@ -176,13 +177,6 @@ pub async fn put(
     JsonBody(b): JsonBody<LimitsChange>,
 ) -> Result<Json<TenantLimits>, ApiError> {
     let changes = b.changes();
-    if changes.is_empty() {
-        return Err(ApiError::unprocessable(
-            "invalid_field",
-            "name at least one of destinations, templates, suppressions, pending_jobs",
-        )
-        .with("field", "."));
-    }
     for (kind, n) in &changes {
         if n.is_some_and(|n| !(0..=MAX_LIMIT).contains(&n)) {
             return Err(ApiError::unprocessable(
@@ -196,6 +190,9 @@ pub async fn put(
         return Err(ApiError::unprocessable("invalid_field", "reason: at most 1000 characters").with("field", "reason"));
     }
     let tenant = tenant_of(&state, &raw).await?;
+    if changes.is_empty() {
+        return Ok(Json(view(&state, tenant).await?));
+    }
     let mut db = state.pool.get().await.map_err(StoreError::from)?;
     let tx = db.transaction().await.map_err(StoreError::from)?;
     let before = store::overrides(&tx, tenant).await?;
