@@ -11,6 +11,7 @@ CREATE TABLE tenant_limits (
     PRIMARY KEY (tenant_id, kind)
 );
 
--- A tenant's unfinished jobs, counted by intake against its `pending_jobs` limit without
--- reading the table (an index-only count, at most once a second per API process).
-CREATE INDEX jobs_tenant_open ON jobs (tenant_id) WHERE status IN ('pending', 'running', 'waiting');
+-- A tenant's unfinished jobs in creation order (ids are UUIDv7), counted by intake against its
+-- `pending_jobs` limit: those created since its last count are a short range at the right edge
+-- of the tenant's part (`limits::Quotas::admit_jobs`).
+CREATE INDEX jobs_tenant_open ON jobs (tenant_id, id) WHERE status IN ('pending', 'running', 'waiting');

@@ -6,9 +6,9 @@
 //! A named row (a destination, a template, a suppression) is admitted inside the transaction
 //! that writes it, under a lock per tenant and kind, so concurrent creates cannot overshoot;
 //! writing a name the tenant already has is an update and is always admitted. Jobs are
-//! admitted against a count this process keeps per tenant, read again at most `FRESH` after
-//! the last read (one index-only count), so intake pays no query per job; see `admit_jobs` for
-//! what that lets through.
+//! admitted against a count this process keeps per tenant, read again when over `FRESH` old
+//! and then only for the jobs created since, so intake pays no query per job and no count of
+//! a large backlog per second; see `admit_jobs` for what that lets through.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,13 +16,19 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
 
-use crate::job::TenantId;
+use crate::job::{JobId, TenantId};
+use crate::store::jobs::retention::first_id_at;
 use crate::store::{GenericClient, StoreError, limits as store};
 
 /// The largest limit a default or an override may have.
 pub const MAX_LIMIT: i64 = 1_000_000_000;
 /// How old this process's count of a tenant's unfinished jobs may be.
 pub const FRESH: Duration = Duration::from_secs(1);
+/// How often, at most, a tenant's unfinished jobs are all counted again while it is refused.
+pub const FULL: Duration = Duration::from_secs(5);
+/// How long after its id is made a job is taken to have committed (or failed): older ids are
+/// counted once, with the jobs created before them (`Quotas::admit_jobs`).
+pub const SETTLE: chrono::Duration = chrono::Duration::seconds(5);
 /// What a refusal of jobs asks the client to wait (jobs drain as they run).
 pub const RETRY_AFTER_SECONDS: u64 = 5;
 
@@ -114,17 +120,30 @@ pub enum LimitError {
     Store(#[from] StoreError),
 }
 
-/// This process's count of one tenant's unfinished jobs.
+/// This process's count of one tenant's unfinished jobs, in two parts split at a job id: those
+/// created before `upto` (which only finish, so an old count of them is an overcount) and
+/// those after it, read again each time.
 #[derive(Debug, Clone, Copy)]
 struct Tally {
     limit: i64,
-    /// Unfinished jobs when last read.
-    counted: i64,
+    /// Unfinished jobs with ids up to `upto`, summed over the reads since the last full count.
+    settled: i64,
+    upto: JobId,
+    /// Unfinished jobs with later ids when last read.
+    recent: i64,
     /// Jobs admitted here since.
     added: i64,
-    at: Instant,
-    /// The limit changed since: read again.
+    read_at: Instant,
+    /// When every unfinished job was last counted.
+    full_at: Instant,
+    /// The limit changed since: count everything again.
     stale: bool,
+}
+
+impl Tally {
+    fn used(&self) -> i64 {
+        self.settled.saturating_add(self.recent).saturating_add(self.added)
+    }
 }
 
 /// The defaults and this process's tallies; cheap to clone.
@@ -161,41 +180,69 @@ impl Quotas {
         Err(LimitError::Reached { kind, limit: s.limit })
     }
 
-    /// Admit `n` new jobs for the tenant against its count of unfinished jobs, read again
-    /// when older than `FRESH`. A whole request passes or none of it. The count can run over
-    /// the limit by what the tenant's other API processes admit while this one's count is
-    /// not yet read again (at most `FRESH`), and by this process's jobs not yet committed
-    /// when it is read; replays of an idempotency key are counted as new.
+    /// Admit `n` new jobs for the tenant (a whole request, or none of it) against its
+    /// unfinished jobs. The count is read again when over `FRESH` old, and then only for jobs
+    /// created since the last read (an index range at the right edge of the tenant's part):
+    /// jobs created earlier only finish, so their old count can only be too high. Everything is
+    /// counted again on a process's first submission for the tenant, after its limit changes,
+    /// and, at most every `FULL`, when the count would refuse (jobs that finished make room).
+    ///
+    /// What it can let through beyond the limit: what the tenant's other API processes admit
+    /// while this one's count is under `FRESH` old, and jobs committed more than `SETTLE` after
+    /// their id was made (or minted by a host whose clock is behind by more), until the next
+    /// full count. A replay of an idempotency key counts as new until the next read.
     pub async fn admit_jobs(&self, pool: &Pool, tenant: TenantId, n: usize) -> Result<(), LimitError> {
         let n = i64::try_from(n).unwrap_or(i64::MAX);
-        let stale = self.lock().get(&tenant).is_none_or(|t| t.stale || t.at.elapsed() >= FRESH);
-        let read = if stale {
-            let db = pool.get().await.map_err(StoreError::from)?;
-            let (limit, counted) = store::open_jobs(&db, tenant, self.defaults.pending_jobs).await?;
-            Some(Tally { limit, counted, added: 0, at: Instant::now(), stale: false })
-        } else {
-            None
+        let known = self.lock().get(&tenant).copied();
+        let mut read = match known {
+            Some(t) if !t.stale && t.read_at.elapsed() < FRESH => None,
+            Some(t) if !t.stale => Some(self.read(pool, tenant, Some(t)).await?),
+            _ => Some(self.read(pool, tenant, None).await?),
         };
+        let mut t = read.or(known).ok_or(LimitError::Reached { kind: Kind::PendingJobs, limit: 0 })?;
+        if t.used().saturating_add(n) > t.limit && t.full_at.elapsed() >= FULL {
+            t = self.read(pool, tenant, None).await?;
+            read = Some(t);
+        }
         let mut tallies = self.lock();
-        // Entries are never removed, so one seen fresh is still there; a missing one (which
-        // cannot be) admits nothing.
-        let t =
-            tallies.entry(tenant).or_insert(Tally { limit: 0, counted: 0, added: 0, at: Instant::now(), stale: true });
+        let t = tallies.entry(tenant).or_insert(t);
         if let Some(new) = read {
             *t = new;
         }
         if n > t.limit {
             return Err(LimitError::TooMany { asked: n, limit: t.limit });
         }
-        if t.counted.saturating_add(t.added).saturating_add(n) > t.limit {
+        if t.used().saturating_add(n) > t.limit {
             return Err(LimitError::Reached { kind: Kind::PendingJobs, limit: t.limit });
         }
         t.added += n;
         Ok(())
     }
 
-    /// Mark this process's tally of the tenant stale (its limit changed): the next jobs read it
-    /// again.
+    /// Read the tenant's count again: from `prev` on, or (`None`) every unfinished job.
+    async fn read(&self, pool: &Pool, tenant: TenantId, prev: Option<Tally>) -> Result<Tally, LimitError> {
+        let now = Instant::now();
+        let (after, settled, full_at) = match prev {
+            Some(p) => (p.upto, p.settled, p.full_at),
+            None => (JobId::from_uuid(uuid::Uuid::nil()), 0, now),
+        };
+        let upto = first_id_at(chrono::Utc::now() - SETTLE).max(after);
+        let db = pool.get().await.map_err(StoreError::from)?;
+        let (limit, older, recent) = store::open_jobs(&db, tenant, self.defaults.pending_jobs, after, upto).await?;
+        Ok(Tally {
+            limit,
+            settled: settled.saturating_add(older),
+            upto,
+            recent,
+            added: 0,
+            read_at: Instant::now(),
+            full_at,
+            stale: false,
+        })
+    }
+
+    /// Mark this process's tally of the tenant stale (its limit changed): the next jobs count
+    /// everything again.
     pub fn forget(&self, tenant: TenantId) {
         if let Some(t) = self.lock().get_mut(&tenant) {
             t.stale = true;

@@ -2,7 +2,7 @@
 //! against: the rows of each kind a tenant has. The rules are `limits`.
 
 use super::{GenericClient, StoreError};
-use crate::job::TenantId;
+use crate::job::{JobId, TenantId};
 use crate::limits::Kind;
 
 /// The table and name column of a kind of named row; pending jobs are counted apart.
@@ -51,7 +51,7 @@ pub struct Standing {
     pub count: i64,
 }
 
-/// The standing of a named row for a tenant. Not for pending jobs (`open_jobs`).
+/// The standing of a named row for a tenant (pending jobs are counted by `open_jobs`).
 pub async fn standing(
     db: &impl GenericClient,
     tenant: TenantId,
@@ -60,7 +60,8 @@ pub async fn standing(
     name: &str,
 ) -> Result<Standing, StoreError> {
     let Some((table, column)) = table(kind) else {
-        let (limit, count) = open_jobs(db, tenant, default).await?;
+        let (first, last) = (JobId::from_uuid(uuid::Uuid::nil()), JobId::from_uuid(uuid::Uuid::max()));
+        let (limit, count, _) = open_jobs(db, tenant, default, first, last).await?;
         return Ok(Standing { limit, exists: false, count });
     };
     let sql = format!(
@@ -74,15 +75,27 @@ pub async fn standing(
     Ok(Standing { limit: row.get(0), exists: row.get(1), count: row.get(2) })
 }
 
-/// The tenant's `pending_jobs` limit and its unfinished jobs, counted up to the limit + 1.
-pub async fn open_jobs(db: &impl GenericClient, tenant: TenantId, default: i64) -> Result<(i64, i64), StoreError> {
+/// The tenant's `pending_jobs` limit and its unfinished jobs created in two ranges of ids (ids
+/// are UUIDv7, so ranges of creation time): `after < id <= upto`, and `id > upto`; each counted
+/// up to the limit + 1.
+pub async fn open_jobs(
+    db: &impl GenericClient,
+    tenant: TenantId,
+    default: i64,
+    after: JobId,
+    upto: JobId,
+) -> Result<(i64, i64, i64), StoreError> {
+    const OPEN: &str = "FROM jobs WHERE tenant_id = $1 AND status IN ('pending', 'running', 'waiting')";
     let sql = format!(
-        "WITH lim AS (SELECT {LIMIT} AS n) SELECT n, {} FROM lim",
-        count_sql(Kind::PendingJobs, "(SELECT n FROM lim) + 1")
+        "WITH lim AS (SELECT {LIMIT} AS n)
+         SELECT n,
+                (SELECT count(*) FROM (SELECT 1 {OPEN} AND id > $4 AND id <= $5 LIMIT (SELECT n FROM lim) + 1) s),
+                (SELECT count(*) FROM (SELECT 1 {OPEN} AND id > $5 LIMIT (SELECT n FROM lim) + 1) s)
+         FROM lim"
     );
     let stmt = db.prepare_cached(&sql).await?;
-    let row = db.query_one(&stmt, &[&tenant, &Kind::PendingJobs.as_str(), &default]).await?;
-    Ok((row.get(0), row.get(1)))
+    let row = db.query_one(&stmt, &[&tenant, &Kind::PendingJobs.as_str(), &default, &after, &upto]).await?;
+    Ok((row.get(0), row.get(1), row.get(2)))
 }
 
 /// The tenant's overrides, by kind.
