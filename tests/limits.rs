@@ -301,3 +301,43 @@ async fn the_override_route_refuses_hostile_values_and_other_keys() {
     let (s, e) = put(&w, &w.key, "/v1/destinations/crm", destination()).await;
     assert_refused(s, &e, StatusCode::CONFLICT, "destinations", 0);
 }
+
+#[tokio::test]
+async fn another_processes_jobs_count_within_a_second_and_finished_jobs_make_room() {
+    let w = world(Defaults { pending_jobs: 4, ..small() }).await;
+    // A second API process: its own router and counts, the same database.
+    let other_process = taskdeck::api::router(w.platform.app_state());
+    let (s, first) = submit_on(&w, &w.router, "a0").await;
+    assert_eq!(s, StatusCode::ACCEPTED);
+    for i in 0..3 {
+        assert_eq!(submit_on(&w, &other_process, &format!("b{i}")).await.0, StatusCode::ACCEPTED);
+    }
+    // This process has admitted one; after a second it reads the other's three.
+    tokio::time::sleep(taskdeck::limits::FRESH + std::time::Duration::from_millis(100)).await;
+    let (s, e) = submit_on(&w, &w.router, "a1").await;
+    assert_refused(s, &e, StatusCode::TOO_MANY_REQUESTS, "pending_jobs", 4);
+    // Two finish (cancelled): once a full count is due again, there is room for two.
+    let (s, _) = w.call(Method::POST, &format!("/v1/jobs/{}/cancel", first["id"].as_str().unwrap()), None, None).await;
+    assert_eq!(s, StatusCode::OK);
+    let b0 = w.db().await.query_one("SELECT id::text FROM jobs WHERE idempotency_key = 'b0'", &[]).await.unwrap();
+    let (s, _) = w.call(Method::POST, &format!("/v1/jobs/{}/cancel", b0.get::<_, String>(0)), None, None).await;
+    assert_eq!(s, StatusCode::OK);
+    tokio::time::sleep(taskdeck::limits::FULL).await;
+    assert_eq!(submit_on(&w, &w.router, "a1").await.0, StatusCode::ACCEPTED);
+    assert_eq!(submit_on(&w, &w.router, "a2").await.0, StatusCode::ACCEPTED);
+    let (s, e) = submit_on(&w, &w.router, "a3").await;
+    assert_refused(s, &e, StatusCode::TOO_MANY_REQUESTS, "pending_jobs", 4);
+    let open = "SELECT count(*) FROM jobs WHERE status IN ('pending', 'running', 'waiting')";
+    assert_eq!(w.count(open, &[]).await, 4);
+}
+
+/// Submit a job as the world's tenant through `router`.
+async fn submit_on(w: &World, router: &axum::Router, idem: &str) -> (StatusCode, Value) {
+    let req = Request::post("/v1/jobs")
+        .header("authorization", format!("Bearer {}", w.key))
+        .header("idempotency-key", idem)
+        .header("content-type", "application/json")
+        .body(Body::from(json!({"task_type": "test.effect"}).to_string()))
+        .unwrap();
+    crate::support::send(router, req).await
+}
