@@ -28,6 +28,7 @@ mod hostile;
 mod http;
 mod http_leaks;
 mod lambda;
+mod limits;
 mod local_secrets;
 mod operations;
 mod pace;

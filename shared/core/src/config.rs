@@ -84,6 +84,10 @@ pub struct LambdaConfig {
     /// `RELAY_SES_CONFIGURATION_SET`: the configuration set every send names unless its
     /// request names one (the template's, whose events reach ingress).
     pub ses_configuration_set: Option<String>,
+    /// `RELAY_LIMIT_DESTINATIONS` (default 100), `RELAY_LIMIT_TEMPLATES` (1,000),
+    /// `RELAY_LIMIT_SUPPRESSIONS` (1,000,000), `RELAY_LIMIT_PENDING_JOBS` (1,000,000): each
+    /// tenant's limits unless an operator overrides one (`limits`); 0 to 1,000,000,000.
+    pub limits: crate::limits::Defaults,
 }
 
 impl LambdaConfig {
@@ -175,6 +179,15 @@ impl LambdaConfig {
                 }
                 v => v,
             },
+            limits: {
+                let mut d = crate::limits::Defaults::default();
+                for kind in crate::limits::Kind::ALL {
+                    let (default, max) = (d.of(kind).unsigned_abs(), crate::limits::MAX_LIMIT.unsigned_abs());
+                    let n = number(kind.variable(), default, 0..=max)?;
+                    d.set(kind, i64::try_from(n).unwrap_or(crate::limits::MAX_LIMIT));
+                }
+                d
+            },
         })
     }
 
@@ -232,6 +245,17 @@ mod tests {
         assert_eq!((c.sweep_passes, c.sweep_gap), (2, Duration::from_secs(30)));
         assert_eq!(c.require_database_url().unwrap_err().to_string(), "DATABASE_URL is not set");
         assert_eq!(c.require_work_queue_url().unwrap_err().to_string(), "RELAY_WORK_QUEUE_URL is not set");
+        assert_eq!(c.limits, crate::limits::Defaults::default());
+    }
+
+    #[test]
+    fn tenant_limits_read_from_the_environment_and_bad_values_name_their_variable() {
+        let d = read(&[("RELAY_LIMIT_DESTINATIONS", "5"), ("RELAY_LIMIT_PENDING_JOBS", " 0 ")]).unwrap().limits;
+        assert_eq!((d.destinations, d.pending_jobs, d.templates, d.suppressions), (5, 0, 1_000, 1_000_000));
+        for bad in ["-1", "1000000001", "many", "1e3"] {
+            let e = read(&[("RELAY_LIMIT_TEMPLATES", bad)]).unwrap_err().to_string();
+            assert!(e.starts_with("RELAY_LIMIT_TEMPLATES is invalid"), "{e}");
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod alerts;
 pub mod credentials;
 pub mod executor;
 pub mod intake;
+pub mod limits;
 pub mod liveness;
 pub mod schedules;
 pub mod sweep;

@@ -41,6 +41,8 @@ pub struct Settings {
     /// The longest `timeout_seconds` intake accepts: 86,400 by default; on Lambda what the
     /// executor function can give one attempt (`LambdaConfig::max_job_timeout`).
     pub max_timeout_seconds: i32,
+    /// Each tenant's limits unless an operator overrides one (`RELAY_LIMIT_*`).
+    pub tenant_limits: crate::limits::Defaults,
 }
 
 impl Default for Settings {
@@ -57,6 +59,7 @@ impl Default for Settings {
             callback_allow: Default::default(),
             tenant_rate: None,
             max_timeout_seconds: crate::job::terms::MAX_TIMEOUT_SECONDS,
+            tenant_limits: crate::limits::Defaults::default(),
         }
     }
 }
@@ -152,6 +155,7 @@ impl Platform {
             transport: self.transport.clone(),
             project: self.settings.project.clone(),
             limits: crate::api::ratelimit::RateLimits::new(self.settings.tenant_rate),
+            quotas: crate::limits::Quotas::new(self.settings.tenant_limits),
             admission: crate::api::jobs::Admission {
                 callback_allow: self.settings.callback_allow.clone(),
                 max_timeout_seconds: self.settings.max_timeout_seconds,

@@ -78,6 +78,27 @@ struct Run {
     /// Jobs a tenant may submit at once (the bucket's size; default: one second's worth, at least 1).
     #[arg(long, env = "RELAY_TENANT_BURST")]
     tenant_burst: Option<f64>,
+    /// HTTP destinations each tenant may have, unless an operator overrides it (0 to 10^9).
+    #[arg(long, env = "RELAY_LIMIT_DESTINATIONS", default_value_t = 100, value_parser = limit)]
+    limit_destinations: i64,
+    /// Email templates each tenant may have, unless an operator overrides it.
+    #[arg(long, env = "RELAY_LIMIT_TEMPLATES", default_value_t = 1_000, value_parser = limit)]
+    limit_templates: i64,
+    /// Suppressions each tenant may have (adding one by hand past it is refused).
+    #[arg(long, env = "RELAY_LIMIT_SUPPRESSIONS", default_value_t = 1_000_000, value_parser = limit)]
+    limit_suppressions: i64,
+    /// Unfinished jobs each tenant may have (submitting past it answers 429).
+    #[arg(long, env = "RELAY_LIMIT_PENDING_JOBS", default_value_t = 1_000_000, value_parser = limit)]
+    limit_pending_jobs: i64,
+}
+
+/// A tenant limit: 0 to `taskdeck::limits::MAX_LIMIT`.
+fn limit(s: &str) -> Result<i64, String> {
+    s.trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|n| (0..=taskdeck::limits::MAX_LIMIT).contains(n))
+        .ok_or_else(|| format!("0 to {}", taskdeck::limits::MAX_LIMIT))
 }
 
 impl Run {
@@ -94,6 +115,12 @@ impl Run {
             per_second,
             burst: self.tenant_burst.unwrap_or(per_second).max(1.0),
         });
+        s.tenant_limits = taskdeck::limits::Defaults {
+            destinations: self.limit_destinations,
+            templates: self.limit_templates,
+            suppressions: self.limit_suppressions,
+            pending_jobs: self.limit_pending_jobs,
+        };
         s.pool.max_size = self.pool_size.unwrap_or(8 + 2 * self.workers).max(1);
         s.sweep.alerts = AlertConfig::from_lookup(|k| std::env::var(k).ok())?;
         Ok(s)

@@ -14,6 +14,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{Caller, JsonBody};
 use crate::destinations as rules;
 use crate::job::TenantId;
+use crate::limits::Kind;
 use crate::store::destinations::{self, Destination, NewDestination};
 use crate::store::{StoreError, http_calls};
 
@@ -150,10 +151,12 @@ fn check(state: &AppState, b: &DestinationBody) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// `PUT /v1/destinations/{name}`: create or replace (its secret, switch and rate slot stay).
+/// `PUT /v1/destinations/{name}`: create or replace (its secret, switch and rate slot stay). A
+/// new name past the tenant's limit is 409 `limit_reached`; replacing one never is.
 #[utoipa::path(put, path = "/v1/destinations/{name}", tag = "destinations", params(("name" = String, Path)),
     request_body = DestinationBody, security(("tenant_key" = [])),
     responses((status = 200, body = DestinationView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 409, description = "a new destination past the tenant's limit (`limit_reached`)", body = ErrorBody),
         (status = 422, body = ErrorBody)))]
 pub async fn put(
     State(state): State<AppState>,
@@ -170,7 +173,12 @@ pub async fn put(
         timeout_ms: b.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
         rate_per_second: b.rate_per_second.unwrap_or(DEFAULT_RATE_PER_SECOND),
     };
-    let d = destinations::put(&state.pool.get().await.map_err(StoreError::from)?, tenant.id, &new).await?;
+    let mut db = state.pool.get().await.map_err(StoreError::from)?;
+    let tx = db.transaction().await.map_err(StoreError::from)?;
+    state.quotas.admit_row(&tx, tenant.id, Kind::Destinations, &name).await?;
+    let d = destinations::put(&tx, tenant.id, &new).await?;
+    tx.commit().await.map_err(StoreError::from)?;
+    drop(db);
     Ok(Json(views(&state, tenant.id, vec![d]).await?.remove(0)))
 }
 

@@ -15,6 +15,7 @@ use crate::credentials;
 use crate::email::campaign::{self, CampaignParams, Recipient};
 use crate::email::content;
 use crate::job::{JobId, JobStatus, TenantId};
+use crate::limits::Kind;
 use crate::store::messages::{self, Message, MessageEvent, Preview};
 use crate::store::suppressions::{self, Suppression};
 use crate::store::templates::{self, Template};
@@ -127,18 +128,24 @@ fn address(raw: &str) -> Result<String, ApiError> {
     })
 }
 
-/// `PUT /v1/suppressions/{address}`: suppress an address by hand.
+/// `PUT /v1/suppressions/{address}`: suppress an address by hand; a new one past the tenant's
+/// limit (which counts every suppression, bounces' too) is 409 `limit_reached`.
 #[utoipa::path(put, path = "/v1/suppressions/{address}", tag = "email", params(("address" = String, Path)),
     security(("tenant_key" = [])),
-    responses((status = 204, description = "listed"), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 204, description = "listed"), (status = 401, body = ErrorBody),
+        (status = 409, description = "a new suppression past the tenant's limit (`limit_reached`)", body = ErrorBody),
+        (status = 422, body = ErrorBody)))]
 pub async fn add_suppression(
     State(state): State<AppState>,
     Caller(tenant): Caller,
     Path(raw): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let address = address(&raw)?;
-    let db = state.pool.get().await.map_err(StoreError::from)?;
-    suppressions::add(&db, tenant.id, &[address], "manual", None, None).await?;
+    let mut db = state.pool.get().await.map_err(StoreError::from)?;
+    let tx = db.transaction().await.map_err(StoreError::from)?;
+    state.quotas.admit_row(&tx, tenant.id, Kind::Suppressions, &address).await?;
+    suppressions::add(&tx, tenant.id, &[address], "manual", None, None).await?;
+    tx.commit().await.map_err(StoreError::from)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -181,10 +188,12 @@ fn template_name(name: &str) -> Result<(), ApiError> {
         .map_err(|m| ApiError::unprocessable("invalid_field", format!("name: {m}")).with("field", "name"))
 }
 
-/// `PUT /v1/templates/{name}`: create or replace a template; a syntax error is a 422 naming the part.
+/// `PUT /v1/templates/{name}`: create or replace a template; a syntax error is a 422 naming the
+/// part; a new name past the tenant's limit is 409 `limit_reached` (replacing one never is).
 #[utoipa::path(put, path = "/v1/templates/{name}", tag = "email", params(("name" = String, Path)), request_body = TemplateBody,
     security(("tenant_key" = [])),
     responses((status = 200, body = Template), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 409, description = "a new template past the tenant's limit (`limit_reached`)", body = ErrorBody),
         (status = 422, body = ErrorBody)))]
 pub async fn put_template(
     State(state): State<AppState>,
@@ -201,8 +210,11 @@ pub async fn put_template(
     }
     content::compile_check(&body.subject, body.text.as_deref(), body.html.as_deref())
         .map_err(|(part, e)| ApiError::unprocessable("template_syntax", format!("{part}: {e}")).with("field", part))?;
-    let db = state.pool.get().await.map_err(StoreError::from)?;
-    let t = templates::put(&db, tenant.id, &name, &body.subject, body.text.as_deref(), body.html.as_deref()).await?;
+    let mut db = state.pool.get().await.map_err(StoreError::from)?;
+    let tx = db.transaction().await.map_err(StoreError::from)?;
+    state.quotas.admit_row(&tx, tenant.id, Kind::Templates, &name).await?;
+    let t = templates::put(&tx, tenant.id, &name, &body.subject, body.text.as_deref(), body.html.as_deref()).await?;
+    tx.commit().await.map_err(StoreError::from)?;
     Ok(Json(t))
 }
 

@@ -207,7 +207,7 @@ fn answer(inserted: Inserted, request_hash: &RequestHash) -> Result<(StatusCode,
         (status = 200, description = "a replay of the same request", body = JobView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 409, description = "a `callback_url` before `PUT /v1/callbacks` (`callbacks_not_configured`), a template the tenant has not stored (`unknown_template`), or a destination it has not registered (`unknown_destination`)", body = ErrorBody),
-        (status = 413, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`Retry-After`)", body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`rate_limited`) or at its limit of unfinished jobs (`limit_reached`), with `Retry-After`", body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 pub async fn submit(
     State(state): State<AppState>,
@@ -222,6 +222,7 @@ pub async fn submit(
     if new.callback_url.is_some() {
         require_signing_secret(&state, tenant.id).await?;
     }
+    state.quotas.admit_jobs(&state.pool, tenant.id, 1).await?;
     let hash = new.request_hash;
     let mut inserted = state.intake.enqueue(tenant.id, vec![new]).await?;
     let (status, job) = answer(inserted.remove(0), &hash)?;
@@ -251,7 +252,8 @@ pub struct BatchItemResult {
 #[utoipa::path(post, path = "/v1/jobs:batch", tag = "jobs", request_body = BatchRequest,
     security(("tenant_key" = [])),
     responses((status = 200, body = BatchResults), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`Retry-After`)", body = ErrorBody)))]
+        (status = 409, description = "more valid jobs than the tenant's limit of unfinished jobs holds at all (`limit_reached`)", body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`rate_limited`), or the batch would cross its limit of unfinished jobs (`limit_reached`; nothing inserted), with `Retry-After`", body = ErrorBody)))]
 pub async fn submit_batch(
     State(state): State<AppState>,
     Caller(tenant): Caller,
@@ -284,6 +286,10 @@ pub async fn submit_batch(
         require_signing_secret(&state, tenant.id).await?;
     }
     let valid: Vec<NewJob> = parsed.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
+    // A batch that would cross the tenant's limit of unfinished jobs is refused whole.
+    if !valid.is_empty() {
+        state.quotas.admit_jobs(&state.pool, tenant.id, valid.len()).await?;
+    }
     let mut inserted = state.intake.enqueue(tenant.id, valid).await?.into_iter();
     let results: Vec<BatchItemResult> = parsed
         .into_iter()

@@ -11,6 +11,7 @@ pub mod email;
 pub mod error;
 pub mod extract;
 pub mod jobs;
+pub mod limits;
 pub mod openapi;
 pub mod ratelimit;
 pub mod schedules;
@@ -51,6 +52,8 @@ pub struct AppState {
     pub project: String,
     /// Per-tenant intake rate limits (none by default).
     pub limits: ratelimit::RateLimits,
+    /// Per-tenant limits on the rows its calls create (`crate::limits`).
+    pub quotas: crate::limits::Quotas,
     /// What this deployment admits beyond each task's own parameters.
     pub admission: jobs::Admission,
     /// Writes destinations' secrets; `None`: `PUT /v1/destinations/{name}/secret` answers 503.
@@ -83,6 +86,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/suppressions/{address}", put(email::add_suppression).delete(email::remove_suppression))
         .route("/v1/templates", get(email::list_templates))
         .route("/v1/templates/{name}", get(email::get_template).put(email::put_template).delete(email::delete_template))
+        .route("/v1/limits", get(limits::own))
+        .route("/v1/admin/tenants/{tenant_id}/limits", get(limits::get).put(limits::put))
         .route(
             "/v1/admin/tenants/{tenant_id}/sending-identities",
             get(email::get_identities).put(email::put_identities),

@@ -8,7 +8,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::constraints::NO_NUL;
-use super::{admin, callbacks, completions, destinations, email, jobs, schedules, send_rates, status};
+use super::{admin, callbacks, completions, destinations, email, jobs, limits, schedules, send_rates, status};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -33,6 +33,7 @@ use super::{admin, callbacks, completions, destinations, email, jobs, schedules,
         callbacks::get, callbacks::put, callbacks::rotate, callbacks::delete, callbacks::attempts,
         destinations::list, destinations::get, destinations::put, destinations::delete, destinations::put_secret,
         destinations::put_writes, destinations::calls,
+        limits::own, limits::get, limits::put,
         status::status, healthz, openapi_json,
     ),
     components(schemas(admin::ExceptionStatus)),
@@ -42,7 +43,8 @@ use super::{admin, callbacks, completions, destinations, email, jobs, schedules,
         (name = "email", description = "Messages and their events, suppressions, templates (tenant key)"),
         (name = "callbacks", description = "Signed callbacks: settings, rotation, delivery attempts (tenant key)"),
         (name = "destinations", description = "HTTP destinations `http.request` calls, their secrets and write switches, each job's calls (tenant key)"),
-        (name = "operations", description = "Exceptions, modes, schedules and send rates (operator key)"),
+        (name = "limits", description = "The caller's own limits on the rows it creates, and what it uses (tenant key)"),
+        (name = "operations", description = "Exceptions, modes, schedules, send rates and tenants' limits (operator key)"),
         (name = "meta", description = "Health and this document"),
     )
 )]

@@ -80,5 +80,6 @@ pub fn settings(cfg: &LambdaConfig) -> Settings {
     s.max_timeout_seconds = cfg.max_job_timeout();
     s.sweep.alerts = cfg.alerts.clone();
     s.callback_allow = cfg.callback_allow.clone();
+    s.tenant_limits = cfg.limits;
     s
 }
