@@ -17,6 +17,7 @@
 pub mod campaign;
 pub mod content;
 pub mod events;
+pub mod mime;
 pub mod pace;
 pub mod ses;
 pub mod task;
@@ -27,7 +28,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::job::TaskError;
-use crate::store::messages::{self, Intent, Message, NewMessage, Preview, Status};
+use crate::store::messages::{self, AttachmentPreview, Intent, Message, NewMessage, PartPreview, Preview, Status};
 use crate::store::{StoreError, send_rates, sending_identities, suppressions, templates};
 use crate::task::TaskContext;
 use content::SendParams;
@@ -94,6 +95,30 @@ fn preview(p: &SendParams, body: &content::Rendered, message_id: Uuid, ctx: &Tas
         headers: ses::headers(p, body, &id).into_iter().collect(),
         tags: ses::tags(p, &id).into_iter().collect(),
         configuration_set: p.configuration_set.clone(),
+        parts: p
+            .parts
+            .iter()
+            .map(|x| PartPreview {
+                content_type: mime::part_type(x).map_or_else(|_| x.content_type.clone(), |m| m.to_text()),
+                size: x.content.len(),
+                content: x.content.clone(),
+            })
+            .collect(),
+        attachments: p
+            .attachments
+            .iter()
+            .map(|a| AttachmentPreview {
+                filename: a.filename.clone(),
+                content_type: mime::media_type(&a.content_type)
+                    .map_or_else(|_| a.content_type.clone(), |m| m.to_text()),
+                disposition: serde_json::to_value(a.disposition)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                content_id: a.content_id.clone(),
+                size: mime::decoded_size(&a.content_base64),
+            })
+            .collect(),
     }
 }
 
