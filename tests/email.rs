@@ -71,13 +71,18 @@ async fn in_moto(subject: &str) -> usize {
 }
 
 async fn moto_subjects() -> Vec<String> {
+    moto_raw().await.iter().filter_map(|m| ses_faults::header(m, "Subject")).collect()
+}
+
+/// Every raw message moto's SES holds (every send is raw MIME).
+pub(crate) async fn moto_raw() -> Vec<String> {
     let data = moto::data().await;
-    data["ses"]["Message"]
+    data["ses"]["RawMessage"]
         .as_array()
         .cloned()
         .unwrap_or_default()
         .iter()
-        .filter_map(|m| m["subject"].as_str().map(str::to_owned))
+        .filter_map(|m| m["raw_data"].as_str().map(str::to_owned))
         .collect()
 }
 

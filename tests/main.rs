@@ -21,6 +21,7 @@ mod dbconn;
 mod deploy;
 mod dev;
 mod email;
+mod email_parts;
 mod executor;
 mod flow;
 mod functions;

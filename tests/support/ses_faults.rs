@@ -180,13 +180,25 @@ async fn handle(State(p): State<Proxy>, req: Request) -> Response {
     }
 }
 
-/// The request, whole again, and its subject (SES v2 `SendEmail`'s simple content).
+/// The request, whole again, and its subject (SES v2 `SendEmail`'s raw MIME content).
 async fn with_subject(req: Request) -> (Request, String) {
+    use base64::Engine as _;
     let (parts, body) = req.into_parts();
     let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-    let subject = v["Content"]["Simple"]["Subject"]["Data"].as_str().unwrap_or_default().to_owned();
+    let raw = v["Content"]["Raw"]["Data"].as_str().unwrap_or_default();
+    let raw = base64::engine::general_purpose::STANDARD.decode(raw).unwrap_or_default();
+    let subject = header(&String::from_utf8_lossy(&raw), "Subject").unwrap_or_default();
     (Request::from_parts(parts, Body::from(bytes)), subject)
+}
+
+/// A top-level header of a MIME message, unfolded (ASCII values; the tests' subjects are).
+pub fn header(message: &str, name: &str) -> Option<String> {
+    let head = message.split("\r\n\r\n").next().unwrap_or_default().replace("\r\n ", " ").replace("\r\n\t", "\t");
+    head.lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+    })
 }
 
 /// The most sends in any one-second window of these times.

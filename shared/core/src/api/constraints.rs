@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::catalogue::housekeeping::RETENTION;
 use crate::catalogue::{Catalogue, TaskInfo};
+use crate::email::mime;
 
 /// A string without a NUL character: every string the server takes (`api::extract`).
 pub const NO_NUL: &str = "^[^\\x00]*$";
@@ -63,6 +64,14 @@ pub fn apply(doc: &mut Value) {
         task_rules(&task, &mut b["properties"]["params"]);
     }
     send_rules(&mut schemas["Params_email_campaign_SendParams"], true);
+    for prefix in ["Params_email_send_", "Params_email_campaign_"] {
+        if let Some(part) = schemas.get_mut(format!("{prefix}Part")) {
+            part_rules(part);
+        }
+        if let Some(attachment) = schemas.get_mut(format!("{prefix}Attachment")) {
+            attachment_rules(attachment);
+        }
+    }
     for recipient in ["Params_email_campaign_Recipient", "Recipient"] {
         schemas[recipient]["properties"]["to"]["pattern"] = json!(ADDRESS);
     }
@@ -253,6 +262,9 @@ fn send_rules(p: &mut Value, campaign: bool) {
     props["tags"]["propertyNames"] = json!({"type": "string", "pattern": TAG_TEXT, "not": {"pattern": "^relay_"}});
     props["tags"]["additionalProperties"] = json!({"type": "string", "pattern": TAG_TEXT});
     props["configuration_set"]["pattern"] = json!(TAG_TEXT);
+    let (parts, attachments) = if campaign { (0, 0) } else { (mime::MAX_PARTS, mime::MAX_ATTACHMENTS) };
+    props["parts"]["maxItems"] = json!(parts);
+    props["attachments"]["maxItems"] = json!(attachments);
     if !campaign {
         let one = |list: &str| json!({"required": [list], "properties": {list: {"minItems": 1}}});
         p["anyOf"] = json!([one("to"), one("cc"), one("bcc")]);
@@ -266,6 +278,43 @@ fn send_rules(p: &mut Value, campaign: bool) {
          "anyOf": [{"required": ["text"], "properties": {"text": {"type": "string"}}},
                    {"required": ["html"], "properties": {"html": {"type": "string"}}}]},
     ]);
+}
+
+/// A media type's type and subtype (RFC 2045 tokens), then `; name=value` parameters.
+fn media_type_pattern(essence: &str) -> String {
+    let token = "[!#$%&'*+.^_`|~0-9A-Za-z-]+";
+    format!("^{essence}( *; *{token}=({token}|\"[^\"\\\\\\x00-\\x1f]*\"))*$")
+}
+
+/// An extra part (`mime::part_type`): text other than plain and HTML; a calendar names its
+/// iTIP method (RFC 5546), its `METHOD` line the same (checked by the server).
+fn part_rules(s: &mut Value) {
+    let token = "[!#$%&'*+.^_`|~0-9A-Za-z-]+";
+    let methods = mime::CALENDAR_METHODS.join("|");
+    let calendar = format!("^{}/{}( |;|$)", any_case("text"), any_case("calendar"));
+    let plain_or_html = format!("^{}/({}|{})( |;|$)", any_case("text"), any_case("plain"), any_case("html"));
+    let ct = &mut s["properties"]["content_type"];
+    ct["maxLength"] = json!(255);
+    ct["pattern"] = json!(media_type_pattern(&format!("{}/{token}", any_case("text"))));
+    ct["not"] = json!({"pattern": plain_or_html});
+    let method = format!("; *{}=\"?({methods})\"?( |;|$)", any_case("method"));
+    ct["anyOf"] = json!([{"not": {"pattern": calendar}}, {"pattern": method}]);
+    s["properties"]["content"]["minLength"] = json!(1);
+}
+
+/// An attachment (`mime::check`): a file's media type, a name SES sends, padded base64.
+fn attachment_rules(s: &mut Value) {
+    let token = "[!#$%&'*+.^_`|~0-9A-Za-z-]+";
+    let p = &mut s["properties"];
+    let refused = mime::UNSUPPORTED_EXTENSIONS.map(any_case).join("|");
+    p["filename"]["pattern"] = json!(format!("^[^\\x00-\\x1f\\x7f-\\x9f/\\\\]{{1,{}}}$", mime::MAX_FILENAME));
+    p["filename"]["not"] = json!({"pattern": format!("\\.({refused})[. ]*$")});
+    p["content_type"]["pattern"] = json!(media_type_pattern(&format!("{token}/{token}")));
+    p["content_type"]["maxLength"] = json!(255);
+    p["content_type"]["not"] = json!({"pattern": format!("^({}|{})/", any_case("multipart"), any_case("message"))});
+    p["content_base64"]["pattern"] = json!("^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$");
+    p["content_base64"]["maxLength"] = json!(mime::MAX_CONTENT_BYTES.div_ceil(3) * 4);
+    p["content_id"]["pattern"] = json!(format!("^[!#$%&'*+./0-9=?@A-Z^_`a-z{{|}}~-]{{1,{}}}$", mime::MAX_CONTENT_ID));
 }
 
 /// Any JSON value without a NUL character in a string or a member name.

@@ -108,6 +108,16 @@ impl CampaignParams {
         if !(m.to.is_empty() && m.cc.is_empty() && m.bcc.is_empty()) {
             return Err(("message.to".into(), "recipients come from `recipients` or pages, not the message".into()));
         }
+        // Each child holds its own copy of the message: files would be copied per recipient,
+        // and an invitation names its attendee. Send those as one `email.send` per recipient.
+        for (field, given) in [("parts", !m.parts.is_empty()), ("attachments", !m.attachments.is_empty())] {
+            if given {
+                return Err((
+                    format!("message.{field}"),
+                    format!("a campaign's message has no {field}; send them with one email.send per recipient"),
+                ));
+            }
+        }
         if m.message_key.is_some() {
             return Err((
                 "message.message_key".into(),

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::mime::{self, Attachment, Part};
 use crate::store::templates::Template;
 
 /// SES accepts at most 50 recipients per message (to, cc and bcc together).
@@ -67,6 +68,15 @@ pub struct SendParams {
     /// templates rendered with `data` (in a campaign, each recipient's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub list_unsubscribe: Option<ListUnsubscribe>,
+    /// Extra inline alternatives beside `text` and `html` (at most 10), e.g. an invitation:
+    /// `{"content_type": "text/calendar; method=REQUEST", "content": "BEGIN:VCALENDAR…"}`.
+    /// Literal, also with a template.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<Part>,
+    /// Files sent with the message (at most 10; parts and attachments at most 512 KiB together,
+    /// decoded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
 }
 
 /// The unsubscribe headers of RFC 2369 and RFC 8058, from minijinja templates (strict mode)
@@ -242,7 +252,7 @@ impl SendParams {
         {
             return Err(("message_key".into(), "1 to 200 characters, no control characters".into()));
         }
-        Ok(())
+        mime::check(&self.parts, &self.attachments)
     }
 
     /// The content to send: literal, or the stored template rendered with `data`.

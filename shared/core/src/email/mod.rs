@@ -17,6 +17,7 @@
 pub mod campaign;
 pub mod content;
 pub mod events;
+pub mod mime;
 pub mod pace;
 pub mod ses;
 pub mod task;
@@ -27,7 +28,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::job::TaskError;
-use crate::store::messages::{self, Intent, Message, NewMessage, Preview, Status};
+use crate::store::messages::{self, AttachmentPreview, Intent, Message, NewMessage, PartPreview, Preview, Status};
 use crate::store::{StoreError, send_rates, sending_identities, suppressions, templates};
 use crate::task::TaskContext;
 use content::SendParams;
@@ -94,6 +95,30 @@ fn preview(p: &SendParams, body: &content::Rendered, message_id: Uuid, ctx: &Tas
         headers: ses::headers(p, body, &id).into_iter().collect(),
         tags: ses::tags(p, &id).into_iter().collect(),
         configuration_set: p.configuration_set.clone(),
+        parts: p
+            .parts
+            .iter()
+            .map(|x| PartPreview {
+                content_type: mime::part_type(x).map_or_else(|_| x.content_type.clone(), |m| m.to_text()),
+                size: x.content.len(),
+                content: x.content.clone(),
+            })
+            .collect(),
+        attachments: p
+            .attachments
+            .iter()
+            .map(|a| AttachmentPreview {
+                filename: a.filename.clone(),
+                content_type: mime::media_type(&a.content_type)
+                    .map_or_else(|_| a.content_type.clone(), |m| m.to_text()),
+                disposition: serde_json::to_value(a.disposition)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                content_id: a.content_id.clone(),
+                size: mime::decoded_size(&a.content_base64),
+            })
+            .collect(),
     }
 }
 
@@ -203,6 +228,11 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     };
     // No pooled connection is held across the call (it may take SEND_TIMEOUT).
     drop(db);
+    // The message is built before its slot, so the call leaves on time.
+    let raw = match ses::raw_message(&p, &body, &ids) {
+        Ok(raw) => raw,
+        Err(why) => return record_outcome(ctx.db.get().await, &m, Err(SendFailure::Rejected(why))).await,
+    };
     // The slot comes last, just before the call, so each rate holds where SES counts it (a
     // slot taken before the intent's commit let one send arrive hundreds of milliseconds late
     // beside an on-time one); a call not on its way soon after its slot is not made, and the
@@ -211,7 +241,7 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     let mut misses = 0;
     let outcome = loop {
         let held = match pace::wait_for_slot(&ctx.db, &plan).await {
-            Ok(booked) => match ses::send(&client, &p, &body, &ids, booked.leave_by).await {
+            Ok(booked) => match ses::send(&client, &p, &raw, &ids, booked.leave_by).await {
                 Err(SendFailure::MissedSlot) => {
                     misses += 1;
                     match pace::missed(&ctx.db, &booked, misses).await {

@@ -1,4 +1,4 @@
-//! The one SES call: `SendEmail` (SES v2) with the SDK's own retries off, so Relay's state
+//! The one SES call: `SendEmail` (SES v2, raw MIME built by `mime`) with the SDK's own retries off, so Relay's state
 //! machine alone decides what happens next, and every way it can end classified:
 //! sent, throttled (nothing sent: retry later), rejected (nothing sent: never will be), or
 //! ambiguous (the request may have reached SES: never retried automatically). And the read
@@ -15,7 +15,8 @@ use aws_sdk_sesv2::config::timeout::TimeoutConfig;
 use aws_sdk_sesv2::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_sesv2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_sesv2::operation::send_email::SendEmailError;
-use aws_sdk_sesv2::types::{Body, Content, Destination, EmailContent, Message, MessageHeader, MessageTag};
+use aws_sdk_sesv2::primitives::Blob;
+use aws_sdk_sesv2::types::{Destination, EmailContent, MessageTag, RawMessage};
 
 use super::content::{CORRELATION_HEADER, Rendered, SendParams, tag_value};
 
@@ -95,10 +96,6 @@ pub fn client(config: &SdkConfig) -> Client {
     Client::from_conf(conf)
 }
 
-fn content(data: &str) -> Result<Content, SendFailure> {
-    Content::builder().data(data).charset("UTF-8").build().map_err(|e| SendFailure::Rejected(e.to_string()))
-}
-
 /// The headers a message is sent with: the client's, those rendered for this message
 /// (`list_unsubscribe`), then Relay's correlation header.
 pub fn headers(p: &SendParams, body: &Rendered, id: &Identity<'_>) -> Vec<(String, String)> {
@@ -122,32 +119,42 @@ pub fn tags(p: &SendParams, id: &Identity<'_>) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Send once. Returns SES's message id.
-/// Send one message; with `leave_by`, only if the request is on its way by then.
+/// The message as sent: MIME built by `mime::build` from the rendered content, the client's
+/// parts and attachments, and `headers`. Its `Message-ID` is Relay's message id (SES sets its own).
+pub fn raw_message(p: &SendParams, body: &Rendered, id: &Identity<'_>) -> Result<Vec<u8>, String> {
+    let headers = headers(p, body, id);
+    let domain = p.from.rsplit_once('@').map_or("relay", |(_, d)| d.trim_end_matches('>'));
+    let message_id = format!("{}@{domain}", id.message_id);
+    super::mime::build(&super::mime::Envelope {
+        from: &p.from,
+        to: &p.to,
+        cc: &p.cc,
+        reply_to: &p.reply_to,
+        subject: &body.subject,
+        text: body.text.as_deref(),
+        html: body.html.as_deref(),
+        headers: &headers,
+        parts: &p.parts,
+        attachments: &p.attachments,
+        message_id: &message_id,
+    })
+}
+
+/// Send once, as raw MIME (the envelope's recipients, `bcc` too, in `Destination`; the header
+/// carries no `Bcc`); `raw` is `raw_message`'s, built before the send's slot so the call leaves
+/// on time; with `leave_by`, only if the request is on its way by then. Returns SES's message id.
 pub async fn send(
     client: &Client,
     p: &SendParams,
-    body: &Rendered,
+    raw: &[u8],
     id: &Identity<'_>,
     leave_by: Option<std::time::Instant>,
 ) -> Result<String, SendFailure> {
-    let mut message = Message::builder().subject(content(&body.subject)?).body(
-        Body::builder()
-            .set_text(body.text.as_deref().map(content).transpose()?)
-            .set_html(body.html.as_deref().map(content).transpose()?)
-            .build(),
-    );
-    for (name, value) in headers(p, body, id) {
-        let h = MessageHeader::builder()
-            .name(name)
-            .value(value)
-            .build()
-            .map_err(|e| SendFailure::Rejected(e.to_string()))?;
-        message = message.headers(h);
-    }
+    let raw = RawMessage::builder().data(Blob::new(raw)).build().map_err(|e| SendFailure::Rejected(e.to_string()))?;
+    let from = super::content::bare(&p.from).unwrap_or_else(|| p.from.clone());
     let mut request = client
         .send_email()
-        .from_email_address(&p.from)
+        .from_email_address(from)
         .destination(
             Destination::builder()
                 .set_to_addresses(Some(p.to.clone()))
@@ -155,8 +162,7 @@ pub async fn send(
                 .set_bcc_addresses(Some(p.bcc.clone()))
                 .build(),
         )
-        .set_reply_to_addresses((!p.reply_to.is_empty()).then(|| p.reply_to.clone()))
-        .content(EmailContent::builder().simple(message.build()).build())
+        .content(EmailContent::builder().raw(raw).build())
         .set_configuration_set_name(p.configuration_set.clone());
     for (name, value) in tags(p, id) {
         let tag =

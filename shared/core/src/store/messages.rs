@@ -256,6 +256,35 @@ pub struct Preview {
     pub headers: BTreeMap<String, String>,
     pub tags: BTreeMap<String, String>,
     pub configuration_set: Option<String>,
+    /// The extra inline parts, as sent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<PartPreview>,
+    /// The attachments: names, types and sizes (not their bytes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<AttachmentPreview>,
+}
+
+/// An extra part of a shadowed message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PartPreview {
+    /// As sent (`text/calendar; method=REQUEST`).
+    pub content_type: String,
+    /// Bytes of its text (UTF-8).
+    pub size: usize,
+    pub content: String,
+}
+
+/// An attachment of a shadowed message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AttachmentPreview {
+    pub filename: String,
+    pub content_type: String,
+    /// `attachment` or `inline`.
+    pub disposition: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_id: Option<String>,
+    /// Bytes, decoded.
+    pub size: usize,
 }
 
 /// A message about to be recorded.
