@@ -29,6 +29,7 @@ mod http;
 mod http_leaks;
 mod lambda;
 mod local_secrets;
+mod message_events;
 mod operations;
 mod pace;
 mod python;
