@@ -377,14 +377,13 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
             // The tenant hears of the event, and of the suppression it caused, through its
             // callbacks (the types it subscribes to) and its feed; the deliveries commit with them.
             let mut tenant_events = vec![(event_id, e.kind.name())];
-            if !suppressed.is_empty() {
-                if let Some(id) =
+            if !suppressed.is_empty()
+                && let Some(id) =
                     messages::record_suppressed(&tx, event_key, &message, &suppressed, reason, e.occurred_at)
                         .await
                         .map_err(TaskError::retryable)?
-                {
-                    tenant_events.push((id, "suppressed"));
-                }
+            {
+                tenant_events.push((id, "suppressed"));
             }
             let mut callbacks = Vec::new();
             for (id, stored) in tenant_events {
