@@ -731,6 +731,31 @@ mod tests {
     }
 
     #[test]
+    fn every_tenant_event_type_is_one_a_tenant_can_subscribe_to_and_inbound_mail_is_none() {
+        let kinds = [
+            EventKind::Send,
+            EventKind::Delivery,
+            EventKind::Bounce { permanent: true },
+            EventKind::Complaint,
+            EventKind::Reject,
+            EventKind::Open,
+            EventKind::Click,
+            EventKind::DeliveryDelay,
+            EventKind::RenderingFailure,
+            EventKind::Subscription,
+        ];
+        let mut reached: Vec<&str> = kinds.iter().map(|k| webhook_type(k.name()).expect("a type")).collect();
+        reached.push(webhook_type("suppressed").unwrap());
+        assert!(WEBHOOK_TYPES.iter().all(|t| reached.contains(t)), "each type is reachable: {reached:?}");
+        assert!(reached.iter().all(|t| WEBHOOK_TYPES.contains(t)));
+        assert_eq!(webhook_type(EventKind::Received.name()), None);
+        let defaults = super::super::callbacks::DEFAULT_MESSAGE_EVENTS;
+        assert!(defaults.iter().all(|t| WEBHOOK_TYPES.contains(t)));
+        let migration = include_str!("../../../../migrations/0027_message_event_callbacks.sql");
+        assert!(migration.contains(&format!("'{{{}}}'", defaults.join(","))), "the column's default is the same");
+    }
+
+    #[test]
     fn events_only_move_a_message_up_whatever_their_order() {
         let order_a = [EventKind::Send, EventKind::Delivery, EventKind::Open];
         let order_b = [EventKind::Open, EventKind::Delivery, EventKind::Send];
