@@ -3,16 +3,23 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+from django.db import transaction
 
+from relay_client.django import correlation
 from relay_client.django.message_events import replay_message_events
-from relay_client.django.models import RelayMessageEvent
+from relay_client.django.models import RelayJob, RelayMessageEvent
 from relay_client.django.signals import message_event
 from relay_client.errors import BadRequest
+from shop.tasks import email_send
 
+from .conftest import wait_for
 from .test_callbacks import send
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -97,3 +104,45 @@ def test_replay_pages_the_feed_keeps_each_event_once_and_returns_the_resume_curs
     assert replay_message_events(pages, "2026-11-30T00:00:00Z") == "r2"
     assert pages.asked == [{"updated_since": "2026-11-30T00:00:00Z"}, {"cursor": "c1"}]
     assert sorted(RelayMessageEvent.objects.values_list("event_id", flat=True)) == [51, 52]
+
+
+def test_a_bounce_fed_to_relays_ingress_reaches_the_projection_and_the_signal(relay, callbacks, live_server):
+    """End to end: an email job, a hard bounce through ``relay ingress send`` (ingress's own
+    handler), the signed ``message.bounced`` callback, the ``RelayMessageEvent`` row."""
+    got: list[str] = []
+
+    def receiver(sender, event, **kwargs):
+        got.append(event.type)
+
+    message_event.connect(receiver)
+    try:
+        with transaction.atomic(), correlation("signup-bounce"):
+            result = email_send.enqueue(
+                **{"from": "shop@example.com"}, to=["bounce@simulator.amazonses.com"], subject="hi", text="t"
+            )
+        row = RelayJob.objects.get(pk=result.id)
+        wait_for("the email job's callback", lambda: RelayJob.objects.get(pk=row.pk).terminal)
+        row.refresh_from_db()
+        relay_id = row.relay_id
+        assert relay_id is not None
+        example = Path(__file__).resolve().parents[2] / "docs/examples/ses-bounce.json"
+        subprocess.run(
+            [relay.bin, "ingress", "send", str(example), "--message", str(relay_id)],
+            env={**os.environ, "DATABASE_URL": relay.database_url},
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        wait_for(
+            "the bounce's callback",
+            lambda: RelayMessageEvent.objects.filter(job_id=relay_id, type="message.bounced").exists(),
+        )
+    finally:
+        message_event.disconnect(receiver)
+    event = RelayMessageEvent.objects.get(job_id=relay_id, type="message.bounced")
+    assert (event.correlation_id, event.recipients, event.bounce_type) == (
+        "signup-bounce",
+        ["bounce@simulator.amazonses.com"],
+        "Permanent",
+    )
+    assert "message.bounced" in got
