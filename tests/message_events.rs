@@ -130,8 +130,17 @@ async fn a_bounce_reaches_the_tenants_callback_signed_and_its_feed_and_no_one_el
         assert_eq!(s, StatusCode::BAD_REQUEST, "{q}: {e}");
         assert_eq!(e["error"]["code"], "invalid_query", "{q}: {e}");
     }
-    let every_a = format!("/v1/messages/events?cursor={}", "A".repeat(32));
-    assert_eq!(w.call(Method::GET, &every_a, None, None).await.0, StatusCode::OK, "any cursor of the shape");
+    // Any cursor of the shape and any RFC 3339 time is a position (none is a 500).
+    let edges = [
+        format!("cursor={}", "A".repeat(32)),
+        format!("cursor=A{}", "_".repeat(31)),
+        "updated_since=0000-01-01T00:00:00Z".into(),
+        "updated_since=9999-12-31T23:59:59.999999-23:59".into(),
+    ];
+    for q in edges {
+        let (s, e) = w.call(Method::GET, &format!("/v1/messages/events?{q}"), None, None).await;
+        assert_eq!(s, StatusCode::OK, "{q}: {e}");
+    }
 
     // Subscribing: an unknown type is refused; a delivery then reaches the callback.
     let (s, e) = w
