@@ -13,7 +13,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{Caller, JsonBody};
 use crate::store::StoreError;
 use crate::store::callbacks::{self, Attempt, Settings};
-use crate::store::messages;
+use crate::store::message_events;
 
 /// The default and the longest overlap of a rotation: the old secret keeps signing this long.
 pub const DEFAULT_OVERLAP_SECONDS: u32 = 24 * 3600;
@@ -113,11 +113,11 @@ pub async fn put(
     }
     let mut events = req.message_events;
     if let Some(list) = &mut events {
-        if let Some(bad) = list.iter().find(|t| !messages::WEBHOOK_TYPES.contains(&t.as_str())) {
+        if let Some(bad) = list.iter().find(|t| !message_events::WEBHOOK_TYPES.contains(&t.as_str())) {
             let bad: String = bad.chars().take(100).collect();
             return Err(ApiError::unprocessable(
                 "invalid_field",
-                format!("message_events: {bad:?} is not one of {}", messages::WEBHOOK_TYPES.join(", ")),
+                format!("message_events: {bad:?} is not one of {}", message_events::WEBHOOK_TYPES.join(", ")),
             )
             .with("field", "message_events"));
         }

@@ -16,7 +16,8 @@ use crate::credentials;
 use crate::email::campaign::{self, CampaignParams, Recipient};
 use crate::email::content;
 use crate::job::{JobId, JobStatus, TenantId};
-use crate::store::messages::{self, Message, MessageEvent, Preview, TenantEvent};
+use crate::store::message_events::{self, TenantEvent};
+use crate::store::messages::{self, Message, MessageEvent, Preview};
 use crate::store::suppressions::{self, Suppression};
 use crate::store::templates::{self, Template};
 use crate::store::{StoreError, sending_identities};
@@ -152,7 +153,7 @@ pub async fn message_events(
     }
     let limit = page_limit(q.limit.as_deref(), 100)?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    let events = messages::tenant_events(&db, tenant.id, after, limit).await?;
+    let events = message_events::tenant_events(&db, tenant.id, after, limit).await?;
     let last = events.last().map(|e| (e.received_at, e.id));
     let next_cursor = (events.len() as i64 == limit).then_some(last).flatten().map(encode_event_cursor);
     let settled = (Utc::now() - chrono::Duration::seconds(super::jobs::SETTLE_SECONDS), 0);

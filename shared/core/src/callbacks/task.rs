@@ -21,7 +21,7 @@ use crate::job::{ClaimedJob, Ending, Fault, JobId, TaskError, TenantId};
 use crate::outbound::{self, AllowList, Refusal};
 use crate::retry::RetryPolicy;
 use crate::store::callbacks::{self as store, Attempt, Outcome};
-use crate::store::{jobs, messages};
+use crate::store::{jobs, message_events};
 use crate::task::{Task, TaskContext};
 use crate::view;
 
@@ -68,7 +68,8 @@ impl Task for Deliver {
         // event's carries the event, to the tenant's URL.
         let (data, url) = match p.message_event {
             Some(id) => {
-                let Some(event) = messages::tenant_event_by_id(&db, p.tenant_id, id).await.map_err(db_err)? else {
+                let Some(event) = message_events::tenant_event_by_id(&db, p.tenant_id, id).await.map_err(db_err)?
+                else {
                     return Ok(json!({"delivered": false, "skipped": "the message event no longer exists"}));
                 };
                 let data = serde_json::to_value(event).map_err(|e| TaskError::Fatal(e.to_string()))?;

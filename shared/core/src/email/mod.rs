@@ -378,16 +378,22 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
             // callbacks (the types it subscribes to) and its feed; the deliveries commit with them.
             let mut tenant_events = vec![(event_id, e.kind.name())];
             if !suppressed.is_empty()
-                && let Some(id) =
-                    messages::record_suppressed(&tx, event_key, &message, &suppressed, reason, e.occurred_at)
-                        .await
-                        .map_err(TaskError::retryable)?
+                && let Some(id) = crate::store::message_events::record_suppressed(
+                    &tx,
+                    event_key,
+                    &message,
+                    &suppressed,
+                    reason,
+                    e.occurred_at,
+                )
+                .await
+                .map_err(TaskError::retryable)?
             {
                 tenant_events.push((id, "suppressed"));
             }
             let mut callbacks = Vec::new();
             for (id, stored) in tenant_events {
-                if let Some(kind) = messages::webhook_type(stored)
+                if let Some(kind) = crate::store::message_events::webhook_type(stored)
                     && let Some(job) = crate::store::callbacks::enqueue_message_event(&tx, id, kind)
                         .await
                         .map_err(TaskError::retryable)?

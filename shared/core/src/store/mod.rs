@@ -15,6 +15,7 @@ pub mod effects;
 pub mod exceptions;
 pub mod http_calls;
 pub mod jobs;
+pub mod message_events;
 pub mod messages;
 pub mod migrate;
 pub mod modes;
