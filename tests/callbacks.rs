@@ -20,10 +20,10 @@ use tokio::sync::watch;
 use crate::support::{World, test_settings};
 
 /// What the receiver got: (headers, body) per request.
-type Seen = Arc<Mutex<Vec<(HeaderMap, Vec<u8>)>>>;
+pub(crate) type Seen = Arc<Mutex<Vec<(HeaderMap, Vec<u8>)>>>;
 
 /// A callback receiver answering from a script (then 200), recording every request.
-async fn receiver(ip: &str, script: Vec<(u16, Option<&'static str>)>) -> (SocketAddr, Seen) {
+pub(crate) async fn receiver(ip: &str, script: Vec<(u16, Option<&'static str>)>) -> (SocketAddr, Seen) {
     let seen: Seen = Arc::default();
     let script = Arc::new(Mutex::new(VecDeque::from(script)));
     let (s2, sc2) = (seen.clone(), script.clone());
@@ -48,7 +48,7 @@ async fn receiver(ip: &str, script: Vec<(u16, Option<&'static str>)>) -> (Socket
 }
 
 /// A world whose callbacks may reach 127.0.0.1 only, with callbacks switched on for real.
-async fn world() -> World {
+pub(crate) async fn world() -> World {
     let mut s = test_settings();
     s.callback_allow = AllowList::parse("127.0.0.1/32").unwrap();
     let w = World::with_settings(s).await;
@@ -59,7 +59,7 @@ async fn world() -> World {
 }
 
 /// Run the due `callback.deliver` jobs once (time travel: backoffs are made due now).
-async fn deliver_due(w: &World) -> usize {
+pub(crate) async fn deliver_due(w: &World) -> usize {
     let db = w.db().await;
     let ids: Vec<JobId> = db
         .query(

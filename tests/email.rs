@@ -353,7 +353,7 @@ async fn a_crash_between_intent_and_send_never_sends_a_second_time() {
 }
 
 /// An SNS notification as SQS delivers it to the ingress function.
-fn sns_record(sns_id: &str, event: &Value) -> Value {
+pub(crate) fn sns_record(sns_id: &str, event: &Value) -> Value {
     json!({
         "messageId": Uuid::now_v7().to_string(),
         "eventSource": "aws:sqs",
@@ -366,7 +366,7 @@ fn sns_record(sns_id: &str, event: &Value) -> Value {
     })
 }
 
-fn ses_event(kind: &str, m: &Value, extra: Value) -> Value {
+pub(crate) fn ses_event(kind: &str, m: &Value, extra: Value) -> Value {
     let mut e = json!({
         "eventType": kind,
         "mail": {"timestamp": "2026-11-30T10:00:00.000Z", "messageId": m["provider_message_id"].as_str().unwrap_or("ses-unknown"),
@@ -378,7 +378,7 @@ fn ses_event(kind: &str, m: &Value, extra: Value) -> Value {
 }
 
 /// Hand SNS records to ingress and run the jobs it made; returns their results.
-async fn through_ingress(w: &World, exec: &Executor, records: Vec<Value>) -> Vec<Value> {
+pub(crate) async fn through_ingress(w: &World, exec: &Executor, records: Vec<Value>) -> Vec<Value> {
     let event: SqsEvent = serde_json::from_value(json!({ "Records": records })).unwrap();
     let ingress = Ingress::new(&w.platform, "platform");
     let response = ingress.handle(event).await;

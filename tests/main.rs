@@ -31,6 +31,7 @@ mod http_leaks;
 mod lambda;
 mod limits;
 mod local_secrets;
+mod message_events;
 mod operations;
 mod pace;
 mod python;

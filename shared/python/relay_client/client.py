@@ -274,6 +274,16 @@ class RelayClient:
             page = self.list(cursor=page.next_cursor, limit=limit)
             yield from page.jobs
 
+    def message_events(
+        self, *, updated_since: datetime | str | None = None, cursor: str | None = None, limit: int | None = None
+    ) -> dict[str, Any]:
+        """One page of ``GET /v1/messages/events``: ``{"events", "next_cursor", "resume_cursor"}``,
+        the tenant's message events in the order Relay received them."""
+        since = updated_since.isoformat() if isinstance(updated_since, datetime) else updated_since
+        query = {k: v for k, v in {"updated_since": since, "cursor": cursor, "limit": limit}.items() if v is not None}
+        data: dict[str, Any] = self._call("GET", "/v1/messages/events", params=query)
+        return data
+
     # -- transport ----------------------------------------------------------------------------
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:

@@ -1,5 +1,5 @@
-//! A tenant's callback settings: the URL every terminal state of its jobs is POSTed to, and
-//! the signing secret (shown once, when created or rotated; two valid during a rotation). And
+//! A tenant's callback settings: the URL every terminal state of its jobs (and each message
+//! event of the types it subscribes to) is POSTed to, and the signing secret (shown once, when created or rotated; two valid during a rotation). And
 //! each job's delivery attempts.
 
 use axum::Json;
@@ -13,6 +13,7 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{Caller, JsonBody};
 use crate::store::StoreError;
 use crate::store::callbacks::{self, Attempt, Settings};
+use crate::store::message_events;
 
 /// The default and the longest overlap of a rotation: the old secret keeps signing this long.
 pub const DEFAULT_OVERLAP_SECONDS: u32 = 24 * 3600;
@@ -26,6 +27,12 @@ pub struct CallbackSettingsRequest {
     /// that name their own `callback_url` get callbacks.
     #[schema(min_length = 1, max_length = 2000, pattern = "^https?://")]
     pub url: Option<String>,
+    /// The message event types the tenant's URL receives (`message.bounced`, `message.complained`,
+    /// `message.rejected`, `message.suppressed`, `message.delivered`, `message.delayed`,
+    /// `message.sent`, `message.opened`, `message.clicked`, `message.unsubscribed`); [] for none.
+    /// Absent: unchanged (at first: bounced, complained, rejected, suppressed).
+    #[schema(max_items = 10)]
+    pub message_events: Option<Vec<String>>,
 }
 
 /// `POST /v1/callbacks/rotate`
@@ -49,6 +56,8 @@ pub struct CallbackSettings {
     /// While a rotation lasts: until when the previous secret also signs.
     pub previous_valid_until: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
+    /// The message event types the tenant's URL receives.
+    pub message_events: Vec<String>,
 }
 
 impl CallbackSettings {
@@ -60,6 +69,7 @@ impl CallbackSettings {
             secret_created_at: s.secret_created_at,
             previous_valid_until: s.previous_until.filter(|u| *u > now),
             updated_at: s.updated_at,
+            message_events: s.message_events,
         }
     }
 }
@@ -101,8 +111,22 @@ pub async fn put(
         crate::outbound::check_url(url, &state.admission.callback_allow)
             .map_err(|why| ApiError::unprocessable("invalid_field", format!("url: {why}")).with("field", "url"))?;
     }
+    let mut events = req.message_events;
+    if let Some(list) = &mut events {
+        if let Some(bad) = list.iter().find(|t| !message_events::WEBHOOK_TYPES.contains(&t.as_str())) {
+            let bad: String = bad.chars().take(100).collect();
+            return Err(ApiError::unprocessable(
+                "invalid_field",
+                format!("message_events: {bad:?} is not one of {}", message_events::WEBHOOK_TYPES.join(", ")),
+            )
+            .with("field", "message_events"));
+        }
+        list.sort();
+        list.dedup();
+    }
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    let (s, created) = callbacks::set_url(&db, tenant.id, req.url.as_deref(), &crate::callbacks::new_secret()).await?;
+    let new_secret = crate::callbacks::new_secret();
+    let (s, created) = callbacks::set_url(&db, tenant.id, req.url.as_deref(), events.as_deref(), &new_secret).await?;
     Ok(Json(CallbackSettings::of(s, created)))
 }
 

@@ -4,6 +4,7 @@
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
@@ -16,6 +17,7 @@ use crate::email::campaign::{self, CampaignParams, Recipient};
 use crate::email::content;
 use crate::job::{JobId, JobStatus, TenantId};
 use crate::limits::Kind;
+use crate::store::message_events::{self, TenantEvent};
 use crate::store::messages::{self, Message, MessageEvent, Preview};
 use crate::store::suppressions::{self, Suppression};
 use crate::store::templates::{self, Template};
@@ -86,6 +88,79 @@ pub async fn get_message(
     let events = messages::events(&db, id).await?;
     let preview = messages::preview(&db, tenant.id, id).await?;
     Ok(Json(MessageDetail { message, events, preview }))
+}
+
+/// Query of `GET /v1/messages/events`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct MessageEventQuery {
+    /// An RFC 3339 time, or a `resume_cursor`.
+    pub updated_since: Option<String>,
+    /// A `next_cursor`.
+    #[param(pattern = "^A[A-Za-z0-9_-]{31}$")]
+    pub cursor: Option<String>,
+    /// 1 to 500; default 100.
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 500)]
+    pub limit: Option<String>,
+}
+
+/// One page of the message event feed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MessageEventPage {
+    pub events: Vec<TenantEvent>,
+    /// Pass back as `cursor`; null on the last page.
+    pub next_cursor: Option<String>,
+    /// Pass back later as `updated_since` for every event received after this page (always
+    /// present; it stays `SETTLE_SECONDS` behind the clock, so an event may come twice, none
+    /// is missed).
+    pub resume_cursor: String,
+}
+
+/// A feed position: the event's receipt time and its id (held in the cursor's id field).
+fn event_cursor(c: &str) -> Option<(DateTime<Utc>, i64)> {
+    super::cursor::decode(c).map(|(at, id)| (at, i64::try_from(id.as_u128()).unwrap_or(i64::MAX)))
+}
+
+fn encode_event_cursor((at, id): (DateTime<Utc>, i64)) -> String {
+    super::cursor::encode(at, Uuid::from_u128(u128::try_from(id).unwrap_or(0)))
+}
+
+/// `GET /v1/messages/events`: the caller's message events (every type, whatever its callbacks
+/// subscribe to) in the order Relay received them: replay what callbacks delivered or missed.
+#[utoipa::path(get, path = "/v1/messages/events", tag = "email", params(MessageEventQuery),
+    security(("tenant_key" = [])),
+    responses((status = 200, body = MessageEventPage), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn message_events(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    query: Result<Query<MessageEventQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<MessageEventPage>, ApiError> {
+    let Query(q) = query.map_err(ApiError::query)?;
+    let mut after = (DateTime::<Utc>::UNIX_EPOCH, 0);
+    if let Some(s) = q.updated_since.as_deref() {
+        after = match DateTime::parse_from_rfc3339(s) {
+            Ok(t) => (t.with_timezone(&Utc), 0),
+            Err(_) => event_cursor(s).ok_or_else(|| {
+                ApiError::invalid_query(
+                    "updated_since",
+                    "updated_since must be an RFC 3339 time or a cursor this API issued",
+                )
+            })?,
+        };
+    }
+    if let Some(c) = q.cursor.as_deref() {
+        after =
+            event_cursor(c).ok_or_else(|| ApiError::invalid_query("cursor", "cursor is not one this API issued"))?;
+    }
+    let limit = page_limit(q.limit.as_deref(), 100)?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let events = message_events::tenant_events(&db, tenant.id, after, limit).await?;
+    let last = events.last().map(|e| (e.received_at, e.id));
+    let next_cursor = (events.len() as i64 == limit).then_some(last).flatten().map(encode_event_cursor);
+    let settled = (Utc::now() - chrono::Duration::seconds(super::jobs::SETTLE_SECONDS), 0);
+    let reached = last.unwrap_or(after);
+    let resume_cursor = encode_event_cursor(if reached < settled { reached } else { settled });
+    Ok(Json(MessageEventPage { events, next_cursor, resume_cursor }))
 }
 
 #[derive(Debug, Default, Deserialize, IntoParams)]

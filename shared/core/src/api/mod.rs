@@ -81,6 +81,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/jobs/{id}/recipients/{page}", put(email::put_recipients))
         .route("/v1/messages", get(email::list_messages))
         .route("/v1/sending-role", get(email::get_sending_role).put(email::put_sending_role))
+        .route("/v1/messages/events", get(email::message_events))
         .route("/v1/messages/{id}", get(email::get_message))
         .route("/v1/suppressions", get(email::list_suppressions))
         .route("/v1/suppressions/{address}", put(email::add_suppression).delete(email::remove_suppression))

@@ -22,7 +22,7 @@ use super::{admin, callbacks, completions, destinations, email, jobs, limits, sc
     paths(
         jobs::submit, jobs::submit_batch, jobs::list, jobs::get, jobs::events, jobs::sessions, jobs::cancel, jobs::tasks,
         completions::complete,
-        email::list_messages, email::get_message, email::list_suppressions, email::add_suppression,
+        email::list_messages, email::get_message, email::message_events, email::list_suppressions, email::add_suppression,
         email::remove_suppression, email::list_templates, email::get_template, email::put_template,
         email::delete_template, email::get_identities, email::put_identities, email::put_recipients,
         email::get_sending_role, email::put_sending_role,

@@ -1,6 +1,9 @@
 //! `callback.deliver`: POSTs a job's resource to its callback URL, signed in the Standard
 //! Webhooks form, as a durable platform job created in the same statement as the job's
-//! terminal write (`store::callbacks::enqueue_ctes`). Every attempt is recorded.
+//! terminal write (`store::callbacks::enqueue_ctes`); or a message event (bounce, delivery,
+//! suppression...) to its tenant's URL, created in the transaction that applies the event
+//! (`store::callbacks::enqueue_message_event`). Every attempt is recorded, on the job (for a
+//! message event: its message's job).
 //!
 //! Retries follow `RetryPolicy::CALLBACKS` (about three days over 16 attempts), never sooner
 //! than a `Retry-After`; a 410 stops them (the job succeeds with `gone`); an address the guard
@@ -18,7 +21,7 @@ use crate::job::{ClaimedJob, Ending, Fault, JobId, TaskError, TenantId};
 use crate::outbound::{self, AllowList, Refusal};
 use crate::retry::RetryPolicy;
 use crate::store::callbacks::{self as store, Attempt, Outcome};
-use crate::store::jobs;
+use crate::store::{jobs, message_events};
 use crate::task::{Task, TaskContext};
 use crate::view;
 
@@ -36,8 +39,11 @@ pub struct DeliverParams {
     pub job_id: JobId,
     #[schema(value_type = uuid::Uuid)]
     pub tenant_id: TenantId,
-    /// `job.<status>`: the state that caused it.
+    /// `job.<status>`: the state that caused it; or `message.<event>` for a message event.
     pub event: String,
+    /// For a message event: its row (`message_events.id`); `job_id` is then its message's job.
+    #[serde(default)]
+    pub message_event: Option<i64>,
 }
 
 impl Task for Deliver {
@@ -56,13 +62,28 @@ impl Task for Deliver {
     async fn run(&self, ctx: &TaskContext, p: DeliverParams) -> Result<Value, TaskError> {
         let db = ctx.db.get().await.map_err(|e| TaskError::Retryable(format!("database: {e}")))?;
         let db_err = |e: crate::store::StoreError| TaskError::Retryable(e.to_string());
-        let Some(job) = jobs::get(&db, p.tenant_id, p.job_id).await.map_err(db_err)? else {
-            return Ok(json!({"delivered": false, "skipped": "the job no longer exists"}));
-        };
         let now = chrono::Utc::now();
-        let job = view::annotate_one(&db, job, now).await.map_err(db_err)?;
         let settings = store::get(&db, p.tenant_id).await.map_err(db_err)?;
-        let url = job.callback_url.clone().or_else(|| settings.as_ref().and_then(|s| s.url.clone()));
+        // A job's callback carries the job (to its own URL, or the tenant's); a message
+        // event's carries the event, to the tenant's URL.
+        let (data, url) = match p.message_event {
+            Some(id) => {
+                let Some(event) = message_events::tenant_event_by_id(&db, p.tenant_id, id).await.map_err(db_err)?
+                else {
+                    return Ok(json!({"delivered": false, "skipped": "the message event no longer exists"}));
+                };
+                let data = serde_json::to_value(event).map_err(|e| TaskError::Fatal(e.to_string()))?;
+                (data, settings.as_ref().and_then(|s| s.url.clone()))
+            }
+            None => {
+                let Some(job) = jobs::get(&db, p.tenant_id, p.job_id).await.map_err(db_err)? else {
+                    return Ok(json!({"delivered": false, "skipped": "the job no longer exists"}));
+                };
+                let job = view::annotate_one(&db, job, now).await.map_err(db_err)?;
+                let url = job.callback_url.clone().or_else(|| settings.as_ref().and_then(|s| s.url.clone()));
+                (serde_json::to_value(job).map_err(|e| TaskError::Fatal(e.to_string()))?, url)
+            }
+        };
         let mut attempt = Attempt {
             job_id: p.job_id,
             tenant_id: p.tenant_id,
@@ -120,7 +141,7 @@ impl Task for Deliver {
         let body = serde_json::to_vec(&json!({
             "type": p.event,
             "timestamp": now,
-            "data": job,
+            "data": data,
         }))
         .map_err(|e| TaskError::Fatal(e.to_string()))?;
         // The same id on every attempt of this delivery, so a receiver can drop repeats.

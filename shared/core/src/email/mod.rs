@@ -399,14 +399,14 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
         messages::Applied::Unmatched => {
             json!({ "ses_event": e.kind.name(), "applied": false, "note": "kept; no message of Relay's matches" })
         }
-        messages::Applied::Applied { message, before } => {
+        messages::Applied::Applied { message, before, event_id } => {
             // Only the message's own recipients, on its own tenant's list: an event cannot
             // suppress an address the message was never sent to.
             let addressed = recipients_of(&message.recipients);
             let suppress: Vec<String> = e.suppress.iter().filter(|a| addressed.contains(*a)).cloned().collect();
-            let mut suppressed = 0;
+            let mut suppressed = Vec::new();
+            let reason = if matches!(e.kind, messages::EventKind::Complaint) { "complaint" } else { "bounce" };
             if !suppress.is_empty() {
-                let reason = if matches!(e.kind, messages::EventKind::Complaint) { "complaint" } else { "bounce" };
                 suppressed = suppressions::add(
                     &tx,
                     message.tenant_id,
@@ -418,6 +418,34 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
                 .await
                 .map_err(TaskError::retryable)?;
             }
+            // The tenant hears of the event, and of the suppression it caused, through its
+            // callbacks (the types it subscribes to) and its feed; the deliveries commit with them.
+            let mut tenant_events = vec![(event_id, e.kind.name())];
+            if !suppressed.is_empty()
+                && let Some(id) = crate::store::message_events::record_suppressed(
+                    &tx,
+                    event_key,
+                    &message,
+                    &suppressed,
+                    reason,
+                    e.occurred_at,
+                )
+                .await
+                .map_err(TaskError::retryable)?
+            {
+                tenant_events.push((id, "suppressed"));
+            }
+            let mut callbacks = Vec::new();
+            for (id, stored) in tenant_events {
+                if let Some(kind) = crate::store::message_events::webhook_type(stored)
+                    && let Some(job) = crate::store::callbacks::enqueue_message_event(&tx, id, kind)
+                        .await
+                        .map_err(TaskError::retryable)?
+                {
+                    callbacks.push(job);
+                }
+            }
+            let suppressed = suppressed.len();
             let mut settled = Vec::new();
             if matches!(before, Status::Unknown | Status::Sending) && e.kind.proves_sent() {
                 let result = json!({ "message_id": message.id, "status": message.status, "provider_message_id": message.provider_message_id });
@@ -429,7 +457,7 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
             json!({
                 "ses_event": e.kind.name(), "applied": true, "message_id": message.id,
                 "status_before": before, "status": message.status,
-                "suppressed": suppressed, "exceptions_resolved": settled,
+                "suppressed": suppressed, "exceptions_resolved": settled, "callbacks": callbacks,
             })
         }
     };

@@ -29,7 +29,14 @@ pub struct Settings {
     pub previous_until: Option<DateTime<Utc>>,
     pub secret_created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// The message event types its callbacks carry (`message.bounced`...).
+    pub message_events: Vec<String>,
 }
+
+/// The message event types a tenant's callbacks carry unless it chooses: the terminal and
+/// negative ones (the column's default, migration 0027).
+pub const DEFAULT_MESSAGE_EVENTS: [&str; 4] =
+    ["message.bounced", "message.complained", "message.rejected", "message.suppressed"];
 
 impl Settings {
     fn from_row(r: &Row) -> Self {
@@ -41,6 +48,7 @@ impl Settings {
             previous_until: r.get("previous_until"),
             secret_created_at: r.get("secret_created_at"),
             updated_at: r.get("updated_at"),
+            message_events: r.get("message_events"),
         }
     }
 
@@ -57,7 +65,8 @@ impl Settings {
     }
 }
 
-const COLUMNS: &str = "tenant_id, url, secret, previous_secret, previous_until, secret_created_at, updated_at";
+const COLUMNS: &str =
+    "tenant_id, url, secret, previous_secret, previous_until, secret_created_at, updated_at, message_events";
 
 pub async fn get(db: &impl GenericClient, tenant_id: TenantId) -> Result<Option<Settings>, StoreError> {
     let row =
@@ -65,22 +74,27 @@ pub async fn get(db: &impl GenericClient, tenant_id: TenantId) -> Result<Option<
     Ok(row.as_ref().map(Settings::from_row))
 }
 
-/// Set the tenant's URL (or none). The first call creates the settings with `new_secret`;
-/// returns the settings and whether they were created (so the secret is shown once).
+/// Set the tenant's URL (or none) and, if given, the message event types it subscribes to
+/// (kept as they were otherwise; `DEFAULT_MESSAGE_EVENTS` at first). The first call creates the
+/// settings with `new_secret`; returns the settings and whether they were created (so the
+/// secret is shown once).
 pub async fn set_url(
     db: &impl GenericClient,
     tenant_id: TenantId,
     url: Option<&str>,
+    message_events: Option<&[String]>,
     new_secret: &str,
 ) -> Result<(Settings, bool), StoreError> {
     let row = db
         .query_one(
             &format!(
-                "INSERT INTO tenant_callbacks (tenant_id, url, secret) VALUES ($1, $2, $3)
-                 ON CONFLICT (tenant_id) DO UPDATE SET url = excluded.url, updated_at = now()
+                "INSERT INTO tenant_callbacks (tenant_id, url, secret, message_events)
+                 VALUES ($1, $2, $3, coalesce($4::text[], $5::text[]))
+                 ON CONFLICT (tenant_id) DO UPDATE SET url = excluded.url,
+                     message_events = coalesce($4::text[], tenant_callbacks.message_events), updated_at = now()
                  RETURNING {COLUMNS}, (xmax = 0) AS created"
             ),
-            &[&tenant_id, &url, &new_secret],
+            &[&tenant_id, &url, &new_secret, &message_events, &DEFAULT_MESSAGE_EVENTS.as_slice()],
         )
         .await?;
     Ok((Settings::from_row(&row), row.get("created")))
@@ -256,4 +270,46 @@ pub(crate) fn enqueue_ctes(source: &str, dispatched: bool) -> String {
              RETURNING id, run_at
          )"
     )
+}
+
+/// Create the `callback.deliver` job of one message event (`message_events.id`), in the caller's
+/// transaction, when its tenant has a callback URL and subscribes to `webhook_type`; the job
+/// reports on the message's job and carries its correlation id. Idempotent per event
+/// (`callback:message-event:<id>`). Left for the sweep to dispatch, like a job's callbacks that
+/// are not dispatched by their writer. Returns the delivery job, if one was made.
+pub async fn enqueue_message_event(
+    db: &impl GenericClient,
+    event_id: i64,
+    webhook_type: &str,
+) -> Result<Option<JobId>, StoreError> {
+    let row = db
+        .query_opt(
+            &format!(
+                "WITH cb AS (
+                     SELECT relay_uuid_v7() AS id, p.id AS platform, m.job_id, m.tenant_id, m.correlation_id,
+                            'callback:message-event:' || e.id AS key
+                     FROM message_events e JOIN messages m ON m.id = e.message_id AND m.tenant_id = e.tenant_id
+                     JOIN tenant_callbacks c ON c.tenant_id = m.tenant_id AND c.url IS NOT NULL
+                          AND $2 = ANY (c.message_events),
+                     (SELECT id FROM tenants WHERE name = 'platform') p
+                     WHERE e.id = $1
+                 ), cb_keys AS (
+                     INSERT INTO job_keys (tenant_id, idempotency_key, correlation_id, job_id)
+                     SELECT platform, key, correlation_id, id FROM cb
+                     ON CONFLICT (tenant_id, idempotency_key) DO NOTHING
+                     RETURNING job_id
+                 )
+                 INSERT INTO jobs (id, tenant_id, task_type, params, correlation_id, idempotency_key, request_hash,
+                                   run_at, max_attempts, timeout_seconds)
+                 SELECT id, platform, '{TASK_TYPE}',
+                        jsonb_build_object('job_id', job_id, 'tenant_id', tenant_id, 'event', $2::text,
+                                           'message_event', $1::bigint),
+                        correlation_id, key, sha256(convert_to(key, 'UTF8')), now(), {MAX_ATTEMPTS}, {TIMEOUT_SECONDS}
+                 FROM cb WHERE id IN (SELECT job_id FROM cb_keys)
+                 RETURNING id"
+            ),
+            &[&event_id, &webhook_type],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)))
 }

@@ -509,8 +509,9 @@ pub enum Applied {
     Duplicate,
     /// No message matches; the event is kept with the reason.
     Unmatched,
-    /// Applied to the message; `before` is its status before this event.
-    Applied { message: Box<Message>, before: Status },
+    /// Applied to the message; `before` is its status before this event; `event_id` is the
+    /// event's row (`message_events.id`).
+    Applied { message: Box<Message>, before: Status, event_id: i64 },
 }
 
 /// Apply one event once, in the caller's transaction: keep it, move the message's status up,
@@ -547,14 +548,22 @@ pub async fn apply_event(
     };
     let inserted = db
         .query_opt(
-            "INSERT INTO message_events (event_key, message_id, event_type, occurred_at, note, detail)
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (event_key) DO NOTHING RETURNING id",
-            &[&event_key, &message.as_ref().map(|m| m.id), &e.kind.name(), &e.occurred_at, &note, detail],
+            "INSERT INTO message_events (event_key, message_id, tenant_id, event_type, occurred_at, note, detail)
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (event_key) DO NOTHING RETURNING id",
+            &[
+                &event_key,
+                &message.as_ref().map(|m| m.id),
+                &message.as_ref().map(|m| m.tenant_id),
+                &e.kind.name(),
+                &e.occurred_at,
+                &note,
+                detail,
+            ],
         )
         .await?;
-    if inserted.is_none() {
+    let Some(event_id) = inserted.map(|r| r.get::<_, i64>(0)) else {
         return Ok(Applied::Duplicate);
-    }
+    };
     let Some(m) = message else { return Ok(Applied::Unmatched) };
     let after = m.status.after(e.kind);
     let (opens, clicks) = (i32::from(e.kind == EventKind::Open), i32::from(e.kind == EventKind::Click));
@@ -584,7 +593,7 @@ pub async fn apply_event(
             ],
         )
         .await?;
-    Ok(Applied::Applied { message: Box::new(Message::from_row(&row)?), before: m.status })
+    Ok(Applied::Applied { message: Box::new(Message::from_row(&row)?), before: m.status, event_id })
 }
 
 #[cfg(test)]

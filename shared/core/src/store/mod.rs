@@ -16,6 +16,7 @@ pub mod exceptions;
 pub mod http_calls;
 pub mod jobs;
 pub mod limits;
+pub mod message_events;
 pub mod messages;
 pub mod migrate;
 pub mod modes;

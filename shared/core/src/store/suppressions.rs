@@ -21,6 +21,7 @@ pub struct Suppression {
 }
 
 /// Add addresses (bare, lower-case); an address already listed keeps its first reason.
+/// Returns the addresses newly listed.
 pub async fn add(
     db: &impl GenericClient,
     tenant: TenantId,
@@ -28,15 +29,16 @@ pub async fn add(
     reason: &str,
     detail: Option<&str>,
     message_id: Option<Uuid>,
-) -> Result<u64, StoreError> {
-    Ok(db
-        .execute(
+) -> Result<Vec<String>, StoreError> {
+    let rows = db
+        .query(
             "INSERT INTO suppressions (tenant_id, address, reason, detail, message_id)
              SELECT $1, a, $3, $4, $5 FROM unnest($2::text[]) a
-             ON CONFLICT (tenant_id, address) DO NOTHING",
+             ON CONFLICT (tenant_id, address) DO NOTHING RETURNING address",
             &[&tenant, &addresses, &reason, &detail, &message_id],
         )
-        .await?)
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
 /// Which of `addresses` (bare, lower-case) are suppressed for the tenant.

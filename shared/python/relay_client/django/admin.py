@@ -1,5 +1,6 @@
 """The Django admin for the outbox and projection rows: filter by status, post a row now (an
-unsent or blocked one, e.g. after registering the destination a 409 named), refresh from Relay."""
+unsent or blocked one, e.g. after registering the destination a 409 named), refresh from Relay.
+The message events are listed read-only."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from . import conf, outbox
-from .models import RelayJob, ScheduleSlot
+from .models import RelayJob, RelayMessageEvent, ScheduleSlot
 
 
 @admin.register(RelayJob)
@@ -67,6 +68,21 @@ class ScheduleSlotAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("name", "slot", "task_result_id", "fired_at")
     list_filter = ("name",)
     ordering = ("-slot",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(RelayMessageEvent)
+class RelayMessageEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Read-only: the events are Relay's; find a recipient's bounces and complaints."""
+
+    list_display = ("event_id", "type", "message_id", "correlation_id", "bounce_type", "occurred_at")
+    list_filter = ("type", "bounce_type")
+    search_fields = ("message_id", "job_id", "correlation_id", "recipients")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

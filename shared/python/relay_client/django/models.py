@@ -106,3 +106,32 @@ class ScheduleSlot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} @ {self.slot.isoformat()}"
+
+
+class RelayMessageEvent(models.Model):
+    """One event on a message this project sent through Relay (bounce, complaint, delivery,
+    suppression...), as its signed callback or the feed (``GET /v1/messages/events``) gave it.
+    Kept once per Relay event id, so a repeated delivery or a replay changes nothing."""
+
+    #: Relay's id of the event: increasing in the order Relay received events.
+    event_id = models.BigIntegerField(unique=True)
+    #: ``message.bounced``, ``message.complained``, ``message.suppressed``, ``message.delivered``...
+    type = models.CharField(max_length=40)
+    message_id = models.UUIDField()
+    #: The Relay job that sent the message (``RelayJob.relay_id``).
+    job_id = models.UUIDField()
+    correlation_id = models.CharField(max_length=200)
+    recipients = models.JSONField(default=list)
+    occurred_at = models.DateTimeField(null=True, blank=True)
+    received_at = models.DateTimeField()
+    bounce_type = models.CharField(max_length=40, blank=True, default="")
+    bounce_subtype = models.CharField(max_length=60, blank=True, default="")
+    complaint_type = models.CharField(max_length=60, blank=True, default="")
+    note = models.TextField(blank=True, default="")
+
+    class Meta:
+        app_label = "relay"
+        indexes = [models.Index(fields=["message_id"], name="relay_message_event_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.message_id}"

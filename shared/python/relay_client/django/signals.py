@@ -13,3 +13,10 @@ job_refused = Signal()
 #: template it has not stored: status ``blocked``, posted again on demand) or 401/403 (the key:
 #: the row stays unsent and the drain keeps offering it). ``relay_drain`` exits non-zero.
 job_blocked = Signal()
+
+#: An event on a message sent through Relay reached this project for the first time (a signed
+#: callback, or ``replay_message_events``): sent after the commit that kept it, with
+#: ``sender=RelayMessageEvent`` and ``event`` (the row). ``event.type`` is ``message.bounced``,
+#: ``message.complained``, ``message.suppressed``... (the types the tenant's callbacks subscribe
+#: to). Connect a receiver to act on it, e.g. stop mailing a user whose address bounced.
+message_event = Signal()

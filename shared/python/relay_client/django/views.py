@@ -16,6 +16,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 
 from ..client import Job
 from . import conf
+from .message_events import apply_message_event
 from .outbox import apply
 
 log = logging.getLogger("relay_client")
@@ -64,7 +65,8 @@ def _signed_by(webhook: Webhook, body: bytes, headers: dict[str, str]) -> bool:
 @csrf_exempt
 @require_POST
 def callback(request: HttpRequest) -> JsonResponse:
-    """A signed callback from Relay: verify, then apply the job resource if it is newer."""
+    """A signed callback from Relay: verify, then apply the job resource if it is newer, or keep
+    the message event (``message.*``) once and send ``message_event``."""
     headers = {k: request.headers.get(k, "") for k in ("webhook-id", "webhook-timestamp", "webhook-signature")}
     payload, code = check(request.body, headers)
     if code == "stale_timestamp":
@@ -83,6 +85,15 @@ def callback(request: HttpRequest) -> JsonResponse:
         log.warning("relay callback %s refused: no signing secret verifies it", headers["webhook-id"])
         return _error(400, "bad_signature", "the webhook signature does not verify")
     data = payload.get("data") if isinstance(payload, dict) else None
+    kind = payload.get("type") if isinstance(payload, dict) else None
+    if isinstance(kind, str) and kind.startswith("message."):
+        try:
+            kept = apply_message_event(data) if isinstance(data, dict) else None
+        except (KeyError, TypeError, ValueError):
+            kept = None
+        if kept is None:
+            return _error(400, "invalid_payload", "a message event's data must be a message event")
+        return JsonResponse({"applied": kept})
     try:
         job = Job.from_json(data) if isinstance(data, dict) else None
     except (KeyError, TypeError, ValueError):

@@ -64,7 +64,11 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let (server, http) =
         harness::serve(&env.relay, &scratch.url, &[("RELAY_LOG", "error".into())], &env.log("fuzz-serve")).await?;
     let runs = [
-        ("tenant", scratch.key.as_str(), "^/v1/(jobs|tasks|messages|templates|suppressions|sending-role|callbacks|destinations|limits)"),
+        (
+            "tenant",
+            scratch.key.as_str(),
+            "^/v1/(jobs|tasks|messages|templates|suppressions|sending-role|callbacks|destinations|limits)",
+        ),
         ("operator", operator_key.as_str(), "^/v1/admin"),
         ("status", status_key.as_str(), "^/(v1/status|v1/openapi.json|healthz)$"),
     ];
