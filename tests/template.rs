@@ -425,6 +425,8 @@ fn each_function_has_its_own_least_privilege_role() {
                 "logs:CreateLogStream SweeperLogGroup",
                 "logs:PutLogEvents SweeperLogGroup",
                 "secretsmanager:GetSecretValue DatabaseSecretArn",
+                // The SES account's send rate and quota: GetAccount has no resource-level permissions.
+                "ses:GetAccount *",
                 "sqs:SendMessage WorkQueue",
             ]),
         ),
