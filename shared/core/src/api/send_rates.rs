@@ -17,6 +17,8 @@ use crate::store::send_rates::{self, RateChange, Scope, SendRate};
 
 /// The most an operator may set, per second.
 pub const MAX_RATE: f64 = 10_000.0;
+/// The lowest rate an operator may set: one send in about 17 minutes.
+pub const MIN_RATE: f64 = 0.001;
 /// The longest reason kept.
 pub const MAX_REASON: usize = 1000;
 
@@ -62,9 +64,12 @@ pub struct RateDetail {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RateChangeBody {
-    /// Sends per second, above 0 and at most 10,000; null clears it (an account then keeps
-    /// SES's own rate).
+    /// Sends per second, from 0.001 (one in about 17 minutes) to 10,000; null clears it (an
+    /// account then keeps SES's own rate).
+    #[schema(minimum = 0.001, maximum = 10000)]
     pub rate_per_second: Option<f64>,
+    /// Why, for the audit (at most 1,000 characters).
+    #[schema(max_length = 1000)]
     pub reason: Option<String>,
 }
 
@@ -131,16 +136,16 @@ pub async fn put(
     JsonBody(b): JsonBody<RateChangeBody>,
 ) -> Result<Json<RateView>, ApiError> {
     if let Some(r) = b.rate_per_second
-        && !(r.is_finite() && r > 0.0 && r <= MAX_RATE)
+        && !(MIN_RATE..=MAX_RATE).contains(&r)
     {
         return Err(ApiError::unprocessable(
             "invalid_field",
-            format!("rate_per_second: above 0 and at most {MAX_RATE}"),
+            format!("rate_per_second: from {MIN_RATE} to {MAX_RATE}"),
         )
         .with("field", "rate_per_second"));
     }
     if let Some(reason) = &b.reason
-        && (reason.len() > MAX_REASON || reason.contains('\0'))
+        && (reason.chars().count() > MAX_REASON || reason.contains('\0'))
     {
         return Err(
             ApiError::unprocessable("invalid_field", "reason: at most 1000 bytes, no NUL").with("field", "reason")

@@ -87,9 +87,11 @@ pub struct SendParams {
 pub struct ListUnsubscribe {
     /// An `https://` URL template, e.g. `https://acme.example/unsubscribe/{{ token }}`; it must
     /// render to a valid URI (use minijinja's `urlencode` filter on free text).
+    #[schema(min_length = 9, max_length = 2000, pattern = "^https://[^\\x00-\\x1f\\x7f-\\x9f]*$")]
     pub url: String,
     /// An address template the unsubscribe may also be mailed to (`mailto:`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 2000, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$")]
     pub mailto: Option<String>,
     /// Whether the URL takes RFC 8058's one-click POST (default true).
     #[serde(default = "one_click_default")]
@@ -222,7 +224,7 @@ impl SendParams {
             for (part, source) in [("url", Some(&l.url)), ("mailto", l.mailto.as_ref())] {
                 let Some(src) = source else { continue };
                 let field = format!("list_unsubscribe.{part}");
-                if src.is_empty() || src.len() > 2000 || src.chars().any(char::is_control) {
+                if src.is_empty() || src.chars().count() > 2000 || src.chars().any(char::is_control) {
                     return Err((field, "1 to 2000 characters, no control characters".into()));
                 }
                 env.template_from_str(src).map_err(|e| (field, e.to_string()))?;

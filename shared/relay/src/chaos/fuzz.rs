@@ -61,8 +61,10 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         let db = scratch.platform.pool.get().await?;
         (operators::create(&db, "fuzz").await?.1, status_keys::create(&db, "fuzz").await?.1)
     };
-    let (server, http) =
-        harness::serve(&env.relay, &scratch.url, &[("RELAY_LOG", "error".into())], &env.log("fuzz-serve")).await?;
+    // A local secret store, as `relay dev` has, so `PUT /v1/destinations/{name}/secret` is tested, not 503.
+    let secrets = env.tmp.join("fuzz-secrets");
+    let env_vars = [("RELAY_LOG", "error".into()), ("RELAY_SECRETS_DIR", secrets.display().to_string())];
+    let (server, http) = harness::serve(&env.relay, &scratch.url, &env_vars, &env.log("fuzz-serve")).await?;
     let runs = [
         (
             "tenant",
