@@ -249,8 +249,19 @@ async fn retention_deletes_only_old_terminal_jobs_with_their_events_and_keys() {
          UPDATE jobs SET status = 'failed', finished_at = now() - interval '40 days' WHERE idempotency_key = 'old-failed';
          INSERT INTO exceptions (id, job_id, tenant_id, task_type, kind, cause)
              SELECT gen_random_uuid(), id, tenant_id, task_type, 'fatal_error', 'x' FROM jobs WHERE idempotency_key = 'old-failed';
-         INSERT INTO job_events (job_id, kind, attempt) VALUES ('{}', 'succeeded', 1);", old.id
-    )).await.unwrap();
+         INSERT INTO job_events (job_id, kind, attempt) VALUES ('{old}', 'succeeded', 1);
+         INSERT INTO messages (id, tenant_id, message_key, job_id, attempt, correlation_id, status, from_address, recipients, subject)
+             SELECT gen_random_uuid(), tenant_id, idempotency_key, id, 1, 'c', 'sent', 'a@example.com', '[]', 's'
+             FROM jobs WHERE idempotency_key IN ('old', 'recent');
+         INSERT INTO message_events (event_key, message_id, event_type, detail, tenant_id)
+             SELECT 'ev-' || message_key, id, 'delivery', '{{}}', tenant_id FROM messages;
+         INSERT INTO callback_attempts (job_id, tenant_id, delivery_job_id, attempt, event, url, outcome)
+             SELECT id, tenant_id, id, 1, 'job.succeeded', 'https://x.example', 'delivered'
+             FROM jobs WHERE idempotency_key IN ('old', 'recent');",
+        old = old.id
+    ))
+    .await
+    .unwrap();
     let cutoff = Utc::now() - TimeDelta::days(30);
     // A parent waits for its child: the child goes in the first batch, the parent after.
     assert_eq!(retention::delete_terminal_before(&db, cutoff, 1000).await.unwrap(), 2);
@@ -270,6 +281,18 @@ async fn retention_deletes_only_old_terminal_jobs_with_their_events_and_keys() {
         0
     );
     assert_eq!(w.count("SELECT count(*) FROM job_keys", &[]).await, 3);
+    // The old job's message, its provider event and its callback attempt went with it; the
+    // recent job's stay.
+    for (table, rows) in [
+        ("messages", "SELECT message_key FROM messages"),
+        ("message_events", "SELECT m.message_key FROM message_events e JOIN messages m ON m.id = e.message_id"),
+        ("callback_attempts", "SELECT j.idempotency_key FROM callback_attempts a JOIN jobs j ON j.id = a.job_id"),
+    ] {
+        let keys: Vec<String> = db.query(rows, &[]).await.unwrap().iter().map(|r| r.get(0)).collect();
+        assert_eq!(keys, ["recent"], "{table}");
+    }
+    assert_eq!(w.count("SELECT count(*) FROM message_events", &[]).await, 1, "no event left without its message");
+    assert_eq!(w.count("SELECT count(*) FROM callback_attempts", &[]).await, 1);
 }
 
 #[tokio::test]

@@ -1,5 +1,5 @@
-//! Retention: deletes terminal jobs that finished before a cutoff, with their events, keys and
-//! exceptions, in bounded batches. Run by the `relay.retention` task on a built-in schedule.
+//! Retention: deletes terminal jobs that finished before a cutoff, with their events, keys,
+//! callback attempts, messages and the messages' provider events, in bounded batches. Run by the `relay.retention` task on a built-in schedule.
 //!
 //! Old rows are found through the primary key: ids are UUIDv7, so every job created before the
 //! cutoff sorts below the smallest id of the cutoff's millisecond, and no index on
@@ -25,7 +25,7 @@ pub fn first_id_at(at: DateTime<Utc>) -> JobId {
 }
 
 /// Delete up to `limit` terminal jobs created and finished before `cutoff` (with their
-/// events, keys and exceptions) in one statement. Returns how many jobs were deleted; rows
+/// events, keys, callback attempts, messages and message events) in one statement. Returns how many jobs were deleted; rows
 /// locked by someone else are skipped.
 pub async fn delete_terminal_before(
     db: &impl GenericClient,
@@ -45,6 +45,14 @@ pub async fn delete_terminal_before(
              ), keys AS (
                  DELETE FROM job_keys k USING old
                  WHERE k.tenant_id = old.tenant_id AND k.idempotency_key = old.idempotency_key
+             ), calls AS (
+                 DELETE FROM callback_attempts WHERE job_id = ANY (ARRAY(SELECT id FROM old))
+             ), sent AS (
+                 SELECT id FROM messages WHERE job_id = ANY (ARRAY(SELECT id FROM old))
+             ), provider_events AS (
+                 DELETE FROM message_events WHERE message_id = ANY (ARRAY(SELECT id FROM sent))
+             ), messages_gone AS (
+                 DELETE FROM messages WHERE id = ANY (ARRAY(SELECT id FROM sent))
              ), gone AS (
                  DELETE FROM jobs WHERE id = ANY (ARRAY(SELECT id FROM old)) RETURNING id
              )
