@@ -268,12 +268,50 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
                 rs.push(lambda::run(url, n, containers).await?);
             }
             let rate = median(rs.iter().map(|r| r.jobs_per_sec).collect());
-            let commits = median(rs.iter().map(|r| r.commits_per_job).collect());
+            let floor_rate = median(rs.iter().map(|r| r.floor_jobs_per_sec).collect());
+            let cost = |f: fn(&lambda::Cost) -> f64| median(rs.iter().map(|r| f(&r.cost)).collect());
+            let floor = |f: fn(&lambda::Cost) -> f64| median(rs.iter().map(|r| f(&r.floor)).collect());
             row(
                 "lambda",
                 &format!("executor handler, SQS batches of 10, {containers} containers"),
                 format!("{rate:.0}"),
-                format!("jobs/s, one connection per container; {commits:.2} commits per job"),
+                format!("jobs/s, one connection per container (floor, no database: {floor_rate:.0})"),
+            );
+            row(
+                "lambda",
+                "  commits / SQS requests / invocations per job",
+                format!(
+                    "{:.2} / {:.2} / {:.2}",
+                    cost(|c| c.commits_per_job),
+                    cost(|c| c.sqs_requests_per_job),
+                    cost(|c| c.invocations_per_job)
+                ),
+                format!(
+                    "floor 0 / {:.2} / {:.2} (send, receive, delete in 10s)",
+                    floor(|c| c.sqs_requests_per_job),
+                    floor(|c| c.invocations_per_job)
+                ),
+            );
+            row(
+                "lambda",
+                "  Lambda GB-s per job; WAL bulk accept / run B per job",
+                format!(
+                    "{:.6}; {:.0} / {:.0}",
+                    cost(|c| c.gb_seconds_per_job),
+                    cost(|c| c.wal_accept_per_job),
+                    cost(|c| c.wal_run_per_job)
+                ),
+                format!("floor {:.6} GB-s at 128 MB, no WAL; Relay at 256 MB", floor(|c| c.gb_seconds_per_job)),
+            );
+            let (usd, floor_usd) = (cost(|c| c.usd_per_million), floor(|c| c.usd_per_million));
+            row(
+                "lambda",
+                "  USD per million jobs (Lambda + SQS)",
+                format!("{usd:.3}"),
+                format!(
+                    "floor {floor_usd:.3} ({:.2}×); us-east-1 arm64 list prices, no free tier, RDS not included",
+                    usd / floor_usd
+                ),
             );
             all.push(json!({"containers": containers, "median_jobs_per_sec": rate, "runs": rs}));
         }
