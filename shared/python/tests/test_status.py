@@ -15,7 +15,9 @@ import jsonschema
 import pytest
 from django.db import connection, transaction
 
+from relay_client.django import schedules
 from relay_client.django.models import RelayJob
+from relay_client.django.status import document
 from shop.tasks import broken, noop, tally_orders
 
 from .conftest import HERE, Relay, free_port, run_manage, wait_for
@@ -76,13 +78,29 @@ def test_the_local_status_document_validates_and_reports_the_local_work(relay_se
     queues = {q["name"]: q for q in doc["queues"]}
     assert queues["relay-outbox"]["depth"] == 1 and queues["relay-outbox"]["oldest_pending_age_s"] >= 0
     assert (queues["default"]["depth"], queues["default"]["scheduled"]) == (0, 1)
-    schedules = {s["name"]: s for s in doc["schedules"]}
-    assert set(schedules) == {"nightly-tally", "minutely-tally"}
-    assert schedules["nightly-tally"]["last_outcome"] == "pending"
-    assert schedules["nightly-tally"]["next_run_at"].endswith("02:00:00Z")
+    declared = {s["name"]: s for s in doc["schedules"]}
+    assert set(declared) == {"nightly-tally", "minutely-tally"}
+    # Runs of their task that other code enqueued are neither schedule's: neither has fired.
+    assert {(s["last_run_at"], s["last_outcome"]) for s in declared.values()} == {(None, None)}, declared
+    assert declared["nightly-tally"]["next_run_at"].endswith("02:00:00Z")
     # A document that breaks the contract is caught by the same check.
     with pytest.raises(jsonschema.ValidationError):
         validate({**doc, "failures": {"last_hour": -1}})
+
+
+def test_a_schedule_reports_the_run_its_own_latest_slot_enqueued(relay_settings):
+    tally_orders.enqueue()  # the schedules' task, enqueued by other code
+    noon = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
+    fired = schedules.fire_due(noon)  # nightly-tally's 02:00 slot is past the catch-up hour
+    assert [f.split("@")[0] for f in fired] == ["minutely-tally"], fired
+    out = run_manage("db_worker", "--batch", "--no-startup-delay", db_name=connection.settings_dict["NAME"], timeout=60)
+    assert out.returncode == 0, out.stderr
+    doc = document()
+    validate(doc)
+    declared = {s["name"]: s for s in doc["schedules"]}
+    assert (declared["nightly-tally"]["last_run_at"], declared["nightly-tally"]["last_outcome"]) == (None, None)
+    assert declared["minutely-tally"]["last_outcome"] == "succeeded", declared
+    assert declared["minutely-tally"]["last_run_at"] is not None
 
 
 def chromium() -> str | None:

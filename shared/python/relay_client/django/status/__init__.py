@@ -8,7 +8,8 @@ and ``"django_q"`` (django-q2's tables). A project in the middle of a move from 
 Beside them, always: the outbox as a queue of its own (``relay-outbox``), where rows a crash left
 behind show as depth and age until a drain posts them; rows Relay refused count as failures,
 and rows stuck until the tenant acts (401/403/409) as open exceptions; and the schedules
-declared in ``RELAY["SCHEDULES"]`` with their next run (their last run from django-tasks-db).
+declared in ``RELAY["SCHEDULES"]`` with their next run and the run their latest fired slot
+enqueued (a run of the same task enqueued by other code is not the schedule's).
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Count, Min
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from .. import conf
-from ..models import RelayJob
+from .._compat import TaskResultDoesNotExist, TaskResultMismatch
+from ..models import RelayJob, ScheduleSlot
+from ..schedules import Schedule, declared
 from . import django_q, shape, tasks_db
 from .shape import CONTRACT, RECENT_RUNS, VERSION
 
@@ -52,7 +56,7 @@ def document(now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     names = sources()
     parts = [_outbox(now)] + [SOURCES[name](now) for name in names]
-    parts.append(shape.Part(schedules=_declared(now, tasks_db.last_run if "django_tasks_db" in names else None)))
+    parts.append(shape.Part(schedules=_declared(now)))
     return shape.merge(str(conf.get("PROJECT") or "django"), now, parts)
 
 
@@ -70,11 +74,21 @@ def _outbox(now: datetime) -> shape.Part:
     )
 
 
-def _declared(now: datetime, last: Callable[[str], tuple[datetime | None, str | None]] | None) -> list[dict[str, Any]]:
-    from .. import schedules
-
+def _declared(now: datetime) -> list[dict[str, Any]]:
     out = []
-    for s in schedules.declared():
-        at, outcome = last(s.task) if last else (None, None)
+    for s in declared():
+        at, outcome = _last_fired(s)
         out.append(shape.schedule(s.name, s.cron, last_run_at=at, last_outcome=outcome, next_run_at=s.next(now)))
     return out
+
+
+def _last_fired(s: Schedule) -> tuple[datetime | None, str | None]:
+    """When the schedule's latest fired slot ran (or fired, until it runs), and how that run stands."""
+    slot = ScheduleSlot.objects.using(conf.database()).filter(name=s.name).order_by("-slot").first()
+    if slot is None:
+        return None, None
+    try:
+        result = import_string(s.task).get_result(slot.task_result_id)
+    except (ImportError, TaskResultDoesNotExist, TaskResultMismatch):  # pruned, or the entry now names another task
+        return slot.fired_at, None
+    return result.started_at or slot.fired_at, shape.OUTCOMES.get(str(result.status), str(result.status).lower())

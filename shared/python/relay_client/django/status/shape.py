@@ -14,6 +14,8 @@ from typing import Any
 CONTRACT = "relay.status/v1"
 VERSION = "1.0"
 RECENT_RUNS = 50
+#: ``django.tasks`` result statuses as the contract names outcomes.
+OUTCOMES = {"READY": "pending", "RUNNING": "running", "SUCCESSFUL": "succeeded", "FAILED": "failed"}
 _EPOCH = datetime.min.replace(tzinfo=UTC)
 
 

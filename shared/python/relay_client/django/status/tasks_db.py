@@ -14,7 +14,6 @@ from django.db.models import Min
 from . import shape
 
 TRANSPORT = "django-tasks-db"
-_STATUS = {"READY": "pending", "RUNNING": "running", "SUCCESSFUL": "succeeded", "FAILED": "failed"}
 
 
 def collect(now: datetime) -> shape.Part:
@@ -29,16 +28,6 @@ def collect(now: datetime) -> shape.Part:
         failed_last_hour=failed.filter(finished_at__gte=now - timedelta(hours=1)).count(),
         failed_last_24h=failed.filter(finished_at__gte=now - timedelta(hours=24)).count(),
     )
-
-
-def last_run(task_path: str) -> tuple[datetime | None, str | None]:
-    """When the newest run of a task started (or was enqueued) and how it stands."""
-    from django_tasks_db.models import DBTaskResult
-
-    last = DBTaskResult.objects.filter(task_path=task_path).order_by("-enqueued_at").first()
-    if last is None:
-        return None, None
-    return last.started_at or last.enqueued_at, _STATUS.get(last.status, last.status.lower())
 
 
 def _workers(results: Any, now: datetime) -> list[tuple[datetime, dict[str, Any]]]:
@@ -81,7 +70,7 @@ def _run(r: Any, now: datetime) -> tuple[datetime, dict[str, Any]]:
     return shape.run(
         str(r.id),
         r.task_path,
-        _STATUS.get(r.status, r.status.lower()),
+        shape.OUTCOMES.get(r.status, r.status.lower()),
         now,
         created_at=r.enqueued_at,
         started_at=r.started_at,

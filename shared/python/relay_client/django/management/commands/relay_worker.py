@@ -15,20 +15,38 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--drain-every", type=float, default=30.0, help="seconds between drains")
+        parser.add_argument(
+            "--drain-every", type=float, default=30.0, help="seconds between drains (default %(default)s)"
+        )
         parser.add_argument(
             "--min-age",
             type=float,
             default=10.0,
-            help="drain only rows at least this many seconds old (fresh ones are their commit's)",
+            help="drain only rows at least this many seconds old; fresh ones are their commit's (default %(default)s)",
         )
-        parser.add_argument("--reconcile-every", type=float, default=300.0)
         parser.add_argument(
-            "--older-than", type=float, default=600.0, help="reconcile jobs not heard of for this many seconds"
+            "--reconcile-every",
+            type=float,
+            default=300.0,
+            help="seconds between reconciliations, which re-pull jobs whose callbacks were lost (default %(default)s)",
         )
-        parser.add_argument("--schedules-every", type=float, default=15.0)
         parser.add_argument(
-            "--prune-days", type=float, default=None, help="also delete finished rows older than this many days, hourly"
+            "--older-than",
+            type=float,
+            default=600.0,
+            help="reconcile jobs not heard of for this many seconds (default %(default)s)",
+        )
+        parser.add_argument(
+            "--schedules-every",
+            type=float,
+            default=15.0,
+            help="seconds between looks for due RELAY['SCHEDULES'] slots (default %(default)s)",
+        )
+        parser.add_argument(
+            "--prune-days",
+            type=float,
+            default=None,
+            help="also delete finished rows older than this many days, hourly (default: never)",
         )
         parser.add_argument("--once", action="store_true", help="run each step once and exit")
 
