@@ -161,8 +161,8 @@ fn banner(run: &Run, api: &str, console: Option<&str>, key: &str, database_url: 
     };
     eprintln!(
         "relay dev: API on {api}, {workers} worker loops, sweep every {sweep}s; {console}\n\n\
-         dev tenant API key (new on every start):\n\n  export RELAY_KEY={key}\n{database}\n\
-         try:\n  curl -s -X POST {api}/v1/jobs -H \"Authorization: Bearer $RELAY_KEY\" \\\n    \
+         dev tenant API key (new on every start):\n\n  export RELAY_API_KEY={key}\n{database}\n\
+         try:\n  curl -s -X POST {api}/v1/jobs -H \"Authorization: Bearer $RELAY_API_KEY\" \\\n    \
          -H 'Idempotency-Key: {try_key}' -H 'Content-Type: application/json' \\\n    \
          -d '{{\"task_type\": \"noop\", \"params\": {{\"echo\": \"hi\"}}}}'\n  \
          relay jobs --tenant dev watch <id>\n\n\
