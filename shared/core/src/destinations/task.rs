@@ -34,7 +34,7 @@ use utoipa::ToSchema;
 use std::sync::Arc;
 
 use crate::destinations::local::LocalSecrets;
-use crate::destinations::{self as rules, SecretError};
+use crate::destinations::{self as rules, Secret, SecretError};
 use crate::job::{Fence, TaskError};
 use crate::outbound::{self, AllowList, Answer, Limits, Refusal};
 use crate::store::destinations::{self, Destination};
@@ -154,7 +154,29 @@ fn retryable_status(status: u16) -> bool {
 }
 
 async fn call(task: &HttpRequest, ctx: &TaskContext, p: RequestParams) -> Result<Value, TaskError> {
-    let allow = &task.allow;
+    let (db, dest, job) = begin(ctx, &p.destination).await?;
+    drop(db);
+    for (name, value) in &p.headers {
+        rules::check_header(name, value, dest.auth_header.as_deref())
+            .map_err(|m| TaskError::Fatal(format!("headers.{name}: {m}")).tenants())?;
+    }
+    let url = rules::join(&dest.base_url, &p.path);
+    let mut headers: Vec<(String, String)> = p.headers.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+    headers.extend(relay_headers(&job, ctx, "relay-http/1"));
+    let shown = shown_request(p.method, &url, &headers, &dest, p.body.clone());
+    let body = p.body.as_ref().map_or_else(Vec::new, |b| b.to_string().into_bytes());
+    let timeout = Duration::from_millis(u64::try_from(dest.timeout_ms).unwrap_or(10_000));
+    let call =
+        Call { dest: &dest, method: p.method, url, headers, body: Bytes::from(body), shown, timeout, signing: None };
+    send(&task.allow, task.local.as_ref(), ctx, call).await
+}
+
+/// What every call starts with: an earlier attempt's call with no recorded outcome makes this
+/// one ambiguous; then the destination (gone: the tenant's fault) and the job.
+pub(crate) async fn begin(
+    ctx: &TaskContext,
+    destination: &str,
+) -> Result<(deadpool_postgres::Client, Destination, jobs::Job), TaskError> {
     let db = ctx.db.get().await.map_err(TaskError::retryable)?;
     if let Some(c) = http_calls::unsettled(&db, ctx.job_id, ctx.attempt).await.map_err(TaskError::retryable)? {
         return Err(TaskError::Ambiguous(format!(
@@ -163,25 +185,62 @@ async fn call(task: &HttpRequest, ctx: &TaskContext, p: RequestParams) -> Result
         ))
         .tenants());
     }
-    let Some(dest) = destinations::get(&db, ctx.tenant_id, &p.destination).await.map_err(TaskError::retryable)? else {
-        return Err(TaskError::Fatal(format!("destination {:?} no longer exists", p.destination)).tenants());
+    let Some(dest) = destinations::get(&db, ctx.tenant_id, destination).await.map_err(TaskError::retryable)? else {
+        return Err(TaskError::Fatal(format!("destination {destination:?} no longer exists")).tenants());
     };
-    for (name, value) in &p.headers {
-        rules::check_header(name, value, dest.auth_header.as_deref())
-            .map_err(|m| TaskError::Fatal(format!("headers.{name}: {m}")).tenants())?;
-    }
     let job = jobs::get(&db, ctx.tenant_id, ctx.job_id)
         .await
         .map_err(TaskError::retryable)?
         .ok_or_else(|| TaskError::retryable("the job vanished"))?;
-    let url = rules::join(&dest.base_url, &p.path);
-    let mut headers: Vec<(String, String)> = p.headers.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
-    headers.push(("idempotency-key".into(), job.idempotency_key.clone()));
-    headers.push((crate::email::content::CORRELATION_HEADER.to_owned(), ctx.correlation_id.clone()));
-    headers.push(("user-agent".into(), "relay-http/1".into()));
-    let shown = shown_request(&p, &url, &headers, &dest);
+    Ok((db, dest, job))
+}
+
+/// The headers Relay adds to every call: the job's idempotency key, its correlation id, and
+/// who calls.
+pub(crate) fn relay_headers(job: &jobs::Job, ctx: &TaskContext, agent: &str) -> [(String, String); 3] {
+    [
+        ("idempotency-key".into(), job.idempotency_key.clone()),
+        (crate::email::content::CORRELATION_HEADER.to_owned(), ctx.correlation_id.clone()),
+        ("user-agent".into(), agent.to_owned()),
+    ]
+}
+
+/// One call as `http.request` and `webhook.send` make it, before its secrets are read.
+pub(crate) struct Call<'a> {
+    pub dest: &'a Destination,
+    pub method: Method,
+    pub url: String,
+    /// Without the auth header (added from the destination's secret just before sending).
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+    /// What the call's record shows of it (`shown_request`).
+    pub shown: Value,
+    pub timeout: Duration,
+    /// Sign the body with the destination's signing secret (`webhook.send`).
+    pub signing: Option<Signing>,
+}
+
+/// The Standard Webhooks headers' id and timestamp; the signature is over them and the body.
+pub(crate) struct Signing {
+    pub msg_id: String,
+    pub timestamp: i64,
+}
+
+/// Make one call: shadow mode records what would be sent and sends nothing; `write:http`, the
+/// operators' switch for the destination or the tenant's own off defers the job (no attempt
+/// used); then the secrets (under the task's own role), the guard, a rate slot (deferred when
+/// there is none), the call recorded as `sending` under the job's fence, the call itself, and
+/// its one classification (the module's table).
+pub(crate) async fn send(
+    allow: &AllowList,
+    local: Option<&Arc<LocalSecrets>>,
+    ctx: &TaskContext,
+    c: Call<'_>,
+) -> Result<Value, TaskError> {
+    let Call { dest, method, url, mut headers, body, shown, timeout, signing } = c;
+    let db = ctx.db.get().await.map_err(TaskError::retryable)?;
     let record =
-        |outcome: &'static str, error: Option<String>| record_call(&db, ctx, &p.destination, &shown, outcome, error);
+        |outcome: &'static str, error: Option<String>| record_call(&db, ctx, &dest.name, &shown, outcome, error);
 
     if ctx.modes.shadow() {
         record("shadowed", Some("shadow mode: recorded, not sent".into())).await?;
@@ -211,16 +270,23 @@ async fn call(task: &HttpRequest, ctx: &TaskContext, p: RequestParams) -> Result
             return Err(TaskError::Fatal(format!("invalid URL {url:?}: {why}")).tenants());
         }
     };
-    // The secret before the intent: a missing one or an STS failure leaves no `sending` row.
+    // The secrets before the intent: a missing one or an STS failure leaves no `sending` row.
     // (No pooled connection is held across the AWS calls.)
     drop(db);
     let secret = match &dest.auth_header {
-        Some(h) => Some((h.clone(), read_secret(task.local.as_ref(), ctx, &dest).await?)),
+        Some(h) => Some((h.clone(), read_secret(local, ctx, dest, Secret::Auth).await?)),
+        None => None,
+    };
+    let signature = match &signing {
+        Some(s) => {
+            let key = read_secret(local, ctx, dest, Secret::Signing).await?;
+            Some(crate::callbacks::signature_header(&[&key], &s.msg_id, s.timestamp, &body))
+        }
         None => None,
     };
     let db = ctx.db.get().await.map_err(TaskError::retryable)?;
     let record =
-        |outcome: &'static str, error: Option<String>| record_call(&db, ctx, &p.destination, &shown, outcome, error);
+        |outcome: &'static str, error: Option<String>| record_call(&db, ctx, &dest.name, &shown, outcome, error);
     let addr = match outbound::resolve(&target, allow).await {
         Ok(a) => a,
         Err(refusal @ Refusal::Address { .. }) => {
@@ -248,19 +314,19 @@ async fn call(task: &HttpRequest, ctx: &TaskContext, p: RequestParams) -> Result
     if let Some((name, value)) = &secret {
         headers.push((name.clone(), value.clone()));
     }
+    if let (Some(s), Some(signature)) = (&signing, signature) {
+        headers.push(("webhook-id".into(), s.msg_id.clone()));
+        headers.push(("webhook-timestamp".into(), s.timestamp.to_string()));
+        headers.push(("webhook-signature".into(), signature));
+    }
     let pairs: Vec<(&str, String)> = headers.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
-    let body = p.body.as_ref().map_or_else(Vec::new, |b| b.to_string().into_bytes());
-    let limits = Limits {
-        timeout: Duration::from_millis(u64::try_from(dest.timeout_ms).unwrap_or(10_000)),
-        body: MAX_RESPONSE_BODY,
-        read_body: |s| !retryable_status(s),
-    };
+    let limits = Limits { timeout, body: MAX_RESPONSE_BODY, read_body: |s| !retryable_status(s) };
     let started = std::time::Instant::now();
-    let answer = outbound::request(&target, addr, p.method.hyper(), &pairs, Bytes::from(body), limits)
+    let answer = outbound::request(&target, addr, method.hyper(), &pairs, body, limits)
         .await
         .map(|a| redact(a, secret.as_ref().map(|(_, v)| v.as_str())));
     let duration_ms = Some(i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX));
-    let what = format!("{} {url}", p.method.hyper());
+    let what = format!("{} {url}", method.hyper());
     let (settled, outcome) = classify(&what, answer, duration_ms);
     http_calls::settle(&db, call_id, &settled).await.map_err(|e: StoreError| {
         // The call happened; its record could not be settled. Say so rather than retry.
@@ -270,7 +336,7 @@ async fn call(task: &HttpRequest, ctx: &TaskContext, p: RequestParams) -> Result
 }
 
 /// Record a call under this attempt's fence; an attempt that no longer holds the job may not call.
-async fn record_call(
+pub(crate) async fn record_call(
     db: &deadpool_postgres::Client,
     ctx: &TaskContext,
     destination: &str,
@@ -286,34 +352,46 @@ async fn record_call(
         .ok_or_else(|| TaskError::retryable("this attempt no longer holds the job; it may not call"))
 }
 
-/// What was (or would be) sent, the secret redacted (`content-type` is `outbound::request`'s).
-fn shown_request(p: &RequestParams, url: &str, headers: &[(String, String)], dest: &Destination) -> Value {
+/// What was (or would be) sent, the secret redacted (`content-type` is `outbound::request`'s);
+/// `body` as the call's record shows it.
+pub(crate) fn shown_request(
+    method: Method,
+    url: &str,
+    headers: &[(String, String)],
+    dest: &Destination,
+    body: Option<Value>,
+) -> Value {
     let mut shown: serde_json::Map<String, Value> = headers.iter().map(|(n, v)| (n.clone(), json!(v))).collect();
     shown.insert("content-type".into(), json!(outbound::CONTENT_TYPE));
     if let Some(h) = &dest.auth_header {
         shown.insert(h.clone(), json!(REDACTED));
     }
-    json!({"method": p.method, "url": url, "headers": shown, "body": p.body})
+    json!({"method": method, "url": url, "headers": shown, "body": body})
 }
 
-/// The destination's secret: from the local store when there is one, else from Secrets Manager
-/// under the task's own role.
+/// One of the destination's secrets: from the local store when there is one, else from
+/// Secrets Manager under the task's own role.
 async fn read_secret(
     local: Option<&Arc<LocalSecrets>>,
     ctx: &TaskContext,
     dest: &Destination,
+    which: Secret,
 ) -> Result<String, TaskError> {
     let read = match local {
         Some(store) => {
             let (store, tenant, name) = (store.clone(), ctx.tenant_id, dest.name.clone());
-            tokio::task::spawn_blocking(move || store.read(tenant, &name)).await.map_err(TaskError::retryable)?
+            tokio::task::spawn_blocking(move || store.read(tenant, &name, which)).await.map_err(TaskError::retryable)?
         }
-        None => rules::read_secret(&ctx.aws().await?, ctx.tenant_id, &dest.name).await,
+        None => rules::read_secret(&ctx.aws().await?, ctx.tenant_id, &dest.name, which).await,
+    };
+    let checked = |v: &str| match which {
+        Secret::Auth => rules::check_value(v),
+        Secret::Signing => rules::check_signing_secret(v),
     };
     match read {
-        Ok(v) => rules::check_value(&v)
-            .map(|()| v)
-            .map_err(|m| TaskError::Fatal(format!("the destination's secret: {m}")).tenants()),
+        Ok(v) => {
+            checked(&v).map(|()| v).map_err(|m| TaskError::Fatal(format!("the destination's secret: {m}")).tenants())
+        }
         Err(e @ (SecretError::Missing(_) | SecretError::NotAString(_))) => {
             Err(TaskError::Fatal(e.to_string()).tenants())
         }
