@@ -160,7 +160,8 @@ async fn bad_input_gets_a_clear_4xx_json_error_and_stores_nothing() {
             "test.await",
             "test.effect",
             "test.fail",
-            "test.whoami"
+            "test.whoami",
+            "webhook.send"
         ])
     );
     let (_, err) = post(Some("k"), br#"{"task_type":"sleep","params":{"seconds":"long"}}"#.to_vec()).await;
