@@ -1,5 +1,6 @@
-//! A tenant's HTTP destinations, the targets of `http.request`: the rules their names, the
-//! paths and the headers of a call follow, and the secret behind a destination's auth header.
+//! A tenant's HTTP destinations, the targets of `http.request` and `webhook.send`: the rules
+//! their names, the paths and the headers of a call follow, and a destination's two secrets
+//! (the auth header's value, and the Standard Webhooks signing secret: `Secret`).
 //!
 //! The secret lives in Secrets Manager under a name Relay derives, never one a tenant writes:
 //! `relay/tenants/<tenant id>/destinations/<name>`. A tenant therefore cannot make Relay read

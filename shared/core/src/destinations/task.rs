@@ -1,6 +1,7 @@
 //! `http.request`: one call to a destination the tenant registered (`crate::destinations`),
 //! under the outbound address guard (`crate::outbound`), carrying the job's idempotency key
-//! (`Idempotency-Key`) and correlation id.
+//! (`Idempotency-Key`) and correlation id. Its call path (`begin`, `send`) is also
+//! `webhook.send`'s (`super::webhook`).
 //!
 //! One attempt: an earlier attempt's call with no recorded outcome makes this one ambiguous
 //! (it may have gone); shadow mode records what would be sent and sends nothing; `write:http`,
