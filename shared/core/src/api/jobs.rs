@@ -407,7 +407,10 @@ async fn require_named(state: &AppState, tenant_id: TenantId, new: &NewJob) -> R
                     return Err(ApiError::new(
                         StatusCode::CONFLICT,
                         "signing_secret_missing",
-                        format!("destination {destination:?} has no signing secret (PUT /v1/destinations/{destination}/signing-secret first)"),
+                        format!(
+                            "destination {destination:?} has no signing secret \
+                             (PUT /v1/destinations/{destination}/signing-secret first)"
+                        ),
                     )
                     .with("field", "destination"));
                 }

@@ -1,11 +1,12 @@
 //! The local secret store: destinations' secrets where there is no Secrets Manager (`relay dev`,
 //! or `relay serve` and `relay worker` with `RELAY_SECRETS_DIR`). One file per secret under the
-//! store's folder, `<tenant id>/<destination>.secret` (`.signing.secret`: the signing secret), holding a random nonce and the value
-//! sealed with AES-256-GCM under the store's key (`secrets.key` beside them, 32 random bytes,
-//! readable by its owner only), the secret's name (`destinations::secret_id`) as associated
-//! data: a file copied under another tenant's or destination's name does not open. The same
-//! write-only API as Secrets Manager: written by `PUT /v1/destinations/{name}/secret` (or
-//! `/signing-secret`), read by `http.request` and `webhook.send`, never returned.
+//! store's folder, `<tenant id>/<destination>.secret` (`.signing.secret` for the signing
+//! secret), holding a random nonce and the value sealed with AES-256-GCM under the store's key
+//! (`secrets.key` beside them, 32 random bytes, readable by its owner only), the secret's name
+//! (`destinations::Secret::id`) as associated data: a file copied under another tenant's or
+//! destination's name does not open. The same write-only API as Secrets Manager: written by
+//! `PUT /v1/destinations/{name}/secret` (or `/signing-secret`), read by `http.request` and
+//! `webhook.send`, never returned.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
