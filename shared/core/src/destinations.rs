@@ -11,6 +11,7 @@
 //! is no Secrets Manager (`relay dev`, or `RELAY_SECRETS_DIR`), the local store (`local`) keeps
 //! it, encrypted at rest, behind the same API.
 
+pub mod call;
 pub mod local;
 pub mod patterns;
 pub mod task;

@@ -1,7 +1,7 @@
 //! `webhook.send`: one signed POST to a URL given at run time, which one of the destination's
 //! `url_patterns` must allow (`patterns`: checked at submit and again at every call), signed
 //! in the Standard Webhooks form with the destination's signing secret (`whsec_…`, written by
-//! the tenant, never returned). The call itself is `http.request`'s (`task::send`): the same
+//! the tenant, never returned). The call itself is `http.request`'s (`call::send`): the same
 //! address guard on every call (on every address the host resolves to), switches, rate slot,
 //! shadow mode, retry and ambiguity rules, and the same tenant-fault classification.
 //!
@@ -24,9 +24,10 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
+use super::call::{self as http, Call, Signing};
 use super::local::LocalSecrets;
 use super::patterns;
-use super::task::{self as http, Call, Method, Signing};
+use super::task::Method;
 use crate::job::TaskError;
 use crate::outbound::AllowList;
 use crate::task::{Admission, Named, Stored, Task, TaskContext};
