@@ -238,7 +238,7 @@ fn answer(inserted: Inserted, request_hash: &RequestHash) -> Result<(StatusCode,
     responses((status = 202, description = "created; the row has committed", body = JobView),
         (status = 200, description = "a replay of the same request", body = JobView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 409, description = "a `callback_url` before `PUT /v1/callbacks` (`callbacks_not_configured`), a template the tenant has not stored (`unknown_template`), or a destination it has not registered (`unknown_destination`)", body = ErrorBody),
+        (status = 409, description = "a `callback_url` before `PUT /v1/callbacks` (`callbacks_not_configured`), a template the tenant has not stored (`unknown_template`), a destination it has not registered (`unknown_destination`), or a `webhook.send` destination with no signing secret (`signing_secret_missing`)", body = ErrorBody),
         (status = 413, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`rate_limited`) or at its limit of unfinished jobs (`limit_reached`), with `Retry-After`", body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 pub async fn submit(
