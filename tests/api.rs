@@ -140,7 +140,7 @@ async fn bad_input_gets_a_clear_4xx_json_error_and_stores_nothing() {
             "invalid_field",
         ),
         (Some("k"), br#"[1,2,3]"#.to_vec(), StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"),
-        (Some("k"), vec![b'x'; taskdeck::api::MAX_BODY_BYTES + 1], StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+        (Some("k"), vec![b'x'; taskdeck::api::MAX_JOB_BODY_BYTES + 1], StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
     ];
     for (idem, body, status, code) in cases {
         let shown = String::from_utf8_lossy(&body[..body.len().min(80)]).into_owned();
@@ -160,7 +160,8 @@ async fn bad_input_gets_a_clear_4xx_json_error_and_stores_nothing() {
             "test.await",
             "test.effect",
             "test.fail",
-            "test.whoami"
+            "test.whoami",
+            "webhook.send"
         ])
     );
     let (_, err) = post(Some("k"), br#"{"task_type":"sleep","params":{"seconds":"long"}}"#.to_vec()).await;

@@ -41,3 +41,4 @@ mod store;
 mod sweep;
 mod template;
 mod tenancy;
+mod webhooks;

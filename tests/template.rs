@@ -388,6 +388,8 @@ fn each_function_has_its_own_least_privilege_role() {
                 "sts:TagSession EmailSendTaskRole",
                 "sts:AssumeRole HttpRequestTaskRole",
                 "sts:TagSession HttpRequestTaskRole",
+                "sts:AssumeRole WebhookSendTaskRole",
+                "sts:TagSession WebhookSendTaskRole",
                 "sts:AssumeRole TenantTaskRoleArns",
                 "sts:TagSession TenantTaskRoleArns",
             ]),
@@ -414,6 +416,8 @@ fn each_function_has_its_own_least_privilege_role() {
                 "sts:TagSession EmailSendTaskRole",
                 "sts:AssumeRole HttpRequestTaskRole",
                 "sts:TagSession HttpRequestTaskRole",
+                "sts:AssumeRole WebhookSendTaskRole",
+                "sts:TagSession WebhookSendTaskRole",
                 "sts:AssumeRole TenantTaskRoleArns",
                 "sts:TagSession TenantTaskRoleArns",
             ]),
@@ -507,6 +511,12 @@ fn each_task_type_has_its_own_role_trusting_only_the_executor() {
     ), (
         "HttpRequestTaskRole",
         // Only the session's own tenant's (the relay:tenant session tag, credentials/session.rs).
+        ["secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/${!aws:PrincipalTag/relay:tenant}/destinations/*".to_owned()]
+            .into_iter()
+            .collect(),
+    ), (
+        "WebhookSendTaskRole",
+        // The same: its destinations' auth and signing secrets, the session's own tenant's only.
         ["secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/${!aws:PrincipalTag/relay:tenant}/destinations/*".to_owned()]
             .into_iter()
             .collect(),

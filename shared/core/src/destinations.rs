@@ -1,5 +1,6 @@
-//! A tenant's HTTP destinations, the targets of `http.request`: the rules their names, the
-//! paths and the headers of a call follow, and the secret behind a destination's auth header.
+//! A tenant's HTTP destinations, the targets of `http.request` and `webhook.send`: the rules
+//! their names, the paths and the headers of a call follow, and a destination's two secrets
+//! (the auth header's value, and the Standard Webhooks signing secret: `Secret`).
 //!
 //! The secret lives in Secrets Manager under a name Relay derives, never one a tenant writes:
 //! `relay/tenants/<tenant id>/destinations/<name>`. A tenant therefore cannot make Relay read
@@ -10,8 +11,11 @@
 //! is no Secrets Manager (`relay dev`, or `RELAY_SECRETS_DIR`), the local store (`local`) keeps
 //! it, encrypted at rest, behind the same API.
 
+pub mod call;
 pub mod local;
+pub mod patterns;
 pub mod task;
+pub mod webhook;
 
 use std::sync::Arc;
 
@@ -60,6 +64,39 @@ pub fn check_name(name: &str) -> Result<(), &'static str> {
 /// The Secrets Manager name of a destination's secret.
 pub fn secret_id(tenant: TenantId, name: &str) -> String {
     format!("{SECRET_PREFIX}{tenant}/destinations/{name}")
+}
+
+/// Which of a destination's two secrets: the auth header's value, or the Standard Webhooks
+/// signing secret `webhook.send` signs with (`whsec_…`). Both are write-only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Secret {
+    Auth,
+    Signing,
+}
+
+impl Secret {
+    /// The Secrets Manager name: the auth secret's is `secret_id`; the signing secret's has
+    /// `/signing` after it (still under the tenant's `destinations/`).
+    pub fn id(self, tenant: TenantId, name: &str) -> String {
+        match self {
+            Secret::Auth => secret_id(tenant, name),
+            Secret::Signing => format!("{}/signing", secret_id(tenant, name)),
+        }
+    }
+}
+
+/// A signing secret as Standard Webhooks writes it: `whsec_` and the base64 of 24 to 64
+/// random bytes.
+pub fn check_signing_secret(value: &str) -> Result<(), String> {
+    use base64::Engine;
+    let key = value
+        .strip_prefix("whsec_")
+        .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
+        .ok_or("a signing secret is whsec_ followed by base64 (as `openssl rand -base64 32` prints)")?;
+    if !(24..=64).contains(&key.len()) {
+        return Err(format!("the key is 24 to 64 bytes (this one is {})", key.len()));
+    }
+    Ok(())
 }
 
 /// A call's path: `/` and URL characters (`%` only as an escape), an optional query, at most
@@ -128,7 +165,9 @@ pub fn check_value(value: &str) -> Result<(), String> {
 #[derive(Debug, thiserror::Error)]
 pub enum SecretError {
     /// No value was ever written.
-    #[error("the secret {0} has no value: PUT /v1/destinations/<name>/secret first")]
+    #[error(
+        "the secret {0} has no value: PUT /v1/destinations/<name>/secret (or /signing-secret, for a signing secret) first"
+    )]
     Missing(String),
     #[error("the secret {0} is not a string")]
     NotAString(String),
@@ -138,8 +177,13 @@ pub enum SecretError {
 }
 
 /// Read a destination's secret with the given configuration (the task's own role).
-pub async fn read_secret(sdk: &aws_config::SdkConfig, tenant: TenantId, name: &str) -> Result<String, SecretError> {
-    let id = secret_id(tenant, name);
+pub async fn read_secret(
+    sdk: &aws_config::SdkConfig,
+    tenant: TenantId,
+    name: &str,
+    which: Secret,
+) -> Result<String, SecretError> {
+    let id = which.id(tenant, name);
     let client = aws_sdk_secretsmanager::Client::new(sdk);
     match client.get_secret_value().secret_id(&id).send().await {
         Ok(out) => out.secret_string().map(str::to_owned).ok_or(SecretError::NotAString(id)),
@@ -162,17 +206,17 @@ impl SecretWriter {
     }
 
     /// Create the secret, or put a new value when it exists.
-    pub async fn write(&self, tenant: TenantId, name: &str, value: &str) -> Result<(), SecretError> {
+    pub async fn write(&self, tenant: TenantId, name: &str, which: Secret, value: &str) -> Result<(), SecretError> {
         let client = match self {
             SecretWriter::Aws(client) => client,
             SecretWriter::Local(store) => {
                 let (store, name, value) = (store.clone(), name.to_owned(), value.to_owned());
-                return tokio::task::spawn_blocking(move || store.write(tenant, &name, &value))
+                return tokio::task::spawn_blocking(move || store.write(tenant, &name, which, &value))
                     .await
                     .map_err(|e| SecretError::Service(e.to_string()))?;
             }
         };
-        let id = secret_id(tenant, name);
+        let id = which.id(tenant, name);
         let created = client.create_secret().name(&id).secret_string(value).send().await;
         match created {
             Ok(_) => Ok(()),
@@ -245,5 +289,14 @@ mod tests {
     fn a_secret_name_is_derived_under_the_tenant() {
         let t = TenantId::new();
         assert_eq!(secret_id(t, "crm"), format!("relay/tenants/{t}/destinations/crm"));
+        assert_eq!(Secret::Signing.id(t, "crm"), format!("relay/tenants/{t}/destinations/crm/signing"));
+    }
+
+    #[test]
+    fn signing_secrets_are_whsec_and_base64_of_24_to_64_bytes() {
+        assert!(check_signing_secret(&crate::callbacks::new_secret()).is_ok());
+        for bad in ["", "whsec_", "whsec_!!!", "secret", "whsec_c2hvcnQ=", &format!("whsec_{}", "A".repeat(100))] {
+            assert!(check_signing_secret(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -92,7 +92,11 @@ impl Platform {
         Ok(Self {
             catalogue: catalogue
                 .with(crate::callbacks::task::Deliver { allow: settings.callback_allow.clone() })
-                .with(crate::destinations::task::HttpRequest { allow: settings.callback_allow.clone(), local: None }),
+                .with(crate::destinations::task::HttpRequest { allow: settings.callback_allow.clone(), local: None })
+                .with(crate::destinations::webhook::WebhookSend {
+                    allow: settings.callback_allow.clone(),
+                    local: None,
+                }),
             intake: Intake::start(pool.clone(), transport.clone(), settings.intake_writers),
             pool,
             transport,
@@ -135,9 +139,10 @@ impl Platform {
     pub fn with_local_secrets(mut self, dir: &std::path::Path) -> anyhow::Result<Self> {
         let store = Arc::new(crate::destinations::local::LocalSecrets::open(dir)?);
         self.secrets = Some(crate::destinations::SecretWriter::Local(store.clone()));
-        let task =
-            crate::destinations::task::HttpRequest { allow: self.settings.callback_allow.clone(), local: Some(store) };
-        self.catalogue = self.catalogue.with(task);
+        let allow = self.settings.callback_allow.clone();
+        let task = crate::destinations::task::HttpRequest { allow: allow.clone(), local: Some(store.clone()) };
+        let webhook = crate::destinations::webhook::WebhookSend { allow, local: Some(store) };
+        self.catalogue = self.catalogue.with(task).with(webhook);
         Ok(self)
     }
 

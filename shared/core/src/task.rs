@@ -143,12 +143,15 @@ pub struct Named {
 }
 
 /// The kinds of stored things parameters may name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stored {
     /// A template (`PUT /v1/templates/{name}`).
     Template,
     /// A destination (`PUT /v1/destinations/{name}`).
     Destination,
+    /// A run-time URL (`name`) that one of this destination's `url_patterns` must allow, and
+    /// the address guard must not refuse when it is written as an address.
+    UrlOf { destination: String },
 }
 
 /// A task type. `run` returns plain JSON: a task cannot hand back something unstorable.
@@ -180,6 +183,13 @@ pub trait Task: Send + Sync + 'static {
     /// held, and what stored things it names that the tenant must have.
     fn admit(_params: &Self::Params) -> Admission {
         Admission::default()
+    }
+
+    /// The least `timeout_seconds` a job with these parameters needs (a call's own time limit
+    /// and the time to record it): intake gives a job that names none at least this, and
+    /// refuses one that names less. None: no need beyond the default.
+    fn needs_seconds(_params: &Self::Params) -> Option<i32> {
+        None
     }
 
     fn run(&self, ctx: &TaskContext, params: Self::Params) -> impl Future<Output = Result<Value, TaskError>> + Send;

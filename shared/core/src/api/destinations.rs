@@ -1,6 +1,6 @@
-//! A tenant's HTTP destinations (`http.request`'s targets): create, read, list, delete; the
-//! secret behind the auth header (write-only); the destination's own write switch; and each
-//! job's calls.
+//! A tenant's HTTP destinations (`http.request`'s and `webhook.send`'s targets): create, read,
+//! list, delete; the secret behind the auth header and the webhook signing secret (both
+//! write-only); the destination's own write switch; and each job's calls.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{Caller, JsonBody};
-use crate::destinations as rules;
+use crate::destinations::{self as rules, Secret, patterns};
 use crate::job::TenantId;
 use crate::limits::Kind;
 use crate::store::destinations::{self, Destination, NewDestination};
@@ -47,6 +47,12 @@ pub struct DestinationBody {
     #[serde(default)]
     #[schema(minimum = 0.001, maximum = 1000)]
     pub rate_per_second: Option<f64>,
+    /// The run-time URLs `webhook.send` may POST to: up to 20 patterns
+    /// `https://HOST[:PORT]/PREFIX/`, HOST a name, an address, `*.domain` (any name under it) or
+    /// `*` (any name); the URL's path starts with PREFIX, which ends in `/`. None: no webhook.
+    #[serde(default)]
+    #[schema(max_items = 20)]
+    pub url_patterns: Vec<String>,
 }
 
 /// `PUT /v1/destinations/{name}/secret`
@@ -55,6 +61,16 @@ pub struct DestinationBody {
 pub struct SecretBody {
     /// The auth header's value, e.g. `Bearer …`: stored in Secrets Manager, never returned.
     #[schema(min_length = 1, max_length = 4096, pattern = "^[\\t -~]+$")]
+    pub value: String,
+}
+
+/// `PUT /v1/destinations/{name}/signing-secret`
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SigningSecretBody {
+    /// The Standard Webhooks secret `webhook.send` signs with: `whsec_` and the base64 of 24 to
+    /// 64 random bytes. The tenant keeps it (its receivers verify with it); Relay never returns it.
+    #[schema(min_length = 38, max_length = 100, pattern = "^whsec_[A-Za-z0-9+/]+={0,2}$")]
     pub value: String,
 }
 
@@ -83,6 +99,8 @@ pub struct DestinationView {
     pub destination: Destination,
     /// Where the secret lives in Secrets Manager (Relay derives it; the value is never shown).
     pub secret_id: String,
+    /// Where the signing secret lives (likewise).
+    pub signing_secret_id: String,
     pub last_call: Option<LastCall>,
 }
 
@@ -111,6 +129,7 @@ async fn views(state: &AppState, tenant: TenantId, list: Vec<Destination>) -> Re
         .into_iter()
         .map(|d| DestinationView {
             secret_id: rules::secret_id(tenant, &d.name),
+            signing_secret_id: rules::Secret::Signing.id(tenant, &d.name),
             last_call: last.iter().find(|l| l.0 == d.name).map(|l| LastCall {
                 outcome: l.1.clone(),
                 http_status: l.2,
@@ -148,6 +167,14 @@ fn check(state: &AppState, b: &DestinationBody) -> Result<(), ApiError> {
     if b.rate_per_second.is_some_and(|r| !(MIN_RATE_PER_SECOND..=MAX_RATE_PER_SECOND).contains(&r)) {
         return Err(invalid("rate_per_second", "0.001 (one call every 1000 s) to 1000 calls a second"));
     }
+    if b.url_patterns.len() > patterns::MAX_PATTERNS {
+        return Err(invalid("url_patterns", format!("at most {} patterns", patterns::MAX_PATTERNS)));
+    }
+    for (i, p) in b.url_patterns.iter().enumerate() {
+        patterns::Pattern::parse(p, allow).map_err(|m| {
+            ApiError::unprocessable("invalid_field", format!("url_patterns.{i}: {m}")).with("field", "url_patterns")
+        })?;
+    }
     Ok(())
 }
 
@@ -172,6 +199,7 @@ pub async fn put(
         auth_header: b.auth_header.as_deref(),
         timeout_ms: b.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
         rate_per_second: b.rate_per_second.unwrap_or(DEFAULT_RATE_PER_SECOND),
+        url_patterns: &b.url_patterns,
     };
     let mut db = state.pool.get().await.map_err(StoreError::from)?;
     let tx = db.transaction().await.map_err(StoreError::from)?;
@@ -239,19 +267,46 @@ pub async fn put_secret(
         return Err(invalid("value", "must not be empty"));
     }
     rules::check_value(&b.value).map_err(|m| invalid("value", m))?;
+    write_secret(&state, tenant.id, &name, Secret::Auth, &b.value).await
+}
+
+/// `PUT /v1/destinations/{name}/signing-secret`: write the Standard Webhooks signing secret
+/// `webhook.send` signs with, under this tenant's namespace. Write-only: no route returns it.
+#[utoipa::path(put, path = "/v1/destinations/{name}/signing-secret", tag = "destinations",
+    params(("name" = String, Path)), request_body = SigningSecretBody, security(("tenant_key" = [])),
+    responses((status = 204, description = "stored"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn put_signing_secret(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(name): Path<String>,
+    JsonBody(b): JsonBody<SigningSecretBody>,
+) -> Result<StatusCode, ApiError> {
+    rules::check_signing_secret(&b.value).map_err(|m| invalid("value", m))?;
+    write_secret(&state, tenant.id, &name, Secret::Signing, &b.value).await
+}
+
+/// Write one of an existing destination's secrets to the secret store, then note when.
+async fn write_secret(
+    state: &AppState,
+    tenant: TenantId,
+    name: &str,
+    which: Secret,
+    value: &str,
+) -> Result<StatusCode, ApiError> {
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    destinations::get(&db, tenant.id, &name).await?.ok_or_else(ApiError::not_found)?;
+    destinations::get(&db, tenant, name).await?.ok_or_else(ApiError::not_found)?;
     drop(db);
     let writer = state
         .secrets
         .as_ref()
         .ok_or_else(|| ApiError::unavailable("this deployment has no secret store configured"))?;
-    writer.write(tenant.id, &name, &b.value).await.map_err(|e| {
+    writer.write(tenant, name, which, value).await.map_err(|e| {
         tracing::warn!(event = "relay.destinations.secret_write_failed", error = %e, "could not write a destination's secret");
         ApiError::unavailable("the secret store did not take the value; try again")
     })?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    if destinations::secret_written(&db, tenant.id, &name).await? {
+    if destinations::secret_written(&db, tenant, name, which).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found())

@@ -155,7 +155,7 @@ impl JobRequest {
         let run_at = terms::due_at(self.run_at, self.delay_seconds, now)?;
         // A held job (a campaign awaiting its recipient pages) is not due until released.
         let run_at = if catalogue.admit(&self.task_type, &self.params).held { now + HELD_FOR } else { run_at };
-        let limits = Limits::parse(self.max_attempts, self.timeout_seconds, admits.max_timeout_seconds)?;
+        let limits = self.limits(catalogue, admits)?;
         let concurrency = Concurrency::parse(self.concurrency_key.clone(), self.concurrency_limit)?;
         if let Some(url) = &self.callback_url {
             crate::outbound::check_url(url, &admits.callback_allow).map_err(|why| {
@@ -179,6 +179,38 @@ impl JobRequest {
             concurrency,
             callback_url: self.callback_url,
         })
+    }
+}
+
+impl JobRequest {
+    /// The job's attempts and time limit: what the client gave, or the defaults, and for a task
+    /// whose parameters need a longer attempt (`Task::needs_seconds`), at least that (given
+    /// when the client named no `timeout_seconds`, refused when it named less).
+    fn limits(&self, catalogue: &Catalogue, admits: &Admission) -> Result<Limits, ApiError> {
+        let longest = admits.max_timeout_seconds;
+        let needs = catalogue.needs_seconds(&self.task_type, &self.params);
+        if let Some(n) = needs.filter(|n| *n > longest) {
+            return Err(ApiError::unprocessable(
+                "invalid_params",
+                format!("params: these parameters need attempts of {n} s; this deployment's longest is {longest} s"),
+            )
+            .with("field", "params"));
+        }
+        let timeout = match (self.timeout_seconds, needs) {
+            (None, Some(n)) => Some(n.max(terms::DEFAULT_TIMEOUT_SECONDS.min(longest))),
+            (given, _) => given,
+        };
+        let limits = Limits::parse(self.max_attempts, timeout, longest)?;
+        if let Some(n) = needs.filter(|n| limits.timeout_seconds() < *n) {
+            return Err(ApiError::unprocessable(
+                "invalid_field",
+                format!(
+                    "timeout_seconds: at least {n} for these parameters (the call's own time limit and its recording)"
+                ),
+            )
+            .with("field", "timeout_seconds"));
+        }
+        Ok(limits)
     }
 }
 
@@ -206,7 +238,7 @@ fn answer(inserted: Inserted, request_hash: &RequestHash) -> Result<(StatusCode,
     responses((status = 202, description = "created; the row has committed", body = JobView),
         (status = 200, description = "a replay of the same request", body = JobView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 409, description = "a `callback_url` before `PUT /v1/callbacks` (`callbacks_not_configured`), a template the tenant has not stored (`unknown_template`), or a destination it has not registered (`unknown_destination`)", body = ErrorBody),
+        (status = 409, description = "a `callback_url` before `PUT /v1/callbacks` (`callbacks_not_configured`), a template the tenant has not stored (`unknown_template`), a destination it has not registered (`unknown_destination`), or a `webhook.send` destination with no signing secret (`signing_secret_missing`)", body = ErrorBody),
         (status = 413, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`rate_limited`) or at its limit of unfinished jobs (`limit_reached`), with `Retry-After`", body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 pub async fn submit(
@@ -365,6 +397,25 @@ async fn require_named(state: &AppState, tenant_id: TenantId, new: &NewJob) -> R
                 "unknown_destination",
                 "destinations",
             ),
+            Stored::UrlOf { destination } => {
+                let Some(d) = crate::store::destinations::get(&db, tenant_id, &destination).await? else { continue };
+                let allow = &state.admission.callback_allow;
+                crate::destinations::patterns::check_url(&name, &d.url_patterns, allow).map_err(|why| {
+                    ApiError::unprocessable("url_not_allowed", format!("{field}: {why}")).with("field", field.clone())
+                })?;
+                if d.signing_secret_set_at.is_none() {
+                    return Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        "signing_secret_missing",
+                        format!(
+                            "destination {destination:?} has no signing secret \
+                             (PUT /v1/destinations/{destination}/signing-secret first)"
+                        ),
+                    )
+                    .with("field", "destination"));
+                }
+                continue;
+            }
         };
         if !stored {
             let what = code.trim_start_matches("unknown_");

@@ -36,6 +36,9 @@ pub use extract::TenantCache;
 
 /// Largest request body accepted (a full batch of 500 modest jobs fits).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+/// Largest body of a job submission (`POST /v1/jobs`, `POST /v1/jobs:batch`): room for a
+/// `webhook.send` body of `destinations::webhook::MAX_BODY` and the request around it.
+pub const MAX_JOB_BODY_BYTES: usize = 2 * 1024 * 1024;
 /// A request that takes longer than this answers 503 instead of hanging.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -62,8 +65,8 @@ pub struct AppState {
 
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/v1/jobs", post(jobs::submit).get(jobs::list))
-        .route("/v1/jobs:batch", post(jobs::submit_batch))
+        .route("/v1/jobs", post(jobs::submit).layer(DefaultBodyLimit::max(MAX_JOB_BODY_BYTES)).get(jobs::list))
+        .route("/v1/jobs:batch", post(jobs::submit_batch).layer(DefaultBodyLimit::max(MAX_JOB_BODY_BYTES)))
         .route("/v1/jobs/{id}", get(jobs::get))
         .route("/v1/jobs/{id}/events", get(jobs::events))
         .route("/v1/jobs/{id}/sessions", get(jobs::sessions))
@@ -76,6 +79,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/destinations", get(destinations::list))
         .route("/v1/destinations/{name}", get(destinations::get).put(destinations::put).delete(destinations::delete))
         .route("/v1/destinations/{name}/secret", put(destinations::put_secret))
+        .route("/v1/destinations/{name}/signing-secret", put(destinations::put_signing_secret))
         .route("/v1/destinations/{name}/writes", put(destinations::put_writes))
         .route("/v1/jobs/{id}/http-calls", get(destinations::calls))
         .route("/v1/jobs/{id}/recipients/{page}", put(email::put_recipients))

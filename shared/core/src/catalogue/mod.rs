@@ -48,6 +48,7 @@ trait ErasedTask: Send + Sync {
     fn retry(&self) -> Option<RetryPolicy>;
     fn check(&self, params: &Value) -> Result<(), ParamError>;
     fn admit(&self, params: &Value) -> Admission;
+    fn needs_seconds(&self, params: &Value) -> Option<i32>;
     fn run<'a>(&'a self, ctx: &'a TaskContext, params: Value) -> BoxFuture<'a, Result<Value, TaskError>>;
 }
 
@@ -138,6 +139,10 @@ impl<T: Task> ErasedTask for Registered<T> {
         parse::<T>(params).map_or_else(|_| Admission::default(), |p| T::admit(&p))
     }
 
+    fn needs_seconds(&self, params: &Value) -> Option<i32> {
+        parse::<T>(params).ok().and_then(|p| T::needs_seconds(&p))
+    }
+
     fn run<'a>(&'a self, ctx: &'a TaskContext, params: Value) -> BoxFuture<'a, Result<Value, TaskError>> {
         Box::pin(async move {
             // Parameters were checked at intake; a failure here means the task changed shape
@@ -166,6 +171,7 @@ impl Catalogue {
         c.add(housekeeping::Retention);
         c.add(crate::callbacks::task::Deliver::default());
         c.add(crate::destinations::task::HttpRequest::default());
+        c.add(crate::destinations::webhook::WebhookSend::default());
         c
     }
 
@@ -253,6 +259,11 @@ impl Catalogue {
         admission
     }
 
+    /// The least `timeout_seconds` a job of this type and these (valid) parameters needs.
+    pub fn needs_seconds(&self, name: &str, params: &Value) -> Option<i32> {
+        self.tasks.get(name).and_then(|t| t.needs_seconds(params))
+    }
+
     /// Run a task; `None` when the type is not in the catalogue.
     pub async fn run(&self, name: &str, ctx: &TaskContext, params: Value) -> Option<Result<Value, TaskError>> {
         let task = self.tasks.get(name)?.clone();
@@ -277,12 +288,13 @@ mod tests {
                 "noop",
                 "provider.event",
                 "relay.retention",
-                "sleep"
+                "sleep",
+                "webhook.send"
             ]
         );
         assert_eq!(
             Catalogue::standard().client_names(),
-            ["email.campaign", "email.send", "http.request", "noop", "sleep"]
+            ["email.campaign", "email.send", "http.request", "noop", "sleep", "webhook.send"]
         );
         #[cfg(feature = "testing")]
         assert!(Catalogue::standard().with_test_tasks().contains("test.fail"));

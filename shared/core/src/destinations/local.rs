@@ -1,11 +1,12 @@
 //! The local secret store: destinations' secrets where there is no Secrets Manager (`relay dev`,
 //! or `relay serve` and `relay worker` with `RELAY_SECRETS_DIR`). One file per secret under the
-//! store's folder, `<tenant id>/<destination>.secret`, holding a random nonce and the value
-//! sealed with AES-256-GCM under the store's key (`secrets.key` beside them, 32 random bytes,
-//! readable by its owner only), the secret's name (`destinations::secret_id`) as associated
-//! data: a file copied under another tenant's or destination's name does not open. The same
-//! write-only API as Secrets Manager: written by `PUT /v1/destinations/{name}/secret`, read by
-//! `http.request`, never returned.
+//! store's folder, `<tenant id>/<destination>.secret` (`.signing.secret` for the signing
+//! secret), holding a random nonce and the value sealed with AES-256-GCM under the store's key
+//! (`secrets.key` beside them, 32 random bytes, readable by its owner only), the secret's name
+//! (`destinations::Secret::id`) as associated data: a file copied under another tenant's or
+//! destination's name does not open. The same write-only API as Secrets Manager: written by
+//! `PUT /v1/destinations/{name}/secret` (or `/signing-secret`), read by `http.request` and
+//! `webhook.send`, never returned.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use ring::rand::{SecureRandom, SystemRandom};
 
-use super::{SecretError, secret_id};
+use super::{Secret, SecretError};
 use crate::job::TenantId;
 
 /// The key file's name in the store's folder.
@@ -91,21 +92,25 @@ impl LocalSecrets {
 
     /// The file of a destination's secret (names are checked by `destinations::check_name`,
     /// so they never leave the tenant's folder).
-    fn path(&self, tenant: TenantId, name: &str) -> PathBuf {
-        self.dir.join(tenant.to_string()).join(format!("{name}.secret"))
+    fn path(&self, tenant: TenantId, name: &str, which: Secret) -> PathBuf {
+        let file = match which {
+            Secret::Auth => format!("{name}.secret"),
+            Secret::Signing => format!("{name}.signing.secret"),
+        };
+        self.dir.join(tenant.to_string()).join(file)
     }
 
     /// Seal and store the value, replacing any earlier one.
-    pub fn write(&self, tenant: TenantId, name: &str, value: &str) -> Result<(), SecretError> {
+    pub fn write(&self, tenant: TenantId, name: &str, which: Secret, value: &str) -> Result<(), SecretError> {
         super::check_name(name).map_err(|m| SecretError::Service(format!("{name:?}: {m}")))?;
         let mut nonce = [0u8; NONCE_LEN];
         self.rng.fill(&mut nonce).map_err(|_| SecretError::Service("no random numbers for a nonce".into()))?;
         let mut sealed = value.as_bytes().to_vec();
-        let aad = secret_id(tenant, name);
+        let aad = which.id(tenant, name);
         self.key
             .seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::from(aad.as_bytes()), &mut sealed)
             .map_err(|_| SecretError::Service("could not seal the value".into()))?;
-        let path = self.path(tenant, name);
+        let path = self.path(tenant, name, which);
         let fail = |e: std::io::Error| SecretError::Service(format!("{}: {e}", path.display()));
         create_dir_private(path.parent().unwrap_or(&self.dir)).map_err(fail)?;
         let mut file = nonce.to_vec();
@@ -114,10 +119,10 @@ impl LocalSecrets {
     }
 
     /// Open a destination's secret.
-    pub fn read(&self, tenant: TenantId, name: &str) -> Result<String, SecretError> {
-        let id = secret_id(tenant, name);
+    pub fn read(&self, tenant: TenantId, name: &str, which: Secret) -> Result<String, SecretError> {
+        let id = which.id(tenant, name);
         super::check_name(name).map_err(|_| SecretError::Missing(id.clone()))?;
-        let path = self.path(tenant, name);
+        let path = self.path(tenant, name, which);
         let mut bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(SecretError::Missing(id)),
@@ -151,18 +156,24 @@ mod tests {
         let dir = temp();
         let store = LocalSecrets::open(&dir).unwrap();
         let (a, b) = (TenantId::new(), TenantId::new());
-        store.write(a, "crm", "Bearer sk-local-7").unwrap();
-        assert_eq!(store.read(a, "crm").unwrap(), "Bearer sk-local-7");
-        let file = std::fs::read(store.path(a, "crm")).unwrap();
+        store.write(a, "crm", Secret::Auth, "Bearer sk-local-7").unwrap();
+        assert_eq!(store.read(a, "crm", Secret::Auth).unwrap(), "Bearer sk-local-7");
+        let file = std::fs::read(store.path(a, "crm", Secret::Auth)).unwrap();
         assert!(!file.windows(8).any(|w| w == b"sk-local"), "the value is not stored in the clear");
-        assert!(matches!(store.read(b, "crm"), Err(SecretError::Missing(_))));
+        assert!(matches!(store.read(b, "crm", Secret::Auth), Err(SecretError::Missing(_))));
         // A file copied under another tenant's name does not open.
-        std::fs::create_dir_all(store.path(b, "crm").parent().unwrap()).unwrap();
-        std::fs::copy(store.path(a, "crm"), store.path(b, "crm")).unwrap();
-        assert!(matches!(store.read(b, "crm"), Err(SecretError::Service(_))));
+        std::fs::create_dir_all(store.path(b, "crm", Secret::Auth).parent().unwrap()).unwrap();
+        std::fs::copy(store.path(a, "crm", Secret::Auth), store.path(b, "crm", Secret::Auth)).unwrap();
+        assert!(matches!(store.read(b, "crm", Secret::Auth), Err(SecretError::Service(_))));
+        // The signing secret is another file under another name: neither opens as the other.
+        store.write(a, "crm", Secret::Signing, "whsec_x").unwrap();
+        assert_eq!(store.read(a, "crm", Secret::Signing).unwrap(), "whsec_x");
+        assert_eq!(store.read(a, "crm", Secret::Auth).unwrap(), "Bearer sk-local-7");
+        std::fs::copy(store.path(a, "crm", Secret::Auth), store.path(a, "crm", Secret::Signing)).unwrap();
+        assert!(matches!(store.read(a, "crm", Secret::Signing), Err(SecretError::Service(_))));
         // A new value replaces the old; the store reopens with the same key.
-        store.write(a, "crm", "Bearer sk-local-8").unwrap();
-        assert_eq!(LocalSecrets::open(&dir).unwrap().read(a, "crm").unwrap(), "Bearer sk-local-8");
+        store.write(a, "crm", Secret::Auth, "Bearer sk-local-8").unwrap();
+        assert_eq!(LocalSecrets::open(&dir).unwrap().read(a, "crm", Secret::Auth).unwrap(), "Bearer sk-local-8");
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
@@ -170,8 +181,8 @@ mod tests {
             assert_eq!(mode & 0o077, 0, "the key is its owner's only");
         }
         // Names that would leave the folder are refused.
-        assert!(store.write(a, "../x", "v").is_err());
-        assert!(matches!(store.read(a, "../x"), Err(SecretError::Missing(_))));
+        assert!(store.write(a, "../x", Secret::Auth, "v").is_err());
+        assert!(matches!(store.read(a, "../x", Secret::Auth), Err(SecretError::Missing(_))));
         std::fs::write(dir.join(KEY_FILE), b"short").unwrap();
         assert!(matches!(LocalSecrets::open(&dir), Err(OpenError::BadKey(_))));
         let _ = std::fs::remove_dir_all(&dir);

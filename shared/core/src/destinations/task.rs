@@ -1,70 +1,27 @@
-//! `http.request`: one call to a destination the tenant registered (`crate::destinations`),
-//! under the outbound address guard (`crate::outbound`), carrying the job's idempotency key
-//! (`Idempotency-Key`) and correlation id.
-//!
-//! One attempt: an earlier attempt's call with no recorded outcome makes this one ambiguous
-//! (it may have gone); shadow mode records what would be sent and sends nothing; `write:http`,
-//! the operators' switch for the destination or the tenant's own off defers the job
-//! (`TaskError::Defer`, no attempt used);
-//! then the secret (under the task's own role), the guard, a rate slot (deferred when there is
-//! none), the call recorded as `sending` under the job's fence, and the call itself:
-//!
-//! | answer | outcome |
-//! |---|---|
-//! | 2xx, whole | success; status, recorded headers and body (truncated) are the result |
-//! | 408, 429, 5xx | retryable, not before `Retry-After`; the body is not read |
-//! | no connection | retryable (nothing was sent) |
-//! | cut off after the request left (no status, a 2xx body broken off, a timeout) | ambiguous: one exception, never retried |
-//! | 3xx (not followed), other 4xx | fatal, the body kept |
-//!
-//! Every failure the destination causes (its answers, its address, its name, its missing
-//! secret, a call cut off) is the tenant's own (`TaskError::tenants`): counted per tenant, no
-//! operator exception; an ambiguous call is the tenant's to decide, and the error says so.
-//! What Relay causes (no role mapped, Secrets Manager or the database failing) is the
-//! platform's.
+//! `http.request`: one call to a destination the tenant registered (`crate::destinations`), at
+//! a path under its base URL, made through the call path `webhook.send` shares (`super::call`:
+//! the address guard, switches, rate, secrets, records, and the one classification of an
+//! answer, whose table is there).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hyper::body::Bytes;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use utoipa::ToSchema;
 
 use std::sync::Arc;
 
+use super::call::{Call, begin, relay_headers, send, shown_request};
+use crate::destinations as rules;
 use crate::destinations::local::LocalSecrets;
-use crate::destinations::{self as rules, SecretError};
-use crate::job::{Fence, TaskError};
-use crate::outbound::{self, AllowList, Answer, Limits, Refusal};
-use crate::store::destinations::{self, Destination};
-use crate::store::http_calls::{self, NewCall, Settled};
-use crate::store::rate_slots::{self, Limit, Slot};
-use crate::store::{StoreError, jobs, modes};
+use crate::job::TaskError;
+use crate::outbound::AllowList;
 use crate::task::{Admission, Named, Stored, Task, TaskContext};
 
-/// The most body bytes of an answer recorded (the rest is not read).
-pub const MAX_RESPONSE_BODY: usize = 16 * 1024;
 /// The largest JSON body a call may carry.
 pub const MAX_REQUEST_BODY: usize = 256 * 1024;
-/// How long a job for a destination whose writes are off waits before it looks again.
-pub const HOLD: Duration = Duration::from_secs(60);
-/// The answer headers recorded with the result.
-pub const RECORDED_HEADERS: &[&str] = &[
-    "content-type",
-    "content-length",
-    "location",
-    "etag",
-    "last-modified",
-    "retry-after",
-    "request-id",
-    "x-request-id",
-];
-/// What an ambiguous call's error tells the tenant: the destination is its own, so is the call.
-pub const DECIDE: &str =
-    "The destination is yours: check whether it acted, and submit again (a new idempotency key) if it did not.";
-/// Shown in place of the secret wherever a request is recorded.
-pub const REDACTED: &str = "<redacted>";
 
 /// Calls tenants' destinations; `allow` is the operator's allow-list (`RELAY_CALLBACK_ALLOW`),
 /// the same one callbacks use; `local`, the local secret store when there is no Secrets Manager.
@@ -85,7 +42,7 @@ pub enum Method {
 }
 
 impl Method {
-    fn hyper(self) -> hyper::Method {
+    pub(crate) fn hyper(self) -> hyper::Method {
         match self {
             Method::Get => hyper::Method::GET,
             Method::Post => hyper::Method::POST,
@@ -147,325 +104,20 @@ impl Task for HttpRequest {
         call(self, ctx, p).await
     }
 }
-
-/// Whether an answer's status makes the call worth another attempt (its body is not read).
-fn retryable_status(status: u16) -> bool {
-    matches!(status, 408 | 429 | 500..=599)
-}
-
 async fn call(task: &HttpRequest, ctx: &TaskContext, p: RequestParams) -> Result<Value, TaskError> {
-    let allow = &task.allow;
-    let db = ctx.db.get().await.map_err(TaskError::retryable)?;
-    if let Some(c) = http_calls::unsettled(&db, ctx.job_id, ctx.attempt).await.map_err(TaskError::retryable)? {
-        return Err(TaskError::Ambiguous(format!(
-            "attempt {}'s call to {} has no recorded outcome (its worker stopped mid-call): it may have reached the destination; not calling again. {DECIDE}",
-            c.attempt, c.destination
-        ))
-        .tenants());
-    }
-    let Some(dest) = destinations::get(&db, ctx.tenant_id, &p.destination).await.map_err(TaskError::retryable)? else {
-        return Err(TaskError::Fatal(format!("destination {:?} no longer exists", p.destination)).tenants());
-    };
+    let (db, dest, job) = begin(ctx, &p.destination).await?;
+    drop(db);
     for (name, value) in &p.headers {
         rules::check_header(name, value, dest.auth_header.as_deref())
             .map_err(|m| TaskError::Fatal(format!("headers.{name}: {m}")).tenants())?;
     }
-    let job = jobs::get(&db, ctx.tenant_id, ctx.job_id)
-        .await
-        .map_err(TaskError::retryable)?
-        .ok_or_else(|| TaskError::retryable("the job vanished"))?;
     let url = rules::join(&dest.base_url, &p.path);
     let mut headers: Vec<(String, String)> = p.headers.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
-    headers.push(("idempotency-key".into(), job.idempotency_key.clone()));
-    headers.push((crate::email::content::CORRELATION_HEADER.to_owned(), ctx.correlation_id.clone()));
-    headers.push(("user-agent".into(), "relay-http/1".into()));
-    let shown = shown_request(&p, &url, &headers, &dest);
-    let record =
-        |outcome: &'static str, error: Option<String>| record_call(&db, ctx, &p.destination, &shown, outcome, error);
-
-    if ctx.modes.shadow() {
-        record("shadowed", Some("shadow mode: recorded, not sent".into())).await?;
-        return Ok(json!({"sent": false, "shadowed": true, "request": shown}));
-    }
-    // Three switches, each able to hold the call: the operators' for every destination, the
-    // operators' for this one, and the tenant's own (on the destination).
-    let held = if !ctx.modes.writes_enabled("http") {
-        Some("by the operators, for every destination (write:http)")
-    } else if modes::operator_holds(&db, ctx.tenant_id, &dest.name).await.map_err(TaskError::retryable)? {
-        Some("by the operators, for this destination")
-    } else if !dest.writes_enabled {
-        Some("by your own switch (PUT /v1/destinations/{name}/writes)")
-    } else {
-        None
-    };
-    if let Some(by) = held {
-        return Err(TaskError::Defer(
-            format!("writes to destination {:?} are switched off {by}: held", dest.name),
-            HOLD,
-        ));
-    }
-    let target = match outbound::parse_url(&url) {
-        Ok(t) => t,
-        Err(why) => {
-            record("refused", Some(format!("invalid URL: {why}"))).await?;
-            return Err(TaskError::Fatal(format!("invalid URL {url:?}: {why}")).tenants());
-        }
-    };
-    // The secret before the intent: a missing one or an STS failure leaves no `sending` row.
-    // (No pooled connection is held across the AWS calls.)
-    drop(db);
-    let secret = match &dest.auth_header {
-        Some(h) => Some((h.clone(), read_secret(task.local.as_ref(), ctx, &dest).await?)),
-        None => None,
-    };
-    let db = ctx.db.get().await.map_err(TaskError::retryable)?;
-    let record =
-        |outcome: &'static str, error: Option<String>| record_call(&db, ctx, &p.destination, &shown, outcome, error);
-    let addr = match outbound::resolve(&target, allow).await {
-        Ok(a) => a,
-        Err(refusal @ Refusal::Address { .. }) => {
-            record("refused", Some(refusal.to_string())).await?;
-            return Err(TaskError::Fatal(refusal.to_string()).tenants());
-        }
-        Err(refusal @ Refusal::Resolve { .. }) => return Err(TaskError::retryable(refusal).tenants()),
-    };
-    let limit = Limit {
-        key: rate_slots::destination_key(ctx.tenant_id, &dest.name),
-        rate_per_second: dest.rate_per_second,
-        cap: None,
-    };
-    if let Slot::Wait(wait) = rate_slots::take(&db, &[limit], Duration::ZERO).await.map_err(TaskError::retryable)? {
-        return Err(TaskError::RateLimited {
-            rate: format!("destination:{}", dest.name),
-            note: format!(
-                "destination {:?} is at its rate of {}/s: waiting for a slot",
-                dest.name, dest.rate_per_second
-            ),
-            wait,
-        });
-    }
-    let call_id = record("sending", None).await?;
-    if let Some((name, value)) = &secret {
-        headers.push((name.clone(), value.clone()));
-    }
-    let pairs: Vec<(&str, String)> = headers.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    headers.extend(relay_headers(&job, ctx, "relay-http/1"));
+    let shown = shown_request(p.method, &url, &headers, &dest, p.body.clone());
     let body = p.body.as_ref().map_or_else(Vec::new, |b| b.to_string().into_bytes());
-    let limits = Limits {
-        timeout: Duration::from_millis(u64::try_from(dest.timeout_ms).unwrap_or(10_000)),
-        body: MAX_RESPONSE_BODY,
-        read_body: |s| !retryable_status(s),
-    };
-    let started = std::time::Instant::now();
-    let answer = outbound::request(&target, addr, p.method.hyper(), &pairs, Bytes::from(body), limits)
-        .await
-        .map(|a| redact(a, secret.as_ref().map(|(_, v)| v.as_str())));
-    let duration_ms = Some(i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX));
-    let what = format!("{} {url}", p.method.hyper());
-    let (settled, outcome) = classify(&what, answer, duration_ms);
-    http_calls::settle(&db, call_id, &settled).await.map_err(|e: StoreError| {
-        // The call happened; its record could not be settled. Say so rather than retry.
-        TaskError::Ambiguous(format!("{what}: the call was made but its outcome could not be recorded: {e}"))
-    })?;
-    outcome
-}
-
-/// Record a call under this attempt's fence; an attempt that no longer holds the job may not call.
-async fn record_call(
-    db: &deadpool_postgres::Client,
-    ctx: &TaskContext,
-    destination: &str,
-    request: &Value,
-    outcome: &'static str,
-    error: Option<String>,
-) -> Result<i64, TaskError> {
-    let fence = Fence { job: ctx.job_id, attempt: ctx.attempt };
-    let c = NewCall { fence, tenant_id: ctx.tenant_id, destination, outcome, request, error: error.as_deref() };
-    http_calls::record(db, &c)
-        .await
-        .map_err(TaskError::retryable)?
-        .ok_or_else(|| TaskError::retryable("this attempt no longer holds the job; it may not call"))
-}
-
-/// What was (or would be) sent, the secret redacted (`content-type` is `outbound::request`'s).
-fn shown_request(p: &RequestParams, url: &str, headers: &[(String, String)], dest: &Destination) -> Value {
-    let mut shown: serde_json::Map<String, Value> = headers.iter().map(|(n, v)| (n.clone(), json!(v))).collect();
-    shown.insert("content-type".into(), json!(outbound::CONTENT_TYPE));
-    if let Some(h) = &dest.auth_header {
-        shown.insert(h.clone(), json!(REDACTED));
-    }
-    json!({"method": p.method, "url": url, "headers": shown, "body": p.body})
-}
-
-/// The destination's secret: from the local store when there is one, else from Secrets Manager
-/// under the task's own role.
-async fn read_secret(
-    local: Option<&Arc<LocalSecrets>>,
-    ctx: &TaskContext,
-    dest: &Destination,
-) -> Result<String, TaskError> {
-    let read = match local {
-        Some(store) => {
-            let (store, tenant, name) = (store.clone(), ctx.tenant_id, dest.name.clone());
-            tokio::task::spawn_blocking(move || store.read(tenant, &name)).await.map_err(TaskError::retryable)?
-        }
-        None => rules::read_secret(&ctx.aws().await?, ctx.tenant_id, &dest.name).await,
-    };
-    match read {
-        Ok(v) => rules::check_value(&v)
-            .map(|()| v)
-            .map_err(|m| TaskError::Fatal(format!("the destination's secret: {m}")).tenants()),
-        Err(e @ (SecretError::Missing(_) | SecretError::NotAString(_))) => {
-            Err(TaskError::Fatal(e.to_string()).tenants())
-        }
-        Err(e @ SecretError::Service(_)) => Err(TaskError::retryable(e)),
-    }
-}
-
-/// The answer with the destination's secret taken out of its body and headers: a destination
-/// may echo what it was sent (an error page quoting the request's headers), and everything
-/// recorded of a call (its record, the job's error and events, exceptions, logs) comes from
-/// here. The secret is replaced as sent, JSON-escaped, and, at the end of a body cut at the
-/// limit, as the start of it.
-fn redact(mut a: Answer, secret: Option<&str>) -> Answer {
-    let Some(secret) = secret.filter(|s| !s.is_empty()) else { return a };
-    let quoted = serde_json::to_string(secret).unwrap_or_default();
-    let escaped = quoted.strip_prefix('"').and_then(|q| q.strip_suffix('"')).unwrap_or(secret);
-    let mut forms = vec![secret.as_bytes()];
-    if escaped != secret {
-        forms.push(escaped.as_bytes());
-    }
-    let scrub = |bytes: &[u8]| -> Vec<u8> {
-        let mut out = bytes.to_vec();
-        for form in &forms {
-            out = replace_all(&out, form, REDACTED.as_bytes());
-        }
-        out
-    };
-    a.body = scrub(&a.body);
-    if a.truncated || a.cut {
-        // A secret cut by the limit leaves its start at the end of what was read.
-        let keep = (4..secret.len()).rev().find(|&n| a.body.ends_with(&secret.as_bytes()[..n]));
-        if let Some(n) = keep {
-            a.body.truncate(a.body.len() - n);
-            a.body.extend_from_slice(REDACTED.as_bytes());
-        }
-    }
-    for value in a.headers.values_mut() {
-        let scrubbed = scrub(value.as_bytes());
-        if scrubbed != value.as_bytes() {
-            *value = hyper::header::HeaderValue::from_bytes(&scrubbed)
-                .unwrap_or_else(|_| hyper::header::HeaderValue::from_static(REDACTED));
-        }
-    }
-    a
-}
-
-fn replace_all(haystack: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(haystack.len());
-    let mut i = 0;
-    while i < haystack.len() {
-        if haystack[i..].starts_with(needle) {
-            out.extend_from_slice(with);
-            i += needle.len();
-        } else {
-            out.push(haystack[i]);
-            i += 1;
-        }
-    }
-    out
-}
-
-/// The answer as recorded: status, recorded headers, the body (JSON when it parses whole, else
-/// text; NUL characters replaced, as Postgres stores none).
-fn response_json(a: &Answer) -> Value {
-    let headers: serde_json::Map<String, Value> = RECORDED_HEADERS
-        .iter()
-        .filter_map(|h| a.headers.get(*h).map(|v| ((*h).to_owned(), json!(String::from_utf8_lossy(v.as_bytes())))))
-        .collect();
-    let text = String::from_utf8_lossy(&a.body).replace('\0', "\u{FFFD}");
-    let parsed = (!a.truncated && !a.cut).then(|| serde_json::from_str::<Value>(&text).ok()).flatten();
-    let body = match parsed {
-        Some(v) if !v.to_string().contains("\\u0000") => v,
-        _ => json!(text.replace("\\u0000", "\u{FFFD}")),
-    };
-    json!({"status": a.status, "headers": headers, "body": body, "truncated": a.truncated, "cut": a.cut})
-}
-
-/// The one classification of a call's end (see the module's table).
-fn classify(
-    what: &str,
-    answer: Result<Answer, outbound::PostError>,
-    duration_ms: Option<i32>,
-) -> (Settled, Result<Value, TaskError>) {
-    let settled = |outcome, http_status, response, error: Option<String>| Settled {
-        outcome,
-        http_status,
-        response,
-        error,
-        duration_ms,
-    };
-    let a = match answer {
-        Err(e) if e.maybe_sent() => {
-            let error = format!("{what}: {e}; the destination may have acted on it: not retried. {DECIDE}");
-            return (settled("ambiguous", None, None, Some(error.clone())), Err(TaskError::Ambiguous(error).tenants()));
-        }
-        Err(e) => {
-            let error = format!("{what}: {e}");
-            return (settled("retryable", None, None, Some(error.clone())), Err(TaskError::Retryable(error).tenants()));
-        }
-        Ok(a) => a,
-    };
-    let response = response_json(&a);
-    let status = Some(i32::from(a.status));
-    match a.status {
-        200..=299 if a.cut => {
-            let error = format!(
-                "{what}: answered {} but the answer broke off: the call was made; its result is incomplete. {DECIDE}",
-                a.status
-            );
-            (
-                settled("ambiguous", status, Some(response), Some(error.clone())),
-                Err(TaskError::Ambiguous(error).tenants()),
-            )
-        }
-        200..=299 => (settled("succeeded", status, Some(response.clone()), None), Ok(response)),
-        s if retryable_status(s) => {
-            let error = format!("{what}: answered {s}");
-            let e = match a.retry_after {
-                Some(after) => TaskError::RetryAfter(error.clone(), after),
-                None => TaskError::Retryable(error.clone()),
-            };
-            (settled("retryable", status, Some(response), Some(error)), Err(e.tenants()))
-        }
-        s => {
-            let why = if (300..400).contains(&s) { "a redirect (not followed)" } else { "refused" };
-            let body: String = response["body"].to_string().chars().take(2000).collect();
-            let error = format!("{what}: answered {s}, {why}: {body}");
-            (settled("fatal", status, Some(response), Some(error.clone())), Err(TaskError::Fatal(error).tenants()))
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn answer(body: &str, truncated: bool) -> Answer {
-        let mut headers = hyper::HeaderMap::new();
-        headers.insert("x-request-id", hyper::header::HeaderValue::from_static("echo Bearer s\"k\\1"));
-        Answer { status: 400, retry_after: None, headers, body: body.as_bytes().to_vec(), truncated, cut: false }
-    }
-
-    #[test]
-    fn the_secret_is_redacted_as_sent_json_escaped_and_cut_at_the_limit() {
-        let secret = "Bearer s\"k\\1";
-        let a = redact(answer(r#"{"sent": "Bearer s\"k\\1"} raw: Bearer s"k\1 end"#, false), Some(secret));
-        let body = String::from_utf8(a.body).unwrap();
-        assert_eq!(body, r#"{"sent": "<redacted>"} raw: <redacted> end"#);
-        assert_eq!(a.headers["x-request-id"], "echo <redacted>");
-        let cut = redact(answer("... authorization: Bearer s\"", true), Some(secret));
-        assert_eq!(String::from_utf8(cut.body).unwrap(), "... authorization: <redacted>");
-        let untouched = redact(answer("nothing here", false), None);
-        assert_eq!(untouched.body, b"nothing here");
-    }
+    let timeout = Duration::from_millis(u64::try_from(dest.timeout_ms).unwrap_or(10_000));
+    let call =
+        Call { dest: &dest, method: p.method, url, headers, body: Bytes::from(body), shown, timeout, signing: None };
+    send(&task.allow, task.local.as_ref(), ctx, call).await
 }

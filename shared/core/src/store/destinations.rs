@@ -19,6 +19,12 @@ pub struct Destination {
     pub auth_header: Option<String>,
     /// When the secret's value was last written (`PUT /v1/destinations/{name}/secret`).
     pub secret_set_at: Option<DateTime<Utc>>,
+    /// The run-time URLs `webhook.send` may POST to (`destinations::patterns`); none: no
+    /// webhook may use this destination.
+    pub url_patterns: Vec<String>,
+    /// When the Standard Webhooks signing secret was last written
+    /// (`PUT /v1/destinations/{name}/signing-secret`); null: `webhook.send` cannot sign yet.
+    pub signing_secret_set_at: Option<DateTime<Utc>>,
     pub timeout_ms: i32,
     pub rate_per_second: f64,
     /// The tenant's own write switch (`PUT /v1/destinations/{name}/writes`): off, its calls
@@ -39,10 +45,11 @@ pub struct NewDestination<'a> {
     pub auth_header: Option<&'a str>,
     pub timeout_ms: i32,
     pub rate_per_second: f64,
+    pub url_patterns: &'a [String],
 }
 
 const COLUMNS: &str = "name, base_url, auth_header, secret_set_at, timeout_ms, rate_per_second, writes_enabled,
-    writes_reason, writes_changed_at, created_at, updated_at";
+    writes_reason, writes_changed_at, created_at, updated_at, url_patterns, signing_secret_set_at";
 
 impl Destination {
     fn from_row(r: &Row) -> Self {
@@ -58,6 +65,8 @@ impl Destination {
             writes_changed_at: r.get(8),
             created_at: r.get(9),
             updated_at: r.get(10),
+            url_patterns: r.get(11),
+            signing_secret_set_at: r.get(12),
         }
     }
 }
@@ -65,14 +74,19 @@ impl Destination {
 /// Create or replace (the secret, the write switch and the rate slot stay).
 pub async fn put(db: &impl GenericClient, tenant: TenantId, d: &NewDestination<'_>) -> Result<Destination, StoreError> {
     let sql = format!(
-        "INSERT INTO http_destinations (tenant_id, name, base_url, auth_header, timeout_ms, rate_per_second)
-         VALUES ($1, $2, $3, $4, $5, $6)
+        "INSERT INTO http_destinations (tenant_id, name, base_url, auth_header, timeout_ms, rate_per_second, url_patterns)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
          ON CONFLICT (tenant_id, name) DO UPDATE
-         SET base_url = $3, auth_header = $4, timeout_ms = $5, rate_per_second = $6, updated_at = now()
+         SET base_url = $3, auth_header = $4, timeout_ms = $5, rate_per_second = $6, url_patterns = $7,
+             updated_at = now()
          RETURNING {COLUMNS}"
     );
-    let row =
-        db.query_one(&sql, &[&tenant, &d.name, &d.base_url, &d.auth_header, &d.timeout_ms, &d.rate_per_second]).await?;
+    let row = db
+        .query_one(
+            &sql,
+            &[&tenant, &d.name, &d.base_url, &d.auth_header, &d.timeout_ms, &d.rate_per_second, &d.url_patterns],
+        )
+        .await?;
     Ok(Destination::from_row(&row))
 }
 
@@ -106,13 +120,18 @@ pub async fn set_writes(
     Ok(db.query_opt(&sql, &[&tenant, &name, &enabled, &reason]).await?.as_ref().map(Destination::from_row))
 }
 
-/// Note that the secret's value was written. Returns false when there is no such destination.
-pub async fn secret_written(db: &impl GenericClient, tenant: TenantId, name: &str) -> Result<bool, StoreError> {
-    let n = db
-        .execute(
-            "UPDATE http_destinations SET secret_set_at = now(), updated_at = now() WHERE tenant_id = $1 AND name = $2",
-            &[&tenant, &name],
-        )
-        .await?;
-    Ok(n == 1)
+/// Note that a secret's value was written. Returns false when there is no such destination.
+pub async fn secret_written(
+    db: &impl GenericClient,
+    tenant: TenantId,
+    name: &str,
+    which: crate::destinations::Secret,
+) -> Result<bool, StoreError> {
+    let column = match which {
+        crate::destinations::Secret::Auth => "secret_set_at",
+        crate::destinations::Secret::Signing => "signing_secret_set_at",
+    };
+    let sql =
+        format!("UPDATE http_destinations SET {column} = now(), updated_at = now() WHERE tenant_id = $1 AND name = $2");
+    Ok(db.execute(&sql, &[&tenant, &name]).await? == 1)
 }

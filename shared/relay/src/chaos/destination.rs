@@ -48,6 +48,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
             auth_header: None,
             timeout_ms: TIMEOUT_MS,
             rate_per_second: 1000.0,
+            url_patterns: &[],
         };
         destinations::put(&db, scratch.tenant.id, &d).await?;
     }
