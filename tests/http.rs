@@ -589,3 +589,40 @@ async fn hostile_bytes_in_names_paths_and_headers_get_json_4xx() {
     assert!(j["last_error"].as_str().unwrap().contains("auth header"), "{j}");
     assert_eq!(seen.lock().unwrap().len(), 0);
 }
+
+#[tokio::test]
+async fn a_long_call_with_a_large_body_gets_a_long_attempt_and_is_recorded_by_its_digest() {
+    let w = world().await;
+    let (addr, seen) = receiver(vec![]).await;
+    destination(&w, &w.key, "lists", addr, json!({})).await;
+    // 600 KiB of members: past the old 256 KiB bound, under the 1 MiB one.
+    let members: Vec<Value> =
+        (0..14_000).map(|i| json!({"email": format!("member-{i:05}@lists.example"), "n": i})).collect();
+    let body = json!({"members": members});
+    let size = serde_json::to_vec(&body).unwrap().len();
+    assert!(size > 600 * 1024 && size < taskdeck::destinations::call::MAX_BODY, "{size}");
+    let params =
+        json!({"destination": "lists", "method": "POST", "path": "/upsert", "body": body, "timeout_ms": 400_000});
+    let id = submit(&w, "upsert-1", params).await;
+    // The job was given attempts as long as its call and the margin to record it (past the
+    // short lane's 120 s, so on AWS it runs on the long-job lane; the default is 300 s).
+    assert_eq!(job(&w, id).await["timeout_seconds"], 405);
+    exec(&w).run_dispatched(&[id]).await.unwrap();
+    assert_eq!(job(&w, id).await["status"], "succeeded");
+    let got = seen.lock().unwrap().clone();
+    assert_eq!(got.len(), 1);
+    assert_eq!(serde_json::from_slice::<Value>(&got[0].body).unwrap(), body, "delivered intact");
+    // The call's record holds the body's size and digest, not a second copy of it.
+    let c = calls(&w, id).await;
+    assert_eq!(c[0]["request"]["body"]["bytes"].as_u64(), Some(got[0].body.len() as u64), "{}", c[0]["request"]);
+    assert_eq!(c[0]["request"]["body"]["sha256"].as_str().map(str::len), Some(64));
+    // Past the bounds: 422 naming the field, nothing queued.
+    let over = json!({"destination": "lists", "method": "POST", "path": "/upsert",
+        "body": "x".repeat(taskdeck::destinations::call::MAX_BODY)});
+    let too_quick = json!({"destination": "lists", "method": "GET", "path": "/x", "timeout_ms": 99});
+    for (key, params, field) in [("over", over, "params.body"), ("quick", too_quick, "params.timeout_ms")] {
+        let (s, e) = w.submit(key, json!({"task_type": "http.request", "params": params, "correlation_id": "c"})).await;
+        assert_eq!((s, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some(field)), "{key}: {e}");
+    }
+    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE task_type = 'http.request'", &[]).await, 1);
+}

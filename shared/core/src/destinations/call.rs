@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use hyper::body::Bytes;
 use serde_json::{Value, json};
+use sha2::Digest;
 
 use super::task::Method;
 use crate::destinations::local::LocalSecrets;
@@ -43,6 +44,17 @@ use crate::task::TaskContext;
 
 /// The most body bytes of an answer recorded (the rest is not read).
 pub const MAX_RESPONSE_BODY: usize = 16 * 1024;
+/// The largest body a call may carry, as compact JSON: 1 MiB (`http.request`'s `body`,
+/// `webhook.send`'s `data`). Held once, in the job's parameters.
+pub const MAX_BODY: usize = 1024 * 1024;
+/// A body up to this size is shown whole in the call's record; a larger one by its size and
+/// digest (the body itself is in the job's parameters).
+pub const SHOWN_BODY: usize = 16 * 1024;
+/// The longest call a job may ask (`timeout_ms`): 900 s (a deployment whose longest attempt is
+/// shorter allows what fits: 890 s on the standard AWS one, 900 s long lane less its 5 s reserve).
+pub const MAX_TIMEOUT_MS: u32 = 900_000;
+/// The time an attempt keeps beyond its call, to record the outcome.
+pub const RECORD_MARGIN_SECONDS: i32 = 5;
 /// How long a job for a destination whose writes are off waits before it looks again.
 pub const HOLD: Duration = Duration::from_secs(60);
 /// The answer headers recorded with the result.
@@ -244,6 +256,39 @@ pub(crate) async fn record_call(
         .await
         .map_err(TaskError::retryable)?
         .ok_or_else(|| TaskError::retryable("this attempt no longer holds the job; it may not call"))
+}
+
+/// A call's own `timeout_ms`, checked: 100 to `MAX_TIMEOUT_MS`.
+pub(crate) fn check_timeout(timeout_ms: Option<u32>) -> Result<(), (String, String)> {
+    match timeout_ms {
+        Some(t) if !(100..=MAX_TIMEOUT_MS).contains(&t) => {
+            Err(("timeout_ms".into(), format!("100 to {MAX_TIMEOUT_MS}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The attempt a call of `timeout_ms` needs (`Task::needs_seconds`): the call and the margin.
+pub(crate) fn needs_seconds(timeout_ms: Option<u32>) -> Option<i32> {
+    timeout_ms.map(|ms| i32::try_from(ms.div_ceil(1000)).unwrap_or(i32::MAX) + RECORD_MARGIN_SECONDS)
+}
+
+/// A call's time limit: the one asked, else the destination's, within the attempt's own time
+/// less the margin to record it.
+pub(crate) fn call_timeout(timeout_ms: Option<u32>, dest: &Destination, job: &jobs::Job) -> Duration {
+    let room = u64::try_from(job.timeout_seconds - RECORD_MARGIN_SECONDS).unwrap_or(0).max(1) * 1000;
+    let asked = timeout_ms.map_or(u64::try_from(dest.timeout_ms).unwrap_or(10_000), u64::from);
+    Duration::from_millis(asked.min(room))
+}
+
+/// A body as its call's record shows it: whole up to `SHOWN_BODY`, else `digest`.
+pub(crate) fn shown_body(body: &[u8], value: impl FnOnce() -> Value) -> Value {
+    if body.len() <= SHOWN_BODY { value() } else { digest(body) }
+}
+
+/// A body's size and SHA-256, for a record that does not hold the body.
+pub(crate) fn digest(body: &[u8]) -> Value {
+    json!({"bytes": body.len(), "sha256": hex::encode(sha2::Sha256::digest(body))})
 }
 
 /// What was (or would be) sent, the secret redacted (`content-type` is `outbound::request`'s);

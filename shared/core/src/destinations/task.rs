@@ -4,7 +4,6 @@
 //! answer, whose table is there).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use hyper::body::Bytes;
 use serde::{Deserialize, Serialize};
@@ -13,15 +12,14 @@ use utoipa::ToSchema;
 
 use std::sync::Arc;
 
-use super::call::{Call, begin, relay_headers, send, shown_request};
+use super::call::{
+    Call, MAX_BODY, begin, call_timeout, check_timeout, needs_seconds, relay_headers, send, shown_body, shown_request,
+};
 use crate::destinations as rules;
 use crate::destinations::local::LocalSecrets;
 use crate::job::TaskError;
 use crate::outbound::AllowList;
 use crate::task::{Admission, Named, Stored, Task, TaskContext};
-
-/// The largest JSON body a call may carry.
-pub const MAX_REQUEST_BODY: usize = 256 * 1024;
 
 /// Calls tenants' destinations; `allow` is the operator's allow-list (`RELAY_CALLBACK_ALLOW`),
 /// the same one callbacks use; `local`, the local secret store when there is no Secrets Manager.
@@ -69,9 +67,14 @@ pub struct RequestParams {
     /// header are Relay's to set.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    /// The JSON body (sent as `application/json`; at most 256 KiB).
+    /// The JSON body (sent as `application/json`; at most 1 MiB as compact JSON).
     #[serde(default)]
     pub body: Option<Value>,
+    /// This call's time limit, 100 to 900000 ms; default the destination's `timeout_ms`. Longer
+    /// than the short lane allows, the job runs on the long-job lane.
+    #[serde(default)]
+    #[schema(minimum = 100, maximum = 900_000)]
+    pub timeout_ms: Option<u32>,
 }
 
 impl Task for HttpRequest {
@@ -89,8 +92,10 @@ impl Task for HttpRequest {
         for (name, value) in &p.headers {
             rules::check_header(name, value, None).map_err(|m| (format!("headers.{name}"), m))?;
         }
-        if p.body.as_ref().is_some_and(|b| b.to_string().len() > MAX_REQUEST_BODY) {
-            return Err(("body".into(), format!("at most {MAX_REQUEST_BODY} bytes of JSON")));
+        check_timeout(p.timeout_ms)?;
+        let size = p.body.as_ref().map_or(0, |b| serde_json::to_vec(b).map_or(usize::MAX, |b| b.len()));
+        if size > MAX_BODY {
+            return Err(("body".into(), format!("at most {MAX_BODY} bytes of JSON (this is {size})")));
         }
         Ok(())
     }
@@ -98,6 +103,10 @@ impl Task for HttpRequest {
     fn admit(p: &RequestParams) -> Admission {
         let named = Named { kind: Stored::Destination, field: "destination".into(), name: p.destination.clone() };
         Admission { held: false, names: vec![named] }
+    }
+
+    fn needs_seconds(p: &RequestParams) -> Option<i32> {
+        needs_seconds(p.timeout_ms)
     }
 
     async fn run(&self, ctx: &TaskContext, p: RequestParams) -> Result<Value, TaskError> {
@@ -114,9 +123,10 @@ async fn call(task: &HttpRequest, ctx: &TaskContext, p: RequestParams) -> Result
     let url = rules::join(&dest.base_url, &p.path);
     let mut headers: Vec<(String, String)> = p.headers.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
     headers.extend(relay_headers(&job, ctx, "relay-http/1"));
-    let shown = shown_request(p.method, &url, &headers, &dest, p.body.clone());
     let body = p.body.as_ref().map_or_else(Vec::new, |b| b.to_string().into_bytes());
-    let timeout = Duration::from_millis(u64::try_from(dest.timeout_ms).unwrap_or(10_000));
+    let shown_body = p.body.as_ref().map(|b| shown_body(&body, || b.clone()));
+    let shown = shown_request(p.method, &url, &headers, &dest, shown_body);
+    let timeout = call_timeout(p.timeout_ms, &dest, &job);
     let call =
         Call { dest: &dest, method: p.method, url, headers, body: Bytes::from(body), shown, timeout, signing: None };
     send(&task.allow, task.local.as_ref(), ctx, call).await

@@ -16,12 +16,10 @@
 //! (`Task::needs_seconds`); a job longer than the short lane's bound runs on the long-job lane.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use hyper::body::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
 
 use super::call::{self as http, Call, Signing};
@@ -32,13 +30,7 @@ use crate::job::TaskError;
 use crate::outbound::AllowList;
 use crate::task::{Admission, Named, Stored, Task, TaskContext};
 
-/// The largest `data`, as compact JSON: 1 MiB.
-pub const MAX_BODY: usize = 1024 * 1024;
-/// The longest call a job may ask: 900 s (a deployment whose longest attempt is shorter
-/// allows what fits: 890 s on the standard AWS one, 900 s long lane less its 5 s reserve).
-pub const MAX_TIMEOUT_MS: u32 = 900_000;
-/// The time an attempt keeps beyond its call, to record the outcome.
-pub const RECORD_MARGIN_SECONDS: i32 = 5;
+pub use super::call::{MAX_BODY, MAX_TIMEOUT_MS, RECORD_MARGIN_SECONDS};
 
 /// Sends webhooks; the same allow-list and local store as `http.request`.
 #[derive(Debug, Clone, Default)]
@@ -88,9 +80,7 @@ impl Task for WebhookSend {
         if !event_type_ok(&p.event_type) {
             return Err(("event_type".into(), "1 to 100 letters, digits, '.', '_', ':' or '-'".into()));
         }
-        if p.timeout_ms.is_some_and(|t| !(100..=MAX_TIMEOUT_MS).contains(&t)) {
-            return Err(("timeout_ms".into(), format!("100 to {MAX_TIMEOUT_MS}")));
-        }
+        http::check_timeout(p.timeout_ms)?;
         let size = serde_json::to_vec(&p.data).map_or(usize::MAX, |b| b.len());
         if size > MAX_BODY {
             return Err(("data".into(), format!("at most {MAX_BODY} bytes of JSON (this is {size})")));
@@ -109,7 +99,7 @@ impl Task for WebhookSend {
     }
 
     fn needs_seconds(p: &WebhookParams) -> Option<i32> {
-        p.timeout_ms.map(|ms| i32::try_from(ms.div_ceil(1000)).unwrap_or(i32::MAX) + RECORD_MARGIN_SECONDS)
+        http::needs_seconds(p.timeout_ms)
     }
 
     async fn run(&self, ctx: &TaskContext, p: WebhookParams) -> Result<Value, TaskError> {
@@ -120,8 +110,7 @@ impl Task for WebhookSend {
         let msg_id = format!("wh_{}", ctx.job_id);
         let headers: Vec<(String, String)> = http::relay_headers(&job, ctx, "relay-webhooks/1").into();
         // The record shows the body's size and digest: the body is held once, in the params.
-        let digest = json!({"bytes": body.len(), "sha256": hex::encode(Sha256::digest(&body))});
-        let mut shown = http::shown_request(Method::Post, &p.url, &headers, &dest, Some(digest));
+        let mut shown = http::shown_request(Method::Post, &p.url, &headers, &dest, Some(http::digest(&body)));
         shown["headers"]["webhook-id"] = json!(msg_id);
         shown["event_type"] = json!(p.event_type);
         // The patterns may have changed since submit: the URL must still match one.
@@ -130,9 +119,6 @@ impl Task for WebhookSend {
             return Err(TaskError::Fatal(format!("url {:?}: {why}", p.url)).tenants());
         }
         drop(db);
-        // The attempt's own time bounds the call, less the margin to record it.
-        let room = u64::try_from(job.timeout_seconds - RECORD_MARGIN_SECONDS).unwrap_or(0).max(1) * 1000;
-        let asked = p.timeout_ms.map_or(u64::try_from(dest.timeout_ms).unwrap_or(10_000), u64::from);
         let call = Call {
             dest: &dest,
             method: Method::Post,
@@ -140,7 +126,7 @@ impl Task for WebhookSend {
             headers,
             body: Bytes::from(body),
             shown,
-            timeout: Duration::from_millis(asked.min(room)),
+            timeout: http::call_timeout(p.timeout_ms, &dest, &job),
             signing: Some(Signing { msg_id, timestamp: now.timestamp() }),
         };
         http::send(&self.allow, self.local.as_ref(), ctx, call).await
