@@ -113,6 +113,13 @@ pub async fn put(
     }
     let mut events = req.message_events;
     if let Some(list) = &mut events {
+        if list.len() > message_events::WEBHOOK_TYPES.len() {
+            return Err(ApiError::unprocessable(
+                "invalid_field",
+                format!("message_events: at most {} types", message_events::WEBHOOK_TYPES.len()),
+            )
+            .with("field", "message_events"));
+        }
         if let Some(bad) = list.iter().find(|t| !message_events::WEBHOOK_TYPES.contains(&t.as_str())) {
             let bad: String = bad.chars().take(100).collect();
             return Err(ApiError::unprocessable(

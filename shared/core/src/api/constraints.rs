@@ -151,6 +151,8 @@ pub fn apply(doc: &mut Value) {
         {"required": ["html"], "properties": {"html": {"type": "string"}}},
     ]);
     schemas["CallbackSettingsRequest"]["properties"]["url"]["pattern"] = json!(callback_url);
+    schemas["CallbackSettingsRequest"]["properties"]["message_events"]["items"] =
+        json!({"type": "string", "enum": crate::store::message_events::WEBHOOK_TYPES});
     // A destination's base URL: a callback URL's shape, https, no query (http only for hosts
     // on the operator's allow-list, which the document cannot know).
     let base_url = callback_url.replacen("^https?://", "^https://", 1);
@@ -159,13 +161,11 @@ pub fn apply(doc: &mut Value) {
     schemas["DestinationBody"]["properties"]["base_url"]["maxLength"] = json!(crate::outbound::MAX_URL_LEN);
     schemas["SendingRoleBody"]["properties"]["role_arn"]["pattern"] = json!(ROLE_ARN);
 
+    // The feeds' `updated_since`: an RFC 3339 time or a cursor the API issued.
+    let since = json!({"anyOf": [{"type": "string", "format": "date-time"}, {"type": "string", "pattern": super::cursor::PATTERN}]});
     for (path, method, param, schema) in [
-        (
-            "/v1/jobs",
-            "get",
-            "updated_since",
-            json!({"anyOf": [{"type": "string", "format": "date-time"}, {"type": "string", "pattern": super::cursor::PATTERN}]}),
-        ),
+        ("/v1/jobs", "get", "updated_since", since.clone()),
+        ("/v1/messages/events", "get", "updated_since", since),
         ("/v1/suppressions/{address}", "put", "address", json!({"type": "string", "pattern": ADDRESS})),
         ("/v1/templates/{name}", "put", "name", json!({"type": "string", "pattern": TEMPLATE_NAME})),
         (
