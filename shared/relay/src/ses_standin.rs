@@ -122,6 +122,8 @@ enum Fault {
 }
 
 async fn handle(State(p): State<Proxy>, req: Request) -> Response {
+    // A send counts from when its request came (as SES counts it), before its body is read.
+    let came = std::time::Instant::now();
     let is_send = req.uri().path().starts_with("/v2/email/outbound-emails");
     if req.uri().path() == "/v2/email/account"
         && let Some((rate, max)) = p.faults.account
@@ -137,10 +139,16 @@ async fn handle(State(p): State<Proxy>, req: Request) -> Response {
     let mut fault = if is_send { p.choose().await } else { Fault::Pass };
     let c = &p.counts;
     if is_send && let Some(max) = p.faults.max_per_second {
-        // Take a place in the last second's sends now, or be throttled.
-        let now = std::time::Instant::now();
+        // Take a place in the last second's sends, or be throttled.
+        let now = came;
         let mut passed = c.passed_at.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let recent = passed.iter().rev().take_while(|(at, _)| now.duration_since(*at) < Duration::from_secs(1)).count();
+        // Sends in the second up to `now` (a request read more slowly may sit after one that came later).
+        let recent = passed
+            .iter()
+            .rev()
+            .take_while(|(at, _)| now.saturating_duration_since(*at) < Duration::from_secs(2))
+            .filter(|(at, _)| *at <= now && now.duration_since(*at) < Duration::from_secs(1))
+            .count();
         if recent >= max {
             fault = Fault::Throttle;
         } else if matches!(fault, Fault::Pass) {
@@ -150,7 +158,7 @@ async fn handle(State(p): State<Proxy>, req: Request) -> Response {
         c.passed_at
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push((std::time::Instant::now(), subject.clone()));
+            .push((came, subject.clone()));
     }
     match fault {
         Fault::Throttle => {
