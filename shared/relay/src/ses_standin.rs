@@ -155,10 +155,7 @@ async fn handle(State(p): State<Proxy>, req: Request) -> Response {
             passed.push((now, subject.clone()));
         }
     } else if is_send && matches!(fault, Fault::Pass) {
-        c.passed_at
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push((came, subject.clone()));
+        c.passed_at.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((came, subject.clone()));
     }
     match fault {
         Fault::Throttle => {
