@@ -38,8 +38,8 @@ pub const OWN_HORIZON: Duration = Duration::from_secs(1);
 /// throttles. The late-call guard bounds the lateness at the guard's check (`LATE_SLOT`); the
 /// rest is `TRANSIT`. A second holds both while 1/HEADROOM − 1 ≥ LATE_SLOT + TRANSIT (a test
 /// below). Measured with `relay bench --only pace` (debug build, a 2-core machine at load 8–12):
-/// 0.95, 0.96, 0.97 and 1.0 throttled, 0.92 came within 1 ms of it, 0.9 kept every second ≤ N with
-/// 7 ms to spare (shared/docs/benchmarks.md).
+/// 0.95, 0.96, 0.97 and 1.0 throttled, 0.92 came within 1 ms of it, 0.9 throttled once in 5,460
+/// sends (shared/docs/benchmarks.md): no higher share holds on such a machine.
 pub const HEADROOM: f64 = 0.9;
 /// A call that would leave more than this after its slot is not made, and another slot is
 /// taken (the slot is lost to the rate, which is never exceeded).
