@@ -16,8 +16,8 @@ use taskdeck::store::{modes, operators, sending_identities};
 use uuid::Uuid;
 
 use crate::support::runtime_api::{Function, Invoked};
-use crate::support::ses_faults::{self, Counts, Faults};
 use crate::support::{World, moto};
+use relay::ses_standin::{self, Counts, Faults};
 
 const SEND_ROLE: &str = "arn:aws:iam::123456789012:role/relay-task-email-send";
 pub(crate) const DOMAIN: &str = "acme.example";
@@ -71,7 +71,7 @@ async fn in_moto(subject: &str) -> usize {
 }
 
 async fn moto_subjects() -> Vec<String> {
-    moto_raw().await.iter().filter_map(|m| ses_faults::header(m, "Subject")).collect()
+    moto_raw().await.iter().filter_map(|m| ses_standin::header(m, "Subject")).collect()
 }
 
 /// Every raw message moto's SES holds (every send is raw MIME).
@@ -207,7 +207,7 @@ async fn a_thousand_sends_through_faults_never_send_twice() {
         hang_after: 0.004,
         ..Faults::default()
     };
-    let ses = ses_faults::start(moto::endpoint(), faults, 7).await;
+    let ses = ses_standin::start(moto::endpoint(), faults, 7).expect("the SES stand-in");
     let mut exec = executor(&w, &ses.url, roles());
     exec.retry.base = Duration::from_millis(20);
     exec.retry.max = Duration::from_millis(200);
@@ -494,7 +494,8 @@ async fn an_ses_event_settles_an_unknown_send_and_its_exception() {
     let w = World::new().await;
     go_live(&w).await;
     sender(&w).await;
-    let ses = ses_faults::start(moto::endpoint(), Faults { error_after: 1.0, ..Faults::default() }, 1).await;
+    let ses = ses_standin::start(moto::endpoint(), Faults { error_after: 1.0, ..Faults::default() }, 1)
+        .expect("the SES stand-in");
     let exec = executor(&w, &ses.url, roles());
     let id = submit(&w, "u", email(&format!("unknown {}", w.schema), "bo@example.com")).await;
     let (report, _) = exec.run_dispatched(&[id]).await.unwrap();

@@ -164,11 +164,11 @@ async fn the_sweeper_binary_accepts_the_schedulers_payload_a_rules_an_empty_and_
 /// operator setting.
 #[tokio::test]
 async fn the_sweeper_binary_reads_the_ses_accounts_rate_and_quota() {
-    use crate::support::ses_faults::{self, Faults};
+    use relay::ses_standin::{self, Faults};
     use taskdeck::store::send_rates::{self, Scope};
     let (w, url, _) = sqs_world("fn-sweeper-ses").await;
-    let ses =
-        ses_faults::start(moto::endpoint(), Faults { account: Some((14.0, 50_000.0)), ..Faults::default() }, 1).await;
+    let ses = ses_standin::start(moto::endpoint(), Faults { account: Some((14.0, 50_000.0)), ..Faults::default() }, 1)
+        .expect("the SES stand-in");
     let mut env = env_for(&w, &url);
     env.retain(|(k, _)| *k != "AWS_ENDPOINT_URL");
     env.extend([

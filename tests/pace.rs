@@ -12,8 +12,8 @@ use taskdeck::executor::Executor;
 use taskdeck::store::{operators, sending_identities};
 
 use crate::email::{executor, go_live, roles};
-use crate::support::ses_faults::{self, Counts, Faults, FaultySes, max_in_any_second};
 use crate::support::{World, moto};
+use relay::ses_standin::{self, Counts, Faults, FaultySes, max_in_any_second};
 
 const OTHER_DOMAIN: &str = "globex.example";
 
@@ -103,7 +103,7 @@ async fn two_tenants_run() -> Result<(), String> {
     go_live(&w).await;
     senders(&w, globex.id).await;
     let faults = Faults { max_per_second: Some(RATE), account: Some((RATE as f64, 100_000.0)), ..Faults::default() };
-    let ses = ses_faults::start(moto::endpoint(), faults, 1).await;
+    let ses = ses_standin::start(moto::endpoint(), faults, 1).expect("the SES stand-in");
     read_account(&w, &ses).await;
     let mut exec = executor(&w, &ses.url, roles());
     exec.config.concurrency = 16;
@@ -193,7 +193,7 @@ async fn tenant_rate_run() -> Result<(), String> {
     let w = World::new().await;
     go_live(&w).await;
     crate::email::sender(&w).await;
-    let ses = ses_faults::start(moto::endpoint(), Faults::default(), 1).await;
+    let ses = ses_standin::start(moto::endpoint(), Faults::default(), 1).expect("the SES stand-in");
     let op = operators::create(&w.db().await, "ops").await.unwrap().1;
     let path = format!("/v1/admin/send-rates/tenant/{}", w.tenant.id);
     let put = |body: Value| {
@@ -295,7 +295,7 @@ async fn a_quota_too_small_for_a_campaign_is_reported_and_holds_its_children_ins
     go_live(&w).await;
     crate::email::sender(&w).await;
     let faults = Faults { max_per_second: Some(50), account: Some((50.0, QUOTA)), ..Faults::default() };
-    let ses = ses_faults::start(moto::endpoint(), faults, 1).await;
+    let ses = ses_standin::start(moto::endpoint(), faults, 1).expect("the SES stand-in");
     read_account(&w, &ses).await;
 
     let id = submit_as(&w, &w.key, "quota-campaign", campaign(crate::email::DOMAIN, "quota", N, 10)).await;
@@ -351,8 +351,8 @@ async fn throttles_lower_a_rate_set_too_high_until_the_sends_fit() {
     let w = World::new().await;
     go_live(&w).await;
     crate::email::sender(&w).await;
-    let ses =
-        ses_faults::start(moto::endpoint(), Faults { max_per_second: Some(SES_RATE), ..Faults::default() }, 1).await;
+    let ses = ses_standin::start(moto::endpoint(), Faults { max_per_second: Some(SES_RATE), ..Faults::default() }, 1)
+        .expect("the SES stand-in");
     let op = operators::create(&w.db().await, "ops").await.unwrap().1;
     let body = json!({"rate_per_second": 20, "reason": "a guess"}).to_string().into_bytes();
     let (status, e) = w.call_as(&op, Method::PUT, "/v1/admin/send-rates/account/default", None, Some(body)).await;

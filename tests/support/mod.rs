@@ -5,7 +5,6 @@
 pub mod aws_standin;
 pub mod moto;
 pub mod runtime_api;
-pub mod ses_faults;
 pub mod transports;
 
 use std::sync::{Arc, OnceLock};

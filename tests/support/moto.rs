@@ -19,14 +19,8 @@ use taskdeck::transport::sqs::SqsTransport;
 pub fn endpoint() -> &'static str {
     static URL: OnceLock<String> = OnceLock::new();
     URL.get_or_init(|| {
-        if let Ok(url) = std::env::var("RELAY_MOTO_URL") {
-            return url.trim_end_matches('/').to_owned();
-        }
-        let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-        let venv = localaws::moto_venv(tmp).expect("install moto[server] into a venv (needs python3 and PyPI)");
-        let (url, child) = localaws::start_moto(&venv, tmp).expect("start moto_server");
-        localaws::kill_when_process_exits(child.id(), std::process::id()).expect("moto watchdog");
-        url
+        localaws::moto_for_this_process(Path::new(env!("CARGO_TARGET_TMPDIR")))
+            .expect("moto: RELAY_MOTO_URL, or moto[server] installed into a venv (needs python3 and PyPI) and started")
     })
 }
 

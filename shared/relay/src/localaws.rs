@@ -87,6 +87,37 @@ pub fn start_moto(venv: &Path, log_dir: &Path) -> Result<(String, Child), LocalA
     Err(LocalAwsError::NoAnswer(port))
 }
 
+/// moto's endpoint for this process: `RELAY_MOTO_URL` when set, else a `moto_server` from the
+/// venv under `tmp` (made on first use), killed when this process exits. Blocks while it starts.
+pub fn moto_for_this_process(tmp: &Path) -> Result<String, LocalAwsError> {
+    if let Some(url) = std::env::var("RELAY_MOTO_URL").ok().filter(|u| !u.is_empty()) {
+        return Ok(url.trim_end_matches('/').to_owned());
+    }
+    std::fs::create_dir_all(tmp).map_err(LocalAwsError::Io)?;
+    let venv = moto_venv(tmp)?;
+    let (url, child) = start_moto(&venv, tmp)?;
+    kill_when_process_exits(child.id(), std::process::id())?;
+    Ok(url)
+}
+
+/// An SDK configuration for a local AWS-protocol server at `endpoint` (moto, or a stand-in in
+/// front of it): us-east-1 and dummy credentials, nothing read from the environment.
+pub fn sdk_config(endpoint: &str) -> aws_config::SdkConfig {
+    use aws_sdk_sqs::config::{Credentials, SharedCredentialsProvider};
+    aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+            "testing",
+            "testing",
+            None,
+            None,
+            "relay-local",
+        )))
+        .build()
+}
+
 /// Kill process `child` once process `parent` has exited (a detached shell watches it): for
 /// test runs, which have no hook at exit.
 pub fn kill_when_process_exits(child: u32, parent: u32) -> Result<(), LocalAwsError> {

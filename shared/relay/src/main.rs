@@ -175,9 +175,12 @@ enum Command {
         /// Where to write the JSON report.
         #[arg(long, default_value = "target/bench/relay-bench.json")]
         out: PathBuf,
-        /// Run only the named sections (probe, intake, processing, latency, sweep, campaign, lambda).
+        /// Run only the named sections (probe, intake, processing, latency, sweep, campaign, pace, lambda).
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// The `pace` section's account rate, sends a second (the SES stand-in throttles above it).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        pace_rate: u32,
         /// Also run a peer job queue (graphile-worker) against the same database, alternating
         /// with Relay's runs, and print the ratio per cell. Installed from npm on first use.
         #[arg(long)]
@@ -377,7 +380,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Bench { quick, runs, out, only, peer } => {
+        Command::Bench { quick, runs, out, only, peer, pace_rate } => {
             let data_dir = cli.data_dir.clone().unwrap_or_else(|| ".relay/bench-pg".into());
             let (url, cluster) = match cli.database_url.clone() {
                 Some(url) => (url, None),
@@ -391,8 +394,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     (cluster.url("relay_bench"), Some(cluster))
                 }
             };
-            let opts =
-                relay::bench::Options { quick, runs: runs.max(1), out, only, peer, peer_dir: "target/peer".into() };
+            let opts = relay::bench::Options {
+                quick,
+                runs: runs.max(1),
+                out,
+                only,
+                peer,
+                peer_dir: "target/peer".into(),
+                pace_rate,
+            };
             let result = relay::bench::run(&url, &opts).await;
             if let Some(c) = cluster {
                 c.stop()?;

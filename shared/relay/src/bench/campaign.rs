@@ -98,8 +98,14 @@ async fn watch(
 
 /// A `relay worker` child with `relay dev`'s defaults, on the scratch schema.
 fn worker(scratch: &Scratch) -> anyhow::Result<tokio::process::Child> {
+    worker_with(scratch, &[])
+}
+
+/// `worker`, with these environment variables besides.
+pub fn worker_with(scratch: &Scratch, envs: &[(&str, &str)]) -> anyhow::Result<tokio::process::Child> {
     Ok(tokio::process::Command::new(std::env::current_exe()?)
         .args(["worker", "--workers", "2", "--concurrency", "64"])
+        .envs(envs.iter().copied())
         .env("DATABASE_URL", &scratch.url)
         .env("RELAY_LOG", "warn")
         .stdin(Stdio::null())

@@ -88,10 +88,22 @@ impl Server {
         key: Option<&str>,
         body: Option<&serde_json::Value>,
     ) -> anyhow::Result<(u16, serde_json::Value)> {
+        self.request_as(&self.scratch.key, method, path, key, body).await
+    }
+
+    /// Any request with this API key (another tenant's, an operator's).
+    pub async fn request_as(
+        &self,
+        api_key: &str,
+        method: hyper::Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<&serde_json::Value>,
+    ) -> anyhow::Result<(u16, serde_json::Value)> {
         let mut req = hyper::Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base))
-            .header("authorization", format!("Bearer {}", self.scratch.key))
+            .header("authorization", format!("Bearer {api_key}"))
             .header("content-type", "application/json");
         if let Some(k) = key {
             req = req.header("idempotency-key", k);
@@ -110,7 +122,7 @@ impl Server {
     }
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(super) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }

@@ -7,6 +7,7 @@ pub mod cpu;
 pub mod intake;
 pub mod lambda;
 pub mod latency;
+pub mod pace;
 pub mod peer;
 pub mod probe;
 pub mod processing;
@@ -32,6 +33,8 @@ pub struct Options {
     pub peer: Option<String>,
     /// Where the peer is installed (`target/peer`).
     pub peer_dir: PathBuf,
+    /// The `pace` section's account rate (N sends a second); the SES stand-in throttles above it.
+    pub pace_rate: u32,
 }
 
 impl Options {
@@ -259,6 +262,10 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
         report.insert("campaign".into(), json!({"campaign": c, "keyed": k}));
     }
 
+    if opts.wants("pace") {
+        report.insert("pace".into(), pace_section(url, opts).await?);
+    }
+
     if opts.wants("lambda") {
         let n = if opts.quick { 5_000 } else { 20_000 };
         let mut all = Vec::new();
@@ -335,6 +342,101 @@ pub async fn run(url: &str, opts: &Options) -> anyhow::Result<()> {
     std::fs::write(&opts.out, serde_json::to_string_pretty(&Value::Object(report))?)?;
     eprintln!("wrote {}", opts.out.display());
     Ok(())
+}
+
+/// The `pace` rows: medians of the runs, and the worst run where the target is "never".
+async fn pace_section(url: &str, opts: &Options) -> anyhow::Result<Value> {
+    let n = opts.pace_rate;
+    let mut all = Vec::new();
+    for _ in 0..opts.runs {
+        all.push(pace::run(url, n, opts.quick).await?);
+    }
+    let rate = f64::from(n);
+    let m = |f: fn(&pace::PaceRun) -> f64| median(all.iter().map(f).collect());
+    let each = |f: fn(&pace::PaceRun) -> f64| all.iter().map(|r| format!("{:.2}", f(r))).collect::<Vec<_>>().join(", ");
+    let worst = |f: fn(&pace::PaceRun) -> usize| all.iter().map(f).max().unwrap_or_default();
+    let shortest = |f: fn(&pace::PaceRun) -> Option<f64>| all.iter().filter_map(f).min_by(f64::total_cmp);
+    let sends = all.first().map_or(0, |r| r.one.sends);
+    row(
+        "pace",
+        "account rate N (stand-in throttles above)",
+        format!("{n}/s"),
+        format!(
+            "paced at HEADROOM {} of it; campaigns' limit {}",
+            taskdeck::email::pace::HEADROOM,
+            pace::CAMPAIGN_LIMIT
+        ),
+    );
+    let achieved = m(|r| r.one.achieved_per_sec);
+    row(
+        "pace",
+        &format!("one campaign of {sends}: achieved sends/s"),
+        format!("{achieved:.2}"),
+        format!(
+            "{:.1}% of N, first to last send (target within 5 %, never above); runs {}",
+            100.0 * achieved / rate,
+            each(|r| r.one.achieved_per_sec)
+        ),
+    );
+    row(
+        "pace",
+        "  sends/s, submission to last send",
+        format!("{:.2}", m(|r| r.one.end_to_end_per_sec)),
+        format!("{:.1}% of N, start-up included", 100.0 * m(|r| r.one.end_to_end_per_sec) / rate),
+    );
+    row(
+        "pace",
+        "  busiest 1-second window (worst run)",
+        format!("{}", worst(|r| r.one.busiest_second)),
+        format!("target ≤ {n}"),
+    );
+    row(
+        "pace",
+        &format!("  shortest span of {} sends, ms (min)", n + 1),
+        opt(shortest(|r| r.one.shortest_span_ms)),
+        "≥ 1000 keeps every second ≤ N; 1000/HEADROOM when on time".into(),
+    );
+    row(
+        "pace",
+        "  throttles (all runs)",
+        format!("{}", all.iter().map(|r| r.one.throttled).sum::<u64>()),
+        "target 0".into(),
+    );
+    let shares = |i: usize| median(all.iter().map(|r| r.shared.shares[i] * 100.0).collect());
+    row(
+        "pace",
+        "two tenants' campaigns + single sends: /s",
+        format!("{:.2}", m(|r| r.shared.rate_while_both)),
+        format!("while both campaigns ran ({:.0} s)", m(|r| r.shared.both_ran_seconds)),
+    );
+    row(
+        "pace",
+        "  share: acme / globex / single sends %",
+        format!("{:.0} / {:.0} / {:.0}", shares(0), shares(1), shares(2)),
+        format!("single sends offered at {:.1}/s", 1.0 / pace::SINGLE_EVERY.as_secs_f64()),
+    );
+    row(
+        "pace",
+        "  single sends' wait p50 / p99 ms",
+        format!("{:.0} / {:.0}", m(|r| r.shared.single_wait_p50_ms), m(|r| r.shared.single_wait_p99_ms)),
+        format!(
+            "submission to SES; worst {:.0} ms (bounded: tests/pace.rs asserts < 3 s)",
+            all.iter().map(|r| r.shared.single_wait_max_ms).fold(f64::NAN, f64::max)
+        ),
+    );
+    row(
+        "pace",
+        "  busiest 1-second window (worst run)",
+        format!("{}", worst(|r| r.shared.busiest_second)),
+        format!("target ≤ {n}; shortest span of {} sends {} ms", n + 1, opt(shortest(|r| r.shared.shortest_span_ms))),
+    );
+    row(
+        "pace",
+        "  throttles (all runs)",
+        format!("{}", all.iter().map(|r| r.shared.throttled).sum::<u64>()),
+        "target 0".into(),
+    );
+    Ok(json!(all))
 }
 
 /// Statement counts need pg_stat_statements (preloaded in the bench's private cluster); without

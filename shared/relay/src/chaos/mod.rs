@@ -91,18 +91,8 @@ impl Env {
         let url = self
             .moto
             .get_or_try_init(|| async {
-                if let Ok(url) = std::env::var("RELAY_MOTO_URL") {
-                    return Ok(url.trim_end_matches('/').to_owned());
-                }
                 let tmp = self.tmp.clone();
-                tokio::task::spawn_blocking(move || {
-                    std::fs::create_dir_all(&tmp)?;
-                    let venv = crate::localaws::moto_venv(&tmp)?;
-                    let (url, child) = crate::localaws::start_moto(&venv, &tmp)?;
-                    crate::localaws::kill_when_process_exits(child.id(), std::process::id())?;
-                    anyhow::Ok(url)
-                })
-                .await?
+                anyhow::Ok(tokio::task::spawn_blocking(move || crate::localaws::moto_for_this_process(&tmp)).await??)
             })
             .await?;
         Ok(url.clone())

@@ -1,10 +1,11 @@
-//! A fault-injecting stand-in in front of moto: each SES v2 send is passed through, throttled
+//! A fault-injecting SES stand-in in front of moto: each SES v2 send is passed through, throttled
 //! or rejected (never reaching moto), or taken by moto and then answered with a 500, cut off
 //! mid-answer, or held past the client's time limit; or, like SES past an account's maximum
 //! send rate, throttled when `max_per_second` sends already passed in the last second.
 //! Answers `GetAccount` (which moto lacks) with `account`'s quota. Every other request (STS)
 //! passes through. Counts what it did, and when each send passed (with its subject), so a
-//! test can check Relay's records against the truth.
+//! caller can check Relay's records against the truth. Used by the tests and `relay bench`
+//! (its `pace` section); nothing here runs in production.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -57,6 +58,11 @@ impl Counts {
         c.load(Ordering::SeqCst)
     }
 
+    /// When each send passed, and its subject (a copy).
+    pub fn passed(&self) -> Vec<(std::time::Instant, String)> {
+        self.passed_at.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
     /// Sends moto took whose answer never reached the client intact.
     pub fn ambiguous(&self) -> u64 {
         Self::get(&self.error_after) + Self::get(&self.dropped_after) + Self::get(&self.hung_after)
@@ -77,17 +83,17 @@ pub struct FaultySes {
     pub counts: Arc<Counts>,
 }
 
-/// Start the stand-in in front of `upstream` (moto's URL).
-pub async fn start(upstream: &str, faults: Faults, seed: u64) -> FaultySes {
+/// Start the stand-in in front of `upstream` (moto's URL). It serves until the process exits.
+pub fn start(upstream: &str, faults: Faults, seed: u64) -> std::io::Result<FaultySes> {
     let counts = Arc::new(Counts::default());
     let (upstream, kept) = (upstream.trim_end_matches('/').to_owned(), counts.clone());
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.set_nonblocking(true).expect("a non-blocking listener");
-    let addr: SocketAddr = listener.local_addr().expect("addr");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let addr: SocketAddr = listener.local_addr()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     // On a thread and runtime of its own, so the time a send is counted at is when it came,
-    // not when the test's busy runtime got round to it.
+    // not when the caller's busy runtime got round to it.
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
         rt.block_on(async move {
             let proxy = Proxy {
                 upstream,
@@ -96,12 +102,14 @@ pub async fn start(upstream: &str, faults: Faults, seed: u64) -> FaultySes {
                 rng: Arc::new(Mutex::new(StdRng::seed_from_u64(seed))),
                 client: Client::builder(TokioExecutor::new()).build_http(),
             };
-            let listener = tokio::net::TcpListener::from_std(listener).expect("the listener");
             let app = axum::Router::new().fallback(handle).with_state(proxy);
-            axum::serve(listener, app).await.ok()
+            match tokio::net::TcpListener::from_std(listener) {
+                Ok(listener) => axum::serve(listener, app).await.ok(),
+                Err(_) => None,
+            }
         })
     });
-    FaultySes { url: format!("http://{addr}"), counts }
+    Ok(FaultySes { url: format!("http://{addr}"), counts })
 }
 
 enum Fault {
@@ -114,6 +122,8 @@ enum Fault {
 }
 
 async fn handle(State(p): State<Proxy>, req: Request) -> Response {
+    // A send counts from when its request came (as SES counts it), before its body is read.
+    let came = std::time::Instant::now();
     let is_send = req.uri().path().starts_with("/v2/email/outbound-emails");
     if req.uri().path() == "/v2/email/account"
         && let Some((rate, max)) = p.faults.account
@@ -129,17 +139,23 @@ async fn handle(State(p): State<Proxy>, req: Request) -> Response {
     let mut fault = if is_send { p.choose().await } else { Fault::Pass };
     let c = &p.counts;
     if is_send && let Some(max) = p.faults.max_per_second {
-        // Take a place in the last second's sends now, or be throttled.
-        let now = std::time::Instant::now();
-        let mut passed = c.passed_at.lock().unwrap();
-        let recent = passed.iter().rev().take_while(|(at, _)| now.duration_since(*at) < Duration::from_secs(1)).count();
+        // Take a place in the last second's sends, or be throttled.
+        let now = came;
+        let mut passed = c.passed_at.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Sends in the second up to `now` (a request read more slowly may sit after one that came later).
+        let recent = passed
+            .iter()
+            .rev()
+            .take_while(|(at, _)| now.saturating_duration_since(*at) < Duration::from_secs(2))
+            .filter(|(at, _)| *at <= now && now.duration_since(*at) < Duration::from_secs(1))
+            .count();
         if recent >= max {
             fault = Fault::Throttle;
         } else if matches!(fault, Fault::Pass) {
             passed.push((now, subject.clone()));
         }
     } else if is_send && matches!(fault, Fault::Pass) {
-        c.passed_at.lock().unwrap().push((std::time::Instant::now(), subject.clone()));
+        c.passed_at.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((came, subject.clone()));
     }
     match fault {
         Fault::Throttle => {
@@ -240,7 +256,10 @@ impl Proxy {
         let (mut parts, body) = req.into_parts();
         let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        parts.uri = format!("{}{path}", self.upstream).parse().expect("upstream uri");
+        parts.uri = match format!("{}{path}", self.upstream).parse() {
+            Ok(uri) => uri,
+            Err(e) => return error(StatusCode::BAD_GATEWAY, "ProxyError", &format!("the upstream's URL: {e}")),
+        };
         parts.headers.remove("host");
         let upstream = hyper::Request::from_parts(parts, Body::from(bytes));
         match self.client.request(upstream).await {
