@@ -88,6 +88,10 @@ impl Default for JobId {
     }
 }
 
+/// How far ahead a held job's `run_at` is put until it is released: a campaign awaiting its
+/// recipient pages, a job awaiting its dependencies (`store::dependencies`).
+pub const HELD_FOR: chrono::Duration = chrono::Duration::days(366);
+
 /// Where a job is in its lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]

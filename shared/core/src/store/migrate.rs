@@ -41,6 +41,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (24, "0024_admin_actions", include_str!("../../../../migrations/0024_admin_actions.sql")),
     (25, "0025_tenant_limits", include_str!("../../../../migrations/0025_tenant_limits.sql")),
     (27, "0027_message_event_callbacks", include_str!("../../../../migrations/0027_message_event_callbacks.sql")),
+    (29, "0029_job_dependencies", include_str!("../../../../migrations/0029_job_dependencies.sql")),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's
