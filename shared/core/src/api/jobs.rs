@@ -375,7 +375,7 @@ async fn require_after(state: &AppState, tenant_id: TenantId, after: &[JobId]) -
         None => Ok(()),
         Some(n) => Err(ApiError::unprocessable(
             "unknown_dependency",
-            format!("after[{n}]: this tenant has no job {}", after[n]),
+            format!("after[{n}]: this tenant has no job with this id"),
         )
         .with("field", format!("after[{n}]"))),
     }

@@ -143,7 +143,7 @@ pub async fn release(db: &impl GenericClient, ended: &[JobId], dispatched: bool)
                  UPDATE jobs j SET status = 'cancelled', run_at = c.run_at, last_error = c.why,
                      finished_at = now(), updated_at = now()
                  FROM counted c WHERE j.id = c.job_id AND c.why IS NOT NULL AND j.status = 'pending'
-                 RETURNING {TERMINAL_RETURNING}, j.has_dependents, j.last_error
+                 RETURNING {TERMINAL_RETURNING}, j.last_error
              ), events AS (
                  INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, reason)
                  SELECT id, 'cancelled', 'pending', 'cancelled', attempt, last_error FROM cancelled
