@@ -3,7 +3,9 @@
 //!
 //! The lifecycle (drawn once, in `shared/docs/state_machine.md`):
 //! - `pending`: committed and due at `run_at`. In: intake, a retry, the sweep returning an
-//!   expired lease. Out: a claim (worker), cancel (client or operator).
+//!   expired lease. Out: a claim (worker), cancel (client or operator, or the end of a job it
+//!   runs after other than success: `store::dependencies`). Held, not due, while a job it runs
+//!   after has not succeeded.
 //! - `running`: claimed under a lease; the attempt number is the fence. Out: success, retry,
 //!   continue (back to pending), wait for children, terminal failure (worker); lease expiry
 //!   (sweep).

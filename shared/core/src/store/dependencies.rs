@@ -51,9 +51,14 @@ pub async fn lock(
 ) -> Result<HashMap<JobId, JobStatus>, StoreError> {
     let stmt = db
         .prepare_cached(
-            "UPDATE jobs SET has_dependents = true
-             WHERE id IN (SELECT id FROM jobs WHERE id = ANY ($1) AND tenant_id = $2
-                            AND status IN ('pending', 'running', 'waiting') ORDER BY id FOR UPDATE)",
+            "WITH locked AS (
+                 SELECT id, has_dependents FROM jobs
+                 WHERE id = ANY ($1) AND tenant_id = $2 AND status IN ('pending', 'running', 'waiting')
+                 ORDER BY id FOR NO KEY UPDATE
+             )
+             -- A row already marked is only locked (no new row version).
+             UPDATE jobs j SET has_dependents = true FROM locked l
+             WHERE j.id = l.id AND l.has_dependents IS NOT TRUE",
         )
         .await?;
     db.execute(&stmt, &[&ids, &tenant_id]).await?;
