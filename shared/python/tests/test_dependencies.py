@@ -5,8 +5,13 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from django.db import transaction
 
 from relay_client import InvalidRequest, JobRequest
+from relay_client.django import outbox
+from relay_client.django._compat import InvalidTask
+from relay_client.django.models import RelayJob
+from shop.tasks import noop
 
 from .conftest import Relay, wait_for
 
@@ -31,3 +36,24 @@ def test_the_client_sends_after_and_the_job_waits_for_its_dependency(relay: Rela
         with pytest.raises(InvalidRequest) as unknown:
             client.submit(req(after=[str(uuid.uuid4())]))
         assert (unknown.value.code, unknown.value.field) == ("unknown_dependency", "after[0]")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_relay_task_runs_after_another_enqueued_in_the_same_transaction(relay: Relay, relay_settings: dict):
+    with pytest.raises(InvalidTask):
+        noop.using(after=["not-a-uuid"]).enqueue()
+    with pytest.raises(InvalidTask):
+        noop.using(after=[str(uuid.uuid4())] * 101).enqueue()
+    with transaction.atomic():
+        first = noop.enqueue()
+        then = noop.using(after=[first.id]).enqueue()
+        assert RelayJob.objects.get(pk=then.id).options["after"] == [first.id]
+    first_row, then_row = RelayJob.objects.get(pk=first.id), RelayJob.objects.get(pk=then.id)
+    assert first_row.relay_id is not None and then_row.relay_id is not None, "both posted, in order"
+    # The outbox row's id became the Relay job's id in the request.
+    assert outbox.request_for(then_row).after == [str(first_row.relay_id)]
+    with relay.client() as client:
+        done = wait_for("the dependent to finish", lambda: (j := client.get(str(then_row.relay_id))).terminal and j)
+        first_end = client.get(str(first_row.relay_id)).finished_at
+    assert done.status == "succeeded"
+    assert done.started_at is not None and first_end is not None and done.started_at >= first_end
