@@ -34,7 +34,8 @@ fn at(job: &Value, field: &str) -> DateTime<Utc> {
 async fn a_chain_runs_in_order_each_waiting_without_an_attempt() {
     let w = World::new().await;
     let a = submit(&w, "a", json!({"task_type": "test.effect", "params": {"sleep_seconds": 0.4}})).await;
-    let b = submit(&w, "b", json!({"task_type": "test.effect", "after": [a["id"]]})).await;
+    let b_body = json!({"task_type": "test.effect", "after": [a["id"]]});
+    let b = submit(&w, "b", b_body.clone()).await;
     let c = submit(&w, "c", json!({"task_type": "test.effect", "after": [b["id"], a["id"]]})).await;
     let (a, b, c) = (id_of(&a), id_of(&b), id_of(&c));
     for id in [b, c] {
@@ -47,6 +48,9 @@ async fn a_chain_runs_in_order_each_waiting_without_an_attempt() {
         // The time it asked for (now), not its hold's.
         assert!(at(&j, "run_at") < Utc::now() + chrono::Duration::seconds(5), "{j}");
     }
+    let (s, again) = w.submit("b", b_body).await;
+    assert_eq!((s, &again["id"]), (StatusCode::OK, &json!(b)), "{again}");
+    assert!(at(&again, "run_at") < Utc::now() + chrono::Duration::seconds(5), "a replay shows the time asked: {again}");
     let (stop_tx, stop) = watch::channel(false);
     let workers = w.platform.spawn_workers(3, &stop);
     let done = w.wait_for(&c.to_string(), Duration::from_secs(30), |j| j["status"] == "succeeded").await;
@@ -193,4 +197,26 @@ async fn the_sweep_heals_a_release_lost_between_the_end_and_its_release() {
     assert_eq!(get(&w, b).await["status"], "succeeded");
     let again = w.platform.sweeper().pass().await.unwrap();
     assert_eq!(again.dependents_healed, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dependencies_ending_at_once_release_their_dependent_exactly_once() {
+    let w = World::new().await;
+    let mut deps = Vec::new();
+    for i in 0..12 {
+        let j =
+            submit(&w, &format!("d{i}"), json!({"task_type": "test.effect", "params": {"sleep_seconds": 0.2}})).await;
+        deps.push(j["id"].clone());
+    }
+    let last = id_of(&submit(&w, "last", json!({"task_type": "test.effect", "after": deps})).await);
+    let (stop_tx, stop) = watch::channel(false);
+    let workers = w.platform.spawn_workers(6, &stop);
+    let done = w.wait_for(&last.to_string(), Duration::from_secs(30), |j| j["status"] == "succeeded").await;
+    stop_tx.send(true).unwrap();
+    futures::future::join_all(workers).await;
+    assert_eq!((done["status"].as_str(), done["attempt"].as_i64()), (Some("succeeded"), Some(1)), "{done}");
+    let ended: DateTime<Utc> =
+        w.db().await.query_one("SELECT max(finished_at) FROM jobs WHERE id <> $1", &[&last]).await.unwrap().get(0);
+    assert!(at(&done, "started_at") >= ended, "it started before its last dependency ended");
+    assert_eq!(w.count("SELECT count(*) FROM effects_ledger WHERE job_id = $1", &[&last]).await, 1, "ran once");
 }

@@ -158,6 +158,24 @@ async fn write_after(
         }
         inserted[created[&h.job_id]] = Inserted::Created(job);
     }
+    // A replay of a job still held answers with the time it asked for too.
+    let replays: Vec<JobId> = inserted
+        .iter()
+        .filter_map(|i| match i {
+            Inserted::Existing(j) if j.status == JobStatus::Pending => Some(j.id),
+            _ => None,
+        })
+        .collect();
+    if !replays.is_empty() {
+        let asked: HashMap<JobId, _> = dependencies::held(&tx, &replays).await?.into_iter().collect();
+        for i in &mut inserted {
+            if let Inserted::Existing(j) = i
+                && let Some(run_at) = asked.get(&j.id)
+            {
+                j.run_at = *run_at;
+            }
+        }
+    }
     tx.commit().await?;
     let held: HashSet<JobId> = holds.iter().map(|h| h.job_id).collect();
     send.extend(inserted.iter().filter_map(|i| match i {
