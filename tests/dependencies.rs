@@ -220,3 +220,59 @@ async fn dependencies_ending_at_once_release_their_dependent_exactly_once() {
     assert!(at(&done, "started_at") >= ended, "it started before its last dependency ended");
     assert_eq!(w.count("SELECT count(*) FROM effects_ledger WHERE job_id = $1", &[&last]).await, 1, "ran once");
 }
+
+/// Jobs without `after` pay nothing for dependencies: statement triggers on the dependency
+/// tables record any statement that writes them (a release always does, even of no row), and
+/// after submits (one and a batch), claims, successes, a failure and a cancel none has run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_without_after_run_no_statement_on_the_dependency_tables() {
+    let w = World::new().await;
+    w.db()
+        .await
+        .batch_execute(
+            "CREATE TABLE dependency_touches (what text NOT NULL);
+             CREATE FUNCTION touched() RETURNS trigger LANGUAGE plpgsql AS
+                 $$ BEGIN INSERT INTO dependency_touches VALUES (TG_TABLE_NAME || ' ' || TG_OP); RETURN NULL; END $$;
+             CREATE TRIGGER touched AFTER INSERT OR UPDATE OR DELETE ON job_dependencies
+                 FOR EACH STATEMENT EXECUTE FUNCTION touched();
+             CREATE TRIGGER touched AFTER INSERT OR UPDATE OR DELETE ON job_holds
+                 FOR EACH STATEMENT EXECUTE FUNCTION touched();",
+        )
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        ids.push(id_of(&submit(&w, &format!("p{i}"), json!({"task_type": "test.effect"})).await));
+    }
+    let bad =
+        id_of(&submit(&w, "bad", json!({"task_type": "test.fail", "params": {"times": 5, "kind": "fatal"}})).await);
+    let items: Vec<Value> =
+        (0..5).map(|i| json!({"idempotency_key": format!("b{i}"), "task_type": "test.effect"})).collect();
+    let (s, out) = w.call(Method::POST, "/v1/jobs:batch", None, Some(json!({"jobs": items}))).await;
+    assert_eq!(s, StatusCode::OK, "{out}");
+    ids.extend(out["results"].as_array().unwrap().iter().map(|r| id_of(&r["job"])));
+    let later = id_of(&submit(&w, "later", json!({"task_type": "noop", "delay_seconds": 600})).await);
+    let (s, j) = w.call(Method::POST, &format!("/v1/jobs/{later}/cancel"), None, None).await;
+    assert_eq!((s, j["status"].as_str()), (StatusCode::OK, Some("cancelled")), "{j}");
+    let (stop_tx, stop) = watch::channel(false);
+    let workers = w.platform.spawn_workers(2, &stop);
+    let ended = "SELECT count(*) FROM jobs WHERE status IN ('succeeded', 'failed')";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while w.count(ended, &[]).await < 16 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop_tx.send(true).unwrap();
+    futures::future::join_all(workers).await;
+    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE status = 'succeeded' AND id = ANY($1)", &[&ids]).await, 15);
+    assert_eq!(get(&w, bad).await["status"], "failed");
+    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE has_dependents IS NOT NULL", &[]).await, 0);
+    assert_eq!(
+        w.count("SELECT count(*) FROM dependency_touches", &[]).await,
+        0,
+        "a statement wrote the dependency tables"
+    );
+    // The trap springs: a job held for a dependency does write them.
+    let pending = submit(&w, "pending", json!({"task_type": "noop", "delay_seconds": 600})).await;
+    submit(&w, "dependent", json!({"task_type": "noop", "after": [pending["id"]]})).await;
+    assert!(w.count("SELECT count(*) FROM dependency_touches", &[]).await > 0);
+}
