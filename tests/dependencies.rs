@@ -184,7 +184,11 @@ async fn the_sweep_heals_a_release_lost_between_the_end_and_its_release() {
     // A ends without its release (a crash between the two): written by hand.
     w.db()
         .await
-        .execute("UPDATE jobs SET status = 'succeeded', finished_at = now(), updated_at = now() WHERE id = $1", &[&a])
+        .execute(
+            "UPDATE jobs SET status = 'succeeded', finished_at = now() - interval '1 minute', updated_at = now()
+                 WHERE id = $1",
+            &[&a],
+        )
         .await
         .unwrap();
     assert_eq!(get(&w, b).await["waiting_reason"], "waiting_for_dependency");

@@ -178,18 +178,23 @@ pub async fn release(db: &impl GenericClient, ended: &[JobId], dispatched: bool)
     Ok(dispatch)
 }
 
-/// The sweep's safety net: resolve up to `limit` dependencies that have ended with edges still
-/// unresolved (a release lost to a crash between the end and its release), and delete the
-/// holds that are done. Reads only the unresolved edges and the holds: proportional to what
+/// How long after a dependency's end its own release has to run before the sweep does it.
+const SETTLE_SECS: f64 = 10.0;
+
+/// The sweep's safety net: resolve up to `limit` dependencies that ended (more than
+/// `SETTLE_SECS` ago, so a release on its way is not raced) with edges still unresolved (a
+/// release lost to a crash between the end and its release), and delete the holds that are
+/// done. Reads only the unresolved edges and the holds: proportional to what
 /// is held, not to the jobs table.
 pub async fn heal(db: &impl GenericClient, limit: i64) -> Result<Vec<Dispatch>, StoreError> {
     let stmt = db
         .prepare_cached(
             "SELECT DISTINCT d.after_id FROM job_dependencies d JOIN jobs a ON a.id = d.after_id
-             WHERE a.status IN ('succeeded', 'failed', 'cancelled') LIMIT $1",
+             WHERE a.status IN ('succeeded', 'failed', 'cancelled') AND a.finished_at < now() - make_interval(secs => $2)
+             LIMIT $1",
         )
         .await?;
-    let mut ended: Vec<JobId> = db.query(&stmt, &[&limit]).await?.iter().map(|r| r.get(0)).collect();
+    let mut ended: Vec<JobId> = db.query(&stmt, &[&limit, &SETTLE_SECS]).await?.iter().map(|r| r.get(0)).collect();
     ended.sort();
     let dispatch = release(db, &ended, true).await?;
     let done = db
