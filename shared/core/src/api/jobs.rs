@@ -627,5 +627,10 @@ mod tests {
         let c = req(Some(5)).into_new_job(key(), &cat, &admits, now).unwrap();
         assert_eq!(a.request_hash, b.request_hash, "the same request later is a replay");
         assert_ne!(a.request_hash, c.request_hash);
+        let after = JobRequest { after: vec![JobId::new()], ..req(None) };
+        let d = after.into_new_job(key(), &cat, &admits, now).unwrap();
+        assert_ne!(a.request_hash, d.request_hash, "the hash covers after");
+        let none = serde_json::to_value(req(None)).unwrap();
+        assert!(none.get("after").is_none(), "no after, no field: older requests hash as before");
     }
 }
