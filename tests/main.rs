@@ -18,6 +18,7 @@ mod conformance;
 mod console;
 mod credentials;
 mod dbconn;
+mod dependencies;
 mod deploy;
 mod dev;
 mod email;

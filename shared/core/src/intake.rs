@@ -18,14 +18,17 @@
 //! (`Transport::commit_wake`), so a batch costs one statement and one commit, and is answered
 //! as soon as it commits; other transports dispatch after the commit, as above.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
-use crate::job::{Dispatch, TenantId};
+use chrono::Utc;
+
+use crate::job::{Dispatch, HELD_FOR, JobId, JobStatus, TenantId};
 use crate::store::StoreError;
+use crate::store::dependencies::{self, Held};
 use crate::store::jobs::{self, Inserted, NewJob};
 use crate::transport::{self, Transport};
 
@@ -80,6 +83,106 @@ impl Intake {
         }
         answer.await.map_err(|_| closed())?
     }
+}
+
+impl Intake {
+    /// `enqueue` for jobs of which some run after others (`after[i]`: the jobs `jobs[i]` runs
+    /// after, this tenant's): when any does, all are inserted in one transaction of their own,
+    /// beside the writers, with their dependencies locked, held and resolved
+    /// (`store::dependencies`); then what is due is dispatched. A job held for its
+    /// dependencies answers with the `run_at` it asked for.
+    pub async fn enqueue_after(
+        &self,
+        tenant_id: TenantId,
+        jobs: Vec<NewJob>,
+        after: Vec<Vec<JobId>>,
+    ) -> Result<Vec<Inserted>, Arc<StoreError>> {
+        if after.iter().all(Vec::is_empty) {
+            return self.enqueue(tenant_id, jobs).await;
+        }
+        let (pool, transport) = (self.pool.clone(), self.transport.clone());
+        // In its own task, so a caller that goes away does not stop it between commit and dispatch.
+        let written = tokio::spawn(async move {
+            let (inserted, send) = write_after(&pool, tenant_id, jobs, after).await?;
+            transport::send(&transport, &pool, &send).await;
+            Ok::<_, StoreError>(inserted)
+        });
+        written.await.map_err(|_| Arc::new(StoreError::IntakeClosed))?.map_err(Arc::new)
+    }
+}
+
+/// Insert `jobs` in one transaction with their dependencies (see `Intake::enqueue_after`).
+/// Returns the rows, and what to dispatch after commit: the jobs due now, and the callbacks of
+/// those cancelled at once for a dependency that had already failed.
+async fn write_after(
+    pool: &Pool,
+    tenant_id: TenantId,
+    mut jobs: Vec<NewJob>,
+    after: Vec<Vec<JobId>>,
+) -> Result<(Vec<Inserted>, Vec<Dispatch>), StoreError> {
+    let mut db = pool.get().await?;
+    let tx = db.transaction().await?;
+    let mut all: Vec<JobId> = after.iter().flatten().copied().collect();
+    all.sort();
+    all.dedup();
+    let statuses = dependencies::lock(&tx, tenant_id, &all).await?;
+    // The API checked they exist; one deleted since (retention) is the caller's to retry.
+    if let Some(gone) = all.iter().find(|id| !statuses.contains_key(id)) {
+        return Err(StoreError::Vanished(format!("job {gone} (named in after)")));
+    }
+    let mut holds = Vec::new();
+    for (job, after) in jobs.iter_mut().zip(&after) {
+        let waits: Vec<JobId> = after.iter().copied().filter(|a| statuses[a] != JobStatus::Succeeded).collect();
+        if !waits.is_empty() {
+            holds.push(Held { job_id: job.id, run_at: job.run_at, after: waits });
+            job.run_at = Utc::now() + HELD_FOR;
+        }
+    }
+    let mut inserted = jobs::insert_many(&tx, tenant_id, &jobs, None).await?;
+    let created: HashMap<JobId, usize> = inserted
+        .iter()
+        .enumerate()
+        .filter_map(|(n, i)| match i {
+            Inserted::Created(j) => Some((j.id, n)),
+            Inserted::Existing(_) => None,
+        })
+        .collect();
+    holds.retain(|h| created.contains_key(&h.job_id));
+    let mut send = dependencies::hold(&tx, tenant_id, &holds).await?;
+    for h in &holds {
+        // Read again: one whose dependency had failed is cancelled already.
+        let mut job =
+            jobs::get(&tx, tenant_id, h.job_id).await?.ok_or_else(|| StoreError::Vanished(h.job_id.to_string()))?;
+        if job.status == JobStatus::Pending {
+            job.run_at = h.run_at;
+        }
+        inserted[created[&h.job_id]] = Inserted::Created(job);
+    }
+    // A replay of a job still held answers with the time it asked for too.
+    let replays: Vec<JobId> = inserted
+        .iter()
+        .filter_map(|i| match i {
+            Inserted::Existing(j) if j.status == JobStatus::Pending => Some(j.id),
+            _ => None,
+        })
+        .collect();
+    if !replays.is_empty() {
+        let asked: HashMap<JobId, _> = dependencies::held(&tx, &replays).await?.into_iter().collect();
+        for i in &mut inserted {
+            if let Inserted::Existing(j) = i
+                && let Some(run_at) = asked.get(&j.id)
+            {
+                j.run_at = *run_at;
+            }
+        }
+    }
+    tx.commit().await?;
+    let held: HashSet<JobId> = holds.iter().map(|h| h.job_id).collect();
+    send.extend(inserted.iter().filter_map(|i| match i {
+        Inserted::Created(j) if !held.contains(&j.id) => Some(Dispatch { id: j.id, run_at: j.run_at }),
+        _ => None,
+    }));
+    Ok((inserted, send))
 }
 
 #[async_trait::async_trait]

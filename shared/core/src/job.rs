@@ -3,7 +3,9 @@
 //!
 //! The lifecycle (drawn once, in `shared/docs/state_machine.md`):
 //! - `pending`: committed and due at `run_at`. In: intake, a retry, the sweep returning an
-//!   expired lease. Out: a claim (worker), cancel (client or operator).
+//!   expired lease. Out: a claim (worker), cancel (client or operator, or the end of a job it
+//!   runs after other than success: `store::dependencies`). Held, not due, while a job it runs
+//!   after has not succeeded.
 //! - `running`: claimed under a lease; the attempt number is the fence. Out: success, retry,
 //!   continue (back to pending), wait for children, terminal failure (worker); lease expiry
 //!   (sweep).
@@ -87,6 +89,10 @@ impl Default for JobId {
         Self::new()
     }
 }
+
+/// How far ahead a held job's `run_at` is put until it is released: a campaign awaiting its
+/// recipient pages, a job awaiting its dependencies (`store::dependencies`).
+pub const HELD_FOR: chrono::Duration = chrono::Duration::days(366);
 
 /// Where a job is in its lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]

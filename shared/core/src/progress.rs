@@ -56,6 +56,8 @@ pub enum WaitingReason {
     WaitingForChildren,
     /// Waiting for an outside party's completion, until its deadline (`waiting_until`).
     WaitingForCompletion,
+    /// Pending until every job it runs after (`after`) has succeeded; no attempt used.
+    WaitingForDependency,
     /// Due and free to run, but no worker has taken it yet.
     NotClaimed,
 }
@@ -107,7 +109,8 @@ pub fn of(
 /// Why a non-terminal job is not running; `None` while it runs or once it has finished.
 /// `paused`: its task type is paused; `key_running`: how many jobs of its key run now;
 /// `completion_until`: the deadline of its open wait for a completion, if it has one;
-/// `rate_until`: until when a rate holds it, if one held it.
+/// `rate_until`: until when a rate holds it, if one held it; `held`: it waits for jobs it runs
+/// after.
 pub fn waiting_reason(
     job: &Job,
     now: DateTime<Utc>,
@@ -115,8 +118,10 @@ pub fn waiting_reason(
     key_running: i64,
     completion_until: Option<DateTime<Utc>>,
     rate_until: Option<DateTime<Utc>>,
+    held: bool,
 ) -> Option<WaitingReason> {
     match job.status {
+        JobStatus::Pending if held => Some(WaitingReason::WaitingForDependency),
         JobStatus::Waiting if completion_until.is_some() => Some(WaitingReason::WaitingForCompletion),
         JobStatus::Waiting => Some(WaitingReason::WaitingForChildren),
         JobStatus::Pending if job.run_at > now && rate_until == Some(job.run_at) => Some(WaitingReason::RateLimited),

@@ -69,6 +69,9 @@ pub struct SweepReport {
     pub tenant_faults_signalled: usize,
     /// Whether this pass read the SES account's rate and quota.
     pub ses_account_read: bool,
+    /// Jobs released (or cancelled, with callbacks) for dependencies whose end did not
+    /// release them: a crash between the two.
+    pub dependents_healed: usize,
 }
 
 #[derive(Clone)]
@@ -180,6 +183,9 @@ impl Sweeper {
                 break;
             }
         }
+        let healed = crate::store::dependencies::heal(&self.pool.get().await?, self.config.batch).await?;
+        report.dependents_healed = healed.len();
+        transport::send(&self.transport, &self.pool, &healed).await;
         for _ in 0..self.config.max_batches {
             let b = crate::completions::sweep_overdue(&self.pool, &self.transport, self.config.batch).await?;
             report.completions_overdue += b.handled;

@@ -14,7 +14,7 @@ use crate::progress::{self, Progress, WaitingReason};
 use crate::store::completions::open_deadlines;
 use crate::store::jobs::Job;
 use crate::store::progress::{baselines, child_counts, running_per_key};
-use crate::store::{GenericClient, StoreError, modes, send_rates};
+use crate::store::{GenericClient, StoreError, dependencies, modes, send_rates};
 
 /// The job resource. Its schema keeps the name and description it was published with.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -54,7 +54,8 @@ pub struct JobView {
     #[schema(pattern = "^(tenant|platform)$")]
     pub fault: Option<String>,
     /// Why a pending or waiting job is not running (null when running or finished): `not_due`,
-    /// `paused`, `concurrency_key_busy`, `waiting_for_children`, `waiting_for_completion` (an
+    /// `paused`, `concurrency_key_busy`, `waiting_for_dependency` (a job it runs after has not
+    /// succeeded yet), `waiting_for_children`, `waiting_for_completion` (an
     /// outside party's, until `waiting_until`) or `not_claimed` (due, but no worker has taken
     /// it yet), or `rate_limited` (which rate: `waiting_rate`). Filled on reads (`annotate`),
     /// not in a submit's answer.
@@ -144,6 +145,8 @@ pub async fn annotate(db: &impl GenericClient, jobs: Vec<Job>, now: DateTime<Utc
     let not_due: Vec<JobId> =
         jobs.iter().filter(|j| j.status == JobStatus::Pending && j.run_at > now).map(|j| j.id).collect();
     let held = if not_due.is_empty() { HashMap::new() } else { send_rates::rate_waits(db, &not_due).await? };
+    let after: HashMap<JobId, DateTime<Utc>> =
+        if not_due.is_empty() { HashMap::new() } else { dependencies::held(db, &not_due).await?.into_iter().collect() };
     let campaigning = jobs.iter().any(|j| j.task_type == CAMPAIGN && !j.status.is_terminal());
     let account = if campaigning { send_rates::get(db, send_rates::Scope::Account, "default").await? } else { None };
     Ok(jobs
@@ -152,7 +155,9 @@ pub async fn annotate(db: &impl GenericClient, jobs: Vec<Job>, now: DateTime<Utc
             let busy = j.concurrency_key.as_ref().and_then(|k| running.get(k)).copied().unwrap_or(0);
             let until = deadlines.get(&j.id).copied().filter(|_| j.status == JobStatus::Waiting);
             let (rate, rate_until) = held.get(&j.id).cloned().unzip();
-            let waiting = progress::waiting_reason(&j, now, modes.paused(&j.task_type), busy, until, rate_until);
+            let dependent = after.get(&j.id).copied();
+            let paused = modes.paused(&j.task_type);
+            let waiting = progress::waiting_reason(&j, now, paused, busy, until, rate_until, dependent.is_some());
             let progress = progress::of(&j, children.get(&j.id).copied(), baselines.get(&j.task_type).copied(), now);
             let waiting_rate = rate.filter(|_| waiting == Some(WaitingReason::RateLimited));
             let warnings = match (&account, &progress) {
@@ -165,7 +170,9 @@ pub async fn annotate(db: &impl GenericClient, jobs: Vec<Job>, now: DateTime<Utc
                 }
                 _ => Vec::new(),
             };
-            JobView { waiting_until: until, waiting_rate, warnings, ..JobView::new(j, waiting, progress) }
+            // A job held for its dependencies shows the time it asked for, not its hold's.
+            let run_at = dependent.unwrap_or(j.run_at);
+            JobView { waiting_until: until, waiting_rate, warnings, run_at, ..JobView::new(j, waiting, progress) }
         })
         .collect())
 }

@@ -112,12 +112,17 @@ class JobRequest:
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
     callback_url: str | None = None
+    #: Ids of this tenant's jobs (at most 100) this one runs after: it waits, pending, until each
+    #: has succeeded, and is cancelled (naming the dependency) if one ends otherwise.
+    after: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if not self.idempotency_key:
             raise ValueError("an idempotency key is mandatory")
         if not self.correlation_id:
             raise ValueError("a correlation id is mandatory")
+        if isinstance(self.after, str):
+            raise ValueError("after is a list of job ids, not one string")
 
     def body(self) -> dict[str, Any]:
         """The JSON body of ``POST /v1/jobs`` (the key goes in a header there)."""
@@ -139,6 +144,8 @@ class JobRequest:
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
+        if self.after:
+            out["after"] = [str(a) for a in self.after]
         return out
 
     def batch_item(self) -> dict[str, Any]:

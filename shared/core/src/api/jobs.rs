@@ -17,10 +17,10 @@ use super::error::{ApiError, ErrorBody, page_limit};
 use super::extract::{Caller, JsonBody};
 use crate::catalogue::Catalogue;
 use crate::job::terms::{self, Concurrency, CorrelationId, IdempotencyKey, Limits, MAX_TIMEOUT_SECONDS, RequestHash};
-use crate::job::{JobId, JobStatus, TenantId};
+use crate::job::{HELD_FOR, JobId, JobStatus, TenantId};
 use crate::outbound::AllowList;
 use crate::store::jobs::{self, Inserted, Job, JobFilter, NewJob};
-use crate::store::{StoreError, attempt_sessions};
+use crate::store::{StoreError, attempt_sessions, dependencies};
 use crate::task::{Named, Stored};
 use crate::view::{self, JobView};
 
@@ -40,9 +40,6 @@ impl Default for Admission {
         Admission { callback_allow: AllowList::default(), max_timeout_seconds: MAX_TIMEOUT_SECONDS }
     }
 }
-
-/// How far ahead a held job is put until it is released.
-const HELD_FOR: chrono::Duration = chrono::Duration::days(366);
 
 /// A job to submit.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -84,6 +81,12 @@ pub struct JobRequest {
     /// Where this job's callbacks go (http or https), instead of the tenant's callback URL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback_url: Option<String>,
+    /// Up to 100 ids of this tenant's jobs that this one runs after: it stays pending
+    /// (`waiting_reason` `waiting_for_dependency`, no attempt used) until every one has
+    /// succeeded, and is cancelled, naming the dependency, if one ends otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<uuid::Uuid>, max_items = 100)]
+    pub after: Vec<JobId>,
 }
 
 /// `{"results": [...]}`, one per submitted item, in order.
@@ -248,15 +251,17 @@ pub async fn submit(
     JsonBody(req): JsonBody<JobRequest>,
 ) -> Result<Response, ApiError> {
     state.limits.check(tenant.id, 1)?;
+    let after = req.after.clone();
     let new = req.into_new_job(key, &state.catalogue, &state.admission, Utc::now())?;
     require_named(&state, tenant.id, &new).await?;
+    require_after(&state, tenant.id, &after).await?;
     crate::telemetry::record_job(new.correlation_id.as_str(), new.id);
     if new.callback_url.is_some() {
         require_signing_secret(&state, tenant.id).await?;
     }
     state.quotas.admit_jobs(&state.pool, tenant.id, 1).await?;
     let hash = new.request_hash;
-    let mut inserted = state.intake.enqueue(tenant.id, vec![new]).await?;
+    let mut inserted = state.intake.enqueue_after(tenant.id, vec![new], vec![after]).await?;
     let (status, job) = answer(inserted.remove(0), &hash)?;
     Ok((status, Json(job)).into_response())
 }
@@ -297,16 +302,21 @@ pub async fn submit_batch(
     }
     state.limits.check(tenant.id, req.jobs.len())?;
     let now = Utc::now();
-    let mut parsed: Vec<Result<NewJob, ApiError>> = req
+    let mut parsed: Vec<Result<(NewJob, Vec<JobId>), ApiError>> = req
         .jobs
         .into_iter()
         .enumerate()
         .map(|(i, item)| parse_item(i, item, &state.catalogue, &state.admission, now))
         .collect();
     for (i, p) in parsed.iter_mut().enumerate() {
-        if let Ok(new) = p
-            && let Err(e) = require_named(&state, tenant.id, new).await
-        {
+        let checked = match p {
+            Ok((new, after)) => match require_named(&state, tenant.id, new).await {
+                Ok(()) => require_after(&state, tenant.id, after).await,
+                Err(e) => Err(e),
+            },
+            Err(_) => Ok(()),
+        };
+        if let Err(e) = checked {
             let field = e.details.get("field").and_then(Value::as_str).map(|f| format!("jobs[{i}].{f}"));
             *p = Err(match field {
                 Some(f) => e.with("field", f),
@@ -314,19 +324,19 @@ pub async fn submit_batch(
             });
         }
     }
-    if parsed.iter().any(|p| p.as_ref().is_ok_and(|n| n.callback_url.is_some())) {
+    if parsed.iter().any(|p| p.as_ref().is_ok_and(|n| n.0.callback_url.is_some())) {
         require_signing_secret(&state, tenant.id).await?;
     }
-    let valid: Vec<NewJob> = parsed.iter().filter_map(|p| p.as_ref().ok().cloned()).collect();
+    let (valid, after): (Vec<NewJob>, Vec<Vec<JobId>>) = parsed.iter().filter_map(|p| p.as_ref().ok().cloned()).unzip();
     // A batch that would cross the tenant's limit of unfinished jobs is refused whole.
     if !valid.is_empty() {
         state.quotas.admit_jobs(&state.pool, tenant.id, valid.len()).await?;
     }
-    let mut inserted = state.intake.enqueue(tenant.id, valid).await?.into_iter();
+    let mut inserted = state.intake.enqueue_after(tenant.id, valid, after).await?.into_iter();
     let results: Vec<BatchItemResult> = parsed
         .into_iter()
         .map(|p| {
-            let outcome = p.and_then(|new| {
+            let outcome = p.and_then(|(new, _)| {
                 let ins = inserted
                     .next()
                     .ok_or_else(|| StoreError::Vanished(format!("idempotency key {:?}", new.idempotency_key)))?;
@@ -349,7 +359,7 @@ fn parse_item(
     catalogue: &Catalogue,
     admits: &Admission,
     now: DateTime<Utc>,
-) -> Result<NewJob, ApiError> {
+) -> Result<(NewJob, Vec<JobId>), ApiError> {
     let at = |e: ApiError| {
         let field = e.details.get("field").and_then(Value::as_str).map(|f| format!("jobs[{index}].{f}"));
         match field {
@@ -374,7 +384,33 @@ fn parse_item(
     };
     let req: JobRequest = serde_path_to_error::deserialize(Value::Object(obj))
         .map_err(|e| at(ApiError::wrong_shape(e.path(), e.inner())))?;
-    req.into_new_job(key, catalogue, admits, now).map_err(at)
+    let after = req.after.clone();
+    Ok((req.into_new_job(key, catalogue, admits, now).map_err(at)?, after))
+}
+
+/// The jobs a job runs after must be this tenant's (at most `MAX_AFTER`): an unknown id and
+/// another tenant's get the same answer, so no other tenant's job is revealed.
+async fn require_after(state: &AppState, tenant_id: TenantId, after: &[JobId]) -> Result<(), ApiError> {
+    if after.is_empty() {
+        return Ok(());
+    }
+    if after.len() > dependencies::MAX_AFTER {
+        return Err(ApiError::unprocessable(
+            "invalid_field",
+            format!("after: a job runs after at most {} jobs", dependencies::MAX_AFTER),
+        )
+        .with("field", "after"));
+    }
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let found = dependencies::statuses(&db, tenant_id, after).await?;
+    match after.iter().position(|id| !found.contains_key(id)) {
+        None => Ok(()),
+        Some(n) => Err(ApiError::unprocessable(
+            "unknown_dependency",
+            format!("after[{n}]: this tenant has no job with this id"),
+        )
+        .with("field", format!("after[{n}]"))),
+    }
 }
 
 /// The stored template, or the destination, a job names must exist for its tenant: a job
@@ -633,6 +669,7 @@ mod tests {
             concurrency_key: None,
             concurrency_limit: None,
             callback_url: None,
+            after: vec![],
         };
         let admits = Admission::default();
         let key = || IdempotencyKey::parse("k").unwrap();
@@ -641,5 +678,10 @@ mod tests {
         let c = req(Some(5)).into_new_job(key(), &cat, &admits, now).unwrap();
         assert_eq!(a.request_hash, b.request_hash, "the same request later is a replay");
         assert_ne!(a.request_hash, c.request_hash);
+        let after = JobRequest { after: vec![JobId::new()], ..req(None) };
+        let d = after.into_new_job(key(), &cat, &admits, now).unwrap();
+        assert_ne!(a.request_hash, d.request_hash, "the hash covers after");
+        let none = serde_json::to_value(req(None)).unwrap();
+        assert!(none.get("after").is_none(), "no after, no field: older requests hash as before");
     }
 }

@@ -9,6 +9,7 @@ pub mod campaign_pages;
 pub mod completions;
 mod connect;
 pub mod dead_letters;
+pub mod dependencies;
 pub mod destinations;
 #[cfg(feature = "testing")]
 pub mod effects;

@@ -5,8 +5,10 @@ project's local backend; then ``email_send = relay_task("email.send")`` and
 ``email_send.enqueue(to=[...], subject=...)`` like any task. Parameters are keyword arguments
 (they become the job's ``params``) and are checked against the task's published schema before
 the row is written. ``.using(run_after=..., max_attempts=..., timeout_seconds=...,
-concurrency_key=..., concurrency_limit=..., idempotency_key=...)`` sets the job's options for one
-call; ``relay_task(...)`` takes the same options for every call.
+concurrency_key=..., concurrency_limit=..., idempotency_key=..., after=[...])`` sets the job's
+options for one call; ``relay_task(...)`` takes the same options (but ``after``) for every call.
+``after`` names the jobs this one runs after: results of other Relay tasks (``result.id``: the
+row is posted once theirs has a Relay job) or Relay job ids.
 
 A ``relay_task`` is a plain ``Task``: with ``TASKS["relay"]`` set to Django's ``DummyBackend``
 (tests), enqueues are recorded there and nothing reaches the outbox or Relay.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import unicodedata
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from functools import partial
@@ -43,7 +46,9 @@ from .context import current_correlation
 from .models import RelayJob
 
 #: The job options a task or a call may set (``JobRequest``'s fields of the same names).
-OPTIONS = ("max_attempts", "timeout_seconds", "concurrency_key", "concurrency_limit")
+OPTIONS = ("max_attempts", "timeout_seconds", "concurrency_key", "concurrency_limit", "after")
+#: Most jobs one job runs after (Relay's bound).
+MAX_AFTER = 100
 
 
 def runs_on_relay(**params: Any) -> None:
@@ -62,6 +67,8 @@ class RelayTask(Task):  # type: ignore[type-arg]
     concurrency_limit: int | None = None
     #: The caller's own idempotency key (per call: ``.using(idempotency_key=...)``).
     idempotency_key: str | None = None
+    #: The jobs this one runs after (per call): ``TaskResult`` ids of Relay tasks or Relay job ids.
+    after: tuple[str, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -78,7 +85,10 @@ class RelayTask(Task):  # type: ignore[type-arg]
         return (_rebuild, (kwargs,))
 
     def options(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in OPTIONS if getattr(self, k) is not None}
+        out = {k: getattr(self, k) for k in OPTIONS if getattr(self, k) is not None}
+        if "after" in out:
+            out["after"] = [str(a) for a in out["after"]]
+        return out
 
     def using(
         self,
@@ -92,6 +102,7 @@ class RelayTask(Task):  # type: ignore[type-arg]
         concurrency_key: str | None = None,
         concurrency_limit: int | None = None,
         idempotency_key: str | None = None,
+        after: Sequence[str | uuid.UUID] | None = None,
     ) -> RelayTask:
         """A copy with other defaults: Django's own, plus the job options and an idempotency key."""
         changes: dict[str, Any] = {
@@ -106,6 +117,7 @@ class RelayTask(Task):  # type: ignore[type-arg]
                 "concurrency_key": concurrency_key,
                 "concurrency_limit": concurrency_limit,
                 "idempotency_key": idempotency_key,
+                "after": None if after is None else _after(after),
             }.items()
             if v is not None
         }
@@ -116,6 +128,12 @@ class RelayTask(Task):  # type: ignore[type-arg]
         if not isinstance(result.task, RelayTask) or result.task.task_type != self.task_type:
             raise TaskResultMismatch(f"result {result_id} is a {result.task.name!r}, not a {self.task_type!r}")
         return result
+
+
+def _after(after: Sequence[str | uuid.UUID]) -> tuple[str, ...]:
+    if isinstance(after, (str, uuid.UUID)):
+        raise InvalidTask("after is a list of job ids, not one id")
+    return tuple(str(a) for a in after)
 
 
 def _rebuild(kwargs: dict[str, Any]) -> RelayTask:
@@ -200,6 +218,14 @@ def _check_options(task: RelayTask) -> None:
         raise InvalidTask(
             f"concurrency_key must be 1 to 200 characters without control characters, not {task.concurrency_key!r}"
         )
+    if task.after is not None:
+        if len(task.after) > MAX_AFTER:
+            raise InvalidTask(f"a job runs after at most {MAX_AFTER} jobs, not {len(task.after)}")
+        for a in task.after:
+            try:
+                uuid.UUID(a)
+            except ValueError:
+                raise InvalidTask(f"after names jobs by id (a UUID), not {a!r}") from None
     key = task.idempotency_key
     if key is not None and not (isinstance(key, str) and 0 < len(key) <= 200 and all("!" <= c <= "~" for c in key)):
         raise InvalidTask(f"idempotency_key must be 1 to 200 visible ASCII characters, not {key!r}")

@@ -32,7 +32,7 @@ from django.db.models import Min, Q, QuerySet
 from django.utils import timezone
 
 from ..client import MAX_BATCH, Job, JobRequest, RelayClient
-from ..errors import RelayError
+from ..errors import InvalidRequest, RelayError
 from . import catalogue, conf
 from .models import RANK, TERMINAL_RANK, RelayJob
 from .signals import job_blocked, job_refused
@@ -45,7 +45,45 @@ BATCH = MAX_BATCH
 AUTH_CODES = ("unauthorized", "forbidden")
 
 
-def request_for(row: RelayJob) -> JobRequest:
+class NotReady(Exception):
+    """The row runs after an outbox row that has no Relay job yet: it waits for a later post."""
+
+
+def after_ids(row: RelayJob, *, resolve: bool = True) -> list[str]:
+    """The Relay job ids a row runs after (``.using(after=[...])``): an id naming an outbox row
+    is that row's Relay job (``NotReady`` until it has one; a refused row makes this one refused,
+    as Relay answers an unknown id); any other id is a Relay job id already. Without ``resolve``
+    the ids as given (same length: for sizing a request before the row is saved)."""
+    ids = [str(i) for i in (row.options or {}).get("after") or []]
+    if not ids or not resolve:
+        return ids
+    local = {
+        str(pk): (relay_id, status)
+        for pk, relay_id, status in RelayJob.objects.using(conf.database())
+        .filter(pk__in=ids)
+        .values_list("pk", "relay_id", "status")
+    }
+    out = []
+    for n, i in enumerate(ids):
+        if i not in local:
+            out.append(i)
+            continue
+        relay_id, status = local[i]
+        if relay_id is not None:
+            out.append(str(relay_id))
+        elif status == "refused":
+            raise InvalidRequest(
+                422,
+                "unknown_dependency",
+                f"after[{n}]: outbox row {i} was refused, so it has no Relay job",
+                {"field": f"after[{n}]"},
+            )
+        else:
+            raise NotReady(i)
+    return out
+
+
+def request_for(row: RelayJob, *, resolve: bool = True) -> JobRequest:
     """The job request of a row: the same on every post, so a repeat is a replay."""
     opts = row.options or {}
     return JobRequest(
@@ -59,6 +97,7 @@ def request_for(row: RelayJob) -> JobRequest:
         timeout_seconds=opts.get("timeout_seconds"),
         concurrency_key=opts.get("concurrency_key"),
         concurrency_limit=opts.get("concurrency_limit"),
+        after=after_ids(row, resolve=resolve),
     )
 
 
@@ -116,8 +155,15 @@ def post(row_id: uuid.UUID | str, *, timeout: float | None = None, blocked: bool
     if row is None:
         return True
     try:
+        request = request_for(row)
+    except NotReady:
+        return False  # posted once the row it runs after is (the drain)
+    except RelayError as e:
+        _settle(row, e, DrainReport())
+        return False
+    try:
         with _client(timeout) as client:
-            job = client.submit(request_for(row))
+            job = client.submit(request)
     except RelayError as e:
         _settle(row, e, DrainReport())
         return False
@@ -182,11 +228,25 @@ def drain(*, min_age: timedelta = timedelta(0), limit: int | None = None, blocke
                     break
                 seen += len(batch)
                 after = (batch[-1].created_at, batch[-1].pk)
-                ok = all(_post_batch(client, part, report) for part in _by_bytes(batch))
+                ready = [r for r in batch if _ready(r, report)]
+                ok = all(_post_batch(client, part, report) for part in _by_bytes(ready))
             if not ok or len(batch) < size:
                 break
     report.stuck = stuck().count()
     return report
+
+
+def _ready(row: RelayJob, report: DrainReport) -> bool:
+    """Whether a row can be posted now: not while a row it runs after has no Relay job."""
+    try:
+        after_ids(row)
+    except NotReady:
+        report.left += 1
+        return False
+    except RelayError as e:
+        _settle(row, e, report)
+        return False
+    return True
 
 
 def stuck() -> QuerySet[RelayJob]:
@@ -200,7 +260,7 @@ def stuck() -> QuerySet[RelayJob]:
 
 def request_size(row: RelayJob) -> int:
     """The bytes this row adds to a batch body."""
-    item = request_for(row).batch_item()
+    item = request_for(row, resolve=False).batch_item()
     return len(json.dumps(item, separators=(",", ":"), ensure_ascii=False, default=str).encode()) + 1
 
 

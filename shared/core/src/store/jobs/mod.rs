@@ -127,8 +127,8 @@ impl Job {
 }
 
 /// Columns a terminal write returns for `callbacks::enqueue_ctes`.
-const TERMINAL_RETURNING: &str =
-    "j.id, j.attempt, j.started_at, j.tenant_id, j.status, j.correlation_id, j.parent_id, j.task_type, j.callback_url";
+pub(crate) const TERMINAL_RETURNING: &str = "j.id, j.attempt, j.started_at, j.tenant_id, j.status, j.correlation_id, j.parent_id, j.task_type, j.callback_url, \
+     j.has_dependents";
 
 /// The callback deliveries among a terminal write's rows (`id, is_callback, run_at` last).
 fn callbacks_of(rows: &[Row], flag: usize) -> Vec<Dispatch> {

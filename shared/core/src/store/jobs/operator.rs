@@ -71,12 +71,16 @@ pub async fn cancel_tree(db: &impl GenericClient, id: JobId, reason: &str) -> Re
                  SELECT c.id, 'cancelled', t.status, 'cancelled', c.attempt, $2
                  FROM cancelled c JOIN target t ON t.id = c.id
              ), {callbacks}
-             SELECT id FROM cancelled ORDER BY id <> $1, id",
+             SELECT id, has_dependents FROM cancelled ORDER BY id <> $1, id",
                 callbacks = super::super::callbacks::enqueue_ctes("cancelled", false)
             ),
             &[&id, &reason],
         )
         .await?;
+    let ended = crate::store::dependencies::flagged(&rows, 0, 1);
+    if !ended.is_empty() {
+        crate::store::dependencies::release(db, &ended, false).await?;
+    }
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 

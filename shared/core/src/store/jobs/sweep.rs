@@ -7,7 +7,7 @@ use super::{TERMINAL_RETURNING, callbacks_of};
 use uuid::Uuid;
 
 use crate::job::{Dispatch, Fence, JobId};
-use crate::store::{GenericClient, StoreError, callbacks, tenant_faults};
+use crate::store::{GenericClient, StoreError, callbacks, dependencies, tenant_faults};
 
 /// A running job whose lease has expired, locked for the sweep's transaction.
 #[derive(Debug, Clone, PartialEq)]
@@ -209,20 +209,27 @@ fn finish_sql(ready: &str) -> String {
              SELECT id, task_type, 'children_failed' AS kind, error, tenant_id AS at_fault FROM done
              WHERE children_failed AND tenants
          ), {faults}, {callbacks}
-         SELECT id, false, NULL::timestamptz, NULL::uuid, NULL::text FROM done
-         UNION ALL SELECT id, true, run_at, NULL::uuid, NULL::text FROM callbacks
-         UNION ALL SELECT job_id, false, NULL::timestamptz, id, cause FROM opened",
+         SELECT id, false, NULL::timestamptz, NULL::uuid, NULL::text, has_dependents FROM done
+         UNION ALL SELECT id, true, run_at, NULL::uuid, NULL::text, NULL::bool FROM callbacks
+         UNION ALL SELECT job_id, false, NULL::timestamptz, id, cause, NULL::bool FROM opened",
         callbacks = callbacks::enqueue_ctes("done", true),
         faults = tenant_faults::count_cte("blamed"),
         skipped = crate::store::progress::SKIPPED_CHILD,
     )
 }
 
-fn finished(rows: &[tokio_postgres::Row]) -> Finished {
-    let callbacks = callbacks_of(rows, 1);
+/// What `finish_sql` wrote; a parent that other jobs run after releases them
+/// (`dependencies::release`) on the same connection.
+async fn finished(db: &impl GenericClient, rows: &[tokio_postgres::Row]) -> Result<Finished, StoreError> {
+    let mut callbacks = callbacks_of(rows, 1);
     let opened: Vec<(Uuid, JobId, String)> =
         rows.iter().filter_map(|r| Some((r.get::<_, Option<Uuid>>(3)?, r.get(0), r.get(4)))).collect();
-    Finished { parents: rows.len() - callbacks.len() - opened.len(), callbacks, opened }
+    let parents = rows.len() - callbacks.len() - opened.len();
+    let ended = dependencies::flagged(rows, 0, 5);
+    if !ended.is_empty() {
+        callbacks.extend(dependencies::release(db, &ended, true).await?);
+    }
+    Ok(Finished { parents, callbacks, opened })
 }
 
 /// A waiting parent's declared children all exist and have ended. The probe for a child not
@@ -251,7 +258,7 @@ pub async fn finish_parents(db: &impl GenericClient, limit: i64) -> Result<Finis
              ORDER BY p.updated_at LIMIT $1 FOR UPDATE SKIP LOCKED"
         )))
         .await?;
-    Ok(finished(&db.query(&stmt, &[&limit]).await?))
+    finished(db, &db.query(&stmt, &[&limit]).await?).await
 }
 
 /// Finish these parents if their children have all ended: called after a commit that ended
@@ -283,5 +290,5 @@ pub async fn finish_parents_of(db: &impl GenericClient, parents: &[JobId]) -> Re
              FOR UPDATE SKIP LOCKED"
         )))
         .await?;
-    Ok(finished(&db.query(&stmt, &[&parents]).await?))
+    finished(db, &db.query(&stmt, &[&parents]).await?).await
 }

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::fence::{self, Transition, by_id, fences};
 use super::{TERMINAL_RETURNING, callbacks_of};
 use crate::job::{Dispatch, ExceptionKind, Fault, Fence, JobId, JobStatus, TenantId};
-use crate::store::{GenericClient, StoreError, callbacks, tenant_faults};
+use crate::store::{GenericClient, StoreError, callbacks, dependencies, tenant_faults};
 
 /// Extend the leases of jobs still running under these attempts; returns the ones lost.
 pub async fn heartbeat(db: &impl GenericClient, fences: &[Fence], lease_secs: f64) -> Result<Vec<Fence>, StoreError> {
@@ -85,15 +85,16 @@ pub async fn succeed_from(
                  INSERT INTO exception_actions (exception_id, job_id, action, actor, reason)
                  SELECT id, job_id, 'resolve', 'system', 'the job succeeded' FROM resolved
              ), {callbacks}
-             SELECT id, false, NULL::timestamptz, parent_id FROM done
-             UNION ALL SELECT id, true, run_at, NULL::uuid FROM callbacks",
+             SELECT id, false, NULL::timestamptz, parent_id, has_dependents FROM done
+             UNION ALL SELECT id, true, run_at, NULL::uuid, NULL::bool FROM callbacks",
             callbacks = callbacks::enqueue_ctes("done", true),
         ),
     );
     let done = &by_id(done);
     let results: Vec<&Value> = done.iter().map(|d| &d.1).collect();
     let (rows, refused) = fence::write(db, &sql, &fences(done), &[&results]).await?;
-    Ok(Succeeded { refused, callbacks: callbacks_of(&rows, 1), parents: parents_of(&rows, 3) })
+    let callbacks = with_dependents(db, &rows, 4, callbacks_of(&rows, 1)).await?;
+    Ok(Succeeded { refused, callbacks, parents: parents_of(&rows, 3) })
 }
 
 /// A retry to schedule: back to pending at `run_at`, with the error that caused it.
@@ -314,8 +315,10 @@ pub async fn fail_from(
     from: JobStatus,
     failures: &[(Fence, Failure)],
 ) -> Result<Failed, StoreError> {
-    let sql = FAIL.sql_from(from, &format!(
-        ", opened AS (
+    let sql = FAIL.sql_from(
+        from,
+        &format!(
+            ", opened AS (
                  INSERT INTO exceptions (id, job_id, tenant_id, task_type, kind, cause)
                  SELECT gen_random_uuid(), id, tenant_id, task_type, kind, error FROM failed
                  WHERE at_fault IS NULL AND NOT owners AND parent_id IS NULL
@@ -325,11 +328,13 @@ pub async fn fail_from(
                  SELECT id, task_type, kind, error, CASE WHEN owners THEN tenant_id ELSE at_fault END AS at_fault
                  FROM failed
              ), {faults}, {callbacks}
-             SELECT f.id, o.id, false, NULL::timestamptz, f.parent_id FROM failed f LEFT JOIN opened o ON o.job_id = f.id
-             UNION ALL SELECT id, NULL, true, run_at, NULL::uuid FROM callbacks",
-        callbacks = callbacks::enqueue_ctes("failed", true),
-        faults = tenant_faults::count_cte("blamed"),
-    ));
+             SELECT f.id, o.id, false, NULL::timestamptz, f.parent_id, f.has_dependents
+             FROM failed f LEFT JOIN opened o ON o.job_id = f.id
+             UNION ALL SELECT id, NULL, true, run_at, NULL::uuid, NULL::bool FROM callbacks",
+            callbacks = callbacks::enqueue_ctes("failed", true),
+            faults = tenant_faults::count_cte("blamed"),
+        ),
+    );
     let failures = &by_id(failures);
     let kinds: Vec<&str> = failures.iter().map(|f| f.1.kind.as_str()).collect();
     let errors: Vec<&str> = failures.iter().map(|f| f.1.error.as_str()).collect();
@@ -343,7 +348,8 @@ pub async fn fail_from(
     let owners: Vec<bool> = failures.iter().map(|f| f.1.owners).collect();
     let (rows, refused) = fence::write(db, &sql, &fences(failures), &[&kinds, &errors, &at_fault, &owners]).await?;
     let opened = rows.iter().filter_map(|r| Some((r.get::<_, Option<Uuid>>(1)?, r.get::<_, JobId>(0)))).collect();
-    Ok(Failed { refused, opened, callbacks: callbacks_of(&rows, 2), parents: parents_of(&rows, 4) })
+    let callbacks = with_dependents(db, &rows, 5, callbacks_of(&rows, 2)).await?;
+    Ok(Failed { refused, opened, callbacks, parents: parents_of(&rows, 4) })
 }
 
 /// Cancel a pending or waiting job and its pending or waiting children. Returns false when
@@ -361,12 +367,32 @@ pub async fn cancel(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> 
                  INSERT INTO job_events (job_id, kind, to_status, attempt, reason)
                  SELECT id, 'cancelled', 'cancelled', attempt, 'cancelled by client' FROM cancelled
              ), {callbacks}
-             SELECT count(*) FILTER (WHERE id = $1) FROM cancelled",
+             SELECT count(*) FILTER (WHERE id = $1), coalesce(array_agg(id ORDER BY id) FILTER (WHERE has_dependents), '{{}}')
+             FROM cancelled",
             callbacks = callbacks::enqueue_ctes("cancelled", false),
         ))
         .await?;
-    let n: i64 = db.query_one(&stmt, &[&id, &tenant_id]).await?.get(0);
-    Ok(n == 1)
+    let row = db.query_one(&stmt, &[&id, &tenant_id]).await?;
+    let ended: Vec<JobId> = row.get(1);
+    if !ended.is_empty() {
+        dependencies::release(db, &ended, false).await?;
+    }
+    Ok(row.get::<_, i64>(0) == 1)
+}
+
+/// The deliveries of a terminal write (`callbacks`), and those of the dependents it released
+/// or cancelled: only a row whose `has_dependents` (column `flag`) is set costs a statement.
+async fn with_dependents(
+    db: &impl GenericClient,
+    rows: &[tokio_postgres::Row],
+    flag: usize,
+    mut callbacks: Vec<Dispatch>,
+) -> Result<Vec<Dispatch>, StoreError> {
+    let ended = dependencies::flagged(rows, 0, flag);
+    if !ended.is_empty() {
+        callbacks.extend(dependencies::release(db, &ended, true).await?);
+    }
+    Ok(callbacks)
 }
 
 /// Move a pending or running job to `waiting` for `total` children (declared before they are

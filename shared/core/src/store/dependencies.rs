@@ -1,0 +1,235 @@
+//! Jobs that run after other jobs (`after`, same tenant; migration 0029). A dependent whose
+//! dependencies have not all succeeded is pending but held out of the claim: its `run_at` is
+//! far ahead (`crate::job::HELD_FOR`) and `job_holds` keeps the time it asked for and how many
+//! dependencies it still waits for; `job_dependencies` holds one row per unresolved edge.
+//!
+//! A dependency carries `has_dependents`, set under its row lock by the submit of a dependent,
+//! so the write that ends it knows, from its own row, to call `release` on the same connection
+//! (in the same transaction when the caller has one). A job no other job runs after pays
+//! nothing: no statement, no index entry, no predicate. `heal` (the sweep) resolves what a
+//! crash between a dependency's end and its release left behind.
+//!
+//! The rule: when every dependency has succeeded, the dependent is due at the time it asked
+//! for; when one ends otherwise (`failed` or `cancelled`), the dependent is `cancelled` with a
+//! reason naming that dependency and its status, its callback fires, no exception opens, and
+//! its own dependents follow, down the chain. Cycles cannot arise: `after` names jobs that
+//! exist already.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+
+use super::jobs::TERMINAL_RETURNING;
+use crate::job::{Dispatch, JobId, JobStatus, TenantId};
+use crate::store::{GenericClient, StoreError, callbacks, decode};
+
+/// Most jobs one job may run after.
+pub const MAX_AFTER: usize = 100;
+
+/// The jobs among `ids` that are this tenant's, with their status (another tenant's job is
+/// not among them: the caller answers it as unknown).
+pub async fn statuses(
+    db: &impl GenericClient,
+    tenant_id: TenantId,
+    ids: &[JobId],
+) -> Result<HashMap<JobId, JobStatus>, StoreError> {
+    let stmt = db.prepare_cached("SELECT id, status FROM jobs WHERE id = ANY ($1) AND tenant_id = $2").await?;
+    db.query(&stmt, &[&ids, &tenant_id])
+        .await?
+        .iter()
+        .map(|r| Ok((r.get(0), decode("jobs.status", r.get(1), JobStatus::parse)?)))
+        .collect()
+}
+
+/// Inside the submit's transaction: mark the live jobs among `ids` as having dependents,
+/// locking them (in id order) until commit so none can end unseen, then read every one's
+/// status. A dependency that ended before this saw it is resolved at submit.
+pub async fn lock(
+    db: &impl GenericClient,
+    tenant_id: TenantId,
+    ids: &[JobId],
+) -> Result<HashMap<JobId, JobStatus>, StoreError> {
+    let stmt = db
+        .prepare_cached(
+            "WITH locked AS (
+                 SELECT id, has_dependents FROM jobs
+                 WHERE id = ANY ($1) AND tenant_id = $2 AND status IN ('pending', 'running', 'waiting')
+                 ORDER BY id FOR NO KEY UPDATE
+             )
+             -- A row already marked is only locked (no new row version).
+             UPDATE jobs j SET has_dependents = true FROM locked l
+             WHERE j.id = l.id AND l.has_dependents IS NOT TRUE",
+        )
+        .await?;
+    db.execute(&stmt, &[&ids, &tenant_id]).await?;
+    // A second statement: its snapshot sees a dependency that ended while the first waited.
+    statuses(db, tenant_id, ids).await
+}
+
+/// A dependent just inserted, and the dependencies it waits for (those not succeeded).
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub job_id: JobId,
+    /// When it is due once released.
+    pub run_at: DateTime<Utc>,
+    pub after: Vec<JobId>,
+}
+
+/// Inside the submit's transaction, after `lock`: record the holds and their edges, then
+/// resolve those whose dependency has ended already (`release`): a dependent of a failed job
+/// is cancelled at once. Returns the deliveries to dispatch after commit.
+pub async fn hold(db: &impl GenericClient, tenant_id: TenantId, held: &[Held]) -> Result<Vec<Dispatch>, StoreError> {
+    if held.is_empty() {
+        return Ok(vec![]);
+    }
+    let held: Vec<Held> = held
+        .iter()
+        .map(|h| {
+            let mut after = h.after.clone();
+            after.sort();
+            after.dedup();
+            Held { after, ..h.clone() }
+        })
+        .collect();
+    let ids: Vec<JobId> = held.iter().map(|h| h.job_id).collect();
+    let run_ats: Vec<DateTime<Utc>> = held.iter().map(|h| h.run_at).collect();
+    let waiting: Vec<i32> = held.iter().map(|h| h.after.len() as i32).collect();
+    let (mut dependents, mut after) = (Vec::new(), Vec::new());
+    for h in &held {
+        for a in &h.after {
+            dependents.push(h.job_id);
+            after.push(*a);
+        }
+    }
+    let stmt = db
+        .prepare_cached(
+            "WITH holds AS (
+                 INSERT INTO job_holds (job_id, tenant_id, run_at, waiting)
+                 SELECT id, $1, run_at, waiting FROM unnest($2::uuid[], $3::timestamptz[], $4::int[]) AS t(id, run_at, waiting)
+             )
+             INSERT INTO job_dependencies (after_id, job_id)
+             SELECT * FROM unnest($5::uuid[], $6::uuid[]) ON CONFLICT DO NOTHING",
+        )
+        .await?;
+    db.execute(&stmt, &[&tenant_id, &ids, &run_ats, &waiting, &after, &dependents]).await?;
+    after.sort();
+    after.dedup();
+    release(db, &after, true).await
+}
+
+/// Resolve the dependents of jobs that have ended (`ended`: ids whose row says
+/// `has_dependents`; one not ended is skipped): each edge is deleted and counted against its
+/// hold in one statement, so two dependencies ending at once cannot both miss the last one.
+/// A dependent whose last dependency succeeded is due at the time it asked for; one with a
+/// dependency that ended otherwise is cancelled, and so, in turn, are its own dependents.
+/// Returns the released jobs and the callback deliveries, to dispatch after commit; with
+/// `dispatched` false they are left to the sweep, which sends them on its next pass.
+pub async fn release(db: &impl GenericClient, ended: &[JobId], dispatched: bool) -> Result<Vec<Dispatch>, StoreError> {
+    let dispatched_at = if dispatched { "now()" } else { "NULL::timestamptz" };
+    let stmt = db
+        .prepare_cached(&format!(
+            "WITH gone AS (
+                 DELETE FROM job_dependencies d USING jobs a
+                 WHERE d.after_id = ANY ($1) AND a.id = d.after_id
+                   AND a.status IN ('succeeded', 'failed', 'cancelled')
+                 RETURNING d.job_id, d.after_id, a.status
+             ), tally AS (
+                 SELECT job_id, count(*)::int AS n,
+                        min('dependency ' || after_id || ' ended ' || status) FILTER (WHERE status <> 'succeeded') AS why
+                 FROM gone GROUP BY job_id
+             ), counted AS (
+                 UPDATE job_holds h SET waiting = h.waiting - t.n FROM tally t WHERE h.job_id = t.job_id
+                 RETURNING h.job_id, h.waiting, h.run_at, t.why
+             ), released AS (
+                 UPDATE jobs j SET run_at = c.run_at, dispatched_at = {dispatched_at}, updated_at = now()
+                 FROM counted c WHERE j.id = c.job_id AND c.waiting <= 0 AND c.why IS NULL AND j.status = 'pending'
+                 RETURNING j.id, j.run_at
+             ), cancelled AS (
+                 UPDATE jobs j SET status = 'cancelled', run_at = c.run_at, last_error = c.why,
+                     finished_at = now(), updated_at = now()
+                 FROM counted c WHERE j.id = c.job_id AND c.why IS NOT NULL AND j.status = 'pending'
+                 RETURNING {TERMINAL_RETURNING}, j.last_error
+             ), events AS (
+                 INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, reason)
+                 SELECT id, 'cancelled', 'pending', 'cancelled', attempt, last_error FROM cancelled
+             ), {callbacks}
+             SELECT id, 'released', run_at FROM released
+             UNION ALL SELECT id, CASE WHEN has_dependents THEN 'chain' ELSE 'cancelled' END, NULL FROM cancelled
+             UNION ALL SELECT id, 'callback', run_at FROM callbacks",
+            callbacks = callbacks::enqueue_ctes("cancelled", dispatched),
+        ))
+        .await?;
+    let mut dispatch = Vec::new();
+    let mut ended = ended.to_vec();
+    // One round per link of a chain of dependents cancelled in turn.
+    while !ended.is_empty() {
+        let rows = db.query(&stmt, &[&ended]).await?;
+        ended = Vec::new();
+        for r in rows {
+            let (id, what, run_at): (JobId, &str, Option<DateTime<Utc>>) = (r.get(0), r.get(1), r.get(2));
+            match (what, run_at) {
+                ("chain", _) => ended.push(id),
+                (_, Some(run_at)) if dispatched => dispatch.push(Dispatch { id, run_at }),
+                _ => {}
+            }
+        }
+        ended.sort();
+    }
+    Ok(dispatch)
+}
+
+/// How long after a dependency's end its own release has to run before the sweep does it.
+const SETTLE_SECS: f64 = 10.0;
+
+/// The sweep's safety net: resolve up to `limit` dependencies that ended (more than
+/// `SETTLE_SECS` ago, so a release on its way is not raced) with edges still unresolved (a
+/// release lost to a crash between the end and its release), and delete the holds that are
+/// done. Reads only the unresolved edges and the holds: proportional to what
+/// is held, not to the jobs table.
+pub async fn heal(db: &impl GenericClient, limit: i64) -> Result<Vec<Dispatch>, StoreError> {
+    let stmt = db
+        .prepare_cached(
+            "SELECT DISTINCT d.after_id FROM job_dependencies d JOIN jobs a ON a.id = d.after_id
+             WHERE a.status IN ('succeeded', 'failed', 'cancelled') AND a.finished_at < now() - make_interval(secs => $2)
+             LIMIT $1",
+        )
+        .await?;
+    let mut ended: Vec<JobId> = db.query(&stmt, &[&limit, &SETTLE_SECS]).await?.iter().map(|r| r.get(0)).collect();
+    ended.sort();
+    let dispatch = release(db, &ended, true).await?;
+    let done = db
+        .prepare_cached(
+            "DELETE FROM job_holds h WHERE h.waiting <= 0
+                OR NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = h.job_id AND j.status = 'pending')",
+        )
+        .await?;
+    db.execute(&done, &[]).await?;
+    if !ended.is_empty() {
+        tracing::warn!(
+            event = "relay.dependencies.healed",
+            dependencies = ended.len(),
+            "released the dependents of jobs whose end did not release them"
+        );
+    }
+    Ok(dispatch)
+}
+
+/// Which of these pending jobs are held for their dependencies, with the time each asked for.
+pub async fn held(db: &impl GenericClient, ids: &[JobId]) -> Result<Vec<(JobId, DateTime<Utc>)>, StoreError> {
+    let stmt = db
+        .prepare_cached(
+            "SELECT h.job_id, h.run_at FROM job_holds h JOIN jobs j ON j.id = h.job_id
+             WHERE h.job_id = ANY ($1) AND h.waiting > 0 AND j.status = 'pending'",
+        )
+        .await?;
+    Ok(db.query(&stmt, &[&ids]).await?.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// The ids in column `at` of a terminal write's rows whose `has_dependents` (a nullable bool
+/// in column `flag`) is true.
+pub(crate) fn flagged(rows: &[tokio_postgres::Row], at: usize, flag: usize) -> Vec<JobId> {
+    let mut ids: Vec<JobId> =
+        rows.iter().filter(|r| r.get::<_, Option<bool>>(flag) == Some(true)).map(|r| r.get(at)).collect();
+    ids.sort();
+    ids
+}
