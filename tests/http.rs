@@ -133,14 +133,19 @@ async fn read_request(sock: &mut tokio::net::TcpStream) -> Option<Seen> {
 /// A world whose outbound calls may reach 127.0.0.1, shadow off and `write:http` on, the
 /// task's role mapped (moto's STS) and secrets written to moto's Secrets Manager.
 pub async fn world() -> World {
+    world_for("http.request", ROLE).await
+}
+
+/// A world whose calls may reach 127.0.0.1, shadow off and `write:http` on, `task`'s role
+/// mapped (moto's STS) and secrets written to moto's Secrets Manager.
+pub async fn world_for(task: &str, role: &str) -> World {
     let mut s = test_settings();
     s.callback_allow = AllowList::parse("127.0.0.1/32").unwrap();
     let w = World::with_settings(s).await;
     let mut db = w.db().await;
     modes::set(&mut db, "shadow", false, "test", None).await.unwrap();
     modes::set(&mut db, "write:http", true, "test", None).await.unwrap();
-    let roles =
-        TaskRoles::default().map_task("http.request", RoleSpec { role_arn: ROLE.into(), external_id: None }).unwrap();
+    let roles = TaskRoles::default().map_task(task, RoleSpec { role_arn: role.into(), external_id: None }).unwrap();
     let platform = w
         .platform
         .clone()

@@ -12,43 +12,20 @@ use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
-use taskdeck::credentials::{RoleSpec, TaskCredentials, TaskRoles};
 use taskdeck::destinations::webhook::WebhookSend;
 use taskdeck::executor::Onward;
 use taskdeck::job::JobId;
-use taskdeck::outbound::AllowList;
-use taskdeck::store::modes;
 
 use crate::http::{Reply, Seen, receiver};
+use crate::support::World;
 use crate::support::transports::Recorded;
-use crate::support::{World, moto, test_settings};
 
 const ROLE: &str = "arn:aws:iam::123456789012:role/relay-task-webhook-send";
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
-/// A world whose calls may reach 127.0.0.1, shadow off and `write:http` on, `webhook.send`'s
-/// role mapped (moto's STS) and secrets written to moto's Secrets Manager.
+/// `http.request`'s test world, with `webhook.send`'s role mapped.
 async fn world() -> World {
-    let mut s = test_settings();
-    s.callback_allow = AllowList::parse("127.0.0.1/32").unwrap();
-    let w = World::with_settings(s).await;
-    let mut db = w.db().await;
-    modes::set(&mut db, "shadow", false, "test", None).await.unwrap();
-    modes::set(&mut db, "write:http", true, "test", None).await.unwrap();
-    let roles =
-        TaskRoles::default().map_task("webhook.send", RoleSpec { role_arn: ROLE.into(), external_id: None }).unwrap();
-    let platform = w
-        .platform
-        .clone()
-        .with_credentials(Arc::new(TaskCredentials::new(roles, &moto::sdk_config())))
-        .with_secrets(&moto::sdk_config());
-    World {
-        router: taskdeck::api::router(platform.app_state()),
-        platform,
-        tenant: w.tenant,
-        key: w.key,
-        schema: w.schema,
-    }
+    crate::http::world_for("webhook.send", ROLE).await
 }
 
 /// Destination `hooks` allowing `patterns`, with the signing secret written.

@@ -105,19 +105,7 @@ pub async fn depth(url: &str) -> usize {
 /// The base SDK configuration a Lambda container would load, pointed at moto with dummy
 /// credentials (the executor's own identity).
 pub fn sdk_config() -> aws_config::SdkConfig {
-    use aws_sdk_sqs::config::{Credentials, SharedCredentialsProvider};
-    aws_config::SdkConfig::builder()
-        .behavior_version(aws_config::BehaviorVersion::latest())
-        .region(aws_config::Region::new("us-east-1"))
-        .endpoint_url(endpoint())
-        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
-            "testing",
-            "testing",
-            None,
-            None,
-            "relay-local",
-        )))
-        .build()
+    localaws::sdk_config(endpoint())
 }
 
 /// moto's recorded state (`GET /moto-api/data.json`): every model instance by service.

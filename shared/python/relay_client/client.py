@@ -21,9 +21,9 @@ import httpx
 from .errors import RelayError, TransportError, error_for
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
-#: Relay's limits on one request: the body (``MAX_BODY_BYTES`` in ``shared/core/src/api``) and
-#: the items of one ``POST /v1/jobs:batch``.
-MAX_BODY_BYTES = 1024 * 1024
+#: Relay's limits on one job submission: the body (``MAX_JOB_BODY_BYTES`` in
+#: ``shared/core/src/api``) and the items of one ``POST /v1/jobs:batch``.
+MAX_BODY_BYTES = 2 * 1024 * 1024
 MAX_BATCH = 500
 #: Relay's job statuses, in the order a job normally moves through them.
 STATUSES = ("pending", "waiting", "running", "succeeded", "failed", "cancelled")

@@ -182,15 +182,16 @@ def silent_relay() -> Iterator[str]:
 
 
 def jobs_on_relay(relay: Relay, correlation_id: str) -> list:
-    """Every job Relay holds with this correlation id (following the cursor)."""
-    out: list = []
+    """Every job Relay holds with this correlation id, once each (following the cursor: the feed
+    is in update order, so a job that changes while it is read comes again on a later page)."""
+    out: dict = {}
     with relay.client() as client:
         page = client.list(correlation_id=correlation_id, limit=500)
-        out += page.jobs
+        out.update((j.id, j) for j in page.jobs)
         while page.next_cursor:
-            page = client.list(cursor=page.next_cursor, limit=500)
-            out += page.jobs
-    return out
+            page = client.list(correlation_id=correlation_id, cursor=page.next_cursor, limit=500)
+            out.update((j.id, j) for j in page.jobs)
+    return list(out.values())
 
 
 def run_manage(

@@ -25,9 +25,9 @@ def left_by_a_crash(n: int, corr: str, size: int) -> None:
     )
 
 
-def test_300_rows_of_4kb_a_crash_left_all_reach_relay_and_none_is_closed(relay, relay_conf):
+def test_600_rows_of_4kb_a_crash_left_all_reach_relay_and_none_is_closed(relay, relay_conf):
     corr, other = f"crash300-{uuid.uuid4()}", f"unrelated-{uuid.uuid4()}"
-    left_by_a_crash(300, corr, 4000)  # 1.2 MB in all: over Relay's 1 MiB body limit as one batch
+    left_by_a_crash(600, corr, 4000)  # 2.4 MB in all: over Relay's 2 MiB body limit as one batch
     left_by_a_crash(1, other, 10)
     posted = 0
     for _ in range(10):  # a loaded Relay may answer a batch 503: its rows wait for the next drain
@@ -36,8 +36,8 @@ def test_300_rows_of_4kb_a_crash_left_all_reach_relay_and_none_is_closed(relay, 
         posted += report.posted
         if not report.left:
             break
-    assert posted == 301, report
-    assert len(jobs_on_relay(relay, corr)) == 300
+    assert posted == 601, report
+    assert len(jobs_on_relay(relay, corr)) == 600
     assert len(jobs_on_relay(relay, other)) == 1
     assert not RelayJob.objects.filter(status="refused").exists()
     assert drain().posted == 0, "nothing left to post"
@@ -46,8 +46,8 @@ def test_300_rows_of_4kb_a_crash_left_all_reach_relay_and_none_is_closed(relay, 
 def test_a_batch_relay_finds_too_large_is_halved_and_only_the_row_too_large_alone_is_refused(relay, relay_conf):
     relay_conf["MAX_BODY_BYTES"] = 50_000_000  # as if the limit were unknown: Relay's 413 must be split
     corr, huge = f"split-{uuid.uuid4()}", f"huge-{uuid.uuid4()}"
-    left_by_a_crash(40, corr, 30_000)  # 1.2 MB
-    left_by_a_crash(1, huge, 1_100_000)  # over the limit even alone
+    left_by_a_crash(40, corr, 60_000)  # 2.4 MB
+    left_by_a_crash(1, huge, 2_200_000)  # over the limit even alone
     report = drain()
     assert (report.posted, report.refused, report.left) == (40, 1, 0), report
     assert len(jobs_on_relay(relay, corr)) == 40

@@ -87,6 +87,7 @@ fn against_schema(schema: &jsonschema::Validator, params: &Value) -> Result<(), 
     match schema.iter_errors(params).next() {
         None => Ok(()),
         Some(e) => {
+            let e = most_specific(&e);
             let path = e.instance_path().to_string();
             let field = match path.trim_start_matches('/') {
                 "" => "params".to_owned(),
@@ -95,6 +96,16 @@ fn against_schema(schema: &jsonschema::Validator, params: &Value) -> Result<(), 
             Err(ParamError { field, message: e.to_string() })
         }
     }
+}
+
+/// For a value no branch of a `oneOf`/`anyOf` takes (an optional object is `oneOf` null or the
+/// object), the branch's error deepest in the value: `list_unsubscribe.url` breaking its pattern
+/// is reported there, not as `list_unsubscribe` matching none of its schemas.
+fn most_specific<'e, 'a>(e: &'e jsonschema::ValidationError<'a>) -> &'e jsonschema::ValidationError<'a> {
+    use jsonschema::error::ValidationErrorKind as Kind;
+    let (Kind::OneOfNotValid { context } | Kind::AnyOf { context }) = e.kind() else { return e };
+    let depth = |x: &jsonschema::ValidationError<'_>| x.instance_path().to_string().len();
+    context.iter().flatten().map(most_specific).max_by_key(|x| depth(x)).filter(|x| depth(x) > depth(e)).unwrap_or(e)
 }
 
 fn parse<T: Task>(params: &Value) -> Result<T::Params, ParamError> {

@@ -254,20 +254,7 @@ impl Transport for Faulty {
 
 /// An SQS client for a local endpoint with the same operation timeout the transport uses.
 pub fn sqs_client(endpoint: &str) -> Client {
-    use aws_sdk_sqs::config::{Credentials, SharedCredentialsProvider};
-    let sdk = aws_config::SdkConfig::builder()
-        .behavior_version(aws_config::BehaviorVersion::latest())
-        .region(aws_config::Region::new("us-east-1"))
-        .endpoint_url(endpoint)
-        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
-            "testing",
-            "testing",
-            None,
-            None,
-            "relay-chaos",
-        )))
-        .build();
-    SqsTransport::client(&sdk)
+    SqsTransport::client(&crate::localaws::sdk_config(endpoint))
 }
 
 /// A queue of its own; returns its URL.
