@@ -143,7 +143,7 @@ async fn after_refuses_unknown_foreign_too_many_and_hostile_ids_alike() {
     let refuse = |after: Value| json!({"task_type": "noop", "after": [mine["id"], after]});
     let (s1, foreign) = w.submit("x1", refuse(theirs["id"].clone())).await;
     let (s2, unknown) = w.submit("x2", refuse(json!(JobId::new()))).await;
-    assert_eq!((s1.as_u16(), s2.as_u16()), (422, 422));
+    assert_eq!((s1.as_u16(), s2.as_u16()), (409, 409));
     assert_eq!(foreign, unknown, "another tenant's job answers as an unknown one");
     assert_eq!(
         (unknown["error"]["code"].as_str(), unknown["error"]["field"].as_str()),
@@ -171,7 +171,7 @@ async fn after_refuses_unknown_foreign_too_many_and_hostile_ids_alike() {
     let (s, out) = w.call(Method::POST, "/v1/jobs:batch", None, Some(items)).await;
     assert_eq!(s, StatusCode::OK, "{out}");
     let r = &out["results"];
-    assert_eq!((r[0]["status"].as_u64(), r[1]["status"].as_u64()), (Some(202), Some(422)), "{out}");
+    assert_eq!((r[0]["status"].as_u64(), r[1]["status"].as_u64()), (Some(202), Some(409)), "{out}");
     assert_eq!(r[1]["error"]["field"].as_str(), Some("jobs[1].after[0]"), "{out}");
     assert_eq!(r[0]["job"]["status"], "pending");
 }

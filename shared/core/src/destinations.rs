@@ -99,6 +99,10 @@ pub fn check_signing_secret(value: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The signing secret as the OpenAPI document states it: `whsec_` and canonical base64 (the
+/// padding bits zero) of 24 to 64 bytes, exactly what `check_signing_secret` takes.
+pub const SIGNING_SECRET_PATTERN: &str = "^whsec_(([A-Za-z0-9+/]{4}){8,20}([A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?|([A-Za-z0-9+/]{4}){21}([A-Za-z0-9+/][AQgw]==)?)$";
+
 /// A call's path: `/` and URL characters (`%` only as an escape), an optional query, at most
 /// `MAX_PATH_LEN`; no scheme or host (`//…`), no `.` or `..` segment (escaped or not), no
 /// fragment or backslash. It is appended to the destination's base URL.
@@ -232,6 +236,32 @@ impl SecretWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The published pattern takes exactly what the route takes: every length of key, and the
+    /// same key with padding bits set (which the decoder refuses).
+    #[test]
+    fn the_signing_secrets_pattern_is_the_check() {
+        use base64::Engine;
+        let re = regex::Regex::new(SIGNING_SECRET_PATTERN).unwrap();
+        let doc = crate::api::openapi::document();
+        let published = &doc["components"]["schemas"]["SigningSecretBody"]["properties"]["value"]["pattern"];
+        assert_eq!(published, SIGNING_SECRET_PATTERN);
+        for n in 0..=70usize {
+            for fill in [0u8, 0x5a, 0xff] {
+                let b64 = base64::engine::general_purpose::STANDARD.encode(vec![fill; n]);
+                let mut cases = vec![format!("whsec_{b64}")];
+                // The last character before the padding with a low bit set: not canonical.
+                if let Some(at) = b64.find('=').and_then(|i| i.checked_sub(1)) {
+                    let mut odd = b64.clone().into_bytes();
+                    odd[at] = if odd[at] == b'B' { b'C' } else { b'B' };
+                    cases.push(format!("whsec_{}", String::from_utf8(odd).unwrap()));
+                }
+                for case in cases {
+                    assert_eq!(re.is_match(&case), check_signing_secret(&case).is_ok(), "{n} bytes: {case}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn names_follow_the_pattern() {

@@ -7,7 +7,7 @@ import uuid
 import pytest
 from django.db import transaction
 
-from relay_client import InvalidRequest, JobRequest
+from relay_client import Conflict, JobRequest
 from relay_client.django import outbox
 from relay_client.django._compat import InvalidTask
 from relay_client.django.models import RelayJob
@@ -33,7 +33,7 @@ def test_the_client_sends_after_and_the_job_waits_for_its_dependency(relay: Rela
         assert done.status == "succeeded"
         first_end = client.get(first.id).finished_at
         assert done.started_at is not None and first_end is not None and done.started_at >= first_end
-        with pytest.raises(InvalidRequest) as unknown:
+        with pytest.raises(Conflict) as unknown:
             client.submit(req(after=[str(uuid.uuid4())]))
         assert (unknown.value.code, unknown.value.field) == ("unknown_dependency", "after[0]")
 

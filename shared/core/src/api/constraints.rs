@@ -159,6 +159,8 @@ pub fn apply(doc: &mut Value) {
     let base_url = format!("{}$", &base_url[..base_url.rfind("(\\?(").unwrap_or(base_url.len() - 1)]);
     schemas["DestinationBody"]["properties"]["base_url"]["pattern"] = json!(base_url);
     schemas["DestinationBody"]["properties"]["base_url"]["maxLength"] = json!(crate::outbound::MAX_URL_LEN);
+    schemas["DestinationBody"]["properties"]["url_patterns"]["items"] = json!({"type": "string",
+        "maxLength": crate::destinations::patterns::MAX_PATTERN_LEN, "pattern": crate::destinations::patterns::SHAPE});
     schemas["SendingRoleBody"]["properties"]["role_arn"]["pattern"] = json!(ROLE_ARN);
 
     // The feeds' `updated_since`: an RFC 3339 time or a cursor the API issued.

@@ -70,7 +70,11 @@ pub struct SecretBody {
 pub struct SigningSecretBody {
     /// The Standard Webhooks secret `webhook.send` signs with: `whsec_` and the base64 of 24 to
     /// 64 random bytes. The tenant keeps it (its receivers verify with it); Relay never returns it.
-    #[schema(min_length = 38, max_length = 100, pattern = "^whsec_[A-Za-z0-9+/]+={0,2}$")]
+    #[schema(
+        min_length = 38,
+        max_length = 94,
+        pattern = "^whsec_(([A-Za-z0-9+/]{4}){8,20}([A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?|([A-Za-z0-9+/]{4}){21}([A-Za-z0-9+/][AQgw]==)?)$"
+    )]
     pub value: String,
 }
 

@@ -241,7 +241,7 @@ fn answer(inserted: Inserted, request_hash: &RequestHash) -> Result<(StatusCode,
     responses((status = 202, description = "created; the row has committed", body = JobView),
         (status = 200, description = "a replay of the same request", body = JobView),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 409, description = "a `callback_url` before `PUT /v1/callbacks` (`callbacks_not_configured`), a template the tenant has not stored (`unknown_template`), a destination it has not registered (`unknown_destination`), or a `webhook.send` destination with no signing secret (`signing_secret_missing`)", body = ErrorBody),
+        (status = 409, description = "a `callback_url` before `PUT /v1/callbacks` (`callbacks_not_configured`), a template the tenant has not stored (`unknown_template`), a destination it has not registered (`unknown_destination`), a `webhook.send` destination with no signing secret (`signing_secret_missing`), or an `after` id that is not one of its jobs (`unknown_dependency`)", body = ErrorBody),
         (status = 413, body = ErrorBody), (status = 422, body = ErrorBody), (status = 429, description = "over the tenant's rate limit (`rate_limited`) or at its limit of unfinished jobs (`limit_reached`), with `Retry-After`", body = ErrorBody),
         (status = 503, body = ErrorBody)))]
 pub async fn submit(
@@ -405,7 +405,9 @@ async fn require_after(state: &AppState, tenant_id: TenantId, after: &[JobId]) -
     let found = dependencies::statuses(&db, tenant_id, after).await?;
     match after.iter().position(|id| !found.contains_key(id)) {
         None => Ok(()),
-        Some(n) => Err(ApiError::unprocessable(
+        // 409 as for every other thing a job names that its tenant does not have.
+        Some(n) => Err(ApiError::new(
+            StatusCode::CONFLICT,
             "unknown_dependency",
             format!("after[{n}]: this tenant has no job with this id"),
         )

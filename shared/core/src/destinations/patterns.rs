@@ -23,6 +23,17 @@ pub const MAX_PATTERNS: usize = 20;
 /// The longest pattern.
 pub const MAX_PATTERN_LEN: usize = 500;
 
+/// The patterns the OpenAPI document states: `https`, a host name (`*`, `*.` and a domain of
+/// two or more labels, or a name), an optional port, and a prefix of segments each ending in
+/// `/` (no `.`-only segment, no escapes). A subset of what `Pattern::parse` takes: http and
+/// address literals depend on the operator's allow-list, which the document cannot know.
+pub const SHAPE: &str = concat!(
+    "^https://(\\*|\\*\\.([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)+[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?",
+    "|([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)*[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)",
+    "(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}))?",
+    "/([A-Za-z0-9_~!$&'()+,;=:@-][A-Za-z0-9._~!$&'()+,;=:@-]*/)*$"
+);
+
 /// One parsed pattern.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pattern {
@@ -174,6 +185,45 @@ mod tests {
 
     fn ok(pattern: &str, url: &str) -> bool {
         check_url(url, &[pattern.to_owned()], &allow()).is_ok()
+    }
+
+    /// What the document states, the route takes (the route takes more: http and addresses
+    /// on the allow-list); what the route refuses, the document does too.
+    #[test]
+    fn the_published_shape_is_a_subset_of_what_parses() {
+        let re = regex::Regex::new(SHAPE).unwrap();
+        let none = AllowList::default();
+        let takes = |p: &str| Pattern::parse(p, &none).is_ok();
+        for p in ["https://*/", "https://*.hooks.example.com/in/", "https://a-b.example:65535/v1/x.y/", "https://x/"] {
+            assert!(re.is_match(p) && takes(p), "{p}");
+        }
+        let refused = [
+            "",
+            "https://",
+            "https://*.com/",
+            "https://a.*.example.com/",
+            "https://x/a",
+            "https://x/./",
+            "https://x/../",
+            "https://x:0/",
+            "https://x:65536/",
+            "https://-x.example/",
+            "https://x-.example/",
+            "https://x..y/",
+            "https://127.0.0.1/",
+            "https://[::1]/",
+            "http://x/",
+            "https://x/?/",
+            "https://x/%2e/",
+            "https://u@x/",
+            "https://x/a*/",
+            "https://1.example.2/",
+        ];
+        for p in refused {
+            assert!(!re.is_match(p), "{p:?} is published as valid");
+        }
+        let long = format!("https://{}.example/", "a".repeat(64));
+        assert!(!re.is_match(&long) && !takes(&long));
     }
 
     #[test]
