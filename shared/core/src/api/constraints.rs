@@ -201,6 +201,9 @@ fn task_rules(task: &str, params: &mut Value) {
                 {"properties": {"recipients": {"items": {"properties": {"data": {"maxProperties": 0}}}}}},
             ]);
         }
+        // A run-time URL of the callback URL's shape (with a host name: an address literal's
+        // acceptance depends on the guard); which URLs a destination allows is its state.
+        "webhook.send" => params["properties"]["url"]["pattern"] = json!(crate::outbound::url_pattern(false)),
         "http.request" => {
             let headers = &mut params["properties"]["headers"];
             headers["propertyNames"] = http_header_name();
