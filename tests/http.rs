@@ -182,11 +182,12 @@ async fn submit(w: &World, key: &str, params: Value) -> JobId {
     job["id"].as_str().unwrap().parse().unwrap()
 }
 
-async fn job(w: &World, id: JobId) -> Value {
+pub async fn job(w: &World, id: JobId) -> Value {
     w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await.1
 }
 
-async fn calls(w: &World, id: JobId) -> Vec<Value> {
+/// The job's HTTP calls as the tenant reads them.
+pub async fn calls(w: &World, id: JobId) -> Vec<Value> {
     let (s, body) = w.call(Method::GET, &format!("/v1/jobs/{id}/http-calls"), None, None).await;
     assert_eq!(s, StatusCode::OK, "{body}");
     body["calls"].as_array().unwrap().clone()

@@ -16,7 +16,7 @@ use taskdeck::destinations::webhook::WebhookSend;
 use taskdeck::executor::Onward;
 use taskdeck::job::JobId;
 
-use crate::http::{Reply, Seen, receiver};
+use crate::http::{Reply, Seen, calls, job, receiver};
 use crate::support::World;
 use crate::support::transports::Recorded;
 
@@ -48,16 +48,6 @@ async fn submit(w: &World, key: &str, job: Value) -> JobId {
     let (s, j) = w.submit(key, job).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{j}");
     j["id"].as_str().unwrap().parse().unwrap()
-}
-
-async fn job(w: &World, id: JobId) -> Value {
-    w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await.1
-}
-
-async fn calls(w: &World, id: JobId) -> Vec<Value> {
-    let (s, body) = w.call(Method::GET, &format!("/v1/jobs/{id}/http-calls"), None, None).await;
-    assert_eq!(s, StatusCode::OK, "{body}");
-    body["calls"].as_array().unwrap().clone()
 }
 
 /// A venv with the Python `standardwebhooks` package, made once under the target dir (once
