@@ -241,7 +241,7 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     let mut misses = 0;
     let outcome = loop {
         let held = match pace::wait_for_slot(&ctx.db, &plan).await {
-            Ok(booked) => match ses::send(&client, &p, &raw, &ids, booked.leave_by).await {
+            Ok(booked) => match ses::send(&client, &p, &raw, &ids, booked.departure).await {
                 Err(SendFailure::MissedSlot) => {
                     misses += 1;
                     match pace::missed(&ctx.db, &booked, misses).await {

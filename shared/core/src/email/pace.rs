@@ -213,17 +213,19 @@ fn defer(rate: String, note: String, wait: Duration) -> TaskError {
     TaskError::RateLimited { rate, note, wait: wait.max(Duration::from_millis(250)) + spread }
 }
 
-/// The slots a send took: when its call must have left by, and the keys that counted it.
+/// The slots a send took: when its call leaves and must have left by, and the keys that counted it.
 #[derive(Debug, Default)]
 pub struct Booked {
-    /// Its last slot plus `LATE_SLOT` (None: no rate applies). A call not on its way by then is
-    /// not made (`ses::send` checks just before the request goes out) and another slot is taken.
-    pub leave_by: Option<std::time::Instant>,
+    /// Its last slot, and that plus `LATE_SLOT` (None: no rate applies). The request waits for
+    /// the slot in the connector, built and signed (`ses::send`); one not on its way by the
+    /// end is not made and another slot is taken.
+    pub departure: Option<super::ses::Departure>,
     keys: Vec<String>,
 }
 
-/// Wait for this send's slots: its own rates' first, then its account's. Returns once the
-/// send may start, or a deferral naming the rate that holds it.
+/// Take this send's slots: its own rates' first (waited for here when the account's follows),
+/// then its account's, which the call waits for in the connector (`Booked::departure`).
+/// Returns the booking, or a deferral naming the rate that holds it.
 pub async fn wait_for_slot(db: &deadpool_postgres::Pool, plan: &Plan) -> Result<Booked, TaskError> {
     let now = Utc::now();
     if plan.account_rate().is_some_and(|a| !quota_allows(a, plan.bulk)) {
@@ -234,7 +236,9 @@ pub async fn wait_for_slot(db: &deadpool_postgres::Pool, plan: &Plan) -> Result<
     let account = plan.account_rate().and_then(|r| limit(r, now, plan.bulk));
     let horizon = if plan.bulk { BULK_HORIZON } else { SINGLE_HORIZON };
     let mut booked = Booked::default();
-    for (stage, horizon) in [(own, OWN_HORIZON), (account.into_iter().collect(), horizon)] {
+    let stages = [(own, OWN_HORIZON), (account.into_iter().collect::<Vec<_>>(), horizon)];
+    let last = stages.iter().rposition(|(stage, _)| !stage.is_empty());
+    for (i, (stage, horizon)) in stages.into_iter().enumerate() {
         if stage.is_empty() {
             continue;
         }
@@ -245,9 +249,12 @@ pub async fn wait_for_slot(db: &deadpool_postgres::Pool, plan: &Plan) -> Result<
         };
         match taken {
             Slot::Taken(wait) => {
-                let slot = tokio::time::Instant::now() + wait;
-                tokio::time::sleep_until(slot).await;
-                booked.leave_by = Some(slot.into_std() + LATE_SLOT);
+                let slot = std::time::Instant::now() + wait;
+                if Some(i) == last {
+                    booked.departure = Some(super::ses::Departure { at: slot, by: slot + LATE_SLOT });
+                } else {
+                    tokio::time::sleep_until(slot.into()).await;
+                }
                 booked.keys.extend(limits.into_iter().map(|l| l.key));
             }
             Slot::Full => return Err(quota_held(plan)),

@@ -5,18 +5,23 @@
 //! of the account's quota (`GetAccount`) the sweep makes for `pace`.
 
 use std::error::Error as _;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aws_config::SdkConfig;
 use aws_sdk_sesv2::Client;
-use aws_sdk_sesv2::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_sesv2::config::http::HttpRequest;
 use aws_sdk_sesv2::config::retry::RetryConfig;
 use aws_sdk_sesv2::config::timeout::TimeoutConfig;
-use aws_sdk_sesv2::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_sesv2::config::{HttpClient, RuntimeComponents, SharedHttpClient};
 use aws_sdk_sesv2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_sesv2::operation::send_email::SendEmailError;
 use aws_sdk_sesv2::primitives::Blob;
 use aws_sdk_sesv2::types::{Destination, EmailContent, MessageTag, RawMessage};
+use aws_smithy_http_client::tls;
+use aws_smithy_runtime_api::client::http::{
+    HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::result::ConnectorError;
 
 use super::content::{CORRELATION_HEADER, Rendered, SendParams, tag_value};
 
@@ -38,37 +43,64 @@ pub enum SendFailure {
     /// The request may have reached SES (timeout, reset, a 5xx, an unreadable answer).
     #[error("outcome unknown: {0}")]
     Ambiguous(String),
-    /// The request was ready after its `leave_by`, so it was not sent (`pace::Booked`).
+    /// The request could not leave by its departure's end, so it was not sent (`pace::Booked`).
     #[error("not sent: it would have left after its send slot")]
     MissedSlot,
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// Refuses, just before the request is written, a send that would leave after its time.
-#[derive(Debug)]
-struct LeaveBy(std::time::Instant);
+/// When a paced send's request may leave (its slot), and by when it must have (`pace::Booked`).
+#[derive(Debug, Clone, Copy)]
+pub struct Departure {
+    pub at: Instant,
+    pub by: Instant,
+}
 
 #[derive(Debug, thiserror::Error)]
 #[error("the send's slot has passed")]
 struct PastSlot;
 
-impl Intercept for LeaveBy {
-    fn name(&self) -> &'static str {
-        "LeaveBy"
-    }
+/// The client's HTTP client with one send's departure: its request is held in the connector,
+/// built and signed, until the slot, so the SDK's own work (serialising, signing) is done
+/// before the slot instead of after it; a request still held after `by` is not written.
+#[derive(Debug)]
+struct Departing {
+    inner: SharedHttpClient,
+    departure: Departure,
+}
 
-    fn read_before_transmit(
-        &self,
-        _: &BeforeTransmitInterceptorContextRef<'_>,
-        _: &RuntimeComponents,
-        _: &mut ConfigBag,
-    ) -> Result<(), BoxError> {
-        if std::time::Instant::now() > self.0 { Err(Box::new(PastSlot)) } else { Ok(()) }
+impl HttpClient for Departing {
+    fn http_connector(&self, settings: &HttpConnectorSettings, components: &RuntimeComponents) -> SharedHttpConnector {
+        let inner = self.inner.http_connector(settings, components);
+        SharedHttpConnector::new(DepartingConnector { inner, departure: self.departure })
     }
 }
 
-/// Whether this error is `LeaveBy`'s refusal (nothing was written).
+#[derive(Debug)]
+struct DepartingConnector {
+    inner: SharedHttpConnector,
+    departure: Departure,
+}
+
+impl HttpConnector for DepartingConnector {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let (inner, departure) = (self.inner.clone(), self.departure);
+        HttpConnectorFuture::new(async move {
+            tokio::time::sleep_until(departure.at.into()).await;
+            let late = Instant::now().saturating_duration_since(departure.at);
+            tracing::debug!(
+                event = "relay.email.departed",
+                late_us = late.as_micros() as u64,
+                "a paced send left its slot"
+            );
+            if Instant::now() > departure.by {
+                return Err(ConnectorError::user(Box::new(PastSlot)));
+            }
+            inner.call(request).await
+        })
+    }
+}
+
+/// Whether this error is `Departing`'s refusal (nothing was written).
 fn past_slot(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(e) = next {
@@ -87,9 +119,14 @@ pub struct Identity<'a> {
     pub correlation_id: &'a str,
 }
 
-/// An SES client for one run: this job's credentials, no SDK retries, a hard time limit.
+/// An SES client for one run: this job's credentials, no SDK retries, a hard time limit, and
+/// its own HTTP client (the SDK's default, named so a paced send can wrap it: `Departing`).
 pub fn client(config: &SdkConfig) -> Client {
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::AwsLc))
+        .build_https();
     let conf = aws_sdk_sesv2::config::Builder::from(config)
+        .http_client(http)
         .retry_config(RetryConfig::disabled())
         .timeout_config(TimeoutConfig::builder().operation_timeout(SEND_TIMEOUT).build())
         .build();
@@ -141,14 +178,15 @@ pub fn raw_message(p: &SendParams, body: &Rendered, id: &Identity<'_>) -> Result
 }
 
 /// Send once, as raw MIME (the envelope's recipients, `bcc` too, in `Destination`; the header
-/// carries no `Bcc`); `raw` is `raw_message`'s, built before the send's slot so the call leaves
-/// on time; with `leave_by`, only if the request is on its way by then. Returns SES's message id.
+/// carries no `Bcc`); `raw` is `raw_message`'s, built before the send's slot; with a
+/// `departure`, the request leaves at its slot, or not at all when it could not leave by its
+/// end (`SendFailure::MissedSlot`). Returns SES's message id.
 pub async fn send(
     client: &Client,
     p: &SendParams,
     raw: &[u8],
     id: &Identity<'_>,
-    leave_by: Option<std::time::Instant>,
+    departure: Option<Departure>,
 ) -> Result<String, SendFailure> {
     let raw = RawMessage::builder().data(Blob::new(raw)).build().map_err(|e| SendFailure::Rejected(e.to_string()))?;
     let from = super::content::bare(&p.from).unwrap_or_else(|| p.from.clone());
@@ -169,9 +207,12 @@ pub async fn send(
             MessageTag::builder().name(name).value(value).build().map_err(|e| SendFailure::Rejected(e.to_string()))?;
         request = request.email_tags(tag);
     }
-    let sent = match leave_by {
-        Some(at) => request.customize().interceptor(LeaveBy(at)).send().await,
-        None => request.send().await,
+    let sent = match (departure, client.config().http_client()) {
+        (Some(departure), Some(inner)) => {
+            let paced = aws_sdk_sesv2::config::Builder::new().http_client(Departing { inner, departure });
+            request.customize().config_override(paced).send().await
+        }
+        _ => request.send().await,
     };
     match sent {
         Ok(out) => out
