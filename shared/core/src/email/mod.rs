@@ -16,6 +16,7 @@
 
 pub mod campaign;
 pub mod content;
+pub mod departure;
 pub mod events;
 pub mod mime;
 pub mod pace;

@@ -219,7 +219,7 @@ pub struct Booked {
     /// Its last slot, and that plus `LATE_SLOT` (None: no rate applies). The request waits for
     /// the slot in the connector, built and signed (`ses::send`); one not on its way by the
     /// end is not made and another slot is taken.
-    pub departure: Option<super::ses::Departure>,
+    pub departure: Option<super::departure::Departure>,
     keys: Vec<String>,
 }
 
@@ -251,7 +251,7 @@ pub async fn wait_for_slot(db: &deadpool_postgres::Pool, plan: &Plan) -> Result<
             Slot::Taken(wait) => {
                 let slot = std::time::Instant::now() + wait;
                 if Some(i) == last {
-                    booked.departure = Some(super::ses::Departure { at: slot, by: slot + LATE_SLOT });
+                    booked.departure = Some(super::departure::Departure { at: slot, by: slot + LATE_SLOT });
                 } else {
                     tokio::time::sleep_until(slot.into()).await;
                 }

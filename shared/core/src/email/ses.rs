@@ -5,25 +5,19 @@
 //! of the account's quota (`GetAccount`) the sweep makes for `pace`.
 
 use std::error::Error as _;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aws_config::SdkConfig;
 use aws_sdk_sesv2::Client;
-use aws_sdk_sesv2::config::http::HttpRequest;
 use aws_sdk_sesv2::config::retry::RetryConfig;
 use aws_sdk_sesv2::config::timeout::TimeoutConfig;
-use aws_sdk_sesv2::config::{HttpClient, RuntimeComponents, SharedHttpClient};
 use aws_sdk_sesv2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_sesv2::operation::send_email::SendEmailError;
 use aws_sdk_sesv2::primitives::Blob;
 use aws_sdk_sesv2::types::{Destination, EmailContent, MessageTag, RawMessage};
-use aws_smithy_http_client::tls;
-use aws_smithy_runtime_api::client::http::{
-    HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpConnector,
-};
-use aws_smithy_runtime_api::client::result::ConnectorError;
 
 use super::content::{CORRELATION_HEADER, Rendered, SendParams, tag_value};
+use super::departure::{Departing, Departure, PastSlot};
 
 /// A send that has not answered in this long is abandoned, and its outcome is unknown.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -48,58 +42,6 @@ pub enum SendFailure {
     MissedSlot,
 }
 
-/// When a paced send's request may leave (its slot), and by when it must have (`pace::Booked`).
-#[derive(Debug, Clone, Copy)]
-pub struct Departure {
-    pub at: Instant,
-    pub by: Instant,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("the send's slot has passed")]
-struct PastSlot;
-
-/// The client's HTTP client with one send's departure: its request is held in the connector,
-/// built and signed, until the slot, so the SDK's own work (serialising, signing) is done
-/// before the slot instead of after it; a request still held after `by` is not written.
-#[derive(Debug)]
-struct Departing {
-    inner: SharedHttpClient,
-    departure: Departure,
-}
-
-impl HttpClient for Departing {
-    fn http_connector(&self, settings: &HttpConnectorSettings, components: &RuntimeComponents) -> SharedHttpConnector {
-        let inner = self.inner.http_connector(settings, components);
-        SharedHttpConnector::new(DepartingConnector { inner, departure: self.departure })
-    }
-}
-
-#[derive(Debug)]
-struct DepartingConnector {
-    inner: SharedHttpConnector,
-    departure: Departure,
-}
-
-impl HttpConnector for DepartingConnector {
-    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
-        let (inner, departure) = (self.inner.clone(), self.departure);
-        HttpConnectorFuture::new(async move {
-            tokio::time::sleep_until(departure.at.into()).await;
-            let late = Instant::now().saturating_duration_since(departure.at);
-            tracing::debug!(
-                event = "relay.email.departed",
-                late_us = late.as_micros() as u64,
-                "a paced send left its slot"
-            );
-            if Instant::now() > departure.by {
-                return Err(ConnectorError::user(Box::new(PastSlot)));
-            }
-            inner.call(request).await
-        })
-    }
-}
-
 /// Whether this error is `Departing`'s refusal (nothing was written).
 fn past_slot(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
@@ -119,14 +61,9 @@ pub struct Identity<'a> {
     pub correlation_id: &'a str,
 }
 
-/// An SES client for one run: this job's credentials, no SDK retries, a hard time limit, and
-/// its own HTTP client (the SDK's default, named so a paced send can wrap it: `Departing`).
+/// An SES client for one run: this job's credentials, no SDK retries, a hard time limit.
 pub fn client(config: &SdkConfig) -> Client {
-    let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::AwsLc))
-        .build_https();
     let conf = aws_sdk_sesv2::config::Builder::from(config)
-        .http_client(http)
         .retry_config(RetryConfig::disabled())
         .timeout_config(TimeoutConfig::builder().operation_timeout(SEND_TIMEOUT).build())
         .build();
@@ -207,12 +144,12 @@ pub async fn send(
             MessageTag::builder().name(name).value(value).build().map_err(|e| SendFailure::Rejected(e.to_string()))?;
         request = request.email_tags(tag);
     }
-    let sent = match (departure, client.config().http_client()) {
-        (Some(departure), Some(inner)) => {
-            let paced = aws_sdk_sesv2::config::Builder::new().http_client(Departing { inner, departure });
+    let sent = match departure {
+        Some(departure) => {
+            let paced = aws_sdk_sesv2::config::Builder::new().http_client(Departing(departure));
             request.customize().config_override(paced).send().await
         }
-        _ => request.send().await,
+        None => request.send().await,
     };
     match sent {
         Ok(out) => out
