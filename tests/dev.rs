@@ -1,7 +1,8 @@
 //! `relay dev` as a newcomer runs it: its private database at the same address after a
 //! restart, found by the other commands with `DATABASE_URL` unset; the console it serves;
-//! Ctrl-C twice stopping at once with a job in flight; and an SES bounce fed locally through
-//! the ingress handler (`relay ingress send`).
+//! Ctrl-C twice stopping at once with a job in flight; its local SES (`--local-ses`) pacing
+//! sends at its rate; and an SES bounce fed locally through the ingress handler
+//! (`relay ingress send`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -30,11 +31,25 @@ struct DevProcess {
 
 impl DevProcess {
     async fn start(dir: &Path, api: u16, console: u16, n: usize) -> DevProcess {
+        Self::start_with(dir, api, console, n, &[], &[]).await
+    }
+
+    /// `start` with more arguments and environment variables.
+    async fn start_with(
+        dir: &Path,
+        api: u16,
+        console: u16,
+        n: usize,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> DevProcess {
         let log = dir.with_extension(format!("log{n}"));
         let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_relay"))
             .args(["dev", "--data-dir"])
             .arg(dir)
             .args(["--addr", &format!("127.0.0.1:{api}"), "--console-addr", &format!("127.0.0.1:{console}")])
+            .args(args)
+            .envs(envs.iter().copied())
             .env_remove("DATABASE_URL")
             .env("RELAY_LOG", "warn")
             .stdout(Stdio::piped())
@@ -88,17 +103,31 @@ fn relay_here(dir: &Path, args: &[&str]) -> Output {
 }
 
 async fn http_get(url: &str) -> String {
+    http_get_as(url, None).await
+}
+
+/// A GET with a bearer token, if any; the whole answer, head and body.
+async fn http_get_as(url: &str, token: Option<&str>) -> String {
     let rest = url.strip_prefix("http://").unwrap();
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
     let mut s = tokio::net::TcpStream::connect(host).await.unwrap();
     s.write_all(
-        format!("GET {} HTTP/1.0\r\nHost: {host}\r\n\r\n", if path.is_empty() { "/" } else { path }).as_bytes(),
+        format!("GET {} HTTP/1.0\r\nHost: {host}\r\n{auth}\r\n", if path.is_empty() { "/" } else { path }).as_bytes(),
     )
     .await
     .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).await.unwrap();
     out
+}
+
+/// A GET answered 200 with JSON: the JSON.
+async fn get_json(url: &str, token: &str) -> serde_json::Value {
+    let answer = http_get_as(url, Some(token)).await;
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    assert!(head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"), "GET {url}: {answer}");
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("GET {url}: {e}: {body}"))
 }
 
 #[tokio::test]
@@ -186,6 +215,84 @@ async fn relay_dev_keeps_its_database_address_the_cli_finds_it_and_ctrl_c_twice_
     assert!(status.success(), "{}", dev.stderr());
     assert!(!dev.stderr().contains("LISTEN connection lost"), "{}", dev.stderr());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `relay dev --local-ses 5` as a user turns email on: shadow off and SES writes on with the
+/// CLI, then 20 sends over the API. They reach the local SES (moto behind the stand-in, which
+/// throttles past 5 a second) no faster than its rate, and the status contract shows the
+/// account's rate read from it and no throttles. Without the option the sends have no AWS to
+/// go to (they fail); without the pacing they would arrive together and be throttled.
+#[tokio::test]
+async fn relay_dev_local_ses_paces_sends_at_its_rate_without_throttles() {
+    const RATE: u32 = 5;
+    const SENDS: usize = 20;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("relay-dev-ses-{}", uuid::Uuid::now_v7().simple()));
+    let (api, console) = (free_port(), free_port());
+    let moto = tokio::task::spawn_blocking(moto::endpoint).await.unwrap();
+    let rate = RATE.to_string();
+    let dev = DevProcess::start_with(&dir, api, console, 1, &["--local-ses", &rate], &[("RELAY_MOTO_URL", moto)]).await;
+    PrivateCluster::start(&dir, Durability::Full).unwrap().stop_when_process_exits(std::process::id()).unwrap();
+    let banner = dev.stderr();
+    assert!(
+        banner.contains("local SES on (--local-ses 5)")
+            && banner.contains("allows 5 sends a second")
+            && banner.contains("relay modes set write:ses on"),
+        "{banner}"
+    );
+
+    for args in [["modes", "set", "shadow", "off"], ["modes", "set", "write:ses", "on"]] {
+        let out = relay_here(&dir, &args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let base = format!("http://127.0.0.1:{api}");
+    let client = Client::new(&base, &dev.key).unwrap();
+    let mut ids = Vec::with_capacity(SENDS);
+    for i in 0..SENDS {
+        let body = json!({"task_type": "email.send", "params": {
+            "from": "Dev <noreply@example.com>", "to": [format!("r{i}@example.com")], "subject": format!("local SES {i}"), "text": "Hi"}});
+        let job = client.submit(&format!("local-ses-{i}"), &body).await.unwrap();
+        ids.push(job["id"].as_str().unwrap().parse().unwrap());
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for id in &ids {
+        loop {
+            let job = client.job(*id).await.unwrap().unwrap();
+            match job["status"].as_str() {
+                Some("succeeded") => break,
+                Some("pending" | "running" | "waiting") => {}
+                _ => panic!("{job}\n{}", dev.stderr()),
+            }
+            assert!(Instant::now() < deadline, "not all sent within 60 s: {job}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    let mut sent = Vec::with_capacity(SENDS);
+    for id in &ids {
+        let list = get_json(&format!("{base}/v1/messages?job_id={id}"), &dev.key).await;
+        let m = &list["messages"][0];
+        assert_eq!(m["status"], "sent", "{m}");
+        assert!(m["provider_message_id"].is_string(), "moto took it: {m}");
+        sent.push(m["sent_at"].as_str().unwrap().parse::<chrono::DateTime<chrono::Utc>>().unwrap());
+    }
+    let span = (*sent.iter().max().unwrap() - *sent.iter().min().unwrap()).num_milliseconds() as f64 / 1000.0;
+    let least = (SENDS - 1) as f64 / f64::from(RATE) * 0.9;
+    assert!(span >= least, "{SENDS} sends in {span} s: faster than {RATE}/s (at least {least} s)");
+
+    let status_key = DevInstance::read(&dir).unwrap().status_key.unwrap();
+    let status = get_json(&format!("{base}/v1/status"), &status_key).await;
+    let rates = status["send_rates"].as_array().unwrap_or_else(|| panic!("{status}"));
+    let account = rates.iter().find(|r| r["scope"] == "account" && r["key"] == "default").expect("the account's rate");
+    assert_eq!(account["provider_rate"].as_f64(), Some(f64::from(RATE)), "{account}");
+    assert_eq!(account["throttles"], 0, "{account}");
+
+    let mut dev = dev;
+    dev.interrupt();
+    let status = tokio::time::timeout(Duration::from_secs(30), dev.child.wait()).await.expect("a clean stop").unwrap();
+    assert!(status.success(), "{}", dev.stderr());
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ =
+        std::fs::remove_dir_all(dir.with_file_name(format!("{}-secrets", dir.file_name().unwrap().to_string_lossy())));
 }
 
 /// The Quickstart's example bounce, fed through the real ingress handler: the message is

@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The role `email.send` runs as against moto (its account, 123456789012): moto's STS lets it be
+/// assumed without an IAM role of that name.
+pub const EMAIL_SEND_ROLE: &str = "arn:aws:iam::123456789012:role/relay-task-email-send";
+
 /// Why a venv or moto's server could not be had.
 #[derive(Debug, thiserror::Error)]
 pub enum LocalAwsError {

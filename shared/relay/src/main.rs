@@ -136,6 +136,11 @@ enum Command {
         /// Where the console watching this instance listens.
         #[arg(long, env = "RELAY_CONSOLE_ADDR", default_value = "127.0.0.1:8090")]
         console_addr: SocketAddr,
+        /// Send email to a local SES (moto behind a stand-in) that allows RATE sends a second and
+        /// throttles beyond, instead of the AWS the environment names; sends are paced at RATE.
+        #[arg(long, env = "RELAY_DEV_LOCAL_SES", value_name = "RATE",
+              value_parser = clap::value_parser!(u32).range(1..=1000))]
+        local_ses: Option<u32>,
         #[command(flatten)]
         run: Run,
     },
@@ -298,9 +303,24 @@ fn main() -> anyhow::Result<()> {
 /// Destinations' secrets: with `RELAY_SECRETS_DIR` in the local store there; else, when AWS is
 /// configured (`AWS_REGION`, `AWS_DEFAULT_REGION` or `AWS_ENDPOINT_URL`, e.g. a moto server's),
 /// in its Secrets Manager; else in the local store in `local_secrets` (`relay dev`'s), if any.
-async fn with_task_roles(p: Platform, local_secrets: Option<PathBuf>) -> anyhow::Result<Platform> {
-    let roles = taskdeck::credentials::TaskRoles::from_lookup(|k| std::env::var(k).ok())?;
-    let aws = ["AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL"].iter().any(|k| std::env::var_os(k).is_some());
+///
+/// `local_aws`: a local AWS-protocol server's configuration (`relay dev --local-ses`: the SES
+/// stand-in in front of moto) used instead of the environment's for every task's AWS calls,
+/// their role sessions and the sweep's SES account read; `email.send` runs as
+/// `localaws::EMAIL_SEND_ROLE` unless `RELAY_TASK_ROLES` maps it, and secrets stay local.
+async fn with_task_roles(
+    p: Platform,
+    local_secrets: Option<PathBuf>,
+    local_aws: Option<&aws_config::SdkConfig>,
+) -> anyhow::Result<Platform> {
+    let mut roles = taskdeck::credentials::TaskRoles::from_lookup(|k| std::env::var(k).ok())?;
+    if local_aws.is_some() && roles.task_role("email.send").is_none() {
+        let role =
+            taskdeck::credentials::RoleSpec { role_arn: relay::localaws::EMAIL_SEND_ROLE.into(), external_id: None };
+        roles = roles.map_task("email.send", role)?;
+    }
+    let aws = local_aws.is_none()
+        && ["AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL"].iter().any(|k| std::env::var_os(k).is_some());
     let local = std::env::var_os("RELAY_SECRETS_DIR").filter(|d| !d.is_empty()).map(PathBuf::from);
     let local = local.or(local_secrets.filter(|_| !aws));
     let p = match &local {
@@ -313,8 +333,12 @@ async fn with_task_roles(p: Platform, local_secrets: Option<PathBuf>) -> anyhow:
     if roles.is_empty() && !aws {
         return Ok(p);
     }
-    let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await;
-    let p = if aws { p.with_secrets(&sdk).with_ses_account(&sdk) } else { p };
+    let sdk = match local_aws {
+        Some(sdk) => sdk.clone(),
+        None => aws_config::defaults(aws_config::BehaviorVersion::latest()).load().await,
+    };
+    let p = if aws { p.with_secrets(&sdk) } else { p };
+    let p = if aws || local_aws.is_some() { p.with_ses_account(&sdk) } else { p };
     if roles.is_empty() {
         return Ok(p);
     }
@@ -325,9 +349,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let url = || relay::devinstance::database_url(cli.database_url.clone(), cli.data_dir.as_deref());
     let ops = || ops_platform(url()?);
     match cli.command {
-        Command::Dev { addr, console_addr, run } => {
+        Command::Dev { addr, console_addr, local_ses, run } => {
             let data_dir = cli.data_dir.clone().unwrap_or_else(|| relay::devinstance::DEFAULT_DATA_DIR.into());
-            dev::run(cli.database_url.clone(), dev::Dev { addr, console_addr, data_dir, run }).await
+            dev::run(cli.database_url.clone(), dev::Dev { addr, console_addr, data_dir, local_ses, run }).await
         }
         Command::Ingress { command } => ingress::run(&ops()?, command).await,
         Command::Migrate { retention_days } => {
@@ -350,14 +374,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Schedules { command } => ops::schedules(&ops()?, &actor(cli.operator), command).await,
         Command::Tenant { command: TenantCommand::Keys(command) } => ops::tenant_key(&ops()?, command).await,
         Command::Serve { addr, run } => {
-            let p = with_task_roles(Platform::new(&url()?, run.settings()?)?, None).await?;
+            let p = with_task_roles(Platform::new(&url()?, run.settings()?)?, None, None).await?;
             let (stop_tx, stop) = watch::channel(false);
             let stop_tx = Arc::new(stop_tx);
             tokio::spawn(shutdown_on_signal(stop_tx));
             serve(&p, bind(addr).await?, stop).await
         }
         Command::Worker { run } => {
-            let p = with_task_roles(Platform::new(&url()?, run.settings()?)?, None).await?;
+            let p = with_task_roles(Platform::new(&url()?, run.settings()?)?, None, None).await?;
             let (stop_tx, stop) = watch::channel(false);
             let stop_tx = Arc::new(stop_tx);
             let workers = p.spawn_workers(run.workers, &stop);

@@ -151,6 +151,11 @@ impl TaskRoles {
         self.tenants.get(&tenant).and_then(|m| m.get(task_type)).or_else(|| self.tasks.get(task_type))
     }
 
+    /// The role a task type runs under for every tenant without an override, if mapped.
+    pub fn task_role(&self, task_type: &str) -> Option<&RoleSpec> {
+        self.tasks.get(task_type)
+    }
+
     pub fn session(&self) -> Duration {
         self.session
     }

@@ -74,6 +74,17 @@ pub async fn refresh_account(
     if !send_rates::account_read_due(&pool.get().await?, "default", ACCOUNT_READ_EVERY.as_secs_f64()).await? {
         return Ok(false);
     }
+    read_account(pool, sdk).await?;
+    Ok(true)
+}
+
+/// Read Relay's own SES account's rate and quota now, however recent the last read (`relay dev
+/// --local-ses` at start, whose rate may differ from the last start's). A failed read keeps
+/// the last figures, with why.
+pub async fn read_account(
+    pool: &deadpool_postgres::Pool,
+    sdk: &aws_config::SdkConfig,
+) -> Result<(), crate::store::StoreError> {
     let read = super::ses::account_quota(&super::ses::client(sdk)).await;
     let db = pool.get().await?;
     match read {
@@ -83,7 +94,7 @@ pub async fn refresh_account(
             send_rates::record_account_error(&db, "default", &why).await?
         }
     }
-    Ok(true)
+    Ok(())
 }
 
 /// The account a tenant's sends go through: its own sending role's, else Relay's (`default`).

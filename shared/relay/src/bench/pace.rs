@@ -22,8 +22,6 @@ use taskdeck::store::{modes, sending_identities, tenants};
 /// The campaigns' `concurrency_limit`: above the default 10 so that the children waiting for a
 /// slot (at most `pace::BULK_HORIZON` ahead) can fill every slot at 20/s.
 pub const CAMPAIGN_LIMIT: i32 = 20;
-/// The role the worker sends as (moto's account).
-const SEND_ROLE: &str = "arn:aws:iam::123456789012:role/relay-task-email-send";
 const TENANTS: [(&str, &str); 2] = [("acme", "acme.example"), ("globex", "globex.example")];
 /// Between two single sends.
 pub const SINGLE_EVERY: Duration = Duration::from_millis(500);
@@ -82,7 +80,7 @@ pub async fn run(base_url: &str, rate: u32, quick: bool) -> anyhow::Result<PaceR
     let standin = ses_standin::start(&moto, faults, 1)?;
     let server = Server::start(base_url).await?;
     let keys = setup(&server, &moto, &standin).await?;
-    let roles = json!({ "email.send": SEND_ROLE }).to_string();
+    let roles = json!({ "email.send": crate::localaws::EMAIL_SEND_ROLE }).to_string();
     let mut worker = super::campaign::worker_with(
         &server.scratch,
         &[

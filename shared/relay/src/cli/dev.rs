@@ -1,16 +1,21 @@
 //! `relay dev`: the whole platform in one process: API, workers, sweep, and the console
 //! watching this instance. A private Postgres cluster unless `DATABASE_URL` is set; its
 //! address stays the same across starts and is recorded in the data dir (`relay-dev.json`)
-//! for the other `relay` commands.
+//! for the other `relay` commands. With `--local-ses RATE` its email goes to a local SES: the
+//! throttling stand-in (`ses_standin`) in front of moto, allowing RATE sends a second.
 
 use std::io::IsTerminal;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use relay::devinstance::{self, DevInstance};
 use relay::pgcluster::{Durability, PrivateCluster};
+use relay::ses_standin::{self, Faults};
+use taskdeck::email::{pace, ses};
 use taskdeck::platform::Platform;
+use taskdeck::store::send_rates::{self, Scope};
 use taskdeck::store::{status_keys, tenants};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -19,16 +24,22 @@ use crate::{Run, bind, ensure_database, serve, with_task_roles};
 
 /// The status key the dev console reads `/v1/status` with.
 const CONSOLE_KEY_NAME: &str = "relay-dev-console";
+/// The domain the `dev` tenant may send from (verified in moto with `--local-ses`).
+const DEV_DOMAIN: &str = "example.com";
+/// The local SES's 24-hour quota (`GetAccount`'s `Max24HourSend`).
+const LOCAL_SES_QUOTA: f64 = 50_000.0;
 
 pub struct Dev {
     pub addr: SocketAddr,
     pub console_addr: SocketAddr,
     pub data_dir: PathBuf,
+    /// `--local-ses`: the local SES's rate, sends a second.
+    pub local_ses: Option<u32>,
     pub run: Run,
 }
 
 pub async fn run(url: Option<String>, dev: Dev) -> anyhow::Result<()> {
-    let Dev { addr, console_addr, data_dir, run } = dev;
+    let Dev { addr, console_addr, data_dir, local_ses: rate, run } = dev;
     let previous = DevInstance::read(&data_dir);
     let (url, cluster) = match url {
         Some(url) => (url, None),
@@ -47,10 +58,18 @@ pub async fn run(url: Option<String>, dev: Dev) -> anyhow::Result<()> {
             (cluster.url("relay"), Some(cluster))
         }
     };
-    let p = with_task_roles(Platform::new(&url, run.settings()?)?, Some(secrets_dir(&data_dir))).await?;
+    let local_aws = match rate {
+        Some(rate) => Some(local_ses(&data_dir, rate).await?),
+        None => None,
+    };
+    let p = with_task_roles(Platform::new(&url, run.settings()?)?, Some(secrets_dir(&data_dir)), local_aws.as_ref())
+        .await?;
     p.migrate().await?;
     taskdeck::schedules::ensure_builtin(&p.pool, 30, chrono::Utc::now()).await?;
     let key = dev_tenant_key(&p).await?;
+    if let (Some(rate), Some(sdk)) = (rate, &local_aws) {
+        read_local_account(&p, sdk, rate).await?;
+    }
     let status_key = console_key(&p, previous.and_then(|d| d.status_key)).await?;
     let api = bind(addr).await?;
     let here = if addr.ip().is_unspecified() { SocketAddr::from((Ipv4Addr::LOCALHOST, addr.port())) } else { addr };
@@ -74,7 +93,7 @@ pub async fn run(url: Option<String>, dev: Dev) -> anyhow::Result<()> {
         };
         instance.write(&c.data_dir)?;
     }
-    banner(&run, &api_url, console_url.as_deref(), &key, cluster.as_ref().map(|_| url.as_str()), &data_dir);
+    banner(&run, &api_url, console_url.as_deref(), &key, cluster.as_ref().map(|_| url.as_str()), &data_dir, rate);
     println!("{key}");
 
     let (stop_tx, stop) = watch::channel(false);
@@ -118,7 +137,7 @@ pub async fn run(url: Option<String>, dev: Dev) -> anyhow::Result<()> {
     served
 }
 
-/// The `dev` tenant's key, new on every start; the tenant may send from example.com.
+/// The `dev` tenant's key, new on every start; the tenant may send from `DEV_DOMAIN`.
 async fn dev_tenant_key(p: &Platform) -> anyhow::Result<String> {
     let db = p.pool.get().await?;
     let (tenant, key) = match tenants::by_name(&db, "dev").await? {
@@ -126,8 +145,62 @@ async fn dev_tenant_key(p: &Platform) -> anyhow::Result<String> {
         None => tenants::create(&db, "dev").await.map(|(t, k)| (t.id, k))?,
     };
     // Email works out of the box: any address at example.com, in shadow mode (nothing leaves).
-    taskdeck::store::sending_identities::add(&db, tenant, "example.com").await?;
+    taskdeck::store::sending_identities::add(&db, tenant, DEV_DOMAIN).await?;
     Ok(key)
+}
+
+/// `--local-ses`: moto (`RELAY_MOTO_URL`, else from a venv beside the data dir, installed on
+/// first use) with `DEV_DOMAIN` verified in it, and the SES stand-in in front of it allowing
+/// `rate` sends a second (throttling beyond) and answering `GetAccount` with `rate` and
+/// `LOCAL_SES_QUOTA`. Returns the SDK configuration this instance's AWS calls use: the
+/// stand-in's (it passes STS and the rest through to moto). Both stop when this process exits.
+async fn local_ses(data_dir: &Path, rate: u32) -> anyhow::Result<aws_config::SdkConfig> {
+    let dir = aws_dir(data_dir);
+    match std::env::var("RELAY_MOTO_URL").ok().filter(|u| !u.is_empty()) {
+        Some(url) => eprintln!("relay dev: starting the local SES in front of moto at {url} (RELAY_MOTO_URL)"),
+        None => eprintln!(
+            "relay dev: starting the local SES (moto, from a venv in {}; installing it the first time may take a minute)",
+            dir.display()
+        ),
+    }
+    let moto = tokio::task::spawn_blocking(move || relay::localaws::moto_for_this_process(&dir))
+        .await?
+        .context("starting moto for --local-ses (needs python3, and PyPI the first time; or set RELAY_MOTO_URL)")?;
+    let verified = ses::client(&relay::localaws::sdk_config(&moto))
+        .create_email_identity()
+        .email_identity(DEV_DOMAIN)
+        .send()
+        .await;
+    if let Err(e) = verified
+        && !e.as_service_error().is_some_and(|e| e.is_already_exists_exception())
+    {
+        return Err(anyhow::Error::new(e).context(format!("verifying {DEV_DOMAIN} in moto ({moto})")));
+    }
+    let faults = Faults {
+        max_per_second: Some(rate as usize),
+        account: Some((rate.into(), LOCAL_SES_QUOTA)),
+        ..Faults::default()
+    };
+    let standin = ses_standin::start(&moto, faults, 0).context("starting the SES stand-in")?;
+    Ok(relay::localaws::sdk_config(&standin.url))
+}
+
+/// The account's rate and quota read from the local SES now (not a minute later at the sweep's
+/// next read: the last start may have had another rate), so the first sends are paced at it.
+async fn read_local_account(p: &Platform, sdk: &aws_config::SdkConfig, rate: u32) -> anyhow::Result<()> {
+    pace::read_account(&p.pool, sdk).await?;
+    let account = send_rates::get(&p.pool.get().await?, Scope::Account, "default").await?;
+    let Some(account) = account else { anyhow::bail!("the local SES's account rate was not recorded") };
+    if let Some(why) = account.read_error.filter(|_| account.provider_rate != Some(rate.into())) {
+        anyhow::bail!("reading the local SES's account rate: {why}");
+    }
+    if let Some(set) = account.rate_per_second {
+        eprintln!(
+            "relay dev: an operator's account rate of {set}/s holds instead of the local SES's {rate}/s \
+             (PUT /v1/admin/send-rates/account/default with \"rate_per_second\": null to clear it)"
+        );
+    }
+    Ok(())
 }
 
 /// The console's status key: the one kept from the last start while it still works, else
@@ -145,7 +218,15 @@ async fn console_key(p: &Platform, kept: Option<String>) -> anyhow::Result<Strin
     }
 }
 
-fn banner(run: &Run, api: &str, console: Option<&str>, key: &str, database_url: Option<&str>, data_dir: &Path) {
+fn banner(
+    run: &Run,
+    api: &str,
+    console: Option<&str>,
+    key: &str,
+    database_url: Option<&str>,
+    data_dir: &Path,
+    local_ses: Option<u32>,
+) {
     let try_key = format!("try-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]);
     let console = match console {
         Some(url) => format!("console on {url} (watching this instance)"),
@@ -159,6 +240,16 @@ fn banner(run: &Run, api: &str, console: Option<&str>, key: &str, database_url: 
         ),
         None => String::new(),
     };
+    let email = match local_ses {
+        Some(rate) => format!(
+            "\nlocal SES on (--local-ses {rate}): with shadow off and write:ses on (relay modes set shadow off,\n\
+             relay modes set write:ses on), email goes to a stand-in for SES on this machine (moto behind it;\n\
+             nothing leaves) that allows {rate} sends a second ({quota} a day) and throttles beyond; Relay\n\
+             paces sends at that rate. Throttles and the rate: the console, or GET /v1/status (send_rates).\n\n",
+            quota = LOCAL_SES_QUOTA,
+        ),
+        None => String::new(),
+    };
     eprintln!(
         "relay dev: API on {api}, {workers} worker loops, sweep every {sweep}s; {console}\n\n\
          dev tenant API key (new on every start):\n\n  export RELAY_API_KEY={key}\n{database}\n\
@@ -169,7 +260,7 @@ fn banner(run: &Run, api: &str, console: Option<&str>, key: &str, database_url: 
          shadow mode is on: email and callbacks are recorded, not sent (GET /v1/messages?job_id=<id>,\n\
          GET /v1/jobs/<id>/callbacks). email.send may send from any address at example.com. To let them\n\
          out: relay modes set shadow off, then relay modes set write:ses on / write:callbacks on\n\
-         (or PUT /v1/admin/modes with an operator key).\n\
+         (or PUT /v1/admin/modes with an operator key).\n{email}\
          Ctrl-C stops (jobs in flight get up to {grace} s); Ctrl-C twice stops at once.\n",
         workers = run.workers,
         sweep = run.sweep_interval_seconds,
@@ -223,9 +314,20 @@ async fn stop_on_signals(stop: watch::Sender<bool>, grace: Duration, cluster: Op
     std::process::exit(130);
 }
 
+/// Where `relay dev --local-ses` keeps moto's venv and log: beside the database's folder
+/// (`.relay/pg` → `.relay/pg-aws`).
+fn aws_dir(data_dir: &Path) -> PathBuf {
+    sibling(data_dir, "aws")
+}
+
 /// Where `relay dev` keeps destinations' secrets unless `RELAY_SECRETS_DIR` says: beside the
 /// database's folder (`.relay/pg` → `.relay/pg-secrets`), encrypted under a key kept there.
 pub fn secrets_dir(data_dir: &std::path::Path) -> std::path::PathBuf {
+    sibling(data_dir, "secrets")
+}
+
+/// `data_dir`'s sibling named after it with `-suffix`.
+fn sibling(data_dir: &Path, suffix: &str) -> PathBuf {
     let name = data_dir.file_name().map_or_else(|| "relay".into(), |n| n.to_string_lossy().into_owned());
-    data_dir.with_file_name(format!("{name}-secrets"))
+    data_dir.with_file_name(format!("{name}-{suffix}"))
 }
