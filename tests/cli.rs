@@ -206,6 +206,56 @@ async fn the_bench_counts_the_tuples_index_entries_and_wal_a_job_cost() {
         assert!(table.contains(row), "{table}");
     }
     assert!(table.contains("itself: "), "{table}");
+    // Every job's row has a primary key entry, named under the accept window.
+    let pkey = accept.relations.iter().find(|r| r.relation == "jobs_pkey");
+    assert!(pkey.is_some_and(|r| r.index_entries >= 1.0), "{:?}", accept.relations);
+    let indexes: f64 = accept.relations.iter().map(|r| r.index_entries).sum();
+    assert_eq!(indexes, accept.index_entries, "{:?}", accept.relations);
+    assert!(table.contains("    jobs_pkey "), "{table}");
+}
+
+/// The bench's per-index counts are what the writes must produce, read back from the WAL:
+/// in a table of the test's schema with an index on `v` and a partial one of open rows, an
+/// insert adds an entry to each index whose predicate the row meets, a non-HOT update (of `v`)
+/// another to each, a HOT update (of an unindexed column) none. Other tests writing at the same
+/// time land in `(other)`, never in these.
+#[tokio::test]
+async fn the_bench_counts_index_entries_per_index_from_the_wal() {
+    use relay::bench::wal::RelationWal;
+    use taskdeck::store::tooling::bench::{enable_statement_counts, wal_position, wal_records_between};
+    let w = World::new().await;
+    let db = w.db().await;
+    enable_statement_counts(&db).await;
+    if w.count("SELECT count(*) FROM pg_extension WHERE extname = 'pg_walinspect'", &[]).await == 0 {
+        eprintln!("skipped: pg_walinspect is not installed on this server");
+        return;
+    }
+    db.batch_execute(
+        "CREATE TABLE walcount (id int NOT NULL, state text NOT NULL, v int NOT NULL, note text);
+         CREATE INDEX walcount_v ON walcount (v);
+         CREATE INDEX walcount_open ON walcount (id) WHERE state = 'open'",
+    )
+    .await
+    .unwrap();
+    let from = wal_position(&db).await.unwrap();
+    db.batch_execute(
+        "INSERT INTO walcount SELECT i, CASE WHEN i <= 4 THEN 'open' ELSE 'done' END, i FROM generate_series(1, 10) i;
+         UPDATE walcount SET v = v + 100 WHERE id <= 6;
+         UPDATE walcount SET note = 'hot' WHERE id = 10",
+    )
+    .await
+    .unwrap();
+    let to = wal_position(&db).await.unwrap();
+    let records = wal_records_between(&db, &w.schema, from, to).await.unwrap().expect("the window's WAL is on disk");
+    let relations = RelationWal::from_records(&records, 1.0);
+    let of = |name: &str| relations.iter().find(|r| r.relation == name).cloned().unwrap_or_default();
+    // 10 inserts + 6 updates of v; 4 open inserts + 4 updates of open rows (5 and 6 are done).
+    assert_eq!(of("walcount_v").index_entries, 16.0, "{relations:?}");
+    assert_eq!(of("walcount_open").index_entries, 8.0, "{relations:?}");
+    // 10 inserts, 6 updates, 1 HOT update: heap records of the table, no entries.
+    assert_eq!((of("walcount").heap_records, of("walcount").index_entries), (17.0, 0.0), "{relations:?}");
+    let named: Vec<&str> = relations.iter().map(|r| r.relation.as_str()).filter(|r| *r != "(other)").collect();
+    assert!(named.iter().all(|r| r.starts_with("walcount")), "{relations:?}");
 }
 
 /// A child process killed when dropped (the test's `relay serve` / `relay worker`).

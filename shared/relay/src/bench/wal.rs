@@ -2,7 +2,8 @@
 //! records per job for accept, claim and complete (pg_stat_statements, each statement classed
 //! by its text), the total from the WAL position itself, heap tuples written per job
 //! (pg_stat_user_tables of the run's schema) and index entries written per job (counted from
-//! the WAL records with pg_walinspect; estimated from the heap writes when that WAL is gone).
+//! the WAL records with pg_walinspect; estimated from the heap writes when that WAL is gone),
+//! with the entries and WAL bytes of each index of the schema.
 //!
 //! A run has two windows: accept (the jobs loaded, then ANALYZE) and processing (claim and
 //! complete, interleaved). WAL splits by statement; the heap and index counters only by window.
@@ -12,11 +13,12 @@ use std::time::Duration;
 use serde::Serialize;
 
 use taskdeck::store::GenericClient;
-use taskdeck::store::tooling::bench::{self, StatementClasses, StatementCost, TableWrites};
+use taskdeck::store::tooling::bench::{self, StatementClasses, StatementCost, TableWrites, WalRecords};
 
 /// What the database had counted at one moment, for one system's schema.
 #[derive(Debug, Clone)]
 pub struct Reading {
+    schema: String,
     wal: i64,
     statements: Option<(StatementCost, [StatementCost; 3])>,
     tables: Vec<TableWrites>,
@@ -28,6 +30,7 @@ impl Reading {
     pub async fn take(db: &impl GenericClient, schema: &str, classes: &StatementClasses) -> anyhow::Result<Reading> {
         tokio::time::sleep(Duration::from_millis(1100)).await;
         Ok(Reading {
+            schema: schema.to_owned(),
             wal: bench::wal_position(db).await?,
             statements: bench::statement_costs(db, classes).await?,
             tables: bench::table_writes(db, schema).await?,
@@ -73,7 +76,56 @@ pub struct Writes {
     pub index_counted: bool,
     /// WAL record types of the window (pg_walinspect): records and bytes per job.
     pub records: Vec<(String, f64, f64)>,
+    /// The window's WAL by relation of the run's schema, most index entries first (empty when
+    /// `index_entries` is estimated).
+    pub relations: Vec<RelationWal>,
     pub tables: Vec<TableWrites>,
+}
+
+/// B-tree leaf records: each carries one new entry (a split, the one that did not fit).
+const LEAF: [&str; 4] = ["Btree/INSERT_LEAF", "Btree/INSERT_POST", "Btree/SPLIT_L", "Btree/SPLIT_R"];
+
+/// What one relation of the run's schema (a table or an index) took of a window's WAL, per job:
+/// the records whose first block is the relation's. `(other)` is the rest: records of no block
+/// (commits) and of relations elsewhere (catalogs, TOAST, other schemas and databases).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RelationWal {
+    pub relation: String,
+    /// B-tree leaf entries written (an index's).
+    pub index_entries: f64,
+    /// Heap and Heap2 records (a table's: inserts, updates, deletes, locks, pruning, …).
+    pub heap_records: f64,
+    pub records: f64,
+    pub bytes: f64,
+}
+
+impl RelationWal {
+    /// Per job, by relation, from the window's records.
+    pub fn from_records(records: &[WalRecords], n: f64) -> Vec<RelationWal> {
+        let mut out: Vec<RelationWal> = Vec::new();
+        for r in records {
+            let name = r.relation.as_deref().unwrap_or("(other)");
+            let at = match out.iter().position(|x| x.relation == name) {
+                Some(i) => i,
+                None => {
+                    out.push(RelationWal { relation: name.to_owned(), ..RelationWal::default() });
+                    out.len() - 1
+                }
+            };
+            let x = &mut out[at];
+            let count = r.count as f64 / n;
+            if LEAF.contains(&r.kind.as_str()) {
+                x.index_entries += count;
+            }
+            if r.kind.starts_with("Heap/") || r.kind.starts_with("Heap2/") {
+                x.heap_records += count;
+            }
+            x.records += count;
+            x.bytes += r.bytes as f64 / n;
+        }
+        out.sort_by(|a, b| b.index_entries.total_cmp(&a.index_entries).then(b.bytes.total_cmp(&a.bytes)));
+        out
+    }
 }
 
 impl Writes {
@@ -99,16 +151,17 @@ impl Writes {
                 w.tables.push(d);
             }
         }
-        match bench::wal_records_between(db, before.wal, after.wal).await? {
+        match bench::wal_records_between(db, &after.schema, before.wal, after.wal).await? {
             Some(records) => {
-                let leaf = ["Btree/INSERT_LEAF", "Btree/INSERT_POST", "Btree/SPLIT_L", "Btree/SPLIT_R"];
-                w.index_entries =
-                    records.iter().filter(|r| leaf.contains(&r.0.as_str())).map(|r| r.1 as f64).sum::<f64>() / n;
+                w.relations = RelationWal::from_records(&records, n);
+                w.index_entries = w.relations.iter().map(|r| r.index_entries).sum();
                 w.index_counted = true;
-                w.records = records
-                    .into_iter()
-                    .map(|(kind, count, bytes)| (kind, count as f64 / n, bytes as f64 / n))
-                    .collect();
+                for r in &records {
+                    match w.records.iter_mut().find(|k| k.0 == r.kind) {
+                        Some(k) => (k.1, k.2) = (k.1 + r.count as f64 / n, k.2 + r.bytes as f64 / n),
+                        None => w.records.push((r.kind.clone(), r.count as f64 / n, r.bytes as f64 / n)),
+                    }
+                }
                 w.records.sort_by(|a, b| b.2.total_cmp(&a.2));
             }
             None => w.index_entries = estimate,
@@ -122,6 +175,12 @@ impl Writes {
 
     fn index(&self) -> String {
         format!("{}{:.2}", if self.index_counted { "" } else { "≈" }, self.index_entries)
+    }
+
+    /// The indexes that got at least 0.01 entries per job: name, then entries (WAL bytes).
+    fn per_index(&self) -> Vec<(String, String)> {
+        let shown = self.relations.iter().filter(|r| r.index_entries >= 0.01);
+        shown.map(|r| (r.relation.clone(), format!("{:.2} ({:.0} B)", r.index_entries, r.bytes))).collect()
     }
 }
 
@@ -177,7 +236,8 @@ impl JobCost {
 }
 
 /// The per-job cost table: rows accept / claim / complete / other / total, then the heap and
-/// index writes of each window; Relay in the value column, the peer (when it ran) in the note.
+/// index writes of each window, each window's entries under it by index (those with at least
+/// 0.01 a job); Relay in the value column, the peer (when it ran) in the note.
 pub fn lines(label: &str, relay: &JobCost, peer: Option<(&str, &JobCost)>) -> Vec<String> {
     let mut out =
         vec![super::line("cost", &format!("per job ({label}): WAL (records)"), "Relay", peer.map_or("", |p| p.0))];
@@ -193,7 +253,47 @@ pub fn lines(label: &str, relay: &JobCost, peer: Option<(&str, &JobCost)>) -> Ve
     both("total (WAL position)", &|c| format!("{:.0} B", c.total_wal_bytes));
     both("heap ins/upd(HOT)/del: accept", &|c| c.accept_window.heap());
     both("heap ins/upd(HOT)/del: claim+complete", &|c| c.processing_window.heap());
-    both("index entries: accept", &|c| c.accept_window.index());
-    both("index entries: claim+complete", &|c| c.processing_window.index());
+    let windows: [(&str, fn(&JobCost) -> &Writes); 2] =
+        [("accept", |c| &c.accept_window), ("claim+complete", |c| &c.processing_window)];
+    for (name, window) in windows {
+        let note = peer.map_or(String::new(), |(p, c)| format!("{p}: {}", window(c).index()));
+        out.push(super::line("cost", &format!("  index entries: {name}"), &window(relay).index(), &note));
+        // Relay's indexes and the peer's side by side, each most entries first.
+        let ours = window(relay).per_index();
+        let theirs = peer.map(|(p, c)| (p, window(c).per_index()));
+        for i in 0..ours.len().max(theirs.as_ref().map_or(0, |t| t.1.len())) {
+            let (name, value) = ours.get(i).cloned().unwrap_or_default();
+            let note = theirs.as_ref().and_then(|(p, t)| t.get(i).map(|(i, v)| format!("{p}: {i} {v}")));
+            out.push(super::line("cost", &format!("    {name}"), &value, &note.unwrap_or_default()));
+        }
+    }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(relation: Option<&str>, kind: &str, count: i64, bytes: i64) -> WalRecords {
+        WalRecords { relation: relation.map(str::to_owned), kind: kind.into(), count, bytes }
+    }
+
+    #[test]
+    fn relations_count_leaf_entries_and_heap_records_per_job() {
+        let records = [
+            rec(Some("jobs"), "Heap/INSERT", 10, 1000),
+            rec(Some("jobs"), "Heap2/PRUNE", 2, 100),
+            rec(Some("jobs_pkey"), "Btree/INSERT_LEAF", 9, 600),
+            rec(Some("jobs_pkey"), "Btree/SPLIT_R", 1, 200),
+            rec(Some("jobs_pkey"), "Btree/INSERT_UPPER", 1, 50),
+            rec(Some("jobs_due"), "Btree/INSERT_POST", 5, 300),
+            rec(None, "Transaction/COMMIT", 10, 340),
+        ];
+        let r = RelationWal::from_records(&records, 10.0);
+        let names: Vec<&str> = r.iter().map(|r| r.relation.as_str()).collect();
+        assert_eq!(names, ["jobs_pkey", "jobs_due", "jobs", "(other)"]);
+        assert_eq!((r[0].index_entries, r[0].records, r[0].bytes), (1.0, 1.1, 85.0));
+        assert_eq!((r[2].heap_records, r[2].index_entries, r[2].bytes), (1.2, 0.0, 110.0));
+        assert_eq!((r[3].records, r[3].index_entries), (1.0, 0.0));
+    }
 }

@@ -219,24 +219,66 @@ pub async fn table_writes(db: &impl GenericClient, schema: &str) -> Result<Vec<T
         .collect())
 }
 
-/// B-tree leaf entries written between two WAL positions, counted from the WAL itself
-/// (pg_walinspect: INSERT_LEAF, INSERT_POST and leaf page splits, each carrying one new
-/// entry), with the records and bytes of each record type. `None` when the extension is not
-/// loaded (`enable_statement_counts`) or that WAL is no longer on disk.
+/// WAL records of one kind whose first block belongs to one relation, between two WAL positions.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct WalRecords {
+    /// The relation (table or index) of the record's first block when it is in the schema asked
+    /// for; `None` for records of no block (commits) and of other relations (catalogs, other
+    /// schemas and databases, TOAST).
+    pub relation: Option<String>,
+    /// `resource_manager/record_type`, as `pg_get_wal_stats` names it: `Btree/INSERT_LEAF`.
+    pub kind: String,
+    pub count: i64,
+    /// Record lengths, full-page images included.
+    pub bytes: i64,
+}
+
+/// Every WAL record between two WAL positions (pg_walinspect's `pg_get_wal_records_info`),
+/// counted and summed by record type and by the relation of its first block, named when it is
+/// in `schema` of this database. `None` when the extension is not loaded
+/// (`enable_statement_counts`) or that WAL is no longer on disk.
 pub async fn wal_records_between(
     db: &impl GenericClient,
+    schema: &str,
     from: i64,
     to: i64,
-) -> Result<Option<Vec<(String, i64, i64)>>, StoreError> {
+) -> Result<Option<Vec<WalRecords>>, StoreError> {
     let lsn = |x: i64| format!("{:X}/{:X}", (x as u64) >> 32, (x as u64) & 0xffff_ffff);
+    let (from, to) = (lsn(from), lsn(to));
+    // PG 15 refuses an end past the flushed WAL; the WAL writer flushes within wal_writer_delay.
+    let flushed = "SELECT pg_current_wal_flush_lsn() >= $1::text::pg_lsn";
+    for _ in 0..50 {
+        if db.query_one(flushed, &[&to]).await?.get::<_, bool>(0) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let rows = db
         .query(
-            "SELECT \"resource_manager/record_type\", count, combined_size::bigint
-             FROM public.pg_get_wal_stats($1::text::pg_lsn, $2::text::pg_lsn, true) WHERE count > 0",
-            &[&lsn(from), &lsn(to)],
+            r"WITH r AS (
+                  SELECT resource_manager || '/' || record_type AS kind, record_length,
+                         regexp_match(block_ref, '^blkref #0: rel (\d+)/(\d+)/(\d+)')::oid[] AS rel
+                  FROM public.pg_get_wal_records_info($1::text::pg_lsn, $2::text::pg_lsn)
+              ), g AS (
+                  SELECT kind, rel[1] AS spc, rel[2] AS dbid, rel[3] AS node, count(*) AS n,
+                         sum(record_length) AS bytes
+                  FROM r GROUP BY 1, 2, 3, 4
+              )
+              SELECT c.relname::text, g.kind, sum(g.n)::bigint, sum(g.bytes)::bigint
+              FROM g
+              LEFT JOIN pg_database d ON d.datname = current_database() AND d.oid = g.dbid
+              LEFT JOIN (pg_class c JOIN pg_namespace s ON s.oid = c.relnamespace AND s.nspname = $3)
+                     ON d.oid IS NOT NULL AND c.relfilenode = g.node
+                        AND g.spc = CASE c.reltablespace WHEN 0 THEN d.dattablespace ELSE c.reltablespace END
+              GROUP BY 1, 2 ORDER BY 1, 2",
+            &[&from, &to, &schema],
         )
         .await;
-    Ok(rows.ok().map(|rows| rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect()))
+    Ok(rows.ok().map(|rows| {
+        rows.iter()
+            .map(|r| WalRecords { relation: r.get(0), kind: r.get(1), count: r.get(2), bytes: r.get(3) })
+            .collect()
+    }))
 }
 
 /// Fresh planner statistics for one table after a bulk load (the peer's, by qualified name).
