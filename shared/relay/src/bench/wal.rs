@@ -235,6 +235,9 @@ impl JobCost {
     }
 }
 
+/// One window's writes of a run's cost.
+type WindowOf = fn(&JobCost) -> &Writes;
+
 /// The per-job cost table: rows accept / claim / complete / other / total, then the heap and
 /// index writes of each window, each window's entries under it by index (those with at least
 /// 0.01 a job); Relay in the value column, the peer (when it ran) in the note.
@@ -253,9 +256,9 @@ pub fn lines(label: &str, relay: &JobCost, peer: Option<(&str, &JobCost)>) -> Ve
     both("total (WAL position)", &|c| format!("{:.0} B", c.total_wal_bytes));
     both("heap ins/upd(HOT)/del: accept", &|c| c.accept_window.heap());
     both("heap ins/upd(HOT)/del: claim+complete", &|c| c.processing_window.heap());
-    let windows: [(&str, fn(&JobCost) -> &Writes); 2] =
-        [("accept", |c| &c.accept_window), ("claim+complete", |c| &c.processing_window)];
-    for (name, window) in windows {
+    let accept: WindowOf = |c| &c.accept_window;
+    let processing: WindowOf = |c| &c.processing_window;
+    for (name, window) in [("accept", accept), ("claim+complete", processing)] {
         let note = peer.map_or(String::new(), |(p, c)| format!("{p}: {}", window(c).index()));
         out.push(super::line("cost", &format!("  index entries: {name}"), &window(relay).index(), &note));
         // Relay's indexes and the peer's side by side, each most entries first.

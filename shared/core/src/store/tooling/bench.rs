@@ -255,14 +255,17 @@ pub async fn wal_records_between(
     }
     let rows = db
         .query(
-            r"WITH r AS (
-                  SELECT resource_manager || '/' || record_type AS kind, record_length,
-                         regexp_match(block_ref, '^blkref #0: rel (\d+)/(\d+)/(\d+)')::oid[] AS rel
+            // `block_ref` starts `blkref #0: rel <tablespace>/<database>/<relfilenode> fork …`;
+            // grouped by that text first (a regex per record costs six times the read).
+            "WITH r AS (
+                  SELECT resource_manager || '/' || record_type AS kind,
+                         CASE WHEN block_ref LIKE 'blkref #0: rel %' THEN split_part(block_ref, ' ', 4) END AS rel,
+                         count(*) AS n, sum(record_length) AS bytes
                   FROM public.pg_get_wal_records_info($1::text::pg_lsn, $2::text::pg_lsn)
+                  GROUP BY 1, 2
               ), g AS (
-                  SELECT kind, rel[1] AS spc, rel[2] AS dbid, rel[3] AS node, count(*) AS n,
-                         sum(record_length) AS bytes
-                  FROM r GROUP BY 1, 2, 3, 4
+                  SELECT kind, rel[1] AS spc, rel[2] AS dbid, rel[3] AS node, n, bytes
+                  FROM (SELECT kind, string_to_array(rel, '/')::oid[] AS rel, n, bytes FROM r) r
               )
               SELECT c.relname::text, g.kind, sum(g.n)::bigint, sum(g.bytes)::bigint
               FROM g
