@@ -38,15 +38,16 @@ pub const OWN_HORIZON: Duration = Duration::from_secs(1);
 /// throttles. The departure thread (`email::departure`) bounds the lateness at its check
 /// (`LATE_SLOT`); the rest is `TRANSIT`. A second holds both while 1/HEADROOM − 1 ≥ LATE_SLOT +
 /// TRANSIT (a test below). Measured with `relay bench --only pace` (debug build, a 2-core
-/// machine at load 3–6): lateness p99 6.5 ms, transit p99 11 ms, at most 15 ms; 3,780 sends
-/// at 0.97 without a throttle (shared/docs/benchmarks.md).
-pub const HEADROOM: f64 = 0.97;
+/// machine at load 3–6): lateness p99 6.5 ms, transit p99 11 ms, at most 15 ms; 0.97 sent
+/// 3,780 without a throttle there, but the tests throttled at 0.97 on the machine at load 7
+/// (0.96 did not): 0.96 keeps 10 ms more for a busy CPU.
+pub const HEADROOM: f64 = 0.96;
 /// A call that would leave more than this after its slot is not made, and another slot is
 /// taken (the slot is lost to the rate, which is never exceeded).
 pub const LATE_SLOT: Duration = Duration::from_millis(15);
 /// What a second at `HEADROOM` allows, besides `LATE_SLOT`, between two sends' times from the
 /// departure's check to SES counting them (the request written and read, a busy CPU).
-pub const TRANSIT: Duration = Duration::from_millis(15);
+pub const TRANSIT: Duration = Duration::from_millis(25);
 /// How many slots one run takes (each missed by more than `LATE_SLOT`) before its job is deferred.
 pub const RETAKES: u32 = 3;
 /// The back-off never goes below this share of the base rate.
