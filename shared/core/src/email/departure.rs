@@ -52,11 +52,7 @@ fn gate() -> Option<&'static Gate> {
             .name("relay-departures".into())
             .spawn(move || runtime.block_on(std::future::pending::<()>()))
             .ok()?;
-        let http = aws_smithy_http_client::Builder::new()
-            .pool_idle_timeout(KEEP_IDLE)
-            .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::AwsLc))
-            .build_https();
-        Some(Gate { runtime: handle, http })
+        Some(Gate { runtime: handle, http: https() })
     })
     .as_ref()
 }
@@ -69,15 +65,17 @@ impl HttpClient for Departing {
     fn http_connector(&self, settings: &HttpConnectorSettings, components: &RuntimeComponents) -> SharedHttpConnector {
         let (inner, runtime) = match gate() {
             Some(g) => (g.http.http_connector(settings, components), Some(g.runtime.clone())),
-            None => (fallback().http_connector(settings, components), None),
+            None => (https().http_connector(settings, components), None),
         };
         SharedHttpConnector::new(DepartingConnector { inner, runtime, departure: self.0 })
     }
 }
 
-/// The SDK's default client, for when the departure thread could not be started.
-fn fallback() -> SharedHttpClient {
+/// The SDK's default HTTPS client, keeping idle connections for `KEEP_IDLE`: the departure
+/// thread's, or one per send when that thread could not be started.
+fn https() -> SharedHttpClient {
     aws_smithy_http_client::Builder::new()
+        .pool_idle_timeout(KEEP_IDLE)
         .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::AwsLc))
         .build_https()
 }
