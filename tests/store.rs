@@ -522,3 +522,67 @@ async fn jobs_check_what_statements_change_and_leave_the_terms_to_their_types() 
         .unwrap_err();
     assert_eq!(err.code(), Some(&tokio_postgres::error::SqlState::CHECK_VIOLATION), "{err}");
 }
+
+/// The index entries a job writes, read from the WAL as `relay bench` reads them: each index
+/// an accepted job enters, and each one its claim and its success enter. A status change is
+/// never a HOT update, so every index whose predicate a running or finished row matches costs
+/// every job an entry: the running jobs stay out of `jobs_tenant_open`, and no index holds
+/// every pending job beside the two split by key (issue 34). A new index on this path fails
+/// this test until the table below names it.
+#[tokio::test]
+async fn a_job_writes_index_entries_only_where_the_design_puts_them() {
+    use relay::bench::wal::RelationWal;
+    use taskdeck::store::tooling::bench::{wal_position, wal_records_between};
+    let w = World::new().await;
+    let db = w.db().await;
+    if w.count("SELECT count(*) FROM pg_extension WHERE extname = 'pg_walinspect'", &[]).await == 0 {
+        eprintln!("skipped: pg_walinspect is not installed on this server");
+        return;
+    }
+    const N: usize = 20;
+    let entries = |from: i64, to: i64| {
+        let (db, schema) = (&db, w.schema.clone());
+        async move {
+            let records =
+                wal_records_between(db, &schema, from, to).await.unwrap().expect("the window's WAL is on disk");
+            let mut per_index: Vec<(String, f64)> = RelationWal::from_records(&records, N as f64)
+                .into_iter()
+                .filter(|r| r.index_entries > 0.0 && r.relation != "(other)")
+                .map(|r| (r.relation, r.index_entries))
+                .collect();
+            per_index.sort_by(|a, b| a.0.cmp(&b.0));
+            per_index
+        }
+    };
+    let named = |list: &[(&str, f64)]| list.iter().map(|(n, e)| (n.to_string(), *e)).collect::<Vec<_>>();
+
+    let start = wal_position(&db).await.unwrap();
+    for i in 0..N {
+        let (status, _) = w.submit(&format!("entries-{i}"), json!({"task_type": "noop"})).await;
+        assert_eq!(status, axum::http::StatusCode::ACCEPTED);
+    }
+    let accepted = wal_position(&db).await.unwrap();
+    let claim = jobs::claim_due(&db, 100, 60.0).await.unwrap();
+    assert_eq!(claim.jobs.len(), N);
+    let done: Vec<_> = claim.jobs.iter().map(|j| (j.fence(), json!({}))).collect();
+    assert!(jobs::succeed(&db, &done).await.unwrap().is_empty());
+    let finished = wal_position(&db).await.unwrap();
+
+    assert_eq!(
+        entries(start, accepted).await,
+        named(&[
+            ("job_keys_correlation", 1.0),
+            ("job_keys_pkey", 1.0),
+            ("jobs_due_free", 1.0),
+            ("jobs_pkey", 1.0),
+            ("jobs_tenant_open", 1.0),
+            ("jobs_tenant_updated", 1.0),
+        ]),
+        "accept"
+    );
+    assert_eq!(
+        entries(accepted, finished).await,
+        named(&[("jobs_finished_top", 1.0), ("jobs_leases", 1.0), ("jobs_pkey", 2.0), ("jobs_tenant_updated", 2.0)]),
+        "claim + complete"
+    );
+}

@@ -18,12 +18,24 @@ fn table(kind: Kind) -> Option<(&'static str, &'static str)> {
 /// The count of `kind` for a tenant, reading at most `cap` rows (through the tenant's index).
 fn count_sql(kind: Kind, cap: &str) -> String {
     match table(kind) {
-        Some((table, _)) => format!("(SELECT count(*) FROM (SELECT 1 FROM {table} WHERE tenant_id = $1 LIMIT {cap}) s)"),
-        None => format!(
-            "(SELECT count(*) FROM (SELECT 1 FROM jobs WHERE tenant_id = $1 AND status IN ('pending', 'running', 'waiting')
-              LIMIT {cap}) s)"
-        ),
+        Some((table, _)) => {
+            format!("(SELECT count(*) FROM (SELECT 1 FROM {table} WHERE tenant_id = $1 LIMIT {cap}) s)")
+        }
+        None => open_count("", cap),
     }
+}
+
+/// A tenant's unfinished jobs (`$1`) matching `filter` (`AND ...` over `id`), counted up to `cap`:
+/// pending and waiting ones along `jobs_tenant_open`, running ones among the running rows
+/// (`jobs_leases`, as many as the workers' slots). Running jobs stay out of `jobs_tenant_open`
+/// so a claim writes no entry there.
+fn open_count(filter: &str, cap: &str) -> String {
+    format!(
+        "(SELECT count(*) FROM ((SELECT 1 FROM jobs WHERE tenant_id = $1 AND status IN ('pending', 'waiting') {filter})
+                                UNION ALL
+                                (SELECT 1 FROM jobs WHERE status = 'running' AND tenant_id = $1 {filter})
+                                LIMIT {cap}) s)"
+    )
 }
 
 /// The tenant's limit of `kind`: its override, else `default`.
@@ -85,13 +97,12 @@ pub async fn open_jobs(
     after: JobId,
     upto: JobId,
 ) -> Result<(i64, i64, i64), StoreError> {
-    const OPEN: &str = "FROM jobs WHERE tenant_id = $1 AND status IN ('pending', 'running', 'waiting')";
+    let cap = "(SELECT n FROM lim) + 1";
     let sql = format!(
         "WITH lim AS (SELECT {LIMIT} AS n)
-         SELECT n,
-                (SELECT count(*) FROM (SELECT 1 {OPEN} AND id > $4 AND id <= $5 LIMIT (SELECT n FROM lim) + 1) s),
-                (SELECT count(*) FROM (SELECT 1 {OPEN} AND id > $5 LIMIT (SELECT n FROM lim) + 1) s)
-         FROM lim"
+         SELECT n, {}, {} FROM lim",
+        open_count("AND id > $4 AND id <= $5", cap),
+        open_count("AND id > $5", cap)
     );
     let stmt = db.prepare_cached(&sql).await?;
     let row = db.query_one(&stmt, &[&tenant, &Kind::PendingJobs.as_str(), &default, &after, &upto]).await?;

@@ -43,6 +43,11 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (27, "0027_message_event_callbacks", include_str!("../../../../migrations/0027_message_event_callbacks.sql")),
     (28, "0028_destination_url_patterns", include_str!("../../../../migrations/0028_destination_url_patterns.sql")),
     (29, "0029_job_dependencies", include_str!("../../../../migrations/0029_job_dependencies.sql")),
+    (
+        30,
+        "0030_claims_write_fewer_index_entries",
+        include_str!("../../../../migrations/0030_claims_write_fewer_index_entries.sql"),
+    ),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's

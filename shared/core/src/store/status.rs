@@ -1,11 +1,11 @@
 //! The queries behind the status contract (`GET /v1/status`). Each one reads only live rows or
 //! a right-edge range of a partial index, so its cost does not grow with the number of
-//! finished jobs: `jobs_due` and `jobs_leases` (queues), `jobs_failed_finished` (failure
+//! finished jobs: `jobs_due_free`, `jobs_keyed_pending` and `jobs_leases` (queues), `jobs_failed_finished` (failure
 //! counts), `jobs_finished_top` and `jobs_waiting` (recent runs); progress comes from `store::progress`.
 
 use chrono::{DateTime, Utc};
 
-use super::jobs::{JOB_COLUMNS, Job};
+use super::jobs::{JOB_COLUMNS, Job, PENDING_JOBS};
 use super::{GenericClient, StoreError};
 
 /// Live work of one task type.
@@ -24,15 +24,15 @@ pub struct QueueRow {
 /// Pending and running jobs per task type (task types with no live job are absent).
 pub async fn queues(db: &impl GenericClient) -> Result<Vec<QueueRow>, StoreError> {
     let stmt = db
-        .prepare_cached(
+        .prepare_cached(&format!(
             "SELECT task_type, sum(due)::bigint, sum(scheduled)::bigint, sum(running)::bigint, min(oldest)
              FROM (SELECT task_type, (run_at <= now())::int AS due, (run_at > now())::int AS scheduled,
                           0 AS running, CASE WHEN run_at <= now() THEN run_at END AS oldest
-                   FROM jobs WHERE status = 'pending'
+                   FROM {PENDING_JOBS} p
                    UNION ALL
                    SELECT task_type, 0, 0, 1, NULL FROM jobs WHERE status = 'running') live
-             GROUP BY task_type ORDER BY task_type",
-        )
+             GROUP BY task_type ORDER BY task_type"
+        ))
         .await?;
     Ok(db
         .query(&stmt, &[])

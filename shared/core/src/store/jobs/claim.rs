@@ -50,14 +50,7 @@ pub(super) const CLAIMABLE: &str = "status = 'pending' AND run_at <= now()
 /// only the claim itself should have to step over them.
 pub(crate) fn fair_claim_sql() -> String {
     format!(
-        "WITH RECURSIVE tenants(tenant_id) AS (
-            (SELECT tenant_id FROM jobs WHERE status = 'pending' AND concurrency_key IS NULL
-             ORDER BY tenant_id DESC, run_at DESC LIMIT 1)
-            UNION ALL
-            SELECT (SELECT tenant_id FROM jobs WHERE status = 'pending' AND concurrency_key IS NULL
-                      AND tenant_id < t.tenant_id ORDER BY tenant_id DESC, run_at DESC LIMIT 1)
-            FROM tenants t WHERE t.tenant_id IS NOT NULL
-        ), share AS (
+        "WITH RECURSIVE {TENANTS_PENDING}, share AS (
             SELECT ceil($1::int8::float8 / greatest(count(*), 1))::int8 AS n FROM tenants WHERE tenant_id IS NOT NULL
         ), due AS (
             SELECT f.id FROM (SELECT tenant_id FROM tenants WHERE tenant_id IS NOT NULL ORDER BY random()) t
@@ -71,6 +64,18 @@ pub(crate) fn fair_claim_sql() -> String {
         SELECT c.*, share.n AS share FROM ({CLAIM_SELECT}) c, share"
     )
 }
+
+/// The CTE `tenants(tenant_id)`: each tenant with pending unkeyed jobs, found by skipping
+/// through `jobs_due_free` (tenant_id, run_at) from its newest entry (see `fair_claim_sql`),
+/// then a NULL row. For a `WITH RECURSIVE`.
+pub(super) const TENANTS_PENDING: &str = "tenants(tenant_id) AS (
+            (SELECT tenant_id FROM jobs WHERE status = 'pending' AND concurrency_key IS NULL
+             ORDER BY tenant_id DESC, run_at DESC LIMIT 1)
+            UNION ALL
+            SELECT (SELECT tenant_id FROM jobs WHERE status = 'pending' AND concurrency_key IS NULL
+                      AND tenant_id < t.tenant_id ORDER BY tenant_id DESC, run_at DESC LIMIT 1)
+            FROM tenants t WHERE t.tenant_id IS NOT NULL
+        )";
 
 /// `started_at` is the moment of the claim (`clock_timestamp()`), not the start of its
 /// transaction: a keyed claim's transaction begins before it takes its key's lock, and the

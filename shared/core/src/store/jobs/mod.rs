@@ -126,6 +126,13 @@ impl Job {
     }
 }
 
+/// Every pending job, as a derived table (`FROM {PENDING_JOBS} j`): the unkeyed ones along
+/// `jobs_due_free`, the keyed ones along `jobs_keyed_pending`. There is no index of all pending
+/// jobs: each would cost every accepted job one more entry.
+pub(crate) const PENDING_JOBS: &str = "(SELECT * FROM jobs WHERE status = 'pending' AND concurrency_key IS NULL
+      UNION ALL
+      SELECT * FROM jobs WHERE status = 'pending' AND concurrency_key IS NOT NULL)";
+
 /// Columns a terminal write returns for `callbacks::enqueue_ctes`.
 pub(crate) const TERMINAL_RETURNING: &str = "j.id, j.attempt, j.started_at, j.tenant_id, j.status, j.correlation_id, j.parent_id, j.task_type, j.callback_url, \
      j.has_dependents";

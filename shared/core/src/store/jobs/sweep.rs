@@ -1,7 +1,7 @@
 //! The sweep's side: expired leases (locked, then returned or failed), dispatches that failed
 //! or were lost (sent again), and waiting parents whose children have all finished.
 
-use super::claim::{CLAIMABLE, PENDING_KEYS, fitting, from_heads, in_queue_order};
+use super::claim::{CLAIMABLE, PENDING_KEYS, TENANTS_PENDING, fitting, from_heads, in_queue_order};
 use super::fence::{self, Transition};
 use super::{TERMINAL_RETURNING, callbacks_of};
 use uuid::Uuid;
@@ -72,7 +72,8 @@ const RESENT: &str = "dispatched_at = now(),
 /// Find due pending jobs without a concurrency key (keyed ones: `take_lost_keyed`) whose
 /// dispatch failed or was lost (`lost_dispatch`), mark them dispatched now and record a
 /// `redispatched` event each. Paused task types wait. A fresh row is never taken: its own
-/// dispatch is still in flight.
+/// dispatch is still in flight. Read tenant by tenant along `jobs_due_free`, each one's oldest
+/// first, until `limit` rows are found.
 pub async fn take_lost_dispatches(
     db: &impl GenericClient,
     grace_secs: f64,
@@ -81,10 +82,13 @@ pub async fn take_lost_dispatches(
     let lost = lost_dispatch("$1");
     let stmt = db
         .prepare_cached(&format!(
-            "WITH lost AS (
-                 SELECT id, dispatched_at IS NULL AS never FROM jobs
-                 WHERE {CLAIMABLE} AND concurrency_key IS NULL AND {lost}
-                 ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED
+            "WITH RECURSIVE {TENANTS_PENDING}, lost AS (
+                 SELECT l.id, l.never FROM tenants t
+                 CROSS JOIN LATERAL (SELECT id, dispatched_at IS NULL AS never FROM jobs
+                                     WHERE {CLAIMABLE} AND concurrency_key IS NULL AND tenant_id = t.tenant_id AND {lost}
+                                     ORDER BY tenant_id, run_at LIMIT $2 FOR UPDATE SKIP LOCKED) l
+                 WHERE t.tenant_id IS NOT NULL
+                 LIMIT $2
              ), marked AS (
                  UPDATE jobs j SET {RESENT}
                  WHERE j.id = ANY (ARRAY(SELECT id FROM lost))

@@ -4,6 +4,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::job::{JobId, TenantId};
+use crate::store::jobs::PENDING_JOBS;
 use crate::store::{GenericClient, StoreError};
 
 /// Load `n` `noop` jobs in one statement, all in `status` (`succeeded` or `running`; running
@@ -42,7 +43,9 @@ pub async fn job_ids(db: &impl GenericClient) -> Result<Vec<JobId>, StoreError> 
 
 /// True while a job is pending or running.
 pub async fn any_pending_or_running(db: &impl GenericClient) -> Result<bool, StoreError> {
-    let sql = "SELECT EXISTS (SELECT 1 FROM jobs WHERE status = 'pending') OR EXISTS (SELECT 1 FROM jobs WHERE status = 'running')";
+    let sql = &format!(
+        "SELECT EXISTS (SELECT 1 FROM {PENDING_JOBS} p) OR EXISTS (SELECT 1 FROM jobs WHERE status = 'running')"
+    );
     Ok(db.query_one(sql, &[]).await?.get(0))
 }
 
@@ -66,9 +69,11 @@ pub async fn status_counts(db: &impl GenericClient, parent: Option<JobId>, n: i6
         None => {
             let row = db
                 .query_one(
-                    "SELECT (SELECT count(*) FROM jobs WHERE status = 'pending'),
+                    &format!(
+                        "SELECT (SELECT count(*) FROM {PENDING_JOBS} p),
                             (SELECT count(*) FROM jobs WHERE status = 'running'),
-                            (SELECT count(*) FROM jobs WHERE status = 'waiting')",
+                            (SELECT count(*) FROM jobs WHERE status = 'waiting')"
+                    ),
                     &[],
                 )
                 .await?;

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 
 use crate::job::{JobId, TenantId};
 use crate::store::dead_letters::DeadLetter;
-use crate::store::jobs::{JOB_COLUMNS, Job};
+use crate::store::jobs::{JOB_COLUMNS, Job, PENDING_JOBS};
 use crate::store::{GenericClient, StoreError};
 
 /// Every job, in id order.
@@ -30,8 +30,10 @@ pub async fn status_counts(db: &impl GenericClient) -> Result<BTreeMap<String, i
 
 /// True when no job is pending, running or waiting.
 pub async fn all_terminal(db: &impl GenericClient) -> Result<bool, StoreError> {
-    let sql = "SELECT NOT EXISTS (SELECT 1 FROM jobs WHERE status IN ('pending', 'running', 'waiting'))";
-    Ok(db.query_one(sql, &[]).await?.get(0))
+    let sql = format!(
+        "SELECT NOT EXISTS (SELECT 1 FROM {PENDING_JOBS} p) AND NOT EXISTS (SELECT 1 FROM jobs WHERE status IN ('running', 'waiting'))"
+    );
+    Ok(db.query_one(&sql, &[]).await?.get(0))
 }
 
 /// How many jobs are running their `attempt`th attempt.
