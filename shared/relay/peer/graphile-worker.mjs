@@ -5,7 +5,8 @@
 //   migrate            install graphile-worker's schema
 //   add N              N noop jobs with addJobs, batches of 1000 (the bulk intake)
 //   add-one SECONDS    one client, addJob one job at a time for SECONDS (the single intake)
-//   run                runOnce: drain every job, concurrency 24, localQueue 500, no batch delays
+//   run                runOnce: drain every job, concurrency 24, a pool of 25 connections (its documentation:
+//                      at least the concurrency; the default is node-postgres's 10), localQueue 500, no batch delays
 //
 // Times are taken inside this process: from just before the library call to its return, so
 // `run` includes the worker's own start-up (its pool, its first queries) as the issue measured.
@@ -73,6 +74,7 @@ async function run() {
     taskList,
     preset: {
       worker: {
+        maxPoolSize: 25,
         localQueue: { size: 500 },
         completeJobBatchDelay: 0,
         failJobBatchDelay: 0,
