@@ -221,7 +221,8 @@ async fn relay_dev_keeps_its_database_address_the_cli_finds_it_and_ctrl_c_twice_
 /// CLI, then 20 sends over the API. They reach the local SES (moto behind the stand-in, which
 /// throttles past 5 a second) no faster than its rate, and the status contract shows the
 /// account's rate read from it and no throttles. Without the option the sends have no AWS to
-/// go to (they fail); without the pacing they would arrive together and be throttled.
+/// go to (they fail); without the pacing they would arrive together and be throttled. Started
+/// again without the option, it says email would go out and forgets the local SES's rate.
 #[tokio::test]
 async fn relay_dev_local_ses_paces_sends_at_its_rate_without_throttles() {
     const RATE: u32 = 5;
@@ -290,6 +291,25 @@ async fn relay_dev_local_ses_paces_sends_at_its_rate_without_throttles() {
     dev.interrupt();
     let status = tokio::time::timeout(Duration::from_secs(30), dev.child.wait()).await.expect("a clean stop").unwrap();
     assert!(status.success(), "{}", dev.stderr());
+
+    // Started again without `--local-ses`: the banner tells the modes left on (email would go
+    // out), and the local SES's account rate no longer paces sends meant for real SES.
+    let mut again = DevProcess::start_with(&dir, api, console, 2, &[], &[]).await;
+    let banner = again.stderr();
+    assert!(
+        banner.contains("shadow mode is OFF") && banner.contains("email is sent (write:ses on)"),
+        "the banner says email goes out: {banner}"
+    );
+    assert!(!banner.contains("shadow mode is on"), "{banner}");
+    assert!(banner.contains("the account rate read from the local SES (--local-ses 5) at the last start is forgotten"));
+    let status = get_json(&format!("{base}/v1/status"), &status_key).await;
+    let rates = status["send_rates"].as_array().cloned().unwrap_or_default();
+    let account = rates.iter().find(|r| r["scope"] == "account" && r["key"] == "default");
+    assert!(account.is_none_or(|a| a["provider_rate"].is_null()), "the local rate is gone: {account:?}");
+    again.interrupt();
+    let status =
+        tokio::time::timeout(Duration::from_secs(30), again.child.wait()).await.expect("a clean stop").unwrap();
+    assert!(status.success(), "{}", again.stderr());
     let _ = std::fs::remove_dir_all(&dir);
     let _ =
         std::fs::remove_dir_all(dir.with_file_name(format!("{}-secrets", dir.file_name().unwrap().to_string_lossy())));

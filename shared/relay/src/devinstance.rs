@@ -22,6 +22,10 @@ pub struct DevInstance {
     /// The status key the console reads `/v1/status` with (kept so a restart reuses it).
     #[serde(default)]
     pub status_key: Option<String>,
+    /// The `--local-ses` rate this instance ran with: a start without it forgets the account
+    /// reading the local SES gave.
+    #[serde(default)]
+    pub local_ses: Option<u32>,
 }
 
 /// The file in a data dir.

@@ -204,6 +204,20 @@ pub async fn record_account(
     Ok(())
 }
 
+/// Forget what was read of an account (rate, quota, the throttle back-off), as if never read:
+/// the next sweep reads it again. An operator's rate and the throttle count stay.
+pub async fn forget_account_reading(db: &impl GenericClient, key: &str) -> Result<bool, StoreError> {
+    let n = db
+        .execute(
+            "UPDATE send_rates SET provider_rate = NULL, max_24h = NULL, sent_24h = NULL, read_at = NULL,
+                 taken_at_read = NULL, read_error = NULL, factor = 1, factor_at = now(), updated_at = now()
+             WHERE scope = 'account' AND key = $1 AND provider_rate IS NOT NULL",
+            &[&key],
+        )
+        .await?;
+    Ok(n > 0)
+}
+
 /// Whether an account's quota is due to be read: never read, or last read (or last tried)
 /// more than `every` seconds ago.
 pub async fn account_read_due(db: &impl GenericClient, key: &str, every: f64) -> Result<bool, StoreError> {

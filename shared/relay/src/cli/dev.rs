@@ -15,6 +15,7 @@ use relay::pgcluster::{Durability, PrivateCluster};
 use relay::ses_standin::{self, Faults};
 use taskdeck::email::{pace, ses};
 use taskdeck::platform::Platform;
+use taskdeck::store::modes::{self, Modes};
 use taskdeck::store::send_rates::{self, Scope};
 use taskdeck::store::{status_keys, tenants};
 use tokio::net::TcpListener;
@@ -69,6 +70,8 @@ pub async fn run(url: Option<String>, dev: Dev) -> anyhow::Result<()> {
     let key = dev_tenant_key(&p).await?;
     if let (Some(rate), Some(sdk)) = (rate, &local_aws) {
         read_local_account(&p, sdk, rate).await?;
+    } else if let Some(local) = previous.as_ref().and_then(|d| d.local_ses) {
+        forget_local_account(&p, local).await?;
     }
     let status_key = console_key(&p, previous.and_then(|d| d.status_key)).await?;
     let api = bind(addr).await?;
@@ -90,10 +93,12 @@ pub async fn run(url: Option<String>, dev: Dev) -> anyhow::Result<()> {
             api_url: api_url.clone(),
             console_url: console_url.clone(),
             status_key: Some(status_key.clone()),
+            local_ses: rate,
         };
         instance.write(&c.data_dir)?;
     }
-    banner(&run, &api_url, console_url.as_deref(), &key, cluster.as_ref().map(|_| url.as_str()), &data_dir, rate);
+    let outbound = outbound(&modes::load_global(&p.pool.get().await?).await?, rate);
+    banner(&run, &api_url, console_url.as_deref(), &key, cluster.as_ref().map(|_| url.as_str()), &data_dir, &outbound);
     println!("{key}");
 
     let (stop_tx, stop) = watch::channel(false);
@@ -203,6 +208,19 @@ async fn read_local_account(p: &Platform, sdk: &aws_config::SdkConfig, rate: u32
     Ok(())
 }
 
+/// A start without `--local-ses` after one with it: the account's rate and quota read from the
+/// local SES would otherwise pace sends to real SES until the sweep next reads AWS (never,
+/// without AWS access), so they are forgotten.
+async fn forget_local_account(p: &Platform, local: u32) -> anyhow::Result<()> {
+    if send_rates::forget_account_reading(&p.pool.get().await?, "default").await? {
+        eprintln!(
+            "relay dev: the account rate read from the local SES (--local-ses {local}) at the last start is \
+             forgotten; the sweep reads the account from AWS"
+        );
+    }
+    Ok(())
+}
+
 /// The console's status key: the one kept from the last start while it still works, else
 /// the named key with a new value (or a new named key).
 async fn console_key(p: &Platform, kept: Option<String>) -> anyhow::Result<String> {
@@ -225,7 +243,7 @@ fn banner(
     key: &str,
     database_url: Option<&str>,
     data_dir: &Path,
-    local_ses: Option<u32>,
+    outbound: &str,
 ) {
     let try_key = format!("try-{}", &uuid::Uuid::now_v7().simple().to_string()[20..]);
     let console = match console {
@@ -240,6 +258,25 @@ fn banner(
         ),
         None => String::new(),
     };
+    eprintln!(
+        "relay dev: API on {api}, {workers} worker loops, sweep every {sweep}s; {console}\n\n\
+         dev tenant API key (new on every start):\n\n  export RELAY_API_KEY={key}\n{database}\n\
+         try:\n  curl -s -X POST {api}/v1/jobs -H \"Authorization: Bearer $RELAY_API_KEY\" \\\n    \
+         -H 'Idempotency-Key: {try_key}' -H 'Content-Type: application/json' \\\n    \
+         -d '{{\"task_type\": \"noop\", \"params\": {{\"echo\": \"hi\"}}}}'\n  \
+         relay jobs --tenant dev watch <id>\n\n\
+         {outbound}\
+         Ctrl-C stops (jobs in flight get up to {grace} s); Ctrl-C twice stops at once.\n",
+        workers = run.workers,
+        sweep = run.sweep_interval_seconds,
+        grace = run.lease_seconds.max(3),
+    );
+}
+
+/// What happens to email and callbacks under the operating modes this instance starts with
+/// (kept in its database from earlier runs), and where email goes with `--local-ses`.
+fn outbound(modes: &Modes, local_ses: Option<u32>) -> String {
+    let modes = modes_line(modes);
     let email = match local_ses {
         Some(rate) => format!(
             "\nlocal SES on (--local-ses {rate}): with shadow off and write:ses on (relay modes set shadow off,\n\
@@ -250,22 +287,28 @@ fn banner(
         ),
         None => String::new(),
     };
-    eprintln!(
-        "relay dev: API on {api}, {workers} worker loops, sweep every {sweep}s; {console}\n\n\
-         dev tenant API key (new on every start):\n\n  export RELAY_API_KEY={key}\n{database}\n\
-         try:\n  curl -s -X POST {api}/v1/jobs -H \"Authorization: Bearer $RELAY_API_KEY\" \\\n    \
-         -H 'Idempotency-Key: {try_key}' -H 'Content-Type: application/json' \\\n    \
-         -d '{{\"task_type\": \"noop\", \"params\": {{\"echo\": \"hi\"}}}}'\n  \
-         relay jobs --tenant dev watch <id>\n\n\
-         shadow mode is on: email and callbacks are recorded, not sent (GET /v1/messages?job_id=<id>,\n\
-         GET /v1/jobs/<id>/callbacks). email.send may send from any address at example.com. To let them\n\
-         out: relay modes set shadow off, then relay modes set write:ses on / write:callbacks on\n\
-         (or PUT /v1/admin/modes with an operator key).\n{email}\
-         Ctrl-C stops (jobs in flight get up to {grace} s); Ctrl-C twice stops at once.\n",
-        workers = run.workers,
-        sweep = run.sweep_interval_seconds,
-        grace = run.lease_seconds.max(3),
-    );
+    format!("{modes}{email}")
+}
+
+/// The banner's line on shadow mode and the integrations' switches.
+fn modes_line(modes: &Modes) -> String {
+    if modes.shadow() {
+        return "shadow mode is on: email and callbacks are recorded, not sent (GET /v1/messages?job_id=<id>,\n\
+                GET /v1/jobs/<id>/callbacks). email.send may send from any address at example.com. To let them\n\
+                out: relay modes set shadow off, then relay modes set write:ses on / write:callbacks on\n\
+                (or PUT /v1/admin/modes with an operator key).\n"
+            .into();
+    }
+    let state = |integration: &str| match modes.writes_enabled(integration) {
+        true => format!("sent (write:{integration} on)"),
+        false => format!("recorded, not sent (write:{integration} off)"),
+    };
+    format!(
+        "shadow mode is OFF (turned off in an earlier run): email is {ses}, callbacks are {callbacks}.\n\
+         relay modes set shadow on records them all again.\n",
+        ses = state("ses"),
+        callbacks = state("callbacks"),
+    )
 }
 
 /// The first Ctrl-C (or SIGTERM) stops gracefully, counting down the time jobs in flight
@@ -330,4 +373,25 @@ pub fn secrets_dir(data_dir: &std::path::Path) -> std::path::PathBuf {
 fn sibling(data_dir: &Path, suffix: &str) -> PathBuf {
     let name = data_dir.file_name().map_or_else(|| "relay".into(), |n| n.to_string_lossy().into_owned());
     data_dir.with_file_name(format!("{name}-{suffix}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn modes(switches: &[(&str, bool)]) -> Modes {
+        Modes::from_json(&serde_json::Value::Object(
+            switches.iter().map(|(k, v)| (k.to_string(), serde_json::Value::Bool(*v))).collect(),
+        ))
+    }
+
+    #[test]
+    fn the_banner_says_what_the_modes_it_starts_with_do_to_email_and_callbacks() {
+        assert!(modes_line(&modes(&[])).starts_with("shadow mode is on: email and callbacks are recorded, not sent"));
+        assert!(modes_line(&modes(&[("write:ses", true)])).starts_with("shadow mode is on"));
+        let off = modes_line(&modes(&[("shadow", false), ("write:ses", true)]));
+        assert!(off.starts_with("shadow mode is OFF"), "{off}");
+        assert!(off.contains("email is sent (write:ses on)"), "{off}");
+        assert!(off.contains("callbacks are recorded, not sent (write:callbacks off)"), "{off}");
+    }
 }
