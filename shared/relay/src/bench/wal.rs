@@ -235,6 +235,11 @@ impl JobCost {
     }
 }
 
+/// Issue 34's targets for a job's writes: total WAL per job (accept, claim and complete), and
+/// index entries per claim + complete.
+const TARGET_WAL_BYTES: &str = "1,100";
+const TARGET_PROCESSING_ENTRIES: u32 = 3;
+
 /// One window's writes of a run's cost.
 type WindowOf = fn(&JobCost) -> &Writes;
 
@@ -245,7 +250,12 @@ pub fn lines(label: &str, relay: &JobCost, peer: Option<(&str, &JobCost)>) -> Ve
     let mut out =
         vec![super::line("cost", &format!("per job ({label}): WAL (records)"), "Relay", peer.map_or("", |p| p.0))];
     let mut both = |name: &str, f: &dyn Fn(&JobCost) -> String| {
-        let note = peer.map_or(String::new(), |(p, c)| format!("{p}: {}", f(c)));
+        let target = match name {
+            "total (WAL position)" => Some(format!("target ≤ {TARGET_WAL_BYTES} B")),
+            _ => None,
+        };
+        let peer = peer.map(|(p, c)| format!("{p}: {}", f(c)));
+        let note = target.into_iter().chain(peer).collect::<Vec<_>>().join("; ");
         out.push(super::line("cost", &format!("  {name}"), &f(relay), &note));
     };
     let wal = |w: Option<Wal>| w.map_or("n/a".to_string(), |w| w.show());
@@ -259,7 +269,9 @@ pub fn lines(label: &str, relay: &JobCost, peer: Option<(&str, &JobCost)>) -> Ve
     let accept: WindowOf = |c| &c.accept_window;
     let processing: WindowOf = |c| &c.processing_window;
     for (name, window) in [("accept", accept), ("claim+complete", processing)] {
-        let note = peer.map_or(String::new(), |(p, c)| format!("{p}: {}", window(c).index()));
+        let target = (name == "claim+complete").then(|| format!("target ≤ {TARGET_PROCESSING_ENTRIES}"));
+        let theirs = peer.map(|(p, c)| format!("{p}: {}", window(c).index()));
+        let note = target.into_iter().chain(theirs).collect::<Vec<_>>().join("; ");
         out.push(super::line("cost", &format!("  index entries: {name}"), &window(relay).index(), &note));
         // Relay's indexes and the peer's side by side, each most entries first.
         let ours = window(relay).per_index();
