@@ -174,7 +174,10 @@ pub async fn keyed_claim_buffers(db: &mut deadpool_postgres::Client, key: &str, 
 }
 
 /// The buffers one fair claim (`claim_due`) of up to `limit` jobs touches, from `EXPLAIN
-/// (ANALYZE, BUFFERS)` of the very statement it runs, rolled back (see `keyed_claim_buffers`).
+/// (ANALYZE, BUFFERS)` of the very statement it runs, rolled back (see `keyed_claim_buffers`),
+/// without those its row locks touch themselves: a lock on a page that a vacuum marked
+/// all-visible also reads the visibility map, a buffer a row, and whether the vacuum could
+/// mark it depends on other sessions' snapshots, not on the claim.
 pub async fn due_claim_buffers(db: &mut deadpool_postgres::Client, limit: i64) -> Result<i64, StoreError> {
     let tx = db.transaction().await?;
     let sql = format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", crate::store::jobs::fair_claim_sql());
@@ -182,6 +185,19 @@ pub async fn due_claim_buffers(db: &mut deadpool_postgres::Client, limit: i64) -
     tx.rollback().await?;
     let plan: serde_json::Value = row.get(0);
     let top = &plan[0]["Plan"];
-    let blocks = |k: &str| top[k].as_i64().unwrap_or(0);
-    Ok(blocks("Shared Hit Blocks") + blocks("Shared Read Blocks"))
+    Ok(buffers(top) - locks_own_buffers(top))
+}
+
+/// A plan node's shared buffers (hit and read), its children's included.
+fn buffers(node: &serde_json::Value) -> i64 {
+    let blocks = |k: &str| node[k].as_i64().unwrap_or(0);
+    blocks("Shared Hit Blocks") + blocks("Shared Read Blocks")
+}
+
+/// The buffers the `LockRows` nodes under `node` touched themselves (not their children).
+fn locks_own_buffers(node: &serde_json::Value) -> i64 {
+    let children = node["Plans"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let own =
+        if node["Node Type"] == "LockRows" { buffers(node) - children.iter().map(buffers).sum::<i64>() } else { 0 };
+    own + children.iter().map(locks_own_buffers).sum::<i64>()
 }
