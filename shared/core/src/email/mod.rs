@@ -130,7 +130,8 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     let tenant = ctx.tenant_id;
     let from = content::bare(&p.from).unwrap_or_default();
     let recipients: Vec<String> = p.recipients().filter_map(|r| content::bare(r)).collect();
-    // Three reads in flight at once on the one connection: one round trip, not three.
+    // Four reads in flight at once on the one connection: one round trip, not four (each
+    // statement prepared once per connection, so none waits for a Parse of its own).
     let template = async {
         match &p.template {
             Some(name) => templates::get(&db, tenant, name).await,

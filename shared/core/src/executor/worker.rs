@@ -268,16 +268,23 @@ async fn record_and_refill(
     let (room, lease, which) = (room as i64, exec.config.lease.as_secs_f64(), jobs::Keyed::Lanes(&lane_of));
     let db = Pipelined::new(exec.pool.get().await?);
     let claim_sql = db.prepare_cached(&jobs::keyed_claim_sql(false)).await?;
-    // Two round trips: BEGIN, the outcomes and the keys' locks; then the claim and COMMIT.
-    let (_, written, keys) =
-        tokio::try_join!(db.begin(), exec.write(&*db, outcomes), jobs::lock_keys(&*db, room, which))?;
-    let claim = if keys.is_empty() {
+    // One flight: BEGIN, the claim's settings, the keys' locks, the outcomes and the claim (of
+    // the keys locked, which it reads from the transaction: no answer awaited in between);
+    // COMMIT goes as soon as the outcomes' last statement has answered. Written in that order,
+    // the claim counts the slots the outcomes freed (a statement the write sends later only
+    // leaves its slots to the hand-on).
+    let write_and_commit = async {
+        let written = exec.write(&*db, outcomes).await?;
         db.commit().await?;
-        jobs::Claim::default()
-    } else {
-        let claim = jobs::claim_locked(&*db, &claim_sql, room, lease, which, None, &keys);
-        tokio::try_join!(jobs::plan_keyed_claim(&*db, false), claim, db.commit())?.1
+        Ok::<_, crate::store::StoreError>(written)
     };
+    let (_, _, _, written, claim) = tokio::try_join!(
+        db.begin(),
+        jobs::plan_keyed_claim(&*db, false),
+        jobs::lock_keys(&*db, room, which),
+        write_and_commit,
+        jobs::claim_locked(&*db, &claim_sql, room, lease, which, None),
+    )?;
     db.release();
     let short = (claim.jobs.len() as i64) < room;
     let held = permits.drain(..claim.jobs.len()).reduce(|mut a, b| {

@@ -61,9 +61,12 @@ pub async fn put(
     Ok(Template::from_row(&row))
 }
 
+/// Prepared once per connection: every `email.send` reads its template, and a statement given
+/// as text is prepared anew on each call, a round trip of its own before the query's.
 pub async fn get(db: &impl GenericClient, tenant: TenantId, name: &str) -> Result<Option<Template>, StoreError> {
-    let sql = format!("SELECT {COLUMNS} FROM email_templates WHERE tenant_id = $1 AND name = $2");
-    Ok(db.query_opt(&sql, &[&tenant, &name]).await?.as_ref().map(Template::from_row))
+    let stmt =
+        db.prepare_cached(&format!("SELECT {COLUMNS} FROM email_templates WHERE tenant_id = $1 AND name = $2")).await?;
+    Ok(db.query_opt(&stmt, &[&tenant, &name]).await?.as_ref().map(Template::from_row))
 }
 
 pub async fn list(db: &impl GenericClient, tenant: TenantId) -> Result<Vec<Template>, StoreError> {

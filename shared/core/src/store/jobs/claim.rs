@@ -210,21 +210,27 @@ pub async fn claim_keyed(
         Claim::default()
     } else {
         let stmt = tx.prepare_cached(&keyed_claim_sql(only_ids)).await?;
-        claim_locked(&tx, &stmt, limit, lease_secs, which, within, &keys).await?
+        claim_locked(&tx, &stmt, limit, lease_secs, which, within).await?
     };
     tx.commit().await?;
     Ok(claim)
 }
 
+/// Where `lock_keys` leaves the keys it locked, for the claim later in the same transaction
+/// (`keyed_claim_sql`): a setting local to the transaction, so the claim needs no answer from
+/// the lock before it is sent, and takes no key this transaction does not hold.
+const LOCKED_KEYS: &str = "relay.locked_keys";
+
 /// A keyed claim's first statement: take the transaction-scoped advisory lock of each key with
-/// due work (of `which`'s keys) that no other claimer holds now; returns the keys locked.
+/// due work (of `which`'s keys) that no other claimer holds now; returns the keys locked, and
+/// leaves them in `LOCKED_KEYS`.
 pub async fn lock_keys(tx: &impl GenericClient, limit: i64, which: Keyed<'_>) -> Result<Vec<String>, StoreError> {
     let lock = "pg_try_advisory_xact_lock(hashtextextended(current_schema() || ':relay.key:' || key, 0))";
     let keys: Vec<String> = match which {
         Keyed::Due => {
             // Keys whose oldest pending job is due and that look free, oldest head first.
             let stmt = tx
-                .prepare_cached(&format!(
+                .prepare_cached(&noting_locked(&format!(
                     "{PENDING_KEYS}
                      SELECT key FROM (
                          SELECT k.key FROM k
@@ -236,35 +242,47 @@ pub async fn lock_keys(tx: &impl GenericClient, limit: i64, which: Keyed<'_>) ->
                                < head.concurrency_limit
                          ORDER BY head.run_at LIMIT $1
                      ) free WHERE {lock}"
-                ))
+                )))
                 .await?;
-            tx.query(&stmt, &[&limit]).await?.iter().map(|r| r.get(0)).collect()
+            tx.query_one(&stmt, &[&limit]).await?.get(0)
         }
         Keyed::Ids(ids) => {
             let stmt = tx
-                .prepare_cached(&format!(
+                .prepare_cached(&noting_locked(&format!(
                     "SELECT key FROM (SELECT DISTINCT concurrency_key AS key FROM jobs
                                       WHERE id = ANY($1) AND status = 'pending' AND concurrency_key IS NOT NULL) d
                      WHERE {lock}"
-                ))
+                )))
                 .await?;
-            tx.query(&stmt, &[&ids]).await?.iter().map(|r| r.get(0)).collect()
+            tx.query_one(&stmt, &[&ids]).await?.get(0)
         }
         Keyed::Lanes(lanes) => {
             let keys: Vec<&str> = lanes.iter().map(|l| l.key.as_str()).collect();
             let stmt = tx
-                .prepare_cached(&format!("SELECT key FROM (SELECT DISTINCT unnest($1::text[]) AS key) d WHERE {lock}"))
+                .prepare_cached(&noting_locked(&format!(
+                    "SELECT key FROM (SELECT DISTINCT unnest($1::text[]) AS key) d WHERE {lock}"
+                )))
                 .await?;
-            tx.query(&stmt, &[&keys]).await?.iter().map(|r| r.get(0)).collect()
+            tx.query_one(&stmt, &[&keys]).await?.get(0)
         }
     };
     Ok(keys)
 }
 
+/// `locking` (rows of the keys it locked) as one row: the keys as an array, also left in
+/// `LOCKED_KEYS` (one row, so the setting is made even when no key was locked).
+fn noting_locked(locking: &str) -> String {
+    format!(
+        "SELECT keys, set_config('{LOCKED_KEYS}', keys::text, true)
+         FROM (SELECT coalesce(array_agg(key), '{{}}') AS keys FROM ({locking}) locked) a"
+    )
+}
+
 /// A keyed claim's second statement, `stmt` (`keyed_claim_sql`, prepared): claim what fits in
-/// the free slots of `keys`, locked by `lock_keys` earlier in the same transaction, after
-/// `plan_keyed_claim`. It sends its statement when first polled, so a caller may pipeline it
-/// behind those (the lanes do: `executor::worker`).
+/// the free slots of the keys `lock_keys` locked earlier in the same transaction (read from
+/// `LOCKED_KEYS`), after `plan_keyed_claim`. It needs nothing from the lock's answer and sends
+/// its statement when first polled, so a caller may pipeline it behind those, in the same
+/// flight (the lanes do: `executor::worker`).
 pub async fn claim_locked(
     tx: &impl GenericClient,
     stmt: &tokio_postgres::Statement,
@@ -272,18 +290,19 @@ pub async fn claim_locked(
     lease_secs: f64,
     which: Keyed<'_>,
     within: Option<i32>,
-    keys: &[String],
 ) -> Result<Claim, StoreError> {
     let only = match which {
         Keyed::Ids(ids) => Some(ids),
         _ => None,
     };
-    let after: Vec<Option<(DateTime<Utc>, JobId)>> = match which {
-        Keyed::Lanes(lanes) => keys.iter().map(|k| lanes.iter().find(|l| &l.key == k).and_then(|l| l.after)).collect(),
-        _ => vec![None; keys.len()],
+    // Where to read each lane's queue from; a locked key without a place reads from its head.
+    let lanes = match which {
+        Keyed::Lanes(lanes) => lanes,
+        _ => &[],
     };
-    let after_at: Vec<Option<DateTime<Utc>>> = after.iter().map(|a| a.map(|a| a.0)).collect();
-    let after_id: Vec<Option<JobId>> = after.iter().map(|a| a.map(|a| a.1)).collect();
+    let keys: Vec<&str> = lanes.iter().map(|l| l.key.as_str()).collect();
+    let after_at: Vec<Option<DateTime<Utc>>> = lanes.iter().map(|l| l.after.map(|a| a.0)).collect();
+    let after_id: Vec<Option<JobId>> = lanes.iter().map(|l| l.after.map(|a| a.1)).collect();
     let rows = tx.query(stmt, &[&limit, &lease_secs, &keys, &only, &within, &after_at, &after_id]).await?;
     let mut claim = Claim::from_rows(&rows);
     claim.more = rows.len() as i64 >= limit;
@@ -303,13 +322,20 @@ pub(crate) async fn plan_keyed_claim(tx: &impl GenericClient, only: bool) -> Res
 }
 
 /// The claim of `claim_keyed` once its keys are locked: `$1` the most jobs, `$2` the lease in
-/// seconds, `$3` the keys, `$4` just these ids (when `only`), `$5` the longest timeout that
-/// fits, `$6` and `$7` where to read each key's queue from (`Lane`; NULL: its head).
+/// seconds, `$4` just these ids (when `only`), `$5` the longest timeout that fits, `$3`, `$6`
+/// and `$7` keys and where to read each one's queue from (`Lane`; a key not given, or NULL:
+/// its head). The keys are those `lock_keys` locked in this transaction (`LOCKED_KEYS`; none
+/// when it has not run), so the claim never takes a key another claimer may be filling.
 pub(crate) fn keyed_claim_sql(only: bool) -> String {
     let extra = if only { "AND id = ANY($4)" } else { "AND $4::uuid[] IS NULL" };
     let extra = format!("{extra} AND ($5::int4 IS NULL OR timeout_seconds <= $5)");
-    let keys = "SELECT * FROM unnest($3::text[], $6::timestamptz[], $7::uuid[]) AS k(key, after_at, after_id)";
-    let fits = fitting(keys, &extra, "FOR UPDATE SKIP LOCKED");
+    let keys = format!(
+        "SELECT l.key, p.after_at, p.after_id
+         FROM unnest(nullif(current_setting('{LOCKED_KEYS}', true), '')::text[]) AS l(key)
+         LEFT JOIN LATERAL (SELECT after_at, after_id FROM unnest($3::text[], $6::timestamptz[], $7::uuid[]) AS p(key, after_at, after_id)
+                            WHERE p.key = l.key ORDER BY after_at NULLS FIRST, after_id NULLS FIRST LIMIT 1) p ON true"
+    );
+    let fits = fitting(&keys, &extra, "FOR UPDATE SKIP LOCKED");
     format!(
         "WITH due AS (SELECT id FROM ({fits}) f ORDER BY run_at LIMIT $1), claimed AS ({CLAIM_UPDATE})
          {CLAIM_SELECT}"

@@ -151,10 +151,13 @@ pub async fn dead_letters(db: &impl GenericClient) -> Result<Vec<DeadLetter>, St
 /// from `EXPLAIN (ANALYZE, BUFFERS)` of the very statement `claim_keyed` runs, rolled back:
 /// what a claim costs, in a unit the machine's speed does not move. The claim's plan is made
 /// as a worker makes it (generic, under the claim's settings) at the first readout on `db`,
-/// and kept for the later ones, as a worker's connection keeps it.
+/// and kept for the later ones, as a worker's connection keeps it; the key is locked first, as
+/// a claim's transaction locks it (the claim takes only keys locked).
 pub async fn keyed_claim_buffers(db: &mut deadpool_postgres::Client, key: &str, limit: i64) -> Result<i64, StoreError> {
+    use crate::store::jobs::{Keyed, Lane, lock_keys};
     let tx = db.transaction().await?;
     crate::store::jobs::plan_keyed_claim(&tx, false).await?;
+    lock_keys(&tx, limit, Keyed::Lanes(&[Lane { key: key.to_owned(), after: None }])).await?;
     let prepared = "SELECT 1 FROM pg_prepared_statements WHERE name = 'keyed_claim_readout'";
     if tx.query_opt(prepared, &[]).await?.is_none() {
         let types = "int8, float8, text[], uuid[], int4, timestamptz[], uuid[]";
