@@ -1,7 +1,8 @@
 //! The queries behind the status contract (`GET /v1/status`). Each one reads only live rows or
 //! a right-edge range of a partial index, so its cost does not grow with the number of
-//! finished jobs: `jobs_due_free`, `jobs_keyed_pending` and `jobs_leases` (queues), `jobs_failed_finished` (failure
-//! counts), `jobs_finished_top` and `jobs_waiting` (recent runs); progress comes from `store::progress`.
+//! finished jobs: `jobs_due_free`, `jobs_keyed_pending` and `jobs_leases` (queues),
+//! `jobs_failed_finished` (failure counts), `jobs_finished_top` and `jobs_waiting` (recent
+//! runs); progress comes from `store::progress`.
 
 use chrono::{DateTime, Utc};
 
