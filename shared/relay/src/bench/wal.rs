@@ -249,29 +249,24 @@ type WindowOf = fn(&JobCost) -> &Writes;
 pub fn lines(label: &str, relay: &JobCost, peer: Option<(&str, &JobCost)>) -> Vec<String> {
     let mut out =
         vec![super::line("cost", &format!("per job ({label}): WAL (records)"), "Relay", peer.map_or("", |p| p.0))];
-    let mut both = |name: &str, f: &dyn Fn(&JobCost) -> String| {
-        let target = match name {
-            "total (WAL position)" => Some(format!("target ≤ {TARGET_WAL_BYTES} B")),
-            _ => None,
-        };
-        let peer = peer.map(|(p, c)| format!("{p}: {}", f(c)));
-        let note = target.into_iter().chain(peer).collect::<Vec<_>>().join("; ");
+    let mut both = |name: &str, target: Option<String>, f: &dyn Fn(&JobCost) -> String| {
+        let note = note(target, peer.map(|(p, c)| format!("{p}: {}", f(c))));
         out.push(super::line("cost", &format!("  {name}"), &f(relay), &note));
     };
     let wal = |w: Option<Wal>| w.map_or("n/a".to_string(), |w| w.show());
-    both("accept", &|c| wal(c.accept));
-    both("claim", &|c| wal(c.claim));
-    both("complete", &|c| wal(c.complete));
-    both("other (commits, reads)", &|c| wal(c.other));
-    both("total (WAL position)", &|c| format!("{:.0} B", c.total_wal_bytes));
-    both("heap ins/upd(HOT)/del: accept", &|c| c.accept_window.heap());
-    both("heap ins/upd(HOT)/del: claim+complete", &|c| c.processing_window.heap());
+    both("accept", None, &|c| wal(c.accept));
+    both("claim", None, &|c| wal(c.claim));
+    both("complete", None, &|c| wal(c.complete));
+    both("other (commits, reads)", None, &|c| wal(c.other));
+    let wal_target = format!("target ≤ {TARGET_WAL_BYTES} B");
+    both("total (WAL position)", Some(wal_target), &|c| format!("{:.0} B", c.total_wal_bytes));
+    both("heap ins/upd(HOT)/del: accept", None, &|c| c.accept_window.heap());
+    both("heap ins/upd(HOT)/del: claim+complete", None, &|c| c.processing_window.heap());
     let accept: WindowOf = |c| &c.accept_window;
     let processing: WindowOf = |c| &c.processing_window;
-    for (name, window) in [("accept", accept), ("claim+complete", processing)] {
-        let target = (name == "claim+complete").then(|| format!("target ≤ {TARGET_PROCESSING_ENTRIES}"));
-        let theirs = peer.map(|(p, c)| format!("{p}: {}", window(c).index()));
-        let note = target.into_iter().chain(theirs).collect::<Vec<_>>().join("; ");
+    let entries_target = format!("target ≤ {TARGET_PROCESSING_ENTRIES}");
+    for (name, window, target) in [("accept", accept, None), ("claim+complete", processing, Some(entries_target))] {
+        let note = note(target, peer.map(|(p, c)| format!("{p}: {}", window(c).index())));
         out.push(super::line("cost", &format!("  index entries: {name}"), &window(relay).index(), &note));
         // Relay's indexes and the peer's side by side, each most entries first.
         let ours = window(relay).per_index();
@@ -283,6 +278,11 @@ pub fn lines(label: &str, relay: &JobCost, peer: Option<(&str, &JobCost)>) -> Ve
         }
     }
     out
+}
+
+/// A cost row's note: its target, then the peer's figure, each when there is one.
+fn note(target: Option<String>, peer: Option<String>) -> String {
+    target.into_iter().chain(peer).collect::<Vec<_>>().join("; ")
 }
 
 #[cfg(test)]
