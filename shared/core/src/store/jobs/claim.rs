@@ -349,7 +349,9 @@ pub async fn keyed_ready(
     keys: &[String],
     limit: i64,
 ) -> Result<Vec<Dispatch>, StoreError> {
-    let fits = fitting(&from_heads("SELECT DISTINCT unnest($2::text[]) AS key"), "", "");
+    // Rows another transaction holds are skipped, never waited for: a claimer has them, and a
+    // wait here, holding the rows already marked, deadlocked with an outcome's write.
+    let fits = fitting(&from_heads("SELECT DISTINCT unnest($2::text[]) AS key"), "", "FOR UPDATE SKIP LOCKED");
     let sql = format!(
         "UPDATE jobs j SET dispatched_at = now()
          WHERE j.id = ANY (ARRAY(SELECT id FROM ({fits}) f ORDER BY run_at LIMIT $1))
