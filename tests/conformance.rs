@@ -228,6 +228,33 @@ async fn an_http_request_is_retried_with_its_key_and_succeeds(kind: Kind) {
     rig.stop().await;
 }
 
+/// A retry's back-off on this transport: the job is carried again when it comes due, with no
+/// nudge. The Postgres consumer here polls once an hour, so only the transport's own wake-up at
+/// the job's `run_at` starts it in time; SQS delays the message.
+async fn a_retry_is_carried_when_it_comes_due(kind: Kind) {
+    use crate::http::{Reply, destination, receiver};
+    let mut rig = Rig::on(kind, crate::http::world().await).await;
+    let (addr, _seen) = receiver(vec![Reply::Status(503, vec![], "")]).await;
+    let key = rig.world.key.clone();
+    destination(&rig.world, &key, "crm", addr, json!({})).await;
+    let params = json!({"destination": "crm", "method": "POST", "path": "/v1/x", "body": {"n": 1}});
+    let (status, job) = rig.world.submit("c-due", json!({"task_type": "http.request", "params": params})).await;
+    assert_eq!(status, 202, "{job}");
+    let id = job["id"].as_str().unwrap().to_owned();
+    let first =
+        rig.consume_until(&id, Duration::from_secs(15), |j| j["attempt"] == 1 && j["status"] == "pending").await;
+    assert_eq!((first["status"].as_str(), first["attempt"].as_i64()), (Some("pending"), Some(1)), "{kind:?}: {first}");
+    let due: chrono::DateTime<Utc> = first["run_at"].as_str().unwrap().parse().unwrap();
+    let done = rig.consume_until_done(&id, Duration::from_secs(30)).await;
+    assert_eq!((done["status"].as_str(), done["attempt"].as_i64()), (Some("succeeded"), Some(2)), "{kind:?}: {done}");
+    let started: chrono::DateTime<Utc> = done["started_at"].as_str().unwrap().parse().unwrap();
+    let late = (started - due).num_milliseconds();
+    // SQS delays in whole seconds, and moto delivers on the next receive.
+    let bound = if matches!(kind, Kind::Postgres) { 1_000 } else { 3_000 };
+    assert!((0..bound).contains(&late), "{kind:?}: the retry started {late} ms after it was due ({due} → {started})");
+    rig.stop().await;
+}
+
 /// `test.await` on this transport: a completion applies once; a missing one is found by the
 /// sweep at its deadline and the retried attempt is carried by the transport.
 async fn a_completion_applies_once_and_a_missing_one_is_swept_and_retried(kind: Kind) {
@@ -284,5 +311,6 @@ conformance!(
     a_failed_dispatch_leaves_the_row_for_the_sweep,
     a_duplicate_delivery_runs_the_effect_once,
     an_http_request_is_retried_with_its_key_and_succeeds,
+    a_retry_is_carried_when_it_comes_due,
     a_completion_applies_once_and_a_missing_one_is_swept_and_retried,
 );

@@ -18,9 +18,15 @@ use crate::job::Dispatch;
 /// The channel workers listen on.
 pub const CHANNEL: &str = "relay_jobs";
 
+/// How far ahead a job due later gets a wake-up of its own (SQS's longest delay); a later one
+/// is found by the workers' polling.
+const WAKE_AHEAD: Duration = Duration::from_secs(900);
+
 /// Dispatch here only wakes workers (which also poll the table). Wake-ups are coalesced: one
 /// NOTIFY covers every dispatch that arrived while the previous one was being sent, and each
-/// caller learns whether the NOTIFY that covered it went out.
+/// caller learns whether the NOTIFY that covered it went out. A job due later (a retry's
+/// back-off, a send held by its rate) is woken for when it comes due, as SQS delays its
+/// message, rather than found by the next poll.
 pub struct PgTransport {
     pool: Pool,
     notifier: OnceLock<Arc<Notifier>>,
@@ -70,6 +76,11 @@ impl Transport for PgTransport {
             tokio::spawn(notify_loop(self.pool.clone(), n.clone()));
             n
         });
+        let now = chrono::Utc::now();
+        wake_when_due(notifier, jobs.iter().map(|j| j.run_at).filter(|at| *at > now).collect());
+        if jobs.iter().all(|j| j.run_at > now) {
+            return Ok(());
+        }
         let mine = notifier.requested.fetch_add(1, Ordering::SeqCst) + 1;
         let mut sent = notifier.sent.subscribe();
         notifier.wake.notify_one();
@@ -80,6 +91,25 @@ impl Transport for PgTransport {
             Err(_) => Err(TransportError::nothing_sent("postgres", "notifier stopped", jobs)),
         }
     }
+}
+
+/// A NOTIFY when each of these times comes: one timer per dispatch, through its distinct times
+/// (10 ms apart at least) in order. Nobody waits for these; a lost one costs a poll's latency.
+fn wake_when_due(notifier: &Arc<Notifier>, mut due: Vec<chrono::DateTime<chrono::Utc>>) {
+    due.sort();
+    due.dedup_by(|later, kept| *later - *kept < chrono::Duration::milliseconds(10));
+    due.retain(|at| (*at - chrono::Utc::now()).to_std().is_ok_and(|wait| wait <= WAKE_AHEAD));
+    if due.is_empty() {
+        return;
+    }
+    let n = notifier.clone();
+    tokio::spawn(async move {
+        for at in due {
+            tokio::time::sleep((at - chrono::Utc::now()).to_std().unwrap_or_default()).await;
+            n.requested.fetch_add(1, Ordering::SeqCst);
+            n.wake.notify_one();
+        }
+    });
 }
 
 async fn notify_loop(pool: Pool, n: Arc<Notifier>) {
