@@ -349,8 +349,9 @@ pub async fn keyed_ready(
     keys: &[String],
     limit: i64,
 ) -> Result<Vec<Dispatch>, StoreError> {
-    // Rows another transaction holds are skipped, never waited for: a claimer has them, and a
-    // wait here, holding the rows already marked, deadlocked with an outcome's write.
+    // Rows another transaction holds are skipped, never waited for: a claimer or another
+    // hand-on has them. Waiting here, holding the rows already marked, two hand-ons of one key
+    // deadlocked (their UPDATEs met the rows in different orders).
     let fits = fitting(&from_heads("SELECT DISTINCT unnest($2::text[]) AS key"), "", "FOR UPDATE SKIP LOCKED");
     let sql = format!(
         "UPDATE jobs j SET dispatched_at = now()
