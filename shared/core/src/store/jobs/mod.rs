@@ -37,11 +37,13 @@ pub mod retention;
 mod sweep;
 mod transition;
 
+#[cfg(feature = "testing")]
+pub(crate) use claim::fair_claim_sql;
 pub use claim::{
     Claim, DeferBounds, Deferred, Keyed, Lane, claim_due, claim_ids, claim_keyed, claim_locked, defer_unfit,
     keyed_ready, lock_keys,
 };
-pub(crate) use claim::{fair_claim_sql, keyed_claim_sql, plan_keyed_claim};
+pub(crate) use claim::{keyed_claim_sql, plan_keyed_claim};
 pub use insert::{Inserted, NewJob, insert_many, release, undispatch};
 pub use read::{JobEvent, JobFilter, count_children, events, get, list, missing};
 pub use sweep::{
