@@ -249,8 +249,9 @@ async fn a_retry_is_carried_when_it_comes_due(kind: Kind) {
     assert_eq!((done["status"].as_str(), done["attempt"].as_i64()), (Some("succeeded"), Some(2)), "{kind:?}: {done}");
     let started: chrono::DateTime<Utc> = done["started_at"].as_str().unwrap().parse().unwrap();
     let late = (started - due).num_milliseconds();
-    // SQS delays in whole seconds, and moto delivers on the next receive.
-    let bound = if matches!(kind, Kind::Postgres) { 1_000 } else { 3_000 };
+    // Far below the Postgres consumer's hourly poll, with room for a loaded machine; SQS delays
+    // in whole seconds, and moto delivers on the next receive.
+    let bound = if matches!(kind, Kind::Postgres) { 2_000 } else { 5_000 };
     assert!((0..bound).contains(&late), "{kind:?}: the retry started {late} ms after it was due ({due} → {started})");
     rig.stop().await;
 }
