@@ -202,22 +202,30 @@ async fn a_duplicate_delivery_runs_the_effect_once(kind: Kind) {
     rig.stop().await;
 }
 
-/// `http.request` on this transport: a 503 is retried (the job dispatched again when due), the
-/// retry carries the same `Idempotency-Key`, and the second call's 200 is the result.
-async fn an_http_request_is_retried_with_its_key_and_succeeds(kind: Kind) {
+/// An `http.request` on this transport whose first call is answered 503 (then 200), submitted
+/// under `key` and consumed until its first attempt has ended and it waits for its retry: the
+/// rig, what the receiver saw, the job's id and its view then.
+async fn an_http_request_answered_503(kind: Kind, key: &str) -> (Rig, crate::http::SeenLog, JobId, serde_json::Value) {
     use crate::http::{Reply, destination, receiver};
     let mut rig = Rig::on(kind, crate::http::world().await).await;
     let (addr, seen) = receiver(vec![Reply::Status(503, vec![], "")]).await;
-    let key = rig.world.key.clone();
-    destination(&rig.world, &key, "crm", addr, json!({})).await;
+    let api_key = rig.world.key.clone();
+    destination(&rig.world, &api_key, "crm", addr, json!({})).await;
     let params = json!({"destination": "crm", "method": "POST", "path": "/v1/x", "body": {"n": 1}});
-    let (status, job) = rig.world.submit("c-http", json!({"task_type": "http.request", "params": params})).await;
+    let (status, job) = rig.world.submit(key, json!({"task_type": "http.request", "params": params})).await;
     assert_eq!(status, 202, "{job}");
     let id: JobId = job["id"].as_str().unwrap().parse().unwrap();
     let first = rig
         .consume_until(&id.to_string(), Duration::from_secs(15), |j| j["attempt"] == 1 && j["status"] == "pending")
         .await;
     assert_eq!((first["status"].as_str(), first["attempt"].as_i64()), (Some("pending"), Some(1)), "{kind:?}: {first}");
+    (rig, seen, id, first)
+}
+
+/// `http.request` on this transport: a 503 is retried (the job dispatched again when due), the
+/// retry carries the same `Idempotency-Key`, and the second call's 200 is the result.
+async fn an_http_request_is_retried_with_its_key_and_succeeds(kind: Kind) {
+    let (mut rig, seen, id, _) = an_http_request_answered_503(kind, "c-http").await;
     rig.world.db().await.execute("UPDATE jobs SET run_at = now() WHERE id = $1", &[&id]).await.unwrap();
     rig.world.platform.transport.dispatch(&[Dispatch { id, run_at: Utc::now() }]).await.unwrap();
     let done = rig.consume_until_done(&id.to_string(), Duration::from_secs(15)).await;
@@ -232,20 +240,9 @@ async fn an_http_request_is_retried_with_its_key_and_succeeds(kind: Kind) {
 /// nudge. The Postgres consumer here polls once an hour, so only the transport's own wake-up at
 /// the job's `run_at` starts it in time; SQS delays the message.
 async fn a_retry_is_carried_when_it_comes_due(kind: Kind) {
-    use crate::http::{Reply, destination, receiver};
-    let mut rig = Rig::on(kind, crate::http::world().await).await;
-    let (addr, _seen) = receiver(vec![Reply::Status(503, vec![], "")]).await;
-    let key = rig.world.key.clone();
-    destination(&rig.world, &key, "crm", addr, json!({})).await;
-    let params = json!({"destination": "crm", "method": "POST", "path": "/v1/x", "body": {"n": 1}});
-    let (status, job) = rig.world.submit("c-due", json!({"task_type": "http.request", "params": params})).await;
-    assert_eq!(status, 202, "{job}");
-    let id = job["id"].as_str().unwrap().to_owned();
-    let first =
-        rig.consume_until(&id, Duration::from_secs(15), |j| j["attempt"] == 1 && j["status"] == "pending").await;
-    assert_eq!((first["status"].as_str(), first["attempt"].as_i64()), (Some("pending"), Some(1)), "{kind:?}: {first}");
+    let (mut rig, _seen, id, first) = an_http_request_answered_503(kind, "c-due").await;
     let due: chrono::DateTime<Utc> = first["run_at"].as_str().unwrap().parse().unwrap();
-    let done = rig.consume_until_done(&id, Duration::from_secs(30)).await;
+    let done = rig.consume_until_done(&id.to_string(), Duration::from_secs(30)).await;
     assert_eq!((done["status"].as_str(), done["attempt"].as_i64()), (Some("succeeded"), Some(2)), "{kind:?}: {done}");
     let started: chrono::DateTime<Utc> = done["started_at"].as_str().unwrap().parse().unwrap();
     let late = (started - due).num_milliseconds();
