@@ -77,13 +77,14 @@ impl Transport for PgTransport {
             n
         });
         let now = chrono::Utc::now();
-        wake_when_due(notifier, jobs.iter().map(|j| j.run_at).filter(|at| *at > now).collect());
-        if jobs.iter().all(|j| j.run_at > now) {
+        let later: Vec<_> = jobs.iter().map(|j| j.run_at).filter(|at| *at > now).collect();
+        let none_due = later.len() == jobs.len();
+        wake_when_due(notifier, later);
+        if none_due {
             return Ok(());
         }
-        let mine = notifier.requested.fetch_add(1, Ordering::SeqCst) + 1;
         let mut sent = notifier.sent.subscribe();
-        notifier.wake.notify_one();
+        let mine = notifier.request();
         let covered = sent.wait_for(|(n, _)| *n >= mine).await;
         match covered.as_deref() {
             Ok((_, Ok(()))) => Ok(()),
@@ -106,10 +107,18 @@ fn wake_when_due(notifier: &Arc<Notifier>, mut due: Vec<chrono::DateTime<chrono:
     tokio::spawn(async move {
         for at in due {
             tokio::time::sleep((at - chrono::Utc::now()).to_std().unwrap_or_default()).await;
-            n.requested.fetch_add(1, Ordering::SeqCst);
-            n.wake.notify_one();
+            n.request();
         }
     });
+}
+
+impl Notifier {
+    /// Ask for a NOTIFY; returns this request's number (the NOTIFY that covers it reports it).
+    fn request(&self) -> u64 {
+        let mine = self.requested.fetch_add(1, Ordering::SeqCst) + 1;
+        self.wake.notify_one();
+        mine
+    }
 }
 
 async fn notify_loop(pool: Pool, n: Arc<Notifier>) {
