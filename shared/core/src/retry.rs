@@ -1,5 +1,7 @@
 //! The one retry policy. Job retries, callback deliveries and provider calls all ask it when
-//! to try again; nothing else in Relay computes a backoff.
+//! to try again; nothing else computes when a job, a delivery or a provider call is retried.
+//! (A process's own waits — a worker's pause after a failed claim, the sweep's re-dispatch of a
+//! lost message — are not retries of work and keep their own short schedules.)
 //!
 //! The schedule is pure (`backoff`) so it can be tested exactly; jitter is a separate step.
 

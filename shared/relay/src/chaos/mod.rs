@@ -1,4 +1,4 @@
-//! `relay chaos`: Relay's guarantees (DESIGN.md, "Guarantees") under crashes, duplicates,
+//! `relay chaos`: Relay's guarantees (shared/docs/architecture.md) under crashes, duplicates,
 //! outages and hostile input, measured. Each scenario runs against real processes, real
 //! Postgres and moto, prints a table of figures, writes JSON, and reports every violation;
 //! the command exits non-zero when there is one. `scale` shrinks a scenario (1.0 = the sizes
