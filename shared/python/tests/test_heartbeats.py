@@ -86,3 +86,34 @@ def test_a_silent_worker_is_dead_then_forgotten_after_the_stated_time():
     assert heartbeats.FORGET_AFTER == timedelta(minutes=15)
     WorkerHeartbeat.objects.filter(instance_id="fresh").update(last_seen_at=now - timedelta(minutes=2))
     assert heartbeats.fresh(["relay_tasks_worker"], now) == set()
+
+
+def test_a_worker_recovers_others_only_after_its_own_beats_went_unbroken_for_the_stale_bound(settings, monkeypatch):
+    """After its start or a database outage every worker's beat is old: none may be taken for dead
+    until each has had the stale bound to beat again."""
+    settings.RELAY = {**settings.RELAY, "HEARTBEAT_SECONDS": 0.05, "WORKER_STALE_SECONDS": 0.5}
+    failures: list[float] = []
+    calls = [0]
+    real = heartbeats.beat
+
+    def beat(*args):
+        calls[0] += 1
+        if 10 <= calls[0] <= 12:  # the database away for three beats
+            failures.append(time.monotonic())
+            raise ConnectionError("database restarting")
+        real(*args)
+
+    monkeypatch.setattr(heartbeats, "beat", beat)
+    upkeep: list[float] = []
+    hb = heartbeats.Heartbeat("relay_tasks_worker", "steady", also=lambda: upkeep.append(time.monotonic()))
+    started = time.monotonic()
+    hb.start()
+    time.sleep(2.5)
+    hb.stop()
+    assert len(failures) == 3
+    before, after = [t for t in upkeep if t < failures[0]], [t for t in upkeep if t > failures[-1]]
+    assert before and after, upkeep
+    assert before[0] - started >= 0.5, "no upkeep before the stale bound after the start"
+    assert after[0] - failures[-1] >= 0.5, "none before the stale bound after the outage"
+    assert not [t for t in upkeep if failures[0] <= t <= failures[-1]]
+    assert WorkerHeartbeat.objects.get(instance_id="steady").stopped_at is not None

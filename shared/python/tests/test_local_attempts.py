@@ -178,4 +178,5 @@ def test_a_task_whose_worker_is_killed_mid_run_is_recovered_and_run_again():
     # Recovered within the stated bound: stale after 2 s, looked at every 0.5 s (and start-up).
     recovered_at = datetime.fromisoformat(run.errors[0]["failed_at"])
     assert recovered_at - killed_at < timedelta(seconds=15), (killed_at, recovered_at)
+    print(f"recovered {(recovered_at - killed_at).total_seconds():.1f} s after kill -9 (stale 2 s, beats 0.5 s)")
     assert WorkerHeartbeat.objects.get(instance_id="rescuer").stopped_at is not None

@@ -83,8 +83,9 @@ def reported(now: datetime) -> list[WorkerHeartbeat]:
 
 
 class Heartbeat:
-    """Beats for one worker on a daemon thread; ``also`` runs after each beat (a worker's own
-    upkeep, e.g. recovering the tasks of workers that stopped being seen)."""
+    """Beats for one worker on a daemon thread; ``also`` runs after each beat once the beats have
+    gone unbroken for ``stale_after()`` (a worker's upkeep: recovering the tasks of workers that
+    stopped being seen)."""
 
     def __init__(self, kind: str, instance_id: str, *, also: Callable[[], None] | None = None) -> None:
         self.kind, self.instance_id, self.also = kind, instance_id, also
@@ -111,16 +112,22 @@ class Heartbeat:
 
     def _loop(self) -> None:
         interval = every()
+        # ``also`` runs only once this worker has beaten without a break for the stale bound: after
+        # its start or a database outage, the other workers have had that long to beat again, so
+        # none of them is taken for dead because the database was away.
+        steady_after = stale_after().total_seconds()
+        unbroken_since = time.monotonic()
         try:
             while not self._stop.wait(interval):
                 started = time.monotonic()
                 try:
                     beat(self.kind, self.instance_id, self.started_at)
-                    if self.also is not None:
+                    if self.also is not None and started - unbroken_since >= steady_after:
                         self.also()
                 except Exception:  # the database restarting: the next beat tries again
                     log.warning("%s %s: heartbeat failed", self.kind, self.instance_id, exc_info=True)
                     connections.close_all()
+                    unbroken_since = time.monotonic()
                 if time.monotonic() - started > interval:
                     log.warning("%s %s: a heartbeat took longer than its interval", self.kind, self.instance_id)
         finally:

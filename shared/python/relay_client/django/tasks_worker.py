@@ -5,10 +5,11 @@ the recovery of tasks whose worker died.
   ``READY`` with ``run_after`` its backoff later; the last failure marks the result ``FAILED``.
 - Every write after the run is fenced by the result's ``worker_ids``: a worker whose task was
   recovered from it meanwhile changes nothing.
-- Each beat also looks at the ``RUNNING`` results: one whose worker (the last of its
-  ``worker_ids``) stopped beating ``stale_after()`` ago, or stopped, was left by a worker that
-  died mid-task (``kill -9``, the container's memory limit, a lost host). It counts as a failed
-  attempt (``WorkerLost``): run again from its start when attempts are left, else failed.
+- Each beat (once this worker's own beats have gone unbroken for the stale bound) also looks at
+  the ``RUNNING`` results: one whose worker (the last of its ``worker_ids``) stopped beating
+  ``stale_after()`` ago, or stopped, was left by a worker that died mid-task (``kill -9``, the
+  container's memory limit, a lost host). It counts as a failed attempt (``WorkerLost``): run
+  again from its start when attempts are left, else failed.
 """
 
 from __future__ import annotations

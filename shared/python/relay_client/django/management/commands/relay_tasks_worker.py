@@ -17,6 +17,8 @@ class Command(DbWorkerCommand):
 
     def handle(self, *args: Any, **o: Any) -> None:
         self.configure_logging(o["verbosity"])
+        if o.get("reload"):
+            self.stderr.write("relay_tasks_worker does not reload on code changes (--reload ignored): restart it")
         queue_names = o["queue_name"].split(",")
         excluded = o["exclude_queues"].split(",") if o["exclude_queues"] else []
         if excluded and "*" not in queue_names:
