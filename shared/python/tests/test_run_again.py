@@ -43,8 +43,11 @@ def test_the_admin_runs_a_failed_task_again_once_and_the_new_result_links_the_ol
     new = DBTaskResult.objects.get(id=again.result_id)
     assert new.args_kwargs == {"args": ["late@example.com"], "kwargs": {}} and new.status == "READY"
     assert rerun(str(failed.id)).id == again.result_id
-    # Run again, the failure is no longer an open exception.
-    assert not any(e["job_id"] == str(failed.id) for e in document()["exceptions"])
+    # Run again, the failure is no longer an open exception, and its run names the re-run.
+    doc = document()
+    assert not any(e["job_id"] == str(failed.id) for e in doc["exceptions"])
+    [shown] = [r for r in doc["recent_runs"] if r["id"] == str(failed.id)]
+    assert shown["last_error"].endswith(f"does not exist. (run again as {again.result_id})"), shown
     work(1)
     new.refresh_from_db()
     assert (new.status, new.return_value) == ("SUCCESSFUL", Order.objects.get().pk)

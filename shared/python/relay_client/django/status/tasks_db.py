@@ -1,8 +1,9 @@
 """The django-tasks-db source: local ``django.tasks`` work on the database backend.
 
 - Runs carry the name a person reads (a schedule's plain function, not the package's wrapper),
-  their attempt and ``max_attempts``, and the error of their latest failed attempt; a failed
-  attempt waiting for its retry is ``pending`` with its ``run_at``.
+  their attempt and ``max_attempts``, and the error of their latest failed attempt (a failed
+  run that was run again names its re-run there); a failed attempt waiting for its retry is
+  ``pending`` with its ``run_at``.
 - A task failed for good in the last 24 hours and not run again is an open exception, with
   its error as the cause.
 - Workers: ``relay_tasks_worker`` beats (``heartbeats``, reported by the collector itself);
@@ -93,6 +94,8 @@ def _run(r: Any, run: LocalRun | None, now: datetime) -> tuple[datetime, dict[st
     from ..local import display_name
 
     error = (run.last_error if run else "") or (last_line(r.traceback) if r.status == "FAILED" else "")
+    if run is not None and run.rerun_as:  # the console shows the error: it names the re-run
+        error = f"{error} (run again as {run.rerun_as})".strip()
     deferred = r.status == "READY" and r.run_after and r.run_after != get_date_max() and r.run_after > now
     return shape.run(
         str(r.id),
