@@ -31,17 +31,18 @@ def collect(now: datetime) -> shape.Part:
 
     results = DBTaskResult.objects.all()
     failed = results.filter(status="FAILED")
-    recent = list(results.defer("return_value").order_by("-enqueued_at")[: shape.RECENT_RUNS])
+    recent = list(results.defer("return_value", "traceback").order_by("-enqueued_at")[: shape.RECENT_RUNS])
     runs = {r.result_id: r for r in LocalRun.objects.filter(result_id__in=[str(r.id) for r in recent])}
-    exceptions = _exceptions(failed, now)
+    causes = _causes(results, [r.id for r in recent if r.status == "FAILED" and not _known(runs.get(str(r.id)))])
+    open_exceptions, exceptions = _exceptions(failed, now)
     return shape.Part(
         workers=_workers(results, now),
         queues=_queues(results, now),
-        runs=[_run(r, runs.get(str(r.id)), now) for r in recent],
+        runs=[_run(r, runs.get(str(r.id)), causes.get(str(r.id), ""), now) for r in recent],
         failed_last_hour=failed.filter(finished_at__gte=now - timedelta(hours=1)).count(),
         failed_last_24h=failed.filter(finished_at__gte=now - timedelta(hours=24)).count(),
-        open_exceptions=len(exceptions),
-        exceptions=exceptions[: shape.EXCEPTIONS],
+        open_exceptions=open_exceptions,
+        exceptions=exceptions,
         activity=_activity(results, now),
     )
 
@@ -88,12 +89,23 @@ def last_line(traceback: str) -> str:
     return lines[-1].strip()[:300] if lines else ""
 
 
-def _run(r: Any, run: LocalRun | None, now: datetime) -> tuple[datetime, dict[str, Any]]:
+def _known(run: LocalRun | None) -> bool:
+    return run is not None and bool(run.last_error)
+
+
+def _causes(results: Any, ids: list[Any]) -> dict[str, str]:
+    """The last line of each result's traceback (read for the failures no ``LocalRun`` explains)."""
+    if not ids:
+        return {}
+    return {str(i): last_line(t) for i, t in results.filter(id__in=ids).values_list("id", "traceback")}
+
+
+def _run(r: Any, run: LocalRun | None, cause: str, now: datetime) -> tuple[datetime, dict[str, Any]]:
     from django_tasks_db.models import get_date_max
 
     from ..local import display_name
 
-    error = (run.last_error if run else "") or (last_line(r.traceback) if r.status == "FAILED" else "")
+    error = (run.last_error if run else "") or (cause if r.status == "FAILED" else "")
     if run is not None and run.rerun_as:  # the console shows the error: it names the re-run
         error = f"{error} (run again as {run.rerun_as})".strip()
     deferred = r.status == "READY" and r.run_after and r.run_after != get_date_max() and r.run_after > now
@@ -112,25 +124,27 @@ def _run(r: Any, run: LocalRun | None, now: datetime) -> tuple[datetime, dict[st
     )
 
 
-def _exceptions(failed: Any, now: datetime) -> list[tuple[datetime, dict[str, Any]]]:
-    """Tasks failed for good in the last 24 hours that nobody ran again, newest first."""
+def _exceptions(failed: Any, now: datetime) -> tuple[int, list[tuple[datetime, dict[str, Any]]]]:
+    """How many tasks failed for good in the last 24 hours and nobody ran again, and the newest
+    ``shape.EXCEPTIONS`` of them (their causes read for those alone)."""
     from ..local import display_name
 
     rows = list(
         failed.filter(finished_at__gte=now - timedelta(hours=24))
         .order_by("-finished_at")
-        .only("id", "task_path", "args_kwargs", "finished_at", "traceback", "exception_class_path")[:500]
+        .only("id", "task_path", "args_kwargs", "finished_at", "exception_class_path")[:500]
     )
     runs = {r.result_id: r for r in LocalRun.objects.filter(result_id__in=[str(r.id) for r in rows])}
+    open_ = [r for r in rows if not (runs.get(str(r.id)) and runs[str(r.id)].rerun_as)]
+    shown = open_[: shape.EXCEPTIONS]
+    causes = _causes(failed, [r.id for r in shown if not _known(runs.get(str(r.id)))])
     out = []
-    for r in rows:
+    for r in shown:
         run = runs.get(str(r.id))
-        if run is not None and run.rerun_as:
-            continue
         name = run.name if run else display_name(r.task_path, r.args_kwargs)
-        cause = (run.last_error if run else "") or last_line(r.traceback) or r.exception_class_path or "failed"
+        cause = (run.last_error if run else "") or causes.get(str(r.id)) or r.exception_class_path or "failed"
         out.append(shape.exception(f"local:{r.id}", str(r.id), name, "attempts_exhausted", cause, r.finished_at))
-    return out
+    return len(open_), out
 
 
 def _activity(results: Any, now: datetime) -> shape.Activity:
