@@ -84,6 +84,13 @@ def test_a_silent_worker_is_dead_then_forgotten_after_the_stated_time():
     # "silent" is listed (the console shows it dead: last seen over 90 s ago); "gone" is forgotten.
     assert {"fresh", "silent"} <= set(shown) and "gone" not in shown
     assert heartbeats.FORGET_AFTER == timedelta(minutes=15)
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    client = Client()
+    client.force_login(User.objects.create_superuser("ops", "ops@example.com", "pw"))
+    page = client.get("/admin/relay/workerheartbeat/")
+    assert page.status_code == 200 and all(n in page.content.decode() for n in ("fresh", "silent", "gone"))
     WorkerHeartbeat.objects.filter(instance_id="fresh").update(last_seen_at=now - timedelta(minutes=2))
     assert heartbeats.fresh(["relay_tasks_worker"], now) == set()
 

@@ -53,3 +53,12 @@ def test_the_admin_runs_a_failed_task_again_once_and_the_new_result_links_the_ol
     assert (new.status, new.return_value) == ("SUCCESSFUL", Order.objects.get().pk)
     with pytest.raises(NotFailed):
         rerun(again.result_id)
+
+
+def test_run_records_of_pruned_results_are_deleted_with_them():
+    from relay_client.django.local import prune_orphans
+
+    kept, pruned = order_id.enqueue("a@example.com"), order_id.enqueue("b@example.com")
+    DBTaskResult.objects.filter(id=pruned.id).delete()  # django-tasks-db's prune_db_task_results
+    assert prune_orphans() == 1
+    assert list(LocalRun.objects.values_list("result_id", flat=True)) == [str(kept.id)]

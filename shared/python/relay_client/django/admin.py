@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from . import conf, outbox, schedules
-from .models import LocalRun, RelayJob, RelayMessageEvent, ScheduleSlot, ScheduleState
+from .models import LocalRun, RelayJob, RelayMessageEvent, ScheduleSlot, ScheduleState, WorkerHeartbeat
 
 
 @admin.register(RelayJob)
@@ -196,6 +196,29 @@ class ScheduleStateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.action(description="Switch on")
     def switch_on(self, request: HttpRequest, queryset: QuerySet[ScheduleState]) -> None:
         self._switch(request, queryset, True)
+
+
+@admin.register(WorkerHeartbeat)
+class WorkerHeartbeatAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Read-only: the workers that beat, and whether each is live now."""
+
+    list_display = ("kind", "instance_id", "host", "pid", "started_at", "last_seen_at", "stopped_at", "live")
+    list_filter = ("kind", ("stopped_at", admin.EmptyFieldListFilter))
+    ordering = ("-last_seen_at",)
+
+    @admin.display(description="live", boolean=True)
+    def live(self, obj: WorkerHeartbeat) -> bool:
+        from django.utils import timezone
+
+        from .heartbeats import stale_after
+
+        return obj.stopped_at is None and obj.last_seen_at >= timezone.now() - stale_after()
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(RelayMessageEvent)

@@ -242,3 +242,16 @@ def failed_for_good(db_result: Any, run: LocalRun, error: str) -> None:
 def attempts(db_result: Any) -> int:
     """The attempts a result has started: each claim adds its worker's id."""
     return len(db_result.worker_ids or [])
+
+
+def prune_orphans() -> int:
+    """Delete the ``LocalRun`` rows whose result is gone (django-tasks-db's
+    ``prune_db_task_results`` deletes results and knows nothing of them)."""
+    from django.db.models import CharField
+    from django.db.models.functions import Cast
+    from django_tasks_db.models import DBTaskResult
+
+    db = router.db_for_write(LocalRun)
+    ids = DBTaskResult.objects.using(db).annotate(sid=Cast("id", CharField())).values("sid")
+    n, _ = LocalRun.objects.using(db).exclude(result_id__in=ids).delete()
+    return n

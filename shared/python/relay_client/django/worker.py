@@ -50,7 +50,7 @@ class Worker:
         ]
         if self.prune_after_days is not None:
             out.append(("prune", 3600.0, self.prune))
-            out.append(("prune heartbeats", 3600.0, self.prune_heartbeats))
+            out.append(("prune local", 3600.0, self.prune_local))
         return out
 
     def run_once(self) -> None:
@@ -112,6 +112,16 @@ class Worker:
         n = outbox.prune(older_than=timedelta(days=self.prune_after_days))
         return f"pruned {n}" if n else ""
 
-    def prune_heartbeats(self) -> str:
-        n = heartbeats.prune()
-        return f"forgot {n} workers gone a week" if n else ""
+    def prune_local(self) -> str:
+        """Heartbeats of workers gone a week; run records of results django-tasks-db pruned."""
+        from django.apps import apps
+
+        said = []
+        if n := heartbeats.prune():
+            said.append(f"forgot {n} workers gone a week")
+        if apps.is_installed("django_tasks_db"):
+            from .local import prune_orphans
+
+            if n := prune_orphans():
+                said.append(f"deleted {n} local run records whose result was pruned")
+        return ", ".join(said)
