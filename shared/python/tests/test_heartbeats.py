@@ -36,7 +36,7 @@ def test_the_gate_fails_within_its_bound_with_no_worker_and_passes_with_one():
     db = connection.settings_dict["NAME"]
     out, took = gate(db, "--timeout", "3", "--kinds", "relay_worker")
     assert out.returncode != 0 and "no live relay_worker after 3 s" in out.stderr, out
-    assert 3 <= took < 15, took  # its bound, plus a Django start
+    assert 3 <= took < 30, took  # its bound, plus a Django start on a loaded machine
     begun = timezone.now()
     worker = subprocess.Popen(
         [sys.executable, "manage.py", "relay_worker", "--drain-every", "60", "--reconcile-every", "600"],
@@ -100,23 +100,28 @@ def test_a_worker_recovers_others_only_after_its_own_beats_went_unbroken_for_the
     until each has had the stale bound to beat again."""
     settings.RELAY = {**settings.RELAY, "HEARTBEAT_SECONDS": 0.05, "WORKER_STALE_SECONDS": 0.5}
     failures: list[float] = []
-    calls = [0]
+    upkeep: list[float] = []
     real = heartbeats.beat
 
     def beat(*args):
-        calls[0] += 1
-        if 10 <= calls[0] <= 12:  # the database away for three beats
+        if upkeep and len(failures) < 3:  # once upkeep has run: the database away for three beats
             failures.append(time.monotonic())
             raise ConnectionError("database restarting")
         real(*args)
 
     monkeypatch.setattr(heartbeats, "beat", beat)
-    upkeep: list[float] = []
     hb = heartbeats.Heartbeat("relay_tasks_worker", "steady", also=lambda: upkeep.append(time.monotonic()))
     started = time.monotonic()
     hb.start()
-    time.sleep(2.5)
-    hb.stop()
+    try:
+        wait_for(
+            "upkeep after the outage",
+            lambda: len(failures) == 3 and any(t > failures[-1] for t in upkeep),
+            timeout=30,
+            every=0.05,
+        )
+    finally:
+        hb.stop()
     assert len(failures) == 3
     before, after = [t for t in upkeep if t < failures[0]], [t for t in upkeep if t > failures[-1]]
     assert before and after, upkeep
