@@ -175,8 +175,9 @@ def test_a_task_whose_worker_is_killed_mid_run_is_recovered_and_run_again():
     assert row.worker_ids == ["doomed", "rescuer"]
     run = LocalRun.objects.get(pk=result.id)
     assert run.recovered == 1 and run.errors[0]["error"].startswith("WorkerLost: worker doomed stopped being seen")
-    # Recovered within the stated bound: stale after 2 s, looked at every 0.5 s (and start-up).
+    # Recovered within the stated bound: the rescuer's start, then stale after 2 s, looked at every 0.5 s
+    # once its own beats went unbroken for 2 s (room left for a slow start on a loaded machine).
     recovered_at = datetime.fromisoformat(run.errors[0]["failed_at"])
-    assert recovered_at - killed_at < timedelta(seconds=15), (killed_at, recovered_at)
+    assert recovered_at - killed_at < timedelta(seconds=30), (killed_at, recovered_at)
     print(f"recovered {(recovered_at - killed_at).total_seconds():.1f} s after kill -9 (stale 2 s, beats 0.5 s)")
     assert WorkerHeartbeat.objects.get(instance_id="rescuer").stopped_at is not None
