@@ -74,6 +74,24 @@ def test_the_local_status_document_validates_and_reports_the_local_work(relay_se
         ("shop.tasks.tally_orders", "pending"),
     } <= runs, runs
     assert doc["failures"]["last_hour"] == 1 and doc["failures"]["last_24h"] == 1
+    [failed] = [r for r in doc["recent_runs"] if r["status"] == "failed"]
+    assert (failed["last_error"], failed["attempt"], failed["max_attempts"]) == (
+        "ValueError: this local task always fails",
+        1,
+        1,
+    )
+    # Failed for good: an open exception with its cause, as Relay's own document lists them.
+    [exc] = doc["exceptions"]
+    assert (exc["task_type"], exc["kind"], exc["cause"]) == (
+        "shop.tasks.broken",
+        "attempts_exhausted",
+        "ValueError: this local task always fails",
+    )
+    assert doc["failures"]["open_exceptions"] == 1
+    # The chart's series: the last hour in 5-minute buckets, both finished runs in the newest.
+    activity = doc["activity"]
+    assert (activity["bucket_s"], len(activity["runs"]), len(activity["failures"])) == (300, 12, 12)
+    assert (sum(activity["runs"]), sum(activity["failures"])) == (2, 1) and activity["runs"][-1] >= 1, activity
     assert [w["instance_id"] for w in doc["workers"]] == ["shop-worker-1"]
     queues = {q["name"]: q for q in doc["queues"]}
     assert queues["relay-outbox"]["depth"] == 1 and queues["relay-outbox"]["oldest_pending_age_s"] >= 0
@@ -135,6 +153,9 @@ def test_the_console_shows_the_local_project_next_to_relay(relay: Relay, relay_s
         assert 'data-project="relay" data-state="ok"' in html, html
         assert 'data-project="shop" data-state="ok"' in html, html
         assert "relay-outbox" in html and "shop.tasks.broken" in html, "the local project's queues and runs"
+        assert "this project reports no activity series" not in html, "both projects chart their runs"
+        assert "2 runs (blue), 1 failed (red)" in html, html
+        assert '<td class="cause">ValueError: this local task always fails</td>' in html, "the failure's cause"
         browser = chromium()
         if browser is None:
             pytest.skip(

@@ -68,8 +68,9 @@ DATABASES = {
 }
 
 TASKS = {
-    # Local work (the residue that cannot move): django-tasks-db on this project's database.
-    "default": {"BACKEND": "django_tasks_db.DatabaseBackend"},
+    # Local work (the residue that cannot move): django-tasks-db on this project's database, with
+    # attempts and backoff (run by `manage.py relay_tasks_worker`).
+    "default": {"BACKEND": "relay_client.django.local.LocalBackend"},
     # Platform work: Relay's task types.
     "relay": {"BACKEND": "relay_client.django.backend.RelayBackend"},
 }
@@ -98,6 +99,13 @@ RELAY = {
     "SIGNING_SECRETS": os.environ.get("RELAY_SIGNING_SECRETS", "").split(),
     "STATUS_KEYS": [k for k in [os.environ.get("RELAY_STATUS_KEY")] if k],
     "PROJECT": "shop",
+    # Local tasks: one attempt unless a task or a call asks for more.
+    "TASK_ATTEMPTS": 1,
+    "TASK_BACKOFF": 60,
+    # Workers beat every HEARTBEAT_SECONDS; one silent for WORKER_STALE_SECONDS is dead.
+    "HEARTBEAT_SECONDS": float(os.environ.get("RELAY_HEARTBEAT_SECONDS", "10")),
+    "WORKER_STALE_SECONDS": float(os.environ.get("RELAY_WORKER_STALE_SECONDS", "60")),
+    "WORKERS": ["relay_worker", "relay_tasks_worker"],
     # Local periodic work, fired by `manage.py relay_worker` (each slot once across workers).
     "SCHEDULES": [
         {"name": "nightly-tally", "cron": "0 2 * * *", "task": "shop.tasks.tally_orders"},

@@ -51,6 +51,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     for i, entry in enumerate(relay.get("SCHEDULES") or []):
         for problem in schedules.problems(entry):
             out.append(Error(f"RELAY['SCHEDULES'][{i}] {problem}", id="relay.E006"))
+    out += _local_work(relay)
     out += _status_sources(relay.get("STATUS_SOURCES"))
     backends = [v.get("BACKEND", "") for v in (getattr(settings, "TASKS", None) or {}).values()]
     if not any(b.endswith("RelayBackend") for b in backends):
@@ -60,6 +61,39 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="relay.W001",
             )
         )
+    return out
+
+
+def _local_work(relay: dict[str, Any]) -> list[CheckMessage]:
+    """Local tasks' attempts and backoff, the heartbeat and the worker kinds a deploy waits for."""
+    from . import heartbeats
+
+    out: list[CheckMessage] = []
+    attempts = relay.get("TASK_ATTEMPTS", 1)
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        out.append(
+            Error(f"RELAY['TASK_ATTEMPTS'] must be a whole number of at least 1, not {attempts!r}", id="relay.E008")
+        )
+    numbers = {"TASK_BACKOFF": 60.0, "HEARTBEAT_SECONDS": 10.0, "WORKER_STALE_SECONDS": 60.0}
+    for name, default in numbers.items():
+        value = relay.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            out.append(Error(f"RELAY[{name!r}] must be a number of seconds, not {value!r}", id="relay.E008"))
+    beat, stale = relay.get("HEARTBEAT_SECONDS", 10.0), relay.get("WORKER_STALE_SECONDS", 60.0)
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in (beat, stale)) and stale < 3 * beat:
+        out.append(
+            Error(
+                "RELAY['WORKER_STALE_SECONDS'] must be at least 3 heartbeats: a live worker's tasks would be recovered",
+                id="relay.E008",
+            )
+        )
+    kinds = relay.get("WORKERS", [heartbeats.RELAY_WORKER])
+    known = (heartbeats.RELAY_WORKER, heartbeats.TASKS_WORKER)
+    for kind in [kinds] if isinstance(kinds, str) else kinds if isinstance(kinds, list | tuple) else [kinds]:
+        if kind not in known:
+            out.append(
+                Error(f"RELAY['WORKERS'] names {kind!r}, which beats no heartbeat (known: {known})", id="relay.E009")
+            )
     return out
 
 

@@ -135,3 +135,8 @@ class RelayMessageEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} {self.message_id}"
+
+
+from .records import LocalRun, ScheduleState, WorkerHeartbeat  # noqa: E402  (the relay app's other models)
+
+__all__ = ["LocalRun", "RelayJob", "RelayMessageEvent", "ScheduleSlot", "ScheduleState", "WorkerHeartbeat"]

@@ -1,5 +1,6 @@
 """``relay_worker``'s loop: the drain, the reconciliation and the declared schedules, each on its
-own interval, in one process that stops cleanly when told to (``stop``; SIGTERM in the command).
+own interval, in one process that stops cleanly when told to (``stop``; SIGTERM in the command),
+and beats its heartbeat (``heartbeats``) on a thread of its own throughout.
 
 A failure of one step (Relay unreachable, the database restarting) is logged and the step runs
 again at its next interval: the worker outlives what it reports.
@@ -8,6 +9,9 @@ again at its next interval: the worker outlives what it reports.
 from __future__ import annotations
 
 import logging
+import os
+import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -16,7 +20,7 @@ from datetime import timedelta
 
 from django.db import close_old_connections
 
-from . import outbox, schedules
+from . import heartbeats, outbox, schedules
 
 log = logging.getLogger("relay_client")
 
@@ -32,6 +36,8 @@ class Worker:
     prune_after_days: float | None = None
     say: Callable[[str], None] = log.info
     stop_event: threading.Event = field(default_factory=threading.Event)
+    #: This process's id in its heartbeat (the status document's ``instance_id``).
+    instance_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}")
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -44,6 +50,7 @@ class Worker:
         ]
         if self.prune_after_days is not None:
             out.append(("prune", 3600.0, self.prune))
+            out.append(("prune local", 3600.0, self.prune_local))
         return out
 
     def run_once(self) -> None:
@@ -51,9 +58,18 @@ class Worker:
             self._run(name, step)
 
     def run(self) -> None:
-        """Until ``stop()``: each step at start, then at its interval."""
+        """Until ``stop()``: each step at start, then at its interval; a heartbeat throughout."""
+        beat = heartbeats.Heartbeat(heartbeats.RELAY_WORKER, self.instance_id)
+        beat.start()
+        try:
+            self._loop()
+        finally:
+            beat.stop()
+        self.say("relay worker stopped")
+
+    def _loop(self) -> None:
         due = {name: 0.0 for name, _, _ in self.steps()}
-        self.say("relay worker started")
+        self.say(f"relay worker started ({self.instance_id})")
         while not self.stop_event.is_set():
             for name, every, step in self.steps():
                 if self.stop_event.is_set():
@@ -62,7 +78,6 @@ class Worker:
                     self._run(name, step)
                     due[name] = time.monotonic() + every
             self.stop_event.wait(max(min(due.values()) - time.monotonic(), 0.05))
-        self.say("relay worker stopped")
 
     def _run(self, name: str, step: Callable[[], str]) -> None:
         close_old_connections()
@@ -96,3 +111,17 @@ class Worker:
         assert self.prune_after_days is not None
         n = outbox.prune(older_than=timedelta(days=self.prune_after_days))
         return f"pruned {n}" if n else ""
+
+    def prune_local(self) -> str:
+        """Heartbeats of workers gone a week; run records of results django-tasks-db pruned."""
+        from django.apps import apps
+
+        said = []
+        if n := heartbeats.prune():
+            said.append(f"forgot {n} workers gone a week")
+        if apps.is_installed("django_tasks_db"):
+            from .local import prune_orphans
+
+            if n := prune_orphans():
+                said.append(f"deleted {n} local run records whose result was pruned")
+        return ", ".join(said)

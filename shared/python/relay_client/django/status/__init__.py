@@ -9,7 +9,9 @@ Beside them, always: the outbox as a queue of its own (``relay-outbox``), where 
 behind show as depth and age until a drain posts them; rows Relay refused count as failures,
 and rows stuck until the tenant acts (401/403/409) as open exceptions; and the schedules
 declared in ``RELAY["SCHEDULES"]`` with their next run and the run their latest fired slot
-enqueued (a run of the same task enqueued by other code is not the schedule's).
+enqueued (a run of the same task enqueued by other code is not the schedule's); and the workers
+that beat (``relay_worker``, ``relay_tasks_worker``), a stopped one forgotten after
+``heartbeats.FORGET_AFTER``.
 """
 
 from __future__ import annotations
@@ -22,12 +24,11 @@ from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Count, Min
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
-from .. import conf
+from .. import conf, heartbeats
 from .._compat import TaskResultDoesNotExist, TaskResultMismatch
-from ..models import RelayJob, ScheduleSlot
-from ..schedules import Schedule, declared
+from ..models import RelayJob, ScheduleSlot, ScheduleState
+from ..schedules import Schedule, declared, task_of
 from . import django_q, shape, tasks_db
 from .shape import CONTRACT, RECENT_RUNS, VERSION
 
@@ -56,8 +57,17 @@ def document(now: datetime | None = None) -> dict[str, Any]:
     now = now or timezone.now()
     names = sources()
     parts = [_outbox(now)] + [SOURCES[name](now) for name in names]
-    parts.append(shape.Part(schedules=_declared(now)))
+    parts.append(shape.Part(schedules=_declared(now), workers=_heartbeats(now)))
     return shape.merge(str(conf.get("PROJECT") or "django"), now, parts)
+
+
+def _heartbeats(now: datetime) -> list[tuple[datetime, dict[str, Any]]]:
+    """The workers that beat (``relay_worker``, ``relay_tasks_worker``): running, or silent for
+    less than ``FORGET_AFTER`` (the console shows those dead)."""
+    return [
+        shape.worker(w.kind, w.instance_id, w.last_seen_at, host=w.host, pid=w.pid, started_at=w.started_at)
+        for w in heartbeats.reported(now)
+    ]
 
 
 def _outbox(now: datetime) -> shape.Part:
@@ -75,10 +85,13 @@ def _outbox(now: datetime) -> shape.Part:
 
 
 def _declared(now: datetime) -> list[dict[str, Any]]:
+    """Each declared schedule; one switched off has no next run."""
+    off = set(ScheduleState.objects.using(conf.database()).filter(enabled=False).values_list("name", flat=True))
     out = []
     for s in declared():
         at, outcome = _last_fired(s)
-        out.append(shape.schedule(s.name, s.cron, last_run_at=at, last_outcome=outcome, next_run_at=s.next(now)))
+        following = None if s.name in off else s.next(now)
+        out.append(shape.schedule(s.name, s.cron, last_run_at=at, last_outcome=outcome, next_run_at=following))
     return out
 
 
@@ -88,7 +101,12 @@ def _last_fired(s: Schedule) -> tuple[datetime | None, str | None]:
     if slot is None:
         return None, None
     try:
-        result = import_string(s.task).get_result(slot.task_result_id)
-    except (ImportError, TaskResultDoesNotExist, TaskResultMismatch):  # pruned, or the entry now names another task
+        result = task_of(s).get_result(slot.task_result_id)
+    except (
+        ImportError,
+        TypeError,
+        TaskResultDoesNotExist,
+        TaskResultMismatch,
+    ):  # pruned, or the entry now names another task
         return slot.fired_at, None
     return result.started_at or slot.fired_at, shape.OUTCOMES.get(str(result.status), str(result.status).lower())

@@ -13,7 +13,8 @@
   the schedules' deferred rows show.
 - Schedules: the recurring ``Schedule`` rows, with their next run (none once ``repeats`` is 0)
   and the outcome of the task they last fired.
-- Runs and failures: ``Task`` rows (``Success``/``Failure``) and the queued rows. django-q2
+- Runs and failures: ``Task`` rows (``Success``/``Failure``) and the queued rows; the activity
+  series from the ``Task`` rows stopped in the last hour. django-q2
   stamps ``Task.started`` at enqueue, so it is the run's ``created_at``; it keeps no start time.
 """
 
@@ -53,7 +54,21 @@ def collect(now: datetime) -> shape.Part:
         runs=[shape.run(now=now, **r) for r in runs.values()],
         failed_last_hour=failed.filter(stopped__gte=now - timedelta(hours=1)).count(),
         failed_last_24h=failed.filter(stopped__gte=now - timedelta(hours=24)).count(),
+        activity=_activity(now),
     )
+
+
+def _activity(now: datetime) -> shape.Activity:
+    """``Task`` rows stopped in the chart's hour, per 5 minutes (failures: those not successful)."""
+    from django_q.models import Task
+
+    since = now - timedelta(seconds=shape.ACTIVITY_BUCKETS * shape.ACTIVITY_BUCKET_S)
+    finished = list(
+        Task.objects.filter(stopped__gte=since)
+        .order_by("-stopped")
+        .values_list("stopped", "success")[: shape.ACTIVITY_CAP]
+    )
+    return shape.activity(now, [(at, not ok) for at, ok in finished], truncated=len(finished) >= shape.ACTIVITY_CAP)
 
 
 def _conf() -> Any:

@@ -12,8 +12,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 CONTRACT = "relay.status/v1"
-VERSION = "1.0"
+#: 1.2: the optional ``activity`` series and ``exceptions`` (local tasks failed for good).
+VERSION = "1.2"
 RECENT_RUNS = 50
+#: The activity chart, as Relay's own document draws it: 12 buckets of 5 minutes, oldest first.
+ACTIVITY_BUCKETS = 12
+ACTIVITY_BUCKET_S = 300
+#: Most finished runs each series reads; beyond it the series says ``truncated``.
+ACTIVITY_CAP = 20000
+#: Most open exceptions a document lists.
+EXCEPTIONS = 10
 #: ``django.tasks`` result statuses as the contract names outcomes.
 OUTCOMES = {"READY": "pending", "RUNNING": "running", "SUCCESSFUL": "succeeded", "FAILED": "failed"}
 _EPOCH = datetime.min.replace(tzinfo=UTC)
@@ -39,6 +47,43 @@ class Part:
     failed_last_hour: int = 0
     failed_last_24h: int = 0
     open_exceptions: int = 0
+    #: Finished runs and failures per activity bucket (oldest first); None: the source keeps none.
+    activity: Activity | None = None
+    #: Open exceptions, with the time they sort on (newest first).
+    exceptions: list[tuple[datetime, dict[str, Any]]] = field(default_factory=list)
+
+
+@dataclass
+class Activity:
+    runs: list[int] = field(default_factory=lambda: [0] * ACTIVITY_BUCKETS)
+    failures: list[int] = field(default_factory=lambda: [0] * ACTIVITY_BUCKETS)
+    truncated: bool = False
+
+
+def activity(now: datetime, finished: list[tuple[datetime, bool]], *, truncated: bool = False) -> Activity:
+    """The series from ``(finished_at, failed)`` pairs: bucket 0 is the oldest 5 minutes of the hour."""
+    out = Activity(truncated=truncated)
+    for at, failed in finished:
+        ago = int(max((now - at).total_seconds(), 0.0) // ACTIVITY_BUCKET_S)
+        if ago < ACTIVITY_BUCKETS:
+            out.runs[ACTIVITY_BUCKETS - 1 - ago] += 1
+            if failed:
+                out.failures[ACTIVITY_BUCKETS - 1 - ago] += 1
+    return out
+
+
+def exception(
+    id: str, job_id: str, task_type: str, kind: str, cause: str, opened_at: datetime
+) -> tuple[datetime, dict[str, Any]]:
+    return opened_at, {
+        "id": id,
+        "job_id": job_id,
+        "tenant": None,
+        "task_type": task_type,
+        "kind": kind,
+        "cause": cause[:300],
+        "opened_at": iso(opened_at),
+    }
 
 
 def worker(
@@ -105,6 +150,7 @@ def run(
     finished_at: datetime | None = None,
     run_at: datetime | None = None,
     attempt: int | None = None,
+    max_attempts: int | None = None,
     last_error: str | None = None,
 ) -> tuple[datetime, dict[str, Any]]:
     """A run with the job resource's field names; a running one carries its elapsed time."""
@@ -115,6 +161,7 @@ def run(
         "tenant": None,
         "run_at": iso(run_at),
         "attempt": attempt,
+        "max_attempts": max_attempts,
         "started_at": iso(started_at),
         "created_at": iso(created_at),
         "updated_at": iso(finished_at or started_at or created_at),
@@ -131,7 +178,9 @@ def merge(project: str, now: datetime, parts: list[Part]) -> dict[str, Any]:
     """One ``relay.status/v1`` document from the parts, workers and runs newest first."""
     workers = sorted((w for p in parts for w in p.workers), key=lambda w: w[0], reverse=True)
     runs = sorted((r for p in parts for r in p.runs), key=lambda r: r[0], reverse=True)
-    return {
+    exceptions = sorted((e for p in parts for e in p.exceptions), key=lambda e: e[0], reverse=True)
+    series = [p.activity for p in parts if p.activity is not None]
+    doc: dict[str, Any] = {
         "contract": CONTRACT,
         "version": VERSION,
         "project": project,
@@ -145,4 +194,13 @@ def merge(project: str, now: datetime, parts: list[Part]) -> dict[str, Any]:
             "last_24h": sum(p.failed_last_24h for p in parts),
             "open_exceptions": sum(p.open_exceptions for p in parts),
         },
+        "exceptions": [e for _, e in exceptions[:EXCEPTIONS]],
     }
+    if series:
+        doc["activity"] = {
+            "bucket_s": ACTIVITY_BUCKET_S,
+            "runs": [sum(a.runs[i] for a in series) for i in range(ACTIVITY_BUCKETS)],
+            "failures": [sum(a.failures[i] for a in series) for i in range(ACTIVITY_BUCKETS)],
+            "truncated": any(a.truncated for a in series),
+        }
+    return doc
