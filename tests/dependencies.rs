@@ -377,3 +377,28 @@ async fn a_chain_longer_than_one_cancel_takes_on_is_finished_by_the_sweep() {
     let last = get(&w, ids[29]).await;
     assert_eq!(last["last_error"].as_str(), Some(format!("dependency {} ended cancelled", ids[28]).as_str()), "{last}");
 }
+
+/// A job down the chain with more dependents than one cancel has room for: the cancel stops at
+/// its budget and says so (none is missed for being beyond the cut), and the sweep finishes.
+#[tokio::test]
+async fn a_wide_chain_cut_at_the_budget_says_so_and_the_sweep_finishes_it() {
+    let w = World::new().await;
+    let head = id_of(&submit(&w, "head", json!({"task_type": "noop", "delay_seconds": 3600})).await);
+    let mid = id_of(&submit(&w, "mid", json!({"task_type": "noop", "after": [head]})).await);
+    let mut ids = vec![head, mid];
+    for i in 0..25 {
+        ids.push(id_of(&submit(&w, &format!("leaf-{i}"), json!({"task_type": "noop", "after": [mid]})).await));
+    }
+    let mut db = w.db().await;
+    let tx = db.transaction().await.unwrap();
+    let c = taskdeck::store::jobs::cancel(&tx, w.tenant.id, head, 10).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(c, taskdeck::store::jobs::Cancelled { job: true, dependents: 10, dependents_left: true });
+    db.execute("UPDATE jobs SET finished_at = finished_at - interval '1 minute' WHERE status = 'cancelled'", &[])
+        .await
+        .unwrap();
+    let report = w.platform.sweeper().pass().await.unwrap();
+    assert_eq!(report.dependents_healed, 16, "{report:?}");
+    let cancelled = "SELECT count(*) FROM jobs WHERE id = ANY($1) AND status = 'cancelled'";
+    assert_eq!(w.count(cancelled, &[&ids]).await, 27);
+}

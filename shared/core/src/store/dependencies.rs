@@ -177,7 +177,11 @@ pub async fn release(
         if picked < room {
             break;
         }
-        chain = next;
+        // Cut short: the next statement starts again from every cancelled job so far, so
+        // dependents of this chain that did not fit are not missed.
+        chain.extend(next);
+        chain.sort();
+        chain.dedup();
     }
     Ok(out)
 }
@@ -253,14 +257,16 @@ async fn cascade(
     let stmt = db
         .prepare_cached(&format!(
             "WITH RECURSIVE reach (id) AS (
-                 SELECT d.job_id FROM job_dependencies d JOIN jobs j ON j.id = d.job_id
-                 WHERE d.after_id = ANY ($1) AND j.status = 'pending'
+                 SELECT d.job_id FROM job_dependencies d
+                 WHERE d.after_id = ANY ($1) AND (SELECT j.status FROM jobs j WHERE j.id = d.job_id) = 'pending'
                  UNION
-                 -- Each step along the edges' index (OFFSET 0 keeps the lateral: joined
-                 -- whole, the planner scanned every edge at each step of a chain).
+                 -- Each step by the edges' index and each job by its id: OFFSET 0 keeps the
+                 -- lateral, the scalar subquery the id lookup (joined whole, the planner
+                 -- scanned every edge, or every open job, at each step of a chain).
                  SELECT n.id FROM reach r, LATERAL (
-                     SELECT d.job_id AS id FROM job_dependencies d JOIN jobs j ON j.id = d.job_id
-                     WHERE d.after_id = r.id AND j.status = 'pending' OFFSET 0
+                     SELECT d.job_id AS id FROM job_dependencies d
+                     WHERE d.after_id = r.id AND (SELECT j.status FROM jobs j WHERE j.id = d.job_id) = 'pending'
+                     OFFSET 0
                  ) n
              ), picked AS (
                  SELECT id FROM reach LIMIT $2
