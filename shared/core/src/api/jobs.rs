@@ -556,8 +556,8 @@ pub struct CancelView {
     /// down the chain (0 on a cancel of a job already cancelled).
     pub dependents_cancelled: u64,
     /// True when the chain is longer than one cancel takes on (10,000 jobs): this call
-    /// cancelled `dependents_cancelled` of them and the sweep cancels the rest, within about
-    /// a minute.
+    /// cancelled `dependents_cancelled` of them and the sweep cancels the rest, up to 10,000
+    /// a pass (each pass taking on what the last one cancelled at least 10 s after it).
     pub dependents_remaining: bool,
 }
 
