@@ -251,3 +251,94 @@ async fn a_shadowed_invitation_previews_its_parts_and_attachments() {
     );
     assert!(moto_raw().await.iter().all(|r| !r.contains(&subject)), "nothing sent");
 }
+
+/// Issue 51, 2: a tenant header that would shape the message (its MIME structure, or what SES
+/// reads from a raw message's headers) is refused by name at submit; a plain one is taken.
+#[tokio::test]
+async fn headers_relay_or_ses_set_are_refused_by_name() {
+    let w = World::new().await;
+    taskdeck::store::sending_identities::set(&mut w.db().await, w.tenant.id, &[DOMAIN.into()]).await.unwrap();
+    let send = |name: &str, value: &str| {
+        json!({"task_type": "email.send", "params": {"from": format!("hi@{DOMAIN}"), "to": ["bo@example.com"],
+            "subject": "Hi", "text": "Hi", "headers": {name: value}}})
+    };
+    for (name, value) in [
+        ("Content-Type", "multipart/mixed; boundary=evil"),
+        ("content-type", "text/html"),
+        ("MIME-Version", "2.0"),
+        ("Content-Transfer-Encoding", "quoted-printable"),
+        ("Content-Disposition", "attachment; filename=a.exe"),
+        ("Content-ID", "<x@evil.example>"),
+        ("X-SES-CONFIGURATION-SET", "someone-elses"),
+        ("X-SES-MESSAGE-TAGS", "relay_job_id=00000000-0000-0000-0000-000000000000"),
+        ("X-SES-SOURCE-ARN", "arn:aws:ses:eu-west-1:123456789012:identity/other.example"),
+        ("DKIM-Signature", "v=1; a=rsa-sha256; d=other.example"),
+    ] {
+        let (status, e) = w.submit(&format!("h-{name}"), send(name, value)).await;
+        assert_eq!(
+            (status, e["error"]["field"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some(format!("params.headers.{name}").as_str())),
+            "{name}: {e}"
+        );
+    }
+    let campaign = json!({"task_type": "email.campaign", "params": {"message": {
+        "from": format!("noreply@{DOMAIN}"), "subject": "News", "text": "Hi", "headers": {"Content-Type": "text/html"}},
+        "recipients": [{"to": "bo@example.com"}]}});
+    let (status, e) = w.submit("campaign", campaign).await;
+    assert_eq!(
+        (status, e["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("params.message.headers.Content-Type")),
+        "{e}"
+    );
+    assert_eq!(w.count("SELECT count(*) FROM jobs", &[]).await, 0, "nothing queued");
+    let (status, e) = w.submit("plain", send("X-Order", "42")).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{e}");
+}
+
+/// Issue 51, 5: the size limit is inclusive (512 KiB decoded is taken, one byte more is not),
+/// and a file name in RFC 2047 encoded words is checked as a mail client shows it.
+#[tokio::test]
+async fn the_size_limit_is_inclusive_and_encoded_file_names_are_decoded_before_the_check() {
+    let w = World::new().await;
+    taskdeck::store::sending_identities::set(&mut w.db().await, w.tenant.id, &[DOMAIN.into()]).await.unwrap();
+    let with = |name: &str, bytes: usize| {
+        let mut body = invitation("limits");
+        body["params"]["parts"] = json!([]);
+        body["params"]["attachments"] = json!([{"filename": name, "content_type": "application/octet-stream", "content_base64": STANDARD.encode(vec![7u8; bytes])}]);
+        body
+    };
+    let max = taskdeck::email::mime::MAX_CONTENT_BYTES;
+    for (i, bytes) in [max - 1, max].into_iter().enumerate() {
+        let (status, e) = w.submit(&format!("fits-{i}"), with("data.bin", bytes)).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{bytes} bytes: {e}");
+    }
+    let (status, e) = w.submit("over", with("data.bin", max + 1)).await;
+    assert_eq!(
+        (status, e["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("params.attachments[0].content_base64")),
+        "{e}"
+    );
+    for (i, name) in [
+        "=?utf-8?b?YS5leGU=?=",
+        "=?UTF-8?B?YS5leGU=?=",
+        "=?utf-8?q?a=2Eexe?=",
+        "=?iso-8859-1?Q?report_2026=2Ebat?=",
+        "=?utf-8?b?cmVwb3J0?= =?utf-8?b?LmV4ZQ==?=",
+        "=?utf-8?q?a=0Ab.pdf?=",
+        "=?utf-8?b?Li4vZXRjL3Bhc3N3ZA==?=",
+        "=?x-unknown?b?YS5leGU=?=",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (status, e) = w.submit(&format!("enc-{i}"), with(name, 3)).await;
+        assert_eq!(
+            (status, e["error"]["field"].as_str()),
+            (StatusCode::UNPROCESSABLE_ENTITY, Some("params.attachments[0].filename")),
+            "{name}: {e}"
+        );
+    }
+    // An encoded name of an allowed file is taken.
+    let (status, e) = w.submit("enc-ok", with("=?utf-8?q?Z=C3=BCrich.pdf?=", 3)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{e}");
+}

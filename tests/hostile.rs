@@ -488,3 +488,68 @@ async fn wrong_typed_fields_are_named_in_json_terms_on_every_route() {
         assert!(!names_a_rust_type(body["error"]["message"].as_str().unwrap()), "{body}");
     }
 }
+
+/// Read one answer (head and a JSON body of its `content-length`) within `within`, the
+/// connection left open by this side; `None` when it does not come in time.
+async fn answer_within(conn: &mut TcpStream, within: Duration) -> Option<String> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&out).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let len = head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ")?.parse().ok());
+            if body.len() >= len.unwrap_or(usize::MAX) {
+                return Some(text);
+            }
+        }
+        match tokio::time::timeout_at(deadline, conn.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => out.extend_from_slice(&buf[..n]),
+            _ => return None,
+        }
+    }
+}
+
+/// Issue 51, 6: a body declared over the route's limit is refused at once, before it is read
+/// (it was read until the client stalled, then answered 503 after 15 s).
+#[tokio::test]
+async fn a_body_declared_over_the_routes_limit_is_a_413_at_once() {
+    let w = World::new().await;
+    let (addr, _stop) = serve(&w, Limits::default()).await;
+    for (path, method, declared) in [
+        ("/v1/jobs", "POST", 104_857_600usize),
+        ("/v1/jobs", "POST", taskdeck::api::MAX_JOB_BODY_BYTES + 1),
+        ("/v1/jobs:batch", "POST", taskdeck::api::MAX_JOB_BODY_BYTES + 1),
+        ("/v1/templates/welcome", "PUT", taskdeck::api::MAX_BODY_BYTES + 1),
+    ] {
+        let mut conn = TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: t\r\nauthorization: Bearer {}\r\nidempotency-key: big-1\r\n\
+             content-type: application/json\r\ncontent-length: {declared}\r\n\r\n",
+            w.key
+        );
+        conn.write_all(head.as_bytes()).await.unwrap();
+        // Part of the body, then silence: the client neither finishes nor closes.
+        conn.write_all(&vec![b' '; 64 * 1024]).await.unwrap();
+        let started = Instant::now();
+        let answer = answer_within(&mut conn, Duration::from_secs(3))
+            .await
+            .unwrap_or_else(|| panic!("{method} {path} declaring {declared} bytes: no answer in 3 s"));
+        let (s, _, body) = parse(&answer);
+        assert_eq!((s, code(&body)), (413, "body_too_large"), "{method} {path} declaring {declared}: {answer}");
+        println!("{method} {path} declaring {declared} bytes: 413 in {:?}", started.elapsed());
+    }
+    // A declared length within the limit is read as before.
+    let mut conn = TcpStream::connect(addr).await.unwrap();
+    let body = br#"{"task_type": "noop"}"#;
+    let head = format!(
+        "POST /v1/jobs HTTP/1.1\r\nhost: t\r\nauthorization: Bearer {}\r\nidempotency-key: small-1\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        w.key,
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    conn.write_all(body).await.unwrap();
+    let answer = answer_within(&mut conn, Duration::from_secs(5)).await.expect("an answer");
+    assert_eq!(parse(&answer).0, 202, "{answer}");
+}

@@ -275,9 +275,9 @@ async fn cancel_takes_pending_children_with_the_parent() {
     let mut child = new_job("child");
     child.parent_id = Some(parent.id);
     jobs::insert_many(&db, w.tenant.id, &[parent.clone(), child.clone()], None).await.unwrap();
-    assert!(jobs::cancel(&db, w.tenant.id, parent.id).await.unwrap());
+    assert!(jobs::cancel(&db, w.tenant.id, parent.id, 100).await.unwrap().job);
     assert_eq!(w.count("SELECT count(*) FROM jobs WHERE status = 'cancelled'", &[]).await, 2);
-    assert!(!jobs::cancel(&db, w.tenant.id, parent.id).await.unwrap(), "already cancelled");
+    assert!(!jobs::cancel(&db, w.tenant.id, parent.id, 100).await.unwrap().job, "already cancelled");
 }
 
 #[tokio::test]

@@ -365,6 +365,7 @@ fn each_function_has_its_own_least_privilege_role() {
                 "sqs:SendMessage WorkQueue",
                 "secretsmanager:CreateSecret arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/*/destinations/*",
                 "secretsmanager:PutSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/*/destinations/*",
+                "secretsmanager:DeleteSecret arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/*/destinations/*",
             ]),
         ),
         (

@@ -231,6 +231,30 @@ impl SecretWriter {
             Err(e) => Err(SecretError::Service(DisplayErrorContext(&e).to_string())),
         }
     }
+
+    /// Delete both of a destination's secrets, at once and for good (Secrets Manager's
+    /// recovery window is skipped: the destination they belonged to is gone, and a new one of
+    /// the same name starts without them). A secret that does not exist is no error.
+    pub async fn delete(&self, tenant: TenantId, name: &str) -> Result<(), SecretError> {
+        let client = match self {
+            SecretWriter::Aws(client) => client,
+            SecretWriter::Local(store) => {
+                let (store, name) = (store.clone(), name.to_owned());
+                return tokio::task::spawn_blocking(move || store.delete(tenant, &name))
+                    .await
+                    .map_err(|e| SecretError::Service(e.to_string()))?;
+            }
+        };
+        for which in [Secret::Auth, Secret::Signing] {
+            let id = which.id(tenant, name);
+            match client.delete_secret().secret_id(&id).force_delete_without_recovery(true).send().await {
+                Ok(_) => {}
+                Err(e) if e.code() == Some("ResourceNotFoundException") => {}
+                Err(e) => return Err(SecretError::Service(DisplayErrorContext(&e).to_string())),
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

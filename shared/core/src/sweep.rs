@@ -69,8 +69,9 @@ pub struct SweepReport {
     pub tenant_faults_signalled: usize,
     /// Whether this pass read the SES account's rate and quota.
     pub ses_account_read: bool,
-    /// Jobs released (or cancelled, with callbacks) for dependencies whose end did not
-    /// release them: a crash between the two.
+    /// Jobs released or cancelled (down a chain too) for dependencies whose end did not
+    /// resolve them: a crash between the two, or a chain longer than one release takes on
+    /// (`dependencies::RELEASE_BUDGET`). At most ten batches a pass; the rest the next.
     pub dependents_healed: usize,
 }
 
@@ -183,9 +184,10 @@ impl Sweeper {
                 break;
             }
         }
-        let healed = crate::store::dependencies::heal(&self.pool.get().await?, self.config.batch).await?;
-        report.dependents_healed = healed.len();
-        transport::send(&self.transport, &self.pool, &healed).await;
+        let budget = usize::try_from(self.config.batch).unwrap_or(0).saturating_mul(10);
+        let healed = crate::store::dependencies::heal(&self.pool.get().await?, self.config.batch, budget).await?;
+        report.dependents_healed = healed.changed();
+        transport::send(&self.transport, &self.pool, &healed.dispatch).await;
         for _ in 0..self.config.max_batches {
             let b = crate::completions::sweep_overdue(&self.pool, &self.transport, self.config.batch).await?;
             report.completions_overdue += b.handled;

@@ -231,10 +231,14 @@ fn http_header_name() -> Value {
         "not": {"pattern": format!("^({})$", refused.join("|"))}})
 }
 
-/// A header name a client may set: visible ASCII but `:`, none of `RESERVED_HEADERS` (in any case).
+/// A header name a client may set: visible ASCII but `:`, none of `RESERVED_HEADERS` nor
+/// starting with one of `RESERVED_HEADER_PREFIXES` (in any case): `content::reserved_header`.
 fn header_name() -> Value {
-    let reserved = crate::email::content::RESERVED_HEADERS.map(any_case).join("|");
-    json!({"type": "string", "pattern": "^[!-9;-~]{1,126}$", "not": {"pattern": format!("^({reserved})$")}})
+    use crate::email::content::{RESERVED_HEADER_PREFIXES, RESERVED_HEADERS};
+    let reserved = RESERVED_HEADERS.map(any_case).join("|");
+    let prefixes = RESERVED_HEADER_PREFIXES.map(any_case).join("|");
+    json!({"type": "string", "pattern": "^[!-9;-~]{1,126}$",
+        "not": {"pattern": format!("^(({reserved})$|{prefixes})")}})
 }
 
 /// `email.send`'s params (or a campaign's message, which names no recipient): addresses of the
@@ -461,6 +465,39 @@ mod tests {
             "^[!-9;-~]{1,126}$"
         );
         assert_eq!(send["properties"]["params"]["properties"]["tags"]["propertyNames"]["pattern"], TAG_TEXT);
+    }
+
+    /// The header names `email.send`'s schema allows are the ones its check takes.
+    #[test]
+    fn email_header_names_are_documented_as_the_check_takes_them() {
+        let doc = super::super::openapi::document();
+        let send = doc["components"]["schemas"]["JobRequest"]["oneOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["properties"]["task_type"]["const"] == "email.send")
+            .unwrap()
+            .clone();
+        let names = &send["properties"]["params"]["properties"]["headers"]["propertyNames"];
+        let allowed = regex::Regex::new(names["pattern"].as_str().unwrap()).unwrap();
+        let refused = regex::Regex::new(names["not"]["pattern"].as_str().unwrap()).unwrap();
+        for n in [
+            "X-Order",
+            "List-Id",
+            "Content-Type",
+            "content-disposition",
+            "MIME-Version",
+            "X-SES-MESSAGE-TAGS",
+            "x-ses-configuration-set",
+            "X-Relay-Correlation-Id",
+            "From",
+            "DKIM-Signature",
+            "X-Content",
+            "Contents",
+        ] {
+            let documented = allowed.is_match(n) && !refused.is_match(n);
+            assert_eq!(documented, !crate::email::content::reserved_header(n), "{n}");
+        }
     }
 
     /// The header names `http.request`'s schema allows, in a job and a schedule, are the

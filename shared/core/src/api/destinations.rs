@@ -237,22 +237,37 @@ pub async fn get(
     Ok(Json(views(&state, tenant.id, vec![d]).await?.remove(0)))
 }
 
-/// `DELETE /v1/destinations/{name}`: jobs still calling it fail (the secret's value stays in
-/// Secrets Manager, for a destination of the same name).
+/// `DELETE /v1/destinations/{name}`: jobs still calling it fail; its two secrets are deleted
+/// with it (503 when the secret store fails: the destination is gone, a DELETE again deletes them).
 #[utoipa::path(delete, path = "/v1/destinations/{name}", tag = "destinations", params(("name" = String, Path)),
     security(("tenant_key" = [])),
-    responses((status = 204, description = "deleted"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 204, description = "deleted"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
 pub async fn delete(
     State(state): State<AppState>,
     Caller(tenant): Caller,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    if destinations::delete(&db, tenant.id, &name).await? {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::not_found())
+    let existed = destinations::delete(&db, tenant.id, &name).await?;
+    drop(db);
+    // Its secrets go with it, so a tenant holds no more secrets than destinations. Also when
+    // there was none: a DELETE again finishes what a failed one left.
+    purge_secrets(&state, tenant.id, &name).await.map_err(|_| {
+        ApiError::unavailable("the destination is deleted but its secrets are not yet; DELETE it again")
+    })?;
+    if existed { Ok(StatusCode::NO_CONTENT) } else { Err(ApiError::not_found()) }
+}
+
+/// Delete a destination's secrets from the secret store (none configured: none to delete).
+async fn purge_secrets(state: &AppState, tenant: TenantId, name: &str) -> Result<(), rules::SecretError> {
+    let Some(writer) = state.secrets.as_ref() else { return Ok(()) };
+    if rules::check_name(name).is_err() {
+        return Ok(());
     }
+    writer.delete(tenant, name).await.inspect_err(|e| {
+        tracing::warn!(event = "relay.destinations.secret_delete_failed", error = %e, "could not delete a destination's secrets");
+    })
 }
 
 /// `PUT /v1/destinations/{name}/secret`: write the auth header's value to Secrets Manager under
@@ -313,6 +328,9 @@ async fn write_secret(
     if destinations::secret_written(&db, tenant, name, which).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
+        // Deleted while the value was written: the value goes too, not kept for no destination.
+        drop(db);
+        let _ = purge_secrets(state, tenant, name).await;
         Err(ApiError::not_found())
     }
 }

@@ -156,18 +156,44 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
     }
 }
 
-/// A JSON object body: 413 over the size limit, 400 when not JSON or when any string holds a
-/// NUL character, 422 naming the field when the shape is wrong (in JSON's terms: `plain`).
+/// The largest body a route reads, as the request's extension (set by `body_limit`).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+/// The layers that bound a route's body (or, on the router, every route's): axum's limit on
+/// what is read, and the same limit for `JsonBody` to check a declared `Content-Length`
+/// against before reading any of it. A route's own replaces the router's.
+pub fn body_limit(max: usize) -> (axum::extract::DefaultBodyLimit, axum::Extension<BodyLimit>) {
+    (axum::extract::DefaultBodyLimit::max(max), axum::Extension(BodyLimit(max)))
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        "the request body is over the size limit",
+    )
+}
+
+/// A JSON object body: 413 over the size limit (at once when the declared `Content-Length` is
+/// over it: nothing is read), 400 when not JSON or when any string holds a NUL character, 422
+/// naming the field when the shape is wrong (in JSON's terms: `plain`).
 pub struct JsonBody<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let limit = req.extensions().get::<BodyLimit>().map_or(super::MAX_BODY_BYTES, |l| l.0);
+        let declared =
+            req.headers().get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
+        if declared.is_some_and(|n: u64| n > limit as u64) {
+            return Err(too_large());
+        }
         let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
             let status = rejection.status();
             if status == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::new(status, "body_too_large", "the request body is over the size limit")
+                too_large()
             } else {
                 ApiError::new(status, "unreadable_body", "the request body could not be read")
             }

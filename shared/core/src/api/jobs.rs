@@ -543,21 +543,42 @@ pub async fn sessions(
     Ok(Json(json!({ "sessions": attempt_sessions::for_job(&db, tenant.id, id).await? })))
 }
 
-/// `POST /v1/jobs/{id}/cancel`: pending or waiting jobs (and their pending children).
+/// Most jobs that run after a cancelled one (`after`) a cancel cancels with it, in its own
+/// transaction; a longer chain's rest is cancelled by the sweep (`dependencies::heal`).
+pub const CANCEL_BUDGET: usize = dependencies::RELEASE_BUDGET;
+
+/// `POST /v1/jobs/{id}/cancel`'s answer: the job, and what the cancel did down its chain.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CancelView {
+    #[serde(flatten)]
+    pub job: JobView,
+    /// Jobs that run after this one (`after`), or after its children, cancelled by this call
+    /// down the chain (0 on a cancel of a job already cancelled).
+    pub dependents_cancelled: u64,
+    /// True when the chain is longer than one cancel takes on (10,000 jobs): this call
+    /// cancelled `dependents_cancelled` of them and the sweep cancels the rest, up to 10,000
+    /// a pass (each pass taking on what the last one cancelled at least 10 s after it).
+    pub dependents_remaining: bool,
+}
+
+/// `POST /v1/jobs/{id}/cancel`: pending or waiting jobs (and their pending children), and the
+/// jobs that run after them down the chain, in one transaction: all of it or none.
 #[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs", params(("id" = String, Path)),
     security(("tenant_key" = [])),
-    responses((status = 200, body = JobView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+    responses((status = 200, body = CancelView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody)))]
 pub async fn cancel(
     State(state): State<AppState>,
     Caller(tenant): Caller,
     Path(id): Path<String>,
-) -> Result<Json<JobView>, ApiError> {
+) -> Result<Json<CancelView>, ApiError> {
     let id = parse_id(&id)?;
-    let db = state.pool.get().await.map_err(StoreError::from)?;
-    let cancelled = jobs::cancel(&db, tenant.id, id).await?;
+    let mut db = state.pool.get().await.map_err(StoreError::from)?;
+    let tx = db.transaction().await.map_err(StoreError::from)?;
+    let cancelled = jobs::cancel(&tx, tenant.id, id, CANCEL_BUDGET).await?;
+    tx.commit().await.map_err(StoreError::from)?;
     let job = view::annotate_one(&db, owned(&db, tenant.id, id).await?, Utc::now()).await?;
-    if !cancelled && job.status != JobStatus::Cancelled {
+    if !cancelled.job && job.status != JobStatus::Cancelled {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "not_cancellable",
@@ -565,7 +586,15 @@ pub async fn cancel(
         )
         .with("status", job.status.as_str()));
     }
-    Ok(Json(job))
+    if cancelled.dependents_left {
+        tracing::info!(event = "relay.jobs.cancel_continues", job_id = %id, cancelled = cancelled.dependents,
+            "a cancel's chain is longer than one cancel takes on; the sweep cancels the rest");
+    }
+    Ok(Json(CancelView {
+        job,
+        dependents_cancelled: cancelled.dependents as u64,
+        dependents_remaining: cancelled.dependents_left,
+    }))
 }
 
 /// Query of `GET /v1/jobs`; all optional.

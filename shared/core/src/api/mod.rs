@@ -22,7 +22,7 @@ pub mod status;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request};
+use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -33,6 +33,7 @@ use crate::catalogue::Catalogue;
 use crate::intake::Intake;
 use error::ApiError;
 pub use extract::TenantCache;
+use extract::body_limit;
 
 /// Largest request body accepted (a full batch of 500 modest jobs fits).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -65,8 +66,8 @@ pub struct AppState {
 
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/v1/jobs", post(jobs::submit).layer(DefaultBodyLimit::max(MAX_JOB_BODY_BYTES)).get(jobs::list))
-        .route("/v1/jobs:batch", post(jobs::submit_batch).layer(DefaultBodyLimit::max(MAX_JOB_BODY_BYTES)))
+        .route("/v1/jobs", post(jobs::submit).layer(body_limit(MAX_JOB_BODY_BYTES)).get(jobs::list))
+        .route("/v1/jobs:batch", post(jobs::submit_batch).layer(body_limit(MAX_JOB_BODY_BYTES)))
         .route("/v1/jobs/{id}", get(jobs::get))
         .route("/v1/jobs/{id}/events", get(jobs::events))
         .route("/v1/jobs/{id}/sessions", get(jobs::sessions))
@@ -117,7 +118,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this route")
         })
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(body_limit(MAX_BODY_BYTES))
         .layer(middleware::from_fn(checked_uri))
         .layer(middleware::from_fn(time_limit))
         .layer(middleware::from_fn(in_span))

@@ -6,10 +6,15 @@
 //! (`destinations::Secret::id`) as associated data: a file copied under another tenant's or
 //! destination's name does not open. The same write-only API as Secrets Manager: written by
 //! `PUT /v1/destinations/{name}/secret` (or `/signing-secret`), read by `http.request` and
-//! `webhook.send`, never returned.
+//! `webhook.send`, deleted with the destination, never returned.
+//!
+//! Any number of processes may open one store at once (`relay serve`, `relay worker`, the sweep,
+//! started together): the first key is written to a file of its own and linked into place, which
+//! fails for every process but one; the others read the key that won.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use ring::rand::{SecureRandom, SystemRandom};
@@ -49,17 +54,54 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> OpenError + '_ {
     move |error| OpenError::Io { path: path.to_owned(), error }
 }
 
-/// Write `bytes` to `path` through a file of the owner's only, renamed into place.
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
+/// A name beside `path` no other writer uses at the same time: this process's id and a count.
+fn temporary(path: &Path) -> PathBuf {
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let n = COUNT.fetch_add(1, Ordering::Relaxed);
+    let name = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.{}.{n}.tmp", std::process::id()))
+}
+
+/// Write `bytes` to a new file of the owner's only beside `path`, synced; returns its path.
+fn write_temporary(path: &Path, bytes: &[u8]) -> std::io::Result<PathBuf> {
+    let tmp = temporary(path);
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
+    options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
+    let written = options.open(&tmp).and_then(|mut file| {
+        file.write_all(bytes)?;
+        file.sync_all()
+    });
+    match written {
+        Ok(()) => Ok(tmp),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+/// Write `bytes` to `path` through a file of the owner's only, renamed into place (replacing
+/// what was there: a secret's new value).
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = write_temporary(path, bytes)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+/// Write `bytes` to `path` unless it exists, whole or not at all: through a file of the owner's
+/// only, linked into place (a link never replaces a file). False when `path` existed already.
+fn create_private(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
+    let tmp = write_temporary(path, bytes)?;
+    let linked = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 fn create_dir_private(dir: &Path) -> std::io::Result<()> {
@@ -81,8 +123,13 @@ impl LocalSecrets {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let mut b = vec![0u8; KEY_LEN];
                 rng.fill(&mut b).map_err(|_| OpenError::Random)?;
-                write_private(&key_path, &b).map_err(io(&key_path))?;
-                b
+                if create_private(&key_path, &b).map_err(io(&key_path))? {
+                    b
+                } else {
+                    // Another process made the key first: use its key, whole (it was linked
+                    // into place only once written).
+                    std::fs::read(&key_path).map_err(io(&key_path))?
+                }
             }
             Err(e) => return Err(OpenError::Io { path: key_path, error: e }),
         };
@@ -116,6 +163,22 @@ impl LocalSecrets {
         let mut file = nonce.to_vec();
         file.extend_from_slice(&sealed);
         write_private(&path, &file).map_err(fail)
+    }
+
+    /// Delete a destination's two secrets (either may be absent).
+    pub fn delete(&self, tenant: TenantId, name: &str) -> Result<(), SecretError> {
+        if super::check_name(name).is_err() {
+            return Ok(());
+        }
+        for which in [Secret::Auth, Secret::Signing] {
+            let path = self.path(tenant, name, which);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(SecretError::Service(format!("{}: {e}", path.display()))),
+            }
+        }
+        Ok(())
     }
 
     /// Open a destination's secret.

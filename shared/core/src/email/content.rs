@@ -17,9 +17,34 @@ use crate::store::templates::Template;
 pub const MAX_RECIPIENTS: usize = 50;
 /// Tags Relay sets itself; a client may not set them.
 pub const RESERVED_TAG_PREFIX: &str = "relay_";
-/// Headers SES or Relay set; a client may not set them through `headers`.
-pub const RESERVED_HEADERS: [&str; 10] =
-    ["from", "to", "cc", "bcc", "subject", "reply-to", "date", "message-id", "return-path", "x-relay-correlation-id"];
+/// Headers SES or Relay set; a client may not set them through `headers`: the addressing,
+/// and the MIME structure Relay builds (`email::mime`), and SES's signature.
+pub const RESERVED_HEADERS: [&str; 13] = [
+    "from",
+    "to",
+    "cc",
+    "bcc",
+    "subject",
+    "reply-to",
+    "date",
+    "message-id",
+    "return-path",
+    "sender",
+    "mime-version",
+    "dkim-signature",
+    "feedback-id",
+];
+/// Families of headers a client may not set: `Content-*` (RFC 2045's MIME headers: the
+/// message's type, encoding, disposition, which Relay writes), `X-SES-*` (read by SES from a
+/// raw message: configuration set, tags, sending authorization) and Relay's own `X-Relay-*`.
+pub const RESERVED_HEADER_PREFIXES: [&str; 3] = ["content-", "x-ses-", "x-relay-"];
+/// Whether a header of this name is Relay's or SES's to set (`RESERVED_HEADERS`, any case,
+/// and `RESERVED_HEADER_PREFIXES`).
+pub fn reserved_header(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    RESERVED_HEADERS.contains(&name.as_str()) || RESERVED_HEADER_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
 /// The header that carries the correlation id verbatim (tags allow only a narrow charset).
 pub const CORRELATION_HEADER: &str = "X-Relay-Correlation-Id";
 
@@ -209,8 +234,11 @@ impl SendParams {
             if !ok {
                 return Err((format!("headers.{name}"), "not a valid header name".into()));
             }
-            if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
-                return Err((format!("headers.{name}"), "set by Relay or SES; use the matching parameter".into()));
+            if reserved_header(name) {
+                return Err((
+                    format!("headers.{name}"),
+                    "set by Relay or SES (addressing, the MIME structure, sending); use the matching parameter".into(),
+                ));
             }
             if value.contains(['\r', '\n']) || value.chars().count() > MAX_HEADER_VALUE {
                 return Err((format!("headers.{name}"), format!("one line of at most {MAX_HEADER_VALUE} characters")));

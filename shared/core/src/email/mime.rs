@@ -275,8 +275,8 @@ pub fn check(parts: &[Part], attachments: &[Attachment]) -> Result<(), (String, 
             }
             None => {}
         }
-        // Bounded before decoding: base64 is 4 characters per 3 bytes.
-        if a.content_base64.len() / 4 * 3 > MAX_CONTENT_BYTES {
+        // Bounded before decoding: base64 is 4 characters per 3 bytes, less its padding.
+        if base64_len(&a.content_base64) > MAX_CONTENT_BYTES {
             return Err(too_big(at("content_base64")));
         }
         let bytes = STANDARD
@@ -295,7 +295,23 @@ pub fn decoded_size(b64: &str) -> usize {
     STANDARD.decode(b64).map_or(0, |b| b.len())
 }
 
+/// How many bytes padded base64 of this text decodes to, without decoding it.
+fn base64_len(b64: &str) -> usize {
+    let padding = b64.bytes().rev().take_while(|b| *b == b'=').count().min(2);
+    (b64.len() / 4 * 3).saturating_sub(padding)
+}
+
+/// A file name as given, then as a mail client shows it (`encoded_words::decode`): both must pass.
 fn check_filename(name: &str) -> Result<(), String> {
+    check_shown_name(name)?;
+    if name.contains("=?") {
+        let shown = super::encoded_words::decode(name)?;
+        check_shown_name(&shown).map_err(|e| format!("decoded as RFC 2047 ({shown:?}): {e}"))?;
+    }
+    Ok(())
+}
+
+fn check_shown_name(name: &str) -> Result<(), String> {
     let n = name.chars().count();
     if n == 0 || n > MAX_FILENAME || name.trim().is_empty() {
         return Err(format!("1 to {MAX_FILENAME} characters"));
@@ -499,6 +515,15 @@ mod tests {
         assert_eq!(field(inline.clone()), "attachments[0].content_id");
         let named = Attachment { content_id: Some("logo@acme".into()), ..inline };
         assert_eq!(check(&[], &[named.clone(), named]).unwrap_err().0, "attachments[1].content_id");
+    }
+
+    #[test]
+    fn sizes_are_read_from_base64_exactly_and_encoded_names_checked_as_a_client_shows_them() {
+        for n in [0, 1, 2, 3, 4, MAX_CONTENT_BYTES - 1, MAX_CONTENT_BYTES, MAX_CONTENT_BYTES + 1] {
+            assert_eq!(base64_len(&STANDARD.encode(vec![1u8; n])), n);
+        }
+        assert!(check_filename("=?utf-8?b?YS5leGU=?=").unwrap_err().contains(".exe"));
+        assert!(check_filename("=?utf-8?q?Z=C3=BCrich.pdf?=").is_ok());
     }
 
     #[test]

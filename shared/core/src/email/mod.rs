@@ -17,6 +17,7 @@
 pub mod campaign;
 pub mod content;
 pub mod departure;
+pub mod encoded_words;
 pub mod events;
 pub mod mime;
 pub mod pace;

@@ -51,9 +51,9 @@ pub use sweep::{
     take_lost_dispatches, take_lost_keyed,
 };
 pub use transition::{
-    Failed, Failure, Retry, Succeeded, await_completion, cancel, continue_later, declare_children, fail, fail_from,
-    fail_reporting, heartbeat, retry, retry_wait, succeed, succeed_from, succeed_reporting, wait_for_children,
-    wait_running,
+    Cancelled, Failed, Failure, Retry, Succeeded, await_completion, cancel, continue_later, declare_children, fail,
+    fail_from, fail_reporting, heartbeat, retry, retry_wait, succeed, succeed_from, succeed_reporting,
+    wait_for_children, wait_running,
 };
 
 /// A job as stored.

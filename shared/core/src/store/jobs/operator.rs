@@ -79,7 +79,7 @@ pub async fn cancel_tree(db: &impl GenericClient, id: JobId, reason: &str) -> Re
         .await?;
     let ended = crate::store::dependencies::flagged(&rows, 0, 1);
     if !ended.is_empty() {
-        crate::store::dependencies::release(db, &ended, false).await?;
+        crate::store::dependencies::release(db, &ended, false, crate::store::dependencies::RELEASE_BUDGET).await?;
     }
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }

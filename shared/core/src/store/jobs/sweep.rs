@@ -231,7 +231,7 @@ async fn finished(db: &impl GenericClient, rows: &[tokio_postgres::Row]) -> Resu
     let parents = rows.len() - callbacks.len() - opened.len();
     let ended = dependencies::flagged(rows, 0, 5);
     if !ended.is_empty() {
-        callbacks.extend(dependencies::release(db, &ended, true).await?);
+        callbacks.extend(dependencies::release(db, &ended, true, dependencies::RELEASE_BUDGET).await?.dispatch);
     }
     Ok(Finished { parents, callbacks, opened })
 }

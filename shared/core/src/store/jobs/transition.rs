@@ -352,10 +352,28 @@ pub async fn fail_from(
     Ok(Failed { refused, opened, callbacks, parents: parents_of(&rows, 4) })
 }
 
-/// Cancel a pending or waiting job and its pending or waiting children. Returns false when
-/// the job is in another state (or not this tenant's); the caller reads it to say why. Its
-/// callback delivery is created in the same statement and sent by the next sweep pass.
-pub async fn cancel(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> Result<bool, StoreError> {
+/// What a client's cancel did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Cancelled {
+    /// The job itself was cancelled by this call (false: it is in another state, or not this
+    /// tenant's; the caller reads it to say why).
+    pub job: bool,
+    /// Jobs that run after it (or after its children), cancelled down the chain by this call.
+    pub dependents: usize,
+    /// More dependents were left than `budget` allowed: the sweep cancels them (`dependencies::heal`).
+    pub dependents_left: bool,
+}
+
+/// Cancel a pending or waiting job and its pending or waiting children, and the jobs that run
+/// after them down the chain, at most `budget` of those. Run it in a transaction: the cancel
+/// and its dependents' then commit together or not at all. The callback deliveries are created
+/// in the same statements and sent by the next sweep pass.
+pub async fn cancel(
+    db: &impl GenericClient,
+    tenant_id: TenantId,
+    id: JobId,
+    budget: usize,
+) -> Result<Cancelled, StoreError> {
     let stmt = db
         .prepare_cached(&format!(
             "WITH cancelled AS (
@@ -374,10 +392,13 @@ pub async fn cancel(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> 
         .await?;
     let row = db.query_one(&stmt, &[&id, &tenant_id]).await?;
     let ended: Vec<JobId> = row.get(1);
+    let mut out = Cancelled { job: row.get::<_, i64>(0) == 1, ..Cancelled::default() };
     if !ended.is_empty() {
-        dependencies::release(db, &ended, false).await?;
+        let released = dependencies::release(db, &ended, false, budget).await?;
+        out.dependents = released.changed();
+        out.dependents_left = released.left;
     }
-    Ok(row.get::<_, i64>(0) == 1)
+    Ok(out)
 }
 
 /// The deliveries of a terminal write (`callbacks`), and those of the dependents it released
@@ -390,7 +411,7 @@ async fn with_dependents(
 ) -> Result<Vec<Dispatch>, StoreError> {
     let ended = dependencies::flagged(rows, 0, flag);
     if !ended.is_empty() {
-        callbacks.extend(dependencies::release(db, &ended, true).await?);
+        callbacks.extend(dependencies::release(db, &ended, true, dependencies::RELEASE_BUDGET).await?.dispatch);
     }
     Ok(callbacks)
 }
