@@ -183,7 +183,7 @@ impl LambdaConfig {
                 let mut d = crate::limits::Defaults::default();
                 for kind in crate::limits::Kind::ALL {
                     let (default, max) = (d.of(kind).unsigned_abs(), crate::limits::MAX_LIMIT.unsigned_abs());
-                    let n = number(kind.variable(), default, 0..=max)?;
+                    let n = number(crate::limits::variable(kind), default, 0..=max)?;
                     d.set(kind, i64::try_from(n).unwrap_or(crate::limits::MAX_LIMIT));
                 }
                 d

@@ -32,39 +32,15 @@ pub const SETTLE: chrono::Duration = chrono::Duration::seconds(5);
 /// What a refusal of jobs asks the client to wait (jobs drain as they run).
 pub const RETRY_AFTER_SECONDS: u64 = 5;
 
-/// A kind of row a tenant's call creates, under a limit of its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    Destinations,
-    Templates,
-    Suppressions,
-    PendingJobs,
-}
+pub use crate::store::limits::Kind;
 
-impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::Destinations, Kind::Templates, Kind::Suppressions, Kind::PendingJobs];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Destinations => "destinations",
-            Kind::Templates => "templates",
-            Kind::Suppressions => "suppressions",
-            Kind::PendingJobs => "pending_jobs",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Kind> {
-        Kind::ALL.into_iter().find(|k| k.as_str() == s)
-    }
-
-    /// The environment variable (and `relay` flag, lower-cased) of its default.
-    pub fn variable(self) -> &'static str {
-        match self {
-            Kind::Destinations => "RELAY_LIMIT_DESTINATIONS",
-            Kind::Templates => "RELAY_LIMIT_TEMPLATES",
-            Kind::Suppressions => "RELAY_LIMIT_SUPPRESSIONS",
-            Kind::PendingJobs => "RELAY_LIMIT_PENDING_JOBS",
-        }
+/// The environment variable (and `relay` flag, lower-cased) of a kind's default.
+pub fn variable(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Destinations => "RELAY_LIMIT_DESTINATIONS",
+        Kind::Templates => "RELAY_LIMIT_TEMPLATES",
+        Kind::Suppressions => "RELAY_LIMIT_SUPPRESSIONS",
+        Kind::PendingJobs => "RELAY_LIMIT_PENDING_JOBS",
     }
 }
 

@@ -3,7 +3,32 @@
 
 use super::{GenericClient, StoreError};
 use crate::job::{JobId, TenantId};
-use crate::limits::Kind;
+
+/// A kind of row a tenant's call creates, under a limit of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Destinations,
+    Templates,
+    Suppressions,
+    PendingJobs,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [Kind::Destinations, Kind::Templates, Kind::Suppressions, Kind::PendingJobs];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Destinations => "destinations",
+            Kind::Templates => "templates",
+            Kind::Suppressions => "suppressions",
+            Kind::PendingJobs => "pending_jobs",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
 
 /// The table and name column of a kind of named row; pending jobs are counted apart.
 fn table(kind: Kind) -> Option<(&'static str, &'static str)> {
