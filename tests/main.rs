@@ -31,6 +31,7 @@ mod http;
 mod http_leaks;
 mod lambda;
 mod limits;
+mod lint;
 mod local_secrets;
 mod message_events;
 mod operations;
