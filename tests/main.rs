@@ -36,6 +36,7 @@ mod local_secrets;
 mod message_events;
 mod operations;
 mod pace;
+mod policies;
 mod python;
 mod schedules;
 mod status;

@@ -6,12 +6,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Value, json};
 
 /// The platform template as JSON, with short-form intrinsics (`!Ref x`) in long form (`{"Ref": x}`).
-fn template() -> Value {
+pub(crate) fn template() -> Value {
     load("template.yaml")
 }
 
 /// The console's own template.
-fn console() -> Value {
+pub(crate) fn console() -> Value {
     load("console.yaml")
 }
 
@@ -363,8 +363,8 @@ fn each_function_has_its_own_least_privilege_role() {
                 "logs:PutLogEvents IntakeLogGroup",
                 "secretsmanager:GetSecretValue DatabaseSecretArn",
                 "sqs:SendMessage WorkQueue",
-                "secretsmanager:CreateSecret arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/*/destinations/*",
-                "secretsmanager:PutSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/*/destinations/*",
+                "secretsmanager:CreateSecret arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/*/destinations/*",
+                "secretsmanager:PutSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/*/destinations/*",
             ]),
         ),
         (
@@ -511,13 +511,13 @@ fn each_task_type_has_its_own_role_trusting_only_the_executor() {
     ), (
         "HttpRequestTaskRole",
         // Only the session's own tenant's (the relay:tenant session tag, credentials/session.rs).
-        ["secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/${!aws:PrincipalTag/relay:tenant}/destinations/*".to_owned()]
+        ["secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/${!aws:PrincipalTag/relay:tenant}/destinations/*".to_owned()]
             .into_iter()
             .collect(),
     ), (
         "WebhookSendTaskRole",
         // The same: its destinations' auth and signing secrets, the session's own tenant's only.
-        ["secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/${!aws:PrincipalTag/relay:tenant}/destinations/*".to_owned()]
+        ["secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/${!aws:PrincipalTag/relay:tenant}/destinations/*".to_owned()]
             .into_iter()
             .collect(),
     )]
@@ -664,7 +664,7 @@ fn ses_events_flow_from_a_configuration_set_through_a_topic_into_the_ingress_que
     assert_eq!(
         policy["Condition"]["ArnLike"]["aws:SourceArn"].as_array().map(Vec::len),
         Some(2),
-        "and relay-* topics, nothing else"
+        "and this stack's own <stack>_* topics, nothing else (tests/policies.rs evaluates it)"
     );
     // Created unless given, both of them.
     assert_eq!(res["SesEventTopic"]["Condition"], "CreateSesEventTopic");

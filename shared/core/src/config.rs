@@ -84,6 +84,10 @@ pub struct LambdaConfig {
     /// `RELAY_SES_CONFIGURATION_SET`: the configuration set every send names unless its
     /// request names one (the template's, whose events reach ingress).
     pub ses_configuration_set: Option<String>,
+    /// `RELAY_SECRET_ROOT`: where destination secrets live in Secrets Manager, before
+    /// `/tenants/…` (the template's `relay/<stack>`, so two stacks in one account keep apart);
+    /// default `relay` (`destinations::DEFAULT_SECRET_ROOT`).
+    pub secret_root: Option<String>,
     /// `RELAY_LIMIT_DESTINATIONS` (default 100), `RELAY_LIMIT_TEMPLATES` (1,000),
     /// `RELAY_LIMIT_SUPPRESSIONS` (1,000,000), `RELAY_LIMIT_PENDING_JOBS` (1,000,000): each
     /// tenant's limits unless an operator overrides one (`limits`); 0 to 1,000,000,000.
@@ -175,6 +179,16 @@ impl LambdaConfig {
                         name: "RELAY_SES_CONFIGURATION_SET",
                         value: v,
                         why: "1 to 64 letters, digits, '_' or '-'".into(),
+                    });
+                }
+                v => v,
+            },
+            secret_root: match text("RELAY_SECRET_ROOT") {
+                Some(v) if crate::destinations::check_secret_root(&v).is_err() => {
+                    return Err(ConfigError::Invalid {
+                        name: "RELAY_SECRET_ROOT",
+                        value: v,
+                        why: crate::destinations::SECRET_ROOT_RULE.into(),
                     });
                 }
                 v => v,
