@@ -123,6 +123,7 @@ fn arm64_traced_cargo_lambda_functions_one_per_workspace_crate() {
             assert_eq!(setting("Architectures"), json!(["arm64"]), "{name}");
             assert_eq!(setting("Handler"), "bootstrap", "{name}");
             assert_eq!(setting("Tracing"), "Active", "{name}: active tracing");
+            assert_eq!(p["LoggingConfig"]["LogFormat"], "JSON", "{name}: JSON logs (the Powertools shape)");
             assert_eq!(f["Metadata"]["BuildMethod"], "rust-cargolambda");
             assert_eq!(p["CodeUri"], "..", "the workspace root");
             binaries.insert(f["Metadata"]["BuildProperties"]["Binary"].as_str().unwrap().to_owned());
@@ -796,7 +797,7 @@ fn dead_letters_are_counted_by_log_events_the_code_really_emits_and_page() {
         }
         assert_eq!(m["MetricValue"], "1");
         let pattern = f["Properties"]["FilterPattern"].as_str().unwrap();
-        for part in pattern.split("$.fields.event = \"").skip(1) {
+        for part in pattern.split("$.event = \"").skip(1) {
             counted.insert(part.split('"').next().unwrap().to_owned());
         }
     }
@@ -920,4 +921,55 @@ fn the_topics_are_encrypted_with_a_key_their_publishers_may_use() {
             assert!(text.contains(publisher), "{publisher} may use {key}");
         }
     }
+}
+
+/// The dashboard's body is the JSON CloudWatch takes once CloudFormation substitutes it, and
+/// every metric of Relay's namespace on it is one the code prints (a metric name in
+/// `shared/core/src`), so a renamed metric cannot leave an empty graph behind.
+#[test]
+fn the_dashboard_shows_metrics_the_code_prints() {
+    let t = template();
+    let d = &t["Resources"]["Dashboard"];
+    assert_eq!(d["Type"], "AWS::CloudWatch::Dashboard");
+    let text = d["Properties"]["DashboardBody"]["Fn::Sub"].as_str().expect("a !Sub body");
+    let mut resolved = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("${") {
+        resolved.push_str(&rest[..at]);
+        let end = at + rest[at..].find('}').unwrap();
+        resolved.push('x');
+        rest = &rest[end + 1..];
+    }
+    resolved.push_str(rest);
+    let body: Value = serde_json::from_str(&resolved).expect("the body is JSON");
+    let widgets = body["widgets"].as_array().unwrap();
+    assert!(widgets.len() >= 8, "{}", widgets.len());
+    let mut source = String::new();
+    let mut stack = vec![std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../core/src"))];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                source.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+            }
+        }
+    }
+    let mut namespace = "";
+    let mut ours = 0;
+    for w in widgets {
+        for m in w["properties"]["metrics"].as_array().unwrap() {
+            let m = m.as_array().unwrap();
+            let ns = m[0].as_str().unwrap();
+            if ns != "." && ns != "..." {
+                namespace = ns;
+            }
+            if namespace == "Relay/x" {
+                let name = m[1].as_str().unwrap();
+                assert!(source.contains(&format!("\"{name}\"")), "the code prints {name}");
+                ours += 1;
+            }
+        }
+    }
+    assert!(ours >= 20, "{ours}");
 }

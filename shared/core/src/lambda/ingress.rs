@@ -133,10 +133,12 @@ impl Ingress {
             }
         }
         let n = jobs.len();
-        let mut created = 0;
+        // Duplicates are known only when the batch was stored: in an outage nothing was
+        // created and nothing was found to exist already (the records return to the queue).
+        let (mut created, mut duplicates) = (0, 0);
         if n > 0 {
             match self.store(jobs).await {
-                Ok(c) => created = c,
+                Ok(c) => (created, duplicates) = (c, n - c),
                 Err(()) => {
                     database_errors += 1;
                     for message_id in carrying {
@@ -148,7 +150,7 @@ impl Ingress {
         crate::metrics::emf::record(&[
             ("Received", n as f64),
             ("Created", created as f64),
-            ("Duplicates", (n.saturating_sub(created)) as f64),
+            ("Duplicates", duplicates as f64),
             ("DeadLetters", kept_letters as f64),
             ("BatchItemFailures", response.batch_item_failures.len() as f64),
             ("DatabaseErrors", f64::from(database_errors)),

@@ -4,7 +4,8 @@
 //! `Relay/<stack>`), one dimension `service` (`POWERTOOLS_SERVICE_NAME`, the function's part:
 //! intake, executor, ...). The metrics that mean an outage (`AGGREGATED`) are also published
 //! without a dimension, summed over every function, which is what the outage alarms read.
-//! Off outside Lambda (`AWS_LAMBDA_FUNCTION_NAME` unset), so `relay
+//! A container's first line also prints Powertools' `ColdStart` (1, dimensions `service` and
+//! `function_name`). Off outside Lambda (`AWS_LAMBDA_FUNCTION_NAME` unset), so `relay
 //! dev` and the tests' in-process handlers print nothing.
 //!
 //! The metrics and what an alarm reads from them are listed in `shared/docs/deploy.md`.
@@ -17,7 +18,11 @@ use serde_json::{Map, Value, json};
 struct Target {
     namespace: String,
     service: String,
+    function: String,
 }
+
+/// Whether this container has printed its `ColdStart` yet.
+static COLD_START_PRINTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 fn target() -> Option<&'static Target> {
     static TARGET: OnceLock<Option<Target>> = OnceLock::new();
@@ -26,7 +31,8 @@ fn target() -> Option<&'static Target> {
             let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").ok()?;
             Some(Target {
                 namespace: std::env::var("POWERTOOLS_METRICS_NAMESPACE").unwrap_or_else(|_| "Relay".into()),
-                service: std::env::var("POWERTOOLS_SERVICE_NAME").unwrap_or(function),
+                service: std::env::var("POWERTOOLS_SERVICE_NAME").unwrap_or_else(|_| function.clone()),
+                function,
             })
         })
         .as_ref()
@@ -53,15 +59,32 @@ pub fn document(namespace: &str, service: &str, counts: &[(&str, f64)], timestam
     Value::Object(doc)
 }
 
-/// Print one EMF line with these counts (on Lambda only; nothing when `counts` is empty).
+/// Powertools' `ColdStart` metric: 1, under the dimensions `service` and `function_name`.
+pub fn cold_start_document(namespace: &str, service: &str, function: &str, timestamp_ms: i64) -> Value {
+    json!({
+        "_aws": {"Timestamp": timestamp_ms, "CloudWatchMetrics": [{
+            "Namespace": namespace, "Dimensions": [["service", "function_name"]],
+            "Metrics": [{"Name": "ColdStart", "Unit": "Count"}],
+        }]},
+        "service": service,
+        "function_name": function,
+        "ColdStart": 1,
+    })
+}
+
+/// Print one EMF line with these counts (on Lambda only; nothing when `counts` is empty),
+/// after the container's `ColdStart` line the first time.
 pub fn record(counts: &[(&str, f64)]) {
     let Some(t) = target() else { return };
     if counts.is_empty() {
         return;
     }
-    let line = document(&t.namespace, &t.service, counts, chrono::Utc::now().timestamp_millis());
+    let now = chrono::Utc::now().timestamp_millis();
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
+    if !COLD_START_PRINTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        let _ = writeln!(out, "{}", cold_start_document(&t.namespace, &t.service, &t.function, now));
+    }
+    let _ = writeln!(out, "{}", document(&t.namespace, &t.service, counts, now));
     let _ = out.flush();
 }
 
@@ -71,10 +94,21 @@ pub fn database_errors() -> f64 {
 }
 
 /// Intake's per-request metrics, as a router layer: `Accepted` (202, a job or batch
-/// accepted), `Refused4xx`, `Errors5xx`, and `DatabaseErrors` the request met.
+/// accepted), `Refused4xx`, `Errors5xx`, and `DatabaseErrors` the request met; and one log
+/// line per request (`relay.intake.request`: method, route path, status, milliseconds).
 pub async fn http(req: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    let (method, path) = (req.method().to_string(), req.uri().path().to_owned());
+    let started = std::time::Instant::now();
     let res = next.run(req).await;
     let status = res.status().as_u16();
+    tracing::info!(
+        event = "relay.intake.request",
+        method,
+        path,
+        status,
+        ms = started.elapsed().as_millis() as u64,
+        "request answered"
+    );
     let flag = |hit: bool| if hit { 1.0 } else { 0.0 };
     record(&[
         ("Accepted", flag(status == 202)),
@@ -109,6 +143,10 @@ mod tests {
             (&total["Dimensions"], &total["Metrics"]),
             (&json!([[]]), &json!([{"Name": "DatabaseErrors", "Unit": "Count"}]))
         );
+        let cold = cold_start_document("Relay/prod", "intake", "prod-intake", 5);
+        assert_eq!(cold["_aws"]["CloudWatchMetrics"][0]["Dimensions"], json!([["service", "function_name"]]));
+        assert_eq!(cold["_aws"]["CloudWatchMetrics"][0]["Metrics"], json!([{"Name": "ColdStart", "Unit": "Count"}]));
+        assert_eq!((&cold["ColdStart"], &cold["function_name"]), (&json!(1), &json!("prod-intake")));
         let quiet = document("Relay", "sweeper", &[("Redispatched", 1.0)], 0);
         assert_eq!(quiet["_aws"]["CloudWatchMetrics"].as_array().map(Vec::len), Some(1), "nothing summed to publish");
     }
