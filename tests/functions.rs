@@ -26,7 +26,7 @@ fn env_for(w: &World, queue_url: &str) -> Vec<(&'static str, String)> {
 /// The event source mapping, once: receive up to 10 visible messages, invoke the function
 /// with them, delete what the partial batch response does not name and make the named records
 /// visible again (a function error or timeout returns the whole batch). `None`: nothing came.
-async fn deliver(f: &mut Function, url: &str, arn: &str, timeout: Duration) -> Option<(SqsEvent, Invoked)> {
+pub(crate) async fn deliver(f: &mut Function, url: &str, arn: &str, timeout: Duration) -> Option<(SqsEvent, Invoked)> {
     let event = moto::receive_event(url, arn, 2).await;
     if event.records.is_empty() {
         return None;
@@ -295,7 +295,7 @@ async fn a_database_outage_raises_the_outage_metric() {
                 let summed =
                     docs.iter().any(|d| {
                         d["_aws"]["CloudWatchMetrics"].as_array().into_iter().flatten().any(|m| {
-                            m["Dimensions"] == json!([[]]) && m["Metrics"].to_string().contains("DatabaseErrors")
+                            m["Dimensions"][0] == json!([]) && m["Metrics"].to_string().contains("DatabaseErrors")
                         })
                     });
                 assert!(summed, "{name}: DatabaseErrors is published without a dimension: {docs:?}");

@@ -457,6 +457,9 @@ fn each_function_has_its_own_least_privilege_role() {
                 "secretsmanager:GetSecretValue DatabaseSecretArn",
                 "lambda:InvokeFunction ${IntakeFunction.Arn}:*",
                 "lambda:InvokeFunction ${ExecutorFunction.Arn}:*",
+                "lambda:InvokeFunction ${LongExecutorFunction.Arn}:*",
+                "lambda:InvokeFunction ${SweeperFunction.Arn}:*",
+                "lambda:InvokeFunction ${IngressFunction.Arn}:*",
                 "codedeploy:PutLifecycleEventHookExecutionStatus arn:${AWS::Partition}:codedeploy:${AWS::Region}:${AWS::AccountId}:deploymentgroup:${ServerlessDeploymentApplication}/*",
             ]),
         ),
@@ -592,8 +595,8 @@ fn the_alarms_that_page_exist() {
     for metric in ["DatabaseErrors", "BatchItemFailures"] {
         let a = alarms
             .iter()
-            .find(|a| a["Properties"]["MetricName"] == metric)
-            .unwrap_or_else(|| panic!("an alarm on {metric}"));
+            .find(|a| a["Properties"]["MetricName"] == metric && a["Properties"].get("Dimensions").is_none())
+            .unwrap_or_else(|| panic!("an alarm on {metric} summed over every function"));
         assert!(taskdeck::metrics::emf::AGGREGATED.contains(&metric), "{metric} is published without a dimension");
         assert_eq!(&a["Properties"]["Namespace"], namespace, "{metric}");
         assert!(a["Properties"].get("Dimensions").is_none(), "{metric}: the sum over every function");
@@ -840,12 +843,40 @@ fn every_function_deploys_through_an_alias_gated_by_the_hook_and_rolled_back_by_
         }
         assert_eq!(p["AutoPublishAlias"], "live", "{name}");
         let d = &p["DeploymentPreference"];
-        assert!(d["Type"].as_str().unwrap().starts_with("Canary"), "{name}: a canary");
+        let shape = d["Type"].as_str().unwrap();
+        // The sweeper runs once a minute: a 10 % canary for 5 minutes gives its new version
+        // about half a pass; ten linear steps give it about five.
+        let expected =
+            if name == "SweeperFunction" { "Linear10PercentEvery1Minute" } else { "Canary10Percent5Minutes" };
+        assert_eq!(shape, expected, "{name}");
         assert_eq!(d["Hooks"]["PreTraffic"], json!({"Ref": "PreTrafficFunction"}), "{name}");
         let alarms = d["Alarms"].as_array().expect("rollback alarms");
-        assert!(alarms.iter().any(|a| target(a) == "DatabaseOutageAlarm"), "{name}: an outage rolls back");
+        let version = json!({"Fn::GetAtt": format!("{name}.Version.Version")});
+        let mut watched = BTreeSet::new();
         for a in alarms {
-            assert_eq!(res[target(a)]["Type"], "AWS::CloudWatch::Alarm", "{name}");
+            let alarm = &res[target(a)];
+            assert_eq!(alarm["Type"], "AWS::CloudWatch::Alarm", "{name}");
+            // Only the new version's own metric: a dimension naming this deployment's version.
+            let dims = alarm["Properties"]["Dimensions"].as_array().unwrap();
+            assert!(
+                dims.iter().any(|d| ["ExecutedVersion", "function_version"].contains(&d["Name"].as_str().unwrap())
+                    && d["Value"] == version),
+                "{name}: {} reads the new version only",
+                target(a)
+            );
+            assert!(
+                !refs(alarm).contains(&"HttpApi".to_owned()),
+                "{name}: no alarm of the gate names the API (a cycle)"
+            );
+            watched.insert(alarm["Properties"]["MetricName"].as_str().unwrap().to_owned());
+        }
+        for metric in ["Errors", "DatabaseErrors"] {
+            assert!(watched.contains(metric), "{name}: the new version's {metric} roll it back");
+        }
+        let emf_per_version = alarms.iter().filter(|a| res[target(a)]["Properties"]["Namespace"] != "AWS/Lambda");
+        for a in emf_per_version {
+            let metric = res[target(a)]["Properties"]["MetricName"].as_str().unwrap();
+            assert!(taskdeck::metrics::emf::AGGREGATED.contains(&metric), "{metric} is published per version");
         }
         gated.insert(name);
     }
@@ -855,6 +886,13 @@ fn every_function_deploys_through_an_alias_gated_by_the_hook_and_rolled_back_by_
     let vars = &hook["Environment"]["Variables"];
     assert_eq!(vars["RELAY_PRETRAFFIC_INTAKE"], json!({"Ref": "IntakeFunction.Version"}));
     assert_eq!(vars["RELAY_PRETRAFFIC_EXECUTOR"], json!({"Ref": "ExecutorFunction.Version"}));
+    for (var, f) in [
+        ("RELAY_PRETRAFFIC_EXECUTOR_LONG", "LongExecutorFunction"),
+        ("RELAY_PRETRAFFIC_SWEEPER", "SweeperFunction"),
+        ("RELAY_PRETRAFFIC_INGRESS", "IngressFunction"),
+    ] {
+        assert_eq!(vars[var], json!({"Ref": format!("{f}.Version")}), "the hook checks {f}'s new version");
+    }
     assert_eq!(num(&hook["ReservedConcurrentExecutions"]), 1, "the hooks of one update run in turn");
 }
 

@@ -68,6 +68,9 @@ pub struct LambdaConfig {
     /// hook checks (a function name or a version's ARN).
     pub pretraffic_intake: Option<String>,
     pub pretraffic_executor: Option<String>,
+    /// `RELAY_PRETRAFFIC_EXECUTOR_LONG`, `RELAY_PRETRAFFIC_SWEEPER`, `RELAY_PRETRAFFIC_INGRESS`:
+    /// the other new versions the hook checks, each by invoking it directly (unset: not checked).
+    pub pretraffic_others: [Option<String>; 3],
     /// `RELAY_PRETRAFFIC_WITHIN_SECONDS` (default 60): how long the hook's job has to succeed.
     pub pretraffic_within: Duration,
     /// `RELAY_RETENTION_DAYS` (default 30): the built-in retention schedule's days, when a
@@ -164,6 +167,11 @@ impl LambdaConfig {
             ingress_dlq_url: url_like("RELAY_INGRESS_DLQ_URL")?,
             pretraffic_intake: text("RELAY_PRETRAFFIC_INTAKE"),
             pretraffic_executor: text("RELAY_PRETRAFFIC_EXECUTOR"),
+            pretraffic_others: [
+                text("RELAY_PRETRAFFIC_EXECUTOR_LONG"),
+                text("RELAY_PRETRAFFIC_SWEEPER"),
+                text("RELAY_PRETRAFFIC_INGRESS"),
+            ],
             pretraffic_within: Duration::from_secs(number("RELAY_PRETRAFFIC_WITHIN_SECONDS", 60, 5..=600)?),
             retention_days: u32::try_from(number("RELAY_RETENTION_DAYS", 30, 1..=3650)?).unwrap_or(30),
             lambda_endpoint_url: url_like("AWS_ENDPOINT_URL_LAMBDA")?,

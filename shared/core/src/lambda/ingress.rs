@@ -182,6 +182,43 @@ impl Ingress {
         }
     }
 
+    /// Any event the ingress function takes: the pre-traffic hook's check
+    /// (`{"relay_deploy_check": {}}`, `deploy_check`), else an SQS batch.
+    pub async fn handle_event(&self, event: Value) -> Result<Value, String> {
+        if event.get(super::executor::DEPLOY_CHECK).is_some() {
+            return Ok(self.deploy_check().await);
+        }
+        let batch: SqsEvent = serde_json::from_value(event).map_err(|e| format!("not an SQS event: {e}"))?;
+        serde_json::to_value(self.handle(batch).await).map_err(|e| e.to_string())
+    }
+
+    /// The hook's check of this version: an SES event in its SNS envelope, as the queue
+    /// delivers one, becomes a job here (parsed and checked against the catalogue) and the
+    /// ingress tenant is reached in the database; nothing is stored, so no job, dead letter or
+    /// metric comes of it.
+    pub async fn deploy_check(&self) -> Value {
+        let version = std::env::var("AWS_LAMBDA_FUNCTION_VERSION").unwrap_or_default();
+        let nonce = uuid::Uuid::now_v7();
+        let message = json!({"eventType": "Delivery", "mail": {"messageId": format!("relay-deploy-check-{nonce}")}});
+        let record = json!({
+            "messageId": nonce.to_string(), "receiptHandle": "relay-deploy-check", "eventSource": "aws:sqs",
+            "eventSourceARN": "relay-deploy-check", "attributes": {}, "messageAttributes": {},
+            "body": json!({"Type": "Notification", "MessageId": format!("relay-deploy-check-{nonce}"),
+                "TopicArn": "relay-deploy-check", "Message": message.to_string(),
+                "Timestamp": chrono::Utc::now().to_rfc3339()}).to_string(),
+        });
+        let parsed = serde_json::from_value::<SqsMessage>(record)
+            .map_err(|e| e.to_string())
+            .and_then(|r| self.to_job(&r).map_err(|e| e.to_string()));
+        let answer = match (parsed, self.tenant().await) {
+            (Ok(job), Ok(tenant)) => json!({"version": version, "task_type": job.task_type, "tenant": tenant}),
+            (Err(e), _) => json!({"version": version, "error": format!("an SES event did not parse: {e}")}),
+            (_, Err(e)) => json!({"version": version, "error": format!("the ingress tenant: {e}")}),
+        };
+        tracing::info!(event = "relay.ingress.deploy_check", answer = %answer, "deploy check handled");
+        json!({"deploy_check": answer})
+    }
+
     /// One record as a job, or the reason it cannot be one.
     fn to_job(&self, record: &SqsMessage) -> Result<NewJob, Unparseable> {
         let body = record.body.as_deref().ok_or(Unparseable::NoBody)?;
