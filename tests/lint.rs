@@ -14,7 +14,7 @@ use serde_json::Value;
 const INFRA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../infra");
 
 /// The templates the runbook deploys, each linted.
-pub(crate) const TEMPLATES: [&str; 2] = ["template.yaml", "console.yaml"];
+pub(crate) const TEMPLATES: [&str; 3] = ["template.yaml", "console.yaml", "foundation.yaml"];
 
 /// The venv holding the pinned cfn-lint (a new pin makes a new venv), made once per test run.
 fn venv() -> PathBuf {
@@ -62,6 +62,31 @@ fn summary(findings: &[Value]) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The optional foundation stack gives the platform stack what it asks for: each output is a
+/// platform parameter of the same name, every parameter without a default that the
+/// foundation can know is among them, and the database is reached through a proxy that
+/// requires TLS and authenticates with a secret RDS manages.
+#[test]
+fn the_foundation_stacks_outputs_are_the_platform_stacks_parameters() {
+    let f = crate::template::load("foundation.yaml");
+    let t = crate::template::template();
+    let outputs: Vec<&String> = f["Outputs"].as_object().unwrap().keys().collect();
+    for o in &outputs {
+        assert!(t["Parameters"].get(o.as_str()).is_some(), "{o} is a parameter of the platform stack");
+    }
+    for p in ["DatabaseProxyEndpoint", "DatabaseSecretArn", "SubnetIds", "SecurityGroupIds", "VpcId", "VpcCidr"] {
+        assert!(outputs.iter().any(|o| o.as_str() == p), "the foundation gives {p}");
+    }
+    let r = &f["Resources"];
+    assert_eq!(r["Database"]["Properties"]["ManageMasterUserPassword"], true, "the login is RDS's managed secret");
+    assert_eq!(r["Database"]["Properties"]["PubliclyAccessible"], false);
+    assert_eq!(r["Proxy"]["Properties"]["RequireTLS"], true, "verify-full through the proxy");
+    assert_eq!(
+        r["Proxy"]["Properties"]["Auth"][0]["SecretArn"], f["Outputs"]["DatabaseSecretArn"]["Value"],
+        "the proxy and the functions use one secret"
+    );
 }
 
 #[test]

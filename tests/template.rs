@@ -15,7 +15,7 @@ pub(crate) fn console() -> Value {
     load("console.yaml")
 }
 
-fn load(name: &str) -> Value {
+pub(crate) fn load(name: &str) -> Value {
     let path = format!("{}/../../infra/{name}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     to_json(serde_yaml_ng::from_str(&text).expect("valid YAML"))
