@@ -25,6 +25,9 @@ use crate::transport::sqs::WorkMessage;
 
 /// The key of the pre-traffic hook's check event.
 pub const DEPLOY_CHECK: &str = "relay_deploy_check";
+/// The tenant whose jobs are the hook's check jobs (`pretraffic::TENANT`): the only jobs a
+/// check event claims.
+pub const DEPLOY_CHECK_TENANT: &str = "relay-deploy-check";
 
 /// Any event the executor function takes: the hook's check, else an SQS batch (its partial
 /// batch response). `Err` when it is neither.
@@ -45,7 +48,7 @@ pub async fn deploy_check(exec: &Executor, check: &Value, deadline: Option<Syste
         return json!({"deploy_check": {"version": version, "error": format!("no job_id in {check}")}});
     };
     let deadline = deadline.map(|d| Instant::now() + d.duration_since(SystemTime::now()).unwrap_or_default());
-    let answer = match exec.run_check(id, super::pretraffic::TENANT, deadline).await {
+    let answer = match exec.run_check(id, DEPLOY_CHECK_TENANT, deadline).await {
         Ok(d) => json!({
             "job_id": id, "version": version, "claimed": d.claimed, "succeeded": d.report.succeeded,
             "failed": d.report.failed, "retried": d.report.retried, "unfinished": d.unfinished.len(),

@@ -35,7 +35,7 @@ use crate::smoke::{self, SmokeApi, SmokeError};
 use crate::store::{StoreError, tenants};
 
 /// The tenant the hook's jobs belong to (created on first use; its key is replaced each run).
-pub const TENANT: &str = "relay-deploy-check";
+pub const TENANT: &str = super::executor::DEPLOY_CHECK_TENANT;
 
 /// Why a check failed.
 #[derive(Debug, thiserror::Error)]
