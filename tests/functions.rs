@@ -26,7 +26,7 @@ fn env_for(w: &World, queue_url: &str) -> Vec<(&'static str, String)> {
 /// The event source mapping, once: receive up to 10 visible messages, invoke the function
 /// with them, delete what the partial batch response does not name and make the named records
 /// visible again (a function error or timeout returns the whole batch). `None`: nothing came.
-async fn deliver(f: &mut Function, url: &str, arn: &str, timeout: Duration) -> Option<(SqsEvent, Invoked)> {
+pub(crate) async fn deliver(f: &mut Function, url: &str, arn: &str, timeout: Duration) -> Option<(SqsEvent, Invoked)> {
     let event = moto::receive_event(url, arn, 2).await;
     if event.records.is_empty() {
         return None;
@@ -295,7 +295,7 @@ async fn a_database_outage_raises_the_outage_metric() {
                 let summed =
                     docs.iter().any(|d| {
                         d["_aws"]["CloudWatchMetrics"].as_array().into_iter().flatten().any(|m| {
-                            m["Dimensions"] == json!([[]]) && m["Metrics"].to_string().contains("DatabaseErrors")
+                            m["Dimensions"][0] == json!([]) && m["Metrics"].to_string().contains("DatabaseErrors")
                         })
                     });
                 assert!(summed, "{name}: DatabaseErrors is published without a dimension: {docs:?}");
@@ -365,4 +365,150 @@ async fn the_console_function_reads_its_tokens_from_secrets_manager() {
         body["errorMessage"].as_str().unwrap().contains("RELAY_CONSOLE_TOKENS_SECRET: a token for \"nope\""),
         "{body}"
     );
+}
+
+/// The JSON lines a function printed that are logs (not EMF documents).
+fn log_lines(f: &Function) -> Vec<Value> {
+    let lines = f.stdout.lock().unwrap();
+    lines.iter().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|v| v.get("_aws").is_none()).collect()
+}
+
+/// A log line in the Lambda Powertools shape, flat: when, how bad, what, which service,
+/// whether the container was cold, which invocation and trace.
+fn assert_powertools_shaped(name: &str, line: &Value) {
+    let ts = line["timestamp"].as_str().unwrap_or_else(|| panic!("{name}: a timestamp: {line}"));
+    assert!(chrono::DateTime::parse_from_rfc3339(ts).is_ok(), "{name}: an RFC 3339 timestamp: {line}");
+    assert!(["DEBUG", "INFO", "WARN", "ERROR"].contains(&line["level"].as_str().unwrap_or_default()), "{name}: {line}");
+    assert!(line["message"].as_str().is_some_and(|m| !m.is_empty()), "{name}: a message at the top level: {line}");
+    assert_eq!(line["service"], name, "{name}: {line}");
+    assert!(line["cold_start"].is_boolean(), "{name}: cold_start: {line}");
+    assert!(line["function_request_id"].as_str().is_some_and(|r| !r.is_empty()), "{name}: the request id: {line}");
+    assert_eq!(line["xray_trace_id"], crate::support::runtime_api::TRACE_ID, "{name}: {line}");
+    for nested in ["fields", "span", "spans"] {
+        assert!(line.get(nested).is_none(), "{name}: nothing nested under {nested}: {line}");
+    }
+}
+
+/// Every function's log lines parse as Powertools-shaped JSON (`relay_runtime`), the job's
+/// lines carry its correlation id at the top level, and each container's first metrics line
+/// is Powertools' `ColdStart`.
+#[tokio::test]
+async fn every_function_logs_powertools_shaped_json_and_counts_its_cold_start() {
+    let (w, url, arn) = sqs_world("fn-logs").await;
+    let aws = crate::support::aws_standin::AwsStandIn::start(vec![]).await;
+    let with = |service: &str, extra: &[(&'static str, String)]| {
+        let mut env = env_for(&w, &url);
+        env.extend([("RELAY_LOG", "info".to_owned()), ("POWERTOOLS_SERVICE_NAME", service.to_owned())]);
+        env.extend(extra.iter().cloned());
+        env
+    };
+    let mut intake = Function::start("intake", &with("intake", &[])).await;
+    // The job's own line (`relay.job.started`, inside its span) is a debug one.
+    let mut executor =
+        Function::start("executor", &with("executor", &[("RELAY_LOG", "info,taskdeck=debug".into())])).await;
+    let mut sweeper = Function::start("sweeper", &with("sweeper", &[("RELAY_SWEEP_PASSES", "1".into())])).await;
+    let mut ingress = Function::start("ingress", &with("ingress", &[])).await;
+    let mut admin = Function::start("admin", &with("admin", &[])).await;
+    let hook_env = [
+        ("RELAY_PRETRAFFIC_INTAKE", "relay-intake".to_owned()),
+        ("RELAY_PRETRAFFIC_EXECUTOR", "relay-executor".to_owned()),
+        ("AWS_ENDPOINT_URL_LAMBDA", aws.url.clone()),
+        ("AWS_ENDPOINT_URL_CODEDEPLOY", aws.url.clone()),
+    ];
+    let mut hook = Function::start("pretraffic", &with("pretraffic", &hook_env)).await;
+    let console_env = [
+        ("RELAY_LOG", "info".to_owned()),
+        ("POWERTOOLS_SERVICE_NAME", "console".to_owned()),
+        (
+            "RELAY_CONSOLE_PROJECTS",
+            json!({"projects": [{"name": "gone", "status_url": "http://127.0.0.1:1/v1/status"}], "timeout_seconds": 1})
+                .to_string(),
+        ),
+    ];
+    let mut console = Function::start("console", &console_env).await;
+
+    let correlation = format!("fn-logs-{}", uuid::Uuid::now_v7());
+    let mut event: Value = serde_json::from_str(&fixture(
+        "apigw_v2_submit_job.json",
+        &[("API_KEY", &w.key), ("IDEMPOTENCY_KEY", "fn-logs-1")],
+    ))
+    .unwrap();
+    let mut body: Value = serde_json::from_str(event["body"].as_str().unwrap()).unwrap();
+    body["correlation_id"] = json!(correlation);
+    event["body"] = json!(body.to_string());
+    assert_eq!(response(intake.invoke(&event, Duration::from_secs(30)).await)["statusCode"], 202);
+    let (_, ran) = deliver(&mut executor, &url, &arn, Duration::from_secs(400)).await.expect("the job's message");
+    assert_eq!(response(ran)["batchItemFailures"], json!([]));
+    assert!(matches!(sweeper.invoke(&json!({}), Duration::from_secs(30)).await, Invoked::Response(_)));
+    let unparseable = json!({"Records": [{"messageId": "m-logs", "receiptHandle": "r", "body": "not json",
+        "attributes": {"ApproximateReceiveCount": "1"}, "messageAttributes": {}, "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:relay-ingress"}]});
+    assert!(matches!(ingress.invoke(&unparseable, Duration::from_secs(30)).await, Invoked::Response(_)));
+    let refused = json!({"action": "nothing.such", "actor": "fn-logs"});
+    assert_eq!(response(admin.invoke(&refused, Duration::from_secs(30)).await)["ok"], false);
+    let _ = hook.invoke(&json!({}), Duration::from_secs(60)).await;
+    let mut page: Value =
+        serde_json::from_str(&fixture("apigw_v2_get_job.json", &[("API_KEY", "none"), ("JOB_ID", "x")])).unwrap();
+    page["rawPath"] = json!("/");
+    page["requestContext"]["http"]["path"] = json!("/");
+    assert_eq!(response(console.invoke(&page, Duration::from_secs(30)).await)["statusCode"], 200);
+    tokio::time::sleep(Duration::from_millis(300)).await; // the last stdout lines
+
+    for (name, f) in [
+        ("intake", &intake),
+        ("executor", &executor),
+        ("sweeper", &sweeper),
+        ("ingress", &ingress),
+        ("admin", &admin),
+        ("pretraffic", &hook),
+        ("console", &console),
+    ] {
+        let lines = log_lines(f);
+        let during: Vec<&Value> = lines.iter().filter(|l| l.get("function_request_id").is_some()).collect();
+        assert!(!during.is_empty(), "{name} logged inside its invocation: {lines:#?}");
+        for line in &during {
+            assert_powertools_shaped(name, line);
+        }
+        assert_eq!(during[0]["cold_start"], true, "{name}: the container's first invocation is cold");
+        if name != "console" {
+            // The console links no platform and prints no metrics.
+            let docs = f.metrics();
+            assert_eq!(docs.first().map(|d| &d["ColdStart"]), Some(&json!(1)), "{name}: ColdStart first: {docs:?}");
+            assert_eq!(docs.iter().filter(|d| d.get("ColdStart").is_some()).count(), 1, "{name}: once");
+        }
+    }
+    let lines = log_lines(&executor);
+    assert!(
+        lines.iter().any(|l| l["correlation_id"] == correlation.as_str()),
+        "the job's lines carry its correlation id at the top level: {lines:#?}"
+    );
+}
+
+/// In a database outage the ingress function stores nothing: it counts no `Duplicates` (none
+/// were found to exist) and returns every record; the sweeper's failed pass fails its invocation
+/// with an error type that says what failed, not a boxed error's Rust type name.
+#[tokio::test]
+async fn in_an_outage_ingress_counts_no_duplicates_and_the_sweeper_names_its_failure() {
+    let (w, url, _) = sqs_world("fn-outage-signals").await;
+    let mut down = env_for(&w, &url);
+    down[0].1 = "postgres://relay@127.0.0.1:1/relay".into();
+    let mut ingress = Function::start("ingress", &down).await;
+    let batch: Value = serde_json::from_str(&fixture("sqs_ingress_batch.json", &[])).unwrap();
+    let n = batch["Records"].as_array().unwrap().len();
+    let answer = response(ingress.invoke(&batch, Duration::from_secs(30)).await);
+    assert_eq!(answer["batchItemFailures"].as_array().map(Vec::len), Some(n), "every record returns: {answer}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let docs = ingress.metrics();
+    let counted = docs.iter().find(|d| d.get("Received").is_some()).unwrap_or_else(|| panic!("{docs:?}"));
+    assert!(counted["Received"].as_f64().unwrap() > 0.0, "{counted}");
+    assert_eq!((&counted["Created"], &counted["Duplicates"]), (&json!(0.0), &json!(0.0)), "{counted}");
+    assert!(counted["DatabaseErrors"].as_f64().unwrap() >= 1.0, "{counted}");
+    let mut sweeper = Function::start("sweeper", &down).await;
+    match sweeper.invoke(&json!({}), Duration::from_secs(60)).await {
+        Invoked::Error(e) => {
+            assert_eq!(e["errorType"], "Relay.SweepFailed", "{e}");
+            assert!(e["errorMessage"].as_str().unwrap().starts_with("sweep pass failed: "), "{e}");
+        }
+        other => panic!("the pass fails the invocation: {other:?}"),
+    }
 }

@@ -13,7 +13,7 @@ const PACKAGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../python");
 
 /// A Python 3.12+ interpreter: `RELAY_PYTHON`, `python3.13`/`python3.12` on PATH, or pyenv's newest
 /// (`PYENV_ROOT`, default `~/.pyenv`: found without pyenv on PATH).
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     let works = |p: &Path| {
         Command::new(p)
             .args(["-c", "import sys, venv; sys.exit(sys.version_info < (3, 12))"])

@@ -6,16 +6,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::{Value, json};
 
 /// The platform template as JSON, with short-form intrinsics (`!Ref x`) in long form (`{"Ref": x}`).
-fn template() -> Value {
+pub(crate) fn template() -> Value {
     load("template.yaml")
 }
 
 /// The console's own template.
-fn console() -> Value {
+pub(crate) fn console() -> Value {
     load("console.yaml")
 }
 
-fn load(name: &str) -> Value {
+pub(crate) fn load(name: &str) -> Value {
     let path = format!("{}/../../infra/{name}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     to_json(serde_yaml_ng::from_str(&text).expect("valid YAML"))
@@ -123,6 +123,7 @@ fn arm64_traced_cargo_lambda_functions_one_per_workspace_crate() {
             assert_eq!(setting("Architectures"), json!(["arm64"]), "{name}");
             assert_eq!(setting("Handler"), "bootstrap", "{name}");
             assert_eq!(setting("Tracing"), "Active", "{name}: active tracing");
+            assert_eq!(p["LoggingConfig"]["LogFormat"], "JSON", "{name}: JSON logs (the Powertools shape)");
             assert_eq!(f["Metadata"]["BuildMethod"], "rust-cargolambda");
             assert_eq!(p["CodeUri"], "..", "the workspace root");
             binaries.insert(f["Metadata"]["BuildProperties"]["Binary"].as_str().unwrap().to_owned());
@@ -363,9 +364,9 @@ fn each_function_has_its_own_least_privilege_role() {
                 "logs:PutLogEvents IntakeLogGroup",
                 "secretsmanager:GetSecretValue DatabaseSecretArn",
                 "sqs:SendMessage WorkQueue",
-                "secretsmanager:CreateSecret arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/*/destinations/*",
-                "secretsmanager:PutSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/*/destinations/*",
-                "secretsmanager:DeleteSecret arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/*/destinations/*",
+                "secretsmanager:CreateSecret arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/*/destinations/*",
+                "secretsmanager:PutSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/*/destinations/*",
+                "secretsmanager:DeleteSecret arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/*/destinations/*",
             ]),
         ),
         (
@@ -457,6 +458,9 @@ fn each_function_has_its_own_least_privilege_role() {
                 "secretsmanager:GetSecretValue DatabaseSecretArn",
                 "lambda:InvokeFunction ${IntakeFunction.Arn}:*",
                 "lambda:InvokeFunction ${ExecutorFunction.Arn}:*",
+                "lambda:InvokeFunction ${LongExecutorFunction.Arn}:*",
+                "lambda:InvokeFunction ${SweeperFunction.Arn}:*",
+                "lambda:InvokeFunction ${IngressFunction.Arn}:*",
                 "codedeploy:PutLifecycleEventHookExecutionStatus arn:${AWS::Partition}:codedeploy:${AWS::Region}:${AWS::AccountId}:deploymentgroup:${ServerlessDeploymentApplication}/*",
             ]),
         ),
@@ -512,13 +516,13 @@ fn each_task_type_has_its_own_role_trusting_only_the_executor() {
     ), (
         "HttpRequestTaskRole",
         // Only the session's own tenant's (the relay:tenant session tag, credentials/session.rs).
-        ["secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/${!aws:PrincipalTag/relay:tenant}/destinations/*".to_owned()]
+        ["secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/${!aws:PrincipalTag/relay:tenant}/destinations/*".to_owned()]
             .into_iter()
             .collect(),
     ), (
         "WebhookSendTaskRole",
         // The same: its destinations' auth and signing secrets, the session's own tenant's only.
-        ["secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/tenants/${!aws:PrincipalTag/relay:tenant}/destinations/*".to_owned()]
+        ["secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/${!aws:PrincipalTag/relay:tenant}/destinations/*".to_owned()]
             .into_iter()
             .collect(),
     )]
@@ -592,8 +596,8 @@ fn the_alarms_that_page_exist() {
     for metric in ["DatabaseErrors", "BatchItemFailures"] {
         let a = alarms
             .iter()
-            .find(|a| a["Properties"]["MetricName"] == metric)
-            .unwrap_or_else(|| panic!("an alarm on {metric}"));
+            .find(|a| a["Properties"]["MetricName"] == metric && a["Properties"].get("Dimensions").is_none())
+            .unwrap_or_else(|| panic!("an alarm on {metric} summed over every function"));
         assert!(taskdeck::metrics::emf::AGGREGATED.contains(&metric), "{metric} is published without a dimension");
         assert_eq!(&a["Properties"]["Namespace"], namespace, "{metric}");
         assert!(a["Properties"].get("Dimensions").is_none(), "{metric}: the sum over every function");
@@ -665,7 +669,7 @@ fn ses_events_flow_from_a_configuration_set_through_a_topic_into_the_ingress_que
     assert_eq!(
         policy["Condition"]["ArnLike"]["aws:SourceArn"].as_array().map(Vec::len),
         Some(2),
-        "and relay-* topics, nothing else"
+        "and this stack's own <stack>_* topics, nothing else (tests/policies.rs evaluates it)"
     );
     // Created unless given, both of them.
     assert_eq!(res["SesEventTopic"]["Condition"], "CreateSesEventTopic");
@@ -797,7 +801,7 @@ fn dead_letters_are_counted_by_log_events_the_code_really_emits_and_page() {
         }
         assert_eq!(m["MetricValue"], "1");
         let pattern = f["Properties"]["FilterPattern"].as_str().unwrap();
-        for part in pattern.split("$.fields.event = \"").skip(1) {
+        for part in pattern.split("$.event = \"").skip(1) {
             counted.insert(part.split('"').next().unwrap().to_owned());
         }
     }
@@ -840,12 +844,40 @@ fn every_function_deploys_through_an_alias_gated_by_the_hook_and_rolled_back_by_
         }
         assert_eq!(p["AutoPublishAlias"], "live", "{name}");
         let d = &p["DeploymentPreference"];
-        assert!(d["Type"].as_str().unwrap().starts_with("Canary"), "{name}: a canary");
+        let shape = d["Type"].as_str().unwrap();
+        // The sweeper runs once a minute: a 10 % canary for 5 minutes gives its new version
+        // about half a pass; ten linear steps give it about five.
+        let expected =
+            if name == "SweeperFunction" { "Linear10PercentEvery1Minute" } else { "Canary10Percent5Minutes" };
+        assert_eq!(shape, expected, "{name}");
         assert_eq!(d["Hooks"]["PreTraffic"], json!({"Ref": "PreTrafficFunction"}), "{name}");
         let alarms = d["Alarms"].as_array().expect("rollback alarms");
-        assert!(alarms.iter().any(|a| target(a) == "DatabaseOutageAlarm"), "{name}: an outage rolls back");
+        let version = json!({"Fn::GetAtt": format!("{name}.Version.Version")});
+        let mut watched = BTreeSet::new();
         for a in alarms {
-            assert_eq!(res[target(a)]["Type"], "AWS::CloudWatch::Alarm", "{name}");
+            let alarm = &res[target(a)];
+            assert_eq!(alarm["Type"], "AWS::CloudWatch::Alarm", "{name}");
+            // Only the new version's own metric: a dimension naming this deployment's version.
+            let dims = alarm["Properties"]["Dimensions"].as_array().unwrap();
+            assert!(
+                dims.iter().any(|d| ["ExecutedVersion", "function_version"].contains(&d["Name"].as_str().unwrap())
+                    && d["Value"] == version),
+                "{name}: {} reads the new version only",
+                target(a)
+            );
+            assert!(
+                !refs(alarm).contains(&"HttpApi".to_owned()),
+                "{name}: no alarm of the gate names the API (a cycle)"
+            );
+            watched.insert(alarm["Properties"]["MetricName"].as_str().unwrap().to_owned());
+        }
+        for metric in ["Errors", "DatabaseErrors"] {
+            assert!(watched.contains(metric), "{name}: the new version's {metric} roll it back");
+        }
+        let emf_per_version = alarms.iter().filter(|a| res[target(a)]["Properties"]["Namespace"] != "AWS/Lambda");
+        for a in emf_per_version {
+            let metric = res[target(a)]["Properties"]["MetricName"].as_str().unwrap();
+            assert!(taskdeck::metrics::emf::AGGREGATED.contains(&metric), "{metric} is published per version");
         }
         gated.insert(name);
     }
@@ -855,6 +887,13 @@ fn every_function_deploys_through_an_alias_gated_by_the_hook_and_rolled_back_by_
     let vars = &hook["Environment"]["Variables"];
     assert_eq!(vars["RELAY_PRETRAFFIC_INTAKE"], json!({"Ref": "IntakeFunction.Version"}));
     assert_eq!(vars["RELAY_PRETRAFFIC_EXECUTOR"], json!({"Ref": "ExecutorFunction.Version"}));
+    for (var, f) in [
+        ("RELAY_PRETRAFFIC_EXECUTOR_LONG", "LongExecutorFunction"),
+        ("RELAY_PRETRAFFIC_SWEEPER", "SweeperFunction"),
+        ("RELAY_PRETRAFFIC_INGRESS", "IngressFunction"),
+    ] {
+        assert_eq!(vars[var], json!({"Ref": format!("{f}.Version")}), "the hook checks {f}'s new version");
+    }
     assert_eq!(num(&hook["ReservedConcurrentExecutions"]), 1, "the hooks of one update run in turn");
 }
 
@@ -921,4 +960,55 @@ fn the_topics_are_encrypted_with_a_key_their_publishers_may_use() {
             assert!(text.contains(publisher), "{publisher} may use {key}");
         }
     }
+}
+
+/// The dashboard's body is the JSON CloudWatch takes once CloudFormation substitutes it, and
+/// every metric of Relay's namespace on it is one the code prints (a metric name in
+/// `shared/core/src`), so a renamed metric cannot leave an empty graph behind.
+#[test]
+fn the_dashboard_shows_metrics_the_code_prints() {
+    let t = template();
+    let d = &t["Resources"]["Dashboard"];
+    assert_eq!(d["Type"], "AWS::CloudWatch::Dashboard");
+    let text = d["Properties"]["DashboardBody"]["Fn::Sub"].as_str().expect("a !Sub body");
+    let mut resolved = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("${") {
+        resolved.push_str(&rest[..at]);
+        let end = at + rest[at..].find('}').unwrap();
+        resolved.push('x');
+        rest = &rest[end + 1..];
+    }
+    resolved.push_str(rest);
+    let body: Value = serde_json::from_str(&resolved).expect("the body is JSON");
+    let widgets = body["widgets"].as_array().unwrap();
+    assert!(widgets.len() >= 8, "{}", widgets.len());
+    let mut source = String::new();
+    let mut stack = vec![std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../core/src"))];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                source.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+            }
+        }
+    }
+    let mut namespace = "";
+    let mut ours = 0;
+    for w in widgets {
+        for m in w["properties"]["metrics"].as_array().unwrap() {
+            let m = m.as_array().unwrap();
+            let ns = m[0].as_str().unwrap();
+            if ns != "." && ns != "..." {
+                namespace = ns;
+            }
+            if namespace == "Relay/x" {
+                let name = m[1].as_str().unwrap();
+                assert!(source.contains(&format!("\"{name}\"")), "the code prints {name}");
+                ours += 1;
+            }
+        }
+    }
+    assert!(ours >= 20, "{ours}");
 }

@@ -3,6 +3,7 @@
 //! real router with `oneshot`.
 
 pub mod aws_standin;
+pub mod iam;
 pub mod moto;
 pub mod runtime_api;
 pub mod transports;

@@ -30,6 +30,9 @@ use axum::routing::{get, post};
 use serde_json::Value;
 use tokio::sync::{Notify, mpsc, oneshot};
 
+/// The X-Ray trace header every invocation carries.
+pub const TRACE_ID: &str = "Root=1-65f1c2a0-3c5e2b1d0f4a6b7c8d9e0f12;Sampled=0";
+
 /// The functions the tests run, built together once.
 const FUNCTIONS: [&str; 7] = ["intake", "executor", "sweeper", "ingress", "pretraffic", "admin", "console"];
 
@@ -141,7 +144,7 @@ async fn next(State(s): State<Arc<Shared>>) -> impl IntoResponse {
     set("lambda-runtime-aws-request-id", p.id);
     set("lambda-runtime-deadline-ms", p.deadline_ms.to_string());
     set("lambda-runtime-invoked-function-arn", "arn:aws:lambda:us-east-1:123456789012:function:relay-test".into());
-    set("lambda-runtime-trace-id", "Root=1-65f1c2a0-3c5e2b1d0f4a6b7c8d9e0f12;Sampled=0".into());
+    set("lambda-runtime-trace-id", TRACE_ID.into());
     (StatusCode::OK, headers, p.event)
 }
 

@@ -1,8 +1,7 @@
-//! The executor function: SQS work messages → claim, run, record. Wiring only; the handler
-//! is `taskdeck::lambda::executor::handle` (partial batch responses).
+//! The executor function: SQS work messages → claim, run, record (and the pre-traffic hook's
+//! check job). Wiring only; the handler is `taskdeck::lambda::executor::handle_event`.
 
-use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use lambda_runtime::{Error, LambdaEvent, service_fn};
+use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
 use taskdeck::config::LambdaConfig;
 
 #[tokio::main]
@@ -12,11 +11,11 @@ async fn main() -> Result<(), Error> {
     let exec = platform.executor();
     let live = platform.liveness(taskdeck::liveness::Kind::Executor);
     let (exec, live) = (&exec, &live);
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| async move {
         live.touch().await;
-        Ok::<SqsBatchResponse, Error>(
-            taskdeck::lambda::executor::handle(exec, event.payload, Some(event.context.deadline())).await,
-        )
+        taskdeck::lambda::executor::handle_event(exec, event.payload, Some(event.context.deadline()))
+            .await
+            .map_err(|e| Diagnostic { error_type: "Relay.BadEvent".into(), error_message: e })
     }))
     .await
 }

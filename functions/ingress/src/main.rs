@@ -1,8 +1,7 @@
 //! The ingress function: provider queues (SES events via SNS, inbound mail) → jobs. Wiring
 //! only; the handler is `taskdeck::lambda::ingress::Ingress::handle`.
 
-use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
-use lambda_runtime::{Error, LambdaEvent, service_fn};
+use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
 use taskdeck::config::LambdaConfig;
 use taskdeck::lambda::ingress::Ingress;
 
@@ -18,9 +17,12 @@ async fn main() -> Result<(), Error> {
     let ingress = Ingress::new(&platform, &cfg.ingress_tenant);
     let live = platform.liveness(taskdeck::liveness::Kind::Ingress);
     let (ingress, live) = (&ingress, &live);
-    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| async move {
         live.touch().await;
-        Ok::<SqsBatchResponse, Error>(ingress.handle(event.payload).await)
+        ingress
+            .handle_event(event.payload)
+            .await
+            .map_err(|e| Diagnostic { error_type: "Relay.BadEvent".into(), error_message: e })
     }))
     .await
 }

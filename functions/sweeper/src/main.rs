@@ -1,7 +1,7 @@
 //! The sweeper function: an EventBridge schedule → sweep passes (expired leases, lost
 //! dispatches). Wiring only; the handler is `taskdeck::lambda::sweeper::handle`.
 
-use lambda_runtime::{Error, LambdaEvent, service_fn};
+use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
 use taskdeck::config::LambdaConfig;
 use taskdeck::sweep::SweepReport;
 
@@ -19,9 +19,15 @@ async fn main() -> Result<(), Error> {
     let (sweeper, cfg, live) = (&sweeper, &cfg, &live);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| async move {
         live.touch().await;
+        // A failed pass fails the invocation, named for what it is (not the boxed error's type).
         let reports: Vec<SweepReport> =
-            taskdeck::lambda::sweeper::handle(sweeper, &event.payload, cfg.sweep_passes, cfg.sweep_gap).await?;
-        Ok::<_, Error>(reports)
+            taskdeck::lambda::sweeper::handle(sweeper, &event.payload, cfg.sweep_passes, cfg.sweep_gap).await.map_err(
+                |e| Diagnostic {
+                    error_type: "Relay.SweepFailed".into(),
+                    error_message: format!("sweep pass failed: {e}"),
+                },
+            )?;
+        Ok::<_, Diagnostic>(reports)
     }))
     .await
 }

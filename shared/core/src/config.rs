@@ -68,6 +68,9 @@ pub struct LambdaConfig {
     /// hook checks (a function name or a version's ARN).
     pub pretraffic_intake: Option<String>,
     pub pretraffic_executor: Option<String>,
+    /// `RELAY_PRETRAFFIC_EXECUTOR_LONG`, `RELAY_PRETRAFFIC_SWEEPER`, `RELAY_PRETRAFFIC_INGRESS`:
+    /// the other new versions the hook checks, each by invoking it directly (unset: not checked).
+    pub pretraffic_others: [Option<String>; 3],
     /// `RELAY_PRETRAFFIC_WITHIN_SECONDS` (default 60): how long the hook's job has to succeed.
     pub pretraffic_within: Duration,
     /// `RELAY_RETENTION_DAYS` (default 30): the built-in retention schedule's days, when a
@@ -84,6 +87,10 @@ pub struct LambdaConfig {
     /// `RELAY_SES_CONFIGURATION_SET`: the configuration set every send names unless its
     /// request names one (the template's, whose events reach ingress).
     pub ses_configuration_set: Option<String>,
+    /// `RELAY_SECRET_ROOT`: where destination secrets live in Secrets Manager, before
+    /// `/tenants/…` (the template's `relay/<stack>`, so two stacks in one account keep apart);
+    /// default `relay` (`destinations::DEFAULT_SECRET_ROOT`).
+    pub secret_root: Option<String>,
     /// `RELAY_LIMIT_DESTINATIONS` (default 100), `RELAY_LIMIT_TEMPLATES` (1,000),
     /// `RELAY_LIMIT_SUPPRESSIONS` (1,000,000), `RELAY_LIMIT_PENDING_JOBS` (1,000,000): each
     /// tenant's limits unless an operator overrides one (`limits`); 0 to 1,000,000,000.
@@ -160,6 +167,11 @@ impl LambdaConfig {
             ingress_dlq_url: url_like("RELAY_INGRESS_DLQ_URL")?,
             pretraffic_intake: text("RELAY_PRETRAFFIC_INTAKE"),
             pretraffic_executor: text("RELAY_PRETRAFFIC_EXECUTOR"),
+            pretraffic_others: [
+                text("RELAY_PRETRAFFIC_EXECUTOR_LONG"),
+                text("RELAY_PRETRAFFIC_SWEEPER"),
+                text("RELAY_PRETRAFFIC_INGRESS"),
+            ],
             pretraffic_within: Duration::from_secs(number("RELAY_PRETRAFFIC_WITHIN_SECONDS", 60, 5..=600)?),
             retention_days: u32::try_from(number("RELAY_RETENTION_DAYS", 30, 1..=3650)?).unwrap_or(30),
             lambda_endpoint_url: url_like("AWS_ENDPOINT_URL_LAMBDA")?,
@@ -175,6 +187,16 @@ impl LambdaConfig {
                         name: "RELAY_SES_CONFIGURATION_SET",
                         value: v,
                         why: "1 to 64 letters, digits, '_' or '-'".into(),
+                    });
+                }
+                v => v,
+            },
+            secret_root: match text("RELAY_SECRET_ROOT") {
+                Some(v) if crate::destinations::check_secret_root(&v).is_err() => {
+                    return Err(ConfigError::Invalid {
+                        name: "RELAY_SECRET_ROOT",
+                        value: v,
+                        why: crate::destinations::SECRET_ROOT_RULE.into(),
                     });
                 }
                 v => v,

@@ -3,9 +3,11 @@
 //! (the auth header's value, and the Standard Webhooks signing secret: `Secret`).
 //!
 //! The secret lives in Secrets Manager under a name Relay derives, never one a tenant writes:
-//! `relay/tenants/<tenant id>/destinations/<name>`. A tenant therefore cannot make Relay read
-//! another tenant's secret, nor the platform's; IAM holds the same line (the task role may
-//! read `relay/tenants/*` only, the intake function may write there only). The value is
+//! `<root>/tenants/<tenant id>/destinations/<name>`, the root `relay/<stack>` on AWS
+//! (`RELAY_SECRET_ROOT`, so two stacks in one account keep apart), `relay` elsewhere. A tenant
+//! therefore cannot make Relay read another tenant's secret, nor the platform's; IAM holds the
+//! same line (the task roles may read their session's tenant's only, the intake function may
+//! write under its own stack's root only). The value is
 //! written through the API (`PUT /v1/destinations/{name}/secret`) and read at run time under
 //! the `http.request` task's own role; no table holds it and no answer returns it. Where there
 //! is no Secrets Manager (`relay dev`, or `RELAY_SECRETS_DIR`), the local store (`local`) keeps
@@ -26,8 +28,12 @@ use crate::job::TenantId;
 /// A destination's name: lowercase letters, digits, `_` and `-`, 1 to 63, starting with a
 /// letter or digit.
 pub const NAME_PATTERN: &str = "^[a-z0-9][a-z0-9_-]{0,62}$";
-/// Where every tenant's destination secrets live in Secrets Manager.
-pub const SECRET_PREFIX: &str = "relay/tenants/";
+/// The root of every tenant's destination secrets in Secrets Manager unless
+/// `set_secret_root` named another.
+pub const DEFAULT_SECRET_ROOT: &str = "relay";
+/// What a root may be (`check_secret_root`).
+pub const SECRET_ROOT_RULE: &str =
+    "1 to 256 letters, digits and '/_+=.@-', neither starting nor ending with '/', no '//'";
 /// The longest path (with its query) a call may name.
 pub const MAX_PATH_LEN: usize = 2000;
 /// The longest header value, and secret value, taken.
@@ -61,9 +67,36 @@ pub fn check_name(name: &str) -> Result<(), &'static str> {
     if ok { Ok(()) } else { Err("1 to 63 lowercase letters, digits, '_' or '-', starting with a letter or digit") }
 }
 
+static SECRET_ROOT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Set the process's secret root (`RELAY_SECRET_ROOT`; the first call wins).
+pub fn set_secret_root(root: &str) {
+    let _ = SECRET_ROOT.set(root.to_owned());
+}
+
+/// The process's secret root.
+pub fn secret_root() -> &'static str {
+    SECRET_ROOT.get().map_or(DEFAULT_SECRET_ROOT, String::as_str)
+}
+
+/// A root as Secrets Manager names take it (`SECRET_ROOT_RULE`).
+pub fn check_secret_root(root: &str) -> Result<(), &'static str> {
+    let ok = (1..=256).contains(&root.len())
+        && !root.starts_with('/')
+        && !root.ends_with('/')
+        && !root.contains("//")
+        && root.chars().all(|c| c.is_ascii_alphanumeric() || "/_+=.@-".contains(c));
+    if ok { Ok(()) } else { Err(SECRET_ROOT_RULE) }
+}
+
 /// The Secrets Manager name of a destination's secret.
 pub fn secret_id(tenant: TenantId, name: &str) -> String {
-    format!("{SECRET_PREFIX}{tenant}/destinations/{name}")
+    secret_id_under(secret_root(), tenant, name)
+}
+
+/// The same under a given root.
+pub fn secret_id_under(root: &str, tenant: TenantId, name: &str) -> String {
+    format!("{root}/tenants/{tenant}/destinations/{name}")
 }
 
 /// Which of a destination's two secrets: the auth header's value, or the Standard Webhooks
@@ -197,7 +230,7 @@ pub async fn read_secret(
 }
 
 /// Writes destination secrets: to Secrets Manager (the intake function's own identity, allowed
-/// `relay/tenants/*`), or to the local store.
+/// `<root>/tenants/*/destinations/*`), or to the local store.
 #[derive(Clone, Debug)]
 pub enum SecretWriter {
     Aws(aws_sdk_secretsmanager::Client),
@@ -343,6 +376,11 @@ mod tests {
     fn a_secret_name_is_derived_under_the_tenant() {
         let t = TenantId::new();
         assert_eq!(secret_id(t, "crm"), format!("relay/tenants/{t}/destinations/crm"));
+        assert_eq!(secret_id_under("relay/prod", t, "crm"), format!("relay/prod/tenants/{t}/destinations/crm"));
+        assert!(check_secret_root("relay/prod-2").is_ok() && check_secret_root("relay").is_ok());
+        for bad in ["", "/relay", "relay/", "relay//x", "relay/a b", "relay/*"] {
+            assert!(check_secret_root(bad).is_err(), "{bad:?}");
+        }
         assert_eq!(Secret::Signing.id(t, "crm"), format!("relay/tenants/{t}/destinations/crm/signing"));
     }
 

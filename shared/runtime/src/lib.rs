@@ -37,16 +37,18 @@ async fn report_init_error(api: &str, err: &anyhow::Error) -> anyhow::Result<()>
     Ok(())
 }
 
-/// JSON logs to stdout (CloudWatch Logs); the filter from `RELAY_LOG`, `info` by default.
-/// Each line carries its span's fields (the job id and correlation id, `telemetry`) and the
-/// Powertools fields (`powertools::Powertools`): service, function, cold start, request id.
+/// JSON logs to stdout (CloudWatch Logs, `LogFormat: JSON`); the filter from `RELAY_LOG`,
+/// `info` by default. Each line is one flat object in the Lambda Powertools shape
+/// (`powertools::Powertools`): `timestamp`, `level`, `message`, the event's own fields, the
+/// fields of the spans it is inside (the job id and correlation id, `telemetry`), `service`,
+/// `cold_start`, `function_request_id`, `xray_trace_id`.
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| "info".into());
     let json = tracing_subscriber::fmt::format()
         .json()
-        .with_current_span(true)
-        .with_span_list(false)
-        .without_time()
+        .flatten_event(true)
+        .with_current_span(false)
+        .with_span_list(true)
         .with_target(false);
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

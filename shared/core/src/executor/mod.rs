@@ -184,6 +184,35 @@ impl Executor {
             }
         }
         drop(db);
+        self.run_claimed(claim, deferred, never, within, deadline).await
+    }
+
+    /// The pre-traffic hook's check: claim the check job `id` of the tenant `tenant` (not yet
+    /// due, so nothing else claims it: `jobs::claim_check`) and run it under the deadline as a
+    /// dispatched job runs. `claimed` is 0 when it was not claimable or does not fit.
+    pub async fn run_check(
+        &self,
+        id: JobId,
+        tenant: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Dispatched, StoreError> {
+        let within = deadline.map(|d| {
+            let left = d.saturating_duration_since(Instant::now()).saturating_sub(self.config.deadline_reserve);
+            i32::try_from(left.as_secs()).unwrap_or(i32::MAX)
+        });
+        let claim = jobs::claim_check(&self.pool.get().await?, id, tenant, self.lease_secs(), within).await?;
+        self.run_claimed(claim, jobs::Deferred::default(), Vec::new(), within, deadline).await
+    }
+
+    /// Run what a claim took (and fail for good the `never` ones) to outcomes under the deadline.
+    async fn run_claimed(
+        &self,
+        claim: jobs::Claim,
+        deferred: jobs::Deferred,
+        never: Vec<ClaimedJob>,
+        within: Option<i32>,
+        deadline: Option<Instant>,
+    ) -> Result<Dispatched, StoreError> {
         for d in deferred.again.iter().chain(&deferred.onward) {
             tracing::info!(event = "relay.executor.deferred", job_id = %d.id, within_seconds = within,
                 onward = deferred.onward.contains(d),

@@ -99,6 +99,11 @@ impl Admin {
             audited = audited.is_ok(),
             "admin action"
         );
+        crate::metrics::emf::record(&[
+            ("AdminActions", 1.0),
+            ("AdminRefused", f64::from(u8::from(!ok))),
+            ("DatabaseErrors", crate::metrics::emf::database_errors()),
+        ]);
         let mut answer = answer;
         answer["ok"] = json!(ok);
         if let Err(e) = audited {

@@ -8,15 +8,56 @@
 //! paused) is acknowledged: the row decides, and the sweep re-sends what is still due. A body
 //! that is not a work message, or that names a job that does not exist (a message without a
 //! row cannot come from Relay), is kept in `dead_letters` with the reason and acknowledged.
+//!
+//! Besides SQS batches, the pre-traffic hook invokes a new version directly with
+//! `{"relay_deploy_check": {"job_id"}}`: that version alone claims and runs the hook's check
+//! job (`Executor::run_check`), and answers what it did (`deploy_check`).
 
 use std::time::{Instant, SystemTime};
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use serde_json::{Value, json};
 
 use crate::executor::Executor;
 use crate::store::dead_letters::{self, NewDeadLetter};
 use crate::store::jobs;
 use crate::transport::sqs::WorkMessage;
+
+/// The key of the pre-traffic hook's check event.
+pub const DEPLOY_CHECK: &str = "relay_deploy_check";
+/// The tenant whose jobs are the hook's check jobs (`pretraffic::TENANT`): the only jobs a
+/// check event claims.
+pub const DEPLOY_CHECK_TENANT: &str = "relay-deploy-check";
+
+/// Any event the executor function takes: the hook's check, else an SQS batch (its partial
+/// batch response). `Err` when it is neither.
+pub async fn handle_event(exec: &Executor, event: Value, deadline: Option<SystemTime>) -> Result<Value, String> {
+    if let Some(check) = event.get(DEPLOY_CHECK) {
+        return Ok(deploy_check(exec, check, deadline).await);
+    }
+    let batch: SqsEvent = serde_json::from_value(event).map_err(|e| format!("not an SQS event: {e}"))?;
+    serde_json::to_value(handle(exec, batch, deadline).await).map_err(|e| e.to_string())
+}
+
+/// The hook's check: claim the check job (of the deploy-check tenant only, whether or not it
+/// is due) and run it here. The answer says whether this version claimed and finished it, and
+/// which version this is.
+pub async fn deploy_check(exec: &Executor, check: &Value, deadline: Option<SystemTime>) -> Value {
+    let version = std::env::var("AWS_LAMBDA_FUNCTION_VERSION").unwrap_or_default();
+    let Some(id) = check["job_id"].as_str().and_then(|i| i.parse::<crate::job::JobId>().ok()) else {
+        return json!({"deploy_check": {"version": version, "error": format!("no job_id in {check}")}});
+    };
+    let deadline = deadline.map(|d| Instant::now() + d.duration_since(SystemTime::now()).unwrap_or_default());
+    let answer = match exec.run_check(id, DEPLOY_CHECK_TENANT, deadline).await {
+        Ok(d) => json!({
+            "job_id": id, "version": version, "claimed": d.claimed, "succeeded": d.report.succeeded,
+            "failed": d.report.failed, "retried": d.report.retried, "unfinished": d.unfinished.len(),
+        }),
+        Err(e) => json!({"job_id": id, "version": version, "error": format!("could not claim or record: {e}")}),
+    };
+    tracing::info!(event = "relay.executor.deploy_check", answer = %answer, "deploy check job handled");
+    json!({"deploy_check": answer})
+}
 
 /// Handle one batch; `deadline` is the invocation's (`LambdaEvent::context.deadline()`).
 pub async fn handle(exec: &Executor, event: SqsEvent, deadline: Option<SystemTime>) -> SqsBatchResponse {

@@ -133,10 +133,12 @@ impl Ingress {
             }
         }
         let n = jobs.len();
-        let mut created = 0;
+        // Duplicates are known only when the batch was stored: in an outage nothing was
+        // created and nothing was found to exist already (the records return to the queue).
+        let (mut created, mut duplicates) = (0, 0);
         if n > 0 {
             match self.store(jobs).await {
-                Ok(c) => created = c,
+                Ok(c) => (created, duplicates) = (c, n - c),
                 Err(()) => {
                     database_errors += 1;
                     for message_id in carrying {
@@ -148,7 +150,7 @@ impl Ingress {
         crate::metrics::emf::record(&[
             ("Received", n as f64),
             ("Created", created as f64),
-            ("Duplicates", (n.saturating_sub(created)) as f64),
+            ("Duplicates", duplicates as f64),
             ("DeadLetters", kept_letters as f64),
             ("BatchItemFailures", response.batch_item_failures.len() as f64),
             ("DatabaseErrors", f64::from(database_errors)),
@@ -178,6 +180,43 @@ impl Ingress {
                 Err(())
             }
         }
+    }
+
+    /// Any event the ingress function takes: the pre-traffic hook's check
+    /// (`{"relay_deploy_check": {}}`, `deploy_check`), else an SQS batch.
+    pub async fn handle_event(&self, event: Value) -> Result<Value, String> {
+        if event.get(super::executor::DEPLOY_CHECK).is_some() {
+            return Ok(self.deploy_check().await);
+        }
+        let batch: SqsEvent = serde_json::from_value(event).map_err(|e| format!("not an SQS event: {e}"))?;
+        serde_json::to_value(self.handle(batch).await).map_err(|e| e.to_string())
+    }
+
+    /// The hook's check of this version: an SES event in its SNS envelope, as the queue
+    /// delivers one, becomes a job here (parsed and checked against the catalogue) and the
+    /// ingress tenant is reached in the database; nothing is stored, so no job, dead letter or
+    /// metric comes of it.
+    pub async fn deploy_check(&self) -> Value {
+        let version = std::env::var("AWS_LAMBDA_FUNCTION_VERSION").unwrap_or_default();
+        let nonce = uuid::Uuid::now_v7();
+        let message = json!({"eventType": "Delivery", "mail": {"messageId": format!("relay-deploy-check-{nonce}")}});
+        let record = json!({
+            "messageId": nonce.to_string(), "receiptHandle": "relay-deploy-check", "eventSource": "aws:sqs",
+            "eventSourceARN": "relay-deploy-check", "attributes": {}, "messageAttributes": {},
+            "body": json!({"Type": "Notification", "MessageId": format!("relay-deploy-check-{nonce}"),
+                "TopicArn": "relay-deploy-check", "Message": message.to_string(),
+                "Timestamp": chrono::Utc::now().to_rfc3339()}).to_string(),
+        });
+        let parsed = serde_json::from_value::<SqsMessage>(record)
+            .map_err(|e| e.to_string())
+            .and_then(|r| self.to_job(&r).map_err(|e| e.to_string()));
+        let answer = match (parsed, self.tenant().await) {
+            (Ok(job), Ok(tenant)) => json!({"version": version, "task_type": job.task_type, "tenant": tenant}),
+            (Err(e), _) => json!({"version": version, "error": format!("an SES event did not parse: {e}")}),
+            (_, Err(e)) => json!({"version": version, "error": format!("the ingress tenant: {e}")}),
+        };
+        tracing::info!(event = "relay.ingress.deploy_check", answer = %answer, "deploy check handled");
+        json!({"deploy_check": answer})
     }
 
     /// One record as a job, or the reason it cannot be one.

@@ -33,6 +33,9 @@ pub async fn platform(cfg: &LambdaConfig) -> anyhow::Result<Platform> {
     if let Some(set) = &cfg.ses_configuration_set {
         crate::email::set_default_configuration_set(set);
     }
+    if let Some(root) = &cfg.secret_root {
+        crate::destinations::set_secret_root(root);
+    }
     let transport = Arc::new(SqsTransport::new(SqsTransport::client(&sdk), queue_url));
     let mut settings = settings(cfg);
     // The short lane's executor sends longer jobs to the long-job lane.

@@ -1,8 +1,17 @@
 //! The pre-traffic hook: before CodeDeploy shifts any traffic to a deployment's new versions,
-//! migrate the database, then run the smoke check (`crate::smoke`) through the **new** intake
-//! version (invoked directly, with API Gateway's event shape) and hand the job to the **new**
-//! executor version (invoked directly, with the SQS event the queue would deliver), and wait
-//! for the job to succeed. The verdict goes to CodeDeploy
+//! migrate the database, then check each new version by invoking it directly, so the work
+//! reaches only that version:
+//! - the smoke check (`crate::smoke`) through the **new** intake version (API Gateway's event
+//!   shape), its job submitted to run a day later: no live (old) executor and no sweep will
+//!   take it. The hook hands it to the **new** executor version
+//!   (`{"relay_deploy_check": {"job_id"}}`), the only code that claims a check job before it is
+//!   due (`Executor::run_check`), and requires that version to have claimed and finished it;
+//! - the same with a second job for the **new long-lane executor** version;
+//! - one sweep pass on the **new sweeper** version;
+//! - an SES event parsed by the **new ingress** version, which reaches its tenant and stores
+//!   nothing (`Ingress::deploy_check`).
+//!
+//! The verdict goes to CodeDeploy
 //! (`PutLifecycleEventHookExecutionStatus`): `Failed` stops the deployment and CloudFormation
 //! rolls the stack back. Invoked by hand (any payload without a `DeploymentId`, e.g. after a
 //! stack's first deploy, when CodeDeploy runs no hook), a failed check fails the invocation.
@@ -24,10 +33,9 @@ use crate::job::JobId;
 use crate::platform::Platform;
 use crate::smoke::{self, SmokeApi, SmokeError};
 use crate::store::{StoreError, tenants};
-use crate::transport::sqs::WorkMessage;
 
 /// The tenant the hook's jobs belong to (created on first use; its key is replaced each run).
-pub const TENANT: &str = "relay-deploy-check";
+pub const TENANT: &str = super::executor::DEPLOY_CHECK_TENANT;
 
 /// Why a check failed.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +46,8 @@ pub enum CheckFailed {
     Tenant(StoreError),
     #[error(transparent)]
     Smoke(#[from] SmokeError),
+    #[error("{function}: {reason}")]
+    Version { function: String, reason: String },
 }
 
 /// What the hook did and found; also its answer.
@@ -48,6 +58,8 @@ pub struct Verdict {
     pub job_id: Option<JobId>,
     pub seconds: f64,
     pub reason: Option<String>,
+    /// Each new version checked and what it answered, in order.
+    pub checked: Vec<Value>,
     /// CodeDeploy's ids when CodeDeploy invoked the hook.
     pub deployment_id: Option<String>,
 }
@@ -70,6 +82,10 @@ pub struct PreTraffic {
     codedeploy: aws_sdk_codedeploy::Client,
     intake: String,
     executor: String,
+    /// The long-lane executor, sweeper and ingress versions, when given.
+    executor_long: Option<String>,
+    sweeper: Option<String>,
+    ingress: Option<String>,
     within: Duration,
     retention_days: u32,
 }
@@ -93,6 +109,9 @@ impl PreTraffic {
             codedeploy: aws_sdk_codedeploy::Client::from_conf(codedeploy.build()),
             intake: cfg.pretraffic_intake.clone().ok_or(HookError::Missing("RELAY_PRETRAFFIC_INTAKE"))?,
             executor: cfg.pretraffic_executor.clone().ok_or(HookError::Missing("RELAY_PRETRAFFIC_EXECUTOR"))?,
+            executor_long: cfg.pretraffic_others[0].clone(),
+            sweeper: cfg.pretraffic_others[1].clone(),
+            ingress: cfg.pretraffic_others[2].clone(),
             within: cfg.pretraffic_within,
             retention_days: cfg.retention_days,
         })
@@ -109,6 +128,7 @@ impl PreTraffic {
             job_id: None,
             seconds: 0.0,
             reason: None,
+            checked: Vec::new(),
             deployment_id: deployment.clone(),
         };
         match self.check(&mut verdict).await {
@@ -125,6 +145,7 @@ impl PreTraffic {
             seconds = verdict.seconds,
             intake = self.intake,
             executor = self.executor,
+            checked = %serde_json::Value::Array(verdict.checked.clone()),
             "deploy check done"
         );
         crate::metrics::emf::record(&[("DeployCheckFailed", f64::from(u8::from(!verdict.passed)))]);
@@ -161,14 +182,41 @@ impl PreTraffic {
             tenants::rotate_key(&db, tenant.id).await
         };
         let key = key.await.map_err(CheckFailed::Tenant)?;
-        let versions = NewVersions { hook: self, key };
-        let done = smoke::run(&versions, self.within, Duration::from_millis(250)).await;
-        verdict.job_id = match &done {
-            Ok(d) => Some(d.id),
-            Err(SmokeError::Ended { id, .. } | SmokeError::TimedOut { id, .. } | SmokeError::Vanished(id)) => Some(*id),
-            Err(_) => None,
-        };
-        done?;
+        let executors = std::iter::once(&self.executor).chain(&self.executor_long);
+        for (n, executor) in executors.enumerate() {
+            let versions = NewVersions { hook: self, key: key.clone(), executor };
+            let done = smoke::run(&versions, self.within, Duration::from_millis(250)).await;
+            let id = match &done {
+                Ok(d) => Some(d.id),
+                Err(SmokeError::Ended { id, .. } | SmokeError::TimedOut { id, .. } | SmokeError::Vanished(id)) => {
+                    Some(*id)
+                }
+                Err(_) => None,
+            };
+            if n == 0 {
+                verdict.job_id = id;
+            }
+            done?;
+            verdict.checked.push(json!({"function": executor, "job_id": id, "succeeded": true}));
+        }
+        let check = json!({super::executor::DEPLOY_CHECK: {}});
+        if let Some(sweeper) = &self.sweeper {
+            let failed = |reason: String| CheckFailed::Version { function: sweeper.clone(), reason };
+            let passes = self.invoke(sweeper, &check).await.map_err(failed)?;
+            if !passes.is_array() {
+                return Err(failed(format!("answered {passes}, not its sweep passes")));
+            }
+            verdict.checked.push(json!({"function": sweeper, "passes": passes}));
+        }
+        if let Some(ingress) = &self.ingress {
+            let failed = |reason: String| CheckFailed::Version { function: ingress.clone(), reason };
+            let answer = self.invoke(ingress, &check).await.map_err(failed)?;
+            let done = &answer["deploy_check"];
+            if done.get("task_type").is_none() {
+                return Err(failed(format!("did not turn an SES event into a job: {answer}")));
+            }
+            verdict.checked.push(json!({"function": ingress, "answer": done}));
+        }
         Ok(())
     }
 
@@ -190,10 +238,11 @@ impl PreTraffic {
     }
 }
 
-/// The API as the new intake version serves it, and the new executor version behind it.
+/// The API as the new intake version serves it, and one new executor version behind it.
 struct NewVersions<'a> {
     hook: &'a PreTraffic,
     key: String,
+    executor: &'a str,
 }
 
 impl NewVersions<'_> {
@@ -262,34 +311,32 @@ impl SmokeApi for NewVersions<'_> {
         }
     }
 
-    /// Hand the job to the new executor as the work queue would: one SQS record carrying its
-    /// work message. The executor must answer with no record returned.
+    /// The job waits a day: only the executor version handed it below runs it.
+    fn hold(&self) -> bool {
+        true
+    }
+
+    /// Hand the job to this new executor version alone: it must claim it (no other code can,
+    /// before it is due) and finish it within its invocation.
     async fn submitted(&self, job: &Value) -> Result<(), SmokeError> {
         let id = job["id"].as_str().and_then(|i| i.parse::<JobId>().ok());
         let Some(job_id) = id else { return Err(SmokeError::NoId(job.clone())) };
-        let run_at = job["run_at"].as_str().and_then(|t| t.parse().ok()).unwrap_or_else(chrono::Utc::now);
-        let body =
-            serde_json::to_string(&WorkMessage { job_id, run_at }).map_err(|e| SmokeError::Executor(e.to_string()))?;
-        let message_id = uuid::Uuid::now_v7().to_string();
-        let event = json!({"Records": [{
-            "messageId": message_id,
-            "receiptHandle": "relay-deploy-check",
-            "body": body,
-            "attributes": {"ApproximateReceiveCount": "1"},
-            "messageAttributes": {},
-            "eventSource": "aws:sqs",
-            "eventSourceARN": "relay-deploy-check",
-        }]});
-        let answer = self.hook.invoke(&self.hook.executor, &event).await.map_err(SmokeError::Executor)?;
-        match answer["batchItemFailures"].as_array() {
-            Some(failed) if failed.is_empty() => Ok(()),
-            Some(_) => Err(SmokeError::Executor(format!(
-                "{} returned the job's message unrecorded (it could not reach the database, or the job did not end in time): {answer}",
-                self.hook.executor
+        let event = json!({super::executor::DEPLOY_CHECK: {"job_id": job_id}});
+        let answer = self.hook.invoke(self.executor, &event).await.map_err(SmokeError::Executor)?;
+        let done = &answer["deploy_check"];
+        let executor = self.executor;
+        if let Some(e) = done["error"].as_str() {
+            return Err(SmokeError::Executor(format!("{executor}: {e}")));
+        }
+        match (done["claimed"].as_u64(), done["succeeded"].as_u64()) {
+            (Some(1), Some(1)) => Ok(()),
+            (Some(0), _) => Err(SmokeError::Executor(format!(
+                "{executor} did not claim the check job (it does not fit the invocation's time left, or it is no longer pending): {answer}"
             ))),
-            None => {
-                Err(SmokeError::Executor(format!("{} answered {answer}, not a batch response", self.hook.executor)))
-            }
+            (Some(_), _) => Err(SmokeError::Executor(format!(
+                "{executor} claimed the check job but did not finish it successfully: {answer}"
+            ))),
+            _ => Err(SmokeError::Executor(format!("{executor} answered {answer}, not a deploy check"))),
         }
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! The payload decides nothing, so any JSON is accepted: EventBridge Scheduler's default
 //! notification (`source: aws.scheduler`, `detail` the string `"{}"`), an EventBridge rule's
-//! event (`detail` an object), a schedule's custom input, or an empty one (`{}`).
+//! event (`detail` an object), a schedule's custom input, or an empty one (`{}`). The
+//! pre-traffic hook's check (`{"relay_deploy_check": {}}`) runs one pass.
 
 use std::time::Duration;
 
@@ -19,6 +20,8 @@ pub async fn handle(
     passes: u32,
     gap: Duration,
 ) -> Result<Vec<SweepReport>, StoreError> {
+    // The pre-traffic hook's check of a new version: one pass, no gap.
+    let passes = if event.get(super::executor::DEPLOY_CHECK).is_some() { 1 } else { passes };
     let mut reports = Vec::new();
     for n in 0..passes.max(1) {
         if n > 0 {

@@ -428,6 +428,34 @@ pub async fn claim_ids(
     Ok(Claim::from_rows(&db.query(&stmt, &[&limit, &lease_secs, &ids, &within]).await?))
 }
 
+/// Claim one pending job of the tenant named `tenant` whether or not it is due: the
+/// pre-traffic hook's check job, submitted to run a day later so no live executor or sweep
+/// takes it, and handed by the hook to the one new executor version it checks (this claim is
+/// code only the new version has). `within` as in `claim_ids`: a job that does not fit the time
+/// left is not claimed. Keyed jobs are not claimed here.
+pub async fn claim_check(
+    db: &impl GenericClient,
+    id: JobId,
+    tenant: &str,
+    lease_secs: f64,
+    within: Option<i32>,
+) -> Result<Claim, StoreError> {
+    let stmt = db
+        .prepare_cached(&format!(
+            "WITH due AS (
+                 SELECT j.id FROM jobs j JOIN tenants t ON t.id = j.tenant_id
+                 WHERE j.status = 'pending' AND j.id = $3 AND t.name = $5 AND j.concurrency_key IS NULL
+                   AND ($4::int4 IS NULL OR j.timeout_seconds <= $4)
+                 LIMIT $1 FOR UPDATE OF j SKIP LOCKED
+             ), claimed AS (
+                 {CLAIM_UPDATE}
+             )
+             {CLAIM_SELECT}"
+        ))
+        .await?;
+    Ok(Claim::from_rows(&db.query(&stmt, &[&1_i64, &lease_secs, &id, &within, &tenant]).await?))
+}
+
 /// Where a job that does not fit in an invocation goes (`defer_unfit`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DeferBounds {

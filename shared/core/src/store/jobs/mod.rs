@@ -40,8 +40,8 @@ mod transition;
 #[cfg(feature = "testing")]
 pub(crate) use claim::fair_claim_sql;
 pub use claim::{
-    Claim, DeferBounds, Deferred, Keyed, Lane, claim_due, claim_ids, claim_keyed, claim_locked, defer_unfit,
-    keyed_ready, lock_keys,
+    Claim, DeferBounds, Deferred, Keyed, Lane, claim_check, claim_due, claim_ids, claim_keyed, claim_locked,
+    defer_unfit, keyed_ready, lock_keys,
 };
 pub(crate) use claim::{keyed_claim_sql, plan_keyed_claim};
 pub use insert::{Inserted, NewJob, insert_many, release, undispatch};
