@@ -20,6 +20,7 @@ pub mod departure;
 pub mod events;
 pub mod mime;
 pub mod pace;
+pub mod rules;
 pub mod ses;
 pub mod task;
 

@@ -7,8 +7,8 @@ to show the row to a person. ``job_finished`` tells the project a job ended.
 
 from django.dispatch import Signal
 
-#: Relay refused the row for good (400/413/422, e.g. an email address only Relay checks): the
-#: row is closed as ``refused``.
+#: Relay refused the row for good (400/413/422, e.g. a check its published schema does not
+#: carry): the row is closed as ``refused``.
 job_refused = Signal()
 #: Relay will not take the row until the tenant changes something: 409 (a destination or
 #: template it has not stored: status ``blocked``, posted again on demand) or 401/403 (the key:
