@@ -25,7 +25,6 @@ from functools import partial
 from django.db import connections, transaction
 
 from . import conf
-from .models import RelayJob
 
 log = logging.getLogger("relay_client")
 
@@ -110,9 +109,3 @@ def _post_on_thread(ids: list[uuid.UUID], timeout: float) -> None:
         log.exception("relay post of %d committed rows failed, left for the drain", len(ids))
     finally:
         connections.close_all()  # this thread's connections only
-
-
-def unsent(ids: list[uuid.UUID]) -> list[RelayJob]:
-    """The rows among ``ids`` still waiting to be posted, oldest first."""
-    rows = RelayJob.objects.using(conf.database()).filter(pk__in=ids, posted_at__isnull=True, status="unsent")
-    return list(rows.order_by("created_at", "pk"))

@@ -105,8 +105,6 @@ def post_rows(ids: list[uuid.UUID], *, timeout: float) -> DrainReport:
     their bytes allow, each network wait bounded by ``timeout`` and tried once. A row that runs
     after another of them goes in a later round, once that one has its Relay job. A failure of a
     whole request stops it and leaves the rest for the drain; a row Relay refused is closed."""
-    from .commit import unsent
-
     report = DrainReport()
     with _client(timeout) as client:
         while True:
@@ -120,6 +118,12 @@ def post_rows(ids: list[uuid.UUID], *, timeout: float) -> DrainReport:
             if not waiting.left or report.posted == before:
                 report.left += waiting.left
                 return report
+
+
+def unsent(ids: list[uuid.UUID]) -> list[RelayJob]:
+    """The rows among ``ids`` still waiting to be posted, oldest first."""
+    rows = RelayJob.objects.using(conf.database()).filter(pk__in=ids, posted_at__isnull=True, status="unsent")
+    return list(rows.order_by("created_at", "pk"))
 
 
 def post(row_id: uuid.UUID | str, *, timeout: float | None = None, blocked: bool = False) -> bool:
