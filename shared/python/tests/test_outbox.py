@@ -131,3 +131,24 @@ def test_the_periodic_drain_runs_as_local_work(relay, relay_settings):
     assert out.returncode == 0, out.stderr
     assert RelayJob.objects.get(correlation_id=corr).posted_at is not None
     assert len(jobs_on_relay(relay, corr)) == 1
+
+
+def test_one_commit_posts_what_it_kept_and_nothing_a_rolled_back_savepoint_dropped(relay, relay_settings):
+    corr = f"savepoints-{uuid.uuid4()}"
+
+    def dropped(echo: str) -> None:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            noop.enqueue(echo=echo)
+            raise RuntimeError("this savepoint rolls back")
+
+    with transaction.atomic(), correlation(corr):
+        dropped("first, dropped")  # the transaction's first enqueue goes with its savepoint
+        kept = [noop.enqueue(echo="a").id]
+        dropped("b, dropped")
+        with transaction.atomic():
+            kept.append(noop.enqueue(echo="c").id)  # a savepoint that is released: kept
+        kept.append(noop.enqueue(echo="d").id)
+    rows = RelayJob.objects.filter(correlation_id=corr)
+    assert sorted(str(pk) for pk in rows.values_list("pk", flat=True)) == sorted(kept)
+    assert not rows.filter(posted_at__isnull=True).exists(), "the commit posted every row it kept"
+    assert sorted(j.idempotency_key for j in jobs_on_relay(relay, corr)) == sorted(kept)

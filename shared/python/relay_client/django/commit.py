@@ -17,10 +17,12 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from django.db import connections, transaction
 
@@ -36,27 +38,33 @@ _STATE = "_relay_enqueued"
 class Enqueued:
     """The rows one transaction enqueued, and what its enqueues already waited for (seconds)."""
 
+    #: The on-commit callback every enqueue of this transaction registers (the same object).
+    hook: Callable[[], None]
+    #: Where the first registration sits in the connection's on-commit list.
+    index: int
     ids: list[uuid.UUID] = field(default_factory=list)
     waited: float = 0.0
+
+    def current(self, hooks: list[Any]) -> bool:
+        """Whether this is still the open transaction's state: its first callback is in place. A
+        savepoint rolled back drops the callbacks registered inside it, always a suffix of the
+        list, so one look at that place tells, however many rows were enqueued."""
+        return self.index < len(hooks) and hooks[self.index][1] is self.hook
 
 
 def enqueued(row_id: uuid.UUID, db: str, *, waited: float = 0.0) -> None:
     """Register a row written in the current transaction on ``db``: posted once it commits."""
     conn = connections[db]
+    hooks: list[Any] = conn.run_on_commit
     state: Enqueued | None = getattr(conn, _STATE, None)
-    if state is None or not _pending(conn):
+    if state is None or not state.current(hooks):
         # No callback of ours waits on this connection: a new transaction (a rolled-back one
         # took its callbacks and rows with it).
-        state = Enqueued()
+        state = Enqueued(hook=partial(_committed, db), index=len(hooks))
         setattr(conn, _STATE, state)
     state.ids.append(row_id)
     state.waited += waited
-    transaction.on_commit(partial(_committed, db), using=db, robust=True)
-
-
-def _pending(conn: object) -> bool:
-    hooks = getattr(conn, "run_on_commit", None) or []
-    return any(isinstance(f, partial) and f.func is _committed for _, f, *_ in hooks)
+    transaction.on_commit(state.hook, using=db, robust=True)
 
 
 def _committed(db: str) -> None:
