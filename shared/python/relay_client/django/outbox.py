@@ -291,12 +291,16 @@ def _post_batch(client: RelayClient, rows: list[RelayJob], report: DrainReport) 
         report.error = str(e)
         log.warning("relay post stopped, %d rows left unsent for the drain: %s", len(rows), e)
         return False
+    created = []
     for row, res in zip(rows, results, strict=True):
-        if res.job is not None:
-            _posted(row, res.job)
-            report.posted += 1
+        if res.job is not None and res.created and not res.job.terminal:
+            created.append((row, res.job))
+        elif res.job is not None:
+            _posted(row, res.job)  # a replay, or a job that already ended: the careful way
         elif res.error is not None:
             _settle(row, res.error, report)
+    _created(created)
+    report.posted += sum(1 for r in results if r.job is not None)
     return True
 
 
@@ -308,6 +312,52 @@ def _posted(row: RelayJob, job: Job) -> None:
         posted_at=timezone.now(), relay_id=job.id, post_error="", post_code="", status="unsent"
     )
     apply(job)
+
+
+#: What ``_created`` writes: the post's own fields and the projection's.
+_CREATED_FIELDS = [
+    "posted_at",
+    "relay_id",
+    "post_error",
+    "post_code",
+    "status",
+    "status_rank",
+    "attempt",
+    "progress",
+    "result",
+    "waiting_reason",
+    "last_error",
+    "started_at",
+    "finished_at",
+    "relay_updated_at",
+    "synced_at",
+]
+
+
+def _created(pairs: list[tuple[RelayJob, Job]]) -> None:
+    """Record the jobs one batch created (202, not ended yet) in one UPDATE, on the rows nothing
+    has written since (a callback that came first keeps what it wrote: it is as new or newer)."""
+    if not pairs:
+        return
+    now = timezone.now()
+    for row, job in pairs:
+        row.posted_at, row.relay_id, row.post_error, row.post_code = now, uuid.UUID(job.id), "", ""
+        row.status, row.status_rank, row.attempt = job.status, RANK.get(job.status, 0), job.attempt
+        row.progress, row.result, row.waiting_reason, row.last_error = (
+            job.progress,
+            job.result,
+            job.waiting_reason,
+            job.last_error,
+        )
+        row.started_at, row.finished_at, row.relay_updated_at, row.synced_at = (
+            job.started_at,
+            job.finished_at,
+            job.updated_at,
+            now,
+        )
+    RelayJob.objects.using(conf.database()).filter(posted_at__isnull=True, relay_updated_at__isnull=True).bulk_update(
+        [row for row, _ in pairs], _CREATED_FIELDS
+    )
 
 
 def _settle(row: RelayJob, err: RelayError, report: DrainReport) -> None:
