@@ -170,6 +170,12 @@ pub trait Task: Send + Sync + 'static {
         Ok(())
     }
 
+    /// What `check` refuses that a client can know from the parameters alone, written into the
+    /// parameter schema the task publishes (`GET /v1/tasks`); intake validates that very schema
+    /// before `check`. Each rule is necessary (every value `check` takes, the rule takes), so a
+    /// client applying the published schema refuses only what intake would.
+    fn schema_rules(_schema: &mut Value) {}
+
     /// Whose failure it is when `job` ends for good as `end` says: the platform's (Relay's
     /// bugs, AWS refusing Relay, a database outage: an exception opens) or a tenant's own (its
     /// endpoint, input, sender, template data or completion: counted per tenant and cause,

@@ -1,4 +1,5 @@
-"""Relay's client for Python: the job API (``RelayClient``) and its typed errors.
+"""Relay's client for Python: the job API and the tenant's templates, campaign pages,
+destinations, suppressions and callback settings (``RelayClient``), and its typed errors.
 
 The Django integration (``django.tasks`` backend, outbox, callbacks, projection, status
 collector) is ``relay_client.django``.
@@ -20,10 +21,17 @@ from .errors import (
     Unauthorized,
     Unavailable,
 )
+from .resources import MAX_PAGE, Destination, PageReceipt, Suppression, SuppressionPage, Template
 
 __all__ = [
     "MAX_BATCH",
     "MAX_BODY_BYTES",
+    "MAX_PAGE",
+    "Destination",
+    "PageReceipt",
+    "Suppression",
+    "SuppressionPage",
+    "Template",
     "TERMINAL",
     "BatchResult",
     "Job",

@@ -8,6 +8,7 @@ second job.
 
 from __future__ import annotations
 
+import builtins
 import ssl
 import threading
 import time
@@ -15,10 +16,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
+from ._time import parse_time
 from .errors import RelayError, TransportError, error_for
+from .resources import MAX_PAGE, Destination, PageReceipt, Suppression, SuppressionPage, Template
 
 TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 #: Relay's limits on one job submission: the body (``MAX_JOB_BODY_BYTES`` in
@@ -42,13 +46,6 @@ def _tls() -> ssl.SSLContext:
 
             _ssl_context = ssl.create_default_context(cafile=certifi.where())
         return _ssl_context
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 time from Relay (``Z`` or an offset), or None."""
-    if not value:
-        return None
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
 @dataclass(frozen=True)
@@ -228,10 +225,13 @@ class RelayClient:
         """
         data = self._call("POST", "/v1/jobs:batch", json={"jobs": [r.batch_item() for r in requests]})
         out = []
-        for r in data["results"]:
+        for i, r in enumerate(data["results"]):
             status = int(r["status"])
             job = Job.from_json(r["job"]) if r.get("job") else None
             err = error_for(status, {"error": r["error"]}) if r.get("error") else None
+            if err is not None and isinstance(err.details.get("field"), str):
+                # The field as a submit of this one item names it (`params.to[0]`, not `jobs[3].params.to[0]`).
+                err.details["field"] = err.details["field"].removeprefix(f"jobs[{i}].")
             out.append(BatchResult(status, job, err))
         return out
 
@@ -291,9 +291,132 @@ class RelayClient:
         data: dict[str, Any] = self._call("GET", "/v1/messages/events", params=query)
         return data
 
+    # -- email: templates, campaign pages, suppressions -----------------------------------------
+
+    def put_template(self, name: str, *, subject: str, text: str | None = None, html: str | None = None) -> Template:
+        """``PUT /v1/templates/{name}``: create or replace a template (text, html or both); a part
+        that does not compile is ``InvalidRequest`` ``template_syntax`` naming it."""
+        body = {k: v for k, v in {"subject": subject, "text": text, "html": html}.items() if v is not None}
+        return Template.from_json(self._call("PUT", f"/v1/templates/{_segment(name)}", json=body))
+
+    def get_template(self, name: str) -> Template:
+        return Template.from_json(self._call("GET", f"/v1/templates/{_segment(name)}"))
+
+    def templates(self) -> builtins.list[Template]:
+        return [Template.from_json(t) for t in self._call("GET", "/v1/templates")["templates"]]
+
+    def delete_template(self, name: str) -> None:
+        self._call("DELETE", f"/v1/templates/{_segment(name)}")
+
+    def put_recipients(self, job_id: str, page: int, recipients: Sequence[Mapping[str, Any]]) -> PageReceipt:
+        """``PUT /v1/jobs/{id}/recipients/{page}``: one page (1 to 5,000 ``{"to", "data"?}``) of a
+        paged ``email.campaign`` (submitted with ``"pages": n``); idempotent per page. The
+        campaign falls due when its last page lands (``released``)."""
+        res = self._request("PUT", f"/v1/jobs/{job_id}/recipients/{int(page)}", json={"recipients": list(recipients)})
+        return PageReceipt.from_json(res.json(), stored=res.status_code == 201)
+
+    def put_recipient_pages(
+        self, job_id: str, recipients: Sequence[Mapping[str, Any]], *, page_size: int = MAX_PAGE
+    ) -> builtins.list[PageReceipt]:
+        """Every page of a paged campaign from one list, ``page_size`` (at most ``MAX_PAGE``)
+        recipients a page, in order: the campaign's ``pages`` is ``ceil(len(recipients) / page_size)``."""
+        if not 1 <= page_size <= MAX_PAGE:
+            raise ValueError(f"page_size is 1 to {MAX_PAGE}, not {page_size}")
+        return [
+            self.put_recipients(job_id, n, recipients[start : start + page_size])
+            for n, start in enumerate(range(0, len(recipients), page_size))
+        ]
+
+    def suppressions(self, *, after: str | None = None, limit: int | None = None) -> SuppressionPage:
+        """One page of ``GET /v1/suppressions`` in address order; pass ``next_after`` back for the next."""
+        query = {k: v for k, v in {"after": after, "limit": limit}.items() if v is not None}
+        data = self._call("GET", "/v1/suppressions", params=query)
+        return SuppressionPage([Suppression.from_json(s) for s in data["suppressions"]], data.get("next_after"))
+
+    def suppress(self, address: str) -> None:
+        """``PUT /v1/suppressions/{address}``: stop sending to a bare address (``manual``)."""
+        self._call("PUT", f"/v1/suppressions/{_segment(address)}")
+
+    def unsuppress(self, address: str) -> None:
+        """``DELETE /v1/suppressions/{address}``: send to it again (``NotFound`` if not listed)."""
+        self._call("DELETE", f"/v1/suppressions/{_segment(address)}")
+
+    # -- callbacks ----------------------------------------------------------------------------
+
+    def set_callbacks(self, url: str | None, *, message_events: Sequence[str] | None = None) -> dict[str, Any]:
+        """``PUT /v1/callbacks``: where the tenant's callbacks go (the first call answers the
+        signing ``secret``, shown once); ``message_events`` None keeps the subscribed types."""
+        body: dict[str, Any] = {"url": url}
+        if message_events is not None:
+            body["message_events"] = [str(t) for t in message_events]
+        data: dict[str, Any] = self._call("PUT", "/v1/callbacks", json=body)
+        return data
+
+    def callback_settings(self) -> dict[str, Any]:
+        """``GET /v1/callbacks`` (never the secret)."""
+        data: dict[str, Any] = self._call("GET", "/v1/callbacks")
+        return data
+
+    def rotate_callback_secret(self, *, overlap_seconds: int | None = None) -> dict[str, Any]:
+        """``POST /v1/callbacks/rotate``: a new secret (shown once); the old one signs too until the overlap ends."""
+        body = {} if overlap_seconds is None else {"overlap_seconds": overlap_seconds}
+        data: dict[str, Any] = self._call("POST", "/v1/callbacks/rotate", json=body)
+        return data
+
+    # -- destinations -------------------------------------------------------------------------
+
+    def put_destination(
+        self,
+        name: str,
+        *,
+        base_url: str,
+        auth_header: str | None = None,
+        timeout_ms: int | None = None,
+        rate_per_second: float | None = None,
+        url_patterns: Sequence[str] | None = None,
+    ) -> Destination:
+        """``PUT /v1/destinations/{name}``: create or replace (the secret's value is set apart, with
+        ``set_destination_secret``, and never read back)."""
+        body: dict[str, Any] = {"base_url": base_url}
+        for k, v in (("auth_header", auth_header), ("timeout_ms", timeout_ms), ("rate_per_second", rate_per_second)):
+            if v is not None:
+                body[k] = v
+        if url_patterns is not None:
+            body["url_patterns"] = list(url_patterns)
+        return Destination.from_json(self._call("PUT", f"/v1/destinations/{_segment(name)}", json=body))
+
+    def get_destination(self, name: str) -> Destination:
+        return Destination.from_json(self._call("GET", f"/v1/destinations/{_segment(name)}"))
+
+    def destinations(self) -> builtins.list[Destination]:
+        return [Destination.from_json(d) for d in self._call("GET", "/v1/destinations")["destinations"]]
+
+    def delete_destination(self, name: str) -> None:
+        self._call("DELETE", f"/v1/destinations/{_segment(name)}")
+
+    def set_destination_secret(self, name: str, value: str) -> None:
+        """The auth header's value (kept in Secrets Manager; never returned)."""
+        self._call("PUT", f"/v1/destinations/{_segment(name)}/secret", json={"value": value})
+
+    def set_destination_signing_secret(self, name: str, value: str) -> None:
+        """The ``whsec_`` secret ``webhook.send`` signs with (never returned)."""
+        self._call("PUT", f"/v1/destinations/{_segment(name)}/signing-secret", json={"value": value})
+
+    def set_destination_writes(self, name: str, enabled: bool, *, reason: str | None = None) -> Destination:
+        """The tenant's own write switch for one destination (off: its calls are held)."""
+        body: dict[str, Any] = {"enabled": enabled}
+        if reason is not None:
+            body["reason"] = reason
+        return Destination.from_json(self._call("PUT", f"/v1/destinations/{_segment(name)}/writes", json=body))
+
     # -- transport ----------------------------------------------------------------------------
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """The JSON of a successful answer (None for 204 No Content); an error answer raises."""
+        res = self._request(method, path, **kwargs)
+        return None if res.status_code == 204 or not res.content else res.json()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         delay = self.backoff
         for attempt in range(1, self.attempts + 1):
             last = attempt == self.attempts
@@ -308,7 +431,7 @@ class RelayClient:
                 delay *= 2
                 continue
             if res.is_success:
-                return res.json()
+                return res
             try:
                 body = res.json()
             except ValueError:
@@ -324,3 +447,8 @@ class RelayClient:
 
 def _retryable(err: RelayError) -> bool:
     return err.status in (429, 503) or (err.status == 409 and err.code == "retry")
+
+
+def _segment(value: str) -> str:
+    """One path segment: ``/``, ``?`` and ``#`` (and the rest) escaped."""
+    return quote(str(value), safe="@")

@@ -96,7 +96,12 @@ def relay(tmp_dir: Path) -> Iterator[Relay]:
         "RELAY_SWEEP_INTERVAL_SECONDS": "2",
     }
     proc = subprocess.Popen(
-        [binary, "dev", "--addr", f"127.0.0.1:{port}"], env=env, stdout=subprocess.PIPE, stderr=log.open("w"), text=True
+        [binary, "dev", "--addr", f"127.0.0.1:{port}"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        text=True,
+        cwd=tmp_dir,  # its local secret store (.relay/) stays out of the source tree
     )
     try:
         key = proc.stdout.readline().strip() if proc.stdout else ""
@@ -137,8 +142,16 @@ def _answers(url: str) -> bool:
 @pytest.fixture(scope="session")
 def relay_settings(relay: Relay) -> dict:
     """Point the project's ``RELAY`` setting at the test Relay."""
-    settings.RELAY.update({"URL": relay.url, "API_KEY": relay.key, "STATUS_KEYS": ["local-status-key"]})
-    return settings.RELAY
+    from relay_client.django import catalogue
+
+    # The suite's commits wait for their post, long enough for a loaded machine (a test reads
+    # the posted row right after the commit); test_commit_bound measures the default, posting in
+    # the background, and test_never_lose the bound.
+    relay_settings: dict[str, Any] = settings.RELAY
+    relay_settings.update(URL=relay.url, API_KEY=relay.key, STATUS_KEYS=["local-status-key"])
+    relay_settings.update(POST_IN_BACKGROUND=False, POST_TIMEOUT=10.0)
+    catalogue.invalidate()  # what the start-up prefetch learned (or failed to) before this URL
+    return relay_settings
 
 
 @pytest.fixture(scope="session")

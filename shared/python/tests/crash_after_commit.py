@@ -1,5 +1,6 @@
-"""Run as a subprocess by test_outbox: enqueue a Relay task in a transaction, then hang right
-after the commit, before the on-commit post runs, so the test can kill the process there.
+"""Run as a subprocess by test_outbox: enqueue a Relay task (``argv[2]`` of them, default 1) in
+one transaction, then hang right after the commit, before the on-commit post runs, so the test
+can kill the process there.
 
 on_commit callbacks run in the order they were registered: the hang is registered first.
 """
@@ -27,6 +28,7 @@ def hang() -> None:
 with transaction.atomic():
     transaction.on_commit(hang)
     with correlation(sys.argv[1]):
-        result = noop.enqueue()
+        for i in range(int(sys.argv[2]) if len(sys.argv) > 2 else 1):
+            result = noop.enqueue(echo=str(i))
     print(f"row {result.id}", flush=True)
 print("posted", flush=True)  # never reached when the test kills the process in hang()

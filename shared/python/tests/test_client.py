@@ -62,7 +62,7 @@ def test_batch_cancel_and_the_change_feed(relay: Relay):
         results = client.submit_batch([later, req("no.such.task"), req()])
         assert [r.status for r in results] == [202, 422, 202]
         assert results[0].job is not None and results[2].job is not None
-        assert results[1].error is not None and results[1].error.field == "jobs[1].task_type"
+        assert results[1].error is not None and results[1].error.field == "task_type"
         assert client.submit_batch([later])[0].status == 200, "a replayed batch item"
         cancelled = client.cancel(results[0].job.id)
         assert cancelled.status == "cancelled"

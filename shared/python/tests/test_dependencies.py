@@ -48,8 +48,10 @@ def test_a_relay_task_runs_after_another_enqueued_in_the_same_transaction(relay:
         first = noop.enqueue()
         then = noop.using(after=[first.id]).enqueue()
         assert RelayJob.objects.get(pk=then.id).options["after"] == [first.id]
+    # Both posted by the commit's one post, the dependent in a second round once the first has its job.
+    posted = RelayJob.objects.filter(pk__in=[first.id, then.id], relay_id__isnull=False)
+    wait_for("both posted", lambda: posted.count() == 2)
     first_row, then_row = RelayJob.objects.get(pk=first.id), RelayJob.objects.get(pk=then.id)
-    assert first_row.relay_id is not None and then_row.relay_id is not None, "both posted, in order"
     # The outbox row's id became the Relay job's id in the request.
     assert outbox.request_for(then_row).after == [str(first_row.relay_id)]
     with relay.client() as client:

@@ -42,8 +42,10 @@ def test_a_committed_transaction_sends_exactly_one_job(relay, relay_settings):
                 **{"from": "shop@example.com"}, to=["a@example.com"], subject="Hi", text="Hello"
             )
         assert jobs_on_relay(relay, corr) == [], "nothing leaves before the commit"
-    row = RelayJob.objects.get(pk=result.id)
-    assert row.posted_at is not None and row.relay_id is not None
+    row = wait_for(
+        "the post after the commit", lambda: RelayJob.objects.filter(pk=result.id, posted_at__isnull=False).first()
+    )
+    assert row.relay_id is not None
     [job] = jobs_on_relay(relay, corr)
     assert (job.idempotency_key, job.correlation_id, job.task_type) == (result.id, corr, "email.send")
     # Posted again, as a drain running beside the on-commit post would: the same job.
@@ -60,10 +62,11 @@ def test_a_committed_transaction_sends_exactly_one_job(relay, relay_settings):
     )
 
 
-def test_a_process_killed_between_commit_and_post_gets_its_job_from_the_drain(relay, relay_settings):
+@pytest.mark.parametrize("n", [1, 300])
+def test_a_process_killed_between_commit_and_post_gets_its_jobs_from_the_drain(relay, relay_settings, n):
     corr = f"crash-{uuid.uuid4()}"
     child = subprocess.Popen(
-        [sys.executable, str(EXAMPLE.parent / "tests" / "crash_after_commit.py"), corr],
+        [sys.executable, str(EXAMPLE.parent / "tests" / "crash_after_commit.py"), corr, str(n)],
         cwd=EXAMPLE,
         env=child_env(connection.settings_dict["NAME"]),
         stdout=subprocess.PIPE,
@@ -87,14 +90,14 @@ def test_a_process_killed_between_commit_and_post_gets_its_job_from_the_drain(re
             child.kill()
     assert child.returncode == -signal.SIGKILL, err
     assert "posted\n" not in lines
-    row = RelayJob.objects.get(correlation_id=corr)
-    assert row.posted_at is None, "the kill came before the post"
-    assert jobs_on_relay(relay, corr) == [], "Relay has not heard of it"
-    assert drain().posted == 1
-    [job] = jobs_on_relay(relay, corr)
-    assert job.idempotency_key == str(row.pk)
+    rows = RelayJob.objects.filter(correlation_id=corr)
+    assert rows.count() == n and not rows.filter(posted_at__isnull=False).exists(), "the kill came before the post"
+    assert jobs_on_relay(relay, corr) == [], "Relay has not heard of them"
+    assert drain().posted == n
+    jobs = jobs_on_relay(relay, corr)
+    assert sorted(j.idempotency_key for j in jobs) == sorted(str(pk) for pk in rows.values_list("pk", flat=True))
     assert drain().posted == 0
-    assert len(jobs_on_relay(relay, corr)) == 1
+    assert len(jobs_on_relay(relay, corr)) == n
 
 
 def test_relay_unreachable_at_commit_leaves_the_row_for_the_drain(relay, relay_settings):
@@ -106,7 +109,7 @@ def test_relay_unreachable_at_commit_leaves_the_row_for_the_drain(relay, relay_s
             result = noop.enqueue()
     finally:
         relay_settings["URL"] = url
-    row = RelayJob.objects.get(pk=result.id)
+    row = wait_for("the post to fail", lambda: RelayJob.objects.filter(pk=result.id, post_code="transport").first())
     assert row.posted_at is None and "transport" in row.post_error
     assert drain().posted == 1
     assert len(jobs_on_relay(relay, corr)) == 1
@@ -128,3 +131,24 @@ def test_the_periodic_drain_runs_as_local_work(relay, relay_settings):
     assert out.returncode == 0, out.stderr
     assert RelayJob.objects.get(correlation_id=corr).posted_at is not None
     assert len(jobs_on_relay(relay, corr)) == 1
+
+
+def test_one_commit_posts_what_it_kept_and_nothing_a_rolled_back_savepoint_dropped(relay, relay_settings):
+    corr = f"savepoints-{uuid.uuid4()}"
+
+    def dropped(echo: str) -> None:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            noop.enqueue(echo=echo)
+            raise RuntimeError("this savepoint rolls back")
+
+    with transaction.atomic(), correlation(corr):
+        dropped("first, dropped")  # the transaction's first enqueue goes with its savepoint
+        kept = [noop.enqueue(echo="a").id]
+        dropped("b, dropped")
+        with transaction.atomic():
+            kept.append(noop.enqueue(echo="c").id)  # a savepoint that is released: kept
+        kept.append(noop.enqueue(echo="d").id)
+    rows = RelayJob.objects.filter(correlation_id=corr)
+    assert sorted(str(pk) for pk in rows.values_list("pk", flat=True)) == sorted(kept)
+    assert not rows.filter(posted_at__isnull=True).exists(), "the commit posted every row it kept"
+    assert sorted(j.idempotency_key for j in jobs_on_relay(relay, corr)) == sorted(kept)

@@ -23,9 +23,9 @@ pub const PLAIN_TEMPLATE_TEXT: &str = "^([^\\x00{]|\\{[^\\x00{%#])*\\{?$";
 /// A bare email address of the common shape (dot-atom local part, host name).
 pub const ADDRESS: &str = "^[A-Za-z0-9_+-]{1,32}(\\.[A-Za-z0-9_+-]{1,31})?@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,2}$";
 /// SES tag names and values, configuration sets (`content::tag_text_ok`).
-pub const TAG_TEXT: &str = "^[A-Za-z0-9_-]{1,256}$";
+pub const TAG_TEXT: &str = crate::email::content::TAG_PATTERN;
 /// Template and schedule names (`templates::check_name`; schedules also take `:`).
-pub const TEMPLATE_NAME: &str = "^[A-Za-z0-9._-]{1,100}$";
+pub const TEMPLATE_NAME: &str = crate::store::templates::NAME_PATTERN;
 pub const SCHEDULE_NAME: &str = "^[A-Za-z0-9_.:-]{1,100}$";
 /// An IAM role ARN (`credentials::valid_role_arn`).
 pub const ROLE_ARN: &str = "^arn:aws[^:\\x00]*:iam::[0-9]{12}:role/[^\\x00]*[^/\\x00]$";
@@ -185,7 +185,10 @@ pub fn apply(doc: &mut Value) {
     }
 }
 
-/// What a task's own checks add to its params schema.
+/// How the document narrows a task's published params schema further. The published schema
+/// already holds the task's own rules (`Task::schema_rules`: necessary, what a client may refuse
+/// by); these are sufficient ones (every value the pattern allows, the server takes), so that a
+/// request generated from the document is one the server takes.
 fn task_rules(task: &str, params: &mut Value) {
     match task {
         "email.send" => send_rules(params, false),

@@ -20,7 +20,7 @@ use crate::job::terms::{self, Concurrency, CorrelationId, IdempotencyKey, Limits
 use crate::job::{HELD_FOR, JobId, JobStatus, TenantId};
 use crate::outbound::AllowList;
 use crate::store::jobs::{self, Inserted, Job, JobFilter, NewJob};
-use crate::store::{StoreError, attempt_sessions, dependencies};
+use crate::store::{StoreError, attempt_sessions, dependencies, sending_identities};
 use crate::task::{Named, Stored};
 use crate::view::{self, JobView};
 
@@ -674,11 +674,18 @@ fn job_cursor(c: &str) -> Option<(DateTime<Utc>, JobId)> {
     cursor::decode(c).map(|(at, id)| (at, JobId::from_uuid(id)))
 }
 
-/// `GET /v1/tasks`: the catalogue, with each task's parameter schema.
+/// `GET /v1/tasks`: the catalogue, with each task's parameter schema: the rules its checks
+/// apply at intake, and the caller's sending identities on an email's `from`.
 #[utoipa::path(get, path = "/v1/tasks", tag = "jobs", security(("tenant_key" = [])),
-    responses((status = 200, body = TaskList), (status = 401, body = ErrorBody)))]
-pub async fn tasks(State(state): State<AppState>, Caller(_): Caller) -> Json<Value> {
-    Json(json!({ "tasks": state.catalogue.describe() }))
+    responses((status = 200, body = TaskList), (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn tasks(State(state): State<AppState>, Caller(tenant): Caller) -> Result<Json<Value>, ApiError> {
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let identities = sending_identities::list(&db, tenant.id).await?;
+    let mut tasks = state.catalogue.describe();
+    for t in &mut tasks {
+        crate::email::rules::with_identities(t.name, &mut t.params_schema, &identities);
+    }
+    Ok(Json(json!({ "tasks": tasks })))
 }
 
 #[cfg(test)]

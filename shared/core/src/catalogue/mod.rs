@@ -117,15 +117,24 @@ fn parse<T: Task>(params: &Value) -> Result<T::Params, ParamError> {
     Ok(parsed)
 }
 
-/// A task as the catalogue holds it: with its published parameter schema, compiled once.
+/// A task as the catalogue holds it: with its published parameter schema (the type's, with the
+/// task's own rules), compiled once.
 struct Registered<T> {
     task: T,
+    published: Value,
     schema: jsonschema::Validator,
+}
+
+/// The schema a task publishes: its parameter type's, with what its `check` adds.
+fn published_schema<T: Task>() -> Value {
+    let mut schema = params_schema::<T::Params>();
+    T::schema_rules(&mut schema);
+    schema
 }
 
 impl<T: Task> ErasedTask for Registered<T> {
     fn info(&self) -> TaskInfo {
-        TaskInfo { name: T::NAME, description: T::DESCRIPTION, params_schema: params_schema::<T::Params>() }
+        TaskInfo { name: T::NAME, description: T::DESCRIPTION, params_schema: self.published.clone() }
     }
 
     fn platform_only(&self) -> bool {
@@ -201,9 +210,10 @@ impl Catalogue {
     fn add<T: Task>(&mut self, task: T) {
         // A schema that does not compile is a bug in a parameter type, found by the first test
         // that builds the catalogue.
-        let schema = jsonschema::validator_for(&params_schema::<T::Params>())
+        let published = published_schema::<T>();
+        let schema = jsonschema::validator_for(&published)
             .unwrap_or_else(|e| panic!("the parameter schema of {} does not compile: {e}", T::NAME));
-        Arc::make_mut(&mut self.tasks).insert(T::NAME, Arc::new(Registered { task, schema }));
+        Arc::make_mut(&mut self.tasks).insert(T::NAME, Arc::new(Registered { task, published, schema }));
     }
 
     /// Replace (or add) a task, e.g. one configured at start-up.
@@ -287,6 +297,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    use crate::task::TaskContext;
+
     #[test]
     fn test_tasks_exist_only_when_asked_for() {
         assert_eq!(
@@ -325,6 +337,71 @@ mod tests {
         let e = c.check("sleep", &json!({})).unwrap_err();
         assert!(e.message.contains("\"seconds\" is a required property"), "{e}");
         assert!(!e.message.contains("f64"), "no Rust type names in what a client reads: {e}");
+    }
+
+    #[derive(serde::Deserialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
+    struct LimitedParams {
+        #[allow(dead_code)]
+        tags: Vec<String>,
+    }
+
+    /// A task whose one rule, at most `N` tags, is written once: in its `schema_rules`.
+    struct Limited<const N: usize>;
+
+    impl<const N: usize> Task for Limited<N> {
+        type Params = LimitedParams;
+        const NAME: &'static str = "test.limited";
+        const DESCRIPTION: &'static str = "a rule written once";
+
+        fn schema_rules(schema: &mut Value) {
+            schema["properties"]["tags"]["maxItems"] = json!(N);
+        }
+
+        async fn run(&self, _ctx: &TaskContext, _params: LimitedParams) -> Result<Value, TaskError> {
+            Ok(Value::Null)
+        }
+    }
+
+    /// Changing the rule in its one place changes both what `GET /v1/tasks` publishes and what
+    /// intake refuses.
+    #[test]
+    fn a_rule_written_on_the_task_is_published_and_held_at_intake_alike() {
+        fn follows<const N: usize>() {
+            let c = Catalogue::standard().with(Limited::<N>);
+            let info = c.describe().into_iter().find(|t| t.name == "test.limited").unwrap();
+            assert_eq!(info.params_schema["properties"]["tags"]["maxItems"], json!(N));
+            let tags = |n: usize| json!({"tags": vec!["t"; n]});
+            assert!(c.check("test.limited", &tags(N)).is_ok());
+            assert_eq!(c.check("test.limited", &tags(N + 1)).unwrap_err().field, "params.tags");
+        }
+        follows::<2>();
+        follows::<3>();
+    }
+
+    #[test]
+    fn the_email_tasks_publish_what_their_checks_refuse() {
+        let c = Catalogue::standard();
+        let send = c.describe().into_iter().find(|t| t.name == "email.send").unwrap().params_schema;
+        assert_eq!(send["properties"]["to"]["items"]["format"], "email");
+        assert_eq!(send["properties"]["to"]["maxItems"], json!(crate::email::content::MAX_RECIPIENTS));
+        assert_eq!(send["properties"]["template"]["pattern"], crate::store::templates::NAME_PATTERN);
+        let base = json!({"from": "a@b.example", "subject": "s", "text": "t"});
+        let with = |k: &str, v: Value| {
+            let mut p = base.clone();
+            p[k] = v;
+            p
+        };
+        let fifty_one: Vec<String> = (0..51).map(|i| format!("r{i}@b.example")).collect();
+        assert_eq!(c.check("email.send", &with("to", json!(fifty_one))).unwrap_err().field, "params.to");
+        assert_eq!(c.check("email.send", &base).unwrap_err().field, "params", "no recipient");
+        // A display name is taken: `format: email` is the client's assertion (an `@`), not the server's.
+        let mut named = with("from", json!("Acme <a@b.example>"));
+        named["to"] = json!(["x@b.example"]);
+        assert!(c.check("email.send", &named).is_ok());
+        let campaign = c.describe().into_iter().find(|t| t.name == "email.campaign").unwrap().params_schema;
+        assert_eq!(campaign["$defs"]["SendParams"]["properties"]["to"]["maxItems"], json!(0));
+        assert_eq!(campaign["$defs"]["Recipient"]["properties"]["to"]["format"], "email");
     }
 
     #[test]

@@ -162,6 +162,9 @@ pub fn valid_identity(identity: &str) -> bool {
     }
 }
 
+/// SES tag names and values, configuration sets: what `tag_text_ok` takes, as a pattern.
+pub const TAG_PATTERN: &str = "^[A-Za-z0-9_-]{1,256}$";
+
 fn tag_text_ok(s: &str) -> bool {
     !s.is_empty() && s.len() <= 256 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }

@@ -21,6 +21,7 @@ pub mod encoded_words;
 pub mod events;
 pub mod mime;
 pub mod pace;
+pub mod rules;
 pub mod ses;
 pub mod task;
 

@@ -20,6 +20,10 @@ impl Task for SendEmail {
         p.check()
     }
 
+    fn schema_rules(schema: &mut Value) {
+        crate::email::rules::send(schema);
+    }
+
     fn admit(p: &SendParams) -> Admission {
         let names =
             p.template.iter().map(|t| Named { kind: Stored::Template, field: "template".into(), name: t.clone() });
@@ -41,6 +45,10 @@ impl Task for SendCampaign {
 
     fn check(p: &CampaignParams) -> Result<(), (String, String)> {
         p.check()
+    }
+
+    fn schema_rules(schema: &mut Value) {
+        crate::email::rules::campaign(schema);
     }
 
     fn admit(p: &CampaignParams) -> Admission {

@@ -29,6 +29,9 @@ impl Template {
 pub struct BadName;
 
 /// A template name: 1 to 100 letters, digits, `.`, `_` or `-`.
+/// What `check_name` takes, as a pattern.
+pub const NAME_PATTERN: &str = "^[A-Za-z0-9._-]{1,100}$";
+
 pub fn check_name(name: &str) -> Result<(), BadName> {
     let ok = !name.is_empty()
         && name.len() <= 100

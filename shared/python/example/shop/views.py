@@ -1,4 +1,5 @@
 import json
+import time
 
 from django.db import transaction
 from django.http import HttpRequest, JsonResponse
@@ -9,7 +10,7 @@ from relay_client.django import correlation, refresh
 from relay_client.django.models import RelayJob
 
 from .models import Order
-from .tasks import email_send
+from .tasks import email_send, noop, tally_orders
 
 
 @csrf_exempt
@@ -35,3 +36,22 @@ def refresh_confirmation(request: HttpRequest, job_id) -> JsonResponse:
     """A detail page someone is watching: ask Relay now instead of waiting for the callback."""
     row = refresh(RelayJob.objects.get(pk=job_id))
     return JsonResponse({"status": row.status, "result": row.result})
+
+
+@csrf_exempt
+@require_POST
+def enqueue_many(request: HttpRequest) -> JsonResponse:
+    """``n`` jobs in one transaction, on Relay (``"backend": "relay"``) or on the local
+    django-tasks-db queue (``"tasks_db"``); answers how long the enqueues and the commit took."""
+    body = json.loads(request.body)
+    started = time.monotonic()
+    with transaction.atomic():
+        with correlation(body["correlation_id"]):
+            for i in range(int(body["n"])):
+                if body["backend"] == "relay":
+                    noop.enqueue(echo=str(i))
+                else:
+                    tally_orders.enqueue()
+        enqueued = time.monotonic()
+    committed = time.monotonic()
+    return JsonResponse({"enqueue_s": enqueued - started, "commit_s": committed - enqueued}, status=201)

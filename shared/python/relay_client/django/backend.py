@@ -16,12 +16,12 @@ A ``relay_task`` is a plain ``Task``: with ``TASKS["relay"]`` set to Django's ``
 
 from __future__ import annotations
 
+import time
 import unicodedata
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
@@ -32,6 +32,7 @@ from . import catalogue, conf
 from ._compat import (
     DEFAULT_TASK_PRIORITY,
     BaseTaskBackend,
+    DummyBackend,
     InvalidTask,
     Task,
     TaskError,
@@ -77,6 +78,30 @@ class RelayTask(Task):  # type: ignore[type-arg]
     @property
     def module_path(self) -> str:
         return f"relay:{self.task_type}"
+
+    def __post_init__(self) -> None:
+        self.check_backend()
+        Task.__post_init__(self)
+
+    def check_backend(self) -> None:
+        """A Relay task runs on Relay: refuse, by name, a backend that would run it here or store
+        it for a local worker (``ImmediateBackend``, django-tasks-db...). ``DummyBackend`` (tests)
+        records it."""
+        backend = self.get_backend()
+        if not isinstance(backend, (RelayBackend, DummyBackend)):
+            raise InvalidTask(
+                f"relay_task({self.task_type!r}) runs on Relay, but TASKS[{self.backend!r}] is "
+                f"{type(backend).__module__}.{type(backend).__name__}: give relay_task the alias of a RelayBackend "
+                '(backend="relay", the default), or, in tests, use relay_client.testing.relay_enqueues()'
+            )
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> TaskResult:  # type: ignore[type-arg]
+        self.check_backend()  # settings may have changed since the declaration (override_settings)
+        return Task.enqueue(self, *args, **kwargs)
+
+    async def aenqueue(self, *args: Any, **kwargs: Any) -> TaskResult:  # type: ignore[type-arg]
+        self.check_backend()
+        return await Task.aenqueue(self, *args, **kwargs)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Django pickles (and DummyBackend deep-copies) a task by its importable path; a Relay task
@@ -265,8 +290,10 @@ class RelayBackend(BaseTaskBackend):
             raise InvalidTask("Relay tasks take their parameters as keyword arguments")
         params = normalize_json(dict(kwargs))
         assert isinstance(params, dict)
+        started = time.monotonic()
         if conf.get("VALIDATE"):
             catalogue.check(task.task_type, params)
+        waited = time.monotonic() - started
         db = conf.database()
         row = RelayJob(
             task_type=task.task_type,
@@ -280,7 +307,8 @@ class RelayBackend(BaseTaskBackend):
             raise InvalidTask(
                 f"a correlation id is 1 to 200 characters without control characters, not {row.correlation_id!r}"
             )
-        from .outbox import post_after_commit, request_size
+        from .commit import enqueued
+        from .outbox import request_size
 
         limit = int(conf.get("MAX_BODY_BYTES"))
         if (size := request_size(row)) > limit:
@@ -293,7 +321,7 @@ class RelayBackend(BaseTaskBackend):
             existing = self._insert_keyed(row, db)
             if existing is not None:  # the same request enqueued again: the same row
                 return self._result(existing, task)
-        transaction.on_commit(partial(post_after_commit, row.id), using=db, robust=True)
+        enqueued(row.id, db, waited=waited)
         result = self._result(row, task)
         task_enqueued.send(type(self), task_result=result)
         return result
@@ -313,6 +341,16 @@ class RelayBackend(BaseTaskBackend):
             row.options,
             row.run_at,
         )
+        if not same and existing.status == "refused":
+            # Relay refused that request, so it made no job under the key: the corrected request
+            # takes the key over; the refused row stays, keyed by its own id, with its reason.
+            RelayJob.objects.using(db).filter(pk=existing.pk, status="refused").update(
+                idempotency_key=None,
+                post_error=f"{existing.post_error} (key {row.idempotency_key!r} later given to row {row.pk})",
+            )
+            with transaction.atomic(using=db):
+                row.save(using=db, force_insert=True)
+            return None
         if not same:
             raise IdempotencyKeyReused(
                 422,

@@ -9,14 +9,16 @@ holding the outbox (default ``"default"``); ``SCHEDULES`` lists local periodic t
 ``STATUS_SOURCES`` names the local work the status view reports (``"django_tasks_db"``,
 ``"django_q"``; default: each whose app is installed).
 
-Bounds: ``POST_TIMEOUT`` (seconds, default 2) is the most a commit waits for its post to Relay
-(0: no post at commit, the worker's drain posts); ``POST_IN_BACKGROUND`` (default False) posts
-on a thread without waiting at all; ``TIMEOUT`` (default 10) bounds each network wait of the
-drain, reconcile and refresh; ``MAX_BODY_BYTES`` is the largest batch body the drain sends.
+Bounds: the rows one transaction enqueued are posted together once it commits, in batch
+requests, on a thread. ``POST_IN_BACKGROUND`` (default True): the commit does not wait for that
+post at all; False: it waits at most ``POST_TIMEOUT`` for the whole post, however many rows.
+``POST_TIMEOUT`` 0 posts nothing at commit (the worker's drain posts). ``TIMEOUT`` (seconds,
+default 10) bounds each network wait of that post (one attempt: what fails is the drain's), of
+the drain, reconcile and refresh; ``MAX_BODY_BYTES`` is the largest batch body sent.
 ``VALIDATE`` (default True) checks parameters against the task's published schema at
-``.enqueue()``; ``CATALOGUE_TTL`` (default 300 s) is how long that schema is trusted,
-``CATALOGUE_TIMEOUT`` (default 1 s) bounds its fetch (tried at most once a minute while Relay
-cannot be reached).
+``.enqueue()``; that catalogue is fetched at start-up on a thread, ``CATALOGUE_TTL`` (default
+300 s) is how long it is trusted before a refresh on a thread, ``CATALOGUE_TIMEOUT`` (default
+1 s) bounds its fetch (tried at most once a minute while Relay cannot be reached).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "DATABASE": "default",
     "TIMEOUT": 10.0,
     "POST_TIMEOUT": 2.0,
-    "POST_IN_BACKGROUND": False,
+    "POST_IN_BACKGROUND": True,
     "MAX_BODY_BYTES": MAX_BODY_BYTES - 4096,
     "VALIDATE": True,
     "CATALOGUE_TTL": 300.0,
@@ -45,6 +47,12 @@ def _relay() -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ImproperlyConfigured("settings.RELAY must be a dict (see relay_client.django.conf)")
     return value
+
+
+def settings_or_none() -> dict[str, Any] | None:
+    """The ``RELAY`` setting, or None when it is not a dict."""
+    value = getattr(settings, "RELAY", None)
+    return value if isinstance(value, dict) else None
 
 
 def get(name: str, default: Any = None) -> Any:

@@ -1,9 +1,8 @@
 """Posting the outbox, and keeping the projection.
 
-``post_after_commit`` runs when the enqueuing transaction commits and waits for its post at
-most ``POST_TIMEOUT`` seconds (or not at all, ``POST_IN_BACKGROUND``); ``drain`` posts what a
-crash, a slow or an unreachable Relay left behind. Every post of a row carries the row's
-idempotency key, so a row posted twice is one job.
+``post_rows`` posts what one commit enqueued (``commit`` calls it on a thread once the
+transaction commits); ``drain`` posts what a crash, a slow or an unreachable Relay left behind.
+Every post of a row carries the row's idempotency key, so a row posted twice is one job.
 
 Nothing here closes a row because of a failure of a whole request (413 for the batch, 401, 5xx,
 a timeout, no connection): the drain sizes its batches under Relay's body limit, halves a batch
@@ -18,16 +17,13 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 
-from django.db import connections, transaction
+from django.db import transaction
 from django.db.models import Min, Q, QuerySet
 from django.utils import timezone
 
@@ -35,7 +31,7 @@ from ..client import MAX_BATCH, Job, JobRequest, RelayClient
 from ..errors import InvalidRequest, RelayError
 from . import catalogue, conf
 from .models import RANK, TERMINAL_RANK, RelayJob
-from .signals import job_blocked, job_refused
+from .signals import job_blocked, job_finished, job_refused
 
 log = logging.getLogger("relay_client")
 
@@ -103,44 +99,31 @@ def request_for(row: RelayJob, *, resolve: bool = True) -> JobRequest:
 
 # -- the post after the commit -------------------------------------------------------------------
 
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
+
+def post_rows(ids: list[uuid.UUID], *, timeout: float) -> DrainReport:
+    """Post the committed rows among ``ids`` that are still unsent, in as few batch requests as
+    their bytes allow, each network wait bounded by ``timeout`` and tried once. A row that runs
+    after another of them goes in a later round, once that one has its Relay job. A failure of a
+    whole request stops it and leaves the rest for the drain; a row Relay refused is closed."""
+    report = DrainReport()
+    with _client(timeout) as client:
+        while True:
+            waiting, before = DrainReport(), report.posted
+            for start in range(0, len(ids), BATCH):
+                rows = [r for r in unsent(ids[start : start + BATCH]) if _ready(r, waiting)]
+                if not all(_post_batch(client, part, report) for part in _by_bytes(rows)):
+                    report.left += waiting.left
+                    return report
+            report.refused += waiting.refused
+            if not waiting.left or report.posted == before:
+                report.left += waiting.left
+                return report
 
 
-def _pool() -> ThreadPoolExecutor:
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="relay-post")
-        return _executor
-
-
-def post_after_commit(row_id: uuid.UUID | str) -> None:
-    """Post a row whose transaction committed, costing the caller at most ``POST_TIMEOUT`` seconds.
-
-    The post runs on a small thread pool; the caller waits for it up to the bound (or not at all
-    with ``POST_IN_BACKGROUND``). A post that did not finish in time goes on in the background;
-    one that failed is left to the drain. Never raises.
-    """
-    budget = conf.post_timeout()
-    if budget <= 0:
-        return
-    future = _pool().submit(_post_on_thread, row_id, budget)
-    if conf.get("POST_IN_BACKGROUND"):
-        return
-    try:
-        future.result(timeout=budget)
-    except FutureTimeout:
-        log.warning("relay post of %s not done after %.1fs: the request goes on, the drain has the row", row_id, budget)
-
-
-def _post_on_thread(row_id: uuid.UUID | str, budget: float) -> None:
-    try:
-        post(row_id, timeout=budget)
-    except Exception:  # a misconfiguration (ImproperlyConfigured) or a bug: the drain has the row
-        log.exception("relay post of %s failed, left for the drain", row_id)
-    finally:
-        connections.close_all()  # this thread's connections only
+def unsent(ids: list[uuid.UUID]) -> list[RelayJob]:
+    """The rows among ``ids`` still waiting to be posted, oldest first."""
+    rows = RelayJob.objects.using(conf.database()).filter(pk__in=ids, posted_at__isnull=True, status="unsent")
+    return list(rows.order_by("created_at", "pk"))
 
 
 def post(row_id: uuid.UUID | str, *, timeout: float | None = None, blocked: bool = False) -> bool:
@@ -165,6 +148,8 @@ def post(row_id: uuid.UUID | str, *, timeout: float | None = None, blocked: bool
         with _client(timeout) as client:
             job = client.submit(request)
     except RelayError as e:
+        if e.status not in (400, 401, 403, 409, 413, 422):
+            log.warning("relay post of %s failed, left for the drain: %s", row.pk, e)
         _settle(row, e, DrainReport())
         return False
     _posted(row, job)
@@ -201,18 +186,26 @@ class DrainReport:
     stuck: int = 0
 
 
-def drain(*, min_age: timedelta = timedelta(0), limit: int | None = None, blocked: bool = False) -> DrainReport:
+def drain(
+    *,
+    min_age: timedelta = timedelta(0),
+    limit: int | None = None,
+    blocked: bool = False,
+    timeout: float | None = None,
+) -> DrainReport:
     """Post every unsent outbox row older than ``min_age`` (``blocked``: and the blocked ones).
 
     Rows are locked (``SKIP LOCKED``) while posted, so drains running at once share the work. A
-    failure of a whole request stops the drain and leaves its rows unsent.
+    failure of a whole request stops the drain and leaves its rows unsent (``error`` says why).
+    ``timeout`` bounds each network wait and makes each request one attempt; without it the
+    client's ``TIMEOUT`` and retries apply.
     """
     db = conf.database()
     report = DrainReport()
     statuses = ["unsent", "blocked"] if blocked else ["unsent"]
     after: tuple[datetime, uuid.UUID] | None = None
     seen = 0
-    with conf.client() as client:
+    with _client(timeout) as client:
         while limit is None or seen < limit:
             size = BATCH if limit is None else min(BATCH, limit - seen)
             with transaction.atomic(using=db):
@@ -296,14 +289,18 @@ def _post_batch(client: RelayClient, rows: list[RelayJob], report: DrainReport) 
         for r in rows:
             _settle(r, e, report)
         report.error = str(e)
-        log.warning("relay drain stopped, %d rows left unsent: %s", len(rows), e)
+        log.warning("relay post stopped, %d rows left unsent for the drain: %s", len(rows), e)
         return False
+    created = []
     for row, res in zip(rows, results, strict=True):
-        if res.job is not None:
-            _posted(row, res.job)
-            report.posted += 1
+        if res.job is not None and res.created and not res.job.terminal:
+            created.append((row, res.job))
+        elif res.job is not None:
+            _posted(row, res.job)  # a replay, or a job that already ended: the careful way
         elif res.error is not None:
             _settle(row, res.error, report)
+    _created(created)
+    report.posted += sum(1 for r in results if r.job is not None)
     return True
 
 
@@ -315,6 +312,52 @@ def _posted(row: RelayJob, job: Job) -> None:
         posted_at=timezone.now(), relay_id=job.id, post_error="", post_code="", status="unsent"
     )
     apply(job)
+
+
+#: What ``_created`` writes: the post's own fields and the projection's.
+_CREATED_FIELDS = [
+    "posted_at",
+    "relay_id",
+    "post_error",
+    "post_code",
+    "status",
+    "status_rank",
+    "attempt",
+    "progress",
+    "result",
+    "waiting_reason",
+    "last_error",
+    "started_at",
+    "finished_at",
+    "relay_updated_at",
+    "synced_at",
+]
+
+
+def _created(pairs: list[tuple[RelayJob, Job]]) -> None:
+    """Record the jobs one batch created (202, not ended yet) in one UPDATE, on the rows nothing
+    has written since (a callback that came first keeps what it wrote: it is as new or newer)."""
+    if not pairs:
+        return
+    now = timezone.now()
+    for row, job in pairs:
+        row.posted_at, row.relay_id, row.post_error, row.post_code = now, uuid.UUID(job.id), "", ""
+        row.status, row.status_rank, row.attempt = job.status, RANK.get(job.status, 0), job.attempt
+        row.progress, row.result, row.waiting_reason, row.last_error = (
+            job.progress,
+            job.result,
+            job.waiting_reason,
+            job.last_error,
+        )
+        row.started_at, row.finished_at, row.relay_updated_at, row.synced_at = (
+            job.started_at,
+            job.finished_at,
+            job.updated_at,
+            now,
+        )
+    RelayJob.objects.using(conf.database()).filter(posted_at__isnull=True, relay_updated_at__isnull=True).bulk_update(
+        [row for row, _ in pairs], _CREATED_FIELDS
+    )
 
 
 def _settle(row: RelayJob, err: RelayError, report: DrainReport) -> None:
@@ -334,7 +377,13 @@ def _settle(row: RelayJob, err: RelayError, report: DrainReport) -> None:
             last_error=str(err),
         ):
             report.refused += 1
-            job_refused.send(RelayJob, row=_reload(row), error=err)
+            refused = _reload(row)
+            job_refused.send(RelayJob, row=refused, error=err)
+            transaction.on_commit(
+                partial(job_finished.send, RelayJob, row=refused, status="refused"),
+                using=conf.database(),
+                robust=True,
+            )
     elif err.status == 409 and err.code != "retry":
         # A destination, template or callback secret the tenant has not stored: posting it again
         # cannot work until the tenant acts (then `relay_drain --blocked` or the admin posts it).
@@ -349,7 +398,8 @@ def _settle(row: RelayJob, err: RelayError, report: DrainReport) -> None:
         if rows.exclude(post_code=code).update(post_error=str(err), post_code=code):
             job_blocked.send(RelayJob, row=_reload(row), error=err)
     else:
-        log.warning("relay post of %s failed, left for the drain: %s", row.pk, err)
+        # A failure of the whole request: its caller logs it once for all its rows.
+        log.debug("relay post of %s failed, left for the drain: %s", row.pk, err)
         report.left += 1
         rows.update(post_error=str(err), post_code=err.code)
 
@@ -385,26 +435,65 @@ def apply(job: Job) -> bool:
     rows = RelayJob.objects.using(db).filter(mine)
     # A job Relay reports is posted, whoever posted it.
     rows.filter(posted_at__isnull=True).update(posted_at=now, relay_id=job.id, post_error="", post_code="")
-    written = rows.filter(newer).update(
-        relay_id=job.id,
-        status=job.status,
-        status_rank=rank,
-        attempt=job.attempt,
-        progress=job.progress,
-        result=job.result,
-        waiting_reason=job.waiting_reason,
-        last_error=job.last_error,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
-        relay_updated_at=job.updated_at,
-        synced_at=now,
-    )
+    values = {
+        "relay_id": job.id,
+        "status": job.status,
+        "status_rank": rank,
+        "attempt": job.attempt,
+        "progress": job.progress,
+        "result": job.result,
+        "waiting_reason": job.waiting_reason,
+        "last_error": job.last_error,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
+        "relay_updated_at": job.updated_at,
+        "synced_at": now,
+    }
+    written = 0
+    if rank >= TERMINAL_RANK:
+        # Entering this terminal status: one conditional UPDATE, so of two callers delivering the
+        # same ending (a callback and a reconcile at once) only one sends `job_finished`.
+        written = rows.filter(newer).exclude(status=job.status).update(**values)
+        if written:
+            _finished(job.id, job.status)
+    written += rows.filter(newer).update(**values)
     if not written and rank < TERMINAL_RANK:
         same = rows.filter(relay_updated_at=job.updated_at, status_rank=rank)
         for pk, reason, progress in same.values_list("pk", "waiting_reason", "progress"):
             if (reason, progress) != (job.waiting_reason, job.progress):
                 same.filter(pk=pk).update(waiting_reason=job.waiting_reason, progress=job.progress, synced_at=now)
     return written > 0
+
+
+def _finished(relay_id: str, status: str) -> None:
+    """Send ``job_finished`` for the row that just ended, once the write has committed."""
+    db = conf.database()
+
+    def send() -> None:
+        row = RelayJob.objects.using(db).filter(relay_id=relay_id).first()
+        if row is not None:
+            job_finished.send(RelayJob, row=row, status=status)
+
+    transaction.on_commit(send, using=db, robust=True)
+
+
+def relay_job(result_id: uuid.UUID | str) -> RelayJob:
+    """The row of a committed enqueue (``result.id``) with its Relay job: posted now when the
+    commit's post has not landed yet. Raises ``RelayError`` when Relay cannot take it now (the
+    row stays for the drain), ``RelayJob.DoesNotExist`` for no such row (or one not committed)."""
+    db = conf.database()
+    row = RelayJob.objects.using(db).get(pk=result_id)
+    if row.relay_id is None:
+        request = request_for(row)
+        with conf.client() as client:
+            try:
+                job = client.submit(request)
+            except RelayError as e:
+                _settle(row, e, DrainReport())
+                raise
+        _posted(row, job)
+        row.refresh_from_db(using=db)
+    return row
 
 
 def refresh(row: RelayJob) -> RelayJob:

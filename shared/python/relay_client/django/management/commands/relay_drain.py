@@ -12,6 +12,7 @@ from relay_client.django.outbox import drain
 class Command(BaseCommand):
     help = (
         "Post the Relay outbox's unsent rows (each at most once: its idempotency key). Exits non-zero "
+        "when Relay did not take them (down, silent, 5xx: the rows stay unsent for the next drain) and "
         "while rows are stuck behind a 401/403 (the API key) or a 409 (e.g. an unknown destination)."
     )
 
@@ -20,7 +21,7 @@ class Command(BaseCommand):
             "--min-age",
             type=float,
             default=0.0,
-            help="only rows at least this many seconds old (leave fresh ones to their on-commit post)",
+            help="only rows at least this many seconds old (default %(default)s; leave fresh ones to their commit)",
         )
         parser.add_argument(
             "--every",
@@ -33,10 +34,19 @@ class Command(BaseCommand):
             action="store_true",
             help="also post rows a 409 blocked (after storing the destination or template it named)",
         )
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=None,
+            help="seconds each network wait may take, one attempt per request (default: RELAY['TIMEOUT'], "
+            "10, with up to 4 attempts: a silent Relay costs about 45 s)",
+        )
 
-    def handle(self, *args: Any, min_age: float, every: float | None, blocked: bool, **options: Any) -> None:
+    def handle(
+        self, *args: Any, min_age: float, every: float | None, blocked: bool, timeout: float | None, **options: Any
+    ) -> None:
         while True:
-            r = drain(min_age=timedelta(seconds=min_age), blocked=blocked)
+            r = drain(min_age=timedelta(seconds=min_age), blocked=blocked, timeout=timeout)
             self.stdout.write(
                 f"posted {r.posted}, refused {r.refused}, blocked {r.blocked}, left {r.left}, "
                 f"stuck {r.stuck}" + (f"; stopped: {r.error}" if r.error else "")
@@ -47,5 +57,7 @@ class Command(BaseCommand):
                         f"{r.stuck} outbox rows are stuck until the tenant acts (a 401/403 for the "
                         "API key, or a 409: see their post_error in the admin)"
                     )
+                if r.error:
+                    raise CommandError(f"Relay did not take the outbox ({r.left} rows left unsent): {r.error}")
                 return
             time.sleep(every)
