@@ -227,11 +227,13 @@ async fn campaign_requests_are_checked_at_submit() {
         assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some(field)), "{e}");
     }
 
-    // The children are checked as a single email.send is: literal content with a recipient's
-    // template data is one 422 naming that recipient, not thousands of failed children.
-    let literal = json!({"from": "News <news@acme.example>", "subject": "News", "text": "Hello"});
-    let mut recipients: Vec<Value> = (0..5).map(|i| json!({"to": format!("r{i}@example.com")})).collect();
-    recipients[3]["data"] = json!({"name": "Bo"});
+    // The children are checked as a single email.send is: inline content a recipient's data
+    // does not render (`name` undefined) is one 422 naming that recipient, not thousands of
+    // failed children.
+    let literal = json!({"from": "News <news@acme.example>", "subject": "News", "text": "Hello {{ name }}"});
+    let mut recipients: Vec<Value> =
+        (0..5).map(|i| json!({"to": format!("r{i}@example.com"), "data": {"name": format!("r{i}")}})).collect();
+    recipients[3]["data"] = json!({"nom": "Bo"});
     let body = json!({"task_type": "email.campaign", "params": {"message": literal, "recipients": recipients}});
     let (status, e) = w.submit("literal-data", body).await;
     assert_eq!(
@@ -240,11 +242,11 @@ async fn campaign_requests_are_checked_at_submit() {
         "{e}"
     );
     let single = json!({"task_type": "email.send", "params": {"from": "news@acme.example", "to": ["r3@example.com"],
-        "subject": "News", "text": "Hello", "data": {"name": "Bo"}}});
+        "subject": "News", "text": "Hello {{ name }}", "data": {"nom": "Bo"}}});
     let (status, e) = w.submit("single-data", single).await;
     assert_eq!(
         (status, e["error"]["field"].as_str()),
-        (StatusCode::UNPROCESSABLE_ENTITY, Some("params.data")),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("params.text")),
         "a single send, the same rule: {e}"
     );
 
@@ -284,16 +286,20 @@ async fn campaign_requests_are_checked_at_submit() {
         .submit("paged-literal", json!({"task_type": "email.campaign", "params": {"message": literal, "pages": 1}}))
         .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{paged}");
-    let page = json!({"recipients": [{"to": "a@example.com"}, {"to": "b@example.com", "data": {"x": 1}}]});
+    let page = json!({"recipients": [{"to": "a@example.com", "data": {"name": "A"}}, {"to": "b@example.com", "data": {"x": 1}}]});
     let (status, e) = w
         .call(Method::PUT, &format!("/v1/jobs/{}/recipients/0", paged["id"].as_str().unwrap()), None, Some(page))
         .await;
-    assert_eq!((status, e["error"]["field"].as_str()), (StatusCode::CONFLICT, Some("recipients[1].data")), "{e}");
+    assert_eq!(
+        (status, e["error"]["field"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("recipients[1].data")),
+        "{e}"
+    );
 }
 
 /// Run workers (no sweeper: a parent must close as its last child ends) until the job is
 /// terminal; returns its resource.
-async fn run_until_done(w: &World, id: &str) -> Value {
+pub(crate) async fn run_until_done(w: &World, id: &str) -> Value {
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let handles = w.platform.spawn_workers(1, &stop);
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -23,6 +23,7 @@ mod deploy;
 mod dev;
 mod email;
 mod email_parts;
+mod email_template;
 mod executor;
 mod flow;
 mod functions;

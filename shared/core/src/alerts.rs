@@ -71,13 +71,16 @@ fn alert_job(cfg: &AlertConfig, e: &Unalerted) -> NewJob {
     let params = json!({
         "from": format!("Relay alerts <{}>", cfg.from),
         "to": cfg.to,
-        "subject": format!("[Relay] {} in {} (tenant {})", e.kind, e.task_type, e.tenant),
-        "text": format!(
-            "A job failed for good and needs an operator.\n\n\
-             exception: {}\njob: {}\ntenant: {}\ntask type: {}\nkind: {}\nopened: {}\ncorrelation id: {}\n\ncause:\n{}\n\n\
-             Act on it: relay exceptions show {}\n",
-            e.id, e.job_id, e.tenant, e.task_type, e.kind, e.opened_at.to_rfc3339(), e.correlation_id, e.cause, e.id
-        ),
+        // The message is an inline template: what the exception says travels in `data`, so a
+        // cause quoting template syntax (`{{`) is shown as it is, never rendered.
+        "subject": "[Relay] {{ kind }} in {{ task_type }} (tenant {{ tenant }})",
+        "text": "A job failed for good and needs an operator.\n\n\
+             exception: {{ id }}\njob: {{ job_id }}\ntenant: {{ tenant }}\ntask type: {{ task_type }}\nkind: {{ kind }}\n\
+             opened: {{ opened }}\ncorrelation id: {{ correlation_id }}\n\ncause:\n{{ cause }}\n\n\
+             Act on it: relay exceptions show {{ id }}\n",
+        "data": {"id": e.id.to_string(), "job_id": e.job_id.to_string(), "tenant": e.tenant.to_string(),
+            "task_type": e.task_type.to_string(), "kind": e.kind.to_string(), "opened": e.opened_at.to_rfc3339(),
+            "correlation_id": e.correlation_id.to_string(), "cause": e.cause.to_string()},
         "message_key": format!("alert:{}", e.id),
     });
     let key = IdempotencyKey::exception_alert(e.id);
@@ -127,5 +130,27 @@ mod tests {
         assert_eq!(c.tenant, "platform");
         let e = read(&[("RELAY_ALERT_TO", "ops")]).unwrap_err();
         assert!(e.to_string().contains("RELAY_ALERT_TO"), "{e}");
+    }
+
+    #[test]
+    fn a_cause_quoting_template_syntax_is_shown_as_it_is() {
+        let cfg = read(&[("RELAY_ALERT_TO", "ops@acme.example")]).unwrap().unwrap();
+        let cause = "template \"welcome\", text: syntax error near {{ name {% endraw %}";
+        let e = Unalerted {
+            id: Uuid::nil(),
+            job_id: crate::job::JobId::new(),
+            tenant: "acme".into(),
+            task_type: "email.send".into(),
+            kind: crate::job::ExceptionKind::FatalError,
+            cause: cause.into(),
+            opened_at: Utc::now(),
+            correlation_id: "c{{1}}".into(),
+        };
+        let p: content::SendParams = serde_json::from_value(alert_job(&cfg, &e).params).unwrap();
+        assert_eq!(p.check(), Ok(()));
+        let r = p.render(None).unwrap();
+        assert_eq!(r.subject, "[Relay] fatal_error in email.send (tenant acme)");
+        let text = r.text.unwrap();
+        assert!(text.contains(&format!("cause:\n{cause}\n")) && text.contains("correlation id: c{{1}}"), "{text}");
     }
 }

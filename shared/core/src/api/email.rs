@@ -430,13 +430,11 @@ pub async fn put_recipients(
     }
     let campaign: CampaignParams = serde_json::from_value(job.params.clone()).map_err(|_| not_paged())?;
     let pages = campaign.pages.ok_or_else(not_paged)?;
-    // A page past the campaign's own count, or recipients' `data` for a campaign whose message
-    // is literal, conflicts with the campaign; recipients of the wrong shape are 422.
+    // A page past the campaign's own count conflicts with the campaign; recipients of the
+    // wrong shape, or whose data the message does not render with, are 422.
     campaign::check_page(&campaign, page, &body.recipients).map_err(|(field, m)| {
         if field == "page" {
             ApiError::new(StatusCode::CONFLICT, "page_out_of_range", format!("{field}: {m}")).with("field", field)
-        } else if field.ends_with(".data") {
-            ApiError::new(StatusCode::CONFLICT, "data_without_template", format!("{field}: {m}")).with("field", field)
         } else {
             ApiError::unprocessable("invalid_field", format!("{field}: {m}")).with("field", field)
         }

@@ -89,6 +89,8 @@ fn check_recipient(message: &SendParams, r: &Recipient, at: &str) -> Result<(), 
     addressed(message, r).check().map_err(|(f, m)| match f.as_str() {
         f if f.starts_with("to") => (format!("{at}.to"), m),
         "data" if !r.data.is_empty() => (format!("{at}.data"), m),
+        // The message's inline content compiled too: what fails to render now is this data.
+        f @ ("subject" | "text" | "html") => (format!("{at}.data"), format!("{f}: {m}")),
         // The message's templates compiled (`check_message`): what fails now is this data.
         f if f.starts_with("list_unsubscribe.") => (format!("{at}.data"), format!("{f}: {m}")),
         f => (format!("message.{f}"), m),
@@ -299,11 +301,16 @@ mod tests {
         assert_eq!(field(json!({"message": message(), "pages": 1, "concurrency_limit": 0})), "concurrency_limit");
         assert!(params(json!({"message": message(), "pages": 3})).held());
         // What a single send refuses, a campaign refuses for the recipient it would fail on.
-        let literal_with_data = json!({"message": message(), "recipients": [{"to": "a@example.com"}, {"to": "b@example.com", "data": {"n": 1}}]});
-        assert_eq!(params(literal_with_data).check().unwrap_err().0, "recipients[1].data");
-        let mut message_data = message();
+        // An inline template a recipient's data does not render (strict: `n` undefined).
+        let mut inline = message();
+        inline["text"] = json!("Hello {{ n }}");
+        let missing = json!({"message": inline, "recipients": [{"to": "a@example.com", "data": {"n": 1}}, {"to": "b@example.com"}]});
+        assert_eq!(params(missing).check().unwrap_err().0, "recipients[1].data");
+        let mut message_data = inline.clone();
         message_data["data"] = json!({"n": 1});
-        assert_eq!(field(json!({"message": message_data, "recipients": [{"to": "a@example.com"}]})), "message.data");
+        assert_eq!(params(json!({"message": message_data, "recipients": [{"to": "a@example.com"}]})).check(), Ok(()));
+        inline["text"] = json!("Hello {{ n");
+        assert_eq!(field(json!({"message": inline, "recipients": [{"to": "a@example.com"}]})), "message.text");
         let mut both = message();
         both["template"] = json!("news");
         assert_eq!(field(json!({"message": both, "recipients": [{"to": "a@example.com"}]})), "message.template");

@@ -1,6 +1,7 @@
 //! What an `email.send` job asks for, checked at submit (everything that needs no database),
-//! and the rendering of its content: literal subject and bodies, or a stored template with
-//! data, rendered by minijinja in strict mode (a missing variable is an error, HTML escaped).
+//! and the rendering of its content: an inline template (the message's own subject and
+//! bodies) or a stored one, rendered with `data` by minijinja in strict mode (a missing
+//! variable is an error; HTML escaped in `html` only, and only the characters HTML needs).
 
 use std::collections::BTreeMap;
 
@@ -62,19 +63,19 @@ pub struct SendParams {
     pub bcc: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reply_to: Vec<String>,
-    /// Literal subject (not with `template`).
+    /// The subject, an inline template rendered with `data` (not with `template`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
-    /// Literal plain-text body (not with `template`).
+    /// The plain-text body, an inline template rendered with `data` (not with `template`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
-    /// Literal HTML body (not with `template`).
+    /// The HTML body, an inline template rendered with `data`, auto-escaped (not with `template`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub html: Option<String>,
     /// A stored template's name (`PUT /v1/templates/{name}`), rendered with `data`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,
-    /// Variables for `template`.
+    /// Variables for the inline or stored template and `list_unsubscribe`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub data: BTreeMap<String, Value>,
     /// Extra message headers (not the addressing ones).
@@ -181,15 +182,21 @@ impl SendParams {
         self.to.iter().chain(&self.cc).chain(&self.bcc)
     }
 
-    /// The checks that need no database, as (field, message): the fields, then the headers
-    /// rendered from this message's own `data`.
+    /// The checks that need no database, as (field, message): the fields, then the inline
+    /// content and the headers rendered with this message's own `data`.
     pub fn check(&self) -> Result<(), (String, String)> {
         self.check_fields()?;
+        if self.template.is_none() {
+            self.render_inline().map_err(|e| match e {
+                RenderError::Part { part, error, .. } => (part.to_owned(), error.to_string()),
+                e => ("subject".to_owned(), e.to_string()),
+            })?;
+        }
         self.rendered_headers().map(|_| ())
     }
 
-    /// `check` without rendering the headers (a campaign's message, before each recipient's
-    /// data is over it): their templates' syntax only.
+    /// `check` without rendering the content and headers (a campaign's message, before each
+    /// recipient's data is over it): their templates' syntax only.
     pub fn check_fields(&self) -> Result<(), (String, String)> {
         address("from", &self.from)?;
         let n = self.to.len() + self.cc.len() + self.bcc.len();
@@ -212,12 +219,6 @@ impl SendParams {
                 crate::store::templates::check_name(name).map_err(|m| ("template".to_owned(), m.to_string()))?;
             }
             None => {
-                if !self.data.is_empty() && self.list_unsubscribe.is_none() {
-                    return Err((
-                        "data".into(),
-                        "data is for a template or list_unsubscribe; literal content is sent as given".into(),
-                    ));
-                }
                 match &self.subject {
                     Some(s) if !s.trim().is_empty() && !s.contains(['\r', '\n']) => {}
                     _ => {
@@ -230,6 +231,7 @@ impl SendParams {
                 if self.text.is_none() && self.html.is_none() {
                     return Err(("text".into(), "give text, html or both (or a template)".into()));
                 }
+                compile_check(self.subject.as_deref().unwrap_or_default(), self.text.as_deref(), self.html.as_deref())?;
             }
         }
         for (name, value) in &self.headers {
@@ -288,20 +290,23 @@ impl SendParams {
         mime::check(&self.parts, &self.attachments)
     }
 
-    /// The content to send: literal, or the stored template rendered with `data`.
+    /// The content to send: the inline template or the stored one, rendered with `data`.
     pub fn render(&self, template: Option<&Template>) -> Result<Rendered, RenderError> {
         let headers = self.rendered_headers().map_err(|(field, error)| RenderError::Header { field, error })?;
         let body = match (&self.template, template) {
-            (None, _) => Rendered {
-                subject: self.subject.clone().unwrap_or_default(),
-                text: self.text.clone(),
-                html: self.html.clone(),
-                headers: vec![],
-            },
+            (None, _) => self.render_inline()?,
             (Some(name), None) => return Err(RenderError::NoTemplate(name.clone())),
-            (Some(_), Some(t)) => render_template(t, &self.data)?,
+            (Some(_), Some(t)) => {
+                render_parts(&t.name, &t.subject, t.text_body.as_deref(), t.html_body.as_deref(), &self.data)?
+            }
         };
         Ok(Rendered { headers, ..body })
+    }
+
+    /// The message's own subject and bodies rendered as an inline template.
+    fn render_inline(&self) -> Result<Rendered, RenderError> {
+        let subject = self.subject.as_deref().unwrap_or_default();
+        render_parts(INLINE, subject, self.text.as_deref(), self.html.as_deref(), &self.data)
     }
 
     /// The headers rendered from `data` (`list_unsubscribe`), or the field that cannot be.
@@ -363,14 +368,53 @@ pub enum RenderError {
     Header { field: String, error: String },
 }
 
+/// The name a message's own (inline) template goes by in errors.
+const INLINE: &str = "(inline)";
+
 fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
+    // A body's last line break is part of it (literal content renders as given).
+    // (The default delimiters: the build cannot fail.)
+    if let Ok(syntax) = minijinja::syntax::SyntaxConfig::builder().keep_trailing_newline(true).build() {
+        env.set_syntax(syntax);
+    }
     // Escape by the part being rendered, not by a file name.
     env.set_auto_escape_callback(|name| {
         if name == "html" { minijinja::AutoEscape::Html } else { minijinja::AutoEscape::None }
     });
+    // minijinja's HTML escape also writes `/` as `&#x2f;`, which HTML does not need and which
+    // mangles links for readers of the source (and some link trackers): escape `& < > " '` only,
+    // for auto-escaped output and the `escape`/`e` filters alike.
+    env.set_formatter(|out, state, value| {
+        if *state.auto_escape() == minijinja::AutoEscape::Html && !value.is_safe() {
+            out.write_str(&html_escape(&value.to_string())).map_err(minijinja::Error::from)
+        } else {
+            minijinja::escape_formatter(out, state, value)
+        }
+    });
+    for name in ["escape", "e"] {
+        env.add_filter(name, |value: minijinja::Value| {
+            if value.is_safe() { value } else { minijinja::Value::from_safe_string(html_escape(&value.to_string())) }
+        });
+    }
     env
+}
+
+/// Text made safe inside HTML elements and quoted attributes: `&`, `<`, `>`, `"` and `'`.
+fn html_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#x27;"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Whether a template's parts compile (checked when a template is stored).
@@ -384,21 +428,28 @@ pub fn compile_check(subject: &str, text: Option<&str>, html: Option<&str>) -> R
     Ok(())
 }
 
-fn render_template(t: &Template, data: &BTreeMap<String, Value>) -> Result<Rendered, RenderError> {
+/// A template's parts (stored or inline, named `name` in errors) rendered with `data`.
+fn render_parts(
+    name: &str,
+    subject: &str,
+    text: Option<&str>,
+    html: Option<&str>,
+    data: &BTreeMap<String, Value>,
+) -> Result<Rendered, RenderError> {
     let env = environment();
     let render = |part: &'static str, src: &str| -> Result<String, RenderError> {
         env.template_from_named_str(part, src)
             .and_then(|tpl| tpl.render(minijinja::value::Serde(data)))
-            .map_err(|error| RenderError::Part { template: t.name.clone(), part, error })
+            .map_err(|error| RenderError::Part { template: name.to_owned(), part, error })
     };
-    let subject = render("subject", &t.subject)?;
+    let subject = render("subject", subject)?;
     if subject.contains(['\r', '\n']) || subject.trim().is_empty() {
-        return Err(RenderError::Subject(t.name.clone()));
+        return Err(RenderError::Subject(name.to_owned()));
     }
     Ok(Rendered {
         subject,
-        text: t.text_body.as_deref().map(|s| render("text", s)).transpose()?,
-        html: t.html_body.as_deref().map(|s| render("html", s)).transpose()?,
+        text: text.map(|s| render("text", s)).transpose()?,
+        html: html.map(|s| render("html", s)).transpose()?,
         headers: vec![],
     })
 }
@@ -430,7 +481,8 @@ mod tests {
         assert_eq!(field(json!({"to": (0..51).map(|i| format!("r{i}@example.com")).collect::<Vec<_>>()})), "to");
         assert_eq!(field(json!({"subject": "two\nlines"})), "subject");
         assert_eq!(field(json!({"template": "welcome"})), "template");
-        assert_eq!(field(json!({"data": {"x": 1}})), "data");
+        assert_eq!(field(json!({"text": "Hi {{ name }}"})), "text");
+        assert_eq!(field(json!({"html": "<p>{% if %}</p>"})), "html");
         assert_eq!(field(json!({"headers": {"Subject": "x"}})), "headers.Subject");
         assert_eq!(field(json!({"headers": {"X-Ok": "a\r\nBcc: evil@example.com"}})), "headers.X-Ok");
         assert_eq!(field(json!({"tags": {"relay_job_id": "x"}})), "tags.relay_job_id");
@@ -459,6 +511,25 @@ mod tests {
         assert!(e.contains("undefined"), "{e}");
         assert!(missing.render(None).unwrap_err().to_string().contains("does not exist"));
         assert!(compile_check("{{ oops", None, None).is_err());
+    }
+
+    #[test]
+    fn inline_content_renders_with_data_urlencode_works_and_links_keep_their_slashes() {
+        let p = params(json!({"from": "a@acme.example", "to": ["b@example.com"], "subject": "Hi {{ name }}",
+            "text": "Hi {{ name }}\n", "html": "<a href=\"{{ link }}?q={{ q|urlencode }}\">{{ name|e }}</a>",
+            "data": {"name": "Bo & 'Al'", "link": "https://acme.example/a/b", "q": "x y/z"}}));
+        assert_eq!(p.check(), Ok(()));
+        let r = p.render(None).unwrap();
+        assert_eq!(r.subject, "Hi Bo & 'Al'");
+        assert_eq!(r.text.as_deref(), Some("Hi Bo & 'Al'\n"), "the trailing line break is kept");
+        assert_eq!(
+            r.html.as_deref(),
+            Some("<a href=\"https://acme.example/a/b?q=x%20y/z\">Bo &amp; &#x27;Al&#x27;</a>")
+        );
+        let missing =
+            params(json!({"from": "a@acme.example", "to": ["b@example.com"], "subject": "Hi {{ name }}", "text": "x"}));
+        assert_eq!(missing.check().unwrap_err().0, "subject");
+        assert!(missing.render(None).unwrap_err().to_string().contains("(inline)"));
     }
 
     #[test]
