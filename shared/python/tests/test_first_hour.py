@@ -55,7 +55,7 @@ def test_relay_drain_exits_non_zero_when_relay_does_not_take_the_rows(relay, rel
 
 def test_a_relay_task_on_a_backend_that_would_run_it_here_is_refused_by_name(relay_settings):
     assert InvalidTask is CompatInvalidTask, "one name on both Djangos"
-    with pytest.raises(InvalidTask, match=r"TASKS\['default'\] is django_tasks_db"):
+    with pytest.raises(InvalidTask, match=r"TASKS\['default'\] is relay_client\.django\.local\.LocalBackend"):
         relay_task("noop", backend="default")
     with override_settings(TASKS={"default": {"BACKEND": IMMEDIATE}, "relay": {"BACKEND": IMMEDIATE}}):
         with pytest.raises(InvalidTask, match="ImmediateBackend.*relay_enqueues"):
