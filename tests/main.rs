@@ -24,6 +24,7 @@ mod dev;
 mod email;
 mod email_parts;
 mod executor;
+mod fair_shares;
 mod flow;
 mod functions;
 mod hostile;
