@@ -158,3 +158,139 @@ async fn five_hundred_calls_hanging_on_a_silent_endpoint_hold_no_connection_from
         let _ = h.await;
     }
 }
+
+/// The most jobs of `tenant` seen running at once among those it started after `since`,
+/// sampled every 10 ms until `until`.
+async fn most_running(
+    w: &World,
+    tenant: taskdeck::job::TenantId,
+    since: chrono::DateTime<chrono::Utc>,
+    until: Instant,
+) -> i64 {
+    let mut most = 0;
+    let sql = "SELECT count(*) FROM jobs WHERE tenant_id = $1 AND status = 'running' AND started_at > $2";
+    while Instant::now() < until {
+        most = most.max(w.count(sql, &[&tenant, &since]).await);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    most
+}
+
+/// Tenant X's long jobs fill a worker of 8 slots alone; once tenant A has due work, X holds no
+/// more than its share (4) of the slots, however the slots free up. With sharing off the
+/// per-claim fairness alone lets X's long jobs pile up in the slots A's short ones leave.
+async fn long_jobs_beside_short_ones(shares: bool) -> (i64, Duration) {
+    let mut s = test_settings();
+    s.executor.concurrency = 8;
+    s.executor.claim_batch = 8;
+    s.executor.slot_shares = shares;
+    let w = World::with_settings(s).await;
+    let (x, x_key) = w.other_tenant("noisy").await;
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    submit_many(&w, &x_key, "x", 60, "sleep", json!({"seconds": 1})).await;
+    let handles = w.platform.spawn_workers(1, &stop);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let a = submit_many(&w, &w.key, "a", 40, "sleep", json!({"seconds": 0.2})).await;
+    // The slots X takes once A has due work (the first 40 A jobs are all due at once and take
+    // at least 2 s in 4 slots), until A's backlog is done.
+    let since: chrono::DateTime<chrono::Utc> = w.db().await.query_one("SELECT now()", &[]).await.unwrap().get(0);
+    let most = most_running(&w, x.id, since, started + Duration::from_secs(2)).await;
+    let last = a.last().unwrap();
+    let done = w.wait_for(last, Duration::from_secs(30), |j| j["status"] == "succeeded").await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    let took = started.elapsed();
+    stop_tx.send(true).unwrap();
+    for h in handles {
+        let _ = h.await;
+    }
+    (most, took)
+}
+
+#[tokio::test]
+async fn a_tenant_holds_no_more_than_its_share_of_a_workers_slots_while_another_has_due_work() {
+    let (shared, shared_took) = long_jobs_beside_short_ones(true).await;
+    let (unshared, unshared_took) = long_jobs_beside_short_ones(false).await;
+    println!(
+        "X's most running of 8 slots while A had due work: {shared} shared ({shared_took:?} for A's 40), \
+         {unshared} with sharing off ({unshared_took:?})"
+    );
+    // 4 is X's share; one more is a job that ended and whose outcome is still being written.
+    assert!(shared <= 5, "X ran {shared} of 8 slots while A had due work");
+    assert!(unshared > shared, "sharing off: X ran {unshared}, shared {shared}: the check could not tell");
+}
+
+#[tokio::test]
+async fn a_destination_has_at_most_max_in_flight_calls_and_the_rest_wait_without_a_slot() {
+    let w = crate::http::world().await;
+    let (addr, seen) = receiver(vec![Reply::Hang(Duration::from_secs(3)); 6]).await;
+    destination(&w, &w.key, "slow", addr, json!({"timeout_ms": 10_000, "rate_per_second": 1000, "max_in_flight": 2}))
+        .await;
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let handles = w.platform.spawn_workers(1, &stop);
+    let params = json!({"destination": "slow", "method": "GET", "path": "/x"});
+    let ids = submit_many(&w, &w.key, "d", 6, "http.request", params).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(seen.lock().unwrap().len(), 2, "two calls in flight, the limit");
+    let mut waiting = 0;
+    for id in &ids {
+        let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
+        if job["waiting_rate"] == "destination_in_flight:slow" {
+            assert_eq!(job["status"], "pending", "{job}");
+            assert_eq!(job["waiting_reason"], "rate_limited", "{job}");
+            waiting += 1;
+        }
+    }
+    assert!(waiting >= 1, "the jobs past the limit wait, saying why");
+    for id in &ids {
+        let job = w.wait_for(id, Duration::from_secs(30), |j| j["status"] == "succeeded").await;
+        assert_eq!(job["status"], "succeeded", "{job}");
+    }
+    assert_eq!(seen.lock().unwrap().len(), 6, "each job called once");
+    stop_tx.send(true).unwrap();
+    for h in handles {
+        let _ = h.await;
+    }
+}
+
+#[tokio::test]
+async fn every_work_message_carries_its_tenant_as_the_message_group() {
+    use std::sync::Arc;
+    use taskdeck::transport::sqs::{SqsTransport, WorkMessage};
+    let (url, _) = crate::support::moto::queue("fair").await;
+    let w = World::new().await.with_transport(Arc::new(SqsTransport::new(crate::support::moto::sqs(), url.clone())));
+    let (other, other_key) = w.other_tenant("other").await;
+    let mine = submit_many(&w, &w.key, "m", 3, "noop", json!({})).await;
+    let theirs = submit_many(&w, &other_key, "t", 2, "noop", json!({})).await;
+    // A dispatch that does not know its tenant (the sweep's re-send) is sent with it too.
+    let id: taskdeck::job::JobId = theirs[0].parse().unwrap();
+    let again = taskdeck::job::Dispatch { id, run_at: chrono::Utc::now(), tenant: None };
+    assert!(taskdeck::transport::send(&w.platform.transport, &w.platform.pool, &[again]).await);
+    let mut groups: Vec<(String, String)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while groups.len() < 6 && Instant::now() < deadline {
+        let got = crate::support::moto::sqs()
+            .receive_message()
+            .queue_url(&url)
+            .max_number_of_messages(10)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .unwrap();
+        for m in got.messages() {
+            let job = WorkMessage::parse(m.body().unwrap()).unwrap().job_id.to_string();
+            let group = m
+                .attributes()
+                .and_then(|a| a.get(&aws_sdk_sqs::types::MessageSystemAttributeName::MessageGroupId))
+                .cloned()
+                .unwrap_or_default();
+            groups.push((job, group));
+        }
+    }
+    assert_eq!(groups.len(), 6, "{groups:?}");
+    for (job, group) in &groups {
+        let tenant = if mine.contains(job) { w.tenant.id } else { other.id };
+        assert_eq!(group, &tenant.to_string(), "job {job}'s message group");
+    }
+}

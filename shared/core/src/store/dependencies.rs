@@ -169,7 +169,7 @@ pub async fn release(db: &impl GenericClient, ended: &[JobId], dispatched: bool)
             let (id, what, run_at): (JobId, &str, Option<DateTime<Utc>>) = (r.get(0), r.get(1), r.get(2));
             match (what, run_at) {
                 ("chain", _) => ended.push(id),
-                (_, Some(run_at)) if dispatched => dispatch.push(Dispatch { id, run_at }),
+                (_, Some(run_at)) if dispatched => dispatch.push(Dispatch { id, run_at, tenant: None }),
                 _ => {}
             }
         }
