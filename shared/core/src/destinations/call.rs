@@ -205,6 +205,11 @@ pub(crate) async fn send(
     };
     let call_id = {
         let mut db = connection(ctx).await?;
+        // No place among the calls in flight: defer before taking a rate slot or writing.
+        let flying = http_calls::in_flight(&db, ctx.tenant_id, &dest.name).await.map_err(TaskError::retryable)?;
+        if flying >= i64::from(dest.max_in_flight) {
+            return Err(in_flight_full(dest, flying, ctx.attempt));
+        }
         let limit = Limit {
             key: rate_slots::destination_key(ctx.tenant_id, &dest.name),
             rate_per_second: dest.rate_per_second,
@@ -234,16 +239,7 @@ pub(crate) async fn send(
             Sending::Fenced => {
                 return Err(TaskError::retryable("this attempt no longer holds the job; it may not call"));
             }
-            Sending::Full { in_flight } => {
-                return Err(TaskError::RateLimited {
-                    rate: format!("destination_in_flight:{}", dest.name),
-                    note: format!(
-                        "destination {:?} has {in_flight} calls in flight, its max_in_flight: waiting for one to end",
-                        dest.name
-                    ),
-                    wait: in_flight_wait(dest, ctx.attempt),
-                });
-            }
+            Sending::Full { in_flight } => return Err(in_flight_full(dest, in_flight, ctx.attempt)),
         }
     };
     if let Some((name, value)) = &secret {
@@ -276,14 +272,29 @@ async fn connection(ctx: &TaskContext) -> Result<deadpool_postgres::Client, Task
     ctx.db.get().await.map_err(TaskError::retryable)
 }
 
+/// The deferral of a job whose destination has `max_in_flight` calls in flight.
+fn in_flight_full(dest: &Destination, in_flight: i64, attempt: i32) -> TaskError {
+    TaskError::RateLimited {
+        rate: format!("destination_in_flight:{}", dest.name),
+        note: format!(
+            "destination {:?} has {in_flight} calls in flight, its max_in_flight: waiting for one to end",
+            dest.name
+        ),
+        wait: in_flight_wait(dest, attempt),
+    }
+}
+
 /// How long a job waits when its destination's calls in flight are at `max_in_flight`: about
 /// as long as a call can take shared among the places (a destination that never answers frees
 /// one every `timeout / max_in_flight`), at least 250 ms and at most 5 s, longer with each
-/// wait of the job's (its attempt grows with each), so a long stall costs few claims.
+/// wait of the job's (its attempt grows with each), so a long stall costs few claims; then
+/// spread.
 fn in_flight_wait(dest: &Destination, attempt: i32) -> Duration {
     let share = u64::try_from(dest.timeout_ms / dest.max_in_flight.max(1)).unwrap_or(0);
     let grown = share.saturating_mul(1 + u64::try_from(attempt.clamp(1, 10) - 1).unwrap_or(0) / 2);
-    Duration::from_millis(grown.clamp(250, 5_000))
+    // Spread by up to half again, so jobs deferred together do not all come back together.
+    let wait = grown.clamp(250, 5_000);
+    Duration::from_millis(wait + rand::random_range(0..=wait / 2))
 }
 
 /// Record a call under this attempt's fence; an attempt that no longer holds the job may not call.

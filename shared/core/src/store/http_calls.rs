@@ -133,6 +133,20 @@ pub async fn record_sending(
     })
 }
 
+/// The destination's calls in flight now (`record_sending`'s count, read alone): a job that
+/// would find no place defers before it takes a rate slot or writes anything.
+pub async fn in_flight(db: &impl GenericClient, tenant: TenantId, destination: &str) -> Result<i64, StoreError> {
+    let row = db.query_one(&format!("{FLYING} SELECT n FROM flying"), &[&tenant, &destination]).await?;
+    Ok(row.get(0))
+}
+
+/// The calls in flight to destination (`$1` tenant, `$2` name), as the CTE `flying(n)`.
+const FLYING: &str = "WITH flying AS (
+         SELECT count(*) AS n FROM http_calls h
+         JOIN jobs j ON j.id = h.job_id AND j.attempt = h.attempt AND (j.status || '') = 'running'
+         WHERE h.tenant_id = $1 AND h.destination = $2 AND h.outcome = 'sending'
+     )";
+
 /// Insert the call as `sending` if the job's attempt still runs and its destination has fewer
 /// than `$6` calls in flight; returns the new id (or NULL) and the count.
 const RECORD_IF_ROOM: &str = "WITH flying AS (
