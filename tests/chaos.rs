@@ -168,3 +168,9 @@ async fn completions_arriving_twice_late_or_never_apply_once_or_are_swept() {
     assert!(number(&r, "deadlines passed with no completion (swept)") >= 20.0, "deadlines really passed");
     assert_eq!(number(&r, "jobs that ended an attempt twice"), 0.0);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_quiet_tenants_latency_stays_within_twice_its_solo_figure_beside_noisy_neighbours() {
+    let r = scenario("neighbours", 0.1).await;
+    assert!(number(&r, "noisy tenant's calls still hanging at the end (its destination's max_in_flight)") > 0.0);
+}

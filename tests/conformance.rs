@@ -165,7 +165,10 @@ async fn a_failed_dispatch_leaves_the_row_for_the_sweep(kind: Kind) {
     let job = NewJob { id, limits: Limits::fixed(3, 60), ..NewJob::new("test.effect", json!({}), key) };
     let pool = &rig.world.platform.pool;
     jobs::insert_many(&pool.get().await.unwrap(), rig.world.tenant.id, &[job], None).await.unwrap();
-    assert!(!transport::send(&rig.broken(), pool, &[Dispatch { id, run_at: Utc::now() }]).await, "{kind:?}: failed");
+    assert!(
+        !transport::send(&rig.broken(), pool, &[Dispatch { id, run_at: Utc::now(), tenant: None }]).await,
+        "{kind:?}: failed"
+    );
     let unmarked = "SELECT count(*) FROM jobs WHERE id = $1 AND status = 'pending' AND dispatched_at IS NULL";
     assert_eq!(rig.world.eventually(unmarked, &[&id], 1).await, 1, "{kind:?}: pending, dispatch mark cleared");
     if let Some((url, _)) = &rig.queue {
@@ -186,7 +189,7 @@ async fn a_duplicate_delivery_runs_the_effect_once(kind: Kind) {
         rig.world.submit("c-dup", json!({"task_type": "test.effect", "params": {"sleep_seconds": 0.1}})).await;
     let id: JobId = job["id"].as_str().unwrap().parse().unwrap();
     // The transport carries the job twice more (a redelivery, a sweep racing intake).
-    let again = Dispatch { id, run_at: chrono::Utc::now() };
+    let again = Dispatch { id, run_at: chrono::Utc::now(), tenant: None };
     rig.world.platform.transport.dispatch(&[again, again]).await.unwrap();
     let done = rig.consume_until_done(&id.to_string(), Duration::from_secs(15)).await;
     assert_eq!(done["status"], "succeeded", "{kind:?}: {done}");
@@ -227,7 +230,7 @@ async fn an_http_request_answered_503(kind: Kind, key: &str) -> (Rig, crate::htt
 async fn an_http_request_is_retried_with_its_key_and_succeeds(kind: Kind) {
     let (mut rig, seen, id, _) = an_http_request_answered_503(kind, "c-http").await;
     rig.world.db().await.execute("UPDATE jobs SET run_at = now() WHERE id = $1", &[&id]).await.unwrap();
-    rig.world.platform.transport.dispatch(&[Dispatch { id, run_at: Utc::now() }]).await.unwrap();
+    rig.world.platform.transport.dispatch(&[Dispatch { id, run_at: Utc::now(), tenant: None }]).await.unwrap();
     let done = rig.consume_until_done(&id.to_string(), Duration::from_secs(15)).await;
     assert_eq!((done["status"].as_str(), done["attempt"].as_i64()), (Some("succeeded"), Some(2)), "{kind:?}: {done}");
     assert_eq!(done["result"]["status"], 200);

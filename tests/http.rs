@@ -18,7 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::{World, moto, test_settings};
 
-const ROLE: &str = "arn:aws:iam::123456789012:role/relay-task-http-request";
+pub const ROLE: &str = "arn:aws:iam::123456789012:role/relay-task-http-request";
 
 /// How the receiver answers one request.
 #[derive(Clone, Debug)]
@@ -139,7 +139,11 @@ pub async fn world() -> World {
 /// A world whose calls may reach 127.0.0.1, shadow off and `write:http` on, `task`'s role
 /// mapped (moto's STS) and secrets written to moto's Secrets Manager.
 pub async fn world_for(task: &str, role: &str) -> World {
-    let mut s = test_settings();
+    world_with(test_settings(), task, role).await
+}
+
+/// `world_for` on these settings.
+pub async fn world_with(mut s: taskdeck::platform::Settings, task: &str, role: &str) -> World {
     s.callback_allow = AllowList::parse("127.0.0.1/32").unwrap();
     let w = World::with_settings(s).await;
     let mut db = w.db().await;

@@ -25,6 +25,7 @@ mod email;
 mod email_parts;
 mod email_template;
 mod executor;
+mod fair_shares;
 mod flow;
 mod functions;
 mod hostile;

@@ -254,9 +254,11 @@ async fn end_waits(db: &impl GenericClient, from: JobStatus, ends: &[(Fence, Wai
             continue;
         }
         let refused = jobs::retry_wait(db, from, batch, reschedule).await?;
-        out.dispatch.extend(
-            batch.iter().filter(|r| !refused.contains(&r.0)).map(|(f, r)| Dispatch { id: f.job, run_at: r.run_at }),
-        );
+        out.dispatch.extend(batch.iter().filter(|r| !refused.contains(&r.0)).map(|(f, r)| Dispatch {
+            id: f.job,
+            run_at: r.run_at,
+            tenant: None,
+        }));
         out.refused.extend(refused);
     }
     if !failures.is_empty() {

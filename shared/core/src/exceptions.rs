@@ -160,7 +160,7 @@ async fn act_in(
                     _ => ActionError::JobState(job_status, "failed"),
                 });
             };
-            dispatch = Some(Dispatch { id: j.id, run_at: j.run_at });
+            dispatch = Some(Dispatch { id: j.id, run_at: j.run_at, tenant: None });
             outcome.job = Some(JobView::bare(j));
             json!({ "run_at": run_at })
         }

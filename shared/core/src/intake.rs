@@ -179,7 +179,9 @@ async fn write_after(
     tx.commit().await?;
     let held: HashSet<JobId> = holds.iter().map(|h| h.job_id).collect();
     send.extend(inserted.iter().filter_map(|i| match i {
-        Inserted::Created(j) if !held.contains(&j.id) => Some(Dispatch { id: j.id, run_at: j.run_at }),
+        Inserted::Created(j) if !held.contains(&j.id) => {
+            Some(Dispatch { id: j.id, run_at: j.run_at, tenant: Some(tenant_id) })
+        }
         _ => None,
     }));
     Ok((inserted, send))
@@ -247,7 +249,7 @@ async fn write(pool: &Pool, transport: &Arc<dyn Transport>, batch: Vec<Request>)
         let created: Vec<Dispatch> = inserted
             .iter()
             .filter_map(|i| match i {
-                Inserted::Created(j) => Some(Dispatch { id: j.id, run_at: j.run_at }),
+                Inserted::Created(j) => Some(Dispatch { id: j.id, run_at: j.run_at, tenant: Some(tenant_id) }),
                 Inserted::Existing(_) => None,
             })
             .collect();

@@ -171,6 +171,9 @@ pub struct Fence {
 pub struct Dispatch {
     pub id: JobId,
     pub run_at: DateTime<Utc>,
+    /// The job's tenant where the dispatcher has it at hand (the SQS transport sends it as the
+    /// message group, `transport::sqs`; it looks up the rest).
+    pub tenant: Option<TenantId>,
 }
 
 /// How one run of a task ended, as the task reports it.

@@ -258,7 +258,8 @@ impl Sweeper {
                 "job failed for good");
         }
         let now = chrono::Utc::now();
-        let mut send: Vec<Dispatch> = back.into_iter().map(|fence| Dispatch { id: fence.job, run_at: now }).collect();
+        let mut send: Vec<Dispatch> =
+            back.into_iter().map(|fence| Dispatch { id: fence.job, run_at: now, tenant: None }).collect();
         send.extend(failed.callbacks);
         Ok((send, fail.len()))
     }

@@ -20,6 +20,13 @@ use crate::store::{StoreError, http_calls};
 
 pub const DEFAULT_TIMEOUT_MS: i32 = 10_000;
 pub const DEFAULT_RATE_PER_SECOND: f64 = 10.0;
+/// Calls in flight to one destination at once, across every worker, unless the tenant says:
+/// at the default rate (10/s) that keeps the full rate for answers of up to 1 s, while a
+/// destination that stops answering holds at most 10 running slots anywhere (a worker has 64),
+/// so it cannot fill anyone's slots, its own tenant's other work included.
+pub const DEFAULT_MAX_IN_FLIGHT: i32 = 10;
+/// The most a tenant may set.
+pub const MAX_IN_FLIGHT: i32 = 1000;
 /// The slowest rate a destination may have: one call every 1000 s (a slower one would put a
 /// slot's time past what a timestamp holds).
 pub const MIN_RATE_PER_SECOND: f64 = 0.001;
@@ -47,6 +54,12 @@ pub struct DestinationBody {
     #[serde(default)]
     #[schema(minimum = 0.001, maximum = 1000)]
     pub rate_per_second: Option<f64>,
+    /// Calls in flight at once, across every worker (1 to 1000; default 10). Past it a job
+    /// waits pending (`waiting_reason` `rate_limited`, `waiting_rate`
+    /// `destination_in_flight:<name>`), holding no worker slot.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000)]
+    pub max_in_flight: Option<i32>,
     /// The run-time URLs `webhook.send` may POST to: up to 20 patterns
     /// `https://HOST[:PORT]/PREFIX/`, HOST a name, an address, `*.domain` (any name under it) or
     /// `*` (any name); the URL's path starts with PREFIX, which ends in `/`. None: no webhook.
@@ -171,6 +184,9 @@ fn check(state: &AppState, b: &DestinationBody) -> Result<(), ApiError> {
     if b.rate_per_second.is_some_and(|r| !(MIN_RATE_PER_SECOND..=MAX_RATE_PER_SECOND).contains(&r)) {
         return Err(invalid("rate_per_second", "0.001 (one call every 1000 s) to 1000 calls a second"));
     }
+    if b.max_in_flight.is_some_and(|m| !(1..=MAX_IN_FLIGHT).contains(&m)) {
+        return Err(invalid("max_in_flight", "1 to 1000 calls in flight at once"));
+    }
     if b.url_patterns.len() > patterns::MAX_PATTERNS {
         return Err(invalid("url_patterns", format!("at most {} patterns", patterns::MAX_PATTERNS)));
     }
@@ -203,6 +219,7 @@ pub async fn put(
         auth_header: b.auth_header.as_deref(),
         timeout_ms: b.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
         rate_per_second: b.rate_per_second.unwrap_or(DEFAULT_RATE_PER_SECOND),
+        max_in_flight: b.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT),
         url_patterns: &b.url_patterns,
     };
     let mut db = state.pool.get().await.map_err(StoreError::from)?;

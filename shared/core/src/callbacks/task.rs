@@ -60,29 +60,35 @@ impl Task for Deliver {
     }
 
     async fn run(&self, ctx: &TaskContext, p: DeliverParams) -> Result<Value, TaskError> {
-        let db = ctx.db.get().await.map_err(|e| TaskError::Retryable(format!("database: {e}")))?;
         let db_err = |e: crate::store::StoreError| TaskError::Retryable(e.to_string());
+        let connect = || async { ctx.db.get().await.map_err(|e| TaskError::Retryable(format!("database: {e}"))) };
         let now = chrono::Utc::now();
-        let settings = store::get(&db, p.tenant_id).await.map_err(db_err)?;
-        // A job's callback carries the job (to its own URL, or the tenant's); a message
-        // event's carries the event, to the tenant's URL.
-        let (data, url) = match p.message_event {
-            Some(id) => {
-                let Some(event) = message_events::tenant_event_by_id(&db, p.tenant_id, id).await.map_err(db_err)?
-                else {
-                    return Ok(json!({"delivered": false, "skipped": "the message event no longer exists"}));
-                };
-                let data = serde_json::to_value(event).map_err(|e| TaskError::Fatal(e.to_string()))?;
-                (data, settings.as_ref().and_then(|s| s.url.clone()))
-            }
-            None => {
-                let Some(job) = jobs::get(&db, p.tenant_id, p.job_id).await.map_err(db_err)? else {
-                    return Ok(json!({"delivered": false, "skipped": "the job no longer exists"}));
-                };
-                let job = view::annotate_one(&db, job, now).await.map_err(db_err)?;
-                let url = job.callback_url.clone().or_else(|| settings.as_ref().and_then(|s| s.url.clone()));
-                (serde_json::to_value(job).map_err(|e| TaskError::Fatal(e.to_string()))?, url)
-            }
+        // What to send, read on a connection given back before the address is resolved and the
+        // POST made: a receiver that never answers holds no pooled connection.
+        let (settings, data, url) = {
+            let db = connect().await?;
+            let settings = store::get(&db, p.tenant_id).await.map_err(db_err)?;
+            // A job's callback carries the job (to its own URL, or the tenant's); a message
+            // event's carries the event, to the tenant's URL.
+            let (data, url) = match p.message_event {
+                Some(id) => {
+                    let Some(event) = message_events::tenant_event_by_id(&db, p.tenant_id, id).await.map_err(db_err)?
+                    else {
+                        return Ok(json!({"delivered": false, "skipped": "the message event no longer exists"}));
+                    };
+                    let data = serde_json::to_value(event).map_err(|e| TaskError::Fatal(e.to_string()))?;
+                    (data, settings.as_ref().and_then(|s| s.url.clone()))
+                }
+                None => {
+                    let Some(job) = jobs::get(&db, p.tenant_id, p.job_id).await.map_err(db_err)? else {
+                        return Ok(json!({"delivered": false, "skipped": "the job no longer exists"}));
+                    };
+                    let job = view::annotate_one(&db, job, now).await.map_err(db_err)?;
+                    let url = job.callback_url.clone().or_else(|| settings.as_ref().and_then(|s| s.url.clone()));
+                    (serde_json::to_value(job).map_err(|e| TaskError::Fatal(e.to_string()))?, url)
+                }
+            };
+            (settings, data, url)
         };
         let mut attempt = Attempt {
             job_id: p.job_id,
@@ -97,10 +103,7 @@ impl Task for Deliver {
             duration_ms: None,
             at: None,
         };
-        let record = |a: Attempt| {
-            let db = &db;
-            async move { store::record_attempt(db, &a).await.map_err(db_err) }
-        };
+        let record = |a: Attempt| async move { store::record_attempt(&connect().await?, &a).await.map_err(db_err) };
         let (Some(url), Some(settings)) = (url, settings) else {
             attempt.error = Some("no callback URL or no signing secret (PUT /v1/callbacks)".into());
             record(attempt).await?;

@@ -7,8 +7,11 @@
 //! (it may have gone); shadow mode records what would be sent and sends nothing; `write:http`,
 //! the operators' switch for the destination or the tenant's own off defers the job
 //! (`TaskError::Defer`, no attempt used);
-//! then the secret (under the task's own role), the guard, a rate slot (deferred when there is
-//! none), the call recorded as `sending` under the job's fence, and the call itself:
+//! then the secret (under the task's own role), the guard, a rate slot and a place among the
+//! destination's calls in flight (`max_in_flight`; deferred when there is none), the call
+//! recorded as `sending` under the job's fence, and the call itself. Each step takes a pooled
+//! connection for its statements and gives it back: none is held across Secrets Manager, STS,
+//! DNS or the call, so a destination that never answers holds no connection anyone else needs.
 //!
 //! | answer | outcome |
 //! |---|---|
@@ -37,7 +40,7 @@ use crate::destinations::{self as rules, Secret, SecretError};
 use crate::job::{Fence, TaskError};
 use crate::outbound::{self, AllowList, Answer, Limits, Refusal};
 use crate::store::destinations::{self, Destination};
-use crate::store::http_calls::{self, NewCall, Settled};
+use crate::store::http_calls::{self, NewCall, Sending, Settled};
 use crate::store::rate_slots::{self, Limit, Slot};
 use crate::store::{StoreError, jobs, modes};
 use crate::task::TaskContext;
@@ -134,9 +137,12 @@ pub(crate) struct Signing {
 
 /// Make one call: shadow mode records what would be sent and sends nothing; `write:http`, the
 /// operators' switch for the destination or the tenant's own off defers the job (no attempt
-/// used); then the secrets (under the task's own role), the guard, a rate slot (deferred when
-/// there is none), the call recorded as `sending` under the job's fence, the call itself, and
-/// its one classification (the module's table).
+/// used); then the secrets (under the task's own role), the guard, a rate slot and a place
+/// among the destination's calls in flight (deferred when there is none), the call recorded as
+/// `sending` under the job's fence, the call itself, and its one classification (the module's
+/// table). No pooled connection is held across anything that leaves the machine (Secrets
+/// Manager, STS, DNS, the call): each step takes one for its statements and gives it back, so
+/// a destination that never answers holds no connection the API, claims or liveness need.
 pub(crate) async fn send(
     allow: &AllowList,
     local: Option<&Arc<LocalSecrets>>,
@@ -144,41 +150,39 @@ pub(crate) async fn send(
     c: Call<'_>,
 ) -> Result<Value, TaskError> {
     let Call { dest, method, url, mut headers, body, shown, timeout, signing } = c;
-    let db = ctx.db.get().await.map_err(TaskError::retryable)?;
-    let record =
-        |outcome: &'static str, error: Option<String>| record_call(&db, ctx, &dest.name, &shown, outcome, error);
-
-    if ctx.modes.shadow() {
-        record("shadowed", Some("shadow mode: recorded, not sent".into())).await?;
-        return Ok(json!({"sent": false, "shadowed": true, "request": shown}));
-    }
-    // Three switches, each able to hold the call: the operators' for every destination, the
-    // operators' for this one, and the tenant's own (on the destination).
-    let held = if !ctx.modes.writes_enabled("http") {
-        Some("by the operators, for every destination (write:http)")
-    } else if modes::operator_holds(&db, ctx.tenant_id, &dest.name).await.map_err(TaskError::retryable)? {
-        Some("by the operators, for this destination")
-    } else if !dest.writes_enabled {
-        Some("by your own switch (PUT /v1/destinations/{name}/writes)")
-    } else {
-        None
-    };
-    if let Some(by) = held {
-        return Err(TaskError::Defer(
-            format!("writes to destination {:?} are switched off {by}: held", dest.name),
-            HOLD,
-        ));
-    }
-    let target = match outbound::parse_url(&url) {
-        Ok(t) => t,
-        Err(why) => {
-            record("refused", Some(format!("invalid URL: {why}"))).await?;
-            return Err(TaskError::Fatal(format!("invalid URL {url:?}: {why}")).tenants());
+    let target = {
+        let db = connection(ctx).await?;
+        if ctx.modes.shadow() {
+            record_call(&db, ctx, &dest.name, &shown, "shadowed", Some("shadow mode: recorded, not sent".into()))
+                .await?;
+            return Ok(json!({"sent": false, "shadowed": true, "request": shown}));
+        }
+        // Three switches, each able to hold the call: the operators' for every destination, the
+        // operators' for this one, and the tenant's own (on the destination).
+        let held = if !ctx.modes.writes_enabled("http") {
+            Some("by the operators, for every destination (write:http)")
+        } else if modes::operator_holds(&db, ctx.tenant_id, &dest.name).await.map_err(TaskError::retryable)? {
+            Some("by the operators, for this destination")
+        } else if !dest.writes_enabled {
+            Some("by your own switch (PUT /v1/destinations/{name}/writes)")
+        } else {
+            None
+        };
+        if let Some(by) = held {
+            return Err(TaskError::Defer(
+                format!("writes to destination {:?} are switched off {by}: held", dest.name),
+                HOLD,
+            ));
+        }
+        match outbound::parse_url(&url) {
+            Ok(t) => t,
+            Err(why) => {
+                record_call(&db, ctx, &dest.name, &shown, "refused", Some(format!("invalid URL: {why}"))).await?;
+                return Err(TaskError::Fatal(format!("invalid URL {url:?}: {why}")).tenants());
+            }
         }
     };
     // The secrets before the intent: a missing one or an STS failure leaves no `sending` row.
-    // (No pooled connection is held across the AWS calls.)
-    drop(db);
     let secret = match &dest.auth_header {
         Some(h) => Some((h.clone(), read_secret(local, ctx, dest, Secret::Auth).await?)),
         None => None,
@@ -190,33 +194,54 @@ pub(crate) async fn send(
         }
         None => None,
     };
-    let db = ctx.db.get().await.map_err(TaskError::retryable)?;
-    let record =
-        |outcome: &'static str, error: Option<String>| record_call(&db, ctx, &dest.name, &shown, outcome, error);
     let addr = match outbound::resolve(&target, allow).await {
         Ok(a) => a,
         Err(refusal @ Refusal::Address { .. }) => {
-            record("refused", Some(refusal.to_string())).await?;
+            let db = connection(ctx).await?;
+            record_call(&db, ctx, &dest.name, &shown, "refused", Some(refusal.to_string())).await?;
             return Err(TaskError::Fatal(refusal.to_string()).tenants());
         }
         Err(refusal @ Refusal::Resolve { .. }) => return Err(TaskError::retryable(refusal).tenants()),
     };
-    let limit = Limit {
-        key: rate_slots::destination_key(ctx.tenant_id, &dest.name),
-        rate_per_second: dest.rate_per_second,
-        cap: None,
+    let call_id = {
+        let mut db = connection(ctx).await?;
+        // No place among the calls in flight: defer before taking a rate slot or writing.
+        let flying = http_calls::in_flight(&db, ctx.tenant_id, &dest.name).await.map_err(TaskError::retryable)?;
+        if flying >= i64::from(dest.max_in_flight) {
+            return Err(in_flight_full(dest, flying, ctx.attempt));
+        }
+        let limit = Limit {
+            key: rate_slots::destination_key(ctx.tenant_id, &dest.name),
+            rate_per_second: dest.rate_per_second,
+            cap: None,
+        };
+        if let Slot::Wait(wait) = rate_slots::take(&db, &[limit], Duration::ZERO).await.map_err(TaskError::retryable)? {
+            return Err(TaskError::RateLimited {
+                rate: format!("destination:{}", dest.name),
+                note: format!(
+                    "destination {:?} is at its rate of {}/s: waiting for a slot",
+                    dest.name, dest.rate_per_second
+                ),
+                wait,
+            });
+        }
+        let fence = Fence { job: ctx.job_id, attempt: ctx.attempt };
+        let new = NewCall {
+            fence,
+            tenant_id: ctx.tenant_id,
+            destination: &dest.name,
+            outcome: "sending",
+            request: &shown,
+            error: None,
+        };
+        match http_calls::record_sending(&mut db, &new, dest.max_in_flight).await.map_err(TaskError::retryable)? {
+            Sending::Recorded(id) => id,
+            Sending::Fenced => {
+                return Err(TaskError::retryable("this attempt no longer holds the job; it may not call"));
+            }
+            Sending::Full { in_flight } => return Err(in_flight_full(dest, in_flight, ctx.attempt)),
+        }
     };
-    if let Slot::Wait(wait) = rate_slots::take(&db, &[limit], Duration::ZERO).await.map_err(TaskError::retryable)? {
-        return Err(TaskError::RateLimited {
-            rate: format!("destination:{}", dest.name),
-            note: format!(
-                "destination {:?} is at its rate of {}/s: waiting for a slot",
-                dest.name, dest.rate_per_second
-            ),
-            wait,
-        });
-    }
-    let call_id = record("sending", None).await?;
     if let Some((name, value)) = &secret {
         headers.push((name.clone(), value.clone()));
     }
@@ -234,11 +259,42 @@ pub(crate) async fn send(
     let duration_ms = Some(i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX));
     let what = format!("{} {url}", method.hyper());
     let (settled, outcome) = classify(&what, answer, duration_ms);
-    http_calls::settle(&db, call_id, &settled).await.map_err(|e: StoreError| {
+    let settle = async { http_calls::settle(&ctx.db.get().await?, call_id, &settled).await };
+    settle.await.map_err(|e: StoreError| {
         // The call happened; its record could not be settled. Say so rather than retry.
         TaskError::Ambiguous(format!("{what}: the call was made but its outcome could not be recorded: {e}"))
     })?;
     outcome
+}
+
+/// A pooled connection for one step of a call (never held across what leaves the machine).
+async fn connection(ctx: &TaskContext) -> Result<deadpool_postgres::Client, TaskError> {
+    ctx.db.get().await.map_err(TaskError::retryable)
+}
+
+/// The deferral of a job whose destination has `max_in_flight` calls in flight.
+fn in_flight_full(dest: &Destination, in_flight: i64, attempt: i32) -> TaskError {
+    TaskError::RateLimited {
+        rate: format!("destination_in_flight:{}", dest.name),
+        note: format!(
+            "destination {:?} has {in_flight} calls in flight, its max_in_flight: waiting for one to end",
+            dest.name
+        ),
+        wait: in_flight_wait(dest, attempt),
+    }
+}
+
+/// How long a job waits when its destination's calls in flight are at `max_in_flight`: about
+/// as long as a call can take shared among the places (a destination that never answers frees
+/// one every `timeout / max_in_flight`), at least 250 ms and at most 5 s, longer with each
+/// wait of the job's (its attempt grows with each), so a long stall costs few claims; then
+/// spread.
+fn in_flight_wait(dest: &Destination, attempt: i32) -> Duration {
+    let share = u64::try_from(dest.timeout_ms / dest.max_in_flight.max(1)).unwrap_or(0);
+    let grown = share.saturating_mul(1 + u64::try_from(attempt.clamp(1, 10) - 1).unwrap_or(0) / 2);
+    // Spread by up to half again, so jobs deferred together do not all come back together.
+    let wait = grown.clamp(250, 5_000);
+    Duration::from_millis(wait + rand::random_range(0..=wait / 2))
 }
 
 /// Record a call under this attempt's fence; an attempt that no longer holds the job may not call.

@@ -52,6 +52,9 @@ pub struct ExecutorConfig {
     /// Under a deadline: a lane for longer jobs. A job whose timeout exceeds `Onward::above`
     /// (this executor's own invocation less the reserve) is sent there, not run here.
     pub onward: Option<Onward>,
+    /// Share the worker's running slots among the tenants with due work (`store::jobs::Shares`).
+    /// Off only to measure what it buys (`relay chaos noisy --no-slot-shares`).
+    pub slot_shares: bool,
 }
 
 /// The long-job lane, seen from the short one (`ExecutorConfig::onward`).
@@ -77,6 +80,7 @@ impl Default for ExecutorConfig {
             deadline_reserve: DEFAULT_DEADLINE_RESERVE,
             longest_fit: None,
             onward: None,
+            slot_shares: true,
         }
     }
 }

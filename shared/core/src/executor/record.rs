@@ -79,14 +79,13 @@ impl Executor {
         let mut redo: Vec<Dispatch> = retries
             .iter()
             .filter(|r| !stale_retries.contains(&r.0))
-            .map(|(fence, r)| Dispatch { id: fence.job, run_at: r.run_at })
+            .map(|(fence, r)| Dispatch { id: fence.job, run_at: r.run_at, tenant: None })
             .collect();
-        redo.extend(
-            continues
-                .iter()
-                .filter(|c| !stale_continues.contains(&c.0))
-                .map(|c| Dispatch { id: c.0.job, run_at: c.1.1 }),
-        );
+        redo.extend(continues.iter().filter(|c| !stale_continues.contains(&c.0)).map(|c| Dispatch {
+            id: c.0.job,
+            run_at: c.1.1,
+            tenant: None,
+        }));
         redo.extend(succeeded.callbacks);
         redo.extend(failed.callbacks);
         let mut parents = succeeded.parents;

@@ -14,11 +14,11 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::AbortHandle;
 
 use super::Executor;
-use crate::job::{ClaimedJob, Fence, JobId, Outcome};
+use crate::job::{ClaimedJob, Fence, JobId, Outcome, TenantId};
 use crate::store::jobs;
 use crate::store::pipelined::Pipelined;
 
-type InFlight = Arc<Mutex<HashMap<JobId, (i32, AbortHandle)>>>;
+type InFlight = Arc<Mutex<HashMap<JobId, (i32, TenantId, AbortHandle)>>>;
 type Finished = (ClaimedJob, Outcome, OwnedSemaphorePermit);
 
 /// Most outcomes written by one statement: half the worker's slots (at most 2,000), so while
@@ -39,9 +39,12 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
     let concurrency = exec.config.concurrency.max(1);
     let slots = Arc::new(Semaphore::new(concurrency));
     let in_flight: InFlight = Arc::default();
+    // Told each time a job ends: a claim that held a tenant to its share waits for it.
+    let freed = Arc::new(Notify::new());
     let (done_tx, done_rx) = mpsc::unbounded_channel::<Finished>();
     let lanes = Lanes {
         in_flight: in_flight.clone(),
+        freed: freed.clone(),
         done: done_tx.downgrade(),
         stop: stop.clone(),
         heads_at: tokio::time::Instant::now(),
@@ -77,7 +80,7 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
         notified.as_mut().enable();
 
         let asked = held.num_permits();
-        let claim = match claim(&exec, asked, &mut keyed_turn).await {
+        let claim = match claim(&exec, asked, &mut keyed_turn, &in_flight).await {
             Ok(c) => {
                 backoff = Duration::from_millis(100);
                 c
@@ -92,8 +95,23 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
             }
         };
         backlog = claim.more;
+        let capped = claim.capped;
+        let freed_now = freed.notified();
+        tokio::pin!(freed_now);
+        freed_now.as_mut().enable();
         if !claim.jobs.is_empty() {
-            start_jobs(&exec, claim, held, &in_flight, &done_tx);
+            start_jobs(&exec, claim, held, &in_flight, &done_tx, &freed);
+        }
+        if capped && !backlog {
+            // A tenant with due work is at its share of the slots: claim again when one of
+            // this worker's jobs ends (or a dispatch, or the poll).
+            tokio::select! {
+                _ = freed_now => {},
+                _ = notified => {},
+                _ = tokio::time::sleep(exec.config.poll_interval) => {},
+                _ = stop.changed() => {},
+            }
+            continue;
         }
         if !backlog {
             // Nothing more is due right now: sleep until a dispatch wakes us, or poll.
@@ -113,7 +131,7 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
         // Stop what still runs: nothing of it is recorded, so its leases expire and the sweep
         // returns the jobs (each an attempt, bounded like any other).
         let stragglers: Vec<_> = in_flight.lock().expect("in-flight lock").drain().collect();
-        for (_, (_, handle)) in &stragglers {
+        for (_, (_, _, handle)) in &stragglers {
             handle.abort();
         }
         tracing::warn!(
@@ -137,6 +155,7 @@ async fn claim(
     exec: &Executor,
     n: usize,
     keyed_turn: &mut tokio::time::Instant,
+    in_flight: &InFlight,
 ) -> Result<jobs::Claim, crate::store::StoreError> {
     let lease = exec.config.lease.as_secs_f64();
     let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
@@ -151,7 +170,7 @@ async fn claim(
     }
     let room = n - claim.jobs.len();
     if room > 0 {
-        let free = jobs::claim_due(&db, count(room), lease).await?;
+        let free = jobs::claim_shared(&db, count(room), lease, &shares(exec, in_flight, room)).await?;
         let short = free.jobs.len() < room;
         claim.merge(free);
         if short && !turn {
@@ -162,6 +181,20 @@ async fn claim(
     Ok(claim)
 }
 
+/// The worker's slots and what each tenant runs in them now, for its share (`jobs::Shares`).
+fn shares(exec: &Executor, in_flight: &InFlight, asked: usize) -> jobs::Shares {
+    if !exec.config.slot_shares {
+        // As many slots as the claim asks, none taken: every tenant may take its share of the claim.
+        return jobs::Shares { slots: i64::try_from(asked).unwrap_or(i64::MAX), running: Vec::new() };
+    }
+    let mut running: HashMap<TenantId, i64> = HashMap::new();
+    for (_, tenant, _) in in_flight.lock().expect("in-flight lock").values() {
+        *running.entry(*tenant).or_default() += 1;
+    }
+    let slots = i64::try_from(exec.config.concurrency.max(1)).unwrap_or(i64::MAX);
+    jobs::Shares { slots, running: running.into_iter().collect() }
+}
+
 /// Spawn one task per claimed job, each holding one slot until its outcome is recorded.
 fn start_jobs(
     exec: &Executor,
@@ -169,21 +202,24 @@ fn start_jobs(
     mut held: OwnedSemaphorePermit,
     in_flight: &InFlight,
     done_tx: &mpsc::UnboundedSender<Finished>,
+    freed: &Arc<Notify>,
 ) {
     let modes = Arc::new(claim.modes);
     let mut registry = in_flight.lock().expect("in-flight lock");
     for job in claim.jobs {
         let permit = held.split(1).expect("a slot per claimed job");
         let (exec, modes, done_tx, registry_of_job) = (exec.clone(), modes.clone(), done_tx.clone(), in_flight.clone());
-        let (id, attempt) = (job.id, job.attempt);
+        let freed = freed.clone();
+        let (id, attempt, tenant) = (job.id, job.attempt, job.tenant_id);
         let handle = tokio::spawn(async move {
             let outcome = exec.execute(&job, modes).await;
             // Finished: the heartbeat no longer touches this row, so it never contends with
             // the recorder's write of the outcome.
             registry_of_job.lock().expect("in-flight lock").remove(&job.id);
             let _ = done_tx.send((job, outcome, permit));
+            freed.notify_one();
         });
-        registry.insert(id, (attempt, handle.abort_handle()));
+        registry.insert(id, (attempt, tenant, handle.abort_handle()));
     }
 }
 
@@ -191,6 +227,7 @@ fn start_jobs(
 /// does, unless the worker is stopping.
 struct Lanes {
     in_flight: InFlight,
+    freed: Arc<Notify>,
     /// Weak, so the recorder does not keep its own channel open at shutdown.
     done: mpsc::WeakUnboundedSender<Finished>,
     stop: watch::Receiver<bool>,
@@ -292,7 +329,7 @@ async fn record_and_refill(
         a
     });
     if let Some(held) = held {
-        start_jobs(exec, claim, held, &lanes.in_flight, &done_tx);
+        start_jobs(exec, claim, held, &lanes.in_flight, &done_tx, &lanes.freed);
     }
     // A key another claimer held (it sees the freed slots), or nothing more due now: a
     // hand-on covers jobs that become due later.
@@ -350,7 +387,7 @@ async fn heartbeat_loop(exec: Executor, in_flight: InFlight) {
             .lock()
             .expect("in-flight lock")
             .iter()
-            .map(|(id, (a, _))| Fence { job: *id, attempt: *a })
+            .map(|(id, (a, _, _))| Fence { job: *id, attempt: *a })
             .collect();
         if fence.is_empty() {
             continue;
@@ -364,7 +401,7 @@ async fn heartbeat_loop(exec: Executor, in_flight: InFlight) {
                 let mut registry = in_flight.lock().expect("in-flight lock");
                 for Fence { job: id, attempt } in lost {
                     // Still in flight and still lost: stop the zombie.
-                    if let Some((a, handle)) = registry.get(&id)
+                    if let Some((a, _, handle)) = registry.get(&id)
                         && *a == attempt
                     {
                         handle.abort();

@@ -318,12 +318,12 @@ fn tally(rows: Vec<tokio_postgres::Row>, dispatched: bool, out: &mut Released) -
             ("released", Some(id)) => {
                 out.released += 1;
                 if let (true, Some(run_at)) = (dispatched, run_at) {
-                    out.dispatch.push(Dispatch { id, run_at });
+                    out.dispatch.push(Dispatch { id, run_at, tenant: None });
                 }
             }
             ("callback", Some(id)) => {
                 if let (true, Some(run_at)) = (dispatched, run_at) {
-                    out.dispatch.push(Dispatch { id, run_at });
+                    out.dispatch.push(Dispatch { id, run_at, tenant: None });
                 }
             }
             _ => {}

@@ -27,6 +27,10 @@ pub struct Destination {
     pub signing_secret_set_at: Option<DateTime<Utc>>,
     pub timeout_ms: i32,
     pub rate_per_second: f64,
+    /// Calls to it in flight at once, across every worker (1 to 1000; default 10): past it a
+    /// job waits pending (`waiting_rate` `destination_in_flight:<name>`) instead of holding a
+    /// running slot for its whole call.
+    pub max_in_flight: i32,
     /// The tenant's own write switch (`PUT /v1/destinations/{name}/writes`): off, its calls
     /// are held. An operator's switch and `write:http` apply as well.
     pub writes_enabled: bool,
@@ -45,11 +49,12 @@ pub struct NewDestination<'a> {
     pub auth_header: Option<&'a str>,
     pub timeout_ms: i32,
     pub rate_per_second: f64,
+    pub max_in_flight: i32,
     pub url_patterns: &'a [String],
 }
 
 const COLUMNS: &str = "name, base_url, auth_header, secret_set_at, timeout_ms, rate_per_second, writes_enabled,
-    writes_reason, writes_changed_at, created_at, updated_at, url_patterns, signing_secret_set_at";
+    writes_reason, writes_changed_at, created_at, updated_at, url_patterns, signing_secret_set_at, max_in_flight";
 
 impl Destination {
     fn from_row(r: &Row) -> Self {
@@ -67,6 +72,7 @@ impl Destination {
             updated_at: r.get(10),
             url_patterns: r.get(11),
             signing_secret_set_at: r.get(12),
+            max_in_flight: r.get(13),
         }
     }
 }
@@ -74,17 +80,27 @@ impl Destination {
 /// Create or replace (the secret, the write switch and the rate slot stay).
 pub async fn put(db: &impl GenericClient, tenant: TenantId, d: &NewDestination<'_>) -> Result<Destination, StoreError> {
     let sql = format!(
-        "INSERT INTO http_destinations (tenant_id, name, base_url, auth_header, timeout_ms, rate_per_second, url_patterns)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
+        "INSERT INTO http_destinations (tenant_id, name, base_url, auth_header, timeout_ms, rate_per_second, url_patterns,
+                                        max_in_flight)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          ON CONFLICT (tenant_id, name) DO UPDATE
          SET base_url = $3, auth_header = $4, timeout_ms = $5, rate_per_second = $6, url_patterns = $7,
-             updated_at = now()
+             max_in_flight = $8, updated_at = now()
          RETURNING {COLUMNS}"
     );
     let row = db
         .query_one(
             &sql,
-            &[&tenant, &d.name, &d.base_url, &d.auth_header, &d.timeout_ms, &d.rate_per_second, &d.url_patterns],
+            &[
+                &tenant,
+                &d.name,
+                &d.base_url,
+                &d.auth_header,
+                &d.timeout_ms,
+                &d.rate_per_second,
+                &d.url_patterns,
+                &d.max_in_flight,
+            ],
         )
         .await?;
     Ok(Destination::from_row(&row))

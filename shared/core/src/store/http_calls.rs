@@ -75,6 +75,93 @@ pub async fn record(db: &impl GenericClient, c: &NewCall<'_>) -> Result<Option<i
     Ok(row.map(|r| r.get(0)))
 }
 
+/// What `record_sending` came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sending {
+    /// The call is on record as `sending`: it may leave.
+    Recorded(i64),
+    /// The destination already has `max_in_flight` calls in flight: not recorded, not to call.
+    Full { in_flight: i64 },
+    /// This attempt no longer holds the job: not recorded, not to call.
+    Fenced,
+}
+
+/// Below this many places from its `max_in_flight`, a destination's calls are recorded under
+/// its lock (`record_sending`); further below, without it: the lock is held to the commit, so
+/// it allows one call per commit. Far from the limit the count is taken without it: the limit
+/// then holds as long as fewer than this many connections record calls to one destination in
+/// the same instant (each can add one call the others' counts miss).
+pub const LOCK_MARGIN: i64 = 32;
+
+/// Record a call as `sending` under the job's fence, if its destination has fewer than
+/// `max_in_flight` calls in flight: those recorded `sending` whose attempt still runs (a call
+/// whose worker died stops counting when its lease is returned). Near the limit (within
+/// `LOCK_MARGIN`) one transaction holds the destination's advisory lock and counts after it,
+/// so concurrent workers never put more than `max_in_flight` calls in flight together.
+pub async fn record_sending(
+    db: &mut deadpool_postgres::Client,
+    c: &NewCall<'_>,
+    max_in_flight: i32,
+) -> Result<Sending, StoreError> {
+    let max = i64::from(max_in_flight);
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+        [&c.fence.job, &c.tenant_id, &c.destination, &c.fence.attempt, c.request, &(max - LOCK_MARGIN)];
+    // Far from the limit: one statement, no lock.
+    let row = db.query_one(RECORD_IF_ROOM, &params).await?;
+    let (id, in_flight): (Option<i64>, i64) = (row.get(0), row.get(1));
+    if let Some(id) = id {
+        return Ok(Sending::Recorded(id));
+    }
+    if in_flight < max - LOCK_MARGIN {
+        return Ok(Sending::Fenced);
+    }
+    let tx = db.transaction().await?;
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || ':relay.destination:' || $1::uuid::text || ':' || $2::text, 0))",
+        &[&c.tenant_id, &c.destination],
+    )
+    .await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+        [&c.fence.job, &c.tenant_id, &c.destination, &c.fence.attempt, c.request, &max];
+    let row = tx.query_one(RECORD_IF_ROOM, &params).await?;
+    tx.commit().await?;
+    let (id, in_flight): (Option<i64>, i64) = (row.get(0), row.get(1));
+    Ok(match id {
+        Some(id) => Sending::Recorded(id),
+        None if in_flight >= max => Sending::Full { in_flight },
+        None => Sending::Fenced,
+    })
+}
+
+/// The destination's calls in flight now (`record_sending`'s count, read alone): a job that
+/// would find no place defers before it takes a rate slot or writes anything.
+pub async fn in_flight(db: &impl GenericClient, tenant: TenantId, destination: &str) -> Result<i64, StoreError> {
+    let row = db.query_one(&format!("{FLYING} SELECT n FROM flying"), &[&tenant, &destination]).await?;
+    Ok(row.get(0))
+}
+
+/// The calls in flight to destination (`$1` tenant, `$2` name), as the CTE `flying(n)`.
+const FLYING: &str = "WITH flying AS (
+         SELECT count(*) AS n FROM http_calls h
+         JOIN jobs j ON j.id = h.job_id AND j.attempt = h.attempt AND (j.status || '') = 'running'
+         WHERE h.tenant_id = $1 AND h.destination = $2 AND h.outcome = 'sending'
+     )";
+
+/// Insert the call as `sending` if the job's attempt still runs and its destination has fewer
+/// than `$6` calls in flight; returns the new id (or NULL) and the count.
+const RECORD_IF_ROOM: &str = "WITH flying AS (
+         SELECT count(*) AS n FROM http_calls h
+         JOIN jobs j ON j.id = h.job_id AND j.attempt = h.attempt AND (j.status || '') = 'running'
+         WHERE h.tenant_id = $2 AND h.destination = $3 AND h.outcome = 'sending'
+     ), added AS (
+         INSERT INTO http_calls (job_id, tenant_id, destination, attempt, outcome, request, error)
+         SELECT $1, $2, $3, $4, 'sending', $5, NULL
+         WHERE EXISTS (SELECT 1 FROM jobs WHERE id = $1 AND attempt = $4 AND status = 'running')
+           AND (SELECT n FROM flying) < $6
+         RETURNING id
+     )
+     SELECT (SELECT id FROM added), (SELECT n FROM flying)";
+
 /// How a call ended.
 #[derive(Debug, Clone, Default)]
 pub struct Settled {

@@ -12,6 +12,7 @@ use deadpool_postgres::Pool;
 
 use crate::job::{Dispatch, JobId};
 use crate::metrics;
+use crate::store::StoreError;
 use crate::store::jobs;
 
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +45,12 @@ pub trait Transport: Send + Sync {
     fn commit_wake(&self) -> Option<&'static str> {
         None
     }
+
+    /// Whether each message carries its job's tenant (SQS: the message group of a fair queue).
+    /// `send` then looks up the tenants its dispatches lack before handing them over.
+    fn groups_by_tenant(&self) -> bool {
+        false
+    }
 }
 
 /// Hand committed jobs to the transport. A failure never fails the caller: the rows stay
@@ -53,6 +60,13 @@ pub async fn send(transport: &Arc<dyn Transport>, pool: &Pool, jobs: &[Dispatch]
     if jobs.is_empty() {
         return true;
     }
+    let with_tenants;
+    let jobs = if transport.groups_by_tenant() && jobs.iter().any(|d| d.tenant.is_none()) {
+        with_tenants = with_tenants_of(pool, jobs).await;
+        &with_tenants[..]
+    } else {
+        jobs
+    };
     let Err(e) = transport.dispatch(jobs).await else { return true };
     metrics::DISPATCH_FAILURES.add(e.unsent.len());
     tracing::warn!(event = "relay.dispatch.failed", jobs = jobs.len(), unsent = e.unsent.len(), error = %e,
@@ -63,4 +77,21 @@ pub async fn send(transport: &Arc<dyn Transport>, pool: &Pool, jobs: &[Dispatch]
         tracing::warn!(event = "relay.dispatch.unmark_failed", error = %e, "could not clear dispatch marks");
     }
     false
+}
+
+/// These dispatches with each job's tenant, read in one statement on a connection given back
+/// before the dispatch is sent. A failed read leaves them without (the messages then carry no
+/// group: still delivered, only not shared out by tenant).
+async fn with_tenants_of(pool: &Pool, jobs: &[Dispatch]) -> Vec<Dispatch> {
+    let ids: Vec<JobId> = jobs.iter().filter(|d| d.tenant.is_none()).map(|d| d.id).collect();
+    let read = async { jobs::tenants_of(&pool.get().await.map_err(StoreError::from)?, &ids).await };
+    let tenants = match read.await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(event = "relay.dispatch.tenants_unread", error = %e,
+                "could not read the jobs' tenants; their messages go without a message group");
+            Default::default()
+        }
+    };
+    jobs.iter().map(|d| Dispatch { tenant: d.tenant.or_else(|| tenants.get(&d.id).copied()), ..*d }).collect()
 }

@@ -2,6 +2,10 @@
 //! with `SendMessageBatch` (10 per call). A message carries only the job id and a hint of when
 //! it is due; the executor claims the row, and the row decides. Every SQS call Relay makes at
 //! run time lives in this file.
+//!
+//! Each message carries its job's tenant as its `MessageGroupId`: on a standard queue that makes
+//! the queue a fair queue (SQS, 2025), which keeps a tenant with a backlog (a campaign's
+//! children) from delaying the other tenants' messages, without dropping or reordering its own.
 
 use std::time::Duration;
 
@@ -99,6 +103,7 @@ impl SqsTransport {
                 .id(i.to_string())
                 .message_body(body)
                 .delay_seconds(delay_seconds(d.run_at, now))
+                .set_message_group_id(d.tenant.map(|t| t.to_string()))
                 .build()
                 .map_err(|e| all(e.to_string()))?;
             entries.push(entry);
@@ -191,6 +196,10 @@ pub async fn move_messages(client: &Client, from: &str, to: &str, max: usize) ->
 impl Transport for SqsTransport {
     fn name(&self) -> &'static str {
         "sqs"
+    }
+
+    fn groups_by_tenant(&self) -> bool {
+        true
     }
 
     /// A refused entry or a failed call fails the dispatch for those jobs only:

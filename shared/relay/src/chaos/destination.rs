@@ -50,6 +50,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
             auth_header: None,
             timeout_ms: TIMEOUT_MS,
             rate_per_second: 1000.0,
+            max_in_flight: 1000,
             url_patterns: &[],
         };
         destinations::put(&db, scratch.tenant.id, &d).await?;

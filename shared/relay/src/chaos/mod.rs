@@ -18,6 +18,7 @@ pub mod idempotency;
 pub mod isolation;
 pub mod kill9;
 pub mod lost_dispatch;
+pub mod neighbours;
 pub mod noisy;
 pub mod poison;
 pub mod queue_outage;
@@ -47,6 +48,7 @@ pub const SCENARIOS: &[&str] = &[
     "fuzz",
     "auth",
     "noisy",
+    "neighbours",
     "destination",
     "completions",
 ];
@@ -186,6 +188,7 @@ pub async fn run(name: &str, env: &Env) -> anyhow::Result<Report> {
         "fuzz" => fuzz::run(env).await?,
         "auth" => auth::run(env).await?,
         "noisy" => noisy::run(env).await?,
+        "neighbours" => neighbours::run(env).await?,
         "destination" => destination::run(env).await?,
         "completions" => completions::run(env).await?,
         other => anyhow::bail!("no chaos scenario {other:?}; one of: all, {}", SCENARIOS.join(", ")),

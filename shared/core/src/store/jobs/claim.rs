@@ -39,29 +39,53 @@ pub(super) const CLAIMABLE: &str = "status = 'pending' AND run_at <= now()
 /// per-key lock (see there).
 ///
 /// `claim_due` is one statement: find each tenant with pending unkeyed jobs by skipping
-/// through `jobs_due_free` (tenant_id, run_at), one index probe per tenant, give each an equal
-/// share of the claim, and take each one's share of due jobs, oldest first (tenants in random
-/// order, which matters only when there are more tenants than jobs to claim). A tenant
-/// flooding the queue holds back only itself: a quiet tenant's job is in the very next claim,
-/// however deep the flood's backlog. One tenant alone gets the whole claim, as before.
+/// through `jobs_due_free` (tenant_id, run_at), one index probe per tenant, keep those with a
+/// job due now, give each an equal share of the claim, and take each one's share of due jobs,
+/// oldest first (tenants in random order, which matters only when there are more tenants than
+/// jobs to claim). A tenant flooding the queue holds back only itself: a quiet tenant's job is
+/// in the very next claim, however deep the flood's backlog. One tenant alone gets the whole
+/// claim, as before.
+///
+/// The worker's running slots are shared the same way (`Shares`): while two or more tenants
+/// have due work, a tenant takes no more than its fair share of the worker's slots
+/// (`ceil(slots / tenants with due work)`) less what it already runs there, so a tenant whose
+/// jobs hold their slots long cannot keep every slot while another waits; one tenant alone may
+/// take every slot. `capped` comes back when a tenant was held to its share, so the worker
+/// waits for a slot to free rather than for a wake-up.
+///
 /// `share` comes back so the worker can tell a short claim (nothing more due) from a fair one
 /// (some tenant had more). The tenant probes walk the index backwards, from each tenant's
 /// newest entry: the oldest entries are those of rows just claimed, dead until vacuum, and
-/// only the claim itself should have to step over them.
+/// only the claim itself should have to step over them. The statement always returns one row
+/// (a claim of nothing: a row of NULLs with the shares), `$3`/`$4` the tenants running on the
+/// worker and how many each, `$5` the worker's slots.
 pub(crate) fn fair_claim_sql() -> String {
     format!(
-        "WITH RECURSIVE {TENANTS_PENDING}, share AS (
-            SELECT ceil($1::int8::float8 / greatest(count(*), 1))::int8 AS n FROM tenants WHERE tenant_id IS NOT NULL
+        "WITH RECURSIVE {TENANTS_PENDING}, here AS (
+            SELECT * FROM unnest($3::uuid[], $4::int8[]) AS h(tenant_id, running)
+        ), due_tenants AS (
+            SELECT t.tenant_id, coalesce(h.running, 0) AS running FROM tenants t
+            LEFT JOIN here h ON h.tenant_id = t.tenant_id
+            WHERE t.tenant_id IS NOT NULL
+              AND EXISTS (SELECT 1 FROM jobs WHERE {CLAIMABLE} AND concurrency_key IS NULL AND tenant_id = t.tenant_id)
+        ), share AS (
+            SELECT ceil($1::int8::float8 / greatest(count(*), 1))::int8 AS n,
+                   ceil($5::int8::float8 / greatest(count(*), 1))::int8 AS fair, count(*) AS tenants
+            FROM due_tenants
+        ), takes AS (
+            SELECT d.tenant_id, CASE WHEN s.tenants > 1 THEN least(s.n, greatest(s.fair - d.running, 0)) ELSE s.n END AS take
+            FROM due_tenants d, share s
         ), due AS (
-            SELECT f.id FROM (SELECT tenant_id FROM tenants WHERE tenant_id IS NOT NULL ORDER BY random()) t
+            SELECT f.id FROM (SELECT tenant_id, take FROM takes ORDER BY random()) t
             CROSS JOIN LATERAL (SELECT id FROM jobs
                                 WHERE {CLAIMABLE} AND concurrency_key IS NULL AND tenant_id = t.tenant_id
-                                ORDER BY tenant_id, run_at LIMIT (SELECT n FROM share) FOR UPDATE SKIP LOCKED) f
+                                ORDER BY tenant_id, run_at LIMIT t.take FOR UPDATE SKIP LOCKED) f
             LIMIT $1
         ), claimed AS (
             {CLAIM_UPDATE}
         )
-        SELECT c.*, share.n AS share FROM ({CLAIM_SELECT}) c, share"
+        SELECT c.*, share.n AS share, (SELECT coalesce(bool_or(take < share.n), false) FROM takes) AS capped
+        FROM share LEFT JOIN ({CLAIM_SELECT}) c ON true"
     )
 }
 
@@ -359,7 +383,7 @@ pub async fn keyed_ready(
          RETURNING j.id, j.run_at"
     );
     let rows = in_queue_order(db, &sql, &[&limit, &keys]).await?;
-    Ok(rows.iter().map(|r| Dispatch { id: r.get(0), run_at: r.get(1) }).collect())
+    Ok(rows.iter().map(|r| Dispatch { id: r.get(0), run_at: r.get(1), tenant: None }).collect())
 }
 
 /// Jobs taken by one claim, with the operating modes read in the same statement.
@@ -369,12 +393,15 @@ pub struct Claim {
     pub modes: Modes,
     /// More jobs may be due right now: claim again rather than wait for a wake-up.
     pub more: bool,
+    /// A tenant with due work was held to its share of the worker's slots (`Shares`): claim
+    /// again when a slot frees.
+    pub capped: bool,
 }
 
 impl Claim {
     fn from_rows(rows: &[Row]) -> Claim {
         let modes = rows.first().map(|r| Modes::from_json(&r.get::<_, Value>("switches"))).unwrap_or_default();
-        Claim { jobs: rows.iter().map(claimed_from_row).collect(), modes, more: false }
+        Claim { jobs: rows.iter().map(claimed_from_row).collect(), modes, more: false, capped: false }
     }
 
     /// Add the jobs of another claim; the modes are those of whichever claim took jobs first.
@@ -384,22 +411,47 @@ impl Claim {
         }
         self.jobs.extend(other.jobs);
         self.more |= other.more;
+        self.capped |= other.capped;
     }
 }
 
 /// Claim up to `limit` due unkeyed jobs, fairly across tenants, under a lease of
-/// `lease_secs` (the Postgres-native transport).
+/// `lease_secs` (the Postgres-native transport), for a claimer with `limit` slots and nothing
+/// running (`claim_shared` for a worker's).
 pub async fn claim_due(db: &impl GenericClient, limit: i64, lease_secs: f64) -> Result<Claim, StoreError> {
+    claim_shared(db, limit, lease_secs, &Shares { slots: limit, running: Vec::new() }).await
+}
+
+/// What a worker runs, for the share of its slots each tenant may take (`fair_claim_sql`).
+#[derive(Debug, Clone, Default)]
+pub struct Shares {
+    /// The worker's running slots (its concurrency).
+    pub slots: i64,
+    /// The tenants with jobs running on it, and how many each.
+    pub running: Vec<(TenantId, i64)>,
+}
+
+/// `claim_due` for a worker that runs `shares.running` in `shares.slots` slots: a tenant takes
+/// no more than its fair share of the slots while another tenant has due work.
+pub async fn claim_shared(
+    db: &impl GenericClient,
+    limit: i64,
+    lease_secs: f64,
+    shares: &Shares,
+) -> Result<Claim, StoreError> {
     let stmt = db.prepare_cached(&fair_claim_sql()).await?;
-    let rows = db.query(&stmt, &[&limit, &lease_secs]).await?;
+    let (tenants, running): (Vec<TenantId>, Vec<i64>) = shares.running.iter().copied().unzip();
+    let rows = db.query(&stmt, &[&limit, &lease_secs, &tenants, &running, &shares.slots]).await?;
+    let (share, capped) = rows.first().map_or((0, false), |r| (r.get::<_, i64>("share"), r.get::<_, bool>("capped")));
+    let rows: Vec<Row> = rows.into_iter().filter(|r| r.get::<_, Option<JobId>>(0).is_some()).collect();
     let mut claim = Claim::from_rows(&rows);
     // More may be due when the claim is full, or when some tenant took its whole share.
-    let share = rows.first().map_or(0, |r| r.get::<_, i64>("share"));
     let mut per_tenant: HashMap<TenantId, i64> = HashMap::new();
     for job in &claim.jobs {
         *per_tenant.entry(job.tenant_id).or_default() += 1;
     }
     claim.more = rows.len() as i64 >= limit || per_tenant.values().any(|&n| n >= share);
+    claim.capped = capped;
     Ok(claim)
 }
 
@@ -524,8 +576,8 @@ pub async fn defer_unfit(
     for r in rows {
         match r.get::<_, Option<bool>>(2) {
             None => out.never.push(r.get(0)),
-            Some(true) => out.onward.push(Dispatch { id: r.get(0), run_at: r.get(1) }),
-            Some(false) => out.again.push(Dispatch { id: r.get(0), run_at: r.get(1) }),
+            Some(true) => out.onward.push(Dispatch { id: r.get(0), run_at: r.get(1), tenant: None }),
+            Some(false) => out.again.push(Dispatch { id: r.get(0), run_at: r.get(1), tenant: None }),
         }
     }
     Ok(out)

@@ -199,5 +199,5 @@ pub async fn release(db: &impl GenericClient, id: JobId) -> Result<Option<Dispat
             &[&id],
         )
         .await?;
-    Ok(row.map(|r| Dispatch { id, run_at: r.get(0) }))
+    Ok(row.map(|r| Dispatch { id, run_at: r.get(0), tenant: None }))
 }

@@ -40,12 +40,12 @@ mod transition;
 #[cfg(feature = "testing")]
 pub(crate) use claim::fair_claim_sql;
 pub use claim::{
-    Claim, DeferBounds, Deferred, Keyed, Lane, claim_check, claim_due, claim_ids, claim_keyed, claim_locked,
-    defer_unfit, keyed_ready, lock_keys,
+    Claim, DeferBounds, Deferred, Keyed, Lane, Shares, claim_check, claim_due, claim_ids, claim_keyed, claim_locked,
+    claim_shared, defer_unfit, keyed_ready, lock_keys,
 };
 pub(crate) use claim::{keyed_claim_sql, plan_keyed_claim};
 pub use insert::{Inserted, NewJob, insert_many, release, undispatch};
-pub use read::{JobEvent, JobFilter, count_children, events, get, list, missing};
+pub use read::{JobEvent, JobFilter, count_children, events, get, list, missing, tenants_of};
 pub use sweep::{
     ExpiredLease, Finished, finish_parents, finish_parents_of, lock_expired_leases, return_expired,
     take_lost_dispatches, take_lost_keyed,
@@ -141,5 +141,8 @@ pub(crate) const TERMINAL_RETURNING: &str = "j.id, j.attempt, j.started_at, j.te
 
 /// The callback deliveries among a terminal write's rows (`id, is_callback, run_at` last).
 fn callbacks_of(rows: &[Row], flag: usize) -> Vec<Dispatch> {
-    rows.iter().filter(|r| r.get::<_, bool>(flag)).map(|r| Dispatch { id: r.get(0), run_at: r.get(flag + 1) }).collect()
+    rows.iter()
+        .filter(|r| r.get::<_, bool>(flag))
+        .map(|r| Dispatch { id: r.get(0), run_at: r.get(flag + 1), tenant: None })
+        .collect()
 }

@@ -196,3 +196,12 @@ pub async fn missing(db: &impl GenericClient, ids: &[JobId]) -> Result<Vec<JobId
         .await?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
+
+/// The tenant of each of these jobs (those that exist).
+pub async fn tenants_of(
+    db: &impl GenericClient,
+    ids: &[JobId],
+) -> Result<std::collections::HashMap<JobId, TenantId>, StoreError> {
+    let stmt = db.prepare_cached("SELECT id, tenant_id FROM jobs WHERE id = ANY($1)").await?;
+    Ok(db.query(&stmt, &[&ids]).await?.iter().map(|r| (r.get(0), r.get(1))).collect())
+}

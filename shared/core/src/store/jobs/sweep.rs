@@ -104,7 +104,7 @@ pub async fn take_lost_dispatches(
         ))
         .await?;
     let rows = db.query(&stmt, &[&grace_secs, &limit]).await?;
-    Ok(rows.iter().map(|r| Dispatch { id: r.get(0), run_at: r.get(1) }).collect())
+    Ok(rows.iter().map(|r| Dispatch { id: r.get(0), run_at: r.get(1), tenant: None }).collect())
 }
 
 /// The sweep's share of keyed jobs: due jobs that fit in a free slot of their key but whose
@@ -132,7 +132,7 @@ pub async fn take_lost_keyed(
              SELECT id, run_at FROM marked"
     );
     let rows = in_queue_order(db, &sql, &[&limit, &grace_secs]).await?;
-    Ok(rows.iter().map(|r| Dispatch { id: r.get(0), run_at: r.get(1) }).collect())
+    Ok(rows.iter().map(|r| Dispatch { id: r.get(0), run_at: r.get(1), tenant: None }).collect())
 }
 
 /// Parents finished by one statement (`finish_parents`, `finish_parents_of`).

@@ -184,7 +184,8 @@ pub async fn keyed_claim_buffers(db: &mut deadpool_postgres::Client, key: &str, 
 pub async fn due_claim_buffers(db: &mut deadpool_postgres::Client, limit: i64) -> Result<i64, StoreError> {
     let tx = db.transaction().await?;
     let sql = format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", crate::store::jobs::fair_claim_sql());
-    let row = tx.query_one(&sql, &[&limit, &30.0f64]).await?;
+    let none: Vec<crate::job::TenantId> = Vec::new();
+    let row = tx.query_one(&sql, &[&limit, &30.0f64, &none, &Vec::<i64>::new(), &limit]).await?;
     tx.rollback().await?;
     let plan: serde_json::Value = row.get(0);
     let top = &plan[0]["Plan"];

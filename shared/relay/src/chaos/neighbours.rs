@@ -1,0 +1,234 @@
+//! Scenario `neighbours`: a quiet tenant A's latency beside a noisy tenant X, against its solo
+//! figure measured in the same run. A submits a `noop` and an `http.request` to a destination
+//! that answers at once, every 100 ms, alone (solo), then beside each of X's neighbours:
+//!
+//! 1. **silent**: 300 `http.request` jobs to X's own destination, which accepts and never
+//!    answers (60 s timeout, `max_in_flight` at its default);
+//! 2. **flood**: 20,000 `noop` jobs submitted at once.
+//!
+//! A's jobs beside the silent destination are measured once X's calls hang (its destination's
+//! places all taken), not during the burst of their first claims. One worker of 32 slots (a
+//! pool of 10 connections) runs everything in this process, its slots shared by tenant.
+//! `RELAY_CHAOS_SHARES=off` measures what the shares buy: the slots not shared, and X's
+//! destination at `max_in_flight` 1000 (as though a destination's calls were unbounded).
+//!
+//! A violation: a victim's p99 (accept to finish) above 2× its solo p99 plus `ALLOWANCE_MS`, or
+//! a victim job not finished 15 s after its phase.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use taskdeck::job::JobId;
+use taskdeck::outbound::AllowList;
+use taskdeck::platform::Settings;
+use taskdeck::store::{destinations, modes, tenants};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{Env, Report};
+use crate::bench::setup::Scratch;
+
+const SLOTS: usize = 32;
+/// What a p99 may grow by beyond twice the solo one on a shared, loaded 2-core machine: a
+/// claim round and a commit or two.
+const ALLOWANCE_MS: f64 = 100.0;
+/// How often the quiet tenant submits each of its two jobs.
+const EVERY: Duration = Duration::from_millis(100);
+
+pub async fn run(env: &Env) -> anyhow::Result<Report> {
+    let mut report = Report::new("neighbours", env.scale);
+    let shares = std::env::var("RELAY_CHAOS_SHARES").map_or(true, |v| v != "off");
+    // Without the shares, X's destination is as good as unbounded too.
+    let noisy_in_flight = if shares { taskdeck::api::destinations::DEFAULT_MAX_IN_FLIGHT } else { 1000 };
+    let mut settings = Settings { callback_allow: AllowList::parse("127.0.0.1/32")?, ..Settings::default() };
+    settings.executor.concurrency = SLOTS;
+    settings.executor.claim_batch = SLOTS;
+    settings.executor.lease = Duration::from_secs(5);
+    settings.executor.slot_shares = shares;
+    settings.pool.max_size = 10;
+    let scratch = env.scratch(settings).await?;
+    let pool = scratch.platform.pool.clone();
+    let addr = receiver().await?;
+    let x = {
+        let mut db = pool.get().await?;
+        modes::set(&mut db, "shadow", false, "chaos", None).await?;
+        modes::set(&mut db, "write:http", true, "chaos", None).await?;
+        let (x, _) = tenants::create(&db, "noisy").await?;
+        let base_url = format!("http://{addr}/api");
+        let mine = (scratch.tenant.id, "healthy", 10_000, taskdeck::api::destinations::DEFAULT_MAX_IN_FLIGHT);
+        for (tenant, name, timeout_ms, max_in_flight) in [mine, (x.id, "silent", 60_000, noisy_in_flight)] {
+            let d = destinations::NewDestination {
+                name,
+                base_url: &base_url,
+                auth_header: None,
+                timeout_ms,
+                rate_per_second: 1000.0,
+                max_in_flight,
+                url_patterns: &[],
+            };
+            destinations::put(&db, tenant, &d).await?;
+        }
+        x
+    };
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let loops = scratch.platform.spawn_workers(1, &stop);
+    let phase = env.secs(10.0, 4.0);
+    report.fig(
+        "worker slots; slots shared by tenant; noisy destination's max_in_flight",
+        format!("{SLOTS}; {shares}; {noisy_in_flight}"),
+    );
+
+    let solo = victim(&scratch, "solo", phase).await?;
+    let silent_jobs = env.n(300, 60);
+    let calls: Vec<Value> =
+        (0..silent_jobs).map(|_| json!({"destination": "silent", "method": "POST", "path": "/silent"})).collect();
+    submit(&scratch, x.id, "x-silent", "http.request", calls).await?;
+    // Measured while X's calls hang: from the moment its destination's places are all taken
+    // (the jobs past them then wait pending), not during the burst of their first claims.
+    let hanging = "SELECT count(*) FROM http_calls WHERE tenant_id = $1 AND outcome = 'sending'";
+    let full = i64::from(taskdeck::api::destinations::DEFAULT_MAX_IN_FLIGHT);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while pool.get().await?.query_one(hanging, &[&x.id]).await?.get::<_, i64>(0) < full
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let beside_silent = victim(&scratch, "silent", phase).await?;
+    let flood = env.n(20_000, 2_000);
+    submit(&scratch, x.id, "x-flood", "noop", vec![json!({}); flood]).await?;
+    let beside_flood = victim(&scratch, "flood", phase).await?;
+    let hanging: i64 = pool.get().await?.query_one(hanging, &[&x.id]).await?.get(0);
+    let _ = stop_tx.send(true);
+    futures::future::join_all(loops).await;
+
+    let fmt = |l: &Latency| format!("{:.0} / {:.0} ms ({} jobs)", l.p50, l.p99, l.n);
+    for (kind, i) in [("noop", 0), ("http.request", 1)] {
+        report.fig(&format!("victim {kind} p50 / p99: solo"), fmt(&solo[i]));
+        for (name, beside) in [("beside 300 calls hanging", &beside_silent), ("beside a flood of noops", &beside_flood)]
+        {
+            let (l, s) = (&beside[i], &solo[i]);
+            report.fig(&format!("victim {kind} p50 / p99: {name}"), fmt(l));
+            let bound = 2.0 * s.p99 + ALLOWANCE_MS;
+            report.check(
+                l.p99 <= bound,
+                format!("victim {kind} {name}: p99 {:.0} ms > 2 × solo {:.0} ms + {ALLOWANCE_MS} ms", l.p99, s.p99),
+            );
+            report.check(l.unfinished == 0, format!("victim {kind} {name}: {} jobs not finished", l.unfinished));
+        }
+    }
+    report.fig("noisy tenant's calls still hanging at the end (its destination's max_in_flight)", hanging);
+    report.fig("noisy tenant's flood (noops)", flood);
+    scratch.drop_schema(&env.url).await?;
+    Ok(report)
+}
+
+/// One kind of victim job's accept-to-finish latency in a phase.
+#[derive(Debug, Default)]
+struct Latency {
+    n: usize,
+    p50: f64,
+    p99: f64,
+    unfinished: usize,
+}
+
+/// The quiet tenant's `noop` and `http.request`, one each every `EVERY` for `phase`; then, once
+/// they are done (at most 15 s more), their latencies.
+async fn victim(scratch: &Scratch, name: &str, phase: Duration) -> anyhow::Result<[Latency; 2]> {
+    let started = tokio::time::Instant::now();
+    let mut ids: [Vec<JobId>; 2] = [Vec::new(), Vec::new()];
+    let mut n = 0;
+    while started.elapsed() < phase {
+        let noop = submit(scratch, scratch.tenant.id, &format!("a-{name}-noop-{n}"), "noop", vec![json!({})]).await?;
+        let call = json!({"destination": "healthy", "method": "GET", "path": "/ok"});
+        let http =
+            submit(scratch, scratch.tenant.id, &format!("a-{name}-http-{n}"), "http.request", vec![call]).await?;
+        ids[0].extend(noop);
+        ids[1].extend(http);
+        n += 1;
+        tokio::time::sleep(EVERY).await;
+    }
+    let db = scratch.platform.pool.get().await?;
+    let all: Vec<JobId> = ids.iter().flatten().copied().collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while tokio::time::Instant::now() < deadline {
+        let open: i64 =
+            db.query_one("SELECT count(*) FROM jobs WHERE id = ANY($1) AND finished_at IS NULL", &[&all]).await?.get(0);
+        if open == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut out: [Latency; 2] = Default::default();
+    for (i, ids) in ids.iter().enumerate() {
+        let rows = db
+            .query(
+                "SELECT extract(epoch FROM finished_at - created_at)::float8 * 1000 FROM jobs
+                 WHERE id = ANY($1) AND status = 'succeeded'",
+                &[ids],
+            )
+            .await?;
+        let mut ms: Vec<f64> = rows.iter().map(|r| r.get(0)).collect();
+        ms.sort_by(f64::total_cmp);
+        let at = |q: f64| {
+            ms.get(((ms.len() as f64 * q) as usize).min(ms.len().saturating_sub(1))).copied().unwrap_or(f64::INFINITY)
+        };
+        out[i] = Latency { n: ms.len(), p50: at(0.5), p99: at(0.99), unfinished: ids.len() - ms.len() };
+    }
+    Ok(out)
+}
+
+/// Enqueue `params.len()` jobs of `task` for `tenant` (keys `prefix-i`) through the intake.
+async fn submit(
+    scratch: &Scratch,
+    tenant: taskdeck::job::TenantId,
+    prefix: &str,
+    task: &str,
+    params: Vec<Value>,
+) -> anyhow::Result<Vec<JobId>> {
+    let admits = taskdeck::api::jobs::Admission {
+        callback_allow: scratch.platform.settings.callback_allow.clone(),
+        max_timeout_seconds: scratch.platform.settings.max_timeout_seconds,
+    };
+    let mut jobs = Vec::with_capacity(params.len());
+    for (i, p) in params.into_iter().enumerate() {
+        let req: taskdeck::api::jobs::JobRequest = serde_json::from_value(json!({"task_type": task, "params": p}))?;
+        let key = taskdeck::job::terms::IdempotencyKey::parse(&format!("{prefix}-{i}"))?;
+        let new = req
+            .into_new_job(key, &scratch.platform.catalogue, &admits, chrono::Utc::now())
+            .map_err(|e| anyhow::anyhow!(e.message))?;
+        jobs.push(new);
+    }
+    let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+    for chunk in jobs.chunks(1000) {
+        scratch.platform.intake.enqueue(tenant, chunk.to_vec()).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    Ok(ids)
+}
+
+/// The destinations: `/api/silent` accepts and never answers (within the run); anything else
+/// is answered 200 at once.
+async fn receiver() -> anyhow::Result<std::net::SocketAddr> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut chunk).await {
+                        Ok(n) if n > 0 && buf.len() < 64 * 1024 => buf.extend_from_slice(&chunk[..n]),
+                        _ => return,
+                    }
+                }
+                if buf.starts_with(b"POST /api/silent") {
+                    tokio::time::sleep(Duration::from_secs(120)).await;
+                    return;
+                }
+                let ok = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\nconnection: close\r\n\r\n{\"ok\":true}";
+                let _ = sock.write_all(ok.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    });
+    Ok(addr)
+}
