@@ -36,6 +36,7 @@ mod message_events;
 mod operations;
 mod pace;
 mod python;
+mod reputation;
 mod schedules;
 mod status;
 mod store;

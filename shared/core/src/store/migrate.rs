@@ -48,6 +48,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "0030_claims_write_fewer_index_entries",
         include_str!("../../../../migrations/0030_claims_write_fewer_index_entries.sql"),
     ),
+    (31, "0031_tenant_reputation", include_str!("../../../../migrations/0031_tenant_reputation.sql")),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's
