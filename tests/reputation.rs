@@ -244,3 +244,81 @@ async fn a_tenants_bounces_pause_it_alone_and_its_held_sends_go_out_once_after_r
     let (_, done) = w.call(Method::GET, &format!("/v1/jobs/{x_job}"), None, None).await;
     eprintln!("X campaign after resume: {}", done["progress"]);
 }
+
+/// A complaint crosses the warning level an operator set (audited; bad thresholds a clear
+/// 422): the tenant gets a `message.reputation_warning` event in its feed, the operator an
+/// audit row, and its sends still go (a warning holds nothing).
+#[tokio::test]
+async fn a_complaint_over_the_warning_level_tells_the_tenant_and_the_operator_and_holds_nothing() {
+    let w = World::new().await;
+    go_live(&w).await;
+    crate::email::sender(&w).await;
+    let exec = executor(&w, moto::endpoint(), roles());
+    let op = operators::create(&w.db().await, "ops").await.unwrap().1;
+    let path = format!("/v1/admin/tenants/{}/reputation", w.tenant.id);
+    let put = |body: Value| {
+        let (op, path, w) = (op.clone(), path.clone(), &w);
+        async move { w.call_as(&op, Method::PUT, &path, None, Some(body.to_string().into_bytes())).await }
+    };
+    for bad in [
+        json!({"warn_bounce": 0}),
+        json!({"warn_complaint": 0.01, "pause_complaint": 0.001}),
+        json!({"window_hours": 0}),
+        json!({"exempt_tags": ["no-equals"]}),
+        json!({"surprise": 1}),
+    ] {
+        let (s, e) = put(bad.clone()).await;
+        assert!(s.is_client_error() && s != StatusCode::NOT_FOUND, "{bad} -> {s} {e}");
+    }
+    let (s, set) = put(json!({"warn_complaint": 0.01, "pause_complaint": 0.5, "min_sends": 1, "reason": "test"})).await;
+    assert_eq!(s, StatusCode::OK, "{set}");
+    assert_eq!(set["thresholds"]["warn_complaint"], 0.01);
+    let audited =
+        w.count("SELECT count(*) FROM admin_actions WHERE action = 'reputation.set' AND actor = 'ops'", &[]).await;
+    assert_eq!(audited, 1);
+
+    let id = crate::email::submit(&w, "c-1", json!({"task_type": "email.send", "params": {
+        "from": format!("noreply@{}", crate::email::DOMAIN), "to": ["c@example.com"], "subject": "complain", "text": "x"}}))
+    .await;
+    // Three sends, one complaint: 33 %, over the warning level, under the pause level.
+    let mut ids = vec![id];
+    for i in 0..2 {
+        ids.push(
+            crate::email::submit(
+                &w,
+                &format!("c-ok-{i}"),
+                json!({"task_type": "email.send", "params": {
+                "from": format!("noreply@{}", crate::email::DOMAIN), "to": [format!("ok{i}@example.com")],
+                "subject": "fine", "text": "x"}}),
+            )
+            .await,
+        );
+    }
+    exec.run_dispatched(&ids).await.unwrap();
+    let m = crate::email::message_of(&w, id).await;
+    assert_eq!(m["status"], "sent", "{m}");
+    let complaint = ses_event(
+        "Complaint",
+        &m,
+        json!({"complaint": {"complaintFeedbackType": "abuse",
+        "complainedRecipients": [{"emailAddress": "c@example.com"}]}}),
+    );
+    let out = crate::email::through_ingress(&w, &exec, vec![sns_record("rep-c", &complaint)]).await;
+    assert_eq!(out[0]["reputation"], "warning", "{out:?}");
+    let (_, mine) = w.call(Method::GET, "/v1/reputation", None, None).await;
+    assert_eq!(mine["state"], "warning", "{mine}");
+    assert_eq!(mine["complaints"], 1);
+    let (_, feed) = w.call(Method::GET, "/v1/messages/events", None, None).await;
+    let types: Vec<&str> = feed["events"].as_array().unwrap().iter().filter_map(|e| e["type"].as_str()).collect();
+    assert!(types.contains(&"message.reputation_warning"), "{feed}");
+    let seen = w
+        .count("SELECT count(*) FROM admin_actions WHERE action = 'reputation.warning' AND actor = 'system'", &[])
+        .await;
+    assert_eq!(seen, 1, "the operator sees the warning");
+    // A warning holds nothing.
+    let id = crate::email::submit(&w, "c-2", json!({"task_type": "email.send", "params": {
+        "from": format!("noreply@{}", crate::email::DOMAIN), "to": ["d@example.com"], "subject": "after", "text": "x"}}))
+    .await;
+    exec.run_dispatched(&[id]).await.unwrap();
+    assert_eq!(crate::email::message_of(&w, id).await["status"], "sent");
+}
