@@ -170,16 +170,3 @@ pub async fn counts(db: &impl GenericClient, tenant: TenantId, window_hours: i32
         .await?;
     Ok(Counts { sends: r.get(0), permanent_bounces: r.get(1), complaints: r.get(2) })
 }
-
-/// Every stored guard not `ok` (for the status contract): tenant id and guard.
-pub async fn raised(db: &impl GenericClient) -> Result<Vec<(TenantId, Guard)>, StoreError> {
-    let rows = db
-        .query(
-            &format!(
-                "SELECT {COLUMNS}, tenant_id FROM tenant_reputation WHERE state <> 'ok' ORDER BY tenant_id LIMIT 100"
-            ),
-            &[],
-        )
-        .await?;
-    Ok(rows.iter().map(|r| (r.get(10), guard(r))).collect())
-}
