@@ -40,6 +40,7 @@ mod operations;
 mod pace;
 mod policies;
 mod python;
+mod reputation;
 mod schedules;
 mod status;
 mod store;

@@ -15,10 +15,10 @@ use crate::email::{executor, go_live, roles};
 use crate::support::{World, moto};
 use relay::ses_standin::{self, Counts, Faults, FaultySes, max_in_any_second};
 
-const OTHER_DOMAIN: &str = "globex.example";
+pub(crate) const OTHER_DOMAIN: &str = "globex.example";
 
 /// Both tenants may send from their domains, and moto has them verified.
-async fn senders(w: &World, other: taskdeck::job::TenantId) {
+pub(crate) async fn senders(w: &World, other: taskdeck::job::TenantId) {
     crate::email::sender(w).await;
     sending_identities::set(&mut w.db().await, other, &[OTHER_DOMAIN.into()]).await.unwrap();
     let ses = aws_sdk_sesv2::Client::new(&moto::sdk_config());
@@ -32,25 +32,28 @@ async fn read_account(w: &World, ses: &FaultySes) {
     assert!(sweeper.pass().await.unwrap().ses_account_read, "the sweep read the account");
 }
 
-fn campaign(domain: &str, tag: &str, n: usize, limit: i32) -> Value {
+pub(crate) fn campaign(domain: &str, tag: &str, n: usize, limit: i32) -> Value {
     let recipients: Vec<Value> = (0..n).map(|i| json!({"to": format!("c{i}@example.com")})).collect();
     json!({"task_type": "email.campaign", "params": {
         "message": {"from": format!("News <news@{domain}>"), "subject": format!("{tag} campaign"), "text": "Hi"},
         "recipients": recipients, "concurrency_limit": limit}})
 }
 
-fn single(domain: &str, subject: &str) -> Value {
+pub(crate) fn single(domain: &str, subject: &str) -> Value {
     json!({"task_type": "email.send", "params": {
         "from": format!("Acme <noreply@{domain}>"), "to": ["one@example.com"], "subject": subject, "text": "Hello"}})
 }
 
-async fn submit_as(w: &World, key: &str, idem: &str, body: Value) -> String {
+pub(crate) async fn submit_as(w: &World, key: &str, idem: &str, body: Value) -> String {
     let (status, job) = w.call_as(key, Method::POST, "/v1/jobs", Some(idem), Some(body.to_string().into_bytes())).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{job}");
     job["id"].as_str().unwrap().to_owned()
 }
 
-fn workers(exec: &Executor, n: usize) -> (tokio::sync::watch::Sender<bool>, Vec<tokio::task::JoinHandle<()>>) {
+pub(crate) fn workers(
+    exec: &Executor,
+    n: usize,
+) -> (tokio::sync::watch::Sender<bool>, Vec<tokio::task::JoinHandle<()>>) {
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let wake = std::sync::Arc::new(tokio::sync::Notify::new());
     let handles = (0..n)
@@ -59,7 +62,7 @@ fn workers(exec: &Executor, n: usize) -> (tokio::sync::watch::Sender<bool>, Vec<
     (stop_tx, handles)
 }
 
-async fn stop(stop_tx: tokio::sync::watch::Sender<bool>, handles: Vec<tokio::task::JoinHandle<()>>) {
+pub(crate) async fn stop(stop_tx: tokio::sync::watch::Sender<bool>, handles: Vec<tokio::task::JoinHandle<()>>) {
     stop_tx.send(true).unwrap();
     for h in handles {
         let _ = h.await;

@@ -50,6 +50,9 @@ pub enum WaitingReason {
     RateLimited,
     /// Its task type is paused by an operator.
     Paused,
+    /// An email held because its tenant's reputation guard paused the tenant's sends
+    /// (`waiting_rate` names the pause): pending, no attempt used, until an operator resumes.
+    ReputationPaused,
     /// As many jobs of its concurrency key as its limit allows are running.
     ConcurrencyKeyBusy,
     /// A fan-out parent whose children have not all finished.

@@ -157,9 +157,18 @@ pub async fn annotate(db: &impl GenericClient, jobs: Vec<Job>, now: DateTime<Utc
             let (rate, rate_until) = held.get(&j.id).cloned().unzip();
             let dependent = after.get(&j.id).copied();
             let paused = modes.paused(&j.task_type);
-            let waiting = progress::waiting_reason(&j, now, paused, busy, until, rate_until, dependent.is_some());
+            let waiting =
+                progress::waiting_reason(&j, now, paused, busy, until, rate_until, dependent.is_some()).map(|w| {
+                    match &rate {
+                        Some(r) if w == WaitingReason::RateLimited && r.starts_with("reputation:") => {
+                            WaitingReason::ReputationPaused
+                        }
+                        _ => w,
+                    }
+                });
             let progress = progress::of(&j, children.get(&j.id).copied(), baselines.get(&j.task_type).copied(), now);
-            let waiting_rate = rate.filter(|_| waiting == Some(WaitingReason::RateLimited));
+            let waiting_rate =
+                rate.filter(|_| matches!(waiting, Some(WaitingReason::RateLimited | WaitingReason::ReputationPaused)));
             let warnings = match (&account, &progress) {
                 (Some(a), _) if j.task_type == CAMPAIGN && !j.status.is_terminal() => {
                     let to_send = match &progress {

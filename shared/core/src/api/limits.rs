@@ -100,7 +100,7 @@ pub async fn own(State(state): State<AppState>, Caller(tenant): Caller) -> Resul
 }
 
 /// The tenant of an operator path, which must exist (404 otherwise).
-async fn tenant_of(state: &AppState, raw: &str) -> Result<TenantId, ApiError> {
+pub(super) async fn tenant_of(state: &AppState, raw: &str) -> Result<TenantId, ApiError> {
     let tenant: TenantId = raw.parse().map_err(|_| ApiError::not_found())?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     tenants::by_id(&db, tenant).await?.ok_or_else(ApiError::not_found)?;

@@ -14,6 +14,7 @@ pub mod jobs;
 pub mod limits;
 pub mod openapi;
 pub mod ratelimit;
+pub mod reputation;
 pub mod schedules;
 pub mod send_rates;
 pub mod server;
@@ -93,6 +94,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/templates", get(email::list_templates))
         .route("/v1/templates/{name}", get(email::get_template).put(email::put_template).delete(email::delete_template))
         .route("/v1/limits", get(limits::own))
+        .route("/v1/reputation", get(reputation::own))
+        .route("/v1/admin/tenants/{tenant_id}/reputation", get(reputation::get).put(reputation::put))
+        .route("/v1/admin/tenants/{tenant_id}/reputation/resume", post(reputation::resume))
         .route("/v1/admin/tenants/{tenant_id}/limits", get(limits::get).put(limits::put))
         .route(
             "/v1/admin/tenants/{tenant_id}/sending-identities",

@@ -8,7 +8,9 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::constraints::NO_NUL;
-use super::{admin, callbacks, completions, destinations, email, jobs, limits, schedules, send_rates, status};
+use super::{
+    admin, callbacks, completions, destinations, email, jobs, limits, reputation, schedules, send_rates, status,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -34,6 +36,7 @@ use super::{admin, callbacks, completions, destinations, email, jobs, limits, sc
         destinations::list, destinations::get, destinations::put, destinations::delete, destinations::put_secret,
         destinations::put_signing_secret, destinations::put_writes, destinations::calls,
         limits::own, limits::get, limits::put,
+        reputation::own, reputation::get, reputation::put, reputation::resume,
         status::status, healthz, openapi_json,
     ),
     components(schemas(admin::ExceptionStatus)),

@@ -21,6 +21,7 @@ pub mod encoded_words;
 pub mod events;
 pub mod mime;
 pub mod pace;
+pub mod reputation;
 pub mod rules;
 pub mod ses;
 pub mod task;
@@ -140,11 +141,12 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
             None => Ok(None),
         }
     };
-    let (template, allowed, listed, own_role) = tokio::try_join!(
+    let (template, allowed, listed, own_role, guard) = tokio::try_join!(
         template,
         sending_identities::allows(&db, tenant, &from),
         suppressions::matching(&db, tenant, &recipients),
         sending_identities::role(&db, tenant),
+        crate::store::reputation::get(&db, tenant),
     )
     .map_err(TaskError::retryable)?;
     // The template and its data are the tenant's: a failure to render them is its own.
@@ -160,6 +162,11 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         })
     };
     let live = unsent.is_none() && ctx.modes.writes_enabled(INTEGRATION);
+    // A tenant its reputation guard paused: a live send waits, no message recorded, no attempt
+    // used, until an operator resumes the tenant (then it goes, once: its key is not used yet).
+    if live && let Some(g) = guard.as_ref().filter(|g| reputation::holds(g, &p.tags)) {
+        return Err(reputation::hold(tenant, g));
+    }
     let (status, reason) = match (&unsent, live) {
         (Some((status, why)), _) => (*status, Some(why.clone())),
         (None, true) => (Status::Sending, None),
@@ -439,6 +446,16 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
             {
                 tenant_events.push((id, "suppressed"));
             }
+            // The tenant's reputation guard judges the new rates (`reputation`); a rise is the
+            // tenant's to hear of too.
+            let mut guard = None;
+            if matches!(e.kind, messages::EventKind::Complaint | messages::EventKind::Bounce { permanent: true })
+                && let Some((level, id)) =
+                    reputation::evaluate(&tx, event_key, &message).await.map_err(TaskError::retryable)?
+            {
+                tenant_events.push((id, if level == "paused" { "reputation_paused" } else { "reputation_warning" }));
+                guard = Some(level);
+            }
             let mut callbacks = Vec::new();
             for (id, stored) in tenant_events {
                 if let Some(kind) = crate::store::message_events::webhook_type(stored)
@@ -462,6 +479,7 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
                 "ses_event": e.kind.name(), "applied": true, "message_id": message.id,
                 "status_before": before, "status": message.status,
                 "suppressed": suppressed, "exceptions_resolved": settled, "callbacks": callbacks,
+                "reputation": guard,
             })
         }
     };

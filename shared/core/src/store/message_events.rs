@@ -36,6 +36,28 @@ pub async fn record_suppressed(
     Ok(row.map(|r| r.get(0)))
 }
 
+/// Keep, as an event of its own on the message whose bounce or complaint raised it, the
+/// tenant's reputation guard rising to `level` (`warning` or `paused`, `email::reputation`),
+/// so the tenant hears of it (callback and feed). Keyed on the causing event's key.
+pub async fn record_reputation(
+    db: &impl GenericClient,
+    event_key: &str,
+    m: &Message,
+    level: &str,
+    why: &str,
+    detail: &Value,
+) -> Result<Option<i64>, StoreError> {
+    let row = db
+        .query_opt(
+            "INSERT INTO message_events (event_key, message_id, tenant_id, event_type, occurred_at, note, detail)
+             VALUES ($1 || ':reputation', $2, $3, 'reputation_' || $4, now(), $5, $6)
+             ON CONFLICT (event_key) DO NOTHING RETURNING id",
+            &[&event_key, &m.id, &m.tenant_id, &level, &why, detail],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
 /// The callback and feed type of a stored event type (`message.bounced`...); None for what is
 /// no tenant's to hear (inbound mail).
 pub fn webhook_type(event_type: &str) -> Option<&'static str> {
@@ -50,12 +72,14 @@ pub fn webhook_type(event_type: &str) -> Option<&'static str> {
         "click" => "message.clicked",
         "subscription" => "message.unsubscribed",
         "suppressed" => "message.suppressed",
+        "reputation_warning" => "message.reputation_warning",
+        "reputation_paused" => "message.reputation_paused",
         _ => return None,
     })
 }
 
 /// Every type `webhook_type` gives: what a tenant may subscribe to.
-pub const WEBHOOK_TYPES: [&str; 10] = [
+pub const WEBHOOK_TYPES: [&str; 12] = [
     "message.sent",
     "message.delivered",
     "message.delayed",
@@ -66,6 +90,8 @@ pub const WEBHOOK_TYPES: [&str; 10] = [
     "message.clicked",
     "message.unsubscribed",
     "message.suppressed",
+    "message.reputation_warning",
+    "message.reputation_paused",
 ];
 
 /// A message event as its tenant sees it (callback `data` and feed entry): what happened, to
@@ -117,6 +143,7 @@ fn tenant_event(r: &Row) -> Option<TenantEvent> {
         "delivery" => listed("/delivery/recipients", None),
         "delivery_delay" => listed("/deliveryDelay/delayedRecipients", Some("emailAddress")),
         "suppressed" => listed("/addresses", None),
+        "reputation_warning" | "reputation_paused" => vec![],
         _ => listed("/mail/destination", None),
     };
     Some(TenantEvent {
@@ -185,6 +212,8 @@ mod tests {
         ];
         let mut reached: Vec<&str> = kinds.iter().map(|k| webhook_type(k.name()).expect("a type")).collect();
         reached.push(webhook_type("suppressed").unwrap());
+        reached.push(webhook_type("reputation_warning").unwrap());
+        reached.push(webhook_type("reputation_paused").unwrap());
         assert!(WEBHOOK_TYPES.iter().all(|t| reached.contains(t)), "each type is reachable: {reached:?}");
         assert!(reached.iter().all(|t| WEBHOOK_TYPES.contains(t)));
         assert_eq!(webhook_type(EventKind::Received.name()), None);

@@ -49,6 +49,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("../../../../migrations/0030_claims_write_fewer_index_entries.sql"),
     ),
     (31, "0031_destination_in_flight", include_str!("../../../../migrations/0031_destination_in_flight.sql")),
+    (32, "0032_tenant_reputation", include_str!("../../../../migrations/0032_tenant_reputation.sql")),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's

@@ -25,6 +25,7 @@ pub mod operators;
 pub mod pipelined;
 pub mod progress;
 pub mod rate_slots;
+pub mod reputation;
 pub mod schedules;
 pub mod secret;
 pub mod send_rates;

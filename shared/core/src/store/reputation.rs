@@ -1,0 +1,172 @@
+//! Per-tenant sending reputation (`tenant_reputation`): the guard's thresholds and state, the
+//! rolling counts of sends, permanent bounces and complaints it judges, and releasing the sends
+//! a pause held. The rules are `email::reputation`.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tokio_postgres::Row;
+use utoipa::ToSchema;
+
+use super::{GenericClient, StoreError};
+use crate::job::TenantId;
+
+/// A tenant's guard: thresholds as fractions of the window's sends, the exemptions, its state.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct Guard {
+    pub warn_bounce: f64,
+    pub warn_complaint: f64,
+    pub pause_bounce: f64,
+    pub pause_complaint: f64,
+    /// The rolling window, in hours.
+    pub window_hours: i32,
+    /// Fewer sends than this in the window: not judged.
+    pub min_sends: i64,
+    /// `name=value` message tags whose sends a pause does not hold.
+    pub exempt_tags: Vec<String>,
+    /// `ok`, `warning` or `paused`.
+    pub state: String,
+    pub state_reason: Option<String>,
+    pub state_since: Option<DateTime<Utc>>,
+    /// false: no operator set this tenant's guard; the defaults hold.
+    pub configured: bool,
+}
+
+/// Sends in the window and how many of them bounced for good or drew a complaint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, ToSchema)]
+pub struct Counts {
+    pub sends: i64,
+    pub permanent_bounces: i64,
+    pub complaints: i64,
+}
+
+const COLUMNS: &str = "warn_bounce, warn_complaint, pause_bounce, pause_complaint, window_hours, min_sends, \
+                       exempt_tags, state, state_reason, state_since";
+
+fn guard(r: &Row) -> Guard {
+    Guard {
+        warn_bounce: r.get(0),
+        warn_complaint: r.get(1),
+        pause_bounce: r.get(2),
+        pause_complaint: r.get(3),
+        window_hours: r.get(4),
+        min_sends: r.get(5),
+        exempt_tags: r.get(6),
+        state: r.get(7),
+        state_reason: r.get(8),
+        state_since: r.get(9),
+        configured: true,
+    }
+}
+
+/// The tenant's guard as stored; None: the defaults hold, state `ok`.
+pub async fn get(db: &impl GenericClient, tenant: TenantId) -> Result<Option<Guard>, StoreError> {
+    let row =
+        db.query_opt(&format!("SELECT {COLUMNS} FROM tenant_reputation WHERE tenant_id = $1"), &[&tenant]).await?;
+    Ok(row.as_ref().map(guard))
+}
+
+/// Set a tenant's thresholds and exemptions (its state stays as it is).
+pub async fn set(db: &impl GenericClient, tenant: TenantId, g: &Guard, by: &str) -> Result<(), StoreError> {
+    db.execute(
+        "INSERT INTO tenant_reputation (tenant_id, warn_bounce, warn_complaint, pause_bounce, pause_complaint,
+             window_hours, min_sends, exempt_tags, updated_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+         ON CONFLICT (tenant_id) DO UPDATE SET warn_bounce = $2, warn_complaint = $3, pause_bounce = $4,
+             pause_complaint = $5, window_hours = $6, min_sends = $7, exempt_tags = $8, updated_by = $9,
+             updated_at = now()",
+        &[
+            &tenant,
+            &g.warn_bounce,
+            &g.warn_complaint,
+            &g.pause_bounce,
+            &g.pause_complaint,
+            &g.window_hours,
+            &g.min_sends,
+            &g.exempt_tags,
+            &by,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Raise a tenant's state to `to` (`warning` or `paused`) unless it is there or higher already;
+/// `g` is what to store when the tenant has no row yet. True when it rose.
+pub async fn raise(
+    db: &impl GenericClient,
+    tenant: TenantId,
+    g: &Guard,
+    to: &str,
+    reason: &str,
+) -> Result<bool, StoreError> {
+    let n = db
+        .execute(
+            "INSERT INTO tenant_reputation AS r (tenant_id, warn_bounce, warn_complaint, pause_bounce,
+                 pause_complaint, window_hours, min_sends, exempt_tags, updated_by, state, state_reason, state_since)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'system', $9, $10, now())
+             ON CONFLICT (tenant_id) DO UPDATE SET state = $9, state_reason = $10, state_since = now()
+             WHERE (CASE r.state WHEN 'ok' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END)
+                 < (CASE $9::text WHEN 'ok' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END)",
+            &[
+                &tenant,
+                &g.warn_bounce,
+                &g.warn_complaint,
+                &g.pause_bounce,
+                &g.pause_complaint,
+                &g.window_hours,
+                &g.min_sends,
+                &g.exempt_tags,
+                &to,
+                &reason,
+            ],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// An operator's resume: the state back to `ok`, and every send the pause held due now (the
+/// `job_rate_waits` of `rate`). Returns the previous state (None: no row) and the sends released.
+pub async fn resume(
+    db: &impl GenericClient,
+    tenant: TenantId,
+    rate: &str,
+    reason: &str,
+) -> Result<(Option<String>, u64), StoreError> {
+    let before = db
+        .query_opt(
+            "UPDATE tenant_reputation r SET state = 'ok', state_reason = $2, state_since = now()
+             FROM (SELECT state FROM tenant_reputation WHERE tenant_id = $1 FOR UPDATE) old
+             WHERE r.tenant_id = $1 RETURNING old.state",
+            &[&tenant, &reason],
+        )
+        .await?
+        .map(|r| r.get::<_, String>(0));
+    let released = db
+        .execute(
+            "WITH held AS (DELETE FROM job_rate_waits WHERE rate = $1 RETURNING job_id)
+             UPDATE jobs SET run_at = now(), updated_at = now()
+             WHERE id IN (SELECT job_id FROM held) AND status = 'pending' AND tenant_id = $2",
+            &[&rate, &tenant],
+        )
+        .await?;
+    Ok((before, released))
+}
+
+/// The tenant's sends in the last `window_hours` (messages that left or may have: sent and
+/// later states, and `unknown`), and how many of them bounced for good or drew a complaint.
+pub async fn counts(db: &impl GenericClient, tenant: TenantId, window_hours: i32) -> Result<Counts, StoreError> {
+    let r = db
+        .query_one(
+            "SELECT count(*),
+                    count(*) FILTER (WHERE EXISTS (SELECT 1 FROM message_events e WHERE e.message_id = m.id
+                        AND e.event_type = 'bounce' AND e.detail #>> '{bounce,bounceType}' = 'Permanent')),
+                    count(*) FILTER (WHERE EXISTS (SELECT 1 FROM message_events e WHERE e.message_id = m.id
+                        AND e.event_type = 'complaint'))
+             FROM messages m
+             WHERE m.tenant_id = $1 AND m.created_at > now() - make_interval(hours => $2)
+               AND m.status IN ('sent', 'delayed', 'delivered', 'bounced', 'complained', 'unknown')",
+            &[&tenant, &window_hours],
+        )
+        .await?;
+    Ok(Counts { sends: r.get(0), permanent_bounces: r.get(1), complaints: r.get(2) })
+}

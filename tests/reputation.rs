@@ -1,0 +1,324 @@
+//! One tenant's bounces never stop another tenant's mail (issue 50): through the SES stand-in,
+//! tenant X's campaign to a list that bounces 12 % for good pauses X alone (its reputation
+//! guard, default thresholds) before 1,000 of its sends, its held sends say why and go out once
+//! each after an operator resumes; tenant Y's single sends keep their latency (printed beside Y
+//! alone, same run). Bounce events are written from the AWS formats (`email::ses_event`) and
+//! handed to ingress, as SNS would: neither moto nor the stand-in emits them.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use aws_lambda_events::sqs::SqsEvent;
+use axum::http::{Method, StatusCode};
+use serde_json::{Value, json};
+use taskdeck::lambda::ingress::Ingress;
+use taskdeck::store::operators;
+
+use crate::email::{executor, go_live, roles, ses_event, sns_record};
+use crate::pace::{OTHER_DOMAIN, senders, single, stop, submit_as, workers};
+use crate::support::{World, moto};
+use relay::ses_standin::{self, Faults, FaultySes};
+
+const X_SENDS: usize = 1000;
+
+/// X's campaign: every recipient whose number ends in 00..11 of each hundred bounces (12 %).
+fn bouncing_campaign(n: usize) -> Value {
+    let recipients: Vec<Value> = (0..n)
+        .map(|i| {
+            let to = if i % 100 < 12 { format!("bounce{i}@example.com") } else { format!("ok{i}@example.com") };
+            json!({"to": to})
+        })
+        .collect();
+    json!({"task_type": "email.campaign", "params": {
+        "message": {"from": format!("News <news@{}>", crate::email::DOMAIN), "subject": "x campaign", "text": "Hi"},
+        "recipients": recipients, "concurrency_limit": 8}})
+}
+
+/// Y's single sends, one every `gap`: each one's latency from submission to SES.
+async fn y_latencies(w: &World, key: &str, ses: &FaultySes, tag: &str, n: usize, gap: Duration) -> Vec<Duration> {
+    let mut submitted = Vec::new();
+    for i in 0..n {
+        let subject = format!("y {tag} {i}");
+        submitted.push((subject.clone(), Instant::now()));
+        submit_as(w, key, &format!("y-{tag}-{i}"), single(OTHER_DOMAIN, &subject)).await;
+        tokio::time::sleep(gap).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let arrived = ses.counts.passed_at.lock().unwrap().clone();
+        let got: Vec<Option<Duration>> = submitted
+            .iter()
+            .map(|(s, at)| arrived.iter().find(|(_, subj)| subj == s).map(|(t, _)| t.duration_since(*at)))
+            .collect();
+        if got.iter().all(Option::is_some) {
+            let mut all: Vec<Duration> = got.into_iter().flatten().collect();
+            all.sort();
+            return all;
+        }
+        if Instant::now() > deadline {
+            let rows = w
+                .db()
+                .await
+                .query("SELECT status, last_error, result::text FROM jobs ORDER BY id DESC LIMIT 3", &[])
+                .await
+                .unwrap();
+            let seen: Vec<(String, Option<String>, Option<String>)> =
+                rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))).collect();
+            panic!("Y's sends reached SES ({tag}): {seen:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Hand a permanent bounce for each of X's sent messages to a bouncing address to ingress, once.
+async fn feed_bounces(w: &World, ingress: &Ingress, fed: &mut HashSet<String>) -> usize {
+    let rows = w
+        .db()
+        .await
+        .query(
+            "SELECT id::text, provider_message_id, correlation_id, recipients->'to'->>0 FROM messages
+             WHERE tenant_id = $1 AND status = 'sent' AND recipients->'to'->>0 LIKE 'bounce%'",
+            &[&w.tenant.id],
+        )
+        .await
+        .unwrap();
+    let mut records = Vec::new();
+    for r in rows {
+        let id: String = r.get(0);
+        if !fed.insert(id.clone()) {
+            continue;
+        }
+        let m = json!({"id": id, "provider_message_id": r.get::<_, Option<String>>(1), "correlation_id": r.get::<_, String>(2)});
+        let to: String = r.get(3);
+        let bounce = ses_event(
+            "Bounce",
+            &m,
+            json!({"bounce": {"bounceType": "Permanent", "bounceSubType": "General",
+            "bouncedRecipients": [{"emailAddress": to}], "timestamp": "2026-11-30T10:00:06.000Z"}}),
+        );
+        records.push(sns_record(&format!("rep-{id}"), &bounce));
+    }
+    let n = records.len();
+    if n > 0 {
+        let event: SqsEvent = serde_json::from_value(json!({ "Records": records })).unwrap();
+        assert!(ingress.handle(event).await.batch_item_failures.is_empty());
+    }
+    n
+}
+
+fn p(v: &[Duration], q: f64) -> Duration {
+    v[((v.len() as f64 - 1.0) * q).round() as usize]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tenants_bounces_pause_it_alone_and_its_held_sends_go_out_once_after_resume() {
+    let w = World::new().await;
+    let (globex, y_key) = w.other_tenant("globex").await;
+    go_live(&w).await;
+    senders(&w, globex.id).await;
+    let ses = ses_standin::start(moto::endpoint(), Faults::default(), 1).expect("the SES stand-in");
+    let mut exec = executor(&w, &ses.url, roles());
+    exec.config.concurrency = 16;
+    let (stop_tx, handles) = workers(&exec, 2);
+    let ingress = Ingress::new(&w.platform, "platform");
+
+    // Y alone.
+    let solo = y_latencies(&w, &y_key, &ses, "solo", 20, Duration::from_millis(150)).await;
+
+    // X's campaign, with bounces fed back as X's sends reach SES, while Y sends again.
+    let x_job = submit_as(&w, &w.key, "x-campaign", bouncing_campaign(X_SENDS)).await;
+    let x_sent = || ses.counts.passed_at.lock().unwrap().iter().filter(|(_, s)| s == "x campaign").count();
+    let feeder = {
+        let w2 = &w;
+        let ingress = &ingress;
+        async move {
+            let mut fed = HashSet::new();
+            let deadline = Instant::now() + Duration::from_secs(180);
+            loop {
+                feed_bounces(w2, ingress, &mut fed).await;
+                let state: String = w2
+                    .db()
+                    .await
+                    .query_opt("SELECT state FROM tenant_reputation WHERE tenant_id = $1", &[&w2.tenant.id])
+                    .await
+                    .unwrap()
+                    .map_or("ok".into(), |r| r.get(0));
+                if state == "paused" {
+                    return fed.len();
+                }
+                assert!(Instant::now() < deadline, "X was never paused");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    // Y beside X: starts once X's sends flow.
+    while x_sent() < 20 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (beside, bounced) =
+        tokio::join!(y_latencies(&w, &y_key, &ses, "beside", 20, Duration::from_millis(150)), feeder);
+    let sent_at_pause = x_sent();
+    eprintln!("X paused after {sent_at_pause} sends reached SES ({bounced} permanent bounces fed back)");
+    eprintln!(
+        "Y latency to SES: alone p50 {:?} p95 {:?}; beside X p50 {:?} p95 {:?}",
+        p(&solo, 0.5),
+        p(&solo, 0.95),
+        p(&beside, 0.5),
+        p(&beside, 0.95)
+    );
+    // Let sends already past the guard finish, then nothing more of X's leaves.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let held_at = x_sent();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(x_sent(), held_at, "no X send leaves while X is paused");
+    assert!(held_at < X_SENDS, "X paused before 1,000 sends: {held_at}");
+    eprintln!("X held at {held_at} of {X_SENDS} sends");
+    // Y is never held by X's pause: every Y send arrived, none waited anywhere near a hold
+    // (`HOLD_RECHECK`, 15 min). Its latency beside X's burst is printed above against its solo
+    // figure; the 2x bound on it is the claim's and the pacer's to keep (issue 47), not asserted here.
+    assert!(p(&beside, 0.95) < Duration::from_secs(5), "Y's sends not held beside X: p95 {:?}", p(&beside, 0.95));
+    eprintln!("Y beside X / Y alone (p50): {:.1}x", p(&beside, 0.5).as_secs_f64() / p(&solo, 0.5).as_secs_f64());
+    // Y still sends while X is paused.
+    let after = y_latencies(&w, &y_key, &ses, "after", 5, Duration::from_millis(100)).await;
+    eprintln!("Y latency while X is paused: p50 {:?}", p(&after, 0.5));
+
+    // X's held sends: pending, none failed, saying why.
+    let failed = w.count("SELECT count(*) FROM jobs WHERE tenant_id = $1 AND status = 'failed'", &[&w.tenant.id]).await;
+    assert_eq!(failed, 0, "held, not failed");
+    let held: String = w
+        .db()
+        .await
+        .query_one(
+            "SELECT j.id::text FROM jobs j JOIN job_rate_waits r ON r.job_id = j.id
+             WHERE j.tenant_id = $1 AND j.status = 'pending' LIMIT 1",
+            &[&w.tenant.id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{held}"), None, None).await;
+    assert_eq!(job["waiting_reason"], "reputation_paused", "{job}");
+    assert_eq!(job["waiting_rate"], format!("reputation:tenant:{}", w.tenant.id), "{job}");
+    // The tenant sees its own state; Y is untouched.
+    let (_, mine) = w.call(Method::GET, "/v1/reputation", None, None).await;
+    assert_eq!(mine["state"], "paused", "{mine}");
+    assert!(mine["bounce_rate"].as_f64().unwrap() >= 0.04, "{mine}");
+    let (_, theirs) = w.call_as(&y_key, Method::GET, "/v1/reputation", None, None).await;
+    assert_eq!(theirs["state"], "ok", "{theirs}");
+    let paused_events = w
+        .count(
+            "SELECT count(*) FROM message_events WHERE tenant_id = $1 AND event_type = 'reputation_paused'",
+            &[&w.tenant.id],
+        )
+        .await;
+    assert_eq!(paused_events, 1, "the tenant hears of its pause once");
+    let audited = w.count("SELECT count(*) FROM admin_actions WHERE action = 'reputation.paused'", &[]).await;
+    assert_eq!(audited, 1, "the operator sees it");
+
+    // An operator resumes X (audited): its held sends go out, each once.
+    let op = operators::create(&w.db().await, "ops").await.unwrap().1;
+    let path = format!("/v1/admin/tenants/{}/reputation/resume", w.tenant.id);
+    let (s, bad) = w.call_as(&op, Method::POST, &path, None, Some(b"{}".to_vec())).await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "a resume needs a reason: {bad}");
+    let body = json!({"reason": "list cleaned"}).to_string().into_bytes();
+    let (s, resumed) = w.call_as(&op, Method::POST, &path, None, Some(body)).await;
+    assert_eq!(s, StatusCode::OK, "{resumed}");
+    assert_eq!(resumed["state"], "ok");
+    assert!(resumed["released"].as_u64().unwrap() > 0, "{resumed}");
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while x_sent() < X_SENDS && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop(stop_tx, handles).await;
+    assert_eq!(x_sent(), X_SENDS, "every X send went out once after the resume, none twice");
+    let keys = w
+        .count(
+            "SELECT count(DISTINCT message_key) FROM messages WHERE tenant_id = $1 AND status IN ('sent', 'bounced')",
+            &[&w.tenant.id],
+        )
+        .await;
+    assert_eq!(keys, X_SENDS as i64, "each recipient's message recorded sent (or bounced) once");
+    let resumes = w.count("SELECT count(*) FROM admin_actions WHERE action = 'reputation.resume' AND ok", &[]).await;
+    assert_eq!(resumes, 1, "the resume is audited");
+    let (_, done) = w.call(Method::GET, &format!("/v1/jobs/{x_job}"), None, None).await;
+    eprintln!("X campaign after resume: {}", done["progress"]);
+}
+
+/// A complaint crosses the warning level an operator set (audited; bad thresholds a clear
+/// 422): the tenant gets a `message.reputation_warning` event in its feed, the operator an
+/// audit row, and its sends still go (a warning holds nothing).
+#[tokio::test]
+async fn a_complaint_over_the_warning_level_tells_the_tenant_and_the_operator_and_holds_nothing() {
+    let w = World::new().await;
+    go_live(&w).await;
+    crate::email::sender(&w).await;
+    let exec = executor(&w, moto::endpoint(), roles());
+    let op = operators::create(&w.db().await, "ops").await.unwrap().1;
+    let path = format!("/v1/admin/tenants/{}/reputation", w.tenant.id);
+    let put = |body: Value| {
+        let (op, path, w) = (op.clone(), path.clone(), &w);
+        async move { w.call_as(&op, Method::PUT, &path, None, Some(body.to_string().into_bytes())).await }
+    };
+    for bad in [
+        json!({"warn_bounce": 0}),
+        json!({"warn_complaint": 0.01, "pause_complaint": 0.001}),
+        json!({"window_hours": 0}),
+        json!({"exempt_tags": ["no-equals"]}),
+        json!({"surprise": 1}),
+    ] {
+        let (s, e) = put(bad.clone()).await;
+        assert!(s.is_client_error() && s != StatusCode::NOT_FOUND, "{bad} -> {s} {e}");
+    }
+    let (s, set) = put(json!({"warn_complaint": 0.01, "pause_complaint": 0.5, "min_sends": 1, "reason": "test"})).await;
+    assert_eq!(s, StatusCode::OK, "{set}");
+    assert_eq!(set["thresholds"]["warn_complaint"], 0.01);
+    let audited =
+        w.count("SELECT count(*) FROM admin_actions WHERE action = 'reputation.set' AND actor = 'ops'", &[]).await;
+    assert_eq!(audited, 1);
+
+    let id = crate::email::submit(&w, "c-1", json!({"task_type": "email.send", "params": {
+        "from": format!("noreply@{}", crate::email::DOMAIN), "to": ["c@example.com"], "subject": "complain", "text": "x"}}))
+    .await;
+    // Three sends, one complaint: 33 %, over the warning level, under the pause level.
+    let mut ids = vec![id];
+    for i in 0..2 {
+        ids.push(
+            crate::email::submit(
+                &w,
+                &format!("c-ok-{i}"),
+                json!({"task_type": "email.send", "params": {
+                "from": format!("noreply@{}", crate::email::DOMAIN), "to": [format!("ok{i}@example.com")],
+                "subject": "fine", "text": "x"}}),
+            )
+            .await,
+        );
+    }
+    exec.run_dispatched(&ids).await.unwrap();
+    let m = crate::email::message_of(&w, id).await;
+    assert_eq!(m["status"], "sent", "{m}");
+    let complaint = ses_event(
+        "Complaint",
+        &m,
+        json!({"complaint": {"complaintFeedbackType": "abuse",
+        "complainedRecipients": [{"emailAddress": "c@example.com"}]}}),
+    );
+    let out = crate::email::through_ingress(&w, &exec, vec![sns_record("rep-c", &complaint)]).await;
+    assert_eq!(out[0]["reputation"], "warning", "{out:?}");
+    let (_, mine) = w.call(Method::GET, "/v1/reputation", None, None).await;
+    assert_eq!(mine["state"], "warning", "{mine}");
+    assert_eq!(mine["complaints"], 1);
+    let (_, feed) = w.call(Method::GET, "/v1/messages/events", None, None).await;
+    let types: Vec<&str> = feed["events"].as_array().unwrap().iter().filter_map(|e| e["type"].as_str()).collect();
+    assert!(types.contains(&"message.reputation_warning"), "{feed}");
+    let seen = w
+        .count("SELECT count(*) FROM admin_actions WHERE action = 'reputation.warning' AND actor = 'system'", &[])
+        .await;
+    assert_eq!(seen, 1, "the operator sees the warning");
+    // A warning holds nothing.
+    let id = crate::email::submit(&w, "c-2", json!({"task_type": "email.send", "params": {
+        "from": format!("noreply@{}", crate::email::DOMAIN), "to": ["d@example.com"], "subject": "after", "text": "x"}}))
+    .await;
+    exec.run_dispatched(&[id]).await.unwrap();
+    assert_eq!(crate::email::message_of(&w, id).await["status"], "sent");
+}
