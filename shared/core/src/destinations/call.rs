@@ -31,10 +31,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Bytes;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::Digest;
+use utoipa::ToSchema;
 
-use super::task::Method;
 use crate::destinations::local::LocalSecrets;
 use crate::destinations::{self as rules, Secret, SecretError};
 use crate::job::{Fence, TaskError};
@@ -44,6 +45,29 @@ use crate::store::http_calls::{self, NewCall, Sending, Settled};
 use crate::store::rate_slots::{self, Limit, Slot};
 use crate::store::{StoreError, jobs, modes};
 use crate::task::TaskContext;
+
+/// The HTTP method of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Method {
+    Get,
+    Post,
+    Put,
+    Patch,
+    Delete,
+}
+
+impl Method {
+    pub(crate) fn hyper(self) -> hyper::Method {
+        match self {
+            Method::Get => hyper::Method::GET,
+            Method::Post => hyper::Method::POST,
+            Method::Put => hyper::Method::PUT,
+            Method::Patch => hyper::Method::PATCH,
+            Method::Delete => hyper::Method::DELETE,
+        }
+    }
+}
 
 /// The most body bytes of an answer recorded (the rest is not read).
 pub const MAX_RESPONSE_BODY: usize = 16 * 1024;

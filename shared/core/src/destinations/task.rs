@@ -6,12 +6,13 @@
 use std::collections::BTreeMap;
 
 use hyper::body::Bytes;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
 use std::sync::Arc;
 
+pub use super::call::Method;
 use super::call::{
     Call, MAX_BODY, begin, call_timeout, check_timeout, needs_seconds, relay_headers, send, shown_body, shown_request,
 };
@@ -27,28 +28,6 @@ use crate::task::{Admission, Named, Stored, Task, TaskContext};
 pub struct HttpRequest {
     pub allow: AllowList,
     pub local: Option<Arc<LocalSecrets>>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize, Serialize, ToSchema)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum Method {
-    Get,
-    Post,
-    Put,
-    Patch,
-    Delete,
-}
-
-impl Method {
-    pub(crate) fn hyper(self) -> hyper::Method {
-        match self {
-            Method::Get => hyper::Method::GET,
-            Method::Post => hyper::Method::POST,
-            Method::Put => hyper::Method::PUT,
-            Method::Patch => hyper::Method::PATCH,
-            Method::Delete => hyper::Method::DELETE,
-        }
-    }
 }
 
 #[derive(Debug, Deserialize, ToSchema)]

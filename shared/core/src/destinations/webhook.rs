@@ -22,10 +22,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
+use super::call::Method;
 use super::call::{self as http, Call, Signing};
 use super::local::LocalSecrets;
 use super::patterns;
-use super::task::Method;
 use crate::job::TaskError;
 use crate::outbound::AllowList;
 use crate::task::{Admission, Named, Stored, Task, TaskContext};
