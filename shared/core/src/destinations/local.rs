@@ -14,7 +14,6 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use ring::rand::{SecureRandom, SystemRandom};
@@ -54,12 +53,10 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> OpenError + '_ {
     move |error| OpenError::Io { path: path.to_owned(), error }
 }
 
-/// A name beside `path` no other writer uses at the same time: this process's id and a count.
+/// A name beside `path` no other writer uses at the same time: 64 random bits in it.
 fn temporary(path: &Path) -> PathBuf {
-    static COUNT: AtomicU64 = AtomicU64::new(0);
-    let n = COUNT.fetch_add(1, Ordering::Relaxed);
     let name = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
-    path.with_file_name(format!(".{name}.{}.{n}.tmp", std::process::id()))
+    path.with_file_name(format!(".{name}.{:016x}.tmp", rand::random::<u64>()))
 }
 
 /// Write `bytes` to a new file of the owner's only beside `path`, synced; returns its path.
