@@ -31,6 +31,8 @@ mod functions;
 mod hostile;
 mod http;
 mod http_leaks;
+mod http_oauth;
+mod http_rules;
 mod lambda;
 mod limits;
 mod lint;

@@ -255,7 +255,8 @@ pub async fn resolve(target: &Target, allow: &AllowList) -> Result<SocketAddr, R
     Ok(first)
 }
 
-/// The body's type on every request Relay sends out (set by `request` alone).
+/// The body's type on every request Relay sends out (set by `request` alone; a token
+/// request's form is the one other, `destinations::oauth`).
 pub const CONTENT_TYPE: &str = "application/json";
 
 /// The answer to one request.
@@ -307,6 +308,8 @@ pub struct Limits {
     pub body: usize,
     /// Whether to read the body of an answer with this status at all.
     pub read_body: fn(u16) -> bool,
+    /// The body's type (`CONTENT_TYPE` but for a token request's form).
+    pub content_type: &'static str,
 }
 
 /// POST `body` to the target at the address chosen by `resolve` (a callback delivery: 15 s,
@@ -317,7 +320,7 @@ pub async fn post(
     headers: &[(&str, String)],
     body: Bytes,
 ) -> Result<Answer, PostError> {
-    let limits = Limits { timeout: REQUEST_TIMEOUT, body: 16 * 1024, read_body: |_| true };
+    let limits = Limits { timeout: REQUEST_TIMEOUT, body: 16 * 1024, read_body: |_| true, content_type: CONTENT_TYPE };
     request(target, addr, hyper::Method::POST, headers, body, limits).await
 }
 
@@ -369,8 +372,11 @@ pub async fn request(
         (false, Some(p)) => format!("{}:{p}", target.host),
         (false, None) => target.host.clone(),
     };
-    let mut req =
-        hyper::Request::builder().method(method).uri(path).header("host", host).header("content-type", CONTENT_TYPE);
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", host)
+        .header("content-type", limits.content_type);
     for (name, value) in headers {
         req = req.header(*name, value);
     }

@@ -77,6 +77,8 @@ pub struct Platform {
     claims: Arc<tokio::sync::Semaphore>,
     /// Writes destinations' secrets (the API's own identity); `None`: no secret store.
     pub secrets: Option<crate::destinations::SecretWriter>,
+    /// The tokens destinations' OAuth grants minted, shared by `http.request` and `webhook.send`.
+    tokens: crate::destinations::oauth::Tokens,
     database_url: String,
 }
 
@@ -89,14 +91,19 @@ impl Platform {
         let catalogue = Catalogue::standard();
         #[cfg(feature = "testing")]
         let catalogue = if settings.test_tasks { catalogue.with_test_tasks() } else { catalogue };
+        // One token cache for the process's destination calls (`destinations::oauth`).
+        let tokens = crate::destinations::oauth::Tokens::default();
+        let allow = settings.callback_allow.clone();
         Ok(Self {
             catalogue: catalogue
-                .with(crate::callbacks::task::Deliver { allow: settings.callback_allow.clone() })
-                .with(crate::destinations::task::HttpRequest { allow: settings.callback_allow.clone(), local: None })
-                .with(crate::destinations::webhook::WebhookSend {
-                    allow: settings.callback_allow.clone(),
+                .with(crate::callbacks::task::Deliver { allow: allow.clone() })
+                .with(crate::destinations::task::HttpRequest {
+                    allow: allow.clone(),
                     local: None,
-                }),
+                    tokens: tokens.clone(),
+                })
+                .with(crate::destinations::webhook::WebhookSend { allow, local: None, tokens: tokens.clone() }),
+            tokens,
             intake: Intake::start(pool.clone(), transport.clone(), settings.intake_writers),
             pool,
             transport,
@@ -140,8 +147,13 @@ impl Platform {
         let store = Arc::new(crate::destinations::local::LocalSecrets::open(dir)?);
         self.secrets = Some(crate::destinations::SecretWriter::Local(store.clone()));
         let allow = self.settings.callback_allow.clone();
-        let task = crate::destinations::task::HttpRequest { allow: allow.clone(), local: Some(store.clone()) };
-        let webhook = crate::destinations::webhook::WebhookSend { allow, local: Some(store) };
+        let tokens = self.tokens.clone();
+        let task = crate::destinations::task::HttpRequest {
+            allow: allow.clone(),
+            local: Some(store.clone()),
+            tokens: tokens.clone(),
+        };
+        let webhook = crate::destinations::webhook::WebhookSend { allow, local: Some(store), tokens };
         self.catalogue = self.catalogue.with(task).with(webhook);
         Ok(self)
     }

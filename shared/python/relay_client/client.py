@@ -374,11 +374,30 @@ class RelayClient:
         timeout_ms: int | None = None,
         rate_per_second: float | None = None,
         url_patterns: Sequence[str] | None = None,
+        max_in_flight: int | None = None,
+        oauth: Mapping[str, Any] | None = None,
+        signature: Mapping[str, Any] | None = None,
+        success: Mapping[str, Any] | None = None,
     ) -> Destination:
         """``PUT /v1/destinations/{name}``: create or replace (the secret's value is set apart, with
-        ``set_destination_secret``, and never read back)."""
+        ``set_destination_secret``, and never read back).
+
+        ``oauth``: a grant that mints the token (``{"grant": "client_credentials", "token_url",
+        "client_id", ...}``; its client secret with ``set_destination_client_secret``);
+        ``signature``: ``webhook.send``'s HMAC scheme when not Standard Webhooks; ``success``:
+        which answers succeed (``{"json": {"pointer": "/ok", "equals": True}}``). See the API
+        documentation for their fields."""
         body: dict[str, Any] = {"base_url": base_url}
-        for k, v in (("auth_header", auth_header), ("timeout_ms", timeout_ms), ("rate_per_second", rate_per_second)):
+        optional: tuple[tuple[str, Any], ...] = (
+            ("auth_header", auth_header),
+            ("timeout_ms", timeout_ms),
+            ("rate_per_second", rate_per_second),
+            ("max_in_flight", max_in_flight),
+            ("oauth", dict(oauth) if oauth is not None else None),
+            ("signature", dict(signature) if signature is not None else None),
+            ("success", dict(success) if success is not None else None),
+        )
+        for k, v in optional:
             if v is not None:
                 body[k] = v
         if url_patterns is not None:
@@ -399,8 +418,17 @@ class RelayClient:
         self._call("PUT", f"/v1/destinations/{_segment(name)}/secret", json={"value": value})
 
     def set_destination_signing_secret(self, name: str, value: str) -> None:
-        """The ``whsec_`` secret ``webhook.send`` signs with (never returned)."""
+        """The secret ``webhook.send`` signs with: ``whsec_…``, or the receiver's own for a
+        ``signature`` whose ``key`` is ``raw`` (never returned)."""
         self._call("PUT", f"/v1/destinations/{_segment(name)}/signing-secret", json={"value": value})
+
+    def set_destination_client_secret(self, name: str, value: str) -> None:
+        """The ``oauth`` grant's client secret (never returned)."""
+        self._call("PUT", f"/v1/destinations/{_segment(name)}/client-secret", json={"value": value})
+
+    def set_destination_refresh_token(self, name: str, value: str) -> None:
+        """The ``oauth`` refresh-token grant's refresh token (never returned)."""
+        self._call("PUT", f"/v1/destinations/{_segment(name)}/refresh-token", json={"value": value})
 
     def set_destination_writes(self, name: str, enabled: bool, *, reason: str | None = None) -> Destination:
         """The tenant's own write switch for one destination (off: its calls are held)."""

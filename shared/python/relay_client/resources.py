@@ -58,7 +58,8 @@ class PageReceipt:
 class Destination:
     """An outside HTTP API the tenant registered for ``http.request`` and ``webhook.send``.
 
-    Secrets are never read back: ``secret_set_at`` and ``signing_secret_set_at`` say when they were written.
+    Secrets are never read back: ``secret_set_at``, ``signing_secret_set_at``,
+    ``client_secret_set_at`` and ``refresh_token_set_at`` say when they were written.
     """
 
     name: str
@@ -73,6 +74,12 @@ class Destination:
     #: ``{"outcome", "http_status", "at"}`` of the latest call, if any.
     last_call: dict[str, Any] | None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: The OAuth grant minting the token, ``webhook.send``'s signature scheme, the success rule.
+    oauth: dict[str, Any] | None = None
+    signature: dict[str, Any] | None = None
+    success: dict[str, Any] | None = None
+    client_secret_set_at: datetime | None = None
+    refresh_token_set_at: datetime | None = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Destination:
@@ -88,6 +95,11 @@ class Destination:
             signing_secret_set_at=parse_time(d.get("signing_secret_set_at")),
             last_call=d.get("last_call"),
             raw=dict(d),
+            oauth=d.get("oauth"),
+            signature=d.get("signature"),
+            success=d.get("success"),
+            client_secret_set_at=parse_time(d.get("client_secret_set_at")),
+            refresh_token_set_at=parse_time(d.get("refresh_token_set_at")),
         )
 
 

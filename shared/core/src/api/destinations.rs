@@ -12,6 +12,9 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
 use super::extract::{Caller, JsonBody};
+use crate::destinations::oauth::OAuth;
+use crate::destinations::signature::{self, SignatureScheme};
+use crate::destinations::success::SuccessRule;
 use crate::destinations::{self as rules, Secret, patterns};
 use crate::job::TenantId;
 use crate::limits::Kind;
@@ -66,6 +69,21 @@ pub struct DestinationBody {
     #[serde(default)]
     #[schema(max_items = 20)]
     pub url_patterns: Vec<String>,
+    /// An OAuth 2.0 grant that mints the token each call carries, as `Bearer <token>` in
+    /// `auth_header` (`Authorization` unless named), in place of the auth secret. The client
+    /// secret is `PUT /v1/destinations/{name}/client-secret`, a refresh token `PUT
+    /// /v1/destinations/{name}/refresh-token` (both write-only). `token_url` is under the same
+    /// address guard as `base_url`.
+    #[serde(default)]
+    pub oauth: Option<OAuth>,
+    /// How `webhook.send` signs, when not the Standard Webhooks way (absent): HMAC-SHA256 over
+    /// one of four layouts, hex or base64, with the named headers.
+    #[serde(default)]
+    pub signature: Option<SignatureScheme>,
+    /// Which answers succeed (absent: any 2xx): statuses, and a JSON pointer that must hold a
+    /// value (`{"json": {"pointer": "/ok", "equals": true}}`). A job's own `success` wins.
+    #[serde(default)]
+    pub success: Option<SuccessRule>,
 }
 
 /// `PUT /v1/destinations/{name}/secret`
@@ -81,13 +99,12 @@ pub struct SecretBody {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SigningSecretBody {
-    /// The Standard Webhooks secret `webhook.send` signs with: `whsec_` and the base64 of 24 to
-    /// 64 random bytes. The tenant keeps it (its receivers verify with it); Relay never returns it.
-    #[schema(
-        min_length = 38,
-        max_length = 94,
-        pattern = "^whsec_(([A-Za-z0-9+/]{4}){8,20}([A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?|([A-Za-z0-9+/]{4}){21}([A-Za-z0-9+/][AQgw]==)?)$"
-    )]
+    /// The secret `webhook.send` signs with. For Standard Webhooks (no `signature`) and a
+    /// scheme whose `key` is `whsec`: `whsec_` and the base64 of 24 to 64 random bytes
+    /// (`^whsec_…$`, canonical base64); for a scheme whose `key` is `raw`: the receiver's
+    /// shared secret as it is, 8 to 4096 visible ASCII characters. The tenant keeps it (its
+    /// receivers verify with it); Relay never returns it.
+    #[schema(min_length = 8, max_length = 4096)]
     pub value: String,
 }
 
@@ -157,19 +174,27 @@ async fn views(state: &AppState, tenant: TenantId, list: Vec<Destination>) -> Re
         .collect())
 }
 
-/// The checks on a destination: its base URL under the callbacks' rules (a literal address
-/// the guard refuses is refused here), https unless allow-listed, no query or fragment.
-fn check(state: &AppState, b: &DestinationBody) -> Result<(), ApiError> {
+/// A URL Relay calls (`base_url`, `oauth.token_url`) under the callbacks' rules (a literal
+/// address the guard refuses is refused here), https unless allow-listed, no query or fragment.
+fn check_target(state: &AppState, url: &str) -> Result<(), String> {
     let allow = &state.admission.callback_allow;
-    crate::outbound::check_url(&b.base_url, allow).map_err(|why| invalid("base_url", why))?;
-    let target = crate::outbound::parse_url(&b.base_url).map_err(|why| invalid("base_url", why))?;
-    if b.base_url.contains('?') || b.base_url.contains('#') {
-        return Err(invalid("base_url", "no query or fragment: a call's path and query are appended to it"));
+    crate::outbound::check_url(url, allow).map_err(|why| why.to_string())?;
+    let target = crate::outbound::parse_url(url).map_err(|why| why.to_string())?;
+    if url.contains('?') || url.contains('#') {
+        return Err("no query or fragment".into());
     }
     let listed = allow.allows_host(&target.host) || target.host.parse().is_ok_and(|ip| allow.allows_ip(ip));
     if target.uri.scheme_str() == Some("http") && !listed {
-        return Err(invalid("base_url", "https only (http only for hosts on the operator's allow-list)"));
+        return Err("https only (http only for hosts on the operator's allow-list)".into());
     }
+    Ok(())
+}
+
+/// The checks on a destination: its base URL and token URL (`check_target`), its headers,
+/// bounds, patterns, grant, signature scheme and success rule.
+fn check(state: &AppState, b: &DestinationBody) -> Result<(), ApiError> {
+    let allow = &state.admission.callback_allow;
+    check_target(state, &b.base_url).map_err(|why| invalid("base_url", why))?;
     if let Some(h) = &b.auth_header
         && (h.is_empty()
             || h.len() > 64
@@ -195,7 +220,23 @@ fn check(state: &AppState, b: &DestinationBody) -> Result<(), ApiError> {
             ApiError::unprocessable("invalid_field", format!("url_patterns.{i}: {m}")).with("field", "url_patterns")
         })?;
     }
+    if let Some(o) = &b.oauth {
+        check_target(state, &o.token_url).map_err(|why| invalid("oauth", format!("token_url: {why}")))?;
+        o.check().map_err(|m| invalid("oauth", m))?;
+    }
+    if let Some(s) = &b.signature {
+        s.check(auth_header(b).as_deref()).map_err(|m| invalid("signature", m))?;
+    }
+    if let Some(r) = &b.success {
+        r.check().map_err(|m| invalid("success", m))?;
+    }
     Ok(())
+}
+
+/// The header the destination's secret or minted token goes in: as named, else
+/// `Authorization` for a destination with a grant.
+fn auth_header(b: &DestinationBody) -> Option<String> {
+    b.auth_header.clone().or_else(|| b.oauth.as_ref().map(|_| "Authorization".to_owned()))
 }
 
 /// `PUT /v1/destinations/{name}`: create or replace (its secret, switch and rate slot stay). A
@@ -213,14 +254,18 @@ pub async fn put(
 ) -> Result<Json<DestinationView>, ApiError> {
     name_of(&name)?;
     check(&state, &b)?;
+    let auth = auth_header(&b);
     let new = NewDestination {
         name: &name,
         base_url: &b.base_url,
-        auth_header: b.auth_header.as_deref(),
+        auth_header: auth.as_deref(),
         timeout_ms: b.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
         rate_per_second: b.rate_per_second.unwrap_or(DEFAULT_RATE_PER_SECOND),
         max_in_flight: b.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT),
         url_patterns: &b.url_patterns,
+        oauth: b.oauth.as_ref(),
+        signature: b.signature.as_ref(),
+        success: b.success.as_ref(),
     };
     let mut db = state.pool.get().await.map_err(StoreError::from)?;
     let tx = db.transaction().await.map_err(StoreError::from)?;
@@ -299,11 +344,7 @@ pub async fn put_secret(
     Path(name): Path<String>,
     JsonBody(b): JsonBody<SecretBody>,
 ) -> Result<StatusCode, ApiError> {
-    if b.value.is_empty() {
-        return Err(invalid("value", "must not be empty"));
-    }
-    rules::check_value(&b.value).map_err(|m| invalid("value", m))?;
-    write_secret(&state, tenant.id, &name, Secret::Auth, &b.value).await
+    put_plain(&state, tenant.id, &name, Secret::Auth, &b.value).await
 }
 
 /// `PUT /v1/destinations/{name}/signing-secret`: write the Standard Webhooks signing secret
@@ -318,8 +359,56 @@ pub async fn put_signing_secret(
     Path(name): Path<String>,
     JsonBody(b): JsonBody<SigningSecretBody>,
 ) -> Result<StatusCode, ApiError> {
-    rules::check_signing_secret(&b.value).map_err(|m| invalid("value", m))?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let d = destinations::get(&db, tenant.id, &name).await?.ok_or_else(ApiError::not_found)?;
+    drop(db);
+    signature::check_secret(d.signature.as_ref(), &b.value).map_err(|m| invalid("value", m))?;
     write_secret(&state, tenant.id, &name, Secret::Signing, &b.value).await
+}
+
+/// `PUT /v1/destinations/{name}/client-secret`: write the OAuth grant's client secret under
+/// this tenant's namespace. Write-only: no route returns it.
+#[utoipa::path(put, path = "/v1/destinations/{name}/client-secret", tag = "destinations",
+    params(("name" = String, Path)), request_body = SecretBody, security(("tenant_key" = [])),
+    responses((status = 204, description = "stored"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn put_client_secret(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(name): Path<String>,
+    JsonBody(b): JsonBody<SecretBody>,
+) -> Result<StatusCode, ApiError> {
+    put_plain(&state, tenant.id, &name, Secret::ClientSecret, &b.value).await
+}
+
+/// `PUT /v1/destinations/{name}/refresh-token`: write the OAuth grant's refresh token under
+/// this tenant's namespace. Write-only: no route returns it.
+#[utoipa::path(put, path = "/v1/destinations/{name}/refresh-token", tag = "destinations",
+    params(("name" = String, Path)), request_body = SecretBody, security(("tenant_key" = [])),
+    responses((status = 204, description = "stored"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn put_refresh_token(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(name): Path<String>,
+    JsonBody(b): JsonBody<SecretBody>,
+) -> Result<StatusCode, ApiError> {
+    put_plain(&state, tenant.id, &name, Secret::RefreshToken, &b.value).await
+}
+
+/// A secret sent as it is (the auth secret, a client secret, a refresh token): checked, written.
+async fn put_plain(
+    state: &AppState,
+    tenant: TenantId,
+    name: &str,
+    which: Secret,
+    value: &str,
+) -> Result<StatusCode, ApiError> {
+    if value.is_empty() {
+        return Err(invalid("value", "must not be empty"));
+    }
+    rules::check_value(value).map_err(|m| invalid("value", m))?;
+    write_secret(state, tenant, name, which, value).await
 }
 
 /// Write one of an existing destination's secrets to the secret store, then note when.

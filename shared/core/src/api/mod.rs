@@ -82,6 +82,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/destinations/{name}", get(destinations::get).put(destinations::put).delete(destinations::delete))
         .route("/v1/destinations/{name}/secret", put(destinations::put_secret))
         .route("/v1/destinations/{name}/signing-secret", put(destinations::put_signing_secret))
+        .route("/v1/destinations/{name}/client-secret", put(destinations::put_client_secret))
+        .route("/v1/destinations/{name}/refresh-token", put(destinations::put_refresh_token))
         .route("/v1/destinations/{name}/writes", put(destinations::put_writes))
         .route("/v1/jobs/{id}/http-calls", get(destinations::calls))
         .route("/v1/jobs/{id}/recipients/{page}", put(email::put_recipients))

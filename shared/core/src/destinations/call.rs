@@ -36,10 +36,13 @@ use serde_json::{Value, json};
 use sha2::Digest;
 use utoipa::ToSchema;
 
+use super::oauth::{self, Grant, Mint, Tokens};
+use super::success::SuccessRule;
+use super::{answer, signature};
 use crate::destinations::local::LocalSecrets;
 use crate::destinations::{self as rules, Secret, SecretError};
 use crate::job::{Fence, TaskError};
-use crate::outbound::{self, AllowList, Answer, Limits, Refusal};
+use crate::outbound::{self, AllowList, Limits, Refusal};
 use crate::store::destinations::{self, Destination};
 use crate::store::http_calls::{self, NewCall, Sending, Settled};
 use crate::store::rate_slots::{self, Limit, Slot};
@@ -101,7 +104,7 @@ pub const DECIDE: &str =
 /// Shown in place of the secret wherever a request is recorded.
 pub const REDACTED: &str = "<redacted>";
 /// Whether an answer's status makes the call worth another attempt (its body is not read).
-fn retryable_status(status: u16) -> bool {
+pub(crate) fn retryable_status(status: u16) -> bool {
     matches!(status, 408 | 429 | 500..=599)
 }
 /// What every call starts with: an earlier attempt's call with no recorded outcome makes this
@@ -151,9 +154,11 @@ pub(crate) struct Call<'a> {
     pub timeout: Duration,
     /// Sign the body with the destination's signing secret (`webhook.send`).
     pub signing: Option<Signing>,
+    /// Which answers succeed (the job's rule, else the destination's; none: any 2xx).
+    pub success: Option<&'a SuccessRule>,
 }
 
-/// The Standard Webhooks headers' id and timestamp; the signature is over them and the body.
+/// The delivery's id and timestamp; the signature (`signature`) is over them and the body.
 pub(crate) struct Signing {
     pub msg_id: String,
     pub timestamp: i64,
@@ -161,19 +166,23 @@ pub(crate) struct Signing {
 
 /// Make one call: shadow mode records what would be sent and sends nothing; `write:http`, the
 /// operators' switch for the destination or the tenant's own off defers the job (no attempt
-/// used); then the secrets (under the task's own role), the guard, a rate slot and a place
-/// among the destination's calls in flight (deferred when there is none), the call recorded as
-/// `sending` under the job's fence, the call itself, and its one classification (the module's
-/// table). No pooled connection is held across anything that leaves the machine (Secrets
-/// Manager, STS, DNS, the call): each step takes one for its statements and gives it back, so
-/// a destination that never answers holds no connection the API, claims or liveness need.
+/// used); then the secrets (under the task's own role) or the minted token (`oauth`), the
+/// guard, a rate slot and a place among the destination's calls in flight (deferred when
+/// there is none), the call recorded as `sending` under the job's fence, the call itself, and
+/// its one classification (the module's table, with the success rule). A minted token the
+/// destination refuses (401) is dropped and the call made once more with a new one (a second
+/// record). No pooled connection is held across anything that leaves the machine (Secrets
+/// Manager, STS, DNS, the token endpoint, the call): each step takes one for its statements
+/// and gives it back, so a destination that never answers holds no connection the API, claims
+/// or liveness need.
 pub(crate) async fn send(
     allow: &AllowList,
     local: Option<&Arc<LocalSecrets>>,
+    tokens: &Tokens,
     ctx: &TaskContext,
     c: Call<'_>,
 ) -> Result<Value, TaskError> {
-    let Call { dest, method, url, mut headers, body, shown, timeout, signing } = c;
+    let Call { dest, method, url, headers, body, shown, timeout, signing, success } = c;
     let target = {
         let db = connection(ctx).await?;
         if ctx.modes.shadow() {
@@ -206,17 +215,16 @@ pub(crate) async fn send(
             }
         }
     };
-    // The secrets before the intent: a missing one or an STS failure leaves no `sending` row.
-    let secret = match &dest.auth_header {
-        Some(h) => Some((h.clone(), read_secret(local, ctx, dest, Secret::Auth).await?)),
-        None => None,
-    };
-    let signature = match &signing {
+    // The secrets before the intent: a missing one, an STS failure or a token endpoint's
+    // refusal leaves no `sending` row.
+    let reach = Reach { allow, local, tokens };
+    let mut auth = Auth::read(&reach, ctx, dest, None).await?;
+    let signed = match &signing {
         Some(s) => {
             let key = read_secret(local, ctx, dest, Secret::Signing).await?;
-            Some(crate::callbacks::signature_header(&[&key], &s.msg_id, s.timestamp, &body))
+            signature::headers(dest.signature.as_ref(), &key, &s.msg_id, s.timestamp, &body)
         }
-        None => None,
+        None => Vec::new(),
     };
     let addr = match outbound::resolve(&target, allow).await {
         Ok(a) => a,
@@ -227,68 +235,139 @@ pub(crate) async fn send(
         }
         Err(refusal @ Refusal::Resolve { .. }) => return Err(TaskError::retryable(refusal).tenants()),
     };
-    let call_id = {
-        let mut db = connection(ctx).await?;
-        // No place among the calls in flight: defer before taking a rate slot or writing.
-        let flying = http_calls::in_flight(&db, ctx.tenant_id, &dest.name).await.map_err(TaskError::retryable)?;
-        if flying >= i64::from(dest.max_in_flight) {
-            return Err(in_flight_full(dest, flying, ctx.attempt));
-        }
-        let limit = Limit {
-            key: rate_slots::destination_key(ctx.tenant_id, &dest.name),
-            rate_per_second: dest.rate_per_second,
-            cap: None,
-        };
-        if let Slot::Wait(wait) = rate_slots::take(&db, &[limit], Duration::ZERO).await.map_err(TaskError::retryable)? {
-            return Err(TaskError::RateLimited {
-                rate: format!("destination:{}", dest.name),
-                note: format!(
-                    "destination {:?} is at its rate of {}/s: waiting for a slot",
-                    dest.name, dest.rate_per_second
-                ),
-                wait,
-            });
-        }
-        let fence = Fence { job: ctx.job_id, attempt: ctx.attempt };
-        let new = NewCall {
-            fence,
-            tenant_id: ctx.tenant_id,
-            destination: &dest.name,
-            outcome: "sending",
-            request: &shown,
-            error: None,
-        };
-        match http_calls::record_sending(&mut db, &new, dest.max_in_flight).await.map_err(TaskError::retryable)? {
-            Sending::Recorded(id) => id,
-            Sending::Fenced => {
-                return Err(TaskError::retryable("this attempt no longer holds the job; it may not call"));
-            }
-            Sending::Full { in_flight } => return Err(in_flight_full(dest, in_flight, ctx.attempt)),
-        }
-    };
-    if let Some((name, value)) = &secret {
-        headers.push((name.clone(), value.clone()));
-    }
-    if let (Some(s), Some(signature)) = (&signing, signature) {
-        headers.push(("webhook-id".into(), s.msg_id.clone()));
-        headers.push(("webhook-timestamp".into(), s.timestamp.to_string()));
-        headers.push(("webhook-signature".into(), signature));
-    }
-    let pairs: Vec<(&str, String)> = headers.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
-    let limits = Limits { timeout, body: MAX_RESPONSE_BODY, read_body: |s| !retryable_status(s) };
-    let started = std::time::Instant::now();
-    let answer = outbound::request(&target, addr, method.hyper(), &pairs, body, limits)
-        .await
-        .map(|a| redact(a, secret.as_ref().map(|(_, v)| v.as_str())));
-    let duration_ms = Some(i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX));
     let what = format!("{} {url}", method.hyper());
-    let (settled, outcome) = classify(&what, answer, duration_ms);
-    let settle = async { http_calls::settle(&ctx.db.get().await?, call_id, &settled).await };
-    settle.await.map_err(|e: StoreError| {
-        // The call happened; its record could not be settled. Say so rather than retry.
-        TaskError::Ambiguous(format!("{what}: the call was made but its outcome could not be recorded: {e}"))
-    })?;
-    outcome
+    let mut refreshed = false;
+    loop {
+        let call_id = intend(ctx, dest, &shown).await?;
+        let mut sent: Vec<(&str, String)> = headers.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+        if let Some(a) = &auth {
+            sent.push((a.header.as_str(), a.value.clone()));
+        }
+        sent.extend(signed.iter().map(|(n, v)| (n.as_str(), v.clone())));
+        let limits = Limits {
+            timeout,
+            body: MAX_RESPONSE_BODY,
+            read_body: |s| !retryable_status(s),
+            content_type: outbound::CONTENT_TYPE,
+        };
+        let started = std::time::Instant::now();
+        let answer = outbound::request(&target, addr, method.hyper(), &sent, body.clone(), limits)
+            .await
+            .map(|a| answer::redact(a, &auth.as_ref().map(Auth::secrets).unwrap_or_default()));
+        let duration_ms = Some(i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX));
+        let minted = auth.as_ref().and_then(|a| a.token.clone());
+        let refused = !refreshed && minted.is_some() && matches!(&answer, Ok(a) if a.status == 401);
+        let (settled, outcome) = if refused {
+            let error = format!("{what}: answered 401, refusing the minted token: minting another, calling again");
+            let response = answer.as_ref().ok().map(answer::response_json);
+            let settled =
+                Settled { outcome: "retryable", http_status: Some(401), response, error: Some(error), duration_ms };
+            (settled, Ok(Value::Null))
+        } else {
+            answer::classify(&what, answer, duration_ms, success)
+        };
+        let settle = async { http_calls::settle(&ctx.db.get().await?, call_id, &settled).await };
+        settle.await.map_err(|e: StoreError| {
+            // The call happened; its record could not be settled. Say so rather than retry.
+            TaskError::Ambiguous(format!("{what}: the call was made but its outcome could not be recorded: {e}"))
+        })?;
+        if !refused {
+            return outcome;
+        }
+        refreshed = true;
+        auth = Auth::read(&reach, ctx, dest, minted.as_deref()).await?;
+    }
+}
+
+/// A place among the destination's calls in flight, a rate slot, and the call recorded as
+/// `sending` under the job's fence: its record's id. Deferred when there is no place or slot.
+async fn intend(ctx: &TaskContext, dest: &Destination, shown: &Value) -> Result<i64, TaskError> {
+    let mut db = connection(ctx).await?;
+    // No place among the calls in flight: defer before taking a rate slot or writing.
+    let flying = http_calls::in_flight(&db, ctx.tenant_id, &dest.name).await.map_err(TaskError::retryable)?;
+    if flying >= i64::from(dest.max_in_flight) {
+        return Err(in_flight_full(dest, flying, ctx.attempt));
+    }
+    let limit = Limit {
+        key: rate_slots::destination_key(ctx.tenant_id, &dest.name),
+        rate_per_second: dest.rate_per_second,
+        cap: None,
+    };
+    if let Slot::Wait(wait) = rate_slots::take(&db, &[limit], Duration::ZERO).await.map_err(TaskError::retryable)? {
+        return Err(TaskError::RateLimited {
+            rate: format!("destination:{}", dest.name),
+            note: format!(
+                "destination {:?} is at its rate of {}/s: waiting for a slot",
+                dest.name, dest.rate_per_second
+            ),
+            wait,
+        });
+    }
+    let fence = Fence { job: ctx.job_id, attempt: ctx.attempt };
+    let new = NewCall {
+        fence,
+        tenant_id: ctx.tenant_id,
+        destination: &dest.name,
+        outcome: "sending",
+        request: shown,
+        error: None,
+    };
+    match http_calls::record_sending(&mut db, &new, dest.max_in_flight).await.map_err(TaskError::retryable)? {
+        Sending::Recorded(id) => Ok(id),
+        Sending::Fenced => Err(TaskError::retryable("this attempt no longer holds the job; it may not call")),
+        Sending::Full { in_flight } => Err(in_flight_full(dest, in_flight, ctx.attempt)),
+    }
+}
+
+/// Where a call's secrets come from: the allow-list (a token endpoint is under the guard too),
+/// the local secret store, the process's tokens.
+struct Reach<'a> {
+    allow: &'a AllowList,
+    local: Option<&'a Arc<LocalSecrets>>,
+    tokens: &'a Tokens,
+}
+
+/// A call's auth header: the destination's secret as it is, or `Bearer` and a minted token.
+struct Auth {
+    header: String,
+    value: String,
+    token: Option<String>,
+}
+
+impl Auth {
+    /// What an answer must not show.
+    fn secrets(&self) -> Vec<&str> {
+        std::iter::once(self.value.as_str()).chain(self.token.as_deref()).collect()
+    }
+
+    /// The header and its value (none without an `auth_header`); `stale`, a token the
+    /// destination refused, is not used again.
+    async fn read(
+        reach: &Reach<'_>,
+        ctx: &TaskContext,
+        dest: &Destination,
+        stale: Option<&str>,
+    ) -> Result<Option<Auth>, TaskError> {
+        let Some(header) = dest.auth_header.clone() else { return Ok(None) };
+        let Some(grant) = &dest.oauth else {
+            let value = read_secret(reach.local, ctx, dest, Secret::Auth).await?;
+            return Ok(Some(Auth { header, value, token: None }));
+        };
+        let key = oauth::Key::of(ctx.tenant_id, dest, grant);
+        let mint = || async {
+            let client_secret = match grant.needs_client_secret(dest) {
+                true => Some(read_secret(reach.local, ctx, dest, Secret::ClientSecret).await?),
+                false => None,
+            };
+            let refresh_token = match grant.grant {
+                Grant::RefreshToken => Some(read_secret(reach.local, ctx, dest, Secret::RefreshToken).await?),
+                _ => None,
+            };
+            Mint { oauth: grant, client_secret, refresh_token, allow: reach.allow }.mint().await
+        };
+        let token = reach.tokens.get(&key, stale, mint).await?;
+        Ok(Some(Auth { header, value: format!("Bearer {token}"), token: Some(token) }))
+    }
 }
 
 /// A pooled connection for one step of a call (never held across what leaves the machine).
@@ -404,8 +483,9 @@ async fn read_secret(
         None => rules::read_secret(&ctx.aws().await?, ctx.tenant_id, &dest.name, which).await,
     };
     let checked = |v: &str| match which {
-        Secret::Auth => rules::check_value(v),
-        Secret::Signing => rules::check_signing_secret(v),
+        Secret::Signing => signature::check_secret(dest.signature.as_ref(), v),
+        _ if v.is_empty() => Err("is empty".to_owned()),
+        _ => rules::check_value(v),
     };
     match read {
         Ok(v) => {
@@ -415,154 +495,5 @@ async fn read_secret(
             Err(TaskError::Fatal(e.to_string()).tenants())
         }
         Err(e @ SecretError::Service(_)) => Err(TaskError::retryable(e)),
-    }
-}
-
-/// The answer with the destination's secret taken out of its body and headers: a destination
-/// may echo what it was sent (an error page quoting the request's headers), and everything
-/// recorded of a call (its record, the job's error and events, exceptions, logs) comes from
-/// here. The secret is replaced as sent, JSON-escaped, and, at the end of a body cut at the
-/// limit, as the start of it.
-fn redact(mut a: Answer, secret: Option<&str>) -> Answer {
-    let Some(secret) = secret.filter(|s| !s.is_empty()) else { return a };
-    let quoted = serde_json::to_string(secret).unwrap_or_default();
-    let escaped = quoted.strip_prefix('"').and_then(|q| q.strip_suffix('"')).unwrap_or(secret);
-    let mut forms = vec![secret.as_bytes()];
-    if escaped != secret {
-        forms.push(escaped.as_bytes());
-    }
-    let scrub = |bytes: &[u8]| -> Vec<u8> {
-        let mut out = bytes.to_vec();
-        for form in &forms {
-            out = replace_all(&out, form, REDACTED.as_bytes());
-        }
-        out
-    };
-    a.body = scrub(&a.body);
-    if a.truncated || a.cut {
-        // A secret cut by the limit leaves its start at the end of what was read.
-        let keep = (4..secret.len()).rev().find(|&n| a.body.ends_with(&secret.as_bytes()[..n]));
-        if let Some(n) = keep {
-            a.body.truncate(a.body.len() - n);
-            a.body.extend_from_slice(REDACTED.as_bytes());
-        }
-    }
-    for value in a.headers.values_mut() {
-        let scrubbed = scrub(value.as_bytes());
-        if scrubbed != value.as_bytes() {
-            *value = hyper::header::HeaderValue::from_bytes(&scrubbed)
-                .unwrap_or_else(|_| hyper::header::HeaderValue::from_static(REDACTED));
-        }
-    }
-    a
-}
-
-fn replace_all(haystack: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(haystack.len());
-    let mut i = 0;
-    while i < haystack.len() {
-        if haystack[i..].starts_with(needle) {
-            out.extend_from_slice(with);
-            i += needle.len();
-        } else {
-            out.push(haystack[i]);
-            i += 1;
-        }
-    }
-    out
-}
-
-/// The answer as recorded: status, recorded headers, the body (JSON when it parses whole, else
-/// text; NUL characters replaced, as Postgres stores none).
-fn response_json(a: &Answer) -> Value {
-    let headers: serde_json::Map<String, Value> = RECORDED_HEADERS
-        .iter()
-        .filter_map(|h| a.headers.get(*h).map(|v| ((*h).to_owned(), json!(String::from_utf8_lossy(v.as_bytes())))))
-        .collect();
-    let text = String::from_utf8_lossy(&a.body).replace('\0', "\u{FFFD}");
-    let parsed = (!a.truncated && !a.cut).then(|| serde_json::from_str::<Value>(&text).ok()).flatten();
-    let body = match parsed {
-        Some(v) if !v.to_string().contains("\\u0000") => v,
-        _ => json!(text.replace("\\u0000", "\u{FFFD}")),
-    };
-    json!({"status": a.status, "headers": headers, "body": body, "truncated": a.truncated, "cut": a.cut})
-}
-
-/// The one classification of a call's end (see the module's table).
-fn classify(
-    what: &str,
-    answer: Result<Answer, outbound::PostError>,
-    duration_ms: Option<i32>,
-) -> (Settled, Result<Value, TaskError>) {
-    let settled = |outcome, http_status, response, error: Option<String>| Settled {
-        outcome,
-        http_status,
-        response,
-        error,
-        duration_ms,
-    };
-    let a = match answer {
-        Err(e) if e.maybe_sent() => {
-            let error = format!("{what}: {e}; the destination may have acted on it: not retried. {DECIDE}");
-            return (settled("ambiguous", None, None, Some(error.clone())), Err(TaskError::Ambiguous(error).tenants()));
-        }
-        Err(e) => {
-            let error = format!("{what}: {e}");
-            return (settled("retryable", None, None, Some(error.clone())), Err(TaskError::Retryable(error).tenants()));
-        }
-        Ok(a) => a,
-    };
-    let response = response_json(&a);
-    let status = Some(i32::from(a.status));
-    match a.status {
-        200..=299 if a.cut => {
-            let error = format!(
-                "{what}: answered {} but the answer broke off: the call was made; its result is incomplete. {DECIDE}",
-                a.status
-            );
-            (
-                settled("ambiguous", status, Some(response), Some(error.clone())),
-                Err(TaskError::Ambiguous(error).tenants()),
-            )
-        }
-        200..=299 => (settled("succeeded", status, Some(response.clone()), None), Ok(response)),
-        s if retryable_status(s) => {
-            let error = format!("{what}: answered {s}");
-            let e = match a.retry_after {
-                Some(after) => TaskError::RetryAfter(error.clone(), after),
-                None => TaskError::Retryable(error.clone()),
-            };
-            (settled("retryable", status, Some(response), Some(error)), Err(e.tenants()))
-        }
-        s => {
-            let why = if (300..400).contains(&s) { "a redirect (not followed)" } else { "refused" };
-            let body: String = response["body"].to_string().chars().take(2000).collect();
-            let error = format!("{what}: answered {s}, {why}: {body}");
-            (settled("fatal", status, Some(response), Some(error.clone())), Err(TaskError::Fatal(error).tenants()))
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn answer(body: &str, truncated: bool) -> Answer {
-        let mut headers = hyper::HeaderMap::new();
-        headers.insert("x-request-id", hyper::header::HeaderValue::from_static("echo Bearer s\"k\\1"));
-        Answer { status: 400, retry_after: None, headers, body: body.as_bytes().to_vec(), truncated, cut: false }
-    }
-
-    #[test]
-    fn the_secret_is_redacted_as_sent_json_escaped_and_cut_at_the_limit() {
-        let secret = "Bearer s\"k\\1";
-        let a = redact(answer(r#"{"sent": "Bearer s\"k\\1"} raw: Bearer s"k\1 end"#, false), Some(secret));
-        let body = String::from_utf8(a.body).unwrap();
-        assert_eq!(body, r#"{"sent": "<redacted>"} raw: <redacted> end"#);
-        assert_eq!(a.headers["x-request-id"], "echo <redacted>");
-        let cut = redact(answer("... authorization: Bearer s\"", true), Some(secret));
-        assert_eq!(String::from_utf8(cut.body).unwrap(), "... authorization: <redacted>");
-        let untouched = redact(answer("nothing here", false), None);
-        assert_eq!(untouched.body, b"nothing here");
     }
 }

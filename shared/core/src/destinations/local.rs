@@ -140,6 +140,8 @@ impl LocalSecrets {
         let file = match which {
             Secret::Auth => format!("{name}.secret"),
             Secret::Signing => format!("{name}.signing.secret"),
+            Secret::ClientSecret => format!("{name}.client-secret.secret"),
+            Secret::RefreshToken => format!("{name}.refresh-token.secret"),
         };
         self.dir.join(tenant.to_string()).join(file)
     }
@@ -162,12 +164,12 @@ impl LocalSecrets {
         write_private(&path, &file).map_err(fail)
     }
 
-    /// Delete a destination's two secrets (either may be absent).
+    /// Delete a destination's secrets (any may be absent).
     pub fn delete(&self, tenant: TenantId, name: &str) -> Result<(), SecretError> {
         if super::check_name(name).is_err() {
             return Ok(());
         }
-        for which in [Secret::Auth, Secret::Signing] {
+        for which in Secret::ALL {
             let path = self.path(tenant, name, which);
             match std::fs::remove_file(&path) {
                 Ok(()) => {}

@@ -16,6 +16,8 @@ pub use super::call::Method;
 use super::call::{
     Call, MAX_BODY, begin, call_timeout, check_timeout, needs_seconds, relay_headers, send, shown_body, shown_request,
 };
+use super::oauth::Tokens;
+use super::success::SuccessRule;
 use crate::destinations as rules;
 use crate::destinations::local::LocalSecrets;
 use crate::job::TaskError;
@@ -23,11 +25,13 @@ use crate::outbound::AllowList;
 use crate::task::{Admission, Named, Stored, Task, TaskContext};
 
 /// Calls tenants' destinations; `allow` is the operator's allow-list (`RELAY_CALLBACK_ALLOW`),
-/// the same one callbacks use; `local`, the local secret store when there is no Secrets Manager.
+/// the same one callbacks use; `local`, the local secret store when there is no Secrets Manager;
+/// `tokens`, the tokens minted by destinations' OAuth grants (shared with `webhook.send`).
 #[derive(Debug, Clone, Default)]
 pub struct HttpRequest {
     pub allow: AllowList,
     pub local: Option<Arc<LocalSecrets>>,
+    pub tokens: Tokens,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -54,6 +58,10 @@ pub struct RequestParams {
     #[serde(default)]
     #[schema(minimum = 100, maximum = 900_000)]
     pub timeout_ms: Option<u32>,
+    /// Which answers succeed for this call, in place of the destination's `success` (absent:
+    /// the destination's; neither: any 2xx).
+    #[serde(default)]
+    pub success: Option<SuccessRule>,
 }
 
 impl Task for HttpRequest {
@@ -72,6 +80,9 @@ impl Task for HttpRequest {
             rules::check_header(name, value, None).map_err(|m| (format!("headers.{name}"), m))?;
         }
         check_timeout(p.timeout_ms)?;
+        if let Some(rule) = &p.success {
+            rule.check().map_err(|m| ("success".to_owned(), m))?;
+        }
         let size = p.body.as_ref().map_or(0, |b| serde_json::to_vec(b).map_or(usize::MAX, |b| b.len()));
         if size > MAX_BODY {
             return Err(("body".into(), format!("at most {MAX_BODY} bytes of JSON (this is {size})")));
@@ -106,7 +117,8 @@ async fn call(task: &HttpRequest, ctx: &TaskContext, p: RequestParams) -> Result
     let shown_body = p.body.as_ref().map(|b| shown_body(&body, || b.clone()));
     let shown = shown_request(p.method, &url, &headers, &dest, shown_body);
     let timeout = call_timeout(p.timeout_ms, &dest, &job);
-    let call =
-        Call { dest: &dest, method: p.method, url, headers, body: Bytes::from(body), shown, timeout, signing: None };
-    send(&task.allow, task.local.as_ref(), ctx, call).await
+    let success = p.success.as_ref().or(dest.success.as_ref());
+    let body = Bytes::from(body);
+    let call = Call { dest: &dest, method: p.method, url, headers, body, shown, timeout, signing: None, success };
+    send(&task.allow, task.local.as_ref(), &task.tokens, ctx, call).await
 }

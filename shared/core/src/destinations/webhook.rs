@@ -1,9 +1,10 @@
 //! `webhook.send`: one signed POST to a URL given at run time, which one of the destination's
 //! `url_patterns` must allow (`patterns`: checked at submit and again at every call), signed
 //! in the Standard Webhooks form with the destination's signing secret (`whsec_…`, written by
-//! the tenant, never returned). The call itself is `http.request`'s (`call::send`): the same
-//! address guard on every call (on every address the host resolves to), switches, rate slot,
-//! shadow mode, retry and ambiguity rules, and the same tenant-fault classification.
+//! the tenant, never returned), or in the destination's own HMAC scheme (`signature`). The
+//! call itself is `http.request`'s (`call::send`): the same address guard on every call (on
+//! every address the host resolves to), switches, rate slot, shadow mode, retry and ambiguity
+//! rules, success rule, minted token, and the same tenant-fault classification.
 //!
 //! What goes out: `{"type": <event_type>, "timestamp": <this attempt's time>, "data": <data>}`
 //! with `webhook-id` (`wh_<job id>`, the same on every attempt, so a receiver drops repeats),
@@ -25,6 +26,7 @@ use utoipa::ToSchema;
 use super::call::Method;
 use super::call::{self as http, Call, Signing};
 use super::local::LocalSecrets;
+use super::oauth::Tokens;
 use super::patterns;
 use crate::job::TaskError;
 use crate::outbound::AllowList;
@@ -32,11 +34,12 @@ use crate::task::{Admission, Named, Stored, Task, TaskContext};
 
 pub use super::call::{MAX_BODY, MAX_TIMEOUT_MS, RECORD_MARGIN_SECONDS};
 
-/// Sends webhooks; the same allow-list and local store as `http.request`.
+/// Sends webhooks; the same allow-list, local store and tokens as `http.request`.
 #[derive(Debug, Clone, Default)]
 pub struct WebhookSend {
     pub allow: AllowList,
     pub local: Option<Arc<LocalSecrets>>,
+    pub tokens: Tokens,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -71,7 +74,7 @@ fn event_type_ok(t: &str) -> bool {
 impl Task for WebhookSend {
     type Params = WebhookParams;
     const NAME: &'static str = "webhook.send";
-    const DESCRIPTION: &'static str = "One signed (Standard Webhooks) POST to a run-time URL that the destination's \
+    const DESCRIPTION: &'static str = "One signed (Standard Webhooks, or the destination's own HMAC scheme) POST to a run-time URL that the destination's \
          url_patterns allow; http.request's guard, switches, retry and ambiguity rules; up to 1 MiB of data.";
 
     fn check(p: &WebhookParams) -> Result<(), (String, String)> {
@@ -111,7 +114,10 @@ impl Task for WebhookSend {
         let headers: Vec<(String, String)> = http::relay_headers(&job, ctx, "relay-webhooks/1").into();
         // The record shows the body's size and digest: the body is held once, in the params.
         let mut shown = http::shown_request(Method::Post, &p.url, &headers, &dest, Some(http::digest(&body)));
-        shown["headers"]["webhook-id"] = json!(msg_id);
+        let id_header = dest.signature.as_ref().map_or(Some("webhook-id"), |s| s.id_header.as_deref());
+        if let Some(h) = id_header {
+            shown["headers"][h] = json!(msg_id);
+        }
         shown["event_type"] = json!(p.event_type);
         // The patterns may have changed since submit: the URL must still match one.
         if let Err(why) = patterns::check_url(&p.url, &dest.url_patterns, &self.allow) {
@@ -128,8 +134,9 @@ impl Task for WebhookSend {
             shown,
             timeout: http::call_timeout(p.timeout_ms, &dest, &job),
             signing: Some(Signing { msg_id, timestamp: now.timestamp() }),
+            success: dest.success.as_ref(),
         };
-        http::send(&self.allow, self.local.as_ref(), ctx, call).await
+        http::send(&self.allow, self.local.as_ref(), &self.tokens, ctx, call).await
     }
 }
 

@@ -8,6 +8,9 @@ use tokio_postgres::Row;
 use utoipa::ToSchema;
 
 use super::{GenericClient, StoreError};
+use crate::destinations::oauth::OAuth;
+use crate::destinations::signature::SignatureScheme;
+use crate::destinations::success::SuccessRule;
 use crate::job::TenantId;
 
 /// A destination as stored (the secret's value is never here, only when it was last set).
@@ -37,6 +40,17 @@ pub struct Destination {
     /// Why the switch was last changed, as the tenant said.
     pub writes_reason: Option<String>,
     pub writes_changed_at: Option<DateTime<Utc>>,
+    /// The OAuth 2.0 grant that mints the token sent in `auth_header` (`Bearer …`); null: the
+    /// auth secret is sent as it is.
+    pub oauth: Option<OAuth>,
+    /// When the grant's client secret was last written (`PUT /v1/destinations/{name}/client-secret`).
+    pub client_secret_set_at: Option<DateTime<Utc>>,
+    /// When the grant's refresh token was last written (`PUT /v1/destinations/{name}/refresh-token`).
+    pub refresh_token_set_at: Option<DateTime<Utc>>,
+    /// How `webhook.send` signs; null: the Standard Webhooks way.
+    pub signature: Option<SignatureScheme>,
+    /// Which answers succeed; null: any 2xx. A job's own `success` wins.
+    pub success: Option<SuccessRule>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -51,10 +65,24 @@ pub struct NewDestination<'a> {
     pub rate_per_second: f64,
     pub max_in_flight: i32,
     pub url_patterns: &'a [String],
+    pub oauth: Option<&'a OAuth>,
+    pub signature: Option<&'a SignatureScheme>,
+    pub success: Option<&'a SuccessRule>,
 }
 
 const COLUMNS: &str = "name, base_url, auth_header, secret_set_at, timeout_ms, rate_per_second, writes_enabled,
-    writes_reason, writes_changed_at, created_at, updated_at, url_patterns, signing_secret_set_at, max_in_flight";
+    writes_reason, writes_changed_at, created_at, updated_at, url_patterns, signing_secret_set_at, max_in_flight,
+    oauth, signature, success, client_secret_set_at, refresh_token_set_at";
+
+/// A JSON column as its type (the API checked it when it was written; what does not read as
+/// its type reads as none).
+fn json_of<T: serde::de::DeserializeOwned>(r: &Row, i: usize) -> Option<T> {
+    r.get::<_, Option<serde_json::Value>>(i).and_then(|v| serde_json::from_value(v).ok())
+}
+
+fn json_value<T: Serialize>(v: Option<&T>) -> Option<serde_json::Value> {
+    v.and_then(|v| serde_json::to_value(v).ok())
+}
 
 impl Destination {
     fn from_row(r: &Row) -> Self {
@@ -73,6 +101,11 @@ impl Destination {
             url_patterns: r.get(11),
             signing_secret_set_at: r.get(12),
             max_in_flight: r.get(13),
+            oauth: json_of(r, 14),
+            signature: json_of(r, 15),
+            success: json_of(r, 16),
+            client_secret_set_at: r.get(17),
+            refresh_token_set_at: r.get(18),
         }
     }
 }
@@ -81,11 +114,11 @@ impl Destination {
 pub async fn put(db: &impl GenericClient, tenant: TenantId, d: &NewDestination<'_>) -> Result<Destination, StoreError> {
     let sql = format!(
         "INSERT INTO http_destinations (tenant_id, name, base_url, auth_header, timeout_ms, rate_per_second, url_patterns,
-                                        max_in_flight)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                                        max_in_flight, oauth, signature, success)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
          ON CONFLICT (tenant_id, name) DO UPDATE
          SET base_url = $3, auth_header = $4, timeout_ms = $5, rate_per_second = $6, url_patterns = $7,
-             max_in_flight = $8, updated_at = now()
+             max_in_flight = $8, oauth = $9, signature = $10, success = $11, updated_at = now()
          RETURNING {COLUMNS}"
     );
     let row = db
@@ -100,6 +133,9 @@ pub async fn put(db: &impl GenericClient, tenant: TenantId, d: &NewDestination<'
                 &d.rate_per_second,
                 &d.url_patterns,
                 &d.max_in_flight,
+                &json_value(d.oauth),
+                &json_value(d.signature),
+                &json_value(d.success),
             ],
         )
         .await?;
@@ -143,9 +179,12 @@ pub async fn secret_written(
     name: &str,
     which: crate::destinations::Secret,
 ) -> Result<bool, StoreError> {
+    use crate::destinations::Secret;
     let column = match which {
-        crate::destinations::Secret::Auth => "secret_set_at",
-        crate::destinations::Secret::Signing => "signing_secret_set_at",
+        Secret::Auth => "secret_set_at",
+        Secret::Signing => "signing_secret_set_at",
+        Secret::ClientSecret => "client_secret_set_at",
+        Secret::RefreshToken => "refresh_token_set_at",
     };
     let sql =
         format!("UPDATE http_destinations SET {column} = now(), updated_at = now() WHERE tenant_id = $1 AND name = $2");

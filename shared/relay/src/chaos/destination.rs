@@ -52,6 +52,9 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
             rate_per_second: 1000.0,
             max_in_flight: 1000,
             url_patterns: &[],
+            oauth: None,
+            signature: None,
+            success: None,
         };
         destinations::put(&db, scratch.tenant.id, &d).await?;
     }

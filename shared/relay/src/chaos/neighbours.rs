@@ -64,6 +64,9 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
                 rate_per_second: 1000.0,
                 max_in_flight,
                 url_patterns: &[],
+                oauth: None,
+                signature: None,
+                success: None,
             };
             destinations::put(&db, tenant, &d).await?;
         }
