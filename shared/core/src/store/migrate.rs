@@ -50,6 +50,8 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     ),
     (31, "0031_destination_in_flight", include_str!("../../../../migrations/0031_destination_in_flight.sql")),
     (32, "0032_tenant_reputation", include_str!("../../../../migrations/0032_tenant_reputation.sql")),
+    (38, "0038_cutover_stages", include_str!("../../../../migrations/0038_cutover_stages.sql")),
+    (39, "0039_message_configuration_set", include_str!("../../../../migrations/0039_message_configuration_set.sql")),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's
