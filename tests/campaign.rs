@@ -41,7 +41,7 @@ fn progress(job: &Value) -> Option<(i64, i64)> {
     let p = &job["progress"];
     (p["kind"] == "count").then(|| {
         let n = |k: &str| p[k].as_i64().unwrap_or(0);
-        (n("total"), n("succeeded") + n("skipped") + n("failed") + n("cancelled"))
+        (n("total"), n("succeeded") + n("shadowed") + n("skipped") + n("failed") + n("cancelled"))
     })
 }
 
@@ -101,7 +101,11 @@ async fn ten_thousand_recipients_in_shadow_mode_complete_exactly_though_the_crea
         let _ = h.await;
     }
     assert_eq!(last["status"], "succeeded", "{}", last["last_error"]);
-    assert_eq!(last["result"], json!({"total": N, "succeeded": N, "skipped": 0, "failed": 0, "cancelled": 0}));
+    // Shadow mode: every child shadowed, none counted as sent.
+    assert_eq!(
+        last["result"],
+        json!({"total": N, "succeeded": 0, "shadowed": N, "skipped": 0, "failed": 0, "cancelled": 0})
+    );
 
     // Progress: the declared total from the start, never decreasing, never past the total.
     assert!(seen.len() > 3, "progress was observed while it ran");
@@ -192,7 +196,11 @@ async fn a_paged_campaign_is_held_until_its_last_page_arrives() {
     exec.run_dispatched(&kids).await.unwrap();
     w.platform.sweeper().pass().await.unwrap();
     let (_, j) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
-    assert_eq!(j["result"], json!({"total": 6, "succeeded": 6, "skipped": 0, "failed": 0, "cancelled": 0}), "{j}");
+    assert_eq!(
+        j["result"],
+        json!({"total": 6, "succeeded": 0, "shadowed": 6, "skipped": 0, "failed": 0, "cancelled": 0}),
+        "{j}"
+    );
 
     // Pages only for a paged campaign of the caller's.
     let (_, other_key) = w.other_tenant("globex").await;
@@ -395,7 +403,8 @@ async fn a_campaign_with_some_failed_children_says_how_many_and_why() {
     let error = j["last_error"].as_str().unwrap_or_default();
     assert!(error.starts_with("4 of 10 children failed; 4 with: "), "{error}");
     assert!(error.contains("undefined"), "{error}");
-    assert_eq!((j["progress"]["succeeded"].as_i64(), j["progress"]["failed"].as_i64()), (Some(6), Some(4)), "{j}");
+    assert_eq!((j["progress"]["shadowed"].as_i64(), j["progress"]["failed"].as_i64()), (Some(6), Some(4)), "{j}");
+    assert_eq!(j["progress"]["succeeded"], 0, "shadowed, not sent: {j}");
     // The template data is the tenant's: its fault, counted, no operator exception.
     assert_eq!(j["fault"], "tenant", "{j}");
     assert_eq!(w.count("SELECT count(*) FROM tenant_faults WHERE kind = 'children_failed'", &[]).await, 1);
@@ -441,10 +450,15 @@ async fn a_campaign_with_suppressed_recipients_succeeds_and_counts_them_skipped(
     }
     assert_eq!(j["status"], "succeeded", "{j}");
     let s = suppressed.len();
-    assert_eq!(j["result"], json!({"total": N, "succeeded": N - s, "skipped": s, "failed": 0, "cancelled": 0}), "{j}");
+    assert_eq!(
+        j["result"],
+        json!({"total": N, "succeeded": 0, "shadowed": N - s, "skipped": s, "failed": 0, "cancelled": 0}),
+        "{j}"
+    );
     assert_eq!(
         j["progress"],
-        json!({"kind": "count", "total": N, "succeeded": N - s, "skipped": s, "failed": 0, "cancelled": 0, "pending": 0})
+        json!({"kind": "count", "total": N, "succeeded": 0, "shadowed": N - s, "skipped": s, "failed": 0,
+               "cancelled": 0, "pending": 0})
     );
     assert_eq!(w.count("SELECT count(*) FROM exceptions", &[]).await, 0, "a skip is no one's to fix");
     // Each skipped child says why; its message is `skipped`, never sent, never previewed.

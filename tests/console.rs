@@ -58,9 +58,17 @@ async fn older_minor_versions_with_missing_and_unknown_fields_are_shown() {
         "last_http_status": 200, "last_call_at": "2026-11-30T10:00:00Z"}],
         "send_rates": [{"scope": "account", "key": "default", "effective_rate": 7, "configured_rate": null,
         "provider_rate": 14, "factor": 0.5, "throttles": 3, "last_throttle_at": "2026-11-30T10:00:00Z",
-        "max_24h": 50000, "quota_left": 1200}],"#;
+        "max_24h": 50000, "quota_left": 1200}],
+        "reputation": [{"scope": "tenant", "key": "acme", "state": "paused", "state_reason": "paused: 48 permanent bounces",
+        "window_hours": 24, "sends": 1000, "permanent_bounces": 48, "complaints": 0, "bounce_rate": 0.048,
+        "complaint_rate": 0, "judged": true}, {"scope": "configuration_set", "key": "relay-events", "state": null,
+        "window_hours": 24, "sends": 10, "permanent_bounces": 0, "complaints": 1, "bounce_rate": 0, "complaint_rate": 0.1,
+        "judged": false}],
+        "cutovers": [{"tenant": "acme", "task_type": "email.campaign", "stage": "shadow", "share": 0.1,
+        "started_at": "2026-11-30T10:00:00Z", "halted_at": "2026-11-30T10:00:00Z", "halted_reason": "7 permanent bounces"},
+        {"tenant": "globex", "task_type": "email.send", "stage": "share", "share": 0.25, "started_at": "2026-11-30T10:00:00Z"}],"#;
     let newer = FIXTURE
-        .replace("\"1.0\"", "\"1.5\"")
+        .replace("\"1.0\"", "\"1.6\"")
         .replace("\"project\"", &format!("\"added_in_1_5\": {{\"x\": 1}}, {exceptions} \"project\""))
         .replace("\"open_exceptions\":", "\"dead_letters_24h\": 3, \"open_exceptions\":")
         .replace("\"project\"", "\"completions\": {\"open\": 4, \"overdue\": 1}, \"project\"");
@@ -75,7 +83,7 @@ async fn older_minor_versions_with_missing_and_unknown_fields_are_shown() {
     assert!(states.iter().all(|s| s.reachable()), "{states:?}");
     let (doc, _) = states[0].last_good.as_ref().unwrap();
     assert_eq!((doc.version.as_str(), doc.queues[0].depth, doc.activity.is_none()), ("1.0", 7, true));
-    assert_eq!(states[1].last_good.as_ref().unwrap().0.version, "1.5");
+    assert_eq!(states[1].last_good.as_ref().unwrap().0.version, "1.6");
 
     let html = page(&console).await;
     assert!(html.contains(r#"data-project="billing" data-state="ok""#));
@@ -100,6 +108,18 @@ async fn older_minor_versions_with_missing_and_unknown_fields_are_shown() {
         ) && html.contains("<td>1200 of 50000 left</td>"),
         "send rates are listed with what makes them and their throttles (1.5): {}",
         html.split("Email send rates").nth(1).unwrap_or("none").chars().take(700).collect::<String>()
+    );
+    assert!(
+        html.contains(r#"<td>tenant</td><td>acme</td><td class="warn">paused</td><td>48 (4.80 %)</td>"#)
+            && html.contains("<td>configuration_set</td><td>relay-events</td><td>—</td>")
+            && html.contains("10 in 24 h, too few to judge"),
+        "reputation per tenant (its guard) and per configuration set (1.6)"
+    );
+    assert!(
+        html.contains(r#"<td class="warn">shadow</td><td class="warn">halted back to shadow"#)
+            && html.contains("7 permanent bounces")
+            && html.contains("<td>share: 25.0 % of recipients live</td>"),
+        "cut-over stages, a halted one saying why (1.6)"
     );
     assert!(
         html.contains(r#"<div class="dead-letters warn">3 dead letters in 24 h</div>"#),

@@ -17,6 +17,7 @@ mod completions;
 mod conformance;
 mod console;
 mod credentials;
+mod cutover;
 mod dbconn;
 mod dependencies;
 mod deploy;

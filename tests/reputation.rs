@@ -315,10 +315,85 @@ async fn a_complaint_over_the_warning_level_tells_the_tenant_and_the_operator_an
         .count("SELECT count(*) FROM admin_actions WHERE action = 'reputation.warning' AND actor = 'system'", &[])
         .await;
     assert_eq!(seen, 1, "the operator sees the warning");
+    // The status contract shows the tenant's guard, and each configuration set's rates.
+    w.db()
+        .await
+        .execute("UPDATE messages SET configuration_set = 'relay-events' WHERE tenant_id = $1", &[&w.tenant.id])
+        .await
+        .unwrap();
+    let (_, key) = taskdeck::store::status_keys::create(&w.db().await, "console").await.unwrap();
+    let (_, doc) = w.call_as(&key, Method::GET, "/v1/status", None, None).await;
+    crate::status::assert_valid(&doc);
+    let rep = doc["reputation"].as_array().unwrap();
+    let tenant = rep.iter().find(|r| r["scope"] == "tenant" && r["key"] == "acme").expect("the tenant's row");
+    assert_eq!((tenant["state"].as_str(), tenant["complaints"].as_i64()), (Some("warning"), Some(1)), "{doc}");
+    let set = rep.iter().find(|r| r["scope"] == "configuration_set").expect("the set's row");
+    assert_eq!(
+        (set["key"].as_str(), set["sends"].as_i64(), set["complaints"].as_i64(), set["state"].is_null()),
+        (Some("relay-events"), Some(3), Some(1), true),
+        "{doc}"
+    );
     // A warning holds nothing.
     let id = crate::email::submit(&w, "c-2", json!({"task_type": "email.send", "params": {
         "from": format!("noreply@{}", crate::email::DOMAIN), "to": ["d@example.com"], "subject": "after", "text": "x"}}))
     .await;
     exec.run_dispatched(&[id]).await.unwrap();
     assert_eq!(crate::email::message_of(&w, id).await["status"], "sent");
+}
+
+/// SES tenants (`write:ses_tenants`): each send names its Relay tenant's SES tenant
+/// (`TenantName`); when SES pauses that tenant, the send is held (not retried blindly, not
+/// failed): the tenant's guard pauses (audited, the tenant told) until an operator resumes.
+/// moto has no SES tenants: the SES stand-in records each send's `TenantName` and answers a send
+/// naming a paused tenant with `SendingPausedException`, as SES does.
+#[tokio::test]
+async fn with_ses_tenants_sends_name_the_tenant_and_an_ses_pause_holds_them() {
+    let w = World::new().await;
+    go_live(&w).await;
+    crate::email::sender(&w).await;
+    let ses = ses_standin::start(moto::endpoint(), Faults::default(), 1).expect("the SES stand-in");
+    let exec = executor(&w, &ses.url, roles());
+    let send = |key: &str, subject: &str| {
+        let body = json!({"task_type": "email.send", "params": {
+            "from": format!("noreply@{}", crate::email::DOMAIN), "to": ["t@example.com"], "subject": subject, "text": "x"}});
+        let (w, key) = (&w, key.to_owned());
+        async move { crate::email::submit(w, &key, body).await }
+    };
+    // Off (the default): no TenantName.
+    let id = send("t-0", "no tenant").await;
+    exec.run_dispatched(&[id]).await.unwrap();
+    assert_eq!(ses.counts.tenants.lock().unwrap().clone(), [""], "off: sends name no SES tenant");
+
+    taskdeck::store::modes::set(&mut w.db().await, "write:ses_tenants", true, "ops", Some("SES tenants"))
+        .await
+        .unwrap();
+    let id = send("t-1", "named").await;
+    exec.run_dispatched(&[id]).await.unwrap();
+    let name = taskdeck::email::ses::tenant_name(w.tenant.id);
+    assert_eq!(ses.counts.tenants.lock().unwrap().last(), Some(&name), "on: the send names the tenant's SES tenant");
+
+    // SES pauses the tenant: the next send is held, its message back to throttled, nothing failed.
+    ses.counts.paused_tenants.lock().unwrap().insert(name.clone());
+    let held = send("t-2", "held").await;
+    exec.run_dispatched(&[held]).await.unwrap();
+    let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{held}"), None, None).await;
+    assert_eq!(
+        (job["status"].as_str(), job["waiting_reason"].as_str()),
+        (Some("pending"), Some("reputation_paused")),
+        "{job}"
+    );
+    assert_eq!(w.count("SELECT count(*) FROM jobs WHERE status = 'failed'", &[]).await, 0, "held, not failed");
+    assert_eq!(crate::email::message_of(&w, held).await["status"], "throttled");
+    let (_, mine) = w.call(Method::GET, "/v1/reputation", None, None).await;
+    assert_eq!(mine["state"], "paused", "{mine}");
+    assert!(mine["state_reason"].as_str().unwrap_or_default().contains("SES paused"), "{mine}");
+    let audited = w.count("SELECT count(*) FROM admin_actions WHERE action = 'reputation.paused'", &[]).await;
+    assert_eq!(audited, 1);
+    // Another send of the tenant is held by Relay's own guard now, never reaching SES.
+    let passed = ses.counts.tenants.lock().unwrap().len();
+    let next = send("t-3", "held too").await;
+    exec.run_dispatched(&[next]).await.unwrap();
+    let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{next}"), None, None).await;
+    assert_eq!(job["waiting_reason"], "reputation_paused", "{job}");
+    assert_eq!(ses.counts.tenants.lock().unwrap().len(), passed, "nothing reached SES");
 }

@@ -143,7 +143,14 @@ async fn status_queries_count_live_work_failures_runs_and_children() {
     assert_eq!(counts.len(), 1);
     assert_eq!(
         counts[&pid],
-        taskdeck::store::progress::ChildCounts { total: 3, succeeded: 1, skipped: 0, failed: 1, cancelled: 0 }
+        taskdeck::store::progress::ChildCounts {
+            total: 3,
+            succeeded: 1,
+            shadowed: 0,
+            skipped: 0,
+            failed: 1,
+            cancelled: 0
+        }
     );
 }
 
@@ -176,7 +183,7 @@ async fn the_served_status_validates_against_its_schema_and_needs_a_status_key()
     let (s, doc) = w.call_as(&key, Method::GET, "/v1/status", None, None).await;
     assert_eq!(s, StatusCode::OK, "{doc}");
     assert_valid(&doc);
-    assert_eq!((doc["contract"].as_str(), doc["version"].as_str()), (Some("relay.status/v1"), Some("1.5")));
+    assert_eq!((doc["contract"].as_str(), doc["version"].as_str()), (Some("relay.status/v1"), Some("1.6")));
     assert_eq!(doc["project"], "relay");
     assert_eq!(doc["workers"][0]["kind"], "worker");
     let schedules = doc["schedules"].as_array().unwrap();
@@ -193,8 +200,8 @@ async fn the_served_status_validates_against_its_schema_and_needs_a_status_key()
     let parent = doc["recent_runs"].as_array().unwrap().iter().find(|r| r["id"] == pid.to_string()).unwrap();
     assert_eq!(
         parent["progress"],
-        json!({"kind": "count", "total": 3, "succeeded": 1, "failed": 1, "cancelled": 0,
-        "pending": 1, "done": 2, "fraction": 2.0 / 3.0})
+        json!({"kind": "count", "total": 3, "succeeded": 1, "shadowed": 0, "skipped": 0, "failed": 1,
+        "cancelled": 0, "pending": 1, "done": 2, "fraction": 2.0 / 3.0})
     );
     assert_eq!(parent["status"], "waiting");
     assert!(parent.get("params").is_none() && parent.get("result").is_none(), "client data stays out");

@@ -443,6 +443,7 @@ async fn every_message_is_of_its_jobs_tenant_on_both_insert_paths_and_another_te
         recipients: json!({"to": ["b@example.com"]}),
         subject: "s".into(),
         preview: None,
+        configuration_set: None,
     };
     jobs::insert_many(&db, w.tenant.id, &[new_job("m1"), new_job("m2")], None).await.unwrap();
     let claim = jobs::claim_due(&db, 2, 30.0).await.unwrap();

@@ -65,6 +65,10 @@ pub struct DataView {
     pub destinations: Vec<DestinationView>,
     /// The rates email is sent at, when the project reports them (1.5).
     pub send_rates: Vec<SendRateView>,
+    /// Tenants' and configuration sets' sending reputation, when reported (1.6).
+    pub reputation: Vec<ReputationView>,
+    /// Email cut-over stages, when reported (1.6).
+    pub cutovers: Vec<CutoverView>,
     pub schedules: Vec<ScheduleView>,
     pub runs: Vec<RunView>,
     pub chart: Option<ChartView>,
@@ -103,6 +107,31 @@ pub struct SendRateView {
     pub throttles: i64,
     pub last_throttle: String,
     pub quota: String,
+}
+
+/// A tenant's (or configuration set's) reputation: its guard's state and rolling rates.
+#[derive(Debug, Serialize)]
+pub struct ReputationView {
+    pub scope: String,
+    pub key: String,
+    /// ok, warning, paused; — for a configuration set.
+    pub state: String,
+    /// warning or paused: shown as such.
+    pub alarm: bool,
+    pub bounces: String,
+    pub complaints: String,
+    pub sends: String,
+    pub why: String,
+}
+
+/// A cut-over stage; `halted` when it went back to shadow by itself, saying why.
+#[derive(Debug, Serialize)]
+pub struct CutoverView {
+    pub tenant: String,
+    pub task_type: String,
+    pub stage: String,
+    pub halted: bool,
+    pub note: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -345,6 +374,8 @@ fn data(doc: &StatusDoc, at: DateTime<Utc>, now: DateTime<Utc>) -> DataView {
             })
             .collect(),
         send_rates: doc.send_rates.iter().flatten().map(|r| send_rate(r, now)).collect(),
+        reputation: doc.reputation.iter().flatten().map(reputation).collect(),
+        cutovers: doc.cutovers.iter().flatten().map(|c| cutover(c, now)).collect(),
         schedules: doc
             .schedules
             .iter()
@@ -382,6 +413,38 @@ fn send_rate(r: &relay_status::SendRateStatus, now: DateTime<Utc>) -> SendRateVi
     }
 }
 
+fn reputation(r: &relay_status::ReputationStatus) -> ReputationView {
+    let state = r.state.clone().unwrap_or_else(|| "—".into());
+    ReputationView {
+        scope: r.scope.clone(),
+        key: r.key.clone(),
+        alarm: state == "warning" || state == "paused",
+        state,
+        bounces: format!("{} ({:.2} %)", r.permanent_bounces, r.bounce_rate * 100.0),
+        complaints: format!("{} ({:.3} %)", r.complaints, r.complaint_rate * 100.0),
+        sends: format!("{} in {} h{}", r.sends, r.window_hours, if r.judged { "" } else { ", too few to judge" }),
+        why: r.state_reason.clone().unwrap_or_default(),
+    }
+}
+
+fn cutover(c: &relay_status::CutoverStatus, now: DateTime<Utc>) -> CutoverView {
+    let stage = match c.stage.as_str() {
+        "share" => format!("share: {:.1} % of recipients live", c.share * 100.0),
+        other => other.to_owned(),
+    };
+    let note = match (&c.halted_reason, c.halted_at) {
+        (Some(why), at) => format!("halted back to shadow {}: {why}", since(now, at)),
+        (None, _) => format!("since {}", since(now, c.started_at)),
+    };
+    CutoverView {
+        tenant: c.tenant.clone(),
+        task_type: c.task_type.clone(),
+        stage,
+        halted: c.halted_reason.is_some(),
+        note,
+    }
+}
+
 fn run(r: &Run, now: DateTime<Utc>) -> RunView {
     let failed_children = r.progress.as_ref().and_then(|p| p.failed).filter(|f| *f > 0);
     let mut failed_percent = None;
@@ -393,8 +456,14 @@ fn run(r: &Run, now: DateTime<Utc>) -> RunView {
             // The bar: children that ended well, then those that failed (red), of the total.
             let bad = if total > 0 { failed as f64 / total as f64 } else { 0.0 };
             failed_percent = failed_children.map(|_| (bad * 100.0).clamp(0.0, 100.0));
+            // Apart, so a shadowed campaign never reads as sent (1.6; older documents lack them).
+            let apart: String =
+                [("sent", p.shadowed.and(p.succeeded)), ("shadowed", p.shadowed), ("skipped", p.skipped)]
+                    .into_iter()
+                    .filter_map(|(what, n)| n.filter(|n| *n > 0).map(|n| format!(", {n} {what}")))
+                    .collect();
             let failed_text = failed_children.map(|f| format!(", {f} failed")).unwrap_or_default();
-            (Some(((pct - bad) * 100.0).clamp(0.0, 100.0)), format!("{done} of {total}{failed_text}"))
+            (Some(((pct - bad) * 100.0).clamp(0.0, 100.0)), format!("{done} of {total}{apart}{failed_text}"))
         }
         Some(p) if p.kind == "elapsed" => {
             let stuck = if p.stuck == Some(true) {

@@ -25,9 +25,11 @@ pub const MIN_BASELINE_RUNS: i32 = 5;
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Progress {
     /// A fan-out parent. `pending` = `total` minus the children in a terminal state (children
-    /// not yet created, waiting or running). `skipped`: children that succeeded without doing
-    /// their work, on purpose (an email to a suppressed recipient); not in `succeeded`.
-    Count { total: i64, succeeded: i64, skipped: i64, failed: i64, cancelled: i64, pending: i64 },
+    /// not yet created, waiting or running). `succeeded`: children that did their work (an
+    /// email sent). `shadowed`: children that ran in shadow mode, recording what they would
+    /// have done (an email not sent). `skipped`: children that succeeded without doing their
+    /// work, on purpose (an email to a suppressed recipient). The three never overlap.
+    Count { total: i64, succeeded: i64, shadowed: i64, skipped: i64, failed: i64, cancelled: i64, pending: i64 },
     /// A single unit running for `elapsed_s`. The baseline fields are null until its task type
     /// has finished runs.
     Elapsed {
@@ -72,6 +74,7 @@ pub fn count(declared: Option<i32>, c: ChildCounts) -> Progress {
     Progress::Count {
         total,
         succeeded: c.succeeded,
+        shadowed: c.shadowed,
         skipped: c.skipped,
         failed: c.failed,
         cancelled: c.cancelled,
@@ -143,13 +146,15 @@ impl From<&Progress> for relay_status::Progress {
     fn from(p: &Progress) -> Self {
         use Progress as P;
         match *p {
-            // The contract has no `skipped`: skipped children count in `done`.
-            P::Count { total, succeeded, failed, cancelled, pending, .. } => {
+            // Shadowed and skipped children count in `done` too (1.0 readers know no others).
+            P::Count { total, succeeded, shadowed, skipped, failed, cancelled, pending } => {
                 let done = total - pending;
                 relay_status::Progress {
                     kind: "count".into(),
                     total: Some(total),
                     succeeded: Some(succeeded),
+                    shadowed: Some(shadowed),
+                    skipped: Some(skipped),
                     failed: Some(failed),
                     cancelled: Some(cancelled),
                     pending: Some(pending),
@@ -179,20 +184,23 @@ mod tests {
 
     #[test]
     fn a_count_uses_the_declared_total_and_only_terminal_children() {
-        let c = ChildCounts { total: 4, succeeded: 1, skipped: 1, failed: 1, cancelled: 0 };
+        let c = ChildCounts { total: 5, succeeded: 1, shadowed: 1, skipped: 1, failed: 1, cancelled: 0 };
         assert_eq!(
             count(Some(10), c),
-            Progress::Count { total: 10, succeeded: 1, skipped: 1, failed: 1, cancelled: 0, pending: 7 }
+            Progress::Count { total: 10, succeeded: 1, shadowed: 1, skipped: 1, failed: 1, cancelled: 0, pending: 6 }
         );
         // More children than declared: the total is never below what exists.
         assert_eq!(
             count(Some(2), c),
-            Progress::Count { total: 4, succeeded: 1, skipped: 1, failed: 1, cancelled: 0, pending: 1 }
+            Progress::Count { total: 5, succeeded: 1, shadowed: 1, skipped: 1, failed: 1, cancelled: 0, pending: 1 }
         );
         assert_eq!(
             count(None, ChildCounts::default()),
-            Progress::Count { total: 0, succeeded: 0, skipped: 0, failed: 0, cancelled: 0, pending: 0 }
+            Progress::Count { total: 0, succeeded: 0, shadowed: 0, skipped: 0, failed: 0, cancelled: 0, pending: 0 }
         );
+        // The contract keeps each apart, and `done` counts them all.
+        let flat = relay_status::Progress::from(&count(Some(10), c));
+        assert_eq!((flat.succeeded, flat.shadowed, flat.skipped, flat.done), (Some(1), Some(1), Some(1), Some(4)));
     }
 
     #[test]

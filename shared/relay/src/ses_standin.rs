@@ -2,7 +2,9 @@
 //! or rejected (never reaching moto), or taken by moto and then answered with a 500, cut off
 //! mid-answer, or held past the client's time limit; or, like SES past an account's maximum
 //! send rate, throttled when `max_per_second` sends already passed in the last second.
-//! Answers `GetAccount` (which moto lacks) with `account`'s quota. Every other request (STS)
+//! Answers `GetAccount` (which moto lacks) with `account`'s quota, and stands in for SES tenant
+//! management (which moto lacks): records each send's `TenantName` and answers a send naming a
+//! paused tenant (`Counts::paused_tenants`) with `SendingPausedException`. Every other request (STS)
 //! passes through. Counts what it did, and when each send passed (with its subject), so a
 //! caller can check Relay's records against the truth. Used by the tests and `relay bench`
 //! (its `pace` section); nothing here runs in production.
@@ -51,6 +53,11 @@ pub struct Counts {
     pub hung_after: AtomicU64,
     /// When each send passed, and its subject.
     pub passed_at: std::sync::Mutex<Vec<(std::time::Instant, String)>>,
+    /// The `TenantName` each passed send named (SES tenant management), in order; none: "".
+    pub tenants: std::sync::Mutex<Vec<String>>,
+    /// SES tenants paused now, as SES pauses one: a send naming one is answered
+    /// `SendingPausedException` (moto has no tenants: this stands in for SES's own pause).
+    pub paused_tenants: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Counts {
@@ -135,9 +142,12 @@ async fn handle(State(p): State<Proxy>, req: Request) -> Response {
         r.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
         return r;
     }
-    let (req, subject) = if is_send { with_subject(req).await } else { (req, String::new()) };
+    let (req, subject, tenant) = if is_send { with_subject(req).await } else { (req, String::new(), String::new()) };
     let mut fault = if is_send { p.choose().await } else { Fault::Pass };
     let c = &p.counts;
+    if is_send && c.paused_tenants.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(&tenant) {
+        return error(StatusCode::BAD_REQUEST, "SendingPausedException", "Sending is paused for this tenant.");
+    }
     if is_send && let Some(max) = p.faults.max_per_second {
         // Take a place in the last second's sends, or be throttled.
         let now = came;
@@ -190,14 +200,16 @@ async fn handle(State(p): State<Proxy>, req: Request) -> Response {
         _ => {
             if is_send {
                 c.passed.fetch_add(1, Ordering::SeqCst);
+                c.tenants.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(tenant);
             }
             answer
         }
     }
 }
 
-/// The request, whole again, and its subject (SES v2 `SendEmail`'s raw MIME content).
-async fn with_subject(req: Request) -> (Request, String) {
+/// The request, whole again, its subject (SES v2 `SendEmail`'s raw MIME content) and the SES
+/// tenant it names (`TenantName`, "" when none).
+async fn with_subject(req: Request) -> (Request, String, String) {
     use base64::Engine as _;
     let (parts, body) = req.into_parts();
     let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
@@ -205,7 +217,8 @@ async fn with_subject(req: Request) -> (Request, String) {
     let raw = v["Content"]["Raw"]["Data"].as_str().unwrap_or_default();
     let raw = base64::engine::general_purpose::STANDARD.decode(raw).unwrap_or_default();
     let subject = header(&String::from_utf8_lossy(&raw), "Subject").unwrap_or_default();
-    (Request::from_parts(parts, Body::from(bytes)), subject)
+    let tenant = v["TenantName"].as_str().unwrap_or_default().to_owned();
+    (Request::from_parts(parts, Body::from(bytes)), subject, tenant)
 }
 
 /// A top-level header of a MIME message, unfolded (ASCII values; the tests' subjects are).

@@ -14,8 +14,11 @@ pub const CONTRACT: &str = "relay.status/v1";
 /// progress's baseline (`baseline_p50_s`, `baseline_p95_s`, `runs_in_baseline`, `stuck`);
 /// 1.2 the newest open exceptions (`exceptions`, optional); 1.3 `failures.dead_letters_24h`;
 /// 1.4 the HTTP destinations (`destinations`) and waits for outside parties' completions
-/// (`completions`), both optional; 1.5 the email send rates (`send_rates`, optional).
-pub const VERSION: &str = "1.5";
+/// (`completions`), both optional; 1.5 the email send rates (`send_rates`, optional); 1.6 the
+/// count progress's `shadowed` and `skipped` (apart from `succeeded`, which counts only
+/// children that did their work), tenants' and configuration sets' sending reputation
+/// (`reputation`) and email cut-over stages (`cutovers`), both optional.
+pub const VERSION: &str = "1.6";
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -45,6 +48,51 @@ pub struct StatusDoc {
     /// from 1.5).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub send_rates: Option<Vec<SendRateStatus>>,
+    /// Sending reputation: each tenant's guard and rolling rates, and each configuration set's
+    /// rates (optional; from 1.6).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reputation: Option<Vec<ReputationStatus>>,
+    /// Email cut-over stages per tenant and task type, halted ones saying why (optional; from 1.6).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cutovers: Option<Vec<CutoverStatus>>,
+}
+
+/// A tenant's (or a configuration set's) sending reputation over its rolling window.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReputationStatus {
+    /// `tenant` or `configuration_set`.
+    pub scope: String,
+    /// The tenant's name, or the configuration set's.
+    pub key: String,
+    /// A tenant's guard: `ok`, `warning` or `paused` (null for a configuration set).
+    pub state: Option<String>,
+    pub state_reason: Option<String>,
+    pub state_since: Option<DateTime<Utc>>,
+    pub window_hours: i32,
+    pub sends: i64,
+    pub permanent_bounces: i64,
+    pub complaints: i64,
+    pub bounce_rate: f64,
+    pub complaint_rate: f64,
+    /// Enough sends in the window for the rates to be judged.
+    pub judged: bool,
+}
+
+/// A tenant's email cut-over stage for one task type.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CutoverStatus {
+    pub tenant: String,
+    pub task_type: String,
+    /// `shadow`, `share` or `live`.
+    pub stage: String,
+    /// The fraction of recipients live in `share`.
+    pub share: f64,
+    pub started_at: Option<DateTime<Utc>>,
+    /// Set when the stage halted itself back to `shadow`, with why.
+    pub halted_at: Option<DateTime<Utc>>,
+    pub halted_reason: Option<String>,
 }
 
 /// A rate email is sent at: what holds now, what it is made of, throttles, the quota.
@@ -184,8 +232,17 @@ pub struct Run {
 #[serde(default)]
 pub struct Progress {
     pub kind: String,
+    /// `count`: children that did their work (an email sent); from 1.6 without the shadowed
+    /// ones, which 1.1 to 1.5 counted in it (a shadowed campaign read as sent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub succeeded: Option<i64>,
+    /// `count` (1.6): children that ran in shadow mode (an email recorded, not sent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shadowed: Option<i64>,
+    /// `count` (1.6): children that ended on purpose without their work (an email to a
+    /// suppressed recipient).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cancelled: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -6,6 +6,7 @@ pub mod callbacks;
 pub mod completions;
 pub mod constraints;
 pub mod cursor;
+pub mod cutover;
 pub mod destinations;
 pub mod email;
 pub mod error;
@@ -96,6 +97,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/templates", get(email::list_templates))
         .route("/v1/templates/{name}", get(email::get_template).put(email::put_template).delete(email::delete_template))
         .route("/v1/limits", get(limits::own))
+        .route("/v1/cutover", get(cutover::own))
+        .route("/v1/admin/tenants/{tenant_id}/cutover", get(cutover::list))
+        .route("/v1/admin/tenants/{tenant_id}/cutover/{task_type}", put(cutover::put))
         .route("/v1/reputation", get(reputation::own))
         .route("/v1/admin/tenants/{tenant_id}/reputation", get(reputation::get).put(reputation::put))
         .route("/v1/admin/tenants/{tenant_id}/reputation/resume", post(reputation::resume))

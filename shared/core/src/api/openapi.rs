@@ -9,7 +9,8 @@ use utoipa::{Modify, OpenApi};
 
 use super::constraints::NO_NUL;
 use super::{
-    admin, callbacks, completions, destinations, email, jobs, limits, reputation, schedules, send_rates, status,
+    admin, callbacks, completions, cutover, destinations, email, jobs, limits, reputation, schedules, send_rates,
+    status,
 };
 
 #[derive(OpenApi)]
@@ -38,6 +39,7 @@ use super::{
         destinations::put_writes, destinations::calls,
         limits::own, limits::get, limits::put,
         reputation::own, reputation::get, reputation::put, reputation::resume,
+        cutover::own, cutover::list, cutover::put,
         status::status, healthz, openapi_json,
     ),
     components(schemas(admin::ExceptionStatus)),

@@ -55,6 +55,8 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
     let (waits_open, waits_overdue) = crate::store::completions::count_open(&db).await?;
     let send_rates = crate::store::send_rates::list(&db).await?;
     let activity = queries::activity(&db, ACTIVITY_BUCKETS, ACTIVITY_BUCKET_SECS, ACTIVITY_CAP).await?;
+    let reputation = reputation(&db).await?;
+    let cutovers = cutovers(&db).await?;
 
     // Every task type in the catalogue has a queue (depth 0 when idle), plus any live type
     // the catalogue no longer knows.
@@ -124,7 +126,47 @@ pub async fn status(State(state): State<AppState>, StatusReader(_): StatusReader
         destinations: Some(destinations),
         completions: Some(status::Completions { open: waits_open, overdue: waits_overdue }),
         send_rates: Some(send_rates.iter().map(|r| send_rate(r, now)).collect()),
+        reputation: Some(reputation),
+        cutovers: Some(cutovers),
     }))
+}
+
+/// Tenants and configuration sets listed in `reputation`, at most this many of each.
+pub const MAX_REPUTATIONS: i64 = 100;
+
+/// Each watched tenant's guard and rolling rates, then each configuration set's rates over
+/// the default window (`email::reputation`).
+async fn reputation(db: &impl crate::store::GenericClient) -> Result<Vec<status::ReputationStatus>, StoreError> {
+    use crate::email::reputation as guard;
+    use crate::store::reputation as store;
+    let mut out = Vec::new();
+    for (tenant, name) in store::watched(db, MAX_REPUTATIONS).await? {
+        let g = store::get(db, tenant).await?.unwrap_or_else(guard::defaults);
+        let c = store::counts(db, tenant, g.window_hours).await?;
+        out.push(guard::tenant_status(&name, &g, &c));
+    }
+    for (set, c) in store::by_configuration_set(db, guard::WINDOW_HOURS, MAX_REPUTATIONS).await? {
+        out.push(guard::set_status(&set, guard::WINDOW_HOURS, &c));
+    }
+    Ok(out)
+}
+
+/// Every tenant's cut-over stages, named by tenant.
+async fn cutovers(db: &impl crate::store::GenericClient) -> Result<Vec<status::CutoverStatus>, StoreError> {
+    let mut out = Vec::new();
+    for s in crate::store::cutover::list(db, None, MAX_REPUTATIONS).await? {
+        let name = crate::store::tenants::by_id(db, s.tenant_id).await?.map(|t| t.name);
+        out.push(status::CutoverStatus {
+            tenant: name.unwrap_or_else(|| s.tenant_id.to_string()),
+            task_type: s.task_type,
+            stage: s.stage,
+            share: s.share,
+            started_at: Some(s.started_at),
+            halted_at: s.halted_at,
+            halted_reason: s.halted_reason,
+        });
+    }
+    Ok(out)
 }
 
 /// A send rate as the contract shows it (`email::pace` decides what holds).

@@ -16,6 +16,7 @@
 
 pub mod campaign;
 pub mod content;
+pub mod cutover;
 pub mod departure;
 pub mod encoded_words;
 pub mod events;
@@ -86,7 +87,12 @@ pub const SKIPPED_SUPPRESSED: &str = "suppressed";
 /// What the SES request would carry (`ses::send`), kept on a shadowed message.
 fn preview(p: &SendParams, body: &content::Rendered, message_id: Uuid, ctx: &TaskContext) -> Preview {
     let (message_id, job_id) = (message_id.to_string(), ctx.job_id.to_string());
-    let id = ses::Identity { message_id: &message_id, job_id: &job_id, correlation_id: &ctx.correlation_id };
+    let id = ses::Identity {
+        message_id: &message_id,
+        job_id: &job_id,
+        correlation_id: &ctx.correlation_id,
+        ses_tenant: None,
+    };
     Preview {
         from: p.from.clone(),
         to: p.to.clone(),
@@ -141,12 +147,14 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
             None => Ok(None),
         }
     };
-    let (template, allowed, listed, own_role, guard) = tokio::try_join!(
+    let stage_of = cutover::task_type_of(p.message_key.as_deref());
+    let (template, allowed, listed, own_role, guard, stage) = tokio::try_join!(
         template,
         sending_identities::allows(&db, tenant, &from),
         suppressions::matching(&db, tenant, &recipients),
         sending_identities::role(&db, tenant),
         crate::store::reputation::get(&db, tenant),
+        crate::store::cutover::get(&db, tenant, stage_of),
     )
     .map_err(TaskError::retryable)?;
     // The template and its data are the tenant's: a failure to render them is its own.
@@ -161,7 +169,9 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
             (Status::Skipped, format!("suppressed recipients: {}", who.join(", ")))
         })
     };
-    let live = unsent.is_none() && ctx.modes.writes_enabled(INTEGRATION);
+    // The tenant's cut-over stage for this kind of send narrows what the global modes allow.
+    let staged = cutover::shadows(stage.as_ref(), recipients.first().map_or("", String::as_str));
+    let live = unsent.is_none() && ctx.modes.writes_enabled(INTEGRATION) && staged.is_none();
     // A tenant its reputation guard paused: a live send waits, no message recorded, no attempt
     // used, until an operator resumes the tenant (then it goes, once: its key is not used yet).
     if live && let Some(g) = guard.as_ref().filter(|g| reputation::holds(g, &p.tags)) {
@@ -171,9 +181,10 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         (Some((status, why)), _) => (*status, Some(why.clone())),
         (None, true) => (Status::Sending, None),
         (None, false) if ctx.modes.shadow() => (Status::Shadowed, Some("shadow mode: recorded, not sent".to_owned())),
-        (None, false) => {
+        (None, false) if !ctx.modes.writes_enabled(INTEGRATION) => {
             (Status::Shadowed, Some(format!("SES writes are off (write:{INTEGRATION}): recorded, not sent")))
         }
+        (None, false) => (Status::Shadowed, staged),
     };
     // Credentials before the intent: a denial or an STS failure must not leave a `sending` row.
     // (No pooled connection is held across the STS call, which records its session itself.)
@@ -205,6 +216,7 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         recipients: json!({ "to": p.to, "cc": p.cc, "bcc": p.bcc }),
         subject: body.subject.clone(),
         preview,
+        configuration_set: p.configuration_set.clone(),
     };
     let recorded = match status {
         Status::Sending => messages::record_intent(&db, &new).await,
@@ -232,10 +244,14 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         return Err(TaskError::Fatal(format!("message {} is {:?} but this run has no SES access", m.id, m.status)));
     };
     let client = ses::client(&aws);
+    // Where the deployment uses SES tenants, the send names the tenant's, so SES's own
+    // per-tenant reputation and pause apply too.
+    let ses_tenant = ctx.modes.writes_enabled(ses::TENANTS).then(|| ses::tenant_name(tenant));
     let ids = ses::Identity {
         message_id: &m.id.to_string(),
         job_id: &ctx.job_id.to_string(),
         correlation_id: &ctx.correlation_id,
+        ses_tenant: ses_tenant.as_deref(),
     };
     // No pooled connection is held across the call (it may take SEND_TIMEOUT).
     drop(db);
@@ -321,12 +337,19 @@ async fn record_outcome(
             (Status::Throttled, TaskError::Retryable(format!("message {}: {why}", m.id)))
         }
         SendFailure::Rejected(_) => (Status::Rejected, TaskError::Fatal(format!("message {}: SES {why}", m.id))),
+        // Held, not retried blindly: the tenant's guard is paused (audited, the tenant told)
+        // and its sends wait until an operator resumes them, as for Relay's own pause.
+        SendFailure::Paused(_) => {
+            let g = reputation::paused_by_ses(db, m, &why).await.map_err(TaskError::retryable)?;
+            (Status::Throttled, reputation::hold(m.tenant_id, &g))
+        }
         SendFailure::Ambiguous(_) => (
             Status::Unknown,
             TaskError::Ambiguous(format!("message {}: {why}; it may have been sent, so it will not be retried", m.id)),
         ),
     };
     tracing::warn!(event = "relay.email.not_sent", message_id = %m.id, status = to.as_str(), reason = %why, "email send failed");
+    let refused = to == Status::Rejected;
     // An event may have got there first (a Send event is proof): then the message moved on and
     // the job may say so.
     if !messages::transition(db, m.id, Status::Sending, to, &why).await.map_err(TaskError::retryable)? {
@@ -336,6 +359,12 @@ async fn record_outcome(
         };
         if let Some(now) = now.filter(|n| proven(n.status)) {
             return Ok(report(&now, "confirmed by an SES event"));
+        }
+    } else if refused {
+        // A refusal counts against the tenant's cut-over stages in `share` (`cutover::judge`).
+        if let Err(e) = cutover::judge(db, m.tenant_id).await {
+            tracing::warn!(event = "relay.email.cutover_unjudged", tenant_id = %m.tenant_id, error = %e,
+                "a refused send could not be judged against the tenant's cut-over stages");
         }
     }
     Err(error)
@@ -449,12 +478,17 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
             // The tenant's reputation guard judges the new rates (`reputation`); a rise is the
             // tenant's to hear of too.
             let mut guard = None;
-            if matches!(e.kind, messages::EventKind::Complaint | messages::EventKind::Bounce { permanent: true })
-                && let Some((level, id)) =
+            let mut halted = Vec::new();
+            if matches!(e.kind, messages::EventKind::Complaint | messages::EventKind::Bounce { permanent: true }) {
+                if let Some((level, id)) =
                     reputation::evaluate(&tx, event_key, &message).await.map_err(TaskError::retryable)?
-            {
-                tenant_events.push((id, if level == "paused" { "reputation_paused" } else { "reputation_warning" }));
-                guard = Some(level);
+                {
+                    tenant_events
+                        .push((id, if level == "paused" { "reputation_paused" } else { "reputation_warning" }));
+                    guard = Some(level);
+                }
+                // So do its cut-over stages in `share`: a crossing halts them back to shadow.
+                halted = cutover::judge(&tx, message.tenant_id).await.map_err(TaskError::retryable)?;
             }
             let mut callbacks = Vec::new();
             for (id, stored) in tenant_events {
@@ -480,6 +514,7 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
                 "status_before": before, "status": message.status,
                 "suppressed": suppressed, "exceptions_resolved": settled, "callbacks": callbacks,
                 "reputation": guard,
+                "cutover_halted": halted.iter().map(|s| s.task_type.as_str()).collect::<Vec<_>>(),
             })
         }
     };

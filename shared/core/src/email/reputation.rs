@@ -129,6 +129,24 @@ pub async fn evaluate(
     Ok(id.map(|id| (level, id)))
 }
 
+/// SES paused the SES tenant a send named (or the account): pause the Relay tenant's guard
+/// too, so its other sends are held rather than each meeting the pause, with an `admin_actions`
+/// row by `system` and a `reputation_paused` event on the message when it rose. Returns the
+/// guard as it now holds.
+pub async fn paused_by_ses(db: &impl GenericClient, m: &Message, said: &str) -> Result<Guard, StoreError> {
+    let g = reputation::get(db, m.tenant_id).await?.unwrap_or_else(defaults);
+    let why = format!("paused: SES paused sending for this tenant ({said})");
+    if reputation::raise(db, m.tenant_id, &g, "paused", &why).await? {
+        let detail = serde_json::json!({"tenant_id": m.tenant_id.to_string(), "state": "paused", "reason": why,
+            "source": "ses"});
+        admin_actions::record(db, "reputation.paused", "system", None, true, &detail).await?;
+        tracing::warn!(event = "relay.email.reputation", tenant_id = %m.tenant_id, state = "paused", reason = %why,
+            "SES paused a tenant; its sends are held");
+        message_events::record_reputation(db, &format!("ses-paused:{}", m.id), m, "paused", &why, &detail).await?;
+    }
+    Ok(Guard { state: "paused".into(), state_reason: Some(why), ..g })
+}
+
 /// What a tenant reads of its own reputation (`GET /v1/reputation`).
 pub fn view(g: &Guard, c: &Counts) -> Value {
     let (bounce, complaint) = rates(c);
@@ -145,6 +163,39 @@ pub fn view(g: &Guard, c: &Counts) -> Value {
     })
 }
 
+/// A tenant's reputation as the status contract shows it (`scope` `tenant`, keyed by its name).
+pub fn tenant_status(name: &str, g: &Guard, c: &Counts) -> relay_status::ReputationStatus {
+    relay_status::ReputationStatus {
+        scope: "tenant".into(),
+        key: name.to_owned(),
+        state: Some(g.state.clone()),
+        state_reason: g.state_reason.clone(),
+        state_since: g.state_since,
+        judged: c.sends >= g.min_sends,
+        ..set_status(name, g.window_hours, c)
+    }
+}
+
+/// A configuration set's reputation as the status contract shows it (no guard of its own:
+/// judged against the default minimum of sends).
+pub fn set_status(name: &str, window_hours: i32, c: &Counts) -> relay_status::ReputationStatus {
+    let (bounce_rate, complaint_rate) = rates(c);
+    relay_status::ReputationStatus {
+        scope: "configuration_set".into(),
+        key: name.to_owned(),
+        state: None,
+        state_reason: None,
+        state_since: None,
+        window_hours,
+        sends: c.sends,
+        permanent_bounces: c.permanent_bounces,
+        complaints: c.complaints,
+        bounce_rate,
+        complaint_rate,
+        judged: c.sends >= MIN_SENDS,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,7 +205,7 @@ mod tests {
         let g = defaults();
         assert!(g.pause_bounce < 0.05 && g.pause_complaint < 0.001);
         assert!(g.warn_bounce < g.pause_bounce && g.warn_complaint < g.pause_complaint);
-        let c = |sends, b, cpl| Counts { sends, permanent_bounces: b, complaints: cpl };
+        let c = |sends, b, cpl| Counts { sends, permanent_bounces: b, complaints: cpl, failures: 0 };
         assert_eq!(judge(&c(199, 199, 0), &g).0, "ok", "too few sends to judge");
         assert_eq!(judge(&c(1000, 19, 0), &g).0, "ok");
         assert_eq!(judge(&c(1000, 20, 0), &g).0, "warning");

@@ -19,6 +19,10 @@ use aws_sdk_sesv2::types::{Destination, EmailContent, MessageTag, RawMessage};
 use super::content::{CORRELATION_HEADER, Rendered, SendParams, tag_value};
 use super::departure::{Departing, Departure, PastSlot};
 
+/// The write switch by which a deployment uses SES tenants (`write:ses_tenants`): each send
+/// names its Relay tenant's SES tenant (`tenant_name`).
+pub const TENANTS: &str = "ses_tenants";
+
 /// A send that has not answered in this long is abandoned, and its outcome is unknown.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -40,6 +44,15 @@ pub enum SendFailure {
     /// The request could not leave by its departure's end, so it was not sent (`pace::Booked`).
     #[error("not sent: it would have left after its send slot")]
     MissedSlot,
+    /// SES paused sending (the SES tenant the send named, or the account); nothing was sent.
+    #[error("not sent: SES paused sending: {0}")]
+    Paused(String),
+}
+
+/// The SES tenant a Relay tenant's sends name when the deployment uses SES tenants
+/// (`write:ses_tenants`): `relay-` and the tenant's id (SES allows 1–64 letters, digits, `-`, `_`).
+pub fn tenant_name(tenant: crate::job::TenantId) -> String {
+    format!("relay-{tenant}")
 }
 
 /// Whether this error is `Departing`'s refusal (nothing was written).
@@ -59,6 +72,8 @@ pub struct Identity<'a> {
     pub message_id: &'a str,
     pub job_id: &'a str,
     pub correlation_id: &'a str,
+    /// The SES tenant the send names (`TenantName`), when the deployment uses SES tenants.
+    pub ses_tenant: Option<&'a str>,
 }
 
 /// An SES client for one run: this job's credentials, no SDK retries, a hard time limit.
@@ -138,7 +153,8 @@ pub async fn send(
                 .build(),
         )
         .content(EmailContent::builder().raw(raw).build())
-        .set_configuration_set_name(p.configuration_set.clone());
+        .set_configuration_set_name(p.configuration_set.clone())
+        .set_tenant_name(id.ses_tenant.map(str::to_owned));
     for (name, value) in tags(p, id) {
         let tag =
             MessageTag::builder().name(name).value(value).build().map_err(|e| SendFailure::Rejected(e.to_string()))?;
@@ -175,6 +191,9 @@ pub fn classify(e: SdkError<SendEmailError>) -> SendFailure {
                 | (_, "TooManyRequestsException" | "LimitExceededException" | "Throttling" | "ThrottlingException") => {
                     SendFailure::Throttled(said)
                 }
+                // SES paused the tenant (or the account): nothing was sent, and a retry would
+                // meet the same pause.
+                (_, "SendingPausedException" | "AccountSuspendedException") => SendFailure::Paused(said),
                 // A 5xx means the request reached SES and something failed there, maybe after
                 // the message was accepted.
                 (500..=599, _) => SendFailure::Ambiguous(said),

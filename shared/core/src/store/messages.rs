@@ -304,6 +304,8 @@ pub struct NewMessage {
     pub subject: String,
     /// What it would have sent, for a shadowed message.
     pub preview: Option<Preview>,
+    /// The configuration set it names (its own, or the default), for reputation per set.
+    pub configuration_set: Option<String>,
 }
 
 /// What recording the intent found.
@@ -341,13 +343,13 @@ async fn record(db: &impl GenericClient, m: &NewMessage, commit: &str) -> Result
     let stmt = db
         .prepare_cached(&format!(
             "INSERT INTO messages (id, tenant_id, message_key, job_id, attempt, correlation_id, status, reason,
-                                   from_address, recipients, subject, preview)
-             SELECT $1, j.tenant_id, $3, j.id, j.attempt, $6, $7, $8, $9, $10, $11, $12 FROM jobs j
+                                   from_address, recipients, subject, preview, configuration_set)
+             SELECT $1, j.tenant_id, $3, j.id, j.attempt, $6, $7, $8, $9, $10, $11, $12, $13 FROM jobs j
              WHERE j.id = $4 AND j.attempt = $5 AND j.status = 'running' AND j.tenant_id = $2 AND {commit}
              ON CONFLICT (tenant_id, message_key) DO UPDATE
              SET status = EXCLUDED.status, attempt = EXCLUDED.attempt, reason = EXCLUDED.reason,
                  recipients = EXCLUDED.recipients, subject = EXCLUDED.subject, preview = EXCLUDED.preview,
-                 updated_at = now()
+                 configuration_set = EXCLUDED.configuration_set, updated_at = now()
              WHERE messages.status = 'throttled' AND messages.job_id = EXCLUDED.job_id
              RETURNING {COLUMNS}"
         ))
@@ -371,6 +373,7 @@ async fn record(db: &impl GenericClient, m: &NewMessage, commit: &str) -> Result
                 &m.recipients,
                 &m.subject,
                 &preview,
+                &m.configuration_set,
             ],
         )
         .await?;

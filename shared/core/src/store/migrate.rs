@@ -55,6 +55,8 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "0034_destination_tokens_signatures_success",
         include_str!("../../../../migrations/0034_destination_tokens_signatures_success.sql"),
     ),
+    (38, "0038_cutover_stages", include_str!("../../../../migrations/0038_cutover_stages.sql")),
+    (39, "0039_message_configuration_set", include_str!("../../../../migrations/0039_message_configuration_set.sql")),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's

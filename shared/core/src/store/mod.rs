@@ -8,6 +8,7 @@ pub mod callbacks;
 pub mod campaign_pages;
 pub mod completions;
 mod connect;
+pub mod cutover;
 pub mod dead_letters;
 pub mod dependencies;
 pub mod destinations;

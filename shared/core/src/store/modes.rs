@@ -14,9 +14,10 @@ pub struct Modes {
     pub switches: BTreeMap<String, bool>,
 }
 
-/// The integrations a `write:<integration>` switch may name: SES (email), callbacks, and
-/// `http.request`'s calls to tenants' destinations.
-pub const INTEGRATIONS: &[&str] = &["ses", "callbacks", "http"];
+/// The integrations a `write:<integration>` switch may name: SES (email), callbacks,
+/// `http.request`'s calls to tenants' destinations, and SES tenant management (`ses_tenants`:
+/// each send names its Relay tenant's SES tenant, `email::ses::tenant_name`).
+pub const INTEGRATIONS: &[&str] = &["ses", "callbacks", "http", "ses_tenants"];
 
 /// Which rows the claim reads: those that apply to every job, never the per-destination ones
 /// (matching the partial index `operating_modes_global`, so the claim reads them by it).

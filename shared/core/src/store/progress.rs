@@ -10,8 +10,11 @@ use crate::job::JobId;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ChildCounts {
     pub total: i64,
-    /// Succeeded, not counting the skipped.
+    /// Succeeded and did their work (an email sent), not counting the skipped or shadowed.
     pub succeeded: i64,
+    /// Succeeded in shadow mode: recorded what they would have done, did nothing (an email
+    /// shadowed, not sent).
+    pub shadowed: i64,
     /// Succeeded with `skipped` in their result: ended on purpose without doing their work
     /// (an email to a suppressed recipient), never a failure.
     pub skipped: i64,
@@ -21,13 +24,19 @@ pub struct ChildCounts {
 
 impl ChildCounts {
     pub fn terminal(&self) -> i64 {
-        self.succeeded + self.skipped + self.failed + self.cancelled
+        self.succeeded + self.shadowed + self.skipped + self.failed + self.cancelled
     }
 }
 
 /// A succeeded child whose result says it was skipped (`crate::email::SKIPPED_SUPPRESSED`);
 /// SQL over a `jobs` row aliased `c`.
 pub const SKIPPED_CHILD: &str = "c.status = 'succeeded' AND c.result ? 'skipped'";
+
+/// A succeeded child that ran in shadow mode: its result says `"shadowed": true` (an email,
+/// an HTTP call, a callback recorded and not sent) or, for an email, `"status": "shadowed"`;
+/// SQL over a `jobs` row aliased `c`.
+pub const SHADOWED_CHILD: &str = "c.status = 'succeeded' AND NOT (c.result ? 'skipped') \
+     AND (c.result @> '{\"shadowed\": true}' OR c.result @> '{\"status\": \"shadowed\"}')";
 
 /// A task type's run-time baseline.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -51,7 +60,8 @@ pub async fn child_counts(
     let stmt = db
         .prepare_cached(&format!(
             "SELECT c.parent_id, count(*),
-                        count(*) FILTER (WHERE c.status = 'succeeded' AND NOT ({SKIPPED_CHILD})),
+                        count(*) FILTER (WHERE c.status = 'succeeded' AND NOT ({SKIPPED_CHILD}) AND NOT ({SHADOWED_CHILD})),
+                        count(*) FILTER (WHERE {SHADOWED_CHILD}),
                         count(*) FILTER (WHERE {SKIPPED_CHILD}),
                         count(*) FILTER (WHERE c.status = 'failed'),
                         count(*) FILTER (WHERE c.status = 'cancelled')
@@ -68,9 +78,10 @@ pub async fn child_counts(
                 ChildCounts {
                     total: r.get(1),
                     succeeded: r.get(2),
-                    skipped: r.get(3),
-                    failed: r.get(4),
-                    cancelled: r.get(5),
+                    shadowed: r.get(3),
+                    skipped: r.get(4),
+                    failed: r.get(5),
+                    cancelled: r.get(6),
                 },
             )
         })

@@ -37,6 +37,8 @@ pub struct Counts {
     pub sends: i64,
     pub permanent_bounces: i64,
     pub complaints: i64,
+    /// Sends SES refused (`rejected`), apart from `sends`.
+    pub failures: i64,
 }
 
 const COLUMNS: &str = "warn_bounce, warn_complaint, pause_bounce, pause_complaint, window_hours, min_sends, \
@@ -155,18 +157,78 @@ pub async fn resume(
 /// The tenant's sends in the last `window_hours` (messages that left or may have: sent and
 /// later states, and `unknown`), and how many of them bounced for good or drew a complaint.
 pub async fn counts(db: &impl GenericClient, tenant: TenantId, window_hours: i32) -> Result<Counts, StoreError> {
-    let r = db
-        .query_one(
-            "SELECT count(*),
+    counts_since(db, tenant, Utc::now() - chrono::Duration::hours(i64::from(window_hours))).await
+}
+
+/// `counts` over the tenant's messages created after `since`, and its sends SES refused
+/// (`rejected`, in `failures`, not in `sends`).
+pub async fn counts_since(
+    db: &impl GenericClient,
+    tenant: TenantId,
+    since: DateTime<Utc>,
+) -> Result<Counts, StoreError> {
+    let stmt = db
+        .prepare_cached(
+            "SELECT count(*) FILTER (WHERE m.status <> 'rejected'),
                     count(*) FILTER (WHERE EXISTS (SELECT 1 FROM message_events e WHERE e.message_id = m.id
                         AND e.event_type = 'bounce' AND e.detail #>> '{bounce,bounceType}' = 'Permanent')),
                     count(*) FILTER (WHERE EXISTS (SELECT 1 FROM message_events e WHERE e.message_id = m.id
-                        AND e.event_type = 'complaint'))
+                        AND e.event_type = 'complaint')),
+                    count(*) FILTER (WHERE m.status = 'rejected')
              FROM messages m
-             WHERE m.tenant_id = $1 AND m.created_at > now() - make_interval(hours => $2)
-               AND m.status IN ('sent', 'delayed', 'delivered', 'bounced', 'complained', 'unknown')",
-            &[&tenant, &window_hours],
+             WHERE m.tenant_id = $1 AND m.created_at > $2
+               AND m.status IN ('sent', 'delayed', 'delivered', 'bounced', 'complained', 'unknown', 'rejected')",
         )
         .await?;
-    Ok(Counts { sends: r.get(0), permanent_bounces: r.get(1), complaints: r.get(2) })
+    let r = db.query_one(&stmt, &[&tenant, &since]).await?;
+    Ok(Counts { sends: r.get(0), permanent_bounces: r.get(1), complaints: r.get(2), failures: r.get(3) })
+}
+
+/// Tenants whose reputation the status document shows: those with a guard row or a message in
+/// the last day, by name, at most `limit`.
+pub async fn watched(db: &impl GenericClient, limit: i64) -> Result<Vec<(TenantId, String)>, StoreError> {
+    let rows = db
+        .query(
+            "SELECT t.id, t.name FROM tenants t
+             WHERE EXISTS (SELECT 1 FROM tenant_reputation r WHERE r.tenant_id = t.id)
+                OR EXISTS (SELECT 1 FROM messages m WHERE m.tenant_id = t.id AND m.created_at > now() - interval '24 hours')
+             ORDER BY t.name LIMIT $1",
+            &[&limit],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Each configuration set's sends, permanent bounces and complaints over the last
+/// `window_hours` (messages that name a set), by set name, at most `limit` sets.
+pub async fn by_configuration_set(
+    db: &impl GenericClient,
+    window_hours: i32,
+    limit: i64,
+) -> Result<Vec<(String, Counts)>, StoreError> {
+    let rows = db
+        .query(
+            "SELECT m.configuration_set,
+                    count(*) FILTER (WHERE m.status <> 'rejected'),
+                    count(*) FILTER (WHERE EXISTS (SELECT 1 FROM message_events e WHERE e.message_id = m.id
+                        AND e.event_type = 'bounce' AND e.detail #>> '{bounce,bounceType}' = 'Permanent')),
+                    count(*) FILTER (WHERE EXISTS (SELECT 1 FROM message_events e WHERE e.message_id = m.id
+                        AND e.event_type = 'complaint')),
+                    count(*) FILTER (WHERE m.status = 'rejected')
+             FROM messages m
+             WHERE m.configuration_set IS NOT NULL AND m.created_at > now() - make_interval(hours => $1)
+               AND m.status IN ('sent', 'delayed', 'delivered', 'bounced', 'complained', 'unknown', 'rejected')
+             GROUP BY m.configuration_set ORDER BY m.configuration_set LIMIT $2",
+            &[&window_hours, &limit],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            (
+                r.get(0),
+                Counts { sends: r.get(1), permanent_bounces: r.get(2), complaints: r.get(3), failures: r.get(4) },
+            )
+        })
+        .collect())
 }

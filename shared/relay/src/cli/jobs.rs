@@ -105,7 +105,7 @@ pub async fn run(pool: &Pool, tenant_name: &str, command: JobsCommand) -> anyhow
                 serde_json::to_string_pretty(&serde_json::json!({
                     "job": JobView::bare(job),
                     "events": events,
-                    "children": { "total": children.total, "terminal": children.terminal(), "succeeded": children.succeeded, "skipped": children.skipped, "failed": children.failed, "cancelled": children.cancelled },
+                    "children": { "total": children.total, "terminal": children.terminal(), "succeeded": children.succeeded, "shadowed": children.shadowed, "skipped": children.skipped, "failed": children.failed, "cancelled": children.cancelled },
                 }))?
             );
             Ok(())

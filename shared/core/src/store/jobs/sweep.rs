@@ -148,9 +148,10 @@ pub struct Finished {
 
 /// The statement that finishes the waiting parents `ready` selects (ids, locked) once all
 /// their declared children exist and have ended. A parent succeeds only when every child
-/// did (a skipped child succeeded: it ended on purpose, see `progress::SKIPPED_CHILD`), with
-/// its children counted by outcome as its result (`{total, succeeded, skipped, failed,
-/// cancelled}`). Otherwise it fails, its `last_error` counting the children that failed (or
+/// did (a skipped child succeeded: it ended on purpose, see `progress::SKIPPED_CHILD`; so did
+/// a shadowed one, `progress::SHADOWED_CHILD`), with its children counted by outcome as its
+/// result (`{total, succeeded, shadowed, skipped, failed, cancelled}`; `succeeded` did their
+/// work). Otherwise it fails, its `last_error` counting the children that failed (or
 /// were cancelled) and naming the most common cause, and, when any child failed, one
 /// `children_failed` exception with that cause opens for the parent: children of a parent
 /// open no exceptions of their own (`fail_reporting`), so a cause all of them share reaches
@@ -163,7 +164,8 @@ fn finish_sql(ready: &str) -> String {
              {ready}
          ), counts AS (
              SELECT r.id, count(c.id) AS total,
-                    count(c.id) FILTER (WHERE c.status = 'succeeded' AND NOT ({skipped})) AS succeeded,
+                    count(c.id) FILTER (WHERE c.status = 'succeeded' AND NOT ({skipped}) AND NOT ({shadowed})) AS succeeded,
+                    count(c.id) FILTER (WHERE {shadowed}) AS shadowed,
                     count(c.id) FILTER (WHERE {skipped}) AS skipped,
                     count(c.id) FILTER (WHERE c.status = 'failed') AS failed,
                     count(c.id) FILTER (WHERE c.status = 'cancelled') AS cancelled,
@@ -181,8 +183,9 @@ fn finish_sql(ready: &str) -> String {
                     count(*) OVER (PARTITION BY id) AS causes
              FROM failures GROUP BY id, cause
          ), outcome AS (
-             SELECT k.id, k.succeeded + k.skipped = k.total AS ok,
-                    jsonb_build_object('total', k.total, 'succeeded', k.succeeded, 'skipped', k.skipped,
+             SELECT k.id, k.succeeded + k.shadowed + k.skipped = k.total AS ok,
+                    jsonb_build_object('total', k.total, 'succeeded', k.succeeded, 'shadowed', k.shadowed,
+                                       'skipped', k.skipped,
                                        'failed', k.failed, 'cancelled', k.cancelled) AS result,
                     CASE WHEN k.failed > 0 THEN
                         k.failed || ' of ' || k.total || ' children failed; ' || top.n || ' with: ' || top.cause
@@ -219,6 +222,7 @@ fn finish_sql(ready: &str) -> String {
         callbacks = callbacks::enqueue_ctes("done", true),
         faults = tenant_faults::count_cte("blamed"),
         skipped = crate::store::progress::SKIPPED_CHILD,
+        shadowed = crate::store::progress::SHADOWED_CHILD,
     )
 }
 
