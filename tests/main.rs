@@ -37,6 +37,7 @@ mod lint;
 mod local_secrets;
 mod message_events;
 mod operations;
+mod ordering;
 mod pace;
 mod policies;
 mod python;

@@ -22,6 +22,7 @@ pub mod messages;
 pub mod migrate;
 pub mod modes;
 pub mod operators;
+pub mod ordering;
 pub mod pipelined;
 pub mod progress;
 pub mod rate_slots;
