@@ -48,4 +48,5 @@ mod store;
 mod sweep;
 mod template;
 mod tenancy;
+mod topics;
 mod webhooks;

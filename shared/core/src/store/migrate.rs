@@ -51,6 +51,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (31, "0031_destination_in_flight", include_str!("../../../../migrations/0031_destination_in_flight.sql")),
     (32, "0032_tenant_reputation", include_str!("../../../../migrations/0032_tenant_reputation.sql")),
     (36, "0036_ordering_keys", include_str!("../../../../migrations/0036_ordering_keys.sql")),
+    (37, "0037_topic_opt_outs", include_str!("../../../../migrations/0037_topic_opt_outs.sql")),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's

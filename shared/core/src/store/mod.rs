@@ -40,6 +40,7 @@ pub mod tenants;
 pub mod tls;
 #[cfg(feature = "testing")]
 pub mod tooling;
+pub mod topics;
 pub mod workers;
 
 use std::sync::Arc;
