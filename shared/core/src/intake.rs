@@ -26,10 +26,11 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 
 use chrono::Utc;
 
+use crate::job::terms::{OnFailure, Ordering};
 use crate::job::{Dispatch, HELD_FOR, JobId, JobStatus, TenantId};
-use crate::store::StoreError;
 use crate::store::dependencies::{self, Held};
 use crate::store::jobs::{self, Inserted, NewJob};
+use crate::store::{StoreError, ordering};
 use crate::transport::{self, Transport};
 
 /// Most rows one coalesced statement inserts.
@@ -85,25 +86,39 @@ impl Intake {
     }
 }
 
+/// What a new job is linked to: the jobs it runs after (`after`, this tenant's) and its
+/// ordering key (FIFO per key, `store::ordering`).
+#[derive(Debug, Clone, Default)]
+pub struct Links {
+    pub after: Vec<JobId>,
+    pub ordering: Option<Ordering>,
+}
+
+impl Links {
+    fn is_empty(&self) -> bool {
+        self.after.is_empty() && self.ordering.is_none()
+    }
+}
+
 impl Intake {
-    /// `enqueue` for jobs of which some run after others (`after[i]`: the jobs `jobs[i]` runs
-    /// after, this tenant's): when any does, all are inserted in one transaction of their own,
-    /// beside the writers, with their dependencies locked, held and resolved
-    /// (`store::dependencies`); then what is due is dispatched. A job held for its
-    /// dependencies answers with the `run_at` it asked for.
-    pub async fn enqueue_after(
+    /// `enqueue` for jobs of which some are linked to others (`links[i]`: `jobs[i]`'s): when
+    /// any is, all are inserted in one transaction of their own, beside the writers, with
+    /// their ordering keys and dependencies locked, held and resolved (`store::ordering`,
+    /// `store::dependencies`); then what is due is dispatched. A held job answers with the
+    /// `run_at` it asked for.
+    pub async fn enqueue_linked(
         &self,
         tenant_id: TenantId,
         jobs: Vec<NewJob>,
-        after: Vec<Vec<JobId>>,
+        links: Vec<Links>,
     ) -> Result<Vec<Inserted>, Arc<StoreError>> {
-        if after.iter().all(Vec::is_empty) {
+        if links.iter().all(Links::is_empty) {
             return self.enqueue(tenant_id, jobs).await;
         }
         let (pool, transport) = (self.pool.clone(), self.transport.clone());
         // In its own task, so a caller that goes away does not stop it between commit and dispatch.
         let written = tokio::spawn(async move {
-            let (inserted, send) = write_after(&pool, tenant_id, jobs, after).await?;
+            let (inserted, send) = write_linked(&pool, tenant_id, jobs, links).await?;
             transport::send(&transport, &pool, &send).await;
             Ok::<_, StoreError>(inserted)
         });
@@ -111,30 +126,62 @@ impl Intake {
     }
 }
 
-/// Insert `jobs` in one transaction with their dependencies (see `Intake::enqueue_after`).
+/// Insert `jobs` in one transaction with their links (see `Intake::enqueue_linked`).
 /// Returns the rows, and what to dispatch after commit: the jobs due now, and the callbacks of
 /// those cancelled at once for a dependency that had already failed.
-async fn write_after(
+async fn write_linked(
     pool: &Pool,
     tenant_id: TenantId,
     mut jobs: Vec<NewJob>,
-    after: Vec<Vec<JobId>>,
+    links: Vec<Links>,
 ) -> Result<(Vec<Inserted>, Vec<Dispatch>), StoreError> {
     let mut db = pool.get().await?;
     let tx = db.transaction().await?;
-    let mut all: Vec<JobId> = after.iter().flatten().copied().collect();
+    // The keys first (their lock orders the submissions of each key), then the jobs.
+    let keys: Vec<String> = links.iter().filter_map(|l| Some(l.ordering.as_ref()?.key().to_owned())).collect();
+    let (tails, mut taken) = if keys.is_empty() {
+        (HashMap::new(), HashSet::new())
+    } else {
+        let tails = ordering::lock_tails(&tx, tenant_id, &keys).await?;
+        let asked: Vec<&str> = jobs
+            .iter()
+            .zip(&links)
+            .filter(|(_, l)| l.ordering.is_some())
+            .map(|(j, _)| j.idempotency_key.as_str())
+            .collect();
+        (tails, ordering::taken_keys(&tx, tenant_id, &asked).await?)
+    };
+    let mut all: Vec<JobId> = links.iter().flat_map(|l| l.after.iter().copied()).collect();
+    all.extend(tails.values().map(|t| t.job_id));
     all.sort();
     all.dedup();
-    let statuses = dependencies::lock(&tx, tenant_id, &all).await?;
+    let statuses = dependencies::lock(&tx, tenant_id, &all, !tails.is_empty()).await?;
     // The API checked they exist; one deleted since (retention) is the caller's to retry.
-    if let Some(gone) = all.iter().find(|id| !statuses.contains_key(id)) {
+    if let Some(gone) = links.iter().flat_map(|l| &l.after).find(|id| !statuses.contains_key(id)) {
         return Err(StoreError::Vanished(format!("job {gone} (named in after)")));
     }
-    let mut holds = Vec::new();
-    for (job, after) in jobs.iter_mut().zip(&after) {
-        let waits: Vec<JobId> = after.iter().copied().filter(|a| statuses[a] != JobStatus::Succeeded).collect();
-        if !waits.is_empty() {
-            holds.push(Held { job_id: job.id, run_at: job.run_at, after: waits });
+    let (mut holds, mut queued) = (Vec::new(), Vec::new());
+    // Each key's last job so far in this submit, and what its failure does.
+    let mut last: HashMap<&str, (JobId, OnFailure)> = HashMap::new();
+    for (job, link) in jobs.iter_mut().zip(&links) {
+        let waits: Vec<JobId> = link.after.iter().copied().filter(|a| statuses[a] != JobStatus::Succeeded).collect();
+        let mut behind = None;
+        // A replay (a key used before, or twice in this submit) makes no job to queue.
+        if let Some(o) = &link.ordering
+            && taken.insert(job.idempotency_key.as_str().to_owned())
+        {
+            behind = match last.get(o.key()) {
+                Some(ahead) => Some(*ahead),
+                None => tails
+                    .get(o.key())
+                    .filter(|t| t.blocks(statuses.get(&t.job_id).copied()))
+                    .map(|t| (t.job_id, t.on_failure)),
+            };
+            last.insert(o.key(), (job.id, o.on_failure()));
+            queued.push(job.id);
+        }
+        if !waits.is_empty() || behind.is_some() {
+            holds.push(Held { job_id: job.id, run_at: job.run_at, after: waits, behind });
             job.run_at = Utc::now() + HELD_FOR;
         }
     }
@@ -147,6 +194,19 @@ async fn write_after(
             Inserted::Existing(_) => None,
         })
         .collect();
+    // Only a submit of the same key racing this one, outside any ordering key, lands here.
+    if let Some(lost) = queued.iter().find(|id| !created.contains_key(id)) {
+        return Err(StoreError::Vanished(format!("the idempotency key of job {lost}")));
+    }
+    // The jobs of this submit that others queue behind end knowing it.
+    let ahead: Vec<JobId> =
+        holds.iter().filter_map(|h| h.behind.map(|b| b.0)).filter(|b| created.contains_key(b)).collect();
+    if !ahead.is_empty() {
+        dependencies::lock(&tx, tenant_id, &ahead, false).await?;
+    }
+    let new_tails: Vec<(String, JobId, OnFailure)> =
+        last.into_iter().map(|(key, (id, on_failure))| (key.to_owned(), id, on_failure)).collect();
+    ordering::set_tails(&tx, tenant_id, &new_tails).await?;
     holds.retain(|h| created.contains_key(&h.job_id));
     let mut send = dependencies::hold(&tx, tenant_id, &holds).await?;
     for h in &holds {
@@ -170,9 +230,9 @@ async fn write_after(
         let asked: HashMap<JobId, _> = dependencies::held(&tx, &replays).await?.into_iter().collect();
         for i in &mut inserted {
             if let Inserted::Existing(j) = i
-                && let Some(run_at) = asked.get(&j.id)
+                && let Some(hold) = asked.get(&j.id)
             {
-                j.run_at = *run_at;
+                j.run_at = hold.run_at;
             }
         }
     }

@@ -63,6 +63,9 @@ pub enum WaitingReason {
     WaitingForCompletion,
     /// Pending until every job it runs after (`after`) has succeeded; no attempt used.
     WaitingForDependency,
+    /// Pending behind the job ahead of it on its ordering key (`ordered_behind` names it)
+    /// until that one has succeeded; no attempt used.
+    OrderedBehind,
     /// Due and free to run, but no worker has taken it yet.
     NotClaimed,
 }

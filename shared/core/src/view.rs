@@ -55,7 +55,8 @@ pub struct JobView {
     pub fault: Option<String>,
     /// Why a pending or waiting job is not running (null when running or finished): `not_due`,
     /// `paused`, `concurrency_key_busy`, `waiting_for_dependency` (a job it runs after has not
-    /// succeeded yet), `waiting_for_children`, `waiting_for_completion` (an
+    /// succeeded yet), `ordered_behind` (the job ahead on its ordering key, `ordered_behind`,
+    /// has not succeeded yet), `waiting_for_children`, `waiting_for_completion` (an
     /// outside party's, until `waiting_until`) or `not_claimed` (due, but no worker has taken
     /// it yet), or `rate_limited` (which rate: `waiting_rate`). Filled on reads (`annotate`),
     /// not in a submit's answer.
@@ -72,6 +73,11 @@ pub struct JobView {
     /// applies the task's overdue policy); null otherwise. Filled on reads.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting_until: Option<DateTime<Utc>>,
+    /// The job ahead of this one on its ordering key, while this one waits for it (a failed
+    /// job ahead that holds its key included). Filled on reads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<uuid::Uuid>)]
+    pub ordered_behind: Option<JobId>,
     /// How far it has got (see `progress`): counted children for a fan-out, elapsed time
     /// against a baseline for a single unit. Filled on reads, not in a submit's answer.
     pub progress: Option<Progress>,
@@ -108,6 +114,7 @@ impl JobView {
             waiting_rate: None,
             warnings: Vec::new(),
             waiting_until: None,
+            ordered_behind: None,
             progress,
         }
     }
@@ -145,7 +152,7 @@ pub async fn annotate(db: &impl GenericClient, jobs: Vec<Job>, now: DateTime<Utc
     let not_due: Vec<JobId> =
         jobs.iter().filter(|j| j.status == JobStatus::Pending && j.run_at > now).map(|j| j.id).collect();
     let held = if not_due.is_empty() { HashMap::new() } else { send_rates::rate_waits(db, &not_due).await? };
-    let after: HashMap<JobId, DateTime<Utc>> =
+    let after: HashMap<JobId, dependencies::Hold> =
         if not_due.is_empty() { HashMap::new() } else { dependencies::held(db, &not_due).await?.into_iter().collect() };
     let campaigning = jobs.iter().any(|j| j.task_type == CAMPAIGN && !j.status.is_terminal());
     let account = if campaigning { send_rates::get(db, send_rates::Scope::Account, "default").await? } else { None };
@@ -157,11 +164,15 @@ pub async fn annotate(db: &impl GenericClient, jobs: Vec<Job>, now: DateTime<Utc
             let (rate, rate_until) = held.get(&j.id).cloned().unzip();
             let dependent = after.get(&j.id).copied();
             let paused = modes.paused(&j.task_type);
+            let ordered_behind = dependent.and_then(|h| h.behind);
             let waiting =
                 progress::waiting_reason(&j, now, paused, busy, until, rate_until, dependent.is_some()).map(|w| {
                     match &rate {
                         Some(r) if w == WaitingReason::RateLimited && r.starts_with("reputation:") => {
                             WaitingReason::ReputationPaused
+                        }
+                        _ if w == WaitingReason::WaitingForDependency && ordered_behind.is_some() => {
+                            WaitingReason::OrderedBehind
                         }
                         _ => w,
                     }
@@ -180,8 +191,15 @@ pub async fn annotate(db: &impl GenericClient, jobs: Vec<Job>, now: DateTime<Utc
                 _ => Vec::new(),
             };
             // A job held for its dependencies shows the time it asked for, not its hold's.
-            let run_at = dependent.unwrap_or(j.run_at);
-            JobView { waiting_until: until, waiting_rate, warnings, run_at, ..JobView::new(j, waiting, progress) }
+            let run_at = dependent.map_or(j.run_at, |h| h.run_at);
+            JobView {
+                waiting_until: until,
+                waiting_rate,
+                warnings,
+                run_at,
+                ordered_behind,
+                ..JobView::new(j, waiting, progress)
+            }
         })
         .collect())
 }

@@ -112,6 +112,12 @@ class JobRequest:
     #: Ids of this tenant's jobs (at most 100) this one runs after: it waits, pending, until each
     #: has succeeded, and is cancelled (naming the dependency) if one ends otherwise.
     after: Sequence[str] = ()
+    #: FIFO per key: this tenant's jobs with one ordering key start in submission order, one at
+    #: a time, each once the one ahead has succeeded.
+    ordering_key: str | None = None
+    #: What this job's failure does to the jobs behind it on its key: ``"hold"`` (Relay's
+    #: default) or ``"cancel"``. Only with ``ordering_key``.
+    ordering_on_failure: str | None = None
 
     def __post_init__(self) -> None:
         if not self.idempotency_key:
@@ -137,6 +143,8 @@ class JobRequest:
             "concurrency_key",
             "concurrency_limit",
             "callback_url",
+            "ordering_key",
+            "ordering_on_failure",
         ):
             value = getattr(self, name)
             if value is not None:

@@ -64,6 +64,24 @@ def test_task_enqueued_is_sent_with_the_result(relay, relay_settings):
     assert sender.__name__ == "RelayBackend" and sent.id == result.id and sent.kwargs == {"echo": "hi"}
 
 
+def test_an_ordering_key_queues_jobs_behind_each_other_on_relay(relay, relay_settings):
+    corr = f"ordering-{uuid.uuid4()}"
+    later = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    with transaction.atomic(), correlation(corr):
+        first = noop.using(ordering_key="member-7", run_after=later).enqueue(echo="upsert")
+        noop.using(ordering_key="member-7", ordering_on_failure="cancel").enqueue(echo="remove")
+    jobs = {j.raw["params"]["echo"]: j for j in jobs_on_relay(relay, corr)}
+    ahead = RelayJob.objects.get(pk=first.id).relay_id
+    assert jobs["remove"].raw["waiting_reason"] == "ordered_behind"
+    assert jobs["remove"].raw["ordered_behind"] == str(ahead)
+    with pytest.raises(InvalidTask, match="ordering_key must be"):
+        noop.using(ordering_key="a\x01b")
+    with pytest.raises(InvalidTask, match="'hold' or 'cancel'"):
+        noop.using(ordering_key="k", ordering_on_failure="skip")
+    with pytest.raises(InvalidTask, match="goes with an ordering_key"):
+        noop.using(ordering_on_failure="hold")
+
+
 def test_refresh_asks_relay_and_fills_attempts_and_started_at(relay, signing, live_server):
     signing["SIGNING_SECRETS"] = ["whsec_" + "E" * 43 + "="]  # callbacks refused: only refresh() can learn
     with transaction.atomic():

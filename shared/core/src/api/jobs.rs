@@ -16,7 +16,10 @@ use super::cursor;
 use super::error::{ApiError, ErrorBody, page_limit};
 use super::extract::{Caller, JsonBody};
 use crate::catalogue::Catalogue;
-use crate::job::terms::{self, Concurrency, CorrelationId, IdempotencyKey, Limits, MAX_TIMEOUT_SECONDS, RequestHash};
+use crate::intake::Links;
+use crate::job::terms::{
+    self, Concurrency, CorrelationId, IdempotencyKey, Limits, MAX_TIMEOUT_SECONDS, OnFailure, Ordering, RequestHash,
+};
 use crate::job::{HELD_FOR, JobId, JobStatus, TenantId};
 use crate::outbound::AllowList;
 use crate::store::jobs::{self, Inserted, Job, JobFilter, NewJob};
@@ -87,6 +90,19 @@ pub struct JobRequest {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schema(value_type = Vec<uuid::Uuid>, max_items = 100)]
     pub after: Vec<JobId>,
+    /// FIFO per key (1 to 200 characters): this tenant's jobs with one ordering key start in
+    /// the order they were submitted, one at a time, each once the one ahead has succeeded
+    /// (pending meanwhile, `waiting_reason` `ordered_behind`, `ordered_behind` naming it).
+    /// Jobs in one batch are submitted in the batch's order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 200)]
+    pub ordering_key: Option<String>,
+    /// What this job's failure (for good) does to the jobs behind it on its key: `hold`
+    /// (default: they wait until it is retried and succeeds or is finished by an operator; a
+    /// cancel of it cancels them) or `cancel` (they are cancelled, naming it). Only with
+    /// `ordering_key`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering_on_failure: Option<OnFailure>,
 }
 
 /// `{"results": [...]}`, one per submitted item, in order.
@@ -134,6 +150,12 @@ fn empty_object() -> Value {
 }
 
 impl JobRequest {
+    /// What the job is linked to: the jobs it runs after and its ordering key.
+    fn links(&self) -> Result<Links, ApiError> {
+        let ordering = Ordering::parse(self.ordering_key.clone(), self.ordering_on_failure)?;
+        Ok(Links { after: self.after.clone(), ordering })
+    }
+
     /// Validate against the catalogue and what this deployment admits, and turn into a row to
     /// insert.
     pub fn into_new_job(
@@ -251,17 +273,17 @@ pub async fn submit(
     JsonBody(req): JsonBody<JobRequest>,
 ) -> Result<Response, ApiError> {
     state.limits.check(tenant.id, 1)?;
-    let after = req.after.clone();
+    let links = req.links()?;
     let new = req.into_new_job(key, &state.catalogue, &state.admission, Utc::now())?;
     require_named(&state, tenant.id, &new).await?;
-    require_after(&state, tenant.id, &after).await?;
+    require_after(&state, tenant.id, &links.after).await?;
     crate::telemetry::record_job(new.correlation_id.as_str(), new.id);
     if new.callback_url.is_some() {
         require_signing_secret(&state, tenant.id).await?;
     }
     state.quotas.admit_jobs(&state.pool, tenant.id, 1).await?;
     let hash = new.request_hash;
-    let mut inserted = state.intake.enqueue_after(tenant.id, vec![new], vec![after]).await?;
+    let mut inserted = state.intake.enqueue_linked(tenant.id, vec![new], vec![links]).await?;
     let (status, job) = answer(inserted.remove(0), &hash)?;
     Ok((status, Json(job)).into_response())
 }
@@ -302,7 +324,7 @@ pub async fn submit_batch(
     }
     state.limits.check(tenant.id, req.jobs.len())?;
     let now = Utc::now();
-    let mut parsed: Vec<Result<(NewJob, Vec<JobId>), ApiError>> = req
+    let mut parsed: Vec<Result<(NewJob, Links), ApiError>> = req
         .jobs
         .into_iter()
         .enumerate()
@@ -310,8 +332,8 @@ pub async fn submit_batch(
         .collect();
     for (i, p) in parsed.iter_mut().enumerate() {
         let checked = match p {
-            Ok((new, after)) => match require_named(&state, tenant.id, new).await {
-                Ok(()) => require_after(&state, tenant.id, after).await,
+            Ok((new, links)) => match require_named(&state, tenant.id, new).await {
+                Ok(()) => require_after(&state, tenant.id, &links.after).await,
                 Err(e) => Err(e),
             },
             Err(_) => Ok(()),
@@ -327,12 +349,12 @@ pub async fn submit_batch(
     if parsed.iter().any(|p| p.as_ref().is_ok_and(|n| n.0.callback_url.is_some())) {
         require_signing_secret(&state, tenant.id).await?;
     }
-    let (valid, after): (Vec<NewJob>, Vec<Vec<JobId>>) = parsed.iter().filter_map(|p| p.as_ref().ok().cloned()).unzip();
+    let (valid, links): (Vec<NewJob>, Vec<Links>) = parsed.iter().filter_map(|p| p.as_ref().ok().cloned()).unzip();
     // A batch that would cross the tenant's limit of unfinished jobs is refused whole.
     if !valid.is_empty() {
         state.quotas.admit_jobs(&state.pool, tenant.id, valid.len()).await?;
     }
-    let mut inserted = state.intake.enqueue_after(tenant.id, valid, after).await?.into_iter();
+    let mut inserted = state.intake.enqueue_linked(tenant.id, valid, links).await?.into_iter();
     let results: Vec<BatchItemResult> = parsed
         .into_iter()
         .map(|p| {
@@ -359,7 +381,7 @@ fn parse_item(
     catalogue: &Catalogue,
     admits: &Admission,
     now: DateTime<Utc>,
-) -> Result<(NewJob, Vec<JobId>), ApiError> {
+) -> Result<(NewJob, Links), ApiError> {
     let at = |e: ApiError| {
         let field = e.details.get("field").and_then(Value::as_str).map(|f| format!("jobs[{index}].{f}"));
         match field {
@@ -384,8 +406,8 @@ fn parse_item(
     };
     let req: JobRequest = serde_path_to_error::deserialize(Value::Object(obj))
         .map_err(|e| at(ApiError::wrong_shape(e.path(), e.inner())))?;
-    let after = req.after.clone();
-    Ok((req.into_new_job(key, catalogue, admits, now).map_err(at)?, after))
+    let links = req.links().map_err(at)?;
+    Ok((req.into_new_job(key, catalogue, admits, now).map_err(at)?, links))
 }
 
 /// The jobs a job runs after must be this tenant's (at most `MAX_AFTER`): an unknown id and
@@ -708,6 +730,8 @@ mod tests {
             concurrency_limit: None,
             callback_url: None,
             after: vec![],
+            ordering_key: None,
+            ordering_on_failure: None,
         };
         let admits = Admission::default();
         let key = || IdempotencyKey::parse("k").unwrap();

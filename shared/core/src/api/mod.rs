@@ -20,6 +20,7 @@ pub mod schedules;
 pub mod send_rates;
 pub mod server;
 pub mod status;
+pub mod topics;
 
 use std::time::Duration;
 
@@ -94,6 +95,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/messages/{id}", get(email::get_message))
         .route("/v1/suppressions", get(email::list_suppressions))
         .route("/v1/suppressions/{address}", put(email::add_suppression).delete(email::remove_suppression))
+        .route("/v1/topic-opt-outs", get(topics::list))
+        .route("/v1/topic-opt-outs/{address}/{topic}", put(topics::put).delete(topics::delete))
         .route("/v1/templates", get(email::list_templates))
         .route("/v1/templates/{name}", get(email::get_template).put(email::put_template).delete(email::delete_template))
         .route("/v1/limits", get(limits::own))

@@ -10,7 +10,7 @@ use utoipa::{Modify, OpenApi};
 use super::constraints::NO_NUL;
 use super::{
     admin, callbacks, completions, cutover, destinations, email, jobs, limits, reputation, schedules, send_rates,
-    status,
+    status, topics,
 };
 
 #[derive(OpenApi)]
@@ -29,6 +29,7 @@ use super::{
         email::remove_suppression, email::list_templates, email::get_template, email::put_template,
         email::delete_template, email::get_identities, email::put_identities, email::put_recipients,
         email::get_sending_role, email::put_sending_role,
+        topics::list, topics::put, topics::delete,
         admin::list_exceptions, admin::show_exception, admin::retry, admin::cancel, admin::finish,
         admin::ignore, admin::bulk, admin::list_tenant_faults, admin::get_modes, admin::set_mode,
         send_rates::list, send_rates::get, send_rates::put,

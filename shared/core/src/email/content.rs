@@ -87,6 +87,12 @@ pub struct SendParams {
     /// The SES configuration set to send with (event publishing to the ingress topic).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub configuration_set: Option<String>,
+    /// The tenant's subscription topic this message belongs to (1 to 64 letters, digits, `_`,
+    /// `-` or `.`): skipped for an address opted out of it (`/v1/topic-opt-outs`). None:
+    /// transactional mail, which topic opt-outs do not touch (the suppression list blocks both).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_.-]{1,64}$")]
+    pub topic: Option<String>,
     /// At most one email is ever sent per tenant and message key; default: the job id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_key: Option<String>,
@@ -281,6 +287,9 @@ impl SendParams {
             && !tag_text_ok(c)
         {
             return Err(("configuration_set".into(), "1 to 64 letters, digits, '_' or '-'".into()));
+        }
+        if let Some(t) = &self.topic {
+            crate::store::topics::check_name(t).map_err(|m| ("topic".to_owned(), m.to_owned()))?;
         }
         if let Some(k) = &self.message_key
             && (k.is_empty() || k.chars().count() > 200 || k.chars().any(char::is_control))

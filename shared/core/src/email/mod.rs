@@ -34,7 +34,7 @@ use uuid::Uuid;
 
 use crate::job::TaskError;
 use crate::store::messages::{self, AttachmentPreview, Intent, Message, NewMessage, PartPreview, Preview, Status};
-use crate::store::{StoreError, send_rates, sending_identities, suppressions, templates};
+use crate::store::{StoreError, send_rates, sending_identities, suppressions, templates, topics};
 use crate::task::TaskContext;
 use content::SendParams;
 use ses::SendFailure;
@@ -70,19 +70,25 @@ fn report(m: &Message, note: &str) -> Value {
     })
 }
 
-/// What a run reports about a message skipped on purpose: `skipped` names why (the one
-/// reason so far, `suppressed`), which a parent counts apart from the sent (`progress`).
+/// What a run reports about a message skipped on purpose: `skipped` names why (`suppressed`,
+/// or `unsubscribed` from its topic), which a parent counts apart from the sent (`progress`).
 fn skipped(m: &Message) -> Value {
+    let why = match &m.reason {
+        Some(r) if r.starts_with(SKIPPED_UNSUBSCRIBED) => SKIPPED_UNSUBSCRIBED,
+        _ => SKIPPED_SUPPRESSED,
+    };
     json!({
         "message_id": m.id,
         "status": m.status,
-        "skipped": SKIPPED_SUPPRESSED,
+        "skipped": why,
         "reason": m.reason,
     })
 }
 
 /// The reason a skipped message's result gives.
 pub const SKIPPED_SUPPRESSED: &str = "suppressed";
+/// The reason a message skipped for its topic's opt-outs gives.
+pub const SKIPPED_UNSUBSCRIBED: &str = "unsubscribed";
 
 /// What the SES request would carry (`ses::send`), kept on a shadowed message.
 fn preview(p: &SendParams, body: &content::Rendered, message_id: Uuid, ctx: &TaskContext) -> Preview {
@@ -147,11 +153,18 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
             None => Ok(None),
         }
     };
+    let opted_out = async {
+        match &p.topic {
+            Some(topic) => topics::matching(&db, tenant, &recipients, topic).await,
+            None => Ok(vec![]),
+        }
+    };
     let stage_of = cutover::task_type_of(p.message_key.as_deref());
-    let (template, allowed, listed, own_role, guard, stage) = tokio::try_join!(
+    let (template, allowed, listed, opted_out, own_role, guard, stage) = tokio::try_join!(
         template,
         sending_identities::allows(&db, tenant, &from),
         suppressions::matching(&db, tenant, &recipients),
+        opted_out,
         sending_identities::role(&db, tenant),
         crate::store::reputation::get(&db, tenant),
         crate::store::cutover::get(&db, tenant, stage_of),
@@ -163,10 +176,14 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     // choice: the job succeeds, `skipped` in its result).
     let unsent = if !allowed {
         Some((Status::Refused, format!("{from} is not one of this tenant's sending identities")))
+    } else if !listed.is_empty() {
+        let who: Vec<String> = listed.iter().map(|s| format!("{} ({})", s.address, s.reason)).collect();
+        Some((Status::Skipped, format!("suppressed recipients: {}", who.join(", "))))
     } else {
-        (!listed.is_empty()).then(|| {
-            let who: Vec<String> = listed.iter().map(|s| format!("{} ({})", s.address, s.reason)).collect();
-            (Status::Skipped, format!("suppressed recipients: {}", who.join(", ")))
+        (!opted_out.is_empty()).then(|| {
+            let who: Vec<&str> = opted_out.iter().map(|o| o.address.as_str()).collect();
+            let topic = p.topic.as_deref().unwrap_or_default();
+            (Status::Skipped, format!("{SKIPPED_UNSUBSCRIBED} from topic {topic}: {}", who.join(", ")))
         })
     };
     // The tenant's cut-over stage for this kind of send narrows what the global modes allow.

@@ -50,6 +50,10 @@ pub enum Invalid {
     KeyWithoutLimit,
     #[error("concurrency_key: a concurrency_limit needs a concurrency_key")]
     LimitWithoutKey,
+    #[error("ordering_key: 1 to {MAX_KEY_LEN} characters, no control characters")]
+    OrderingKey,
+    #[error("ordering_on_failure: only with an ordering_key")]
+    OnFailureWithoutKey,
 }
 
 fn on_deployment(longest: i32) -> &'static str {
@@ -71,6 +75,8 @@ impl Invalid {
             Invalid::Timeout { .. } => "timeout_seconds",
             Invalid::ConcurrencyKey | Invalid::LimitWithoutKey => "concurrency_key",
             Invalid::ConcurrencyLimit | Invalid::KeyWithoutLimit => "concurrency_limit",
+            Invalid::OrderingKey => "ordering_key",
+            Invalid::OnFailureWithoutKey => "ordering_on_failure",
         }
     }
 }
@@ -299,6 +305,65 @@ impl Concurrency {
     }
 }
 
+/// What a job's failure (for good) does to the jobs queued behind it on its ordering key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFailure {
+    /// They stay pending, held behind it, until it is retried and succeeds, is finished by an
+    /// operator, or is cancelled (which cancels them too).
+    #[default]
+    Hold,
+    /// They are cancelled, naming it; jobs submitted to the key afterwards start afresh.
+    Cancel,
+}
+
+impl OnFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnFailure::Hold => "hold",
+            OnFailure::Cancel => "cancel",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<OnFailure> {
+        match s {
+            "hold" => Some(OnFailure::Hold),
+            "cancel" => Some(OnFailure::Cancel),
+            _ => None,
+        }
+    }
+}
+
+/// FIFO per key: jobs of one tenant with one ordering key start in submission order, one at a
+/// time, each after the one ahead has succeeded (`store::ordering`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ordering {
+    key: String,
+    on_failure: OnFailure,
+}
+
+impl Ordering {
+    /// A key and a policy as a client gives them: the policy only with a key (default `hold`).
+    pub fn parse(key: Option<String>, on_failure: Option<OnFailure>) -> Result<Option<Ordering>, Invalid> {
+        match (key, on_failure) {
+            (None, None) => Ok(None),
+            (None, Some(_)) => Err(Invalid::OnFailureWithoutKey),
+            (Some(key), on_failure) if printable(&key) => {
+                Ok(Some(Ordering { key, on_failure: on_failure.unwrap_or_default() }))
+            }
+            (Some(_), _) => Err(Invalid::OrderingKey),
+        }
+    }
+
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    pub fn on_failure(&self) -> OnFailure {
+        self.on_failure
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,6 +379,20 @@ mod tests {
             assert_eq!(IdempotencyKey::parse(bad), Err(Invalid::IdempotencyKey), "{bad:?}");
         }
         assert!(IdempotencyKey::parse(&"k".repeat(200)).is_ok());
+    }
+
+    #[test]
+    fn an_ordering_policy_needs_a_key_and_holds_by_default() {
+        let o = Ordering::parse(Some("user-1".into()), None).unwrap().unwrap();
+        assert_eq!((o.key(), o.on_failure()), ("user-1", OnFailure::Hold));
+        let c = Ordering::parse(Some("u".into()), Some(OnFailure::Cancel)).unwrap().unwrap();
+        assert_eq!(c.on_failure(), OnFailure::Cancel);
+        assert_eq!(Ordering::parse(None, None), Ok(None));
+        assert_eq!(Ordering::parse(None, Some(OnFailure::Hold)), Err(Invalid::OnFailureWithoutKey));
+        for bad in ["", "a\nb", &"k".repeat(201)] {
+            assert_eq!(Ordering::parse(Some(bad.into()), None), Err(Invalid::OrderingKey), "{bad:?}");
+        }
+        assert_eq!(OnFailure::parse(OnFailure::Cancel.as_str()), Some(OnFailure::Cancel));
     }
 
     #[test]

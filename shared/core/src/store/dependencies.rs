@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 
 use super::jobs::TERMINAL_RETURNING;
+use crate::job::terms::OnFailure;
 use crate::job::{Dispatch, JobId, JobStatus, TenantId};
 use crate::store::{GenericClient, StoreError, callbacks, decode};
 
@@ -45,17 +46,21 @@ pub async fn statuses(
 
 /// Inside the submit's transaction: mark the live jobs among `ids` as having dependents,
 /// locking them (in id order) until commit so none can end unseen, then read every one's
-/// status. A dependency that ended before this saw it is resolved at submit.
+/// status. A dependency that ended before this saw it is resolved at submit. With `failed`,
+/// failed jobs are marked and locked too (a failed job ahead on an ordering key that holds
+/// its key: an operator's retry must find its dependents when it ends).
 pub async fn lock(
     db: &impl GenericClient,
     tenant_id: TenantId,
     ids: &[JobId],
+    failed: bool,
 ) -> Result<HashMap<JobId, JobStatus>, StoreError> {
     let stmt = db
         .prepare_cached(
             "WITH locked AS (
                  SELECT id, has_dependents FROM jobs
-                 WHERE id = ANY ($1) AND tenant_id = $2 AND status IN ('pending', 'running', 'waiting')
+                 WHERE id = ANY ($1) AND tenant_id = $2
+                   AND (status IN ('pending', 'running', 'waiting') OR ($3 AND status = 'failed'))
                  ORDER BY id FOR NO KEY UPDATE
              )
              -- A row already marked is only locked (no new row version).
@@ -63,7 +68,7 @@ pub async fn lock(
              WHERE j.id = l.id AND l.has_dependents IS NOT TRUE",
         )
         .await?;
-    db.execute(&stmt, &[&ids, &tenant_id]).await?;
+    db.execute(&stmt, &[&ids, &tenant_id, &failed]).await?;
     // A second statement: its snapshot sees a dependency that ended while the first waited.
     statuses(db, tenant_id, ids).await
 }
@@ -75,6 +80,9 @@ pub struct Held {
     /// When it is due once released.
     pub run_at: DateTime<Utc>,
     pub after: Vec<JobId>,
+    /// The job ahead of it on its ordering key, and what that job's failure does to it
+    /// (`store::ordering`).
+    pub behind: Option<(JobId, OnFailure)>,
 }
 
 /// Inside the submit's transaction, after `lock`: record the holds and their edges, then
@@ -90,17 +98,25 @@ pub async fn hold(db: &impl GenericClient, tenant_id: TenantId, held: &[Held]) -
             let mut after = h.after.clone();
             after.sort();
             after.dedup();
+            // One edge per pair: the ordered one says more.
+            after.retain(|a| h.behind.is_none_or(|(b, _)| b != *a));
             Held { after, ..h.clone() }
         })
         .collect();
     let ids: Vec<JobId> = held.iter().map(|h| h.job_id).collect();
     let run_ats: Vec<DateTime<Utc>> = held.iter().map(|h| h.run_at).collect();
-    let waiting: Vec<i32> = held.iter().map(|h| h.after.len() as i32).collect();
-    let (mut dependents, mut after) = (Vec::new(), Vec::new());
+    let waiting: Vec<i32> = held.iter().map(|h| (h.after.len() + usize::from(h.behind.is_some())) as i32).collect();
+    let (mut dependents, mut after, mut kinds) = (Vec::new(), Vec::new(), Vec::new());
     for h in &held {
         for a in &h.after {
             dependents.push(h.job_id);
             after.push(*a);
+            kinds.push(None);
+        }
+        if let Some((b, on_failure)) = h.behind {
+            dependents.push(h.job_id);
+            after.push(b);
+            kinds.push(Some(on_failure.as_str()));
         }
     }
     let stmt = db
@@ -109,11 +125,11 @@ pub async fn hold(db: &impl GenericClient, tenant_id: TenantId, held: &[Held]) -
                  INSERT INTO job_holds (job_id, tenant_id, run_at, waiting)
                  SELECT id, $1, run_at, waiting FROM unnest($2::uuid[], $3::timestamptz[], $4::int[]) AS t(id, run_at, waiting)
              )
-             INSERT INTO job_dependencies (after_id, job_id)
-             SELECT * FROM unnest($5::uuid[], $6::uuid[]) ON CONFLICT DO NOTHING",
+             INSERT INTO job_dependencies (after_id, job_id, on_failure)
+             SELECT * FROM unnest($5::uuid[], $6::uuid[], $7::text[]) ON CONFLICT DO NOTHING",
         )
         .await?;
-    db.execute(&stmt, &[&tenant_id, &ids, &run_ats, &waiting, &after, &dependents]).await?;
+    db.execute(&stmt, &[&tenant_id, &ids, &run_ats, &waiting, &after, &dependents, &kinds]).await?;
     after.sort();
     after.dedup();
     Ok(release(db, &after, true, RELEASE_BUDGET).await?.dispatch)
@@ -199,16 +215,19 @@ async fn resolve_edges(
     let stmt = db
         .prepare_cached(&format!(
             "WITH picked AS (
-                 SELECT d.after_id, d.job_id, a.status FROM job_dependencies d JOIN jobs a ON a.id = d.after_id
+                 SELECT d.after_id, d.job_id, a.status, d.on_failure FROM job_dependencies d JOIN jobs a ON a.id = d.after_id
                  WHERE d.after_id = ANY ($1) AND a.status IN ('succeeded', 'failed', 'cancelled')
+                   -- A failed job ahead on an ordering key that holds it keeps its edges.
+                   AND (a.status <> 'failed' OR d.on_failure IS DISTINCT FROM 'hold')
                  LIMIT $2
              ), gone AS (
                  DELETE FROM job_dependencies d USING picked p
                  WHERE d.after_id = p.after_id AND d.job_id = p.job_id
-                 RETURNING d.job_id, d.after_id, p.status
+                 RETURNING d.job_id, d.after_id, p.status, p.on_failure
              ), tally AS (
                  SELECT job_id, count(*)::int AS n,
-                        min('dependency ' || after_id || ' ended ' || status) FILTER (WHERE status <> 'succeeded') AS why
+                        min(CASE WHEN on_failure IS NULL THEN 'dependency ' ELSE 'ordered behind ' END
+                            || after_id || ' ended ' || status) FILTER (WHERE status <> 'succeeded') AS why
                  FROM gone GROUP BY job_id
              ), counted AS (
                  UPDATE job_holds h SET waiting = h.waiting - t.n FROM tally t WHERE h.job_id = t.job_id
@@ -347,6 +366,7 @@ pub async fn heal(db: &impl GenericClient, limit: i64, budget: usize) -> Result<
         .prepare_cached(
             "SELECT DISTINCT d.after_id FROM job_dependencies d JOIN jobs a ON a.id = d.after_id
              WHERE a.status IN ('succeeded', 'failed', 'cancelled') AND a.finished_at < now() - make_interval(secs => $2)
+               AND (a.status <> 'failed' OR d.on_failure IS DISTINCT FROM 'hold')
              LIMIT $1",
         )
         .await?;
@@ -373,15 +393,30 @@ pub async fn heal(db: &impl GenericClient, limit: i64, budget: usize) -> Result<
     Ok(released)
 }
 
-/// Which of these pending jobs are held for their dependencies, with the time each asked for.
-pub async fn held(db: &impl GenericClient, ids: &[JobId]) -> Result<Vec<(JobId, DateTime<Utc>)>, StoreError> {
+/// A pending job held for its dependencies: the time it asked for, and the job ahead of it
+/// on its ordering key while it waits for that one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hold {
+    pub run_at: DateTime<Utc>,
+    pub behind: Option<JobId>,
+}
+
+/// Which of these pending jobs are held for their dependencies, and how.
+pub async fn held(db: &impl GenericClient, ids: &[JobId]) -> Result<Vec<(JobId, Hold)>, StoreError> {
     let stmt = db
         .prepare_cached(
-            "SELECT h.job_id, h.run_at FROM job_holds h JOIN jobs j ON j.id = h.job_id
+            "SELECT h.job_id, h.run_at,
+                    (SELECT d.after_id FROM job_dependencies d WHERE d.job_id = h.job_id AND d.on_failure IS NOT NULL LIMIT 1)
+             FROM job_holds h JOIN jobs j ON j.id = h.job_id
              WHERE h.job_id = ANY ($1) AND h.waiting > 0 AND j.status = 'pending'",
         )
         .await?;
-    Ok(db.query(&stmt, &[&ids]).await?.iter().map(|r| (r.get(0), r.get(1))).collect())
+    Ok(db
+        .query(&stmt, &[&ids])
+        .await?
+        .iter()
+        .map(|r| (r.get(0), Hold { run_at: r.get(1), behind: r.get(2) }))
+        .collect())
 }
 
 /// The ids in column `at` of a terminal write's rows whose `has_dependents` (a nullable bool

@@ -36,6 +36,30 @@ pub async fn record_suppressed(
     Ok(row.map(|r| r.get(0)))
 }
 
+/// Keep a topic opt-out or resubscription (`unsubscribed`, `resubscribed`) of `address` as an
+/// event on the message it came through, so the tenant hears of it (callback and feed).
+pub async fn record_topic_change(
+    db: &impl GenericClient,
+    tenant: TenantId,
+    message_id: Uuid,
+    kind: &str,
+    address: &str,
+    topic: &str,
+) -> Result<Option<i64>, StoreError> {
+    let detail = serde_json::json!({ "addresses": [address], "topic": topic });
+    let row = db
+        .query_opt(
+            "INSERT INTO message_events (event_key, message_id, tenant_id, event_type, occurred_at, note, detail)
+             SELECT 'topic:' || $3 || ':' || m.tenant_id::text || ':' || $4 || ':' || $5 || ':' || gen_random_uuid(), m.id, m.tenant_id,
+                    $3, now(), $3 || ' ' || $4 || ' (topic ' || $5 || ')', $6
+             FROM messages m WHERE m.id = $2 AND m.tenant_id = $1
+             RETURNING id",
+            &[&tenant, &message_id, &kind, &address, &topic, &detail],
+        )
+        .await?;
+    Ok(row.map(|r| r.get(0)))
+}
+
 /// Keep, as an event of its own on the message whose bounce or complaint raised it, the
 /// tenant's reputation guard rising to `level` (`warning` or `paused`, `email::reputation`),
 /// so the tenant hears of it (callback and feed). Keyed on the causing event's key.
@@ -70,7 +94,8 @@ pub fn webhook_type(event_type: &str) -> Option<&'static str> {
         "reject" | "rendering_failure" => "message.rejected",
         "open" => "message.opened",
         "click" => "message.clicked",
-        "subscription" => "message.unsubscribed",
+        "subscription" | "unsubscribed" => "message.unsubscribed",
+        "resubscribed" => "message.resubscribed",
         "suppressed" => "message.suppressed",
         "reputation_warning" => "message.reputation_warning",
         "reputation_paused" => "message.reputation_paused",
@@ -79,7 +104,7 @@ pub fn webhook_type(event_type: &str) -> Option<&'static str> {
 }
 
 /// Every type `webhook_type` gives: what a tenant may subscribe to.
-pub const WEBHOOK_TYPES: [&str; 12] = [
+pub const WEBHOOK_TYPES: [&str; 13] = [
     "message.sent",
     "message.delivered",
     "message.delayed",
@@ -89,6 +114,7 @@ pub const WEBHOOK_TYPES: [&str; 12] = [
     "message.opened",
     "message.clicked",
     "message.unsubscribed",
+    "message.resubscribed",
     "message.suppressed",
     "message.reputation_warning",
     "message.reputation_paused",
@@ -142,7 +168,7 @@ fn tenant_event(r: &Row) -> Option<TenantEvent> {
         "complaint" => listed("/complaint/complainedRecipients", Some("emailAddress")),
         "delivery" => listed("/delivery/recipients", None),
         "delivery_delay" => listed("/deliveryDelay/delayedRecipients", Some("emailAddress")),
-        "suppressed" => listed("/addresses", None),
+        "suppressed" | "unsubscribed" | "resubscribed" => listed("/addresses", None),
         "reputation_warning" | "reputation_paused" => vec![],
         _ => listed("/mail/destination", None),
     };
@@ -212,6 +238,7 @@ mod tests {
         ];
         let mut reached: Vec<&str> = kinds.iter().map(|k| webhook_type(k.name()).expect("a type")).collect();
         reached.push(webhook_type("suppressed").unwrap());
+        reached.push(webhook_type("resubscribed").unwrap());
         reached.push(webhook_type("reputation_warning").unwrap());
         reached.push(webhook_type("reputation_paused").unwrap());
         assert!(WEBHOOK_TYPES.iter().all(|t| reached.contains(t)), "each type is reachable: {reached:?}");

@@ -55,6 +55,8 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
         "0034_destination_tokens_signatures_success",
         include_str!("../../../../migrations/0034_destination_tokens_signatures_success.sql"),
     ),
+    (36, "0036_ordering_keys", include_str!("../../../../migrations/0036_ordering_keys.sql")),
+    (37, "0037_topic_opt_outs", include_str!("../../../../migrations/0037_topic_opt_outs.sql")),
     (38, "0038_cutover_stages", include_str!("../../../../migrations/0038_cutover_stages.sql")),
     (39, "0039_message_configuration_set", include_str!("../../../../migrations/0039_message_configuration_set.sql")),
 ];

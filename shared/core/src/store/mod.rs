@@ -23,6 +23,7 @@ pub mod messages;
 pub mod migrate;
 pub mod modes;
 pub mod operators;
+pub mod ordering;
 pub mod pipelined;
 pub mod progress;
 pub mod rate_slots;
@@ -40,6 +41,7 @@ pub mod tenants;
 pub mod tls;
 #[cfg(feature = "testing")]
 pub mod tooling;
+pub mod topics;
 pub mod workers;
 
 use std::sync::Arc;

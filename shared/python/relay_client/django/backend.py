@@ -5,8 +5,10 @@ project's local backend; then ``email_send = relay_task("email.send")`` and
 ``email_send.enqueue(to=[...], subject=...)`` like any task. Parameters are keyword arguments
 (they become the job's ``params``) and are checked against the task's published schema before
 the row is written. ``.using(run_after=..., max_attempts=..., timeout_seconds=...,
-concurrency_key=..., concurrency_limit=..., idempotency_key=..., after=[...])`` sets the job's
-options for one call; ``relay_task(...)`` takes the same options (but ``after``) for every call.
+concurrency_key=..., concurrency_limit=..., ordering_key=..., ordering_on_failure=...,
+idempotency_key=..., after=[...])`` sets the job's options for one call; ``relay_task(...)`` takes
+the same options (but ``after`` and ``ordering_key``) for every call. Jobs with one
+``ordering_key`` start on Relay in the order their rows were written, one at a time.
 ``after`` names the jobs this one runs after: results of other Relay tasks (``result.id``: the
 row is posted once theirs has a Relay job) or Relay job ids.
 
@@ -47,7 +49,17 @@ from .context import current_correlation
 from .models import RelayJob
 
 #: The job options a task or a call may set (``JobRequest``'s fields of the same names).
-OPTIONS = ("max_attempts", "timeout_seconds", "concurrency_key", "concurrency_limit", "after")
+OPTIONS = (
+    "max_attempts",
+    "timeout_seconds",
+    "concurrency_key",
+    "concurrency_limit",
+    "after",
+    "ordering_key",
+    "ordering_on_failure",
+)
+#: What a job's failure does to the jobs behind it on its ordering key.
+ON_FAILURE = ("hold", "cancel")
 #: Most jobs one job runs after (Relay's bound).
 MAX_AFTER = 100
 
@@ -70,6 +82,10 @@ class RelayTask(Task):  # type: ignore[type-arg]
     idempotency_key: str | None = None
     #: The jobs this one runs after (per call): ``TaskResult`` ids of Relay tasks or Relay job ids.
     after: tuple[str, ...] | None = None
+    #: FIFO per key (per call): Relay starts this tenant's jobs with one key in submission order.
+    ordering_key: str | None = None
+    #: ``"hold"`` (Relay's default) or ``"cancel"``: what this job's failure does to those behind it.
+    ordering_on_failure: str | None = None
 
     @property
     def name(self) -> str:
@@ -128,6 +144,8 @@ class RelayTask(Task):  # type: ignore[type-arg]
         concurrency_limit: int | None = None,
         idempotency_key: str | None = None,
         after: Sequence[str | uuid.UUID] | None = None,
+        ordering_key: str | None = None,
+        ordering_on_failure: str | None = None,
     ) -> RelayTask:
         """A copy with other defaults: Django's own, plus the job options and an idempotency key."""
         changes: dict[str, Any] = {
@@ -143,6 +161,8 @@ class RelayTask(Task):  # type: ignore[type-arg]
                 "concurrency_limit": concurrency_limit,
                 "idempotency_key": idempotency_key,
                 "after": None if after is None else _after(after),
+                "ordering_key": ordering_key,
+                "ordering_on_failure": ordering_on_failure,
             }.items()
             if v is not None
         }
@@ -243,6 +263,14 @@ def _check_options(task: RelayTask) -> None:
         raise InvalidTask(
             f"concurrency_key must be 1 to 200 characters without control characters, not {task.concurrency_key!r}"
         )
+    if task.ordering_key is not None and not printable(task.ordering_key):
+        raise InvalidTask(
+            f"ordering_key must be 1 to 200 characters without control characters, not {task.ordering_key!r}"
+        )
+    if task.ordering_on_failure is not None and task.ordering_on_failure not in ON_FAILURE:
+        raise InvalidTask(f"ordering_on_failure is 'hold' or 'cancel', not {task.ordering_on_failure!r}")
+    if task.ordering_on_failure is not None and task.ordering_key is None:
+        raise InvalidTask("ordering_on_failure goes with an ordering_key")
     if task.after is not None:
         if len(task.after) > MAX_AFTER:
             raise InvalidTask(f"a job runs after at most {MAX_AFTER} jobs, not {len(task.after)}")

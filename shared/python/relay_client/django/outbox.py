@@ -94,6 +94,8 @@ def request_for(row: RelayJob, *, resolve: bool = True) -> JobRequest:
         concurrency_key=opts.get("concurrency_key"),
         concurrency_limit=opts.get("concurrency_limit"),
         after=after_ids(row, resolve=resolve),
+        ordering_key=opts.get("ordering_key"),
+        ordering_on_failure=opts.get("ordering_on_failure"),
     )
 
 

@@ -103,12 +103,18 @@ pub async fn force_finish(
                      INSERT INTO job_events (job_id, kind, from_status, to_status, attempt, reason)
                      SELECT id, 'force_finished', 'failed', 'succeeded', attempt, $3 FROM finished
                  ), {callbacks}
-                 SELECT {JOB_COLUMNS} FROM finished",
+                 SELECT {JOB_COLUMNS}, has_dependents FROM finished",
                 callbacks = super::super::callbacks::enqueue_ctes("finished", false)
             ),
             &[&id, result, &reason],
         )
         .await?;
+    // The jobs that run after it (or queue behind it on its ordering key) go on.
+    if let Some(r) = &row
+        && r.get::<_, Option<bool>>("has_dependents") == Some(true)
+    {
+        crate::store::dependencies::release(db, &[id], false, crate::store::dependencies::RELEASE_BUDGET).await?;
+    }
     row.as_ref().map(Job::from_row).transpose()
 }
 

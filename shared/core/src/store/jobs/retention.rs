@@ -6,7 +6,8 @@
 //! `finished_at` is needed. A job with children waits until its children are gone (the
 //! `parent_id` foreign key), and a job with an open exception stays; `job_keys` has no index on `job_id`, so keys are deleted by
 //! (tenant_id, idempotency_key) read from the jobs being deleted. The audit of exception
-//! actions is kept.
+//! actions is kept. A job with unresolved dependents stays (a failed job holding its
+//! ordering key); a key whose last job goes loses its `ordering_tails` row.
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -39,12 +40,16 @@ pub async fn delete_terminal_before(
                  WHERE id < $1 AND status IN ('succeeded', 'failed', 'cancelled') AND finished_at < $2
                    AND NOT EXISTS (SELECT 1 FROM jobs c WHERE c.parent_id = j.id)
                    AND NOT EXISTS (SELECT 1 FROM exceptions x WHERE x.job_id = j.id AND x.status = 'open')
+                   -- A failed job that holds its ordering key keeps its queue's edges.
+                   AND NOT EXISTS (SELECT 1 FROM job_dependencies d WHERE d.after_id = j.id)
                  ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED
              ), events AS (
                  DELETE FROM job_events WHERE job_id = ANY (ARRAY(SELECT id FROM old))
              ), keys AS (
                  DELETE FROM job_keys k USING old
                  WHERE k.tenant_id = old.tenant_id AND k.idempotency_key = old.idempotency_key
+             ), tails AS (
+                 DELETE FROM ordering_tails WHERE job_id = ANY (ARRAY(SELECT id FROM old))
              ), calls AS (
                  DELETE FROM callback_attempts WHERE job_id = ANY (ARRAY(SELECT id FROM old))
              ), sent AS (

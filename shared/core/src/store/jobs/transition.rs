@@ -364,8 +364,9 @@ pub struct Cancelled {
     pub dependents_left: bool,
 }
 
-/// Cancel a pending or waiting job and its pending or waiting children, and the jobs that run
-/// after them down the chain, at most `budget` of those. Run it in a transaction: the cancel
+/// Cancel a pending or waiting job (or a failed one that holds its ordering key, whose open
+/// exception closes) and its pending or waiting children, and the jobs that run after them
+/// down the chain, at most `budget` of those. Run it in a transaction: the cancel
 /// and its dependents' then commit together or not at all. The callback deliveries are created
 /// in the same statements and sent by the next sweep pass.
 pub async fn cancel(
@@ -379,11 +380,23 @@ pub async fn cancel(
             "WITH cancelled AS (
                  UPDATE jobs j SET status = 'cancelled', finished_at = now(), updated_at = now()
                  WHERE (id = $1 OR parent_id = $1) AND tenant_id = $2
-                   AND status IN ('pending', 'waiting')
+                   AND (status IN ('pending', 'waiting')
+                        -- A failed job that holds its ordering key: its cancel cancels its queue.
+                        OR (id = $1 AND status = 'failed' AND EXISTS (
+                            SELECT 1 FROM job_dependencies d WHERE d.after_id = j.id AND d.on_failure = 'hold')))
                  RETURNING {TERMINAL_RETURNING}
              ), events AS (
                  INSERT INTO job_events (job_id, kind, to_status, attempt, reason)
                  SELECT id, 'cancelled', 'cancelled', attempt, 'cancelled by client' FROM cancelled
+             ), resolved AS (
+                 -- A failed job's open exception closes with its cancel.
+                 UPDATE exceptions x SET status = 'resolved', closed_at = now(), closed_by = 'client',
+                     close_reason = 'the job was cancelled by its tenant'
+                 WHERE x.job_id = $1 AND x.status = 'open' AND EXISTS (SELECT 1 FROM cancelled WHERE id = $1)
+                 RETURNING x.id, x.job_id
+             ), audit AS (
+                 INSERT INTO exception_actions (exception_id, job_id, action, actor, reason)
+                 SELECT id, job_id, 'resolve', 'client', 'the job was cancelled by its tenant' FROM resolved
              ), {callbacks}
              SELECT count(*) FILTER (WHERE id = $1), coalesce(array_agg(id ORDER BY id) FILTER (WHERE has_dependents), '{{}}')
              FROM cancelled",

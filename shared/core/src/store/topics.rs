@@ -1,0 +1,107 @@
+//! Subscription topics (migration 0037): per-topic opt-outs of a tenant's addresses, beside the
+//! suppression list (which blocks every send). A send naming a topic is skipped for an address
+//! opted out of it; a send naming none is not affected.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::{GenericClient, StoreError};
+use crate::job::TenantId;
+
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct OptOut {
+    pub address: String,
+    pub topic: String,
+    /// `api` (the tenant) or `provider` (an SES subscription event on a message of the topic).
+    pub source: String,
+    /// The message it came through, when one did.
+    pub message_id: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Opt `addresses` (bare, lower-case) out of `topic`; an opt-out already there keeps its first
+/// source. Returns the addresses newly opted out.
+pub async fn opt_out(
+    db: &impl GenericClient,
+    tenant: TenantId,
+    addresses: &[String],
+    topic: &str,
+    source: &str,
+    message_id: Option<Uuid>,
+) -> Result<Vec<String>, StoreError> {
+    let rows = db
+        .query(
+            "INSERT INTO topic_opt_outs (tenant_id, address, topic, source, message_id)
+             SELECT $1, a, $3, $4, $5 FROM unnest($2::text[]) a
+             ON CONFLICT (tenant_id, address, topic) DO NOTHING RETURNING address",
+            &[&tenant, &addresses, &topic, &source, &message_id],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Resubscribe: remove the opt-out. `None` when there was none.
+pub async fn resubscribe(
+    db: &impl GenericClient,
+    tenant: TenantId,
+    address: &str,
+    topic: &str,
+) -> Result<Option<OptOut>, StoreError> {
+    let row = db
+        .query_opt(
+            "DELETE FROM topic_opt_outs WHERE tenant_id = $1 AND address = $2 AND topic = $3
+             RETURNING address, topic, source, message_id, created_at",
+            &[&tenant, &address, &topic],
+        )
+        .await?;
+    Ok(row.as_ref().map(from_row))
+}
+
+/// Which of `addresses` (bare, lower-case) are opted out of `topic`.
+pub async fn matching(
+    db: &impl GenericClient,
+    tenant: TenantId,
+    addresses: &[String],
+    topic: &str,
+) -> Result<Vec<OptOut>, StoreError> {
+    let stmt = db
+        .prepare_cached(
+            "SELECT address, topic, source, message_id, created_at FROM topic_opt_outs
+             WHERE tenant_id = $1 AND address = ANY ($2) AND topic = $3 ORDER BY address",
+        )
+        .await?;
+    Ok(db.query(&stmt, &[&tenant, &addresses, &topic]).await?.iter().map(from_row).collect())
+}
+
+/// A page of the tenant's opt-outs in (address, topic) order after `after`, of one address
+/// when given.
+pub async fn list(
+    db: &impl GenericClient,
+    tenant: TenantId,
+    address: Option<&str>,
+    after: (&str, &str),
+    limit: i64,
+) -> Result<Vec<OptOut>, StoreError> {
+    let rows = db
+        .query(
+            "SELECT address, topic, source, message_id, created_at FROM topic_opt_outs
+             WHERE tenant_id = $1 AND ($2::text IS NULL OR address = $2) AND (address, topic) > ($3, $4)
+             ORDER BY address, topic LIMIT $5",
+            &[&tenant, &address, &after.0, &after.1, &limit],
+        )
+        .await?;
+    Ok(rows.iter().map(from_row).collect())
+}
+
+fn from_row(r: &tokio_postgres::Row) -> OptOut {
+    OptOut { address: r.get(0), topic: r.get(1), source: r.get(2), message_id: r.get(3), created_at: r.get(4) }
+}
+
+/// A topic's name: 1 to 64 letters, digits, `_`, `-` or `.`.
+pub fn check_name(topic: &str) -> Result<(), &'static str> {
+    let ok = (1..=64).contains(&topic.len())
+        && topic.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok { Ok(()) } else { Err("1 to 64 letters, digits, '_', '-' or '.'") }
+}
