@@ -20,6 +20,7 @@ mod credentials;
 mod dbconn;
 mod dependencies;
 mod deploy;
+mod deploy_walk;
 mod dev;
 mod email;
 mod email_parts;
