@@ -49,3 +49,4 @@ mod sweep;
 mod template;
 mod tenancy;
 mod webhooks;
+mod xray;
