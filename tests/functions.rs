@@ -12,7 +12,7 @@ use crate::support::runtime_api::{Function, Invoked};
 use crate::support::{World, database_url, moto};
 
 /// The variables a function needs on this test's schema and queue.
-fn env_for(w: &World, queue_url: &str) -> Vec<(&'static str, String)> {
+pub(crate) fn env_for(w: &World, queue_url: &str) -> Vec<(&'static str, String)> {
     let base = database_url();
     let sep = if base.contains('?') { '&' } else { '?' };
     vec![
@@ -54,7 +54,7 @@ pub(crate) async fn deliver(f: &mut Function, url: &str, arn: &str, timeout: Dur
     Some((event, invoked))
 }
 
-fn response(invoked: Invoked) -> Value {
+pub(crate) fn response(invoked: Invoked) -> Value {
     match invoked {
         Invoked::Response(v) => v,
         other => panic!("expected a response, got {other:?}"),

@@ -30,8 +30,9 @@ use axum::routing::{get, post};
 use serde_json::Value;
 use tokio::sync::{Notify, mpsc, oneshot};
 
-/// The X-Ray trace header every invocation carries.
-pub const TRACE_ID: &str = "Root=1-65f1c2a0-3c5e2b1d0f4a6b7c8d9e0f12;Sampled=0";
+/// The X-Ray trace header every invocation carries: sampled, its parent the function's segment
+/// (a function with `AWS_XRAY_DAEMON_ADDRESS` sends its subsegments, `tests/xray.rs`).
+pub const TRACE_ID: &str = "Root=1-65f1c2a0-3c5e2b1d0f4a6b7c8d9e0f12;Parent=53995c3f42cd8ad8;Sampled=1";
 
 /// The functions the tests run, built together once.
 const FUNCTIONS: [&str; 7] = ["intake", "executor", "sweeper", "ingress", "pretraffic", "admin", "console"];

@@ -20,6 +20,8 @@ use std::time::Duration;
 use hyper::body::Bytes;
 
 pub mod special;
+mod traced;
+pub use traced::request;
 
 /// Longest callback URL accepted.
 pub const MAX_URL_LEN: usize = 2000;
@@ -329,7 +331,7 @@ pub async fn post(
 /// connection is made first, so a failure then is known to have sent nothing (`Connect`);
 /// from the moment the request starts to leave, a failure is `NoAnswer`, and a body that
 /// breaks off is `Answer::cut`.
-pub async fn request(
+pub(crate) async fn exchange(
     target: &Target,
     addr: SocketAddr,
     method: hyper::Method,

@@ -3,6 +3,7 @@
 //! purpose: the console function uses it without linking the platform (no Postgres, SES or STS).
 
 mod powertools;
+mod xray;
 
 /// Run a function's init (its configuration, clients, pools). An error is also reported to the
 /// Lambda Runtime API's `/init/error`, so the service shows it, naming the variable at fault, as
@@ -42,7 +43,11 @@ async fn report_init_error(api: &str, err: &anyhow::Error) -> anyhow::Result<()>
 /// (`powertools::Powertools`): `timestamp`, `level`, `message`, the event's own fields, the
 /// fields of the spans it is inside (the job id and correlation id, `telemetry`), `service`,
 /// `cold_start`, `function_request_id`, `xray_trace_id`.
+///
+/// With active tracing (`AWS_XRAY_DAEMON_ADDRESS` set), the outside calls also become X-Ray
+/// subsegments of the function's segment (`xray`), whatever `RELAY_LOG` filters out of the logs.
 pub fn init_logging() {
+    use tracing_subscriber::prelude::*;
     let filter = tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| "info".into());
     let json = tracing_subscriber::fmt::format()
         .json()
@@ -50,11 +55,13 @@ pub fn init_logging() {
         .with_current_span(false)
         .with_span_list(true)
         .with_target(false);
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let logs = tracing_subscriber::fmt::layer()
         .fmt_fields(tracing_subscriber::fmt::format::JsonFields::new())
         .event_format(powertools::Powertools::from_env(json))
-        .try_init();
+        .with_filter(filter);
+    let traces =
+        xray::XRay::from_env().map(|x| x.with_filter(tracing_subscriber::filter::filter_fn(xray::XRay::wants)));
+    let _ = tracing_subscriber::registry().with(logs).with(traces).try_init();
 }
 
 /// An error with its sources, `outer: inner: innermost` (what an HTTP client's error hides).

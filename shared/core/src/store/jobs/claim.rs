@@ -219,6 +219,7 @@ pub enum Keyed<'a> {
 /// snapshot is taken after the locks, so it sees every claim committed by the previous
 /// holder: two claimers can never both fill the same free slot. `within`: claim only jobs
 /// whose `timeout_seconds` is at most this (what fits in the time an invocation has left).
+#[tracing::instrument(level = "debug", name = "postgres", skip_all, fields(xray.namespace = "remote", xray.name = "postgres", sql.operation = "jobs::claim_keyed"))]
 pub async fn claim_keyed(
     db: &mut deadpool_postgres::Client,
     limit: i64,
@@ -307,6 +308,7 @@ fn noting_locked(locking: &str) -> String {
 /// `LOCKED_KEYS`), after `plan_keyed_claim`. It needs nothing from the lock's answer and sends
 /// its statement when first polled, so a caller may pipeline it behind those, in the same
 /// flight (the lanes do: `executor::worker`).
+#[tracing::instrument(level = "debug", name = "postgres", skip_all, fields(xray.namespace = "remote", xray.name = "postgres", sql.operation = "jobs::claim_locked"))]
 pub async fn claim_locked(
     tx: &impl GenericClient,
     stmt: &tokio_postgres::Statement,
@@ -418,6 +420,7 @@ impl Claim {
 /// Claim up to `limit` due unkeyed jobs, fairly across tenants, under a lease of
 /// `lease_secs` (the Postgres-native transport), for a claimer with `limit` slots and nothing
 /// running (`claim_shared` for a worker's).
+#[tracing::instrument(level = "debug", name = "postgres", skip_all, fields(xray.namespace = "remote", xray.name = "postgres", sql.operation = "jobs::claim_due"))]
 pub async fn claim_due(db: &impl GenericClient, limit: i64, lease_secs: f64) -> Result<Claim, StoreError> {
     claim_shared(db, limit, lease_secs, &Shares { slots: limit, running: Vec::new() }).await
 }
@@ -433,6 +436,7 @@ pub struct Shares {
 
 /// `claim_due` for a worker that runs `shares.running` in `shares.slots` slots: a tenant takes
 /// no more than its fair share of the slots while another tenant has due work.
+#[tracing::instrument(level = "debug", name = "postgres", skip_all, fields(xray.namespace = "remote", xray.name = "postgres", sql.operation = "jobs::claim_shared"))]
 pub async fn claim_shared(
     db: &impl GenericClient,
     limit: i64,
@@ -458,6 +462,7 @@ pub async fn claim_shared(
 /// Claim the named jobs if they are still claimable (a transport that delivers ids, like SQS).
 /// A duplicate or stale delivery claims nothing. `within`: claim only jobs whose
 /// `timeout_seconds` is at most this (see `defer_unfit` for the ones left).
+#[tracing::instrument(level = "debug", name = "postgres", skip_all, fields(xray.namespace = "remote", xray.name = "postgres", sql.operation = "jobs::claim_ids"))]
 pub async fn claim_ids(
     db: &impl GenericClient,
     ids: &[JobId],
@@ -485,6 +490,7 @@ pub async fn claim_ids(
 /// takes it, and handed by the hook to the one new executor version it checks (this claim is
 /// code only the new version has). `within` as in `claim_ids`: a job that does not fit the time
 /// left is not claimed. Keyed jobs are not claimed here.
+#[tracing::instrument(level = "debug", name = "postgres", skip_all, fields(xray.namespace = "remote", xray.name = "postgres", sql.operation = "jobs::claim_check"))]
 pub async fn claim_check(
     db: &impl GenericClient,
     id: JobId,

@@ -70,6 +70,7 @@ pub enum Inserted {
 /// With a `wake` channel the statement itself NOTIFYs it when it creates a job, so the wake-up
 /// goes out with the commit (the Postgres transport, `Transport::commit_wake`); otherwise the
 /// caller dispatches after commit and calls `undispatch` if that fails.
+#[tracing::instrument(level = "debug", name = "postgres", skip_all, fields(xray.namespace = "remote", xray.name = "postgres", sql.operation = "jobs::insert_many"))]
 pub async fn insert_many(
     db: &impl GenericClient,
     tenant_id: TenantId,

@@ -11,6 +11,7 @@ use crate::job::{JobId, JobStatus, TenantId};
 use crate::store::{GenericClient, StoreError};
 
 /// One job of one tenant; another tenant's job is indistinguishable from a missing one.
+#[tracing::instrument(level = "debug", name = "postgres", skip_all, fields(xray.namespace = "remote", xray.name = "postgres", sql.operation = "jobs::get"))]
 pub async fn get(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> Result<Option<Job>, StoreError> {
     let stmt = db.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND tenant_id = $2")).await?;
     db.query_opt(&stmt, &[&id, &tenant_id]).await?.as_ref().map(Job::from_row).transpose()

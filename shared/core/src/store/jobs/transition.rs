@@ -66,6 +66,7 @@ pub async fn succeed_reporting(db: &impl GenericClient, done: &[(Fence, Value)])
 }
 
 /// `succeed_reporting` for jobs in state `from` under the fenced attempt.
+#[tracing::instrument(level = "debug", name = "postgres", skip_all, fields(xray.namespace = "remote", xray.name = "postgres", sql.operation = "jobs::succeed_from"))]
 pub async fn succeed_from(
     db: &impl GenericClient,
     from: JobStatus,
@@ -116,6 +117,7 @@ const RETRY: Transition = Transition {
 
 /// Send jobs back to pending for another attempt (fenced); marked dispatched now, since the
 /// caller dispatches them after commit. Returns the fences refused as stale.
+#[tracing::instrument(level = "debug", name = "postgres", skip_all, fields(xray.namespace = "remote", xray.name = "postgres", sql.operation = "jobs::retry"))]
 pub async fn retry(db: &impl GenericClient, retries: &[(Fence, Retry)]) -> Result<Vec<Fence>, StoreError> {
     retry_from(db, JobStatus::Running, &RETRY, retries).await
 }
