@@ -236,7 +236,9 @@ fn limit(r: &SendRate, now: DateTime<Utc>, bulk: bool) -> Option<Kept> {
 /// one), so that a tenant whose share others do not use keeps the rate busy.
 pub fn share_cap(s: &send_shares::Standing, rate_per_second: f64, horizon: Duration) -> f64 {
     let share = s.weight / (s.weight + s.others).max(f64::MIN_POSITIVE);
-    let of_booked = share * (s.ahead + s.others_ahead + 1) as f64;
+    // A single send (the longer horizon) may pass its own tenant's children by the difference.
+    let passing = horizon.saturating_sub(BULK_HORIZON).as_secs_f64() * rate_per_second * share;
+    let of_booked = share * (s.ahead + s.others_ahead + 1) as f64 + passing;
     let of_horizon = ((horizon + SHARED_AHEAD).as_secs_f64() * rate_per_second * share).round().max(1.0);
     of_booked.max(of_horizon)
 }
