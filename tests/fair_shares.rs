@@ -294,3 +294,156 @@ async fn every_work_message_carries_its_tenant_as_the_message_group() {
         assert_eq!(group, &tenant.to_string(), "job {job}'s message group");
     }
 }
+
+/// What a quiet tenant's sends may take beyond twice their fair-share time on this loaded
+/// machine: a claim round, the intent's commit and the stand-in's answer per send.
+const SEND_ALLOWANCE: Duration = Duration::from_secs(1);
+
+/// The account's rate is shared by the tenants with sends waiting: at 5/s, with tenant X's 200
+/// single sends queued (and going), tenant A's five single sends are all at SES within twice
+/// their fair-share time (five at 2.5/s: 2 s, so 4 s) plus `SEND_ALLOWANCE`, with no operator
+/// action and no intake limit; X's held sends say whose share holds them; the account's rate
+/// holds (no throttle). `RELAY_TEST_SEND_SHARES=off` runs it first come (it then fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_quiet_tenants_sends_go_at_its_share_of_the_accounts_rate_beside_a_tenants_queue() {
+    crate::pace::up_to_three_runs(send_share_run).await;
+}
+
+async fn send_share_run() -> Result<(), String> {
+    use crate::pace::{passed, read_account, senders, single, stop, submit_as, workers};
+    use relay::ses_standin::{self, Counts, Faults};
+    const RATE: usize = 5;
+    const QUEUED: usize = 200;
+    const MINE: usize = 5;
+    let w = World::new().await;
+    let (x, x_key) = w.other_tenant("noisy").await;
+    crate::email::go_live(&w).await;
+    senders(&w, x.id).await;
+    let faults = Faults { max_per_second: Some(RATE), account: Some((RATE as f64, 100_000.0)), ..Faults::default() };
+    let ses = ses_standin::start(crate::support::moto::endpoint(), faults, 1).expect("the SES stand-in");
+    read_account(&w, &ses).await;
+    let mut exec = crate::email::executor(&w, &ses.url, crate::email::roles());
+    exec.config.concurrency = 16;
+    exec.config.send_shares = std::env::var("RELAY_TEST_SEND_SHARES").map_or(true, |v| v != "off");
+
+    let params = single(crate::pace::OTHER_DOMAIN, "noisy")["params"].clone();
+    submit_many(&w, &x_key, "x", QUEUED, "email.send", params).await;
+    let (stop_tx, handles) = workers(&exec, 2);
+    // X alone first, until its sends go at the account's rate (its slots booked ahead).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while passed(&ses, "noisy").len() < 2 * RATE {
+        assert!(Instant::now() < deadline, "X's sends go out");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let started = Instant::now();
+    for i in 0..MINE {
+        submit_as(&w, &w.key, &format!("quiet-{i}"), single(crate::email::DOMAIN, &format!("quiet {i}"))).await;
+    }
+    // One of X's sends is seen held by its share, as its resource says.
+    let share = format!("account_share:default:{}", x.id);
+    let mut held = None;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while passed(&ses, "quiet").len() < MINE && Instant::now() < deadline {
+        if held.is_none()
+            && let Some(r) = w
+                .db()
+                .await
+                .query_opt(
+                    "SELECT job_id::text FROM job_rate_waits WHERE rate = $1 AND until > now() LIMIT 1",
+                    &[&share],
+                )
+                .await
+                .unwrap()
+        {
+            let (_, job) =
+                w.call_as(&x_key, Method::GET, &format!("/v1/jobs/{}", r.get::<_, String>(0)), None, None).await;
+            held = Some(job);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mine: Vec<Instant> = passed(&ses, "quiet");
+    let last = mine.iter().max().map(|t| t.duration_since(started));
+    let mut at: Vec<u128> = mine.iter().map(|t| t.duration_since(started).as_millis()).collect();
+    at.sort();
+    let events = w
+        .db()
+        .await
+        .query(
+            "SELECT e.kind || ' +' || (extract(epoch FROM e.at - j.created_at) * 1000)::int8 || 'ms ' || coalesce(e.reason, '')
+             FROM job_events e JOIN jobs j ON j.id = e.job_id WHERE j.tenant_id = $1 ORDER BY e.at",
+            &[&w.tenant.id],
+        )
+        .await
+        .unwrap();
+    let events: Vec<String> = events.iter().map(|r| r.get::<_, String>(0).chars().take(160).collect()).collect();
+    eprintln!("the quiet tenant's sends at SES (ms after its submission): {at:?}; its events: {events:#?}");
+    let noisy_meanwhile = passed(&ses, "noisy").iter().filter(|t| **t >= started).count();
+    stop(stop_tx, handles).await;
+    let throttled = Counts::get(&ses.counts.throttled);
+    eprintln!(
+        "shares {}: the quiet tenant's {MINE} sends at SES after {last:?} ({noisy_meanwhile} of X's meanwhile); \
+         {throttled} throttled",
+        exec.config.send_shares
+    );
+    assert!(throttled <= 5, "the shares keep the account's rate: {throttled} throttled");
+    if throttled > 0 {
+        return Err(format!("{throttled} sends throttled"));
+    }
+    let bound = Duration::from_secs_f64(2.0 * MINE as f64 / (RATE as f64 / 2.0)) + SEND_ALLOWANCE;
+    match last {
+        Some(last) if mine.len() == MINE && last <= bound => {}
+        _ => {
+            return Err(format!(
+                "the quiet tenant's {} of {MINE} sends at SES after {last:?}: over {bound:?}",
+                mine.len()
+            ));
+        }
+    }
+    let held = held.ok_or("none of X's sends was seen held by its share")?;
+    assert_eq!(held["status"], "pending", "{held}");
+    assert_eq!(held["waiting_reason"], "rate_limited", "{held}");
+    assert_eq!(held["waiting_rate"], json!(share), "{held}");
+    Ok(())
+}
+
+/// An operator's weight for a tenant's share is audited with the rates; bad input is a 4xx.
+#[tokio::test]
+async fn an_operators_weight_for_a_tenants_share_is_audited() {
+    let w = World::new().await;
+    let op = taskdeck::store::operators::create(&w.db().await, "ops").await.unwrap().1;
+    let path = format!("/v1/admin/send-weights/{}", w.tenant.id);
+    let put = |body: Value| {
+        let (op, path) = (op.clone(), path.clone());
+        let w = &w;
+        async move { w.call_as(&op, Method::PUT, &path, None, Some(body.to_string().into_bytes())).await }
+    };
+    let (status, rate) = put(json!({"weight": 3, "reason": "the big customer"})).await;
+    assert_eq!(status, StatusCode::OK, "{rate}");
+    assert_eq!(rate["weight"], json!(3.0));
+    let (status, detail) =
+        w.call_as(&op, Method::GET, &format!("/v1/admin/send-rates/tenant/{}", w.tenant.id), None, None).await;
+    assert_eq!(status, StatusCode::OK, "{detail}");
+    assert_eq!(detail["changes"][0]["new_weight"], json!(3.0), "{detail}");
+    assert_eq!(detail["changes"][0]["changed_by"], "ops");
+    assert_eq!(detail["rate_per_second"], Value::Null, "a weight sets no rate");
+    for body in [json!({"weight": 0}), json!({"weight": 1e6}), json!({"weight": "big"}), json!({"weight": 1, "x": 1})] {
+        let (status, e) = put(body.clone()).await;
+        assert!(status.is_client_error(), "{body}: {status} {e}");
+    }
+    let (status, _) = put(json!({"weight": null})).await;
+    assert_eq!(status, StatusCode::OK);
+    let weight: Option<f64> = w
+        .db()
+        .await
+        .query_one("SELECT weight FROM send_rates WHERE scope = 'tenant' AND key = $1", &[&w.tenant.id.to_string()])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(weight, None, "cleared");
+    let (status, _) = w.call(Method::PUT, &path, None, Some(json!({"weight": 100}))).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "a tenant cannot set its own weight");
+    let (status, _) = w
+        .call_as(&op, Method::PUT, "/v1/admin/send-weights/not-a-tenant", None, Some(b"{\"weight\": 2}".to_vec()))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

@@ -26,7 +26,7 @@ pub(crate) async fn senders(w: &World, other: taskdeck::job::TenantId) {
 }
 
 /// The sweep reads the account's rate and quota from the stand-in.
-async fn read_account(w: &World, ses: &FaultySes) {
+pub(crate) async fn read_account(w: &World, ses: &FaultySes) {
     let mut sweeper = w.platform.sweeper();
     sweeper.config.ses_account = Some(moto::sdk_config().to_builder().endpoint_url(&ses.url).build());
     assert!(sweeper.pass().await.unwrap().ses_account_read, "the sweep read the account");
@@ -71,7 +71,7 @@ pub(crate) async fn stop(stop_tx: tokio::sync::watch::Sender<bool>, handles: Vec
 
 /// Run a timing scenario until one run passes its timing checks, at most three times (the
 /// scenario still panics at once on what no scheduling can excuse).
-async fn up_to_three_runs<F: std::future::Future<Output = Result<(), String>>>(scenario: impl Fn() -> F) {
+pub(crate) async fn up_to_three_runs<F: std::future::Future<Output = Result<(), String>>>(scenario: impl Fn() -> F) {
     let mut missed = Vec::new();
     for run in 1..=3 {
         match scenario().await {
@@ -85,7 +85,7 @@ async fn up_to_three_runs<F: std::future::Future<Output = Result<(), String>>>(s
     panic!("every run missed a timing check: {missed:?}");
 }
 
-fn passed(ses: &FaultySes, prefix: &str) -> Vec<Instant> {
+pub(crate) fn passed(ses: &FaultySes, prefix: &str) -> Vec<Instant> {
     ses.counts.passed_at.lock().unwrap().iter().filter(|(_, s)| s.starts_with(prefix)).map(|(at, _)| *at).collect()
 }
 

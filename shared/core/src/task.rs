@@ -61,6 +61,8 @@ pub struct TaskContext {
     pub(crate) aws: Arc<dyn AwsAccess>,
     /// The retry policy this job's attempts follow (its task type's own, or the default).
     pub(crate) retry: RetryPolicy,
+    /// Whether a send takes its tenant's share of a shared rate (`ExecutorConfig::send_shares`).
+    pub(crate) send_shares: bool,
 }
 
 /// A wait for an outside party's completion, opened by `TaskContext::await_completion`.

@@ -122,6 +122,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/modes", get(admin::get_modes).put(admin::set_mode))
         .route("/v1/admin/send-rates", get(send_rates::list))
         .route("/v1/admin/send-rates/{scope}/{key}", get(send_rates::get).put(send_rates::put))
+        .route("/v1/admin/send-weights/{tenant}", put(send_rates::put_weight))
         .route("/v1/admin/schedules", get(schedules::list).post(schedules::create))
         .route("/v1/admin/schedules/{id}", get(schedules::get).patch(schedules::update).delete(schedules::delete))
         .route("/v1/status", get(status::status))

@@ -32,7 +32,7 @@ use super::{
         topics::list, topics::put, topics::delete,
         admin::list_exceptions, admin::show_exception, admin::retry, admin::cancel, admin::finish,
         admin::ignore, admin::bulk, admin::list_tenant_faults, admin::get_modes, admin::set_mode,
-        send_rates::list, send_rates::get, send_rates::put,
+        send_rates::list, send_rates::get, send_rates::put, send_rates::put_weight,
         schedules::list, schedules::create, schedules::get, schedules::update, schedules::delete,
         callbacks::get, callbacks::put, callbacks::rotate, callbacks::delete, callbacks::attempts,
         destinations::list, destinations::get, destinations::put, destinations::delete, destinations::put_secret,

@@ -14,6 +14,7 @@ use super::extract::{JsonBody, Operator};
 use crate::email::pace;
 use crate::store::StoreError;
 use crate::store::send_rates::{self, RateChange, Scope, SendRate};
+use crate::store::send_shares;
 
 /// The most an operator may set, per second.
 pub const MAX_RATE: f64 = 10_000.0;
@@ -144,17 +145,70 @@ pub async fn put(
         )
         .with("field", "rate_per_second"));
     }
-    if let Some(reason) = &b.reason
+    check_reason(b.reason.as_deref())?;
+    let (scope, key) = target(&state, &scope, &key).await?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    let rate = send_rates::set(&db, scope, &key, b.rate_per_second, &op.name, b.reason.as_deref()).await?;
+    tracing::info!(event = "relay.email.send_rate", scope = scope.as_str(), key = %key, rate = ?b.rate_per_second,
+        operator = %op.name, "send rate set");
+    Ok(Json(RateView::of(rate)))
+}
+
+fn check_reason(reason: Option<&str>) -> Result<(), ApiError> {
+    if let Some(reason) = reason
         && (reason.chars().count() > MAX_REASON || reason.contains('\0'))
     {
         return Err(
             ApiError::unprocessable("invalid_field", "reason: at most 1000 bytes, no NUL").with("field", "reason")
         );
     }
-    let (scope, key) = target(&state, &scope, &key).await?;
+    Ok(())
+}
+
+/// The most weight an operator may give a tenant (and the least is `MIN_WEIGHT`).
+pub const MAX_WEIGHT: f64 = 1000.0;
+pub const MIN_WEIGHT: f64 = 0.01;
+
+/// Body of `PUT /v1/admin/send-weights/{tenant}`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WeightChangeBody {
+    /// The tenant's weight in the shares of a rate many tenants' sends keep (an SES account's, a
+    /// configuration set's), from 0.01 to 1,000; null clears it (1, as every tenant's).
+    #[schema(minimum = 0.01, maximum = 1000)]
+    pub weight: Option<f64>,
+    /// Why, for the audit (at most 1,000 characters).
+    #[schema(max_length = 1000)]
+    pub reason: Option<String>,
+}
+
+/// `PUT /v1/admin/send-weights/{tenant}`: set (or clear) a tenant's weight in the shares of the
+/// send rates tenants share; audited with the rates (`GET /v1/admin/send-rates/tenant/{id}`).
+/// Takes effect on the next send.
+#[utoipa::path(put, path = "/v1/admin/send-weights/{tenant}", tag = "operations",
+    params(("tenant" = String, Path)), request_body = WeightChangeBody, security(("operator_key" = [])),
+    responses((status = 200, body = RateView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn put_weight(
+    State(state): State<AppState>,
+    Operator(op): Operator,
+    Path(tenant): Path<String>,
+    JsonBody(b): JsonBody<WeightChangeBody>,
+) -> Result<Json<RateView>, ApiError> {
+    if let Some(w) = b.weight
+        && !(MIN_WEIGHT..=MAX_WEIGHT).contains(&w)
+    {
+        return Err(ApiError::unprocessable("invalid_field", format!("weight: from {MIN_WEIGHT} to {MAX_WEIGHT}"))
+            .with("field", "weight"));
+    }
+    check_reason(b.reason.as_deref())?;
+    let (_, key) = target(&state, Scope::Tenant.as_str(), &tenant).await?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
-    let rate = send_rates::set(&db, scope, &key, b.rate_per_second, &op.name, b.reason.as_deref()).await?;
-    tracing::info!(event = "relay.email.send_rate", scope = scope.as_str(), key = %key, rate = ?b.rate_per_second,
-        operator = %op.name, "send rate set");
+    send_shares::set_weight(&db, &key, b.weight, &op.name, b.reason.as_deref()).await?;
+    let rate = send_rates::get(&db, Scope::Tenant, &key)
+        .await?
+        .ok_or_else(|| StoreError::Vanished(format!("the tenant rate {key}")))?;
+    tracing::info!(event = "relay.email.send_weight", tenant = %key, weight = ?b.weight, operator = %op.name,
+        "send weight set");
     Ok(Json(RateView::of(rate)))
 }

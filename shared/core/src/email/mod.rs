@@ -211,7 +211,7 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
             .await
             .map_err(TaskError::retryable)?;
         let bulk = p.message_key.as_deref().is_some_and(|k| k.starts_with("campaign:"));
-        let plan = pace::Plan { account, rates, bulk };
+        let plan = pace::Plan { account, tenant: tenant.to_string(), shares: ctx.send_shares, rates, bulk };
         drop(db);
         let aws = ctx.aws().await?;
         (ctx.db.get().await.map_err(TaskError::retryable)?, Some(aws), Some(plan))

@@ -13,6 +13,11 @@
 //! password reset therefore waits at most about `BULK_HORIZON` behind any campaign; the
 //! children take every slot the single sends leave.
 //!
+//! A rate many tenants' sends keep (an account's, a configuration set's) is shared by the
+//! tenants with sends waiting on it, by weight (`store::send_shares`, `take_stage`): past its
+//! share of the slots booked ahead a tenant's send is deferred (`account_share:<account>:<tenant>`);
+//! a tenant alone takes the whole rate.
+//!
 //! The 24-hour quota: a child holds (`account_quota`) while what remains of the quota
 //! (`Max24HourSend - SentLast24Hours`, less the sends since it was read) is within
 //! `QUOTA_RESERVE` of the quota, kept for single sends; a single send holds only when
@@ -25,9 +30,10 @@ use chrono::{DateTime, Utc};
 use crate::job::TaskError;
 use crate::store::rate_slots::{self, Limit, Slot};
 use crate::store::send_rates::{self, Scope, SendRate};
+use crate::store::send_shares;
 
 /// How far ahead a single send waits in the run for its account slot.
-pub const SINGLE_HORIZON: Duration = Duration::from_secs(2);
+pub const SINGLE_HORIZON: Duration = Duration::from_secs(1);
 /// How far ahead a campaign's child waits in the run for its account slot.
 pub const BULK_HORIZON: Duration = Duration::from_millis(500);
 /// How far ahead any send waits in the run for its tenant's and configuration set's slot.
@@ -50,6 +56,12 @@ pub const LATE_SLOT: Duration = Duration::from_millis(15);
 pub const TRANSIT: Duration = Duration::from_millis(25);
 /// How many slots one run takes (each missed by more than `LATE_SLOT`) before its job is deferred.
 pub const RETAKES: u32 = 3;
+/// While other tenants wait on a shared rate, a send within its tenant's share may take a slot
+/// this much further ahead than its horizon: behind what the others booked (at most this).
+pub const SHARED_AHEAD: Duration = SINGLE_HORIZON;
+/// A tenant waits on a shared rate while it asked for a slot there within this window (a
+/// deferred send comes back within its wait, at most a horizon and its spread).
+pub const WAITING_WINDOW: Duration = Duration::from_secs(3);
 /// The back-off never goes below this share of the base rate.
 pub const FLOOR: f64 = 0.1;
 /// The back-off grows back by this share of the base rate per second without a throttle.
@@ -169,6 +181,10 @@ pub fn quota_warning(to_send: i64, account: &SendRate) -> Option<String> {
 /// The rates of one send, read at the start of its run (`send_rates::for_send`).
 pub struct Plan {
     pub account: String,
+    /// The sending tenant (its id): its share of a shared rate.
+    pub tenant: String,
+    /// Whether it takes its tenant's share of a shared rate (off: first come, to measure).
+    pub shares: bool,
     pub rates: Vec<SendRate>,
     /// A campaign's child (its message key is the campaign's `campaign:<id>:<position>`).
     pub bulk: bool,
@@ -193,7 +209,15 @@ pub fn quota_cap(r: &SendRate, bulk: bool) -> Option<i64> {
     Some(r.taken_at_read + (max - r.sent_24h.unwrap_or(0.0) - reserve).floor().max(0.0) as i64)
 }
 
-fn limit(r: &SendRate, now: DateTime<Utc>, bulk: bool) -> Option<(String, Limit)> {
+/// One rate a stage of a send keeps: its name (`scope:key`), its slot key's limit, and whether
+/// many tenants' sends keep it (an account's, a configuration set's), so each has a share.
+struct Kept {
+    name: String,
+    limit: Limit,
+    shared: bool,
+}
+
+fn limit(r: &SendRate, now: DateTime<Utc>, bulk: bool) -> Option<Kept> {
     let cap = if r.scope == Scope::Account { quota_cap(r, bulk) } else { None };
     let rate = effective(r, now).map(|x| x * HEADROOM);
     if rate.is_none() && cap.is_none() {
@@ -202,7 +226,27 @@ fn limit(r: &SendRate, now: DateTime<Utc>, bulk: bool) -> Option<(String, Limit)
     let name = format!("{}:{}", r.scope.as_str(), r.key);
     // A quota with no known rate still counts its sends (a slot a microsecond apart).
     let rate_per_second = rate.unwrap_or(1e6);
-    Some((name, Limit { key: send_rates::slot_key(r.scope, &r.key), rate_per_second, cap }))
+    let limit = Limit { key: send_rates::slot_key(r.scope, &r.key), rate_per_second, cap };
+    Some(Kept { name, limit, shared: r.scope != Scope::Tenant })
+}
+
+/// The most slots ahead a tenant may hold under a shared rate while others wait on it: its
+/// weight's share of the slots booked ahead there (everyone's, with the one it asks for), and
+/// at least its weight's share of what the horizon and `SHARED_AHEAD` hold at the rate (and
+/// one), so that a tenant whose share others do not use keeps the rate busy.
+pub fn share_cap(s: &send_shares::Standing, rate_per_second: f64, horizon: Duration) -> f64 {
+    let share = s.weight / (s.weight + s.others).max(f64::MIN_POSITIVE);
+    // A single send (the longer horizon) may pass its own tenant's children by the difference.
+    let passing = horizon.saturating_sub(BULK_HORIZON).as_secs_f64() * rate_per_second * share;
+    let of_booked = share * (s.ahead + s.others_ahead + 1) as f64 + passing;
+    let of_horizon = ((horizon + SHARED_AHEAD).as_secs_f64() * rate_per_second * share).round().max(1.0);
+    of_booked.max(of_horizon)
+}
+
+/// The name of a tenant's share of a rate named `scope:key`: `scope_share:key:tenant`.
+pub fn share_name(rate: &str, tenant: &str) -> String {
+    let (scope, key) = rate.split_once(':').unwrap_or((rate, ""));
+    format!("{scope}_share:{key}:{tenant}")
 }
 
 fn quota_held(plan: &Plan) -> TaskError {
@@ -236,13 +280,13 @@ pub struct Booked {
 
 /// Take this send's slots: its own rates' first (waited for here when the account's follows),
 /// then its account's, which the call waits for in the connector (`Booked::departure`).
-/// Returns the booking, or a deferral naming the rate that holds it.
+/// Returns the booking, or a deferral naming the rate (or the share of one) that holds it.
 pub async fn wait_for_slot(db: &deadpool_postgres::Pool, plan: &Plan) -> Result<Booked, TaskError> {
     let now = Utc::now();
     if plan.account_rate().is_some_and(|a| !quota_allows(a, plan.bulk)) {
         return Err(quota_held(plan));
     }
-    let own: Vec<(String, Limit)> =
+    let own: Vec<Kept> =
         plan.rates.iter().filter(|r| r.scope != Scope::Account).filter_map(|r| limit(r, now, plan.bulk)).collect();
     let account = plan.account_rate().and_then(|r| limit(r, now, plan.bulk));
     let horizon = if plan.bulk { BULK_HORIZON } else { SINGLE_HORIZON };
@@ -253,12 +297,7 @@ pub async fn wait_for_slot(db: &deadpool_postgres::Pool, plan: &Plan) -> Result<
         if stage.is_empty() {
             continue;
         }
-        let limits: Vec<Limit> = stage.iter().map(|s| s.1.clone()).collect();
-        let taken = {
-            let db = db.get().await.map_err(TaskError::retryable)?;
-            rate_slots::take(&db, &limits, horizon).await.map_err(TaskError::retryable)?
-        };
-        match taken {
+        match take_stage(db, plan, &stage, horizon).await? {
             Slot::Taken(wait) => {
                 let slot = std::time::Instant::now() + wait;
                 if Some(i) == last {
@@ -266,12 +305,13 @@ pub async fn wait_for_slot(db: &deadpool_postgres::Pool, plan: &Plan) -> Result<
                 } else {
                     tokio::time::sleep_until(slot.into()).await;
                 }
-                booked.keys.extend(limits.into_iter().map(|l| l.key));
+                booked.keys.extend(stage.into_iter().map(|k| k.limit.key));
             }
             Slot::Full => return Err(quota_held(plan)),
             Slot::Wait(wait) => {
-                let names: Vec<&str> = stage.iter().map(|s| s.0.as_str()).collect();
-                let rates: Vec<String> = stage.iter().map(|s| format!("{}/s", round(s.1.rate_per_second))).collect();
+                let names: Vec<&str> = stage.iter().map(|k| k.name.as_str()).collect();
+                let rates: Vec<String> =
+                    stage.iter().map(|k| format!("{}/s", round(k.limit.rate_per_second))).collect();
                 return Err(defer(
                     names.join(","),
                     format!(
@@ -285,6 +325,61 @@ pub async fn wait_for_slot(db: &deadpool_postgres::Pool, plan: &Plan) -> Result<
         }
     }
     Ok(booked)
+}
+
+/// Take one slot under every rate of a stage at once, within the tenant's share of each shared
+/// rate: while other tenants wait on it, a tenant holds at most `share_cap` slots ahead there
+/// (held past it: `scope_share:key:tenant`), and a send within its share may book up to
+/// `SHARED_AHEAD` past its horizon (behind what the others booked). The tenant's asks are
+/// recorded whatever the answer (they make it a waiting tenant), its booking with the slot.
+async fn take_stage(
+    db: &deadpool_postgres::Pool,
+    plan: &Plan,
+    stage: &[Kept],
+    horizon: Duration,
+) -> Result<Slot, TaskError> {
+    let mut client = db.get().await.map_err(TaskError::retryable)?;
+    let tx = client.transaction().await.map_err(TaskError::retryable)?;
+    let mut ahead = horizon;
+    for k in stage.iter().filter(|k| k.shared && plan.shares) {
+        let s = send_shares::ask(&tx, &k.limit.key, &plan.tenant, WAITING_WINDOW.as_secs_f64())
+            .await
+            .map_err(TaskError::retryable)?;
+        if s.others <= 0.0 {
+            continue;
+        }
+        let cap = share_cap(&s, k.limit.rate_per_second, horizon);
+        if s.ahead as f64 >= cap {
+            tx.commit().await.map_err(TaskError::retryable)?;
+            let wait = s.latest.and_then(|l| (l - Utc::now()).to_std().ok()).unwrap_or(horizon);
+            let share = 100.0 * s.weight / (s.weight + s.others);
+            let note = format!(
+                "at its share of {} ({share:.0}% of {}/s while {} weight of other tenants' sends wait): {} of {} \
+                 slots booked ahead are its, its share's most",
+                k.name,
+                round(k.limit.rate_per_second),
+                round(s.others),
+                s.ahead,
+                s.ahead + s.others_ahead
+            );
+            return Err(defer(share_name(&k.name, &plan.tenant), note, wait));
+        }
+        ahead = horizon + SHARED_AHEAD;
+    }
+    let limits: Vec<Limit> = stage.iter().map(|k| k.limit.clone()).collect();
+    let taken = rate_slots::take(&tx, &limits, ahead).await.map_err(TaskError::retryable)?;
+    let Slot::Taken(wait) = taken else {
+        tx.commit().await.map_err(TaskError::retryable)?;
+        return Ok(taken);
+    };
+    // The slot is where it is now: the booking's statements and commit take none of the wait.
+    let slot = std::time::Instant::now() + wait;
+    let at = Utc::now() + chrono::Duration::from_std(wait).unwrap_or_default();
+    for k in stage.iter().filter(|k| k.shared && plan.shares) {
+        send_shares::book(&tx, &k.limit.key, &plan.tenant, at).await.map_err(TaskError::retryable)?;
+    }
+    tx.commit().await.map_err(TaskError::retryable)?;
+    Ok(Slot::Taken(slot.saturating_duration_since(std::time::Instant::now())))
 }
 
 /// A booked send whose call did not leave by its time (a busy machine): its slots stay spent
@@ -324,6 +419,7 @@ mod tests {
             factor_at: at,
             throttles: 0,
             last_throttle_at: None,
+            weight: None,
             updated_by: None,
             updated_at: at,
             taken_at_read: 40,

@@ -55,6 +55,9 @@ pub struct ExecutorConfig {
     /// Share the worker's running slots among the tenants with due work (`store::jobs::Shares`).
     /// Off only to measure what it buys (`relay chaos noisy --no-slot-shares`).
     pub slot_shares: bool,
+    /// Share a send rate many tenants keep (an SES account's, a configuration set's) among the
+    /// tenants with sends waiting (`email::pace`). Off only to measure what it buys.
+    pub send_shares: bool,
 }
 
 /// The long-job lane, seen from the short one (`ExecutorConfig::onward`).
@@ -81,6 +84,7 @@ impl Default for ExecutorConfig {
             longest_fit: None,
             onward: None,
             slot_shares: true,
+            send_shares: true,
         }
     }
 }
@@ -316,6 +320,7 @@ impl Executor {
             jobs: Arc::new(self.intake.clone()),
             aws: Arc::new(JobAws::new(self.credentials.clone(), job, self.pool.clone())),
             retry: policy,
+            send_shares: self.config.send_shares,
         };
         let timeout = Duration::from_secs(u64::try_from(job.timeout_seconds).unwrap_or(1));
         let span = crate::telemetry::job_span(job);

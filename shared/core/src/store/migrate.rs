@@ -50,6 +50,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     ),
     (31, "0031_destination_in_flight", include_str!("../../../../migrations/0031_destination_in_flight.sql")),
     (32, "0032_tenant_reputation", include_str!("../../../../migrations/0032_tenant_reputation.sql")),
+    (33, "0033_send_shares", include_str!("../../../../migrations/0033_send_shares.sql")),
     (
         34,
         "0034_destination_tokens_signatures_success",

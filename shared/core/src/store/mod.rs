@@ -31,6 +31,7 @@ pub mod reputation;
 pub mod schedules;
 pub mod secret;
 pub mod send_rates;
+pub mod send_shares;
 pub mod sending_identities;
 pub mod status;
 pub mod status_keys;

@@ -64,13 +64,16 @@ pub struct SendRate {
     /// Throttle answers SES gave sends under this account.
     pub throttles: i64,
     pub last_throttle_at: Option<DateTime<Utc>>,
+    /// A tenant's weight in the shares of a rate many tenants keep (an account's, a
+    /// configuration set's), set by an operator; null: 1 (`store::send_shares`).
+    pub weight: Option<f64>,
     pub updated_by: Option<String>,
     pub updated_at: DateTime<Utc>,
 }
 
 const COLUMNS: &str = "r.scope, r.key, r.rate_per_second, r.provider_rate, r.max_24h, r.sent_24h, r.read_at,
      r.read_error, coalesce(s.taken, 0) - coalesce(r.taken_at_read, 0), r.factor, r.factor_at, r.throttles,
-     r.last_throttle_at, r.updated_by, r.updated_at, coalesce(r.taken_at_read, 0)";
+     r.last_throttle_at, r.updated_by, r.updated_at, coalesce(r.taken_at_read, 0), r.weight";
 
 /// The slot key of a rate (`rate_slots`).
 pub fn slot_key(scope: Scope, key: &str) -> String {
@@ -98,6 +101,7 @@ impl SendRate {
             updated_by: r.get(13),
             updated_at: r.get(14),
             taken_at_read: r.get(15),
+            weight: r.get(16),
         }
     }
 }
@@ -139,14 +143,15 @@ pub async fn set(
     reason: Option<&str>,
 ) -> Result<SendRate, StoreError> {
     db.execute(
-        "WITH old AS (SELECT rate_per_second FROM send_rates WHERE scope = $1 AND key = $2 FOR UPDATE),
+        "WITH old AS (SELECT rate_per_second, weight FROM send_rates WHERE scope = $1 AND key = $2 FOR UPDATE),
          new AS (
              INSERT INTO send_rates (scope, key, rate_per_second, updated_by) VALUES ($1, $2, $3, $4)
              ON CONFLICT (scope, key) DO UPDATE SET rate_per_second = $3, updated_by = $4, updated_at = now()
              RETURNING scope
          )
-         INSERT INTO send_rate_audit (scope, key, old_rate, new_rate, changed_by, reason)
-         SELECT $1, $2, (SELECT rate_per_second FROM old), $3, $4, $5 FROM new",
+         INSERT INTO send_rate_audit (scope, key, old_rate, new_rate, old_weight, new_weight, changed_by, reason)
+         SELECT $1, $2, (SELECT rate_per_second FROM old), $3, (SELECT weight FROM old), (SELECT weight FROM old), $4, $5
+         FROM new",
         &[&scope.as_str(), &key, &rate, &by, &reason],
     )
     .await?;
@@ -158,6 +163,9 @@ pub async fn set(
 pub struct RateChange {
     pub old_rate: Option<f64>,
     pub new_rate: Option<f64>,
+    /// A tenant's weight before and after the change (null: 1).
+    pub old_weight: Option<f64>,
+    pub new_weight: Option<f64>,
     pub changed_by: String,
     pub reason: Option<String>,
     pub at: DateTime<Utc>,
@@ -167,7 +175,7 @@ pub struct RateChange {
 pub async fn history(db: &impl GenericClient, scope: Scope, key: &str) -> Result<Vec<RateChange>, StoreError> {
     let rows = db
         .query(
-            "SELECT old_rate, new_rate, changed_by, reason, at FROM send_rate_audit
+            "SELECT old_rate, new_rate, changed_by, reason, at, old_weight, new_weight FROM send_rate_audit
              WHERE scope = $1 AND key = $2 ORDER BY id DESC LIMIT 100",
             &[&scope.as_str(), &key],
         )
@@ -180,6 +188,8 @@ pub async fn history(db: &impl GenericClient, scope: Scope, key: &str) -> Result
             changed_by: r.get(2),
             reason: r.get(3),
             at: r.get(4),
+            old_weight: r.get(5),
+            new_weight: r.get(6),
         })
         .collect())
 }
