@@ -99,13 +99,8 @@ pub fn secret_id_under(root: &str, tenant: TenantId, name: &str) -> String {
     format!("{root}/tenants/{tenant}/destinations/{name}")
 }
 
-/// Which of a destination's two secrets: the auth header's value, or the Standard Webhooks
-/// signing secret `webhook.send` signs with (`whsec_…`). Both are write-only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Secret {
-    Auth,
-    Signing,
-}
+/// Which of a destination's two secrets (the store notes when each was written).
+pub use crate::store::destinations::Secret;
 
 impl Secret {
     /// The Secrets Manager name: the auth secret's is `secret_id`; the signing secret's has

@@ -10,6 +10,15 @@ use utoipa::ToSchema;
 use super::{GenericClient, StoreError};
 use crate::job::TenantId;
 
+/// Which of a destination's two secrets: the auth header's value, or the Standard Webhooks
+/// signing secret `webhook.send` signs with (`whsec_…`). Both are write-only: the store keeps
+/// only when each was written; its Secrets Manager name is `Secret::id` (`crate::destinations`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Secret {
+    Auth,
+    Signing,
+}
+
 /// A destination as stored (the secret's value is never here, only when it was last set).
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct Destination {
@@ -141,11 +150,11 @@ pub async fn secret_written(
     db: &impl GenericClient,
     tenant: TenantId,
     name: &str,
-    which: crate::destinations::Secret,
+    which: Secret,
 ) -> Result<bool, StoreError> {
     let column = match which {
-        crate::destinations::Secret::Auth => "secret_set_at",
-        crate::destinations::Secret::Signing => "signing_secret_set_at",
+        Secret::Auth => "secret_set_at",
+        Secret::Signing => "signing_secret_set_at",
     };
     let sql =
         format!("UPDATE http_destinations SET {column} = now(), updated_at = now() WHERE tenant_id = $1 AND name = $2");
