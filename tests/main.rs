@@ -32,6 +32,7 @@ mod hostile;
 mod http;
 mod http_leaks;
 mod lambda;
+mod layering;
 mod limits;
 mod lint;
 mod local_secrets;
