@@ -12,6 +12,7 @@ use utoipa::ToSchema;
 use crate::completions::{self, Applied, CompletionRequest, Via};
 
 use crate::job::TaskError;
+use crate::plain::ParamError;
 use crate::task::{Task, TaskContext};
 
 pub struct ProviderEvent;
@@ -53,12 +54,12 @@ impl Task for ProviderEvent {
     /// client submitting one could suppress another tenant's recipients.
     const PLATFORM_ONLY: bool = true;
 
-    fn check(p: &ProviderEventParams) -> Result<(), (String, String)> {
+    fn check(p: &ProviderEventParams) -> Result<(), ParamError> {
         if p.source.is_empty() {
-            return Err(("source".into(), "must not be empty".into()));
+            return Err(ParamError::new("source", "must not be empty"));
         }
         if p.message_id.is_empty() {
-            return Err(("message_id".into(), "must not be empty".into()));
+            return Err(ParamError::new("message_id", "must not be empty"));
         }
         Ok(())
     }
@@ -103,7 +104,7 @@ pub const COMPLETION_KEY: &str = "relay_completion";
 /// is kept with the reason and not retried: trying again cannot change it.
 async fn complete(ctx: &TaskContext, body: &Value) -> Result<Value, TaskError> {
     let parsed = serde_path_to_error::deserialize::<_, CompletionRequest>(body)
-        .map_err(|e| crate::plain::field_error(e.path(), e.inner()).1)
+        .map_err(|e| crate::plain::field_error(e.path(), e.inner()).message)
         .and_then(|r| r.into_completion().map_err(|e| e.message));
     let (token, c) = match parsed {
         Ok(ok) => ok,
