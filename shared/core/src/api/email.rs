@@ -18,8 +18,8 @@ use crate::email::content;
 use crate::email::task::SendCampaign;
 use crate::job::{JobId, JobStatus, TenantId};
 use crate::limits::Kind;
-use crate::store::message_events::{self, TenantEvent};
-use crate::store::messages::{self, Message, MessageEvent, Preview};
+use crate::store::message_events::{self, MessageEvent, TenantEvent};
+use crate::store::messages::{self, Message, Preview};
 use crate::store::suppressions::{self, Suppression};
 use crate::store::templates::{self, Template};
 use crate::store::{StoreError, sending_identities};
@@ -87,7 +87,7 @@ pub async fn get_message(
     let id = Uuid::parse_str(&id).map_err(|_| ApiError::not_found())?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let message = messages::get(&db, tenant.id, id).await?.ok_or_else(ApiError::not_found)?;
-    let events = messages::events(&db, id).await?;
+    let events = message_events::events(&db, id).await?;
     let preview = messages::preview(&db, tenant.id, id).await?;
     Ok(Json(MessageDetail { message, events, preview }))
 }

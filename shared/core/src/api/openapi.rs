@@ -9,7 +9,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::constraints::NO_NUL;
 use super::{
-    admin, callbacks, completions, destinations, email, jobs, limits, reputation, schedules, send_rates, status,
+    admin, callbacks, completions, destinations, email, jobs, limits, reputation, schedules, send_rates, status, submit,
 };
 
 #[derive(OpenApi)]
@@ -22,7 +22,7 @@ use super::{
             Every error is `{\"error\": {\"code\", \"message\", ...}}` with a stable `code`."
     ),
     paths(
-        jobs::submit, jobs::submit_batch, jobs::list, jobs::get, jobs::events, jobs::sessions, jobs::cancel, jobs::tasks,
+        submit::submit, submit::submit_batch, jobs::list, jobs::get, jobs::events, jobs::sessions, jobs::cancel, jobs::tasks,
         completions::complete,
         email::list_messages, email::get_message, email::message_events, email::list_suppressions, email::add_suppression,
         email::remove_suppression, email::list_templates, email::get_template, email::put_template,
