@@ -33,7 +33,7 @@ use uuid::Uuid;
 
 use crate::job::TaskError;
 use crate::store::messages::{self, AttachmentPreview, Intent, Message, NewMessage, PartPreview, Preview, Status};
-use crate::store::{StoreError, send_rates, sending_identities, suppressions, templates};
+use crate::store::{StoreError, message_events, send_rates, sending_identities, suppressions, templates};
 use crate::task::TaskContext;
 use content::SendParams;
 use ses::SendFailure;
@@ -426,14 +426,14 @@ pub async fn record_event(
         v => v.clone(),
     };
     let mut proves_sent = None;
-    let out = match messages::apply_event(tx, event_key, &e, &detail).await.map_err(TaskError::retryable)? {
-        messages::Applied::Duplicate => {
+    let out = match message_events::apply_event(tx, event_key, &e, &detail).await.map_err(TaskError::retryable)? {
+        message_events::Applied::Duplicate => {
             json!({ "ses_event": e.kind.name(), "applied": false, "note": "applied before (duplicate)" })
         }
-        messages::Applied::Unmatched => {
+        message_events::Applied::Unmatched => {
             json!({ "ses_event": e.kind.name(), "applied": false, "note": "kept; no message of Relay's matches" })
         }
-        messages::Applied::Applied { message, before, event_id } => {
+        message_events::Applied::Applied { message, before, event_id } => {
             // Only the message's own recipients, on its own tenant's list: an event cannot
             // suppress an address the message was never sent to.
             let addressed = recipients_of(&message.recipients);
@@ -450,16 +450,10 @@ pub async fn record_event(
             // callbacks (the types it subscribes to) and its feed; the deliveries commit with them.
             let mut tenant_events = vec![(event_id, e.kind.name())];
             if !suppressed.is_empty()
-                && let Some(id) = crate::store::message_events::record_suppressed(
-                    tx,
-                    event_key,
-                    &message,
-                    &suppressed,
-                    reason,
-                    e.occurred_at,
-                )
-                .await
-                .map_err(TaskError::retryable)?
+                && let Some(id) =
+                    message_events::record_suppressed(tx, event_key, &message, &suppressed, reason, e.occurred_at)
+                        .await
+                        .map_err(TaskError::retryable)?
             {
                 tenant_events.push((id, "suppressed"));
             }
@@ -475,7 +469,7 @@ pub async fn record_event(
             }
             let mut callbacks = Vec::new();
             for (id, stored) in tenant_events {
-                if let Some(kind) = crate::store::message_events::webhook_type(stored)
+                if let Some(kind) = message_events::webhook_type(stored)
                     && let Some(job) = crate::store::callbacks::enqueue_message_event(tx, id, kind)
                         .await
                         .map_err(TaskError::retryable)?
