@@ -47,5 +47,7 @@ mod status;
 mod store;
 mod sweep;
 mod template;
+mod template_alarms;
+mod template_roles;
 mod tenancy;
 mod webhooks;
