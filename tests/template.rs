@@ -21,7 +21,7 @@ pub(crate) fn load(name: &str) -> Value {
     to_json(serde_yaml_ng::from_str(&text).expect("valid YAML"))
 }
 
-fn to_json(v: serde_yaml_ng::Value) -> Value {
+pub(crate) fn to_json(v: serde_yaml_ng::Value) -> Value {
     use serde_yaml_ng::Value as Y;
     match v {
         Y::Null => Value::Null,
@@ -40,12 +40,12 @@ fn to_json(v: serde_yaml_ng::Value) -> Value {
     }
 }
 
-fn num(v: &Value) -> i64 {
+pub(crate) fn num(v: &Value) -> i64 {
     v.as_i64().or_else(|| v.as_str().and_then(|s| s.parse().ok())).unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
 /// The logical id a `!GetAtt X.Arn` / `!Ref X` names (a `!Sub`: its text, a literal: itself).
-fn target(v: &Value) -> String {
+pub(crate) fn target(v: &Value) -> String {
     if let Some(r) = v.get("Ref") {
         return r.as_str().unwrap().to_owned();
     }
@@ -59,7 +59,7 @@ fn target(v: &Value) -> String {
     att.as_str().map(|s| s.split('.').next().unwrap().to_owned()).unwrap_or_else(|| att[0].as_str().unwrap().to_owned())
 }
 
-fn functions(t: &Value) -> BTreeMap<String, Value> {
+pub(crate) fn functions(t: &Value) -> BTreeMap<String, Value> {
     t["Resources"]
         .as_object()
         .unwrap()
@@ -71,7 +71,7 @@ fn functions(t: &Value) -> BTreeMap<String, Value> {
 
 /// Every action a role allows (its inline policies and any `AWS::IAM::Policy` attached to
 /// it), by resource target. A conditional statement counts as if its condition held.
-fn role_actions(t: &Value, role: &str) -> BTreeSet<String> {
+pub(crate) fn role_actions(t: &Value, role: &str) -> BTreeSet<String> {
     let r = &t["Resources"][role]["Properties"];
     let attached = t["Resources"].as_object().unwrap().values().filter(|p| {
         p["Type"] == "AWS::IAM::Policy"
@@ -101,7 +101,7 @@ fn role_actions(t: &Value, role: &str) -> BTreeSet<String> {
 }
 
 /// The template's task roles: IAM roles whose logical id ends in `TaskRole`.
-fn task_roles(t: &Value) -> BTreeMap<String, Value> {
+pub(crate) fn task_roles(t: &Value) -> BTreeMap<String, Value> {
     t["Resources"]
         .as_object()
         .unwrap()
@@ -203,7 +203,7 @@ fn the_executor_lease_outlasts_the_executor_timeout() {
 
 /// A function's environment as the function reads it (`LambdaConfig`), intrinsics replaced by
 /// sample values.
-fn config_of(t: &Value, function: &str) -> taskdeck::config::LambdaConfig {
+pub(crate) fn config_of(t: &Value, function: &str) -> taskdeck::config::LambdaConfig {
     let vars = t["Resources"][function]["Properties"]["Environment"]["Variables"].as_object().unwrap().clone();
     // Literal values as they are; a queue's `!Ref` as a URL naming the queue; other intrinsics
     // (the task roles' `!Sub`, the database URL) left out.
@@ -277,6 +277,40 @@ fn database_connections_are_bounded_and_stated() {
     assert!(stated.starts_with(&format!("{budget} = ")), "stated {stated:?}, computed {budget}");
 }
 
+/// Every logical id a `Ref`, `GetAtt` or `Sub` under `v` names.
+pub(crate) fn refs(v: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                match (k.as_str(), x) {
+                    ("Ref", Value::String(s)) => out.push(s.clone()),
+                    ("Fn::GetAtt", _) => out.push(target(&json!({"Fn::GetAtt": x}))),
+                    ("Fn::Sub", _) => {
+                        let text = x.as_str().or_else(|| x[0].as_str()).unwrap_or_default();
+                        let vars: BTreeSet<String> = x
+                            .get(1)
+                            .and_then(Value::as_object)
+                            .map(|m| m.keys().cloned().collect())
+                            .unwrap_or_default();
+                        for part in text.split("${").skip(1) {
+                            let name = part.split('}').next().unwrap().split('.').next().unwrap();
+                            if !vars.contains(name) {
+                                out.push(name.to_owned());
+                            }
+                        }
+                        out.extend(refs(x));
+                    }
+                    _ => out.extend(refs(x)),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| out.extend(refs(x))),
+        _ => {}
+    }
+    out
+}
+
 #[test]
 fn the_console_deploys_without_the_platform_stack() {
     let c = console();
@@ -315,335 +349,6 @@ fn the_console_deploys_without_the_platform_stack() {
         c["Resources"].as_object().unwrap().values().any(|r| r["Type"] == "AWS::CloudWatch::Alarm"),
         "console errors page"
     );
-}
-
-/// Every logical id a `Ref`, `GetAtt` or `Sub` under `v` names.
-fn refs(v: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    match v {
-        Value::Object(m) => {
-            for (k, x) in m {
-                match (k.as_str(), x) {
-                    ("Ref", Value::String(s)) => out.push(s.clone()),
-                    ("Fn::GetAtt", _) => out.push(target(&json!({"Fn::GetAtt": x}))),
-                    ("Fn::Sub", _) => {
-                        let text = x.as_str().or_else(|| x[0].as_str()).unwrap_or_default();
-                        let vars: BTreeSet<String> = x
-                            .get(1)
-                            .and_then(Value::as_object)
-                            .map(|m| m.keys().cloned().collect())
-                            .unwrap_or_default();
-                        for part in text.split("${").skip(1) {
-                            let name = part.split('}').next().unwrap().split('.').next().unwrap();
-                            if !vars.contains(name) {
-                                out.push(name.to_owned());
-                            }
-                        }
-                        out.extend(refs(x));
-                    }
-                    _ => out.extend(refs(x)),
-                }
-            }
-        }
-        Value::Array(a) => a.iter().for_each(|x| out.extend(refs(x))),
-        _ => {}
-    }
-    out
-}
-
-#[test]
-fn each_function_has_its_own_least_privilege_role() {
-    let t = template();
-    let set = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<String>>();
-    let expected = [
-        (
-            "IntakeFunction",
-            "IntakeRole",
-            set(&[
-                "logs:CreateLogStream IntakeLogGroup",
-                "logs:PutLogEvents IntakeLogGroup",
-                "secretsmanager:GetSecretValue DatabaseSecretArn",
-                "sqs:SendMessage WorkQueue",
-                "secretsmanager:CreateSecret arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/*/destinations/*",
-                "secretsmanager:PutSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/*/destinations/*",
-                "secretsmanager:DeleteSecret arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/*/destinations/*",
-            ]),
-        ),
-        (
-            "ExecutorFunction",
-            "ExecutorRole",
-            set(&[
-                "logs:CreateLogStream ExecutorLogGroup",
-                "logs:PutLogEvents ExecutorLogGroup",
-                "logs:CreateLogStream LongExecutorLogGroup",
-                "logs:PutLogEvents LongExecutorLogGroup",
-                "secretsmanager:GetSecretValue DatabaseSecretArn",
-                "sqs:ReceiveMessage WorkQueue",
-                "sqs:DeleteMessage WorkQueue",
-                "sqs:GetQueueAttributes WorkQueue",
-                "sqs:SendMessage WorkQueue",
-                "sqs:ReceiveMessage LongWorkQueue",
-                "sqs:DeleteMessage LongWorkQueue",
-                "sqs:GetQueueAttributes LongWorkQueue",
-                "sqs:SendMessage LongWorkQueue",
-                "sts:AssumeRole EmailSendTaskRole",
-                "sts:TagSession EmailSendTaskRole",
-                "sts:AssumeRole HttpRequestTaskRole",
-                "sts:TagSession HttpRequestTaskRole",
-                "sts:AssumeRole WebhookSendTaskRole",
-                "sts:TagSession WebhookSendTaskRole",
-                "sts:AssumeRole TenantTaskRoleArns",
-                "sts:TagSession TenantTaskRoleArns",
-            ]),
-        ),
-        // The same code in its long lane: the same role (the task roles trust one principal).
-        (
-            "LongExecutorFunction",
-            "ExecutorRole",
-            set(&[
-                "logs:CreateLogStream ExecutorLogGroup",
-                "logs:PutLogEvents ExecutorLogGroup",
-                "logs:CreateLogStream LongExecutorLogGroup",
-                "logs:PutLogEvents LongExecutorLogGroup",
-                "secretsmanager:GetSecretValue DatabaseSecretArn",
-                "sqs:ReceiveMessage WorkQueue",
-                "sqs:DeleteMessage WorkQueue",
-                "sqs:GetQueueAttributes WorkQueue",
-                "sqs:SendMessage WorkQueue",
-                "sqs:ReceiveMessage LongWorkQueue",
-                "sqs:DeleteMessage LongWorkQueue",
-                "sqs:GetQueueAttributes LongWorkQueue",
-                "sqs:SendMessage LongWorkQueue",
-                "sts:AssumeRole EmailSendTaskRole",
-                "sts:TagSession EmailSendTaskRole",
-                "sts:AssumeRole HttpRequestTaskRole",
-                "sts:TagSession HttpRequestTaskRole",
-                "sts:AssumeRole WebhookSendTaskRole",
-                "sts:TagSession WebhookSendTaskRole",
-                "sts:AssumeRole TenantTaskRoleArns",
-                "sts:TagSession TenantTaskRoleArns",
-            ]),
-        ),
-        (
-            "SweeperFunction",
-            "SweeperRole",
-            set(&[
-                "logs:CreateLogStream SweeperLogGroup",
-                "logs:PutLogEvents SweeperLogGroup",
-                "secretsmanager:GetSecretValue DatabaseSecretArn",
-                // The SES account's send rate and quota: GetAccount has no resource-level permissions.
-                "ses:GetAccount *",
-                "sqs:SendMessage WorkQueue",
-            ]),
-        ),
-        (
-            "IngressFunction",
-            "IngressRole",
-            set(&[
-                "logs:CreateLogStream IngressLogGroup",
-                "logs:PutLogEvents IngressLogGroup",
-                "secretsmanager:GetSecretValue DatabaseSecretArn",
-                "sqs:ReceiveMessage IngressQueue",
-                "sqs:DeleteMessage IngressQueue",
-                "sqs:GetQueueAttributes IngressQueue",
-                "sqs:SendMessage WorkQueue",
-            ]),
-        ),
-        (
-            "PreTrafficFunction",
-            "PreTrafficRole",
-            set(&[
-                "logs:CreateLogStream PreTrafficLogGroup",
-                "logs:PutLogEvents PreTrafficLogGroup",
-                "secretsmanager:GetSecretValue DatabaseSecretArn",
-                "lambda:InvokeFunction ${IntakeFunction.Arn}:*",
-                "lambda:InvokeFunction ${ExecutorFunction.Arn}:*",
-                "lambda:InvokeFunction ${LongExecutorFunction.Arn}:*",
-                "lambda:InvokeFunction ${SweeperFunction.Arn}:*",
-                "lambda:InvokeFunction ${IngressFunction.Arn}:*",
-                "codedeploy:PutLifecycleEventHookExecutionStatus arn:${AWS::Partition}:codedeploy:${AWS::Region}:${AWS::AccountId}:deploymentgroup:${ServerlessDeploymentApplication}/*",
-            ]),
-        ),
-        (
-            "AdminFunction",
-            "AdminRole",
-            set(&[
-                "logs:CreateLogStream AdminLogGroup",
-                "logs:PutLogEvents AdminLogGroup",
-                "secretsmanager:GetSecretValue DatabaseSecretArn",
-                "sqs:ReceiveMessage WorkDeadLetterQueue",
-                "sqs:DeleteMessage WorkDeadLetterQueue",
-                "sqs:ReceiveMessage IngressDeadLetterQueue",
-                "sqs:DeleteMessage IngressDeadLetterQueue",
-                "sqs:SendMessage WorkQueue",
-                "sqs:SendMessage IngressQueue",
-            ]),
-        ),
-    ];
-    assert_eq!(
-        expected.iter().map(|(f, _, _)| (*f).to_owned()).collect::<BTreeSet<_>>(),
-        functions(&t).keys().cloned().collect(),
-        "every function's actions are listed here"
-    );
-    for (function, role, actions) in expected {
-        let p = &t["Resources"][function]["Properties"];
-        assert_eq!(target(&p["Role"]), role, "{function} has its own role");
-        assert!(p.get("Policies").is_none(), "{function}: no SAM policy templates (they grant on *)");
-        assert_eq!(role_actions(&t, role), actions, "{role}");
-        let managed: Vec<String> =
-            t["Resources"][role]["Properties"]["ManagedPolicyArns"].as_array().unwrap().iter().map(target).collect();
-        assert_eq!(managed, ["VpcAccessPolicy", "XrayWritePolicy"], "{role}: VPC interfaces and tracing only");
-    }
-}
-
-#[test]
-fn each_task_type_has_its_own_role_trusting_only_the_executor() {
-    let t = template();
-    let roles = task_roles(&t);
-    assert!(!roles.is_empty());
-    // Exactly the actions each task needs.
-    let config_set = "arn:${AWS::Partition}:ses:${AWS::Region}:${AWS::AccountId}:configuration-set/${Name}";
-    let expected: BTreeMap<&str, BTreeSet<String>> = [(
-        "EmailSendTaskRole",
-        [
-            "ses:SendEmail SesIdentityArns".to_owned(),
-            "ses:SendRawEmail SesIdentityArns".to_owned(),
-            format!("ses:SendEmail {config_set}"),
-            format!("ses:SendRawEmail {config_set}"),
-        ]
-        .into_iter()
-        .collect(),
-    ), (
-        "HttpRequestTaskRole",
-        // Only the session's own tenant's (the relay:tenant session tag, credentials/session.rs).
-        ["secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/${!aws:PrincipalTag/relay:tenant}/destinations/*".to_owned()]
-            .into_iter()
-            .collect(),
-    ), (
-        "WebhookSendTaskRole",
-        // The same: its destinations' auth and signing secrets, the session's own tenant's only.
-        ["secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/${!aws:PrincipalTag/relay:tenant}/destinations/*".to_owned()]
-            .into_iter()
-            .collect(),
-    )]
-    .into_iter()
-    .collect();
-    assert_eq!(roles.keys().map(String::as_str).collect::<BTreeSet<_>>(), expected.keys().copied().collect());
-    let executor_may = role_actions(&t, "ExecutorRole");
-    for (name, role) in &roles {
-        let p = &role["Properties"];
-        assert_eq!(role_actions(&t, name), expected[name.as_str()], "{name}");
-        assert!(p.get("ManagedPolicyArns").is_none(), "{name}: no managed policies");
-        assert!(num(&p["MaxSessionDuration"]) <= 3600, "{name}: chained sessions last at most an hour");
-        let trust = p["AssumeRolePolicyDocument"]["Statement"].as_array().unwrap();
-        assert_eq!(trust.len(), 1, "{name}: one trust statement");
-        assert_eq!(trust[0]["Effect"], "Allow");
-        assert_eq!(trust[0]["Principal"].as_object().unwrap().len(), 1, "{name}: one kind of principal");
-        assert_eq!(target(&trust[0]["Principal"]["AWS"]), "ExecutorRole", "{name} trusts the executor's role only");
-        assert_eq!(trust[0]["Action"], json!(["sts:AssumeRole", "sts:TagSession"]), "{name}: assume with session tags");
-        assert!(executor_may.contains(&format!("sts:AssumeRole {name}")), "the executor may assume {name}");
-    }
-    // The executor's mapping names every task role and parses as the executor reads it.
-    let vars = &t["Resources"]["ExecutorFunction"]["Properties"]["Environment"]["Variables"];
-    let mapping = vars["RELAY_TASK_ROLES"]["Fn::Sub"].as_str().expect("RELAY_TASK_ROLES is a !Sub");
-    let mut resolved = mapping.to_owned();
-    for name in roles.keys() {
-        assert!(mapping.contains(&format!("${{{name}.Arn}}")), "RELAY_TASK_ROLES maps {name}");
-        resolved =
-            resolved.replace(&format!("${{{name}.Arn}}"), &format!("arn:aws:iam::123456789012:role/stack-{name}-X1"));
-    }
-    let secs = vars["RELAY_TASK_SESSION_SECONDS"].as_str().unwrap().to_owned();
-    let env = |k: &str| match k {
-        "RELAY_TASK_ROLES" => Some(resolved.clone()),
-        "RELAY_TASK_SESSION_SECONDS" => Some(secs.clone()),
-        _ => None,
-    };
-    let parsed =
-        taskdeck::credentials::TaskRoles::from_lookup(env).expect("the executor accepts the template's mapping");
-    let anyone = taskdeck::job::TenantId::new();
-    assert!(parsed.resolve(anyone, "email.send").is_some());
-    assert!(parsed.resolve(anyone, "noop").is_none(), "default deny for everything else");
-    assert_eq!(target(&vars["RELAY_TENANT_TASK_ROLES"]), "TenantTaskRoles");
-}
-
-#[test]
-fn the_alarms_that_page_exist() {
-    let t = template();
-    let alarms: Vec<&Value> =
-        t["Resources"].as_object().unwrap().values().filter(|r| r["Type"] == "AWS::CloudWatch::Alarm").collect();
-    let watching = |metric: &str, dim: &str| {
-        alarms.iter().any(|a| {
-            a["Properties"]["MetricName"] == metric && target(&a["Properties"]["Dimensions"][0]["Value"]) == dim
-        })
-    };
-    for dlq in ["WorkDeadLetterQueue", "IngressDeadLetterQueue"] {
-        assert!(watching("ApproximateNumberOfMessagesVisible", dlq), "dead-letter depth of {dlq}");
-    }
-    for q in ["WorkQueue", "IngressQueue"] {
-        assert!(watching("ApproximateAgeOfOldestMessage", q), "oldest message in {q}");
-    }
-    // The hook's failure is the deploy's; the admin function's is its caller's answer.
-    for f in functions(&t).keys().filter(|f| !["PreTrafficFunction", "AdminFunction"].contains(&f.as_str())) {
-        assert!(watching("Errors", f), "errors of {f}");
-    }
-    assert!(watching("ApproximateAgeOfOldestMessage", "LongWorkQueue"), "oldest message in the long lane");
-    for metric in ["5xx", "Latency"] {
-        assert!(watching(metric, "HttpApi"), "API Gateway {metric}");
-    }
-    // The outage alarms read what the functions print in EMF, summed over every function
-    // (no dimension), in the namespace every function is given.
-    let namespace = &t["Globals"]["Function"]["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"];
-    for metric in ["DatabaseErrors", "BatchItemFailures"] {
-        let a = alarms
-            .iter()
-            .find(|a| a["Properties"]["MetricName"] == metric && a["Properties"].get("Dimensions").is_none())
-            .unwrap_or_else(|| panic!("an alarm on {metric} summed over every function"));
-        assert!(taskdeck::metrics::emf::AGGREGATED.contains(&metric), "{metric} is published without a dimension");
-        assert_eq!(&a["Properties"]["Namespace"], namespace, "{metric}");
-        assert!(a["Properties"].get("Dimensions").is_none(), "{metric}: the sum over every function");
-    }
-    let sweep = alarms
-        .iter()
-        .find(|a| {
-            a["Properties"]["MetricName"] == "Invocations"
-                && target(&a["Properties"]["Dimensions"][0]["Value"]) == "SweeperFunction"
-        })
-        .expect("a sweep-not-running alarm");
-    assert_eq!(sweep["Properties"]["TreatMissingData"], "breaching", "no data means no sweep");
-}
-
-#[test]
-fn queues_and_log_groups_survive_a_stack_deletion_or_replacement() {
-    for t in [template(), console()] {
-        let mut kept = 0;
-        for (name, r) in t["Resources"].as_object().unwrap() {
-            if r["Type"] == "AWS::SQS::Queue" || r["Type"] == "AWS::Logs::LogGroup" {
-                assert_eq!(r["DeletionPolicy"], "Retain", "{name}: DeletionPolicy");
-                assert_eq!(r["UpdateReplacePolicy"], "Retain", "{name}: UpdateReplacePolicy");
-                kept += 1;
-            }
-        }
-        assert!(kept > 0);
-    }
-}
-
-#[test]
-fn every_alarm_pages_a_topic_that_always_exists() {
-    for t in [template(), console()] {
-        let res = &t["Resources"];
-        assert_eq!(t["Conditions"]["CreateAlarmTopic"], json!({"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}));
-        assert_eq!(res["AlarmTopic"]["Type"], "AWS::SNS::Topic");
-        assert_eq!(res["AlarmTopic"]["Condition"], "CreateAlarmTopic", "created exactly when none is given");
-        let sub = &res["AlarmEmailSubscription"];
-        assert_eq!(
-            (sub["Properties"]["Protocol"].as_str(), target(&sub["Properties"]["TopicArn"])),
-            (Some("email"), "AlarmTopic".into())
-        );
-        let page = json!([{"Fn::If": ["CreateAlarmTopic", {"Ref": "AlarmTopic"}, {"Ref": "AlarmTopicArn"}]}]);
-        for (name, r) in res.as_object().unwrap().iter().filter(|(_, r)| r["Type"] == "AWS::CloudWatch::Alarm") {
-            assert_eq!(r["Properties"]["AlarmActions"], page, "{name} pages the alarm topic");
-        }
-    }
 }
 
 #[test]
@@ -724,7 +429,7 @@ fn vpc_endpoints_cover_every_aws_service_the_functions_call_behind_one_switch() 
 }
 
 /// The template's `DATABASE_URL`, its parameters replaced by sample values.
-fn resolved_database_url(p: &Value) -> String {
+pub(crate) fn resolved_database_url(p: &Value) -> String {
     let url =
         p["Environment"]["Variables"]["DATABASE_URL"]["Fn::Sub"].as_str().expect("DATABASE_URL is a !Sub").to_owned();
     [
@@ -772,129 +477,6 @@ fn no_database_password_in_the_environment_and_tls_verified_in_full() {
         assert!(parsed.config.get_password().is_none(), "{name}: no password in the URL");
     }
     assert_eq!(with_db, 7);
-}
-
-#[test]
-fn dead_letters_are_counted_by_log_events_the_code_really_emits_and_page() {
-    let t = template();
-    let res = t["Resources"].as_object().unwrap();
-    let source: String = ["executor.rs", "ingress.rs"]
-        .iter()
-        .map(|f| std::fs::read_to_string(format!("{}/../core/src/lambda/{f}", env!("CARGO_MANIFEST_DIR"))).unwrap())
-        .collect();
-    // Each place a dead letter is kept logs one line with a stable event name and says so.
-    let kept_at: BTreeSet<String> = source
-        .split("event = \"")
-        .skip(1)
-        .filter_map(|rest| {
-            let (event, after) = rest.split_once('"')?;
-            let line = &after[..after.find(");").unwrap_or(after.len())];
-            line.contains("kept in dead_letters").then(|| event.to_owned())
-        })
-        .collect();
-    assert!(kept_at.len() >= 3, "{kept_at:?}");
-    let mut counted = BTreeSet::new();
-    for f in res.values().filter(|r| r["Type"] == "AWS::Logs::MetricFilter") {
-        let m = &f["Properties"]["MetricTransformations"][0];
-        if m["MetricName"] != "DeadLetters" {
-            continue;
-        }
-        assert_eq!(m["MetricValue"], "1");
-        let pattern = f["Properties"]["FilterPattern"].as_str().unwrap();
-        for part in pattern.split("$.event = \"").skip(1) {
-            counted.insert(part.split('"').next().unwrap().to_owned());
-        }
-    }
-    assert_eq!(counted, kept_at, "every dead-letter event is counted, and only those");
-    let alarm = res
-        .values()
-        .find(|r| r["Type"] == "AWS::CloudWatch::Alarm" && r["Properties"]["MetricName"] == "DeadLetters")
-        .expect("an alarm on DeadLetters");
-    assert_eq!(
-        (alarm["Properties"]["Threshold"].as_i64(), alarm["Properties"]["ComparisonOperator"].as_str()),
-        (Some(0), Some("GreaterThanThreshold"))
-    );
-}
-
-#[test]
-fn the_api_writes_access_logs_to_a_kept_log_group() {
-    let t = template();
-    let settings = &t["Resources"]["HttpApi"]["Properties"]["AccessLogSettings"];
-    let group = target(&settings["DestinationArn"]);
-    assert_eq!(t["Resources"][&group]["Type"], "AWS::Logs::LogGroup");
-    let format = settings["Format"].as_str().unwrap();
-    for field in ["$context.requestId", "$context.status", "$context.integrationErrorMessage"] {
-        assert!(format.contains(field), "access logs carry {field}");
-    }
-}
-
-/// A deploy proves itself: every function but the hook is published through an alias and
-/// deployed by CodeDeploy with the hook before traffic and alarms that roll it back; the hook
-/// is named so SAM's CodeDeploy role may invoke it, and checks the versions being deployed.
-#[test]
-fn every_function_deploys_through_an_alias_gated_by_the_hook_and_rolled_back_by_alarms() {
-    let t = template();
-    let res = &t["Resources"];
-    let mut gated = BTreeSet::new();
-    for (name, f) in functions(&t) {
-        let p = &f["Properties"];
-        if name == "PreTrafficFunction" || name == "AdminFunction" {
-            assert!(p.get("DeploymentPreference").is_none(), "{name} is not deployed through CodeDeploy");
-            continue;
-        }
-        assert_eq!(p["AutoPublishAlias"], "live", "{name}");
-        let d = &p["DeploymentPreference"];
-        let shape = d["Type"].as_str().unwrap();
-        // The sweeper runs once a minute: a 10 % canary for 5 minutes gives its new version
-        // about half a pass; ten linear steps give it about five.
-        let expected =
-            if name == "SweeperFunction" { "Linear10PercentEvery1Minute" } else { "Canary10Percent5Minutes" };
-        assert_eq!(shape, expected, "{name}");
-        assert_eq!(d["Hooks"]["PreTraffic"], json!({"Ref": "PreTrafficFunction"}), "{name}");
-        let alarms = d["Alarms"].as_array().expect("rollback alarms");
-        let version = json!({"Fn::GetAtt": format!("{name}.Version.Version")});
-        let mut watched = BTreeSet::new();
-        for a in alarms {
-            let alarm = &res[target(a)];
-            assert_eq!(alarm["Type"], "AWS::CloudWatch::Alarm", "{name}");
-            // Only the new version's own metric: a dimension naming this deployment's version.
-            let dims = alarm["Properties"]["Dimensions"].as_array().unwrap();
-            assert!(
-                dims.iter().any(|d| ["ExecutedVersion", "function_version"].contains(&d["Name"].as_str().unwrap())
-                    && d["Value"] == version),
-                "{name}: {} reads the new version only",
-                target(a)
-            );
-            assert!(
-                !refs(alarm).contains(&"HttpApi".to_owned()),
-                "{name}: no alarm of the gate names the API (a cycle)"
-            );
-            watched.insert(alarm["Properties"]["MetricName"].as_str().unwrap().to_owned());
-        }
-        for metric in ["Errors", "DatabaseErrors"] {
-            assert!(watched.contains(metric), "{name}: the new version's {metric} roll it back");
-        }
-        let emf_per_version = alarms.iter().filter(|a| res[target(a)]["Properties"]["Namespace"] != "AWS/Lambda");
-        for a in emf_per_version {
-            let metric = res[target(a)]["Properties"]["MetricName"].as_str().unwrap();
-            assert!(taskdeck::metrics::emf::AGGREGATED.contains(&metric), "{metric} is published per version");
-        }
-        gated.insert(name);
-    }
-    assert_eq!(gated.len(), 5, "{gated:?}");
-    let hook = &res["PreTrafficFunction"]["Properties"];
-    assert!(hook["FunctionName"]["Fn::Sub"].as_str().unwrap().starts_with("CodeDeployHook_"));
-    let vars = &hook["Environment"]["Variables"];
-    assert_eq!(vars["RELAY_PRETRAFFIC_INTAKE"], json!({"Ref": "IntakeFunction.Version"}));
-    assert_eq!(vars["RELAY_PRETRAFFIC_EXECUTOR"], json!({"Ref": "ExecutorFunction.Version"}));
-    for (var, f) in [
-        ("RELAY_PRETRAFFIC_EXECUTOR_LONG", "LongExecutorFunction"),
-        ("RELAY_PRETRAFFIC_SWEEPER", "SweeperFunction"),
-        ("RELAY_PRETRAFFIC_INGRESS", "IngressFunction"),
-    ] {
-        assert_eq!(vars[var], json!({"Ref": format!("{f}.Version")}), "the hook checks {f}'s new version");
-    }
-    assert_eq!(num(&hook["ReservedConcurrentExecutions"]), 1, "the hooks of one update run in turn");
 }
 
 /// Two stacks in one account and region: every name the template gives a resource (functions,

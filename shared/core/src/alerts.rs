@@ -13,11 +13,13 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::email::content;
+use crate::email::task::SendEmail;
 use crate::intake::Intake;
 use crate::job::terms::{CorrelationId, IdempotencyKey, Limits};
 use crate::store::exceptions::{self, Unalerted};
 use crate::store::jobs::NewJob;
 use crate::store::{StoreError, sending_identities, tenants};
+use crate::task::Task;
 
 /// Exceptions older than this when alerts are first configured are not mailed about.
 pub const LOOKBACK: Duration = Duration::hours(1);
@@ -87,7 +89,7 @@ fn alert_job(cfg: &AlertConfig, e: &Unalerted) -> NewJob {
     NewJob {
         correlation_id: CorrelationId::exception_alert(e.id),
         limits: ALERT_LIMITS,
-        ..NewJob::new("email.send", params, key)
+        ..NewJob::new(SendEmail::NAME, params, key)
     }
 }
 

@@ -103,16 +103,8 @@ pub fn secret_id_under(root: &str, tenant: TenantId, name: &str) -> String {
     format!("{root}/tenants/{tenant}/destinations/{name}")
 }
 
-/// Which of a destination's secrets: the auth header's value, the signing secret `webhook.send`
-/// signs with (`whsec_…` for Standard Webhooks), or an OAuth grant's client secret or refresh
-/// token (`oauth`). All are write-only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Secret {
-    Auth,
-    Signing,
-    ClientSecret,
-    RefreshToken,
-}
+/// Which of a destination's secrets (the store notes when each was written).
+pub use crate::store::destinations::Secret;
 
 impl Secret {
     /// Every kind, as a destination's deletion removes them.

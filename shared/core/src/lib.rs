@@ -2,7 +2,8 @@
 //! tool only wire configuration, pools and clients, then call into this crate.
 
 // Read top-down: each layer imports only the layers below it (and, within a layer, a module
-// may use another that does not use it back: no two modules import each other).
+// may use another that does not use it back: no two modules import each other; tests/layering.rs
+// fails on a circle).
 
 // Edges: how the outside reaches the platform.
 pub mod api;
@@ -35,6 +36,8 @@ pub mod exceptions;
 pub mod outbound;
 pub mod parents;
 pub mod provider;
+// The job resource: above email (a campaign's quota warning), below the features that send it.
+pub mod view;
 
 // The task contract: a leaf above the store; what a task may do beyond its rows it is given
 // as capabilities (`task::Jobs`, `task::AwsAccess`), which the services implement.
@@ -45,10 +48,8 @@ pub mod metrics;
 pub mod telemetry;
 pub mod transport;
 
-// What a job looks like from outside, built from its rows: the job resource, its progress
-// and why it waits.
+// What a job looks like from outside, built from its rows: its progress and why it waits.
 pub mod progress;
-pub mod view;
 
 // Postgres: all SQL.
 pub mod store;

@@ -2,15 +2,37 @@
 //! (`invalid type: string "5", expected u32`, `expected struct JobRequest`); a client sent JSON
 //! and needs the JSON shape: "must be a whole number between 0 and 4294967295, not a string".
 
+/// A value refused, with the path of the field at fault (`to`, `recipients[3].data`,
+/// `params.seconds`; `.` for the whole value) and why, in a client's words.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ParamError {
+    pub field: String,
+    pub message: String,
+}
+
+impl ParamError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ParamError { field: field.into(), message: message.into() }
+    }
+
+    /// The same error with its field under `parent` (`to` under `params` is `params.to`; the
+    /// whole value, `.`, is `parent` itself).
+    pub fn under(self, parent: &str) -> Self {
+        let field = if self.field == "." { parent.to_owned() } else { format!("{parent}.{}", self.field) };
+        ParamError { field, ..self }
+    }
+}
+
 /// A field's error from `serde_path_to_error`: the field at fault (`.` for the whole body) and
 /// the message in plain words. A missing field is named as the field at fault.
-pub fn field_error(path: &serde_path_to_error::Path, inner: &dyn std::fmt::Display) -> (String, String) {
+pub fn field_error(path: &serde_path_to_error::Path, inner: &dyn std::fmt::Display) -> ParamError {
     let at = path.to_string();
     let message = plain(&inner.to_string());
     match (at.as_str(), message.strip_prefix("missing field ")) {
-        (".", Some(name)) => (name.to_owned(), message),
-        (_, Some(name)) => (format!("{at}.{name}"), message),
-        _ => (at, message),
+        (".", Some(name)) => ParamError::new(name.to_owned(), message),
+        (_, Some(name)) => ParamError::new(format!("{at}.{name}"), message.clone()),
+        _ => ParamError::new(at, message),
     }
 }
 
@@ -166,7 +188,8 @@ mod tests {
 
     fn error(v: serde_json::Value) -> (String, String) {
         let e = serde_path_to_error::deserialize::<_, Body>(v).unwrap_err();
-        field_error(e.path(), e.inner())
+        let ParamError { field, message } = field_error(e.path(), e.inner());
+        (field, message)
     }
 
     #[test]

@@ -173,7 +173,7 @@ impl Platform {
             project: self.settings.project.clone(),
             limits: crate::api::ratelimit::RateLimits::new(self.settings.tenant_rate),
             quotas: crate::limits::Quotas::new(self.settings.tenant_limits),
-            admission: crate::api::jobs::Admission {
+            admission: crate::api::submit::Admission {
                 callback_allow: self.settings.callback_allow.clone(),
                 max_timeout_seconds: self.settings.max_timeout_seconds,
             },

@@ -3,7 +3,7 @@
 //! inline; this task is where the work happens: a completion event (`{"relay_completion":
 //! {...}}`, see `COMPLETION_KEY`) is applied to the wait its token names, once
 //! (`crate::completions`); an SES event is applied to its message once
-//! (`email::record_event`); anything else is kept on the job with the reason.
+//! (`email::record_event`, the send it proves settled here); anything else is kept on the job with the reason.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -12,6 +12,7 @@ use utoipa::ToSchema;
 use crate::completions::{self, Applied, CompletionRequest, Via};
 
 use crate::job::TaskError;
+use crate::plain::ParamError;
 use crate::task::{Task, TaskContext};
 
 pub struct ProviderEvent;
@@ -53,12 +54,12 @@ impl Task for ProviderEvent {
     /// client submitting one could suppress another tenant's recipients.
     const PLATFORM_ONLY: bool = true;
 
-    fn check(p: &ProviderEventParams) -> Result<(), (String, String)> {
+    fn check(p: &ProviderEventParams) -> Result<(), ParamError> {
         if p.source.is_empty() {
-            return Err(("source".into(), "must not be empty".into()));
+            return Err(ParamError::new("source", "must not be empty"));
         }
         if p.message_id.is_empty() {
-            return Err(("message_id".into(), "must not be empty".into()));
+            return Err(ParamError::new("message_id", "must not be empty"));
         }
         Ok(())
     }
@@ -70,11 +71,27 @@ impl Task for ProviderEvent {
                 outcome = %out, "completion event handled");
             return Ok(out);
         }
-        let out = crate::email::record_event(ctx, &p.message_id, &p.message).await?;
+        let out = record_email_event(ctx, &p.message_id, &p.message).await?;
         tracing::info!(event = "relay.provider_event.recorded", source = %p.source, message_id = %p.message_id,
             outcome = %out, "provider event recorded");
         Ok(out)
     }
+}
+
+/// An SES event applied to its message (`email::record_event`) and the ambiguous send it
+/// proves settled (`exceptions::settle_ambiguous`), in one transaction.
+async fn record_email_event(ctx: &TaskContext, event_key: &str, message: &Value) -> Result<Value, TaskError> {
+    let mut db = ctx.db.get().await.map_err(TaskError::retryable)?;
+    let tx = db.transaction().await.map_err(TaskError::retryable)?;
+    let mut recorded = crate::email::record_event(&tx, event_key, message).await?;
+    if let Some(proved) = recorded.proves_sent {
+        let settled = crate::exceptions::settle_ambiguous(&tx, proved.job_id, proved.result, &proved.why)
+            .await
+            .map_err(TaskError::retryable)?;
+        recorded.out["exceptions_resolved"] = json!(settled);
+    }
+    tx.commit().await.map_err(TaskError::retryable)?;
+    Ok(recorded.out)
 }
 
 /// A completion event: a provider message whose JSON body holds this key, its value a
@@ -87,7 +104,7 @@ pub const COMPLETION_KEY: &str = "relay_completion";
 /// is kept with the reason and not retried: trying again cannot change it.
 async fn complete(ctx: &TaskContext, body: &Value) -> Result<Value, TaskError> {
     let parsed = serde_path_to_error::deserialize::<_, CompletionRequest>(body)
-        .map_err(|e| crate::plain::field_error(e.path(), e.inner()).1)
+        .map_err(|e| crate::plain::field_error(e.path(), e.inner()).message)
         .and_then(|r| r.into_completion().map_err(|e| e.message));
     let (token, c) = match parsed {
         Ok(ok) => ok,

@@ -17,6 +17,7 @@ use utoipa::ToSchema;
 
 use crate::job::completion::{MAX_WAIT, OverduePolicy};
 use crate::job::{ClaimedJob, Ending, Fault, Fence, JobId, TaskError, TenantId};
+use crate::plain::ParamError;
 use crate::retry::RetryPolicy;
 use crate::store::StoreError;
 use crate::store::completions::{self, NewWait};
@@ -168,7 +169,7 @@ pub trait Task: Send + Sync + 'static {
     const RETRY: Option<RetryPolicy> = None;
 
     /// Checks serde cannot express (ranges, cross-field rules), as (field, message).
-    fn check(_params: &Self::Params) -> Result<(), (String, String)> {
+    fn check(_params: &Self::Params) -> Result<(), ParamError> {
         Ok(())
     }
 

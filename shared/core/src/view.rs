@@ -9,12 +9,14 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use crate::email::task::SendCampaign;
 use crate::job::{JobId, JobStatus};
 use crate::progress::{self, Progress, WaitingReason};
 use crate::store::completions::open_deadlines;
 use crate::store::jobs::Job;
 use crate::store::progress::{baselines, child_counts, running_per_key};
 use crate::store::{GenericClient, StoreError, dependencies, modes, send_rates};
+use crate::task::Task;
 
 /// The job resource. Its schema keeps the name and description it was published with.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -126,8 +128,6 @@ impl JobView {
     }
 }
 
-const CAMPAIGN: &str = "email.campaign";
-
 /// Jobs read for a client, with their waiting reasons and progress as of `now`. Each input is
 /// read only when some job needs it, so a page of finished single jobs costs one query
 /// (children).
@@ -154,7 +154,7 @@ pub async fn annotate(db: &impl GenericClient, jobs: Vec<Job>, now: DateTime<Utc
     let held = if not_due.is_empty() { HashMap::new() } else { send_rates::rate_waits(db, &not_due).await? };
     let after: HashMap<JobId, dependencies::Hold> =
         if not_due.is_empty() { HashMap::new() } else { dependencies::held(db, &not_due).await?.into_iter().collect() };
-    let campaigning = jobs.iter().any(|j| j.task_type == CAMPAIGN && !j.status.is_terminal());
+    let campaigning = jobs.iter().any(|j| j.task_type == SendCampaign::NAME && !j.status.is_terminal());
     let account = if campaigning { send_rates::get(db, send_rates::Scope::Account, "default").await? } else { None };
     Ok(jobs
         .into_iter()
@@ -181,7 +181,7 @@ pub async fn annotate(db: &impl GenericClient, jobs: Vec<Job>, now: DateTime<Utc
             let waiting_rate =
                 rate.filter(|_| matches!(waiting, Some(WaitingReason::RateLimited | WaitingReason::ReputationPaused)));
             let warnings = match (&account, &progress) {
-                (Some(a), _) if j.task_type == CAMPAIGN && !j.status.is_terminal() => {
+                (Some(a), _) if j.task_type == SendCampaign::NAME && !j.status.is_terminal() => {
                     let to_send = match &progress {
                         Some(Progress::Count { pending, .. }) => *pending,
                         _ => j.params["recipients"].as_array().map_or(0, |r| r.len() as i64),

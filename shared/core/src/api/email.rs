@@ -15,14 +15,16 @@ use super::extract::{Caller, JsonBody, Operator};
 use crate::credentials;
 use crate::email::campaign::{self, CampaignParams, Recipient};
 use crate::email::content;
+use crate::email::task::SendCampaign;
 use crate::job::{JobId, JobStatus, TenantId};
 use crate::limits::Kind;
-use crate::store::message_events::{self, TenantEvent};
-use crate::store::messages::{self, Message, MessageEvent, Preview};
+use crate::store::message_events::{self, MessageEvent, TenantEvent};
+use crate::store::messages::{self, Message, Preview};
 use crate::store::suppressions::{self, Suppression};
 use crate::store::templates::{self, Template};
 use crate::store::{StoreError, sending_identities};
 use crate::store::{campaign_pages, jobs};
+use crate::task::Task;
 use crate::transport;
 
 /// Query of `GET /v1/messages`: one correlation id's messages, one job's, or (neither given)
@@ -85,7 +87,7 @@ pub async fn get_message(
     let id = Uuid::parse_str(&id).map_err(|_| ApiError::not_found())?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let message = messages::get(&db, tenant.id, id).await?.ok_or_else(ApiError::not_found)?;
-    let events = messages::events(&db, id).await?;
+    let events = message_events::events(&db, id).await?;
     let preview = messages::preview(&db, tenant.id, id).await?;
     Ok(Json(MessageDetail { message, events, preview }))
 }
@@ -284,7 +286,7 @@ pub async fn put_template(
         return Err(ApiError::unprocessable("invalid_field", "text: give text, html or both").with("field", "text"));
     }
     content::compile_check(&body.subject, body.text.as_deref(), body.html.as_deref())
-        .map_err(|(part, e)| ApiError::unprocessable("template_syntax", format!("{part}: {e}")).with("field", part))?;
+        .map_err(|e| ApiError::unprocessable("template_syntax", e.to_string()).with("field", e.field))?;
     let mut db = state.pool.get().await.map_err(StoreError::from)?;
     let tx = db.transaction().await.map_err(StoreError::from)?;
     state.quotas.admit_row(&tx, tenant.id, Kind::Templates, &name).await?;
@@ -425,18 +427,18 @@ pub async fn put_recipients(
     let not_paged = || {
         ApiError::new(StatusCode::CONFLICT, "not_a_paged_campaign", "this job is not an email.campaign taking pages")
     };
-    if job.task_type != "email.campaign" {
+    if job.task_type != SendCampaign::NAME {
         return Err(not_paged());
     }
     let campaign: CampaignParams = serde_json::from_value(job.params.clone()).map_err(|_| not_paged())?;
     let pages = campaign.pages.ok_or_else(not_paged)?;
     // A page past the campaign's own count conflicts with the campaign; recipients of the
     // wrong shape, or whose data the message does not render with, are 422.
-    campaign::check_page(&campaign, page, &body.recipients).map_err(|(field, m)| {
-        if field == "page" {
-            ApiError::new(StatusCode::CONFLICT, "page_out_of_range", format!("{field}: {m}")).with("field", field)
+    campaign::check_page(&campaign, page, &body.recipients).map_err(|e| {
+        if e.field == "page" {
+            ApiError::new(StatusCode::CONFLICT, "page_out_of_range", e.to_string()).with("field", e.field)
         } else {
-            ApiError::unprocessable("invalid_field", format!("{field}: {m}")).with("field", field)
+            ApiError::unprocessable("invalid_field", e.to_string()).with("field", e.field)
         }
     })?;
     if job.status != JobStatus::Pending {

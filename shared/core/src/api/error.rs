@@ -38,7 +38,7 @@ impl ApiError {
     /// 422 `invalid_field` for a body of the wrong shape, naming the field at fault in JSON's
     /// terms, never Rust's (`plain`).
     pub fn wrong_shape(path: &serde_path_to_error::Path, inner: &dyn std::fmt::Display) -> Self {
-        let (field, message) = crate::plain::field_error(path, inner);
+        let crate::plain::ParamError { field, message } = crate::plain::field_error(path, inner);
         let message = match () {
             _ if field == "." => format!("the body {message}"),
             _ if message.starts_with("missing field ") => format!("missing field {field}"),

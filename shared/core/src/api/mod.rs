@@ -20,6 +20,7 @@ pub mod schedules;
 pub mod send_rates;
 pub mod server;
 pub mod status;
+pub mod submit;
 pub mod topics;
 
 use std::time::Duration;
@@ -62,15 +63,15 @@ pub struct AppState {
     /// Per-tenant limits on the rows its calls create (`crate::limits`).
     pub quotas: crate::limits::Quotas,
     /// What this deployment admits beyond each task's own parameters.
-    pub admission: jobs::Admission,
+    pub admission: submit::Admission,
     /// Writes destinations' secrets; `None`: `PUT /v1/destinations/{name}/secret` answers 503.
     pub secrets: Option<crate::destinations::SecretWriter>,
 }
 
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/v1/jobs", post(jobs::submit).layer(body_limit(MAX_JOB_BODY_BYTES)).get(jobs::list))
-        .route("/v1/jobs:batch", post(jobs::submit_batch).layer(body_limit(MAX_JOB_BODY_BYTES)))
+        .route("/v1/jobs", post(submit::submit).layer(body_limit(MAX_JOB_BODY_BYTES)).get(jobs::list))
+        .route("/v1/jobs:batch", post(submit::submit_batch).layer(body_limit(MAX_JOB_BODY_BYTES)))
         .route("/v1/jobs/{id}", get(jobs::get))
         .route("/v1/jobs/{id}/events", get(jobs::events))
         .route("/v1/jobs/{id}/sessions", get(jobs::sessions))

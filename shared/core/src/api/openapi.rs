@@ -10,7 +10,7 @@ use utoipa::{Modify, OpenApi};
 use super::constraints::NO_NUL;
 use super::{
     admin, callbacks, completions, cutover, destinations, email, jobs, limits, reputation, schedules, send_rates,
-    status, topics,
+    status, submit, topics,
 };
 
 #[derive(OpenApi)]
@@ -23,7 +23,7 @@ use super::{
             Every error is `{\"error\": {\"code\", \"message\", ...}}` with a stable `code`."
     ),
     paths(
-        jobs::submit, jobs::submit_batch, jobs::list, jobs::get, jobs::events, jobs::sessions, jobs::cancel, jobs::tasks,
+        submit::submit, submit::submit_batch, jobs::list, jobs::get, jobs::events, jobs::sessions, jobs::cancel, jobs::tasks,
         completions::complete,
         email::list_messages, email::get_message, email::message_events, email::list_suppressions, email::add_suppression,
         email::remove_suppression, email::list_templates, email::get_template, email::put_template,

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use crate::job::{ClaimedJob, Ending, Fault, TaskError};
+use crate::plain::ParamError;
 use crate::task::{Task, TaskContext};
 
 /// Does nothing and succeeds; returns `echo` when given.
@@ -46,11 +47,11 @@ impl Task for Sleep {
     const NAME: &'static str = "sleep";
     const DESCRIPTION: &'static str = "Sleeps for `seconds`, then succeeds.";
 
-    fn check(p: &SleepParams) -> Result<(), (String, String)> {
+    fn check(p: &SleepParams) -> Result<(), ParamError> {
         if (0.0..=3600.0).contains(&p.seconds) {
             Ok(())
         } else {
-            Err(("seconds".into(), "must be between 0 and 3600".into()))
+            Err(ParamError::new("seconds", "must be between 0 and 3600"))
         }
     }
 

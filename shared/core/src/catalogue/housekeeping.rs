@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use crate::job::TaskError;
+use crate::plain::ParamError;
 use crate::store::jobs::retention;
 use crate::task::{Task, TaskContext};
 
@@ -47,15 +48,15 @@ impl Task for Retention {
     const DESCRIPTION: &'static str = "Platform only: deletes terminal jobs older than `older_than_days`.";
     const PLATFORM_ONLY: bool = true;
 
-    fn check(p: &RetentionParams) -> Result<(), (String, String)> {
+    fn check(p: &RetentionParams) -> Result<(), ParamError> {
         if !(1..=3650).contains(&p.older_than_days) {
-            return Err(("older_than_days".into(), "between 1 and 3650".into()));
+            return Err(ParamError::new("older_than_days", "between 1 and 3650"));
         }
         if !(1..=10_000).contains(&p.batch) {
-            return Err(("batch".into(), "between 1 and 10000".into()));
+            return Err(ParamError::new("batch", "between 1 and 10000"));
         }
         if !(1..=10_000).contains(&p.max_batches) {
-            return Err(("max_batches".into(), "between 1 and 10000".into()));
+            return Err(ParamError::new("max_batches", "between 1 and 10000"));
         }
         Ok(())
     }

@@ -24,13 +24,8 @@ use crate::job::{ClaimedJob, Ending, Fault, TaskError};
 use crate::retry::RetryPolicy;
 use crate::task::{Admission, Task, TaskContext};
 
-/// A parameter that failed validation, with the path of the field.
-#[derive(Debug, Clone, PartialEq, Serialize, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ParamError {
-    pub field: String,
-    pub message: String,
-}
+/// A parameter that failed validation, with the path of the field (from `params`).
+pub use crate::plain::ParamError;
 
 /// A catalogue entry as `GET /v1/tasks` shows it.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -93,7 +88,7 @@ fn against_schema(schema: &jsonschema::Validator, params: &Value) -> Result<(), 
                 "" => "params".to_owned(),
                 p => format!("params.{}", p.replace('/', ".")),
             };
-            Err(ParamError { field, message: e.to_string() })
+            Err(ParamError::new(field, e.to_string()))
         }
     }
 }
@@ -109,11 +104,9 @@ fn most_specific<'e, 'a>(e: &'e jsonschema::ValidationError<'a>) -> &'e jsonsche
 }
 
 fn parse<T: Task>(params: &Value) -> Result<T::Params, ParamError> {
-    let parsed: T::Params = serde_path_to_error::deserialize(params).map_err(|e| {
-        let (field, message) = crate::plain::field_error(e.path(), e.inner());
-        ParamError { field: if field == "." { "params".to_owned() } else { format!("params.{field}") }, message }
-    })?;
-    T::check(&parsed).map_err(|(field, message)| ParamError { field: format!("params.{field}"), message })?;
+    let parsed: T::Params = serde_path_to_error::deserialize(params)
+        .map_err(|e| crate::plain::field_error(e.path(), e.inner()).under("params"))?;
+    T::check(&parsed).map_err(|e| e.under("params"))?;
     Ok(parsed)
 }
 
@@ -266,7 +259,7 @@ impl Catalogue {
     pub fn check(&self, name: &str, params: &Value) -> Result<(), ParamError> {
         match self.tasks.get(name) {
             Some(t) => t.check(params),
-            None => Err(ParamError { field: "task_type".into(), message: format!("unknown task type {name:?}") }),
+            None => Err(ParamError::new("task_type", format!("unknown task type {name:?}"))),
         }
     }
 

@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 
 use crate::job::TaskError;
 use crate::job::completion::{MAX_WAIT, OverduePolicy};
+use crate::plain::ParamError;
 use crate::store::effects;
 use crate::task::{Task, TaskContext};
 
@@ -107,12 +108,12 @@ impl Task for WhoAmI {
     const NAME: &'static str = "test.whoami";
     const DESCRIPTION: &'static str = "Test only: GetCallerIdentity under the task's own role; returns the ARNs seen.";
 
-    fn check(p: &WhoAmIParams) -> Result<(), (String, String)> {
+    fn check(p: &WhoAmIParams) -> Result<(), ParamError> {
         if !(1..=100).contains(&p.calls) {
-            return Err(("calls".into(), "must be between 1 and 100".into()));
+            return Err(ParamError::new("calls", "must be between 1 and 100"));
         }
         if !(0.0..=60.0).contains(&p.interval_seconds) {
-            return Err(("interval_seconds".into(), "must be between 0 and 60".into()));
+            return Err(ParamError::new("interval_seconds", "must be between 0 and 60"));
         }
         Ok(())
     }
@@ -173,12 +174,12 @@ impl Task for Await {
     const DESCRIPTION: &'static str =
         "Test only: waits for an outside party's completion; the token is noted in the effects ledger.";
 
-    fn check(p: &AwaitParams) -> Result<(), (String, String)> {
+    fn check(p: &AwaitParams) -> Result<(), ParamError> {
         if !(1.0..=MAX_WAIT.as_secs_f64()).contains(&p.within_seconds) {
-            return Err(("within_seconds".into(), "must be between 1 and 31622400".into()));
+            return Err(ParamError::new("within_seconds", "must be between 1 and 31622400"));
         }
         if !(0.0..=MAX_WAIT.as_secs_f64()).contains(&p.reschedule_seconds) {
-            return Err(("reschedule_seconds".into(), "must be between 0 and 31622400".into()));
+            return Err(ParamError::new("reschedule_seconds", "must be between 0 and 31622400"));
         }
         Ok(())
     }

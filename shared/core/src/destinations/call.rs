@@ -43,6 +43,7 @@ use crate::destinations::local::LocalSecrets;
 use crate::destinations::{self as rules, Secret, SecretError};
 use crate::job::{Fence, TaskError};
 use crate::outbound::{self, AllowList, Limits, Refusal};
+use crate::plain::ParamError;
 use crate::store::destinations::{self, Destination};
 use crate::store::http_calls::{self, NewCall, Sending, Settled};
 use crate::store::rate_slots::{self, Limit, Slot};
@@ -418,10 +419,10 @@ pub(crate) async fn record_call(
 }
 
 /// A call's own `timeout_ms`, checked: 100 to `MAX_TIMEOUT_MS`.
-pub(crate) fn check_timeout(timeout_ms: Option<u32>) -> Result<(), (String, String)> {
+pub(crate) fn check_timeout(timeout_ms: Option<u32>) -> Result<(), ParamError> {
     match timeout_ms {
         Some(t) if !(100..=MAX_TIMEOUT_MS).contains(&t) => {
-            Err(("timeout_ms".into(), format!("100 to {MAX_TIMEOUT_MS}")))
+            Err(ParamError::new("timeout_ms", format!("100 to {MAX_TIMEOUT_MS}")))
         }
         _ => Ok(()),
     }

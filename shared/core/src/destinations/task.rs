@@ -22,6 +22,7 @@ use crate::destinations as rules;
 use crate::destinations::local::LocalSecrets;
 use crate::job::TaskError;
 use crate::outbound::AllowList;
+use crate::plain::ParamError;
 use crate::task::{Admission, Named, Stored, Task, TaskContext};
 
 /// Calls tenants' destinations; `allow` is the operator's allow-list (`RELAY_CALLBACK_ALLOW`),
@@ -70,22 +71,22 @@ impl Task for HttpRequest {
     const DESCRIPTION: &'static str = "One HTTP call to a destination the tenant registered, with the job's idempotency key; \
          retried on 408, 429 and 5xx, ambiguous when cut off after sending; shadow mode records it without sending.";
 
-    fn check(p: &RequestParams) -> Result<(), (String, String)> {
-        rules::check_name(&p.destination).map_err(|m| ("destination".to_owned(), m.to_owned()))?;
-        rules::check_path(&p.path).map_err(|m| ("path".to_owned(), m.to_owned()))?;
+    fn check(p: &RequestParams) -> Result<(), ParamError> {
+        rules::check_name(&p.destination).map_err(|m| ParamError::new("destination", m))?;
+        rules::check_path(&p.path).map_err(|m| ParamError::new("path", m))?;
         if p.headers.len() > rules::MAX_HEADERS {
-            return Err(("headers".into(), format!("at most {} headers", rules::MAX_HEADERS)));
+            return Err(ParamError::new("headers", format!("at most {} headers", rules::MAX_HEADERS)));
         }
         for (name, value) in &p.headers {
-            rules::check_header(name, value, None).map_err(|m| (format!("headers.{name}"), m))?;
+            rules::check_header(name, value, None).map_err(|m| ParamError::new(format!("headers.{name}"), m))?;
         }
         check_timeout(p.timeout_ms)?;
         if let Some(rule) = &p.success {
-            rule.check().map_err(|m| ("success".to_owned(), m))?;
+            rule.check().map_err(|m| ParamError::new("success", m))?;
         }
         let size = p.body.as_ref().map_or(0, |b| serde_json::to_vec(b).map_or(usize::MAX, |b| b.len()));
         if size > MAX_BODY {
-            return Err(("body".into(), format!("at most {MAX_BODY} bytes of JSON (this is {size})")));
+            return Err(ParamError::new("body", format!("at most {MAX_BODY} bytes of JSON (this is {size})")));
         }
         Ok(())
     }

@@ -30,6 +30,7 @@ use super::oauth::Tokens;
 use super::patterns;
 use crate::job::TaskError;
 use crate::outbound::AllowList;
+use crate::plain::ParamError;
 use crate::task::{Admission, Named, Stored, Task, TaskContext};
 
 pub use super::call::{MAX_BODY, MAX_TIMEOUT_MS, RECORD_MARGIN_SECONDS};
@@ -77,16 +78,16 @@ impl Task for WebhookSend {
     const DESCRIPTION: &'static str = "One signed (Standard Webhooks, or the destination's own HMAC scheme) POST to a run-time URL that the destination's \
          url_patterns allow; http.request's guard, switches, retry and ambiguity rules; up to 1 MiB of data.";
 
-    fn check(p: &WebhookParams) -> Result<(), (String, String)> {
-        super::check_name(&p.destination).map_err(|m| ("destination".to_owned(), m.to_owned()))?;
-        crate::outbound::parse_url(&p.url).map_err(|e| ("url".to_owned(), e.to_string()))?;
+    fn check(p: &WebhookParams) -> Result<(), ParamError> {
+        super::check_name(&p.destination).map_err(|m| ParamError::new("destination", m))?;
+        crate::outbound::parse_url(&p.url).map_err(|e| ParamError::new("url", e.to_string()))?;
         if !event_type_ok(&p.event_type) {
-            return Err(("event_type".into(), "1 to 100 letters, digits, '.', '_', ':' or '-'".into()));
+            return Err(ParamError::new("event_type", "1 to 100 letters, digits, '.', '_', ':' or '-'"));
         }
         http::check_timeout(p.timeout_ms)?;
         let size = serde_json::to_vec(&p.data).map_or(usize::MAX, |b| b.len());
         if size > MAX_BODY {
-            return Err(("data".into(), format!("at most {MAX_BODY} bytes of JSON (this is {size})")));
+            return Err(ParamError::new("data", format!("at most {MAX_BODY} bytes of JSON (this is {size})")));
         }
         Ok(())
     }

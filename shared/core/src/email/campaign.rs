@@ -21,6 +21,7 @@ use utoipa::ToSchema;
 use super::content::SendParams;
 use crate::job::terms::{Concurrency, CorrelationId, IdempotencyKey, Limits};
 use crate::job::{Fence, JobId, TaskError};
+use crate::plain::ParamError;
 use crate::store::campaign_pages;
 use crate::store::jobs::{self, NewJob};
 use crate::task::TaskContext;
@@ -85,56 +86,56 @@ fn addressed(message: &SendParams, r: &Recipient) -> SendParams {
 /// every child would fail on is refused at submit; the error names the recipient's field
 /// (`recipients[i].to`, `recipients[i].data`) or the message's. `message` passed the same
 /// check already (with a sample recipient).
-fn check_recipient(message: &SendParams, r: &Recipient, at: &str) -> Result<(), (String, String)> {
-    addressed(message, r).check().map_err(|(f, m)| match f.as_str() {
-        f if f.starts_with("to") => (format!("{at}.to"), m),
-        "data" if !r.data.is_empty() => (format!("{at}.data"), m),
+fn check_recipient(message: &SendParams, r: &Recipient, at: &str) -> Result<(), ParamError> {
+    addressed(message, r).check().map_err(|ParamError { field: f, message: m }| match f.as_str() {
+        f if f.starts_with("to") => ParamError::new(format!("{at}.to"), m),
+        "data" if !r.data.is_empty() => ParamError::new(format!("{at}.data"), m),
         // The message's inline content compiled too: what fails to render now is this data.
-        f @ ("subject" | "text" | "html") => (format!("{at}.data"), format!("{f}: {m}")),
+        f @ ("subject" | "text" | "html") => ParamError::new(format!("{at}.data"), format!("{f}: {m}")),
         // The message's templates compiled (`check_message`): what fails now is this data.
-        f if f.starts_with("list_unsubscribe.") => (format!("{at}.data"), format!("{f}: {m}")),
-        f => (format!("message.{f}"), m),
+        f if f.starts_with("list_unsubscribe.") => ParamError::new(format!("{at}.data"), format!("{f}: {m}")),
+        f => ParamError::new(format!("message.{f}"), m),
     })
 }
 
 /// The message as every child gets it, checked with a sample recipient (a message error is
 /// named once, not per recipient).
-fn check_message(message: &SendParams) -> Result<(), (String, String)> {
+fn check_message(message: &SendParams) -> Result<(), ParamError> {
     let sample = Recipient { to: "recipient@example.com".into(), data: BTreeMap::new() };
-    addressed(message, &sample).check_fields().map_err(|(f, m)| (format!("message.{f}"), m))
+    addressed(message, &sample).check_fields().map_err(|e| e.under("message"))
 }
 
 impl CampaignParams {
-    pub fn check(&self) -> Result<(), (String, String)> {
+    pub fn check(&self) -> Result<(), ParamError> {
         let m = &self.message;
         if !(m.to.is_empty() && m.cc.is_empty() && m.bcc.is_empty()) {
-            return Err(("message.to".into(), "recipients come from `recipients` or pages, not the message".into()));
+            return Err(ParamError::new("message.to", "recipients come from `recipients` or pages, not the message"));
         }
         // Each child holds its own copy of the message: files would be copied per recipient,
         // and an invitation names its attendee. Send those as one `email.send` per recipient.
         for (field, given) in [("parts", !m.parts.is_empty()), ("attachments", !m.attachments.is_empty())] {
             if given {
-                return Err((
+                return Err(ParamError::new(
                     format!("message.{field}"),
                     format!("a campaign's message has no {field}; send them with one email.send per recipient"),
                 ));
             }
         }
         if m.message_key.is_some() {
-            return Err((
-                "message.message_key".into(),
-                "each child's message key is the campaign and its position".into(),
+            return Err(ParamError::new(
+                "message.message_key",
+                "each child's message key is the campaign and its position",
             ));
         }
         match (self.recipients.len(), self.pages) {
-            (0, None) => return Err(("recipients".into(), "give recipients, or the number of pages to come".into())),
-            (n, Some(_)) if n > 0 => return Err(("pages".into(), "give recipients or pages, not both".into())),
+            (0, None) => return Err(ParamError::new("recipients", "give recipients, or the number of pages to come")),
+            (n, Some(_)) if n > 0 => return Err(ParamError::new("pages", "give recipients or pages, not both")),
             (_, Some(p)) if !(1..=MAX_PAGES).contains(&p) => {
-                return Err(("pages".into(), format!("1 to {MAX_PAGES} pages")));
+                return Err(ParamError::new("pages", format!("1 to {MAX_PAGES} pages")));
             }
             (n, None) if n > MAX_INLINE => {
-                return Err((
-                    "recipients".into(),
+                return Err(ParamError::new(
+                    "recipients",
                     format!("{n} recipients inline; at most {MAX_INLINE} (upload pages instead)"),
                 ));
             }
@@ -147,12 +148,12 @@ impl CampaignParams {
         if let Some(l) = self.concurrency_limit
             && !(1..=1000).contains(&l)
         {
-            return Err(("concurrency_limit".into(), "1 to 1000".into()));
+            return Err(ParamError::new("concurrency_limit", "1 to 1000"));
         }
         if let Some(n) = self.children_per_run
             && !(100..=100_000).contains(&n)
         {
-            return Err(("children_per_run".into(), "100 to 100,000".into()));
+            return Err(ParamError::new("children_per_run", "100 to 100,000"));
         }
         Ok(())
     }
@@ -164,15 +165,15 @@ impl CampaignParams {
 }
 
 /// Check one uploaded page against its campaign.
-pub fn check_page(campaign: &CampaignParams, page: u32, recipients: &[Recipient]) -> Result<(), (String, String)> {
+pub fn check_page(campaign: &CampaignParams, page: u32, recipients: &[Recipient]) -> Result<(), ParamError> {
     let Some(pages) = campaign.pages else {
-        return Err(("page".into(), "this campaign takes its recipients inline, not in pages".into()));
+        return Err(ParamError::new("page", "this campaign takes its recipients inline, not in pages"));
     };
     if page >= pages {
-        return Err(("page".into(), format!("this campaign has pages 0 to {}", pages - 1)));
+        return Err(ParamError::new("page", format!("this campaign has pages 0 to {}", pages - 1)));
     }
     if recipients.is_empty() || recipients.len() > MAX_PAGE {
-        return Err(("recipients".into(), format!("1 to {MAX_PAGE} recipients per page")));
+        return Err(ParamError::new("recipients", format!("1 to {MAX_PAGE} recipients per page")));
     }
     for (i, r) in recipients.iter().enumerate() {
         check_recipient(&campaign.message, r, &format!("recipients[{i}]"))?;
@@ -287,7 +288,7 @@ mod tests {
             json!({"message": templated, "recipients": [{"to": "a@example.com"}, {"to": "b@example.com", "data": {"n": 1}}]}),
         );
         assert_eq!(ok.check(), Ok(()));
-        let field = |v: Value| params(v).check().unwrap_err().0;
+        let field = |v: Value| params(v).check().unwrap_err().field;
         assert_eq!(field(json!({"message": message()})), "recipients");
         assert_eq!(
             field(json!({"message": message(), "recipients": [{"to": "a@example.com"}, {"to": "nope"}]})),
@@ -305,7 +306,7 @@ mod tests {
         let mut inline = message();
         inline["text"] = json!("Hello {{ n }}");
         let missing = json!({"message": inline, "recipients": [{"to": "a@example.com", "data": {"n": 1}}, {"to": "b@example.com"}]});
-        assert_eq!(params(missing).check().unwrap_err().0, "recipients[1].data");
+        assert_eq!(params(missing).check().unwrap_err().field, "recipients[1].data");
         let mut message_data = inline.clone();
         message_data["data"] = json!({"n": 1});
         assert_eq!(params(json!({"message": message_data, "recipients": [{"to": "a@example.com"}]})).check(), Ok(()));
@@ -321,9 +322,9 @@ mod tests {
         let c = params(json!({"message": message(), "pages": 2}));
         let r = |to: &str| Recipient { to: to.into(), data: BTreeMap::new() };
         assert_eq!(check_page(&c, 1, &[r("a@example.com")]), Ok(()));
-        assert_eq!(check_page(&c, 2, &[r("a@example.com")]).unwrap_err().0, "page");
-        assert_eq!(check_page(&c, 0, &[]).unwrap_err().0, "recipients");
-        assert_eq!(check_page(&c, 0, &[r("bad")]).unwrap_err().0, "recipients[0].to");
+        assert_eq!(check_page(&c, 2, &[r("a@example.com")]).unwrap_err().field, "page");
+        assert_eq!(check_page(&c, 0, &[]).unwrap_err().field, "recipients");
+        assert_eq!(check_page(&c, 0, &[r("bad")]).unwrap_err().field, "recipients[0].to");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::mime::{self, Attachment, Part};
+use crate::plain::ParamError;
 use crate::store::templates::Template;
 
 /// SES accepts at most 50 recipients per message (to, cc and bcc together).
@@ -149,11 +150,11 @@ pub struct Rendered {
     pub headers: Vec<(String, String)>,
 }
 
-fn address(field: &str, value: &str) -> Result<EmailAddress, (String, String)> {
+fn address(field: &str, value: &str) -> Result<EmailAddress, ParamError> {
     if value.chars().any(char::is_control) {
-        return Err((field.into(), "control characters are not allowed".into()));
+        return Err(ParamError::new(field, "control characters are not allowed"));
     }
-    value.parse::<EmailAddress>().map_err(|e| (field.into(), format!("{value:?} is not an email address: {e}")))
+    value.parse::<EmailAddress>().map_err(|e| ParamError::new(field, format!("{value:?} is not an email address: {e}")))
 }
 
 /// The bare address (no display name), lower-cased: what identities and suppressions match.
@@ -190,12 +191,12 @@ impl SendParams {
 
     /// The checks that need no database, as (field, message): the fields, then the inline
     /// content and the headers rendered with this message's own `data`.
-    pub fn check(&self) -> Result<(), (String, String)> {
+    pub fn check(&self) -> Result<(), ParamError> {
         self.check_fields()?;
         if self.template.is_none() {
             self.render_inline().map_err(|e| match e {
-                RenderError::Part { part, error, .. } => (part.to_owned(), error.to_string()),
-                e => ("subject".to_owned(), e.to_string()),
+                RenderError::Part { part, error, .. } => ParamError::new(part, error.to_string()),
+                e => ParamError::new("subject", e.to_string()),
             })?;
         }
         self.rendered_headers().map(|_| ())
@@ -203,14 +204,17 @@ impl SendParams {
 
     /// `check` without rendering the content and headers (a campaign's message, before each
     /// recipient's data is over it): their templates' syntax only.
-    pub fn check_fields(&self) -> Result<(), (String, String)> {
+    pub fn check_fields(&self) -> Result<(), ParamError> {
         address("from", &self.from)?;
         let n = self.to.len() + self.cc.len() + self.bcc.len();
         if n == 0 {
-            return Err(("to".into(), "at least one recipient (to, cc or bcc)".into()));
+            return Err(ParamError::new("to", "at least one recipient (to, cc or bcc)"));
         }
         if n > MAX_RECIPIENTS {
-            return Err(("to".into(), format!("{n} recipients; SES takes at most {MAX_RECIPIENTS} per message")));
+            return Err(ParamError::new(
+                "to",
+                format!("{n} recipients; SES takes at most {MAX_RECIPIENTS} per message"),
+            ));
         }
         for (field, list) in [("to", &self.to), ("cc", &self.cc), ("bcc", &self.bcc), ("reply_to", &self.reply_to)] {
             for (i, a) in list.iter().enumerate() {
@@ -220,22 +224,22 @@ impl SendParams {
         match &self.template {
             Some(name) => {
                 if self.subject.is_some() || self.text.is_some() || self.html.is_some() {
-                    return Err(("template".into(), "give a template or literal subject/text/html, not both".into()));
+                    return Err(ParamError::new("template", "give a template or literal subject/text/html, not both"));
                 }
-                crate::store::templates::check_name(name).map_err(|m| ("template".to_owned(), m.to_string()))?;
+                crate::store::templates::check_name(name).map_err(|m| ParamError::new("template", m.to_string()))?;
             }
             None => {
                 match &self.subject {
                     Some(s) if !s.trim().is_empty() && !s.contains(['\r', '\n']) => {}
                     _ => {
-                        return Err((
-                            "subject".into(),
-                            "a one-line, non-empty subject is required without a template".into(),
+                        return Err(ParamError::new(
+                            "subject",
+                            "a one-line, non-empty subject is required without a template",
                         ));
                     }
                 }
                 if self.text.is_none() && self.html.is_none() {
-                    return Err(("text".into(), "give text, html or both (or a template)".into()));
+                    return Err(ParamError::new("text", "give text, html or both (or a template)"));
                 }
                 compile_check(self.subject.as_deref().unwrap_or_default(), self.text.as_deref(), self.html.as_deref())?;
             }
@@ -243,19 +247,22 @@ impl SendParams {
         for (name, value) in &self.headers {
             let ok = !name.is_empty() && name.len() <= 126 && name.bytes().all(|b| b.is_ascii_graphic() && b != b':');
             if !ok {
-                return Err((format!("headers.{name}"), "not a valid header name".into()));
+                return Err(ParamError::new(format!("headers.{name}"), "not a valid header name"));
             }
             if reserved_header(name) {
-                return Err((
+                return Err(ParamError::new(
                     format!("headers.{name}"),
-                    "set by Relay or SES (addressing, the MIME structure, sending); use the matching parameter".into(),
+                    "set by Relay or SES (addressing, the MIME structure, sending); use the matching parameter",
                 ));
             }
             if value.contains(['\r', '\n']) || value.chars().count() > MAX_HEADER_VALUE {
-                return Err((format!("headers.{name}"), format!("one line of at most {MAX_HEADER_VALUE} characters")));
+                return Err(ParamError::new(
+                    format!("headers.{name}"),
+                    format!("one line of at most {MAX_HEADER_VALUE} characters"),
+                ));
             }
             if self.list_unsubscribe.is_some() && UNSUBSCRIBE_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(name)) {
-                return Err((format!("headers.{name}"), "set by list_unsubscribe; give it there only".into()));
+                return Err(ParamError::new(format!("headers.{name}"), "set by list_unsubscribe; give it there only"));
             }
         }
         if let Some(l) = &self.list_unsubscribe {
@@ -264,44 +271,46 @@ impl SendParams {
                 let Some(src) = source else { continue };
                 let field = format!("list_unsubscribe.{part}");
                 if src.is_empty() || src.chars().count() > 2000 || src.chars().any(char::is_control) {
-                    return Err((field, "1 to 2000 characters, no control characters".into()));
+                    return Err(ParamError::new(field, "1 to 2000 characters, no control characters"));
                 }
-                env.template_from_str(src).map_err(|e| (field, e.to_string()))?;
+                env.template_from_str(src).map_err(|e| ParamError::new(field, e.to_string()))?;
             }
             if !l.url.starts_with("https://") {
-                return Err(("list_unsubscribe.url".into(), "an https:// URL (RFC 8058)".into()));
+                return Err(ParamError::new("list_unsubscribe.url", "an https:// URL (RFC 8058)"));
             }
         }
         for (name, value) in &self.tags {
             if !tag_text_ok(name) || !tag_text_ok(value) {
-                return Err((
+                return Err(ParamError::new(
                     format!("tags.{name}"),
-                    "names and values are 1 to 256 letters, digits, '_' or '-'".into(),
+                    "names and values are 1 to 256 letters, digits, '_' or '-'",
                 ));
             }
             if name.starts_with(RESERVED_TAG_PREFIX) {
-                return Err((format!("tags.{name}"), "tags starting relay_ are set by Relay".into()));
+                return Err(ParamError::new(format!("tags.{name}"), "tags starting relay_ are set by Relay"));
             }
         }
         if let Some(c) = &self.configuration_set
             && !tag_text_ok(c)
         {
-            return Err(("configuration_set".into(), "1 to 64 letters, digits, '_' or '-'".into()));
+            return Err(ParamError::new("configuration_set", "1 to 64 letters, digits, '_' or '-'"));
         }
         if let Some(t) = &self.topic {
-            crate::store::topics::check_name(t).map_err(|m| ("topic".to_owned(), m.to_owned()))?;
+            crate::store::topics::check_name(t).map_err(|m| ParamError::new("topic", m))?;
         }
         if let Some(k) = &self.message_key
             && (k.is_empty() || k.chars().count() > 200 || k.chars().any(char::is_control))
         {
-            return Err(("message_key".into(), "1 to 200 characters, no control characters".into()));
+            return Err(ParamError::new("message_key", "1 to 200 characters, no control characters"));
         }
         mime::check(&self.parts, &self.attachments)
     }
 
     /// The content to send: the inline template or the stored one, rendered with `data`.
     pub fn render(&self, template: Option<&Template>) -> Result<Rendered, RenderError> {
-        let headers = self.rendered_headers().map_err(|(field, error)| RenderError::Header { field, error })?;
+        let headers = self
+            .rendered_headers()
+            .map_err(|ParamError { field, message: error }| RenderError::Header { field, error })?;
         let body = match (&self.template, template) {
             (None, _) => self.render_inline()?,
             (Some(name), None) => return Err(RenderError::NoTemplate(name.clone())),
@@ -319,29 +328,32 @@ impl SendParams {
     }
 
     /// The headers rendered from `data` (`list_unsubscribe`), or the field that cannot be.
-    pub fn rendered_headers(&self) -> Result<Vec<(String, String)>, (String, String)> {
+    pub fn rendered_headers(&self) -> Result<Vec<(String, String)>, ParamError> {
         let Some(l) = &self.list_unsubscribe else { return Ok(vec![]) };
         let env = environment();
-        let render = |part: &str, src: &str| -> Result<String, (String, String)> {
+        let render = |part: &str, src: &str| -> Result<String, ParamError> {
             let field = format!("list_unsubscribe.{part}");
             let out = env
                 .template_from_str(src)
                 .and_then(|t| t.render(minijinja::value::Serde(&self.data)))
-                .map_err(|e| (field.clone(), e.to_string()))?;
+                .map_err(|e| ParamError::new(field.clone(), e.to_string()))?;
             if out.chars().any(char::is_control) {
-                return Err((field, "rendered with control characters (CR, LF, NUL...)".into()));
+                return Err(ParamError::new(field, "rendered with control characters (CR, LF, NUL...)"));
             }
             if !out.is_ascii() {
-                return Err((field, "rendered with non-ASCII characters (percent-encode them: `urlencode`)".into()));
+                return Err(ParamError::new(
+                    field,
+                    "rendered with non-ASCII characters (percent-encode them: `urlencode`)",
+                ));
             }
             Ok(out)
         };
         let url = render("url", &l.url)?;
         let uri: hyper::Uri = url
             .parse()
-            .map_err(|e| ("list_unsubscribe.url".to_owned(), format!("rendered {url:?}, not a URI: {e}")))?;
+            .map_err(|e| ParamError::new("list_unsubscribe.url", format!("rendered {url:?}, not a URI: {e}")))?;
         if uri.scheme_str() != Some("https") || uri.host().is_none_or(str::is_empty) {
-            return Err(("list_unsubscribe.url".into(), format!("rendered {url:?}, not an https:// URL")));
+            return Err(ParamError::new("list_unsubscribe.url", format!("rendered {url:?}, not an https:// URL")));
         }
         let mut value = format!("<{uri}>");
         if let Some(src) = &l.mailto {
@@ -350,8 +362,8 @@ impl SendParams {
             value.push_str(&format!(", <mailto:{}>", a.email()));
         }
         if value.chars().count() > MAX_HEADER_VALUE {
-            return Err((
-                "list_unsubscribe.url".into(),
+            return Err(ParamError::new(
+                "list_unsubscribe.url",
                 format!("List-Unsubscribe would be longer than {MAX_HEADER_VALUE} characters"),
             ));
         }
@@ -427,11 +439,11 @@ fn html_escape(s: &str) -> String {
 }
 
 /// Whether a template's parts compile (checked when a template is stored).
-pub fn compile_check(subject: &str, text: Option<&str>, html: Option<&str>) -> Result<(), (String, String)> {
+pub fn compile_check(subject: &str, text: Option<&str>, html: Option<&str>) -> Result<(), ParamError> {
     let env = environment();
     for (part, source) in [("subject", Some(subject)), ("text", text), ("html", html)] {
         if let Some(src) = source {
-            env.template_from_named_str(part, src).map_err(|e| (part.to_owned(), e.to_string()))?;
+            env.template_from_named_str(part, src).map_err(|e| ParamError::new(part, e.to_string()))?;
         }
     }
     Ok(())
@@ -482,7 +494,7 @@ mod tests {
         let field = |patch: Value| {
             let mut v = base();
             v.as_object_mut().unwrap().extend(patch.as_object().unwrap().clone());
-            params(v).check().unwrap_err().0
+            params(v).check().unwrap_err().field
         };
         assert_eq!(field(json!({"from": "nobody"})), "from");
         assert_eq!(field(json!({"to": []})), "to");
@@ -537,7 +549,7 @@ mod tests {
         );
         let missing =
             params(json!({"from": "a@acme.example", "to": ["b@example.com"], "subject": "Hi {{ name }}", "text": "x"}));
-        assert_eq!(missing.check().unwrap_err().0, "subject");
+        assert_eq!(missing.check().unwrap_err().field, "subject");
         assert!(missing.render(None).unwrap_err().to_string().contains("(inline)"));
     }
 

@@ -18,6 +18,8 @@ use mail_builder::mime::{BodyPart, MimePart};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::plain::ParamError;
+
 /// Most extra parts, and most attachments, per message.
 pub const MAX_PARTS: usize = 10;
 pub const MAX_ATTACHMENTS: usize = 10;
@@ -214,33 +216,45 @@ fn calendar_method(ics: &str) -> Option<String> {
 }
 
 /// The checks at submit of `parts` and `attachments`, as (field, message).
-pub fn check(parts: &[Part], attachments: &[Attachment]) -> Result<(), (String, String)> {
+pub fn check(parts: &[Part], attachments: &[Attachment]) -> Result<(), ParamError> {
     if parts.len() > MAX_PARTS {
-        return Err(("parts".into(), format!("{} parts; at most {MAX_PARTS}", parts.len())));
+        return Err(ParamError::new("parts", format!("{} parts; at most {MAX_PARTS}", parts.len())));
     }
     if attachments.len() > MAX_ATTACHMENTS {
-        return Err(("attachments".into(), format!("{} attachments; at most {MAX_ATTACHMENTS}", attachments.len())));
+        return Err(ParamError::new(
+            "attachments",
+            format!("{} attachments; at most {MAX_ATTACHMENTS}", attachments.len()),
+        ));
     }
-    let too_big = |field: String| (field, format!("parts and attachments come to more than {MAX_CONTENT_BYTES} bytes"));
+    let too_big = |field: String| {
+        ParamError::new(field, format!("parts and attachments come to more than {MAX_CONTENT_BYTES} bytes"))
+    };
     let mut total = 0usize;
     let mut types = BTreeSet::new();
     for (i, p) in parts.iter().enumerate() {
-        let mt = part_type(p).map_err(|e| (format!("parts[{i}].content_type"), e))?;
+        let mt = part_type(p).map_err(|e| ParamError::new(format!("parts[{i}].content_type"), e))?;
         if !types.insert(mt.essence.clone()) {
-            return Err((format!("parts[{i}].content_type"), format!("a second {} part", mt.essence)));
+            return Err(ParamError::new(format!("parts[{i}].content_type"), format!("a second {} part", mt.essence)));
         }
         let field = format!("parts[{i}].content");
         if p.content.trim().is_empty() {
-            return Err((field, "empty".into()));
+            return Err(ParamError::new(field, "empty"));
         }
         if let Some(method) = mt.param("method") {
             if !p.content.contains("BEGIN:VCALENDAR") {
-                return Err((field, "not an iCalendar object (BEGIN:VCALENDAR)".into()));
+                return Err(ParamError::new(field, "not an iCalendar object (BEGIN:VCALENDAR)"));
             }
             match calendar_method(&p.content) {
                 Some(m) if m == method => {}
-                Some(m) => return Err((field, format!("METHOD:{m} differs from the content type's method={method}"))),
-                None => return Err((field, format!("an iTIP message has a METHOD line (METHOD:{method})"))),
+                Some(m) => {
+                    return Err(ParamError::new(
+                        field,
+                        format!("METHOD:{m} differs from the content type's method={method}"),
+                    ));
+                }
+                None => {
+                    return Err(ParamError::new(field, format!("an iTIP message has a METHOD line (METHOD:{method})")));
+                }
             }
         }
         total += p.content.len();
@@ -251,27 +265,30 @@ pub fn check(parts: &[Part], attachments: &[Attachment]) -> Result<(), (String, 
     let mut ids = BTreeSet::new();
     for (i, a) in attachments.iter().enumerate() {
         let at = |f: &str| format!("attachments[{i}].{f}");
-        check_filename(&a.filename).map_err(|e| (at("filename"), e))?;
-        let mt = media_type(&a.content_type).map_err(|e| (at("content_type"), e))?;
+        check_filename(&a.filename).map_err(|e| ParamError::new(at("filename"), e))?;
+        let mt = media_type(&a.content_type).map_err(|e| ParamError::new(at("content_type"), e))?;
         if mt.essence.starts_with("multipart/") || mt.essence.starts_with("message/") {
-            return Err((at("content_type"), "a file's type, not multipart/* or message/*".into()));
+            return Err(ParamError::new(at("content_type"), "a file's type, not multipart/* or message/*"));
         }
         match &a.content_id {
             Some(id) => {
                 let ok = (1..=MAX_CONTENT_ID).contains(&id.len())
                     && id.chars().all(|c| c.is_ascii_graphic() && !"<>()[]\\\",;:".contains(c));
                 if !ok {
-                    return Err((
+                    return Err(ParamError::new(
                         at("content_id"),
                         format!("1 to {MAX_CONTENT_ID} visible ASCII characters, no <>()[]\\\",;:"),
                     ));
                 }
                 if !ids.insert(id.clone()) {
-                    return Err((at("content_id"), "given to two attachments".into()));
+                    return Err(ParamError::new(at("content_id"), "given to two attachments"));
                 }
             }
             None if a.disposition == Disposition::Inline => {
-                return Err((at("content_id"), "an inline attachment needs a content_id for the HTML to name".into()));
+                return Err(ParamError::new(
+                    at("content_id"),
+                    "an inline attachment needs a content_id for the HTML to name",
+                ));
             }
             None => {}
         }
@@ -279,9 +296,9 @@ pub fn check(parts: &[Part], attachments: &[Attachment]) -> Result<(), (String, 
         if base64_len(&a.content_base64) > MAX_CONTENT_BYTES {
             return Err(too_big(at("content_base64")));
         }
-        let bytes = STANDARD
-            .decode(&a.content_base64)
-            .map_err(|e| (at("content_base64"), format!("not base64 (standard alphabet, padded): {e}")))?;
+        let bytes = STANDARD.decode(&a.content_base64).map_err(|e| {
+            ParamError::new(at("content_base64"), format!("not base64 (standard alphabet, padded): {e}"))
+        })?;
         total += bytes.len();
         if total > MAX_CONTENT_BYTES {
             return Err(too_big(at("content_base64")));
@@ -481,7 +498,7 @@ mod tests {
             part_type(&part("text/calendar; method=request", ICS)).unwrap().to_text(),
             "text/calendar; method=REQUEST"
         );
-        let field = |p: Part| check(&[p], &[]).unwrap_err().0;
+        let field = |p: Part| check(&[p], &[]).unwrap_err().field;
         assert_eq!(field(part("text/calendar", ICS)), "parts[0].content_type");
         assert_eq!(field(part("text/calendar; method=INVITE", ICS)), "parts[0].content_type");
         assert_eq!(field(part("text/calendar; method=CANCEL", ICS)), "parts[0].content");
@@ -493,13 +510,13 @@ mod tests {
         assert_eq!(field(part("application/json", "{}")), "parts[0].content_type");
         assert_eq!(field(part("text/x-note; charset=latin1", "x")), "parts[0].content_type");
         let many: Vec<Part> = (0..=MAX_PARTS).map(|i| part(&format!("text/x-{i}"), "x")).collect();
-        assert_eq!(check(&many, &[]).unwrap_err().0, "parts");
+        assert_eq!(check(&many, &[]).unwrap_err().field, "parts");
     }
 
     #[test]
     fn attachments_are_named_typed_and_bounded() {
         assert_eq!(check(&[], &[file("Jahresabschluß 2024.pdf", "application/pdf", "JVBERg==")]), Ok(()));
-        let field = |a: Attachment| check(&[], &[a]).unwrap_err().0;
+        let field = |a: Attachment| check(&[], &[a]).unwrap_err().field;
         assert_eq!(field(file("a\r\nb.pdf", "application/pdf", "eA==")), "attachments[0].filename");
         assert_eq!(field(file("../etc/passwd", "text/plain", "eA==")), "attachments[0].filename");
         assert_eq!(field(file("setup.Exe", "application/pdf", "eA==")), "attachments[0].filename");
@@ -510,11 +527,11 @@ mod tests {
         assert_eq!(field(file("a.pdf", "application/pdf", &big)), "attachments[0].content_base64");
         let half = STANDARD.encode(vec![0u8; MAX_CONTENT_BYTES / 2 + 1]);
         let two = [file("a.pdf", "application/pdf", &half), file("b.pdf", "application/pdf", &half)];
-        assert_eq!(check(&[], &two).unwrap_err().0, "attachments[1].content_base64", "the total is bounded too");
+        assert_eq!(check(&[], &two).unwrap_err().field, "attachments[1].content_base64", "the total is bounded too");
         let inline = Attachment { disposition: Disposition::Inline, ..file("logo.png", "image/png", "eA==") };
         assert_eq!(field(inline.clone()), "attachments[0].content_id");
         let named = Attachment { content_id: Some("logo@acme".into()), ..inline };
-        assert_eq!(check(&[], &[named.clone(), named]).unwrap_err().0, "attachments[1].content_id");
+        assert_eq!(check(&[], &[named.clone(), named]).unwrap_err().field, "attachments[1].content_id");
     }
 
     #[test]

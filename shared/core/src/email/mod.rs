@@ -34,7 +34,7 @@ use uuid::Uuid;
 
 use crate::job::TaskError;
 use crate::store::messages::{self, AttachmentPreview, Intent, Message, NewMessage, PartPreview, Preview, Status};
-use crate::store::{StoreError, send_rates, sending_identities, suppressions, templates, topics};
+use crate::store::{StoreError, message_events, send_rates, sending_identities, suppressions, templates, topics};
 use crate::task::TaskContext;
 use content::SendParams;
 use ses::SendFailure;
@@ -434,29 +434,52 @@ fn recipients_of(recipients: &Value) -> std::collections::HashSet<String> {
         .collect()
 }
 
-/// Apply one SES event (ingress's `provider.event`), once, keyed by the SNS message id: keep
-/// it on its message, move the message's status up, add hard bounces and complaints to the
-/// tenant's suppression list, and settle an `unknown` send it proves (the job is finished
-/// and its exception resolved by `system`). Not an SES event: kept on the job, with why.
-pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -> Result<Value, TaskError> {
+/// What an SES event came to (`record_event`): what is kept on the `provider.event` job, and
+/// the send it proves happened when its message was `unknown` or `sending`.
+pub struct Recorded {
+    /// Its `exceptions_resolved` is empty: the caller settles `proves_sent` and fills it in.
+    pub out: Value,
+    pub proves_sent: Option<ProvedSend>,
+}
+
+/// An ambiguous send an event proved: the job's `ambiguous_outcome` exception is to be settled
+/// with `result` (`exceptions::settle_ambiguous`, in the same transaction).
+pub struct ProvedSend {
+    pub job_id: crate::job::JobId,
+    pub result: Value,
+    pub why: String,
+}
+
+/// Apply one SES event (ingress's `provider.event`), once, keyed by the SNS message id, in the
+/// caller's transaction: keep it on its message, move the message's status up, add hard
+/// bounces and complaints to the tenant's suppression list, and say which `unknown` send it
+/// proves (the caller has the job finished and its exception resolved by `system`). Not an
+/// SES event: kept on the job, with why.
+pub async fn record_event(
+    tx: &impl crate::store::GenericClient,
+    event_key: &str,
+    message: &Value,
+) -> Result<Recorded, TaskError> {
     let e = match events::parse(message) {
         Ok(e) => e,
-        Err(why) => return Ok(json!({ "ses_event": false, "kept": true, "reason": why.to_string() })),
+        Err(why) => {
+            let out = json!({ "ses_event": false, "kept": true, "reason": why.to_string() });
+            return Ok(Recorded { out, proves_sent: None });
+        }
     };
     let detail = match message {
         Value::String(s) => serde_json::from_str(s).unwrap_or_else(|_| message.clone()),
         v => v.clone(),
     };
-    let mut db = ctx.db.get().await.map_err(TaskError::retryable)?;
-    let tx = db.transaction().await.map_err(TaskError::retryable)?;
-    let out = match messages::apply_event(&tx, event_key, &e, &detail).await.map_err(TaskError::retryable)? {
-        messages::Applied::Duplicate => {
+    let mut proves_sent = None;
+    let out = match message_events::apply_event(tx, event_key, &e, &detail).await.map_err(TaskError::retryable)? {
+        message_events::Applied::Duplicate => {
             json!({ "ses_event": e.kind.name(), "applied": false, "note": "applied before (duplicate)" })
         }
-        messages::Applied::Unmatched => {
+        message_events::Applied::Unmatched => {
             json!({ "ses_event": e.kind.name(), "applied": false, "note": "kept; no message of Relay's matches" })
         }
-        messages::Applied::Applied { message, before, event_id } => {
+        message_events::Applied::Applied { message, before, event_id } => {
             // Only the message's own recipients, on its own tenant's list: an event cannot
             // suppress an address the message was never sent to.
             let addressed = recipients_of(&message.recipients);
@@ -464,31 +487,19 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
             let mut suppressed = Vec::new();
             let reason = if matches!(e.kind, messages::EventKind::Complaint) { "complaint" } else { "bounce" };
             if !suppress.is_empty() {
-                suppressed = suppressions::add(
-                    &tx,
-                    message.tenant_id,
-                    &suppress,
-                    reason,
-                    e.summary.as_deref(),
-                    Some(message.id),
-                )
-                .await
-                .map_err(TaskError::retryable)?;
+                suppressed =
+                    suppressions::add(tx, message.tenant_id, &suppress, reason, e.summary.as_deref(), Some(message.id))
+                        .await
+                        .map_err(TaskError::retryable)?;
             }
             // The tenant hears of the event, and of the suppression it caused, through its
             // callbacks (the types it subscribes to) and its feed; the deliveries commit with them.
             let mut tenant_events = vec![(event_id, e.kind.name())];
             if !suppressed.is_empty()
-                && let Some(id) = crate::store::message_events::record_suppressed(
-                    &tx,
-                    event_key,
-                    &message,
-                    &suppressed,
-                    reason,
-                    e.occurred_at,
-                )
-                .await
-                .map_err(TaskError::retryable)?
+                && let Some(id) =
+                    message_events::record_suppressed(tx, event_key, &message, &suppressed, reason, e.occurred_at)
+                        .await
+                        .map_err(TaskError::retryable)?
             {
                 tenant_events.push((id, "suppressed"));
             }
@@ -498,19 +509,19 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
             let mut halted = Vec::new();
             if matches!(e.kind, messages::EventKind::Complaint | messages::EventKind::Bounce { permanent: true }) {
                 if let Some((level, id)) =
-                    reputation::evaluate(&tx, event_key, &message).await.map_err(TaskError::retryable)?
+                    reputation::evaluate(tx, event_key, &message).await.map_err(TaskError::retryable)?
                 {
                     tenant_events
                         .push((id, if level == "paused" { "reputation_paused" } else { "reputation_warning" }));
                     guard = Some(level);
                 }
                 // So do its cut-over stages in `share`: a crossing halts them back to shadow.
-                halted = cutover::judge(&tx, message.tenant_id).await.map_err(TaskError::retryable)?;
+                halted = cutover::judge(tx, message.tenant_id).await.map_err(TaskError::retryable)?;
             }
             let mut callbacks = Vec::new();
             for (id, stored) in tenant_events {
-                if let Some(kind) = crate::store::message_events::webhook_type(stored)
-                    && let Some(job) = crate::store::callbacks::enqueue_message_event(&tx, id, kind)
+                if let Some(kind) = message_events::webhook_type(stored)
+                    && let Some(job) = crate::store::callbacks::enqueue_message_event(tx, id, kind)
                         .await
                         .map_err(TaskError::retryable)?
                 {
@@ -518,25 +529,21 @@ pub async fn record_event(ctx: &TaskContext, event_key: &str, message: &Value) -
                 }
             }
             let suppressed = suppressed.len();
-            let mut settled = Vec::new();
             if matches!(before, Status::Unknown | Status::Sending) && e.kind.proves_sent() {
                 let result = json!({ "message_id": message.id, "status": message.status, "provider_message_id": message.provider_message_id });
                 let why = format!("SES {} event {event_key} proves message {} was sent", e.kind.name(), message.id);
-                settled = crate::exceptions::settle_ambiguous(&tx, message.job_id, result, &why)
-                    .await
-                    .map_err(TaskError::retryable)?;
+                proves_sent = Some(ProvedSend { job_id: message.job_id, result, why });
             }
             json!({
                 "ses_event": e.kind.name(), "applied": true, "message_id": message.id,
                 "status_before": before, "status": message.status,
-                "suppressed": suppressed, "exceptions_resolved": settled, "callbacks": callbacks,
+                "suppressed": suppressed, "exceptions_resolved": [], "callbacks": callbacks,
                 "reputation": guard,
                 "cutover_halted": halted.iter().map(|s| s.task_type.as_str()).collect::<Vec<_>>(),
             })
         }
     };
-    tx.commit().await.map_err(TaskError::retryable)?;
-    Ok(out)
+    Ok(Recorded { out, proves_sent })
 }
 
 #[cfg(test)]

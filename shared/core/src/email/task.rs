@@ -6,6 +6,7 @@ use serde_json::Value;
 use crate::email::campaign::CampaignParams;
 use crate::email::content::SendParams;
 use crate::job::TaskError;
+use crate::plain::ParamError;
 use crate::task::{Admission, Named, Stored, Task, TaskContext};
 
 pub struct SendEmail;
@@ -16,7 +17,7 @@ impl Task for SendEmail {
     const DESCRIPTION: &'static str =
         "Send one email through SES, at most once per message key; shadow mode records it without sending.";
 
-    fn check(p: &SendParams) -> Result<(), (String, String)> {
+    fn check(p: &SendParams) -> Result<(), ParamError> {
         p.check()
     }
 
@@ -43,7 +44,7 @@ impl Task for SendCampaign {
     const DESCRIPTION: &'static str = "One message to many recipients: an email.send child per recipient, created in resumable \
          chunks; finishes with counts by outcome when every child has.";
 
-    fn check(p: &CampaignParams) -> Result<(), (String, String)> {
+    fn check(p: &CampaignParams) -> Result<(), ParamError> {
         p.check()
     }
 

@@ -19,6 +19,11 @@ pub const TIMEOUT_SECONDS: i32 = 60;
 /// held to the bounds of any job here, at build time.
 const _: crate::job::terms::Limits = crate::job::terms::Limits::fixed(MAX_ATTEMPTS, TIMEOUT_SECONDS);
 
+/// Columns every terminal write returns (in `store::jobs` and `store::dependencies`): what
+/// `enqueue_ctes` reads, and `has_dependents`, which says whether dependents are to be released.
+pub(crate) const TERMINAL_RETURNING: &str = "j.id, j.attempt, j.started_at, j.tenant_id, j.status, j.correlation_id, j.parent_id, j.task_type, j.callback_url, \
+     j.has_dependents";
+
 /// A tenant's callback settings. The secrets are never serialised.
 #[derive(Debug, Clone)]
 pub struct Settings {

@@ -21,10 +21,10 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 
-use super::jobs::TERMINAL_RETURNING;
 use crate::job::terms::OnFailure;
 use crate::job::{Dispatch, JobId, JobStatus, TenantId};
-use crate::store::{GenericClient, StoreError, callbacks, decode};
+use crate::store::callbacks::{self, TERMINAL_RETURNING};
+use crate::store::{GenericClient, StoreError, decode};
 
 /// Most jobs one job may run after.
 pub const MAX_AFTER: usize = 100;

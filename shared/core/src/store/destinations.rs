@@ -13,6 +13,18 @@ use crate::destinations::signature::SignatureScheme;
 use crate::destinations::success::SuccessRule;
 use crate::job::TenantId;
 
+/// Which of a destination's secrets: the auth header's value, the signing secret `webhook.send`
+/// signs with (`whsec_…` for Standard Webhooks), or an OAuth grant's client secret or refresh
+/// token (`oauth`). All are write-only: the store keeps only when each was written; its Secrets
+/// Manager name is `Secret::id` (`crate::destinations`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Secret {
+    Auth,
+    Signing,
+    ClientSecret,
+    RefreshToken,
+}
+
 /// A destination as stored (the secret's value is never here, only when it was last set).
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 pub struct Destination {
@@ -177,9 +189,8 @@ pub async fn secret_written(
     db: &impl GenericClient,
     tenant: TenantId,
     name: &str,
-    which: crate::destinations::Secret,
+    which: Secret,
 ) -> Result<bool, StoreError> {
-    use crate::destinations::Secret;
     let column = match which {
         Secret::Auth => "secret_set_at",
         Secret::Signing => "signing_secret_set_at",

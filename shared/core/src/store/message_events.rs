@@ -1,6 +1,7 @@
-//! Message events as their tenant sees them (issue 35): the callback and feed type of each
-//! stored event, the suppression an event caused kept as an event of its own, and the
-//! tenant-scoped reads behind `callback.deliver` and `GET /v1/messages/events`.
+//! Message events: a provider's event applied to its message once, by its key (`apply_event`),
+//! and the events kept on a message; and as their tenant sees them (issue 35): the callback and
+//! feed type of each stored event, the suppression an event caused kept as an event of its
+//! own, and the tenant-scoped reads behind `callback.deliver` and `GET /v1/messages/events`.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -9,7 +10,7 @@ use tokio_postgres::Row;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::messages::Message;
+use super::messages::{COLUMNS, EventKind, Message, SesEvent, Status};
 use super::{GenericClient, StoreError};
 use crate::job::{JobId, TenantId};
 
@@ -215,6 +216,130 @@ pub async fn tenant_events(
         )
         .await?;
     Ok(rows.iter().filter_map(tenant_event).collect())
+}
+
+/// A provider event as kept on its message.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct MessageEvent {
+    pub event_type: String,
+    pub occurred_at: Option<DateTime<Utc>>,
+    pub note: Option<String>,
+    pub received_at: DateTime<Utc>,
+    /// The event as SES sent it.
+    pub detail: Value,
+}
+
+pub async fn events(db: &impl GenericClient, message_id: Uuid) -> Result<Vec<MessageEvent>, StoreError> {
+    let rows = db
+        .query(
+            "SELECT event_type, occurred_at, note, received_at, detail FROM message_events WHERE message_id = $1 ORDER BY id",
+            &[&message_id],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| MessageEvent {
+            event_type: r.get(0),
+            occurred_at: r.get(1),
+            note: r.get(2),
+            received_at: r.get(3),
+            detail: r.get(4),
+        })
+        .collect())
+}
+
+/// What applying an event did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Applied {
+    /// This event (by its key) was applied before.
+    Duplicate,
+    /// No message matches; the event is kept with the reason.
+    Unmatched,
+    /// Applied to the message; `before` is its status before this event; `event_id` is the
+    /// event's row (`message_events.id`).
+    Applied { message: Box<Message>, before: Status, event_id: i64 },
+}
+
+/// Apply one event once, in the caller's transaction: keep it, move the message's status up,
+/// count opens and clicks, and learn SES's message id if the send's own answer was lost.
+pub async fn apply_event(
+    db: &impl GenericClient,
+    event_key: &str,
+    e: &SesEvent,
+    detail: &Value,
+) -> Result<Applied, StoreError> {
+    let by_relay_id = format!("SELECT {COLUMNS} FROM messages WHERE id = $1 FOR UPDATE");
+    let by_provider_id = format!("SELECT {COLUMNS} FROM messages WHERE provider_message_id = $1 FOR UPDATE");
+    let mut found = None;
+    if e.kind == EventKind::Received {
+        // Inbound mail answers no message of ours; it is kept as it came.
+    } else if let Some(id) = e.relay_message_id {
+        // The tag names Relay's message; SES's own id must agree once Relay knows it, so an
+        // event about one message cannot be pinned on another by its tag.
+        found = db
+            .query_opt(&by_relay_id, &[&id])
+            .await?
+            .filter(|r| r.get::<_, Option<String>>(10).is_none_or(|known| known == e.ses_message_id));
+    }
+    if found.is_none() && e.kind != EventKind::Received {
+        found = db.query_opt(&by_provider_id, &[&e.ses_message_id]).await?;
+    }
+    let message = found.as_ref().map(Message::from_row).transpose()?;
+    let note = match &message {
+        None if e.kind == EventKind::Received => e.summary.clone(),
+        None => {
+            Some(format!("no message matches SES message {} (relay id {:?})", e.ses_message_id, e.relay_message_id))
+        }
+        Some(_) => e.summary.clone(),
+    };
+    let inserted = db
+        .query_opt(
+            "INSERT INTO message_events (event_key, message_id, tenant_id, event_type, occurred_at, note, detail)
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (event_key) DO NOTHING RETURNING id",
+            &[
+                &event_key,
+                &message.as_ref().map(|m| m.id),
+                &message.as_ref().map(|m| m.tenant_id),
+                &e.kind.name(),
+                &e.occurred_at,
+                &note,
+                detail,
+            ],
+        )
+        .await?;
+    let Some(event_id) = inserted.map(|r| r.get::<_, i64>(0)) else {
+        return Ok(Applied::Duplicate);
+    };
+    let Some(m) = message else { return Ok(Applied::Unmatched) };
+    let after = m.status.after(e.kind);
+    let (opens, clicks) = (i32::from(e.kind == EventKind::Open), i32::from(e.kind == EventKind::Click));
+    let sql = format!(
+        "UPDATE messages SET status = $2, opens = opens + $3, clicks = clicks + $4,
+                provider_message_id = coalesce(provider_message_id, $5),
+                sent_at = CASE WHEN $6 THEN coalesce(sent_at, $7, now()) ELSE sent_at END,
+                reason = CASE WHEN status <> $2 THEN $8 ELSE reason END, updated_at = now()
+         WHERE id = $1 RETURNING {COLUMNS}"
+    );
+    let reason = e.summary.clone().or_else(|| Some(format!("SES {} event", e.kind.name())));
+    // A shadowed or refused message was never sent: an event about it (fed by hand) does not
+    // give it SES's id or a send time.
+    let was_sent = m.status.rank() > 0;
+    let row = db
+        .query_one(
+            &sql,
+            &[
+                &m.id,
+                &after.as_str(),
+                &opens,
+                &clicks,
+                &was_sent.then_some(&e.ses_message_id),
+                &(was_sent && e.kind.proves_sent()),
+                &e.occurred_at,
+                &reason,
+            ],
+        )
+        .await?;
+    Ok(Applied::Applied { message: Box::new(Message::from_row(&row)?), before: m.status, event_id })
 }
 
 #[cfg(test)]

@@ -58,14 +58,14 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         };
         destinations::put(&db, scratch.tenant.id, &d).await?;
     }
-    let admits = taskdeck::api::jobs::Admission {
+    let admits = taskdeck::api::submit::Admission {
         callback_allow: scratch.platform.settings.callback_allow.clone(),
         max_timeout_seconds: scratch.platform.settings.max_timeout_seconds,
     };
     let mut jobs = Vec::new();
     for kind in KINDS {
         for i in 0..per_kind {
-            let req: taskdeck::api::jobs::JobRequest = serde_json::from_value(json!({"task_type": "http.request",
+            let req: taskdeck::api::submit::JobRequest = serde_json::from_value(json!({"task_type": "http.request",
                 "params": {"destination": "faulty", "method": "POST", "path": "/v1/orders", "body": {"n": i}}}))?;
             let key = taskdeck::job::terms::IdempotencyKey::parse(&format!("{kind}-{i}"))?;
             let new = req

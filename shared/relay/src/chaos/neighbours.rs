@@ -187,13 +187,13 @@ async fn submit(
     task: &str,
     params: Vec<Value>,
 ) -> anyhow::Result<Vec<JobId>> {
-    let admits = taskdeck::api::jobs::Admission {
+    let admits = taskdeck::api::submit::Admission {
         callback_allow: scratch.platform.settings.callback_allow.clone(),
         max_timeout_seconds: scratch.platform.settings.max_timeout_seconds,
     };
     let mut jobs = Vec::with_capacity(params.len());
     for (i, p) in params.into_iter().enumerate() {
-        let req: taskdeck::api::jobs::JobRequest = serde_json::from_value(json!({"task_type": task, "params": p}))?;
+        let req: taskdeck::api::submit::JobRequest = serde_json::from_value(json!({"task_type": task, "params": p}))?;
         let key = taskdeck::job::terms::IdempotencyKey::parse(&format!("{prefix}-{i}"))?;
         let new = req
             .into_new_job(key, &scratch.platform.catalogue, &admits, chrono::Utc::now())

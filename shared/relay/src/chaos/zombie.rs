@@ -87,9 +87,9 @@ async fn scratch_submit(
     i: usize,
     sleep: f64,
 ) -> anyhow::Result<(u16, taskdeck::job::JobId)> {
-    let req: taskdeck::api::jobs::JobRequest =
+    let req: taskdeck::api::submit::JobRequest =
         serde_json::from_value(json!({"task_type": "test.effect", "params": {"sleep_seconds": sleep}}))?;
-    let admits = taskdeck::api::jobs::Admission {
+    let admits = taskdeck::api::submit::Admission {
         callback_allow: scratch.platform.settings.callback_allow.clone(),
         max_timeout_seconds: scratch.platform.settings.max_timeout_seconds,
     };

@@ -135,9 +135,7 @@ pub(crate) const PENDING_JOBS: &str = "(SELECT * FROM jobs WHERE status = 'pendi
       UNION ALL
       SELECT * FROM jobs WHERE status = 'pending' AND concurrency_key IS NOT NULL)";
 
-/// Columns a terminal write returns for `callbacks::enqueue_ctes`.
-pub(crate) const TERMINAL_RETURNING: &str = "j.id, j.attempt, j.started_at, j.tenant_id, j.status, j.correlation_id, j.parent_id, j.task_type, j.callback_url, \
-     j.has_dependents";
+pub(crate) use super::callbacks::TERMINAL_RETURNING;
 
 /// The callback deliveries among a terminal write's rows (`id, is_callback, run_at` last).
 fn callbacks_of(rows: &[Row], flag: usize) -> Vec<Dispatch> {
