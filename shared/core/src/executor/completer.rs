@@ -8,7 +8,8 @@
 //!
 //! One transaction per flush (`Executor::flush`): BEGIN, every outcome's statement and, for a
 //! worker's lanes, the claim of the freed keys' next jobs go in one flight on one connection,
-//! then COMMIT (`store::pipelined`). A result per job comes back (`Recorded`), and what follows
+//! then COMMIT (`store::pipelined`); a flush of one kind of outcome is one statement, a
+//! transaction of its own. A result per job comes back (`Recorded`), and what follows
 //! the commit (`AfterCommit`: alerts, parents, dispatches, hand-ons) for the caller to run,
 //! inline or off the lane's path.
 
@@ -50,6 +51,18 @@ impl FlushSchedule {
     }
 }
 
+/// How many kinds of outcome these are (the statements their write sends).
+fn kinds(outcomes: &[(ClaimedJob, Outcome)]) -> usize {
+    let mut seen: Vec<std::mem::Discriminant<Outcome>> = Vec::new();
+    for (_, o) in outcomes {
+        let d = std::mem::discriminant(o);
+        if !seen.contains(&d) {
+            seen.push(d);
+        }
+    }
+    seen.len()
+}
+
 /// Whether any of these outcomes is a keyed job's.
 pub(crate) fn any_keyed<'a>(jobs: impl IntoIterator<Item = &'a ClaimedJob>) -> bool {
     jobs.into_iter().any(|j| j.concurrency_key.is_some())
@@ -87,6 +100,16 @@ impl Executor {
         outcomes: &[(ClaimedJob, Outcome)],
         refill: Option<Refill<'_>>,
     ) -> Result<Flushed, StoreError> {
+        if refill.is_none() && kinds(outcomes) <= 1 {
+            // One statement is a transaction of its own: no BEGIN and COMMIT round trip on the
+            // hottest path (a batch of successes). Only the release of a finished job's
+            // dependents, when it has any, follows in a statement of its own, as after any
+            // terminal write (`store::dependencies`; the sweep heals a crash in between).
+            let written = self.write(&self.pool.get().await?, outcomes).await?;
+            let results = written.results.clone();
+            let after = AfterCommit { written, hand_on: freed_keys(outcomes) };
+            return Ok(Flushed { report: RunReport::of(&results), results, claim: None, after });
+        }
         let db = Pipelined::new(self.pool.get().await?);
         let claim_sql = match &refill {
             Some(_) => Some(db.prepare_cached(&jobs::keyed_claim_sql(false)).await?),
