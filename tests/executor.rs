@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use axum::http::Method;
 use serde_json::json;
+use taskdeck::executor::{Fate, Recorded};
 use taskdeck::job::{Fence, JobId};
 use taskdeck::store::{effects, jobs, modes};
 use tokio::sync::watch;
@@ -232,4 +233,49 @@ async fn stopping_a_worker_with_a_job_still_running_ends_within_the_grace_period
     // Nothing was recorded for it: the lease expires and the sweep returns it.
     tokio::time::sleep(Duration::from_millis(2100)).await;
     assert_eq!(w.platform.sweeper().pass().await.unwrap().leases_returned, 1);
+}
+
+/// The completer writes a flush in one transaction: when one of its statements fails, none of
+/// its outcomes is committed (each statement committing apart left the others written), and
+/// each job's fate says so. A delivery's ids that were not claimed come back as not claimed or
+/// missing, from the claim itself.
+#[tokio::test]
+async fn a_flush_commits_all_of_its_outcomes_or_none_and_each_id_has_its_fate() {
+    let w = World::new().await;
+    let db = w.db().await;
+    // Both end at the same tick, one second in: the one by its end, the other by its timeout
+    // (a retry), so they share one flush.
+    let (_, ok) =
+        w.submit("flush-ok", json!({"task_type": "sleep", "params": {"seconds": 1}, "timeout_seconds": 5})).await;
+    let (_, late) =
+        w.submit("flush-late", json!({"task_type": "sleep", "params": {"seconds": 5}, "timeout_seconds": 1})).await;
+    let (_, done) = w.submit("flush-done", json!({"task_type": "noop"})).await;
+    let (ok, late, done, nobody) = (id_of(&ok), id_of(&late), id_of(&done), JobId::new());
+    let exec = w.platform.executor();
+    assert_eq!(exec.run_dispatched(&[done]).await.unwrap().0.succeeded, 1);
+    db.batch_execute(
+        "CREATE FUNCTION refuse_retries() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$;
+         CREATE TRIGGER refuse_retries BEFORE INSERT ON job_events FOR EACH ROW
+             WHEN (NEW.kind = 'retry_scheduled') EXECUTE FUNCTION refuse_retries();",
+    )
+    .await
+    .unwrap();
+    let d = exec.run_dispatched_until(&[ok, late, done, nobody], None).await.unwrap();
+    assert_eq!(d.flushes, 1, "{d:?}");
+    assert_eq!(d.fate(ok), Some(Fate::Unrecorded), "{d:?}");
+    assert_eq!(d.fate(late), Some(Fate::Unrecorded), "{d:?}");
+    assert_eq!((d.fate(done), d.fate(nobody)), (Some(Fate::NotClaimed), Some(Fate::Missing)));
+    let running = "SELECT count(*) FROM jobs WHERE id = ANY($1) AND status = 'running'";
+    assert_eq!(w.count(running, &[&vec![ok, late]]).await, 2, "the success was rolled back with the retry");
+
+    db.batch_execute("DROP TRIGGER refuse_retries ON job_events").await.unwrap();
+    db.execute(
+        "UPDATE jobs SET status = 'pending', lease_until = NULL, run_at = now() WHERE id = ANY($1)",
+        &[&vec![ok, late]],
+    )
+    .await
+    .unwrap();
+    let d = exec.run_dispatched_until(&[ok, late], None).await.unwrap();
+    assert_eq!(d.flushes, 1, "{d:?}");
+    assert_eq!(d.fates, vec![(ok, Fate::Recorded(Recorded::Succeeded)), (late, Fate::Recorded(Recorded::Retried))]);
 }

@@ -202,3 +202,28 @@ async fn several_sweepers_recover_each_row_exactly_once() {
     assert_eq!(w.count("SELECT count(*) FROM job_events WHERE kind = 'lease_expired'", &[]).await, 300);
     assert_eq!(w.count("SELECT count(*) FROM jobs WHERE status = 'pending'", &[]).await, 300);
 }
+
+/// A maintenance service that fails does not skip the others: with the dependencies' table
+/// gone, the lease before it is still returned and the instances after it still forgotten, and
+/// the pass says which service failed.
+#[tokio::test]
+async fn a_failing_maintenance_service_skips_none_of_the_others() {
+    let w = World::new().await;
+    w.submit("lapsed", json!({"task_type": "noop"})).await;
+    let db = w.db().await;
+    assert_eq!(jobs::claim_due(&db, 10, 0.1).await.unwrap().jobs.len(), 1);
+    db.batch_execute(
+        "INSERT INTO workers (kind, instance_id, host, pid, started_at, last_seen_at)
+             VALUES ('sweeper', 'gone', 'h', 1, now() - interval '9 days', now() - interval '8 days');
+         ALTER TABLE job_dependencies RENAME TO job_dependencies_away",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let failed = w.platform.sweeper().pass().await.unwrap_err();
+    assert_eq!(failed.failed.iter().map(|f| f.0).collect::<Vec<_>>(), ["dependents"], "{failed}");
+    assert_eq!(failed.report.leases_returned, 1, "the service before it ran");
+    assert_eq!(w.count("SELECT count(*) FROM workers WHERE instance_id = 'gone'", &[]).await, 0, "and the last one");
+    db.batch_execute("ALTER TABLE job_dependencies_away RENAME TO job_dependencies").await.unwrap();
+    w.platform.sweeper().pass().await.expect("every service runs again");
+}

@@ -1,9 +1,9 @@
-//! The sweeper function: an EventBridge schedule → sweep passes (expired leases, lost
-//! dispatches). Wiring only; the handler is `taskdeck::lambda::sweeper::handle`.
+//! The sweeper function: an EventBridge schedule → sweep passes (the maintenance services,
+//! `taskdeck::maintenance`). Wiring only; the handler is `taskdeck::lambda::sweeper::handle`.
 
 use lambda_runtime::{Diagnostic, Error, LambdaEvent, service_fn};
 use taskdeck::config::LambdaConfig;
-use taskdeck::sweep::SweepReport;
+use taskdeck::maintenance::SweepReport;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

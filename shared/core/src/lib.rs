@@ -20,8 +20,8 @@ pub mod executor;
 pub mod intake;
 pub mod limits;
 pub mod liveness;
+pub mod maintenance;
 pub mod schedules;
-pub mod sweep;
 
 // The registry of task types, one floor above the features that implement them.
 pub mod catalogue;

@@ -14,9 +14,9 @@ use crate::credentials::TaskCredentials;
 use crate::executor::{Executor, ExecutorConfig, worker};
 use crate::intake::Intake;
 use crate::liveness::{Identity, Kind, Liveness};
+use crate::maintenance::{SweepConfig, Sweeper};
 use crate::retry::RetryPolicy;
 use crate::store::{self, PoolOptions};
-use crate::sweep::{SweepConfig, Sweeper};
 use crate::transport::Transport;
 use crate::transport::postgres::{PgTransport, spawn_listener};
 
@@ -195,13 +195,7 @@ impl Platform {
     }
 
     pub fn sweeper(&self) -> Sweeper {
-        Sweeper {
-            pool: self.pool.clone(),
-            transport: self.transport.clone(),
-            intake: self.intake.clone(),
-            config: self.settings.sweep.clone(),
-            resend: Arc::default(),
-        }
+        Sweeper::new(self.pool.clone(), self.transport.clone(), self.intake.clone(), self.settings.sweep.clone())
     }
 
     /// This process's liveness handle for `kind` (a row in `workers`).
@@ -219,7 +213,8 @@ impl Platform {
         handles
     }
 
-    /// Start the sweep loop; the sweeper records its liveness on every pass.
+    /// Start the sweep loop (the maintenance services' runner); the sweeper records its
+    /// liveness on every pass.
     pub fn spawn_sweeper(&self, stop: &watch::Receiver<bool>) -> JoinHandle<()> {
         let (sweeper, every, stop) = (self.sweeper(), self.settings.sweep_interval, stop.clone());
         let live = self.liveness(Kind::Sweeper);

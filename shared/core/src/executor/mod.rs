@@ -1,10 +1,14 @@
 //! The executor: runs claimed jobs and records each outcome, fenced by the attempt.
 //!
 //! Both transports end here: the Postgres-native worker loop (`worker`) claims due rows
-//! itself, a transport that delivers ids (SQS) calls `run_dispatched`.
+//! itself, a transport that delivers ids (SQS) calls `run_dispatched`. Both record outcomes
+//! through the one completer (`completer`).
 
+mod completer;
 mod record;
 pub mod worker;
+
+pub use completer::FLUSH_WINDOW;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -28,10 +32,6 @@ use crate::transport::{self, Transport};
 
 /// `ExecutorConfig::deadline_reserve` unless configured.
 pub const DEFAULT_DEADLINE_RESERVE: Duration = Duration::from_secs(5);
-
-/// How long the first of a batch's ended jobs waits for others before its outcome is written
-/// (unless none is left running): jobs that end together share one statement and one commit.
-pub const FLUSH_WINDOW: Duration = Duration::from_millis(5);
 
 #[derive(Debug, Clone)]
 pub struct ExecutorConfig {
@@ -118,14 +118,59 @@ pub struct Dispatched {
     pub report: RunReport,
     /// Jobs claimed and started.
     pub claimed: usize,
-    /// Jobs not started because their timeout did not fit in the time left (no attempt
-    /// charged, a `redispatched` event each); already sent again for a later delivery.
-    pub deferred: Vec<JobId>,
-    /// Jobs still running when the deadline came: nothing of them is recorded; they were
-    /// stopped here, their leases expire and the sweep returns them.
-    pub unfinished: Vec<JobId>,
-    /// Statements that wrote outcomes (each its own commit).
+    /// What became of each id delivered, in the order delivered.
+    pub fates: Vec<(JobId, Fate)>,
+    /// Flushes that wrote outcomes (each one transaction).
     pub flushes: usize,
+}
+
+impl Dispatched {
+    /// What became of `id` (`None`: it was not delivered).
+    pub fn fate(&self, id: JobId) -> Option<Fate> {
+        self.fates.iter().find(|f| f.0 == id).map(|f| f.1)
+    }
+
+    /// How many ids came to this.
+    pub fn count(&self, fate: Fate) -> usize {
+        self.fates.iter().filter(|f| f.1 == fate).count()
+    }
+}
+
+/// What became of one delivered id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// Claimed, run, and its outcome written in a committed flush (or refused as stale).
+    Recorded(Recorded),
+    /// Not started, because its timeout did not fit in the time left (no attempt charged, a
+    /// `redispatched` event); already sent again for a later delivery.
+    Deferred,
+    /// Still running when the deadline came: nothing of it is recorded; it was stopped here,
+    /// its lease expires and the sweep returns it.
+    Unfinished,
+    /// Run, but the flush of its outcome failed (nothing of it committed): its lease expires
+    /// and the sweep returns it.
+    Unrecorded,
+    /// Not claimable: done, a duplicate or stale delivery, not yet due, paused. The row decides.
+    NotClaimed,
+    /// No job has this id: a message without a row.
+    Missing,
+}
+
+/// What a flush did with one job's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    Succeeded,
+    Retried,
+    Failed,
+    /// Continues itself in a new run (or was deferred).
+    Continued,
+    /// Waits for its children, or for a completion.
+    Waiting,
+    /// Left `running` before its wait for a completion was written: the completion arrived
+    /// first, or its lease expired.
+    Overtaken,
+    /// Refused: the job had moved on (a newer attempt owns it).
+    Stale,
 }
 
 /// What one batch of jobs came to.
@@ -155,9 +200,10 @@ impl Executor {
 
     /// The same under a deadline (a Lambda invocation's): a job whose timeout does not fit in
     /// the time left (less `deadline_reserve`) is not claimed but sent again for a later
-    /// delivery. Outcomes are written as jobs end (those ending within `FLUSH_WINDOW` of each
-    /// other in one statement), so a job that is still running cannot hold back the others'.
-    /// Half the reserve before the deadline, whatever still runs is stopped.
+    /// delivery. Outcomes are written as jobs end, through the completer (its flush schedule),
+    /// so a job that is still running cannot hold back the others'. Half the reserve before
+    /// the deadline, whatever still runs is stopped. What became of each id comes back
+    /// (`Dispatched::fates`); `Err` only when the claim itself failed.
     pub async fn run_dispatched_until(
         &self,
         ids: &[JobId],
@@ -192,7 +238,16 @@ impl Executor {
             }
         }
         drop(db);
-        self.run_claimed(claim, deferred, never, within, deadline).await
+        let missing = std::mem::take(&mut claim.missing);
+        let mut out = self.run_claimed(claim, deferred, never, within, deadline).await;
+        out.fates = ids
+            .iter()
+            .map(|id| {
+                let fate = out.fate(*id).unwrap_or(if missing.contains(id) { Fate::Missing } else { Fate::NotClaimed });
+                (*id, fate)
+            })
+            .collect();
+        Ok(out)
     }
 
     /// The pre-traffic hook's check: claim the check job `id` of the tenant `tenant` (not yet
@@ -209,10 +264,15 @@ impl Executor {
             i32::try_from(left.as_secs()).unwrap_or(i32::MAX)
         });
         let claim = jobs::claim_check(&self.pool.get().await?, id, tenant, self.lease_secs(), within).await?;
-        self.run_claimed(claim, jobs::Deferred::default(), Vec::new(), within, deadline).await
+        let mut out = self.run_claimed(claim, jobs::Deferred::default(), Vec::new(), within, deadline).await;
+        if out.fates.is_empty() {
+            out.fates.push((id, Fate::NotClaimed));
+        }
+        Ok(out)
     }
 
-    /// Run what a claim took (and fail for good the `never` ones) to outcomes under the deadline.
+    /// Run what a claim took (and fail for good the `never` ones) to outcomes under the
+    /// deadline, recorded through the completer. The fates of the claimed and deferred ids.
     async fn run_claimed(
         &self,
         claim: jobs::Claim,
@@ -220,7 +280,7 @@ impl Executor {
         never: Vec<ClaimedJob>,
         within: Option<i32>,
         deadline: Option<Instant>,
-    ) -> Result<Dispatched, StoreError> {
+    ) -> Dispatched {
         for d in deferred.again.iter().chain(&deferred.onward) {
             tracing::info!(event = "relay.executor.deferred", job_id = %d.id, within_seconds = within,
                 onward = deferred.onward.contains(d),
@@ -246,7 +306,7 @@ impl Executor {
         let stop_at = deadline.map(|d| d.checked_sub(self.config.deadline_reserve / 2).unwrap_or(d));
         let mut out = Dispatched {
             claimed,
-            deferred: deferred.again.iter().chain(&deferred.onward).map(|d| d.id).collect(),
+            fates: deferred.again.iter().chain(&deferred.onward).map(|d| (d.id, Fate::Deferred)).collect(),
             ..Dispatched::default()
         };
         let longest = self.config.longest_fit.unwrap_or(i32::MAX);
@@ -261,6 +321,7 @@ impl Executor {
                 (job, Outcome::Failed { kind: ExceptionKind::FatalError, error, tenants: false })
             })
             .collect();
+        let schedule = completer::FlushSchedule::new(self.config.concurrency);
         let mut flush_at: Option<Instant> = (!ended.is_empty()).then(Instant::now);
         // Each turn has an arm enabled: a job running, or an outcome waiting for its flush.
         while !(running.is_empty() && ended.is_empty()) {
@@ -269,9 +330,8 @@ impl Executor {
                     Some(Ok(pair)) => {
                         started.retain(|id| *id != pair.0.id);
                         ended.push(pair);
-                        // With nothing left running no other outcome can come to share the
-                        // write: it goes at once.
-                        let at = Instant::now() + if running.is_empty() { Duration::ZERO } else { FLUSH_WINDOW };
+                        let keyed = completer::any_keyed(ended.iter().map(|(j, _)| j));
+                        let at = Instant::now() + schedule.wait(ended.len(), running.len(), keyed);
                         flush_at = Some(flush_at.map_or(at, |f| f.min(at)));
                     }
                     // `execute` catches a task's panic; this is only the executor's own.
@@ -280,19 +340,14 @@ impl Executor {
                     None => {}
                 },
                 _ = sleep_until(flush_at), if flush_at.is_some() => {
-                    out.report.add(&self.record(&ended).await?);
-                    self.hand_on(&freed_keys(&ended)).await;
-                    out.flushes += 1;
-                    ended.clear();
+                    self.complete(&std::mem::take(&mut ended), &mut out).await;
                     flush_at = None;
                 }
                 _ = sleep_until(stop_at), if stop_at.is_some() => break,
             }
         }
         if !ended.is_empty() {
-            out.report.add(&self.record(&ended).await?);
-            self.hand_on(&freed_keys(&ended)).await;
-            out.flushes += 1;
+            self.complete(&ended, &mut out).await;
         }
         if !running.is_empty() {
             running.abort_all();
@@ -301,9 +356,28 @@ impl Executor {
                 jobs = started.len(),
                 "jobs still running at the invocation's deadline were stopped; their leases expire and the sweep returns them"
             );
-            out.unfinished = started;
+            out.fates.extend(started.into_iter().map(|id| (id, Fate::Unfinished)));
         }
-        Ok(out)
+        out
+    }
+
+    /// One flush of a delivery's ended jobs through the completer, and what follows its commit;
+    /// each job's fate noted. A flush that fails leaves its jobs unrecorded (their leases
+    /// expire and the sweep returns them); the delivery's other jobs go on.
+    async fn complete(&self, ended: &[(ClaimedJob, Outcome)], out: &mut Dispatched) {
+        out.flushes += 1;
+        match self.flush(ended, None).await {
+            Ok(f) => {
+                out.report.add(&f.report);
+                out.fates.extend(f.results.into_iter().map(|(id, r)| (id, Fate::Recorded(r))));
+                self.after_commit(f.after).await;
+            }
+            Err(e) => {
+                tracing::warn!(event = "relay.executor.record_failed", error = %e, jobs = ended.len(),
+                    "could not record outcomes; their leases expire and the sweep returns the jobs");
+                out.fates.extend(ended.iter().map(|(j, _)| (j.id, Fate::Unrecorded)));
+            }
+        }
     }
 
     /// Run one claimed job to its outcome: timeout, panic and unknown type included.

@@ -1,9 +1,9 @@
 //! The Postgres-native worker loop: claim due jobs in batches, run them concurrently, record
 //! outcomes in batches, heartbeat the leases of long jobs, stop cleanly.
 //!
-//! Three tasks cooperate: the claimer (this loop), the recorder (writes outcomes as they
-//! arrive, many per statement, and refills the slots keyed jobs free with their keys' next
-//! jobs in the same transaction: `record_and_refill`) and the heartbeat (renews leases; aborts
+//! Three tasks cooperate: the claimer (this loop), the recorder (hands outcomes to the
+//! completer as they arrive, on its flush schedule, and refills the slots keyed jobs free with
+//! their keys' next jobs in the same transaction: `record_and_refill`) and the heartbeat (renews leases; aborts
 //! a job whose lease was taken over, so a zombie stops working as soon as it can know).
 
 use std::collections::HashMap;
@@ -14,22 +14,12 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::task::AbortHandle;
 
 use super::Executor;
+use super::completer::{FlushSchedule, Refill, any_keyed};
 use crate::job::{ClaimedJob, Fence, JobId, Outcome, TenantId};
 use crate::store::jobs;
-use crate::store::pipelined::Pipelined;
 
 type InFlight = Arc<Mutex<HashMap<JobId, (i32, TenantId, AbortHandle)>>>;
 type Finished = (ClaimedJob, Outcome, OwnedSemaphorePermit);
-
-/// Most outcomes written by one statement: half the worker's slots (at most 2,000), so while
-/// one half's outcomes are being written the slots of the other half, already written, are
-/// claimed again. One statement for all of them would free every slot only at its end, and a
-/// loop would alternate claiming and recording instead of doing both at once.
-const RECORD_BATCH: usize = 2000;
-
-fn record_batch(concurrency: usize) -> usize {
-    (concurrency / 2).clamp(1, RECORD_BATCH)
-}
 
 /// How long a busy claimer waits for half a batch of free slots before claiming fewer.
 const BATCH_WAIT: Duration = Duration::from_millis(5);
@@ -235,24 +225,21 @@ struct Lanes {
     heads_at: tokio::time::Instant,
 }
 
-/// Write outcomes as they arrive, many per statement. A write that fails is retried for up to
-/// one lease; after that the leases expire and the sweep returns the jobs. Slots freed by keyed
-/// jobs are refilled in the same transaction (`record_and_refill`).
+/// Write outcomes as they arrive, through the completer on its flush schedule. A flush that
+/// fails is retried for up to one lease; after that the leases expire and the sweep returns
+/// the jobs. Slots freed by keyed jobs are refilled in the same transaction
+/// (`record_and_refill`).
 async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>, mut lanes: Lanes) {
-    let most = record_batch(exec.config.concurrency.max(1));
+    let schedule = FlushSchedule::new(exec.config.concurrency.max(1));
     let mut settling = tokio::task::JoinSet::new();
     while let Some(first) = rx.recv().await {
         while settling.try_join_next().is_some() {}
         let mut batch = vec![first];
-        drain(&mut rx, &mut batch, most);
-        let keyed = batch.iter().any(|(job, _, _)| job.concurrency_key.is_some());
-        if batch.len() < most / 8 && lanes.running() > 0 && !keyed {
-            // Outcomes of one claim finish within moments of each other: a millisecond's wait
-            // turns many one-row writes (each a commit) into one. With nothing left running,
-            // no outcome can come. Keyed outcomes do not wait: their key's slots stay taken
-            // until they are written, so at the key's limit the wait is the lane's speed.
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            drain(&mut rx, &mut batch, most);
+        drain(&mut rx, &mut batch, schedule.most);
+        let wait = schedule.wait(batch.len(), lanes.running(), any_keyed(batch.iter().map(|(j, _, _)| j)));
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+            drain(&mut rx, &mut batch, schedule.most);
         }
         let (outcomes, mut permits): (Vec<_>, Vec<_>) = batch.into_iter().map(|(j, o, p)| ((j, o), p)).unzip();
         let deadline = tokio::time::Instant::now() + exec.config.lease;
@@ -279,13 +266,13 @@ async fn record_loop(exec: Executor, mut rx: mpsc::UnboundedReceiver<Finished>, 
     while settling.join_next().await.is_some() {}
 }
 
-/// Record outcomes, and refill the slots the keyed ones freed: in the same transaction, claim
-/// those keys' next jobs (`claim_keyed`'s lock-then-count, so limits hold across workers) and,
-/// once committed, start them in the same slots. A key's backlog so runs as a lane: one
-/// transaction and one commit per batch of outcomes, with no dispatch, wake-up or search of
-/// every key in between. What the claim cannot take (a key locked by another claimer), or
-/// everything when `refill` is off or the worker is stopping, is handed on as before. The rest
-/// of the settling (parents, dispatches, alerts) goes on in `settling`, off the lane's path.
+/// Record outcomes through the completer, and refill the slots the keyed ones freed: in the
+/// same transaction, claim those keys' next jobs and, once committed, start them in the same
+/// slots. A key's backlog so runs as a lane: one transaction and one commit per batch of
+/// outcomes, with no dispatch, wake-up or search of every key in between. What the claim
+/// cannot take (a key locked by another claimer), or everything when `refill` is off or the
+/// worker is stopping, is handed on. What follows the commit (parents, dispatches, alerts,
+/// hand-ons) goes on in `settling`, off the lane's path.
 async fn record_and_refill(
     exec: &Executor,
     outcomes: &[(ClaimedJob, Outcome)],
@@ -296,49 +283,21 @@ async fn record_and_refill(
 ) -> Result<(), crate::store::StoreError> {
     let room = outcomes.iter().filter(|(j, _)| j.concurrency_key.is_some()).count();
     let done_tx = lanes.done.upgrade().filter(|_| refill && room > 0 && !*lanes.stop.borrow());
-    let Some(done_tx) = done_tx else {
-        exec.record(outcomes).await?;
-        exec.hand_on(&super::freed_keys(outcomes)).await;
-        return Ok(());
-    };
-    let lane_of = lanes.of(outcomes);
-    let (room, lease, which) = (room as i64, exec.config.lease.as_secs_f64(), jobs::Keyed::Lanes(&lane_of));
-    let db = Pipelined::new(exec.pool.get().await?);
-    let claim_sql = db.prepare_cached(&jobs::keyed_claim_sql(false)).await?;
-    // One flight: BEGIN, the claim's settings, the keys' locks, the outcomes and the claim (of
-    // the keys locked, which it reads from the transaction: no answer awaited in between);
-    // COMMIT goes as soon as the outcomes' last statement has answered. Written in that order,
-    // the claim counts the slots the outcomes freed (a statement the write sends later only
-    // leaves its slots to the hand-on).
-    let write_and_commit = async {
-        let written = exec.write(&*db, outcomes).await?;
-        db.commit().await?;
-        Ok::<_, crate::store::StoreError>(written)
-    };
-    let (_, _, _, written, claim) = tokio::try_join!(
-        db.begin(),
-        jobs::plan_keyed_claim(&*db, false),
-        jobs::lock_keys(&*db, room, which),
-        write_and_commit,
-        jobs::claim_locked(&*db, &claim_sql, room, lease, which, None),
-    )?;
-    db.release();
-    let short = (claim.jobs.len() as i64) < room;
-    let held = permits.drain(..claim.jobs.len()).reduce(|mut a, b| {
-        a.merge(b);
-        a
-    });
-    if let Some(held) = held {
-        start_jobs(exec, claim, held, &lanes.in_flight, &done_tx, &lanes.freed);
+    let lane_of = if done_tx.is_some() { lanes.of(outcomes) } else { Vec::new() };
+    let refill = done_tx.as_ref().map(|_| Refill { room: room as i64, lanes: &lane_of });
+    let flushed = exec.flush(outcomes, refill).await?;
+    if let (Some(claim), Some(done_tx)) = (flushed.claim, done_tx) {
+        let held = permits.drain(..claim.jobs.len()).reduce(|mut a, b| {
+            a.merge(b);
+            a
+        });
+        if let Some(held) = held {
+            start_jobs(exec, claim, held, &lanes.in_flight, &done_tx, &lanes.freed);
+        }
     }
-    // A key another claimer held (it sees the freed slots), or nothing more due now: a
-    // hand-on covers jobs that become due later.
-    let hand_on: Vec<String> = if short { lane_of.into_iter().map(|l| l.key).collect() } else { Vec::new() };
     let exec = exec.clone();
-    settling.spawn(async move {
-        exec.settle(written).await;
-        exec.hand_on(&hand_on).await;
-    });
+    let after = flushed.after;
+    settling.spawn(async move { exec.after_commit(after).await });
     Ok(())
 }
 

@@ -1,9 +1,10 @@
 //! The executor function: an SQS batch of work messages becomes one `run_dispatched_until`
 //! call under the invocation's deadline.
 //!
-//! The answer is a partial batch response: only records that met a real failure to reach the
-//! database, or whose job was still running at the deadline (nothing recorded), go back to
-//! the queue. A job whose timeout did not fit in the time left was sent again and is
+//! The answer is a partial batch response, read from what became of each record's job
+//! (`executor::Fate`): only records that met a real failure to reach the database (the claim,
+//! or the flush of their outcome), or whose job was still running at the deadline (nothing
+//! recorded), go back to the queue. A job whose timeout did not fit in the time left was sent again and is
 //! acknowledged. A job that cannot be claimed (done, duplicate, not yet due,
 //! paused) is acknowledged: the row decides, and the sweep re-sends what is still due. A body
 //! that is not a work message, or that names a job that does not exist (a message without a
@@ -18,9 +19,8 @@ use std::time::{Instant, SystemTime};
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use serde_json::{Value, json};
 
-use crate::executor::Executor;
+use crate::executor::{Executor, Fate};
 use crate::store::dead_letters::{self, NewDeadLetter};
-use crate::store::jobs;
 use crate::transport::sqs::WorkMessage;
 
 /// The key of the pre-traffic hook's check event.
@@ -51,7 +51,7 @@ pub async fn deploy_check(exec: &Executor, check: &Value, deadline: Option<Syste
     let answer = match exec.run_check(id, DEPLOY_CHECK_TENANT, deadline).await {
         Ok(d) => json!({
             "job_id": id, "version": version, "claimed": d.claimed, "succeeded": d.report.succeeded,
-            "failed": d.report.failed, "retried": d.report.retried, "unfinished": d.unfinished.len(),
+            "failed": d.report.failed, "retried": d.report.retried, "unfinished": d.count(Fate::Unfinished),
         }),
         Err(e) => json!({"job_id": id, "version": version, "error": format!("could not claim or record: {e}")}),
     };
@@ -94,14 +94,14 @@ pub async fn handle(exec: &Executor, event: SqsEvent, deadline: Option<SystemTim
     if !ids.is_empty() {
         match exec.run_dispatched_until(&ids, deadline).await {
             Ok(done) => {
-                let (report, claimed) = (&done.report, done.claimed);
-                counts.done = Some(done.clone());
+                let report = &done.report;
                 tracing::info!(
                     event = "relay.executor.batch",
                     messages = ids.len(),
-                    claimed,
-                    deferred = done.deferred.len(),
-                    unfinished = done.unfinished.len(),
+                    claimed = done.claimed,
+                    deferred = done.count(Fate::Deferred),
+                    unfinished = done.count(Fate::Unfinished),
+                    unrecorded = done.count(Fate::Unrecorded),
                     flushes = done.flushes,
                     succeeded = report.succeeded,
                     retried = report.retried,
@@ -109,20 +109,32 @@ pub async fn handle(exec: &Executor, event: SqsEvent, deadline: Option<SystemTim
                     stale = report.stale,
                     "batch done"
                 );
-                // Nothing of these is recorded: do not acknowledge them.
-                for (id, (message_id, _)) in ids.iter().zip(&carrying) {
-                    if done.unfinished.contains(id) {
-                        response.add_failure(message_id.clone());
+                if done.count(Fate::Unrecorded) > 0 {
+                    counts.database_errors += 1;
+                }
+                for (id, (message_id, body)) in ids.iter().zip(carrying) {
+                    match done.fate(*id) {
+                        // Nothing of these is recorded: do not acknowledge them.
+                        Some(Fate::Unfinished | Fate::Unrecorded) => response.add_failure(message_id),
+                        Some(Fate::Missing) => {
+                            tracing::warn!(event = "relay.executor.unknown_job", message_id, job_id = %id,
+                                "work message for no job kept in dead_letters");
+                            letters.push(NewDeadLetter {
+                                source: source(arn.as_deref()),
+                                message_id: Some(message_id),
+                                body,
+                                reason: format!("no job {id} exists: a work message without a row"),
+                            });
+                        }
+                        _ => {}
                     }
                 }
-                if claimed + done.deferred.len() < ids.len() {
-                    unknown_jobs(exec, &ids, &carrying, arn.as_deref(), &mut letters, &mut response, &mut counts).await;
-                }
+                counts.done = Some(done);
             }
             Err(e) => {
                 counts.database_errors += 1;
                 tracing::warn!(event = "relay.executor.batch_failed", error = %e, messages = ids.len(),
-                    "could not claim or record; the messages return to the queue");
+                    "could not claim; the messages return to the queue");
                 for (message_id, _) in carrying {
                     response.add_failure(message_id);
                 }
@@ -163,8 +175,8 @@ impl Counts {
             ("Retried", n(d.report.retried)),
             ("FailedForGood", n(d.report.failed)),
             ("StaleWrites", n(d.report.stale)),
-            ("Deferred", n(d.deferred.len())),
-            ("StoppedAtDeadline", n(d.unfinished.len())),
+            ("Deferred", n(d.count(Fate::Deferred))),
+            ("StoppedAtDeadline", n(d.count(Fate::Unfinished))),
             ("BatchItemFailures", n(batch_item_failures)),
             ("DeadLetters", n(self.dead_letters)),
             ("DatabaseErrors", n(self.database_errors) + crate::metrics::emf::database_errors()),
@@ -174,41 +186,4 @@ impl Counts {
 
 fn source(arn: Option<&str>) -> String {
     format!("executor:{}", arn.unwrap_or("unknown"))
-}
-
-/// Unclaimed ids that name no job at all are poison: keep their messages. (A job that exists
-/// but was not claimable — done, a duplicate, not yet due, paused — is simply acknowledged.)
-async fn unknown_jobs(
-    exec: &Executor,
-    ids: &[crate::job::JobId],
-    carrying: &[(String, String)],
-    arn: Option<&str>,
-    letters: &mut Vec<NewDeadLetter>,
-    response: &mut SqsBatchResponse,
-    counts: &mut Counts,
-) {
-    let missing = async { jobs::missing(&exec.pool.get().await?, ids).await };
-    match missing.await {
-        Ok(missing) => {
-            for (id, (message_id, body)) in ids.iter().zip(carrying) {
-                if missing.contains(id) {
-                    tracing::warn!(event = "relay.executor.unknown_job", message_id, job_id = %id, "work message for no job kept in dead_letters");
-                    letters.push(NewDeadLetter {
-                        source: source(arn),
-                        message_id: Some(message_id.clone()),
-                        body: body.clone(),
-                        reason: format!("no job {id} exists: a work message without a row"),
-                    });
-                }
-            }
-        }
-        Err(e) => {
-            counts.database_errors += 1;
-            // Return them all: a redelivery of a claimed or finished job claims nothing.
-            tracing::warn!(event = "relay.executor.lookup_failed", error = %e, "could not look the unclaimed ids up; the messages return to the queue");
-            for (message_id, _) in carrying {
-                response.add_failure(message_id.clone());
-            }
-        }
-    }
 }

@@ -1,6 +1,7 @@
 //! The sweeper function: an EventBridge schedule (at most once a minute) runs `passes` sweep
-//! passes `gap` apart, so recovery runs about every 30 s. A failed pass fails the invocation,
-//! which the function-errors alarm sees.
+//! passes `gap` apart, so recovery runs about every 30 s. Each pass runs the maintenance
+//! services that are due (`Sweeper::pass_due`); a service that fails does not stop the others,
+//! but it fails the invocation, which the function-errors alarm sees.
 //!
 //! The payload decides nothing, so any JSON is accepted: EventBridge Scheduler's default
 //! notification (`source: aws.scheduler`, `detail` the string `"{}"`), an EventBridge rule's
@@ -11,15 +12,14 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::store::StoreError;
-use crate::sweep::{SweepReport, Sweeper};
+use crate::maintenance::{SweepError, SweepReport, Sweeper};
 
 pub async fn handle(
     sweeper: &Sweeper,
     event: &Value,
     passes: u32,
     gap: Duration,
-) -> Result<Vec<SweepReport>, StoreError> {
+) -> Result<Vec<SweepReport>, SweepError> {
     // The pre-traffic hook's check of a new version: one pass, no gap.
     let passes = if event.get(super::executor::DEPLOY_CHECK).is_some() { 1 } else { passes };
     let mut reports = Vec::new();
@@ -27,10 +27,10 @@ pub async fn handle(
         if n > 0 {
             tokio::time::sleep(gap).await;
         }
-        let report = match sweeper.pass().await {
+        let report = match sweeper.pass_due().await {
             Ok(r) => r,
             Err(e) => {
-                crate::metrics::emf::record(&[("SweepFailed", 1.0), ("DatabaseErrors", 1.0)]);
+                crate::metrics::emf::record(&[("SweepFailed", 1.0), ("DatabaseErrors", e.failed.len() as f64)]);
                 return Err(e);
             }
         };

@@ -398,12 +398,20 @@ pub struct Claim {
     /// A tenant with due work was held to its share of the worker's slots (`Shares`): claim
     /// again when a slot frees.
     pub capped: bool,
+    /// Of the ids asked for (`claim_ids`), those that name no job at all.
+    pub missing: Vec<JobId>,
 }
 
 impl Claim {
     fn from_rows(rows: &[Row]) -> Claim {
         let modes = rows.first().map(|r| Modes::from_json(&r.get::<_, Value>("switches"))).unwrap_or_default();
-        Claim { jobs: rows.iter().map(claimed_from_row).collect(), modes, more: false, capped: false }
+        Claim {
+            jobs: rows.iter().map(claimed_from_row).collect(),
+            modes,
+            more: false,
+            capped: false,
+            missing: Vec::new(),
+        }
     }
 
     /// Add the jobs of another claim; the modes are those of whichever claim took jobs first.
@@ -414,6 +422,7 @@ impl Claim {
         self.jobs.extend(other.jobs);
         self.more |= other.more;
         self.capped |= other.capped;
+        self.missing.extend(other.missing);
     }
 }
 
@@ -461,7 +470,9 @@ pub async fn claim_shared(
 
 /// Claim the named jobs if they are still claimable (a transport that delivers ids, like SQS).
 /// A duplicate or stale delivery claims nothing. `within`: claim only jobs whose
-/// `timeout_seconds` is at most this (see `defer_unfit` for the ones left).
+/// `timeout_seconds` is at most this (see `defer_unfit` for the ones left). The ids that name
+/// no job at all come back in `Claim::missing`, from the same statement (an index probe for
+/// each id not claimed).
 #[tracing::instrument(level = "debug", name = "postgres", skip_all, fields(xray.namespace = "remote", xray.name = "postgres", sql.operation = "jobs::claim_ids"))]
 pub async fn claim_ids(
     db: &impl GenericClient,
@@ -477,12 +488,19 @@ pub async fn claim_ids(
                  LIMIT $1 FOR UPDATE SKIP LOCKED
              ), claimed AS (
                  {CLAIM_UPDATE}
+             ), missing AS (
+                 SELECT coalesce(array_agg(i.id), '{{}}') AS ids FROM unnest($3::uuid[]) AS i(id)
+                 WHERE i.id <> ALL (ARRAY(SELECT id FROM due))
+                   AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = i.id)
              )
-             {CLAIM_SELECT}"
+             SELECT c.*, missing.ids AS missing FROM missing LEFT JOIN ({CLAIM_SELECT}) c ON true"
         ))
         .await?;
     let limit = i64::try_from(ids.len()).unwrap_or(i64::MAX);
-    Ok(Claim::from_rows(&db.query(&stmt, &[&limit, &lease_secs, &ids, &within]).await?))
+    let rows = db.query(&stmt, &[&limit, &lease_secs, &ids, &within]).await?;
+    let missing: Vec<JobId> = rows.first().map(|r| r.get("missing")).unwrap_or_default();
+    let rows: Vec<Row> = rows.into_iter().filter(|r| r.get::<_, Option<JobId>>(0).is_some()).collect();
+    Ok(Claim { missing, ..Claim::from_rows(&rows) })
 }
 
 /// Claim one pending job of the tenant named `tenant` whether or not it is due: the

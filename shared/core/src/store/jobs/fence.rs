@@ -104,6 +104,15 @@ pub(super) async fn write(
     Ok((rows, refused))
 }
 
+/// Lock these jobs' rows in id order (`ids` sorted), for a transaction that then writes them
+/// in more than one statement: its locks are then taken in the one order every single fenced
+/// statement takes them (`by_id`), so it cannot deadlock with one (a heartbeat).
+pub async fn lock_in_order(db: &impl GenericClient, ids: &[JobId]) -> Result<(), StoreError> {
+    let stmt = db.prepare_cached("SELECT 1 FROM jobs WHERE id = ANY($1) ORDER BY id FOR UPDATE").await?;
+    db.query(&stmt, &[&ids]).await?;
+    Ok(())
+}
+
 /// Multi-row writes lock rows in the order of their input arrays. Every batch goes in sorted
 /// by id, so two statements touching the same rows (a heartbeat and a completion that raced
 /// it) wait for each other instead of deadlocking.

@@ -44,16 +44,17 @@ pub use claim::{
     claim_shared, defer_unfit, keyed_ready, lock_keys,
 };
 pub(crate) use claim::{keyed_claim_sql, plan_keyed_claim};
+pub use fence::lock_in_order;
 pub use insert::{Inserted, NewJob, insert_many, release, undispatch};
-pub use read::{JobEvent, JobFilter, count_children, events, get, list, missing, tenants_of};
+pub use read::{JobEvent, JobFilter, count_children, events, get, list, tenants_of};
 pub use sweep::{
     ExpiredLease, Finished, finish_parents, finish_parents_of, lock_expired_leases, return_expired,
     take_lost_dispatches, take_lost_keyed,
 };
 pub use transition::{
-    Cancelled, Failed, Failure, Retry, Succeeded, await_completion, cancel, continue_later, declare_children, fail,
-    fail_from, fail_reporting, heartbeat, retry, retry_wait, succeed, succeed_from, succeed_reporting,
-    wait_for_children, wait_running,
+    Cancelled, Continued, Failed, Failure, Retry, Succeeded, await_completion, cancel, continue_later,
+    declare_children, fail, fail_from, fail_reporting, heartbeat, retry, retry_wait, succeed, succeed_from,
+    succeed_reporting, wait_for_children, wait_running,
 };
 
 /// A job as stored.

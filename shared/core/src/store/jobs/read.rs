@@ -187,17 +187,6 @@ pub async fn count_children(db: &impl GenericClient, id: JobId) -> Result<i64, S
     Ok(db.query_one(&stmt, &[&id]).await?.get(0))
 }
 
-/// Which of these ids name no job at all.
-pub async fn missing(db: &impl GenericClient, ids: &[JobId]) -> Result<Vec<JobId>, StoreError> {
-    let rows = db
-        .query(
-            "SELECT id FROM unnest($1::uuid[]) AS i(id) WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = i.id)",
-            &[&ids],
-        )
-        .await?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
-}
-
 /// The tenant of each of these jobs (those that exist).
 pub async fn tenants_of(
     db: &impl GenericClient,
