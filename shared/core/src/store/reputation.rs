@@ -160,6 +160,26 @@ pub async fn counts(db: &impl GenericClient, tenant: TenantId, window_hours: i32
     counts_since(db, tenant, Utc::now() - chrono::Duration::hours(i64::from(window_hours))).await
 }
 
+/// The columns `Counts` reads, over `messages m`: sends (not refused), permanent bounces,
+/// complaints, refusals.
+macro_rules! counted {
+    () => {
+        "count(*) FILTER (WHERE m.status <> 'rejected'),
+         count(*) FILTER (WHERE EXISTS (SELECT 1 FROM message_events e WHERE e.message_id = m.id
+             AND e.event_type = 'bounce' AND e.detail #>> '{bounce,bounceType}' = 'Permanent')),
+         count(*) FILTER (WHERE EXISTS (SELECT 1 FROM message_events e WHERE e.message_id = m.id
+             AND e.event_type = 'complaint')),
+         count(*) FILTER (WHERE m.status = 'rejected')"
+    };
+}
+
+/// The messages `counted!` counts: those that reached SES (or that SES refused).
+macro_rules! counted_statuses {
+    () => {
+        "m.status IN ('sent', 'delayed', 'delivered', 'bounced', 'complained', 'unknown', 'rejected')"
+    };
+}
+
 /// `counts` over the tenant's messages created after `since`, and its sends SES refused
 /// (`rejected`, in `failures`, not in `sends`).
 pub async fn counts_since(
@@ -168,17 +188,12 @@ pub async fn counts_since(
     since: DateTime<Utc>,
 ) -> Result<Counts, StoreError> {
     let stmt = db
-        .prepare_cached(
-            "SELECT count(*) FILTER (WHERE m.status <> 'rejected'),
-                    count(*) FILTER (WHERE EXISTS (SELECT 1 FROM message_events e WHERE e.message_id = m.id
-                        AND e.event_type = 'bounce' AND e.detail #>> '{bounce,bounceType}' = 'Permanent')),
-                    count(*) FILTER (WHERE EXISTS (SELECT 1 FROM message_events e WHERE e.message_id = m.id
-                        AND e.event_type = 'complaint')),
-                    count(*) FILTER (WHERE m.status = 'rejected')
-             FROM messages m
-             WHERE m.tenant_id = $1 AND m.created_at > $2
-               AND m.status IN ('sent', 'delayed', 'delivered', 'bounced', 'complained', 'unknown', 'rejected')",
-        )
+        .prepare_cached(concat!(
+            "SELECT ",
+            counted!(),
+            " FROM messages m WHERE m.tenant_id = $1 AND m.created_at > $2 AND ",
+            counted_statuses!()
+        ))
         .await?;
     let r = db.query_one(&stmt, &[&tenant, &since]).await?;
     Ok(Counts { sends: r.get(0), permanent_bounces: r.get(1), complaints: r.get(2), failures: r.get(3) })
@@ -208,17 +223,14 @@ pub async fn by_configuration_set(
 ) -> Result<Vec<(String, Counts)>, StoreError> {
     let rows = db
         .query(
-            "SELECT m.configuration_set,
-                    count(*) FILTER (WHERE m.status <> 'rejected'),
-                    count(*) FILTER (WHERE EXISTS (SELECT 1 FROM message_events e WHERE e.message_id = m.id
-                        AND e.event_type = 'bounce' AND e.detail #>> '{bounce,bounceType}' = 'Permanent')),
-                    count(*) FILTER (WHERE EXISTS (SELECT 1 FROM message_events e WHERE e.message_id = m.id
-                        AND e.event_type = 'complaint')),
-                    count(*) FILTER (WHERE m.status = 'rejected')
-             FROM messages m
-             WHERE m.configuration_set IS NOT NULL AND m.created_at > now() - make_interval(hours => $1)
-               AND m.status IN ('sent', 'delayed', 'delivered', 'bounced', 'complained', 'unknown', 'rejected')
-             GROUP BY m.configuration_set ORDER BY m.configuration_set LIMIT $2",
+            concat!(
+                "SELECT m.configuration_set, ",
+                counted!(),
+                " FROM messages m
+                 WHERE m.configuration_set IS NOT NULL AND m.created_at > now() - make_interval(hours => $1) AND ",
+                counted_statuses!(),
+                " GROUP BY m.configuration_set ORDER BY m.configuration_set LIMIT $2"
+            ),
             &[&window_hours, &limit],
         )
         .await?;
