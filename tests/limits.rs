@@ -19,7 +19,7 @@ async fn world(limits: Defaults) -> World {
 }
 
 fn small() -> Defaults {
-    Defaults { destinations: 2, templates: 2, suppressions: 2, pending_jobs: 3 }
+    Defaults { destinations: 2, templates: 2, suppressions: 2, topic_opt_outs: 2, pending_jobs: 3 }
 }
 
 async fn put(w: &World, key: &str, path: &str, body: Value) -> (StatusCode, Value) {
@@ -81,6 +81,15 @@ async fn each_kind_is_refused_at_its_limit_and_updates_still_pass() {
     assert_eq!(put(&w, &k, "/v1/suppressions/a@x.example", json!({})).await.0, StatusCode::NO_CONTENT);
     assert_eq!(w.count("SELECT count(*) FROM suppressions", &[]).await, 2);
 
+    // Topic opt-outs, one row per address and topic; one held already is no new row.
+    for t in ["a@x.example/news", "a@x.example/offers"] {
+        assert_eq!(put(&w, &k, &format!("/v1/topic-opt-outs/{t}"), json!({})).await.0, StatusCode::NO_CONTENT);
+    }
+    let (s, e) = put(&w, &k, "/v1/topic-opt-outs/a@x.example/digest", json!({})).await;
+    assert_refused(s, &e, StatusCode::CONFLICT, "topic_opt_outs", 2);
+    assert_eq!(put(&w, &k, "/v1/topic-opt-outs/a@x.example/news", json!({})).await.0, StatusCode::NO_CONTENT);
+    assert_eq!(w.count("SELECT count(*) FROM topic_opt_outs", &[]).await, 2);
+
     // Unfinished jobs (nothing runs them here): the fourth answers 429 with Retry-After.
     for i in 0..3 {
         let (s, job) = w.submit(&format!("j{i}"), json!({"task_type": "test.effect"})).await;
@@ -115,7 +124,13 @@ async fn each_kind_is_refused_at_its_limit_and_updates_still_pass() {
         .iter()
         .map(|l| (l["kind"].as_str().unwrap().to_owned(), l["limit"].as_i64().unwrap(), l["used"].as_i64().unwrap()))
         .collect();
-    let want = [("destinations", 2, 2), ("templates", 2, 2), ("suppressions", 2, 2), ("pending_jobs", 3, 3)];
+    let want = [
+        ("destinations", 2, 2),
+        ("templates", 2, 2),
+        ("suppressions", 2, 2),
+        ("topic_opt_outs", 2, 2),
+        ("pending_jobs", 3, 3),
+    ];
     assert_eq!(used, want.map(|(k, l, u)| (k.to_owned(), l, u)).to_vec());
 }
 

@@ -92,7 +92,8 @@ pub struct LambdaConfig {
     /// default `relay` (`destinations::DEFAULT_SECRET_ROOT`).
     pub secret_root: Option<String>,
     /// `RELAY_LIMIT_DESTINATIONS` (default 100), `RELAY_LIMIT_TEMPLATES` (1,000),
-    /// `RELAY_LIMIT_SUPPRESSIONS` (1,000,000), `RELAY_LIMIT_PENDING_JOBS` (1,000,000): each
+    /// `RELAY_LIMIT_SUPPRESSIONS` (1,000,000), `RELAY_LIMIT_TOPIC_OPT_OUTS` (1,000,000),
+    /// `RELAY_LIMIT_PENDING_JOBS` (1,000,000): each
     /// tenant's limits unless an operator overrides one (`limits`); 0 to 1,000,000,000.
     pub limits: crate::limits::Defaults,
 }

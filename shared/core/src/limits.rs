@@ -1,5 +1,5 @@
 //! Per-tenant limits on the rows a tenant's own calls create and that outlive the call: HTTP
-//! destinations, email templates, suppressions it adds, and its unfinished jobs. The
+//! destinations, email templates, suppressions and topic opt-outs it adds, and its unfinished jobs. The
 //! deployment's configuration holds the defaults (`Defaults`); an operator overrides one kind
 //! for one tenant (`store::limits`, `PUT /v1/admin/tenants/{tenant_id}/limits`).
 //!
@@ -40,6 +40,7 @@ pub fn variable(kind: Kind) -> &'static str {
         Kind::Destinations => "RELAY_LIMIT_DESTINATIONS",
         Kind::Templates => "RELAY_LIMIT_TEMPLATES",
         Kind::Suppressions => "RELAY_LIMIT_SUPPRESSIONS",
+        Kind::TopicOptOuts => "RELAY_LIMIT_TOPIC_OPT_OUTS",
         Kind::PendingJobs => "RELAY_LIMIT_PENDING_JOBS",
     }
 }
@@ -50,16 +51,24 @@ pub struct Defaults {
     pub destinations: i64,
     pub templates: i64,
     pub suppressions: i64,
+    pub topic_opt_outs: i64,
     pub pending_jobs: i64,
 }
 
 /// Generous: far above what a well-behaved tenant uses, far below what would hurt the others.
 /// 100 destinations and 1,000 templates are more integrations and messages than a service
-/// has; 1,000,000 suppressions is a large sender's bounce list; 1,000,000 unfinished jobs is
+/// has; 1,000,000 suppressions is a large sender's bounce list, as many topic opt-outs a large
+/// list's preferences; 1,000,000 unfinished jobs is
 /// two campaigns' worth of children, about 100 s of the intake's full rate.
 impl Default for Defaults {
     fn default() -> Self {
-        Defaults { destinations: 100, templates: 1_000, suppressions: 1_000_000, pending_jobs: 1_000_000 }
+        Defaults {
+            destinations: 100,
+            templates: 1_000,
+            suppressions: 1_000_000,
+            topic_opt_outs: 1_000_000,
+            pending_jobs: 1_000_000,
+        }
     }
 }
 
@@ -69,6 +78,7 @@ impl Defaults {
             Kind::Destinations => self.destinations,
             Kind::Templates => self.templates,
             Kind::Suppressions => self.suppressions,
+            Kind::TopicOptOuts => self.topic_opt_outs,
             Kind::PendingJobs => self.pending_jobs,
         }
     }
@@ -78,6 +88,7 @@ impl Defaults {
             Kind::Destinations => self.destinations = n,
             Kind::Templates => self.templates = n,
             Kind::Suppressions => self.suppressions = n,
+            Kind::TopicOptOuts => self.topic_opt_outs = n,
             Kind::PendingJobs => self.pending_jobs = n,
         }
     }

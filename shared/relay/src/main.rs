@@ -87,6 +87,8 @@ struct Run {
     /// Suppressions each tenant may have (adding one by hand past it is refused).
     #[arg(long, env = "RELAY_LIMIT_SUPPRESSIONS", default_value_t = 1_000_000, value_parser = limit)]
     limit_suppressions: i64,
+    #[arg(long, env = "RELAY_LIMIT_TOPIC_OPT_OUTS", default_value_t = 1_000_000, value_parser = limit)]
+    limit_topic_opt_outs: i64,
     /// Unfinished jobs each tenant may have (submitting past it answers 429).
     #[arg(long, env = "RELAY_LIMIT_PENDING_JOBS", default_value_t = 1_000_000, value_parser = limit)]
     limit_pending_jobs: i64,
@@ -119,6 +121,7 @@ impl Run {
             destinations: self.limit_destinations,
             templates: self.limit_templates,
             suppressions: self.limit_suppressions,
+            topic_opt_outs: self.limit_topic_opt_outs,
             pending_jobs: self.limit_pending_jobs,
         };
         s.pool.max_size = self.pool_size.unwrap_or(8 + 2 * self.workers).max(1);

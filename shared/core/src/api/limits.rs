@@ -60,7 +60,7 @@ impl From<LimitError> for ApiError {
 /// One kind's limit for a tenant and what it uses.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct LimitView {
-    /// `destinations`, `templates`, `suppressions` or `pending_jobs`.
+    /// `destinations`, `templates`, `suppressions`, `topic_opt_outs` or `pending_jobs`.
     pub kind: &'static str,
     /// What holds: the override, else the deployment's default.
     pub limit: i64,
@@ -137,6 +137,9 @@ pub struct LimitsChange {
     pub suppressions: Option<Option<i64>>,
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<i64>, minimum = 0, maximum = 1_000_000_000)]
+    pub topic_opt_outs: Option<Option<i64>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>, minimum = 0, maximum = 1_000_000_000)]
     pub pending_jobs: Option<Option<i64>>,
     /// Why (kept in the audit), at most 1,000 characters.
     #[serde(default)]
@@ -155,6 +158,7 @@ impl LimitsChange {
             (Kind::Destinations, self.destinations),
             (Kind::Templates, self.templates),
             (Kind::Suppressions, self.suppressions),
+            (Kind::TopicOptOuts, self.topic_opt_outs),
             (Kind::PendingJobs, self.pending_jobs),
         ]
         .into_iter()

@@ -85,6 +85,7 @@ pub async fn list(
     params(("address" = String, Path), ("topic" = String, Path)), request_body = Option<OptOutBody>,
     security(("tenant_key" = [])),
     responses((status = 204, description = "opted out (or already)"), (status = 401, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "the tenant's limit of topic opt-outs (`limit_reached`)"),
         (status = 422, body = ErrorBody)))]
 pub async fn put(
     State(state): State<AppState>,
@@ -102,6 +103,8 @@ pub async fn put(
     let message_id = body.message_id;
     let mut db = state.pool.get().await.map_err(StoreError::from)?;
     let tx = db.transaction().await.map_err(StoreError::from)?;
+    let name = crate::store::limits::topic_opt_out_name(&address, &topic);
+    state.quotas.admit_row(&tx, tenant.id, crate::limits::Kind::TopicOptOuts, &name).await?;
     let new = topics::opt_out(&tx, tenant.id, std::slice::from_ref(&address), &topic, "api", message_id).await?;
     if !new.is_empty()
         && let Some(m) = message_id

@@ -10,17 +10,20 @@ pub enum Kind {
     Destinations,
     Templates,
     Suppressions,
+    TopicOptOuts,
     PendingJobs,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::Destinations, Kind::Templates, Kind::Suppressions, Kind::PendingJobs];
+    pub const ALL: [Kind; 5] =
+        [Kind::Destinations, Kind::Templates, Kind::Suppressions, Kind::TopicOptOuts, Kind::PendingJobs];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Destinations => "destinations",
             Kind::Templates => "templates",
             Kind::Suppressions => "suppressions",
+            Kind::TopicOptOuts => "topic_opt_outs",
             Kind::PendingJobs => "pending_jobs",
         }
     }
@@ -30,14 +33,21 @@ impl Kind {
     }
 }
 
-/// The table and name column of a kind of named row; pending jobs are counted apart.
+/// The table and name column (or expression) of a kind of named row; pending jobs are counted
+/// apart. A topic opt-out is named `"<address> <topic>"` (`topic_opt_out_name`).
 fn table(kind: Kind) -> Option<(&'static str, &'static str)> {
     match kind {
         Kind::Destinations => Some(("http_destinations", "name")),
         Kind::Templates => Some(("email_templates", "name")),
         Kind::Suppressions => Some(("suppressions", "address")),
+        Kind::TopicOptOuts => Some(("topic_opt_outs", "(address || ' ' || topic)")),
         Kind::PendingJobs => None,
     }
+}
+
+/// The name `admit_row` takes for an address's opt-out of a topic (neither holds a space).
+pub fn topic_opt_out_name(address: &str, topic: &str) -> String {
+    format!("{address} {topic}")
 }
 
 /// The count of `kind` for a tenant, reading at most `cap` rows (through the tenant's index).
