@@ -43,6 +43,26 @@ pub fn apply(doc: &mut Value) {
     let catalogue = Catalogue::standard();
     let schemas = &mut doc["components"]["schemas"];
     schemas["Json"] = json_value();
+    let tasks = task_schemas(&catalogue, schemas);
+    let callback_url = crate::outbound::url_pattern(false);
+    job_rules(schemas, tasks.client, tasks.client_branches, &callback_url);
+    schedule_rules(schemas, tasks.all, tasks.all_branches);
+    operator_rules(schemas, &catalogue);
+    settings_rules(schemas, &callback_url);
+    path_rules(doc);
+}
+
+/// The task types' names and `params` branches: those a client may submit, and those a
+/// schedule may name.
+struct TaskBranches {
+    client: Vec<Value>,
+    client_branches: Vec<Value>,
+    all: Vec<Value>,
+    all_branches: Vec<Value>,
+}
+
+/// Each task's params schema (with the document's narrower rules) and the email shapes they use.
+fn task_schemas(catalogue: &Catalogue, schemas: &mut Value) -> TaskBranches {
     let mut defs = Map::new();
     let branches = |tasks: Vec<TaskInfo>, defs: &mut Map<String, Value>| -> (Vec<Value>, Vec<Value>) {
         let names = tasks.iter().map(|t| json!(t.name)).collect();
@@ -77,7 +97,11 @@ pub fn apply(doc: &mut Value) {
     }
     schemas["RecipientPage"]["properties"]["recipients"]["minItems"] = json!(1);
     schemas["RecipientPage"]["properties"]["recipients"]["maxItems"] = json!(crate::email::campaign::MAX_PAGE);
+    TaskBranches { client, client_branches, all, all_branches }
+}
 
+/// A job request: its task type and params branch, fields given together, the callback URL.
+fn job_rules(schemas: &mut Value, client: Vec<Value>, client_branches: Vec<Value>, callback_url: &str) {
     let job = &mut schemas["JobRequest"];
     job["properties"]["task_type"] =
         json!({"type": "string", "enum": client, "description": "A task type from `GET /v1/tasks`."});
@@ -86,7 +110,6 @@ pub fn apply(doc: &mut Value) {
     for field in ["correlation_id", "concurrency_key"] {
         job["properties"][field]["pattern"] = json!(PRINTABLE);
     }
-    let callback_url = crate::outbound::url_pattern(false);
     job["properties"]["callback_url"]["pattern"] = json!(callback_url);
     job["properties"]["callback_url"]["maxLength"] = json!(crate::outbound::MAX_URL_LEN);
     job["oneOf"] = json!(client_branches);
@@ -99,7 +122,10 @@ pub fn apply(doc: &mut Value) {
         ]},
     ]);
     schemas["BatchRequest"]["properties"]["jobs"]["items"] = json!({"$ref": "#/components/schemas/Json"});
+}
 
+/// A schedule: its name, task type and params branch, cron expression and time zone.
+fn schedule_rules(schemas: &mut Value, all: Vec<Value>, all_branches: Vec<Value>) {
     let spec = &mut schemas["ScheduleSpec"];
     spec["properties"]["name"]["pattern"] = json!(SCHEDULE_NAME);
     spec["properties"]["task_type"] = json!({"type": "string", "enum": all});
@@ -116,7 +142,10 @@ pub fn apply(doc: &mut Value) {
     }
     schemas["SchedulePatch"]["properties"]["params"] = json!({"$ref": "#/components/schemas/Json",
         "description": "Parameters of the schedule's own task type; params it would refuse answer 409."});
+}
 
+/// The operator's bodies: mode names, bulk actions, finishes and completions.
+fn operator_rules(schemas: &mut Value, catalogue: &Catalogue) {
     let integrations = format!("({})", crate::store::modes::INTEGRATIONS.join("|"));
     let paused = catalogue.names().iter().map(|n| n.replace('.', "\\.")).collect::<Vec<_>>().join("|");
     schemas["ModeChange"]["properties"]["name"]["pattern"] = json!(format!(
@@ -136,7 +165,10 @@ pub fn apply(doc: &mut Value) {
         {"properties": {"outcome": {"const": "success"}, "error": {"type": "null"}, "retryable": {"type": "null"}}},
         {"properties": {"outcome": {"const": "failure"}, "result": {"type": "null"}}},
     ]);
+}
 
+/// A tenant's settings: templates, callbacks, destinations and its sending role.
+fn settings_rules(schemas: &mut Value, callback_url: &str) {
     let template = &mut schemas["TemplateBody"];
     let syntax = "Template syntax (`{{ }}`, `{% %}`, `{# #}`) is taken when it compiles (else 422 `template_syntax`); \
         the pattern states the text that always does.";
@@ -162,7 +194,10 @@ pub fn apply(doc: &mut Value) {
     schemas["DestinationBody"]["properties"]["url_patterns"]["items"] = json!({"type": "string",
         "maxLength": crate::destinations::patterns::MAX_PATTERN_LEN, "pattern": crate::destinations::patterns::SHAPE});
     schemas["SendingRoleBody"]["properties"]["role_arn"]["pattern"] = json!(ROLE_ARN);
+}
 
+/// Path and query parameters the handlers take as plain strings.
+fn path_rules(doc: &mut Value) {
     // The feeds' `updated_since`: an RFC 3339 time or a cursor the API issued.
     let since = json!({"anyOf": [{"type": "string", "format": "date-time"}, {"type": "string", "pattern": super::cursor::PATTERN}]});
     for (path, method, param, schema) in [

@@ -60,35 +60,10 @@ impl Task for Deliver {
     }
 
     async fn run(&self, ctx: &TaskContext, p: DeliverParams) -> Result<Value, TaskError> {
-        let db_err = |e: crate::store::StoreError| TaskError::Retryable(e.to_string());
-        let connect = || async { ctx.db.get().await.map_err(|e| TaskError::Retryable(format!("database: {e}"))) };
         let now = chrono::Utc::now();
-        // What to send, read on a connection given back before the address is resolved and the
-        // POST made: a receiver that never answers holds no pooled connection.
-        let (settings, data, url) = {
-            let db = connect().await?;
-            let settings = store::get(&db, p.tenant_id).await.map_err(db_err)?;
-            // A job's callback carries the job (to its own URL, or the tenant's); a message
-            // event's carries the event, to the tenant's URL.
-            let (data, url) = match p.message_event {
-                Some(id) => {
-                    let Some(event) = message_events::tenant_event_by_id(&db, p.tenant_id, id).await.map_err(db_err)?
-                    else {
-                        return Ok(json!({"delivered": false, "skipped": "the message event no longer exists"}));
-                    };
-                    let data = serde_json::to_value(event).map_err(|e| TaskError::Fatal(e.to_string()))?;
-                    (data, settings.as_ref().and_then(|s| s.url.clone()))
-                }
-                None => {
-                    let Some(job) = jobs::get(&db, p.tenant_id, p.job_id).await.map_err(db_err)? else {
-                        return Ok(json!({"delivered": false, "skipped": "the job no longer exists"}));
-                    };
-                    let job = view::annotate_one(&db, job, now).await.map_err(db_err)?;
-                    let url = job.callback_url.clone().or_else(|| settings.as_ref().and_then(|s| s.url.clone()));
-                    (serde_json::to_value(job).map_err(|e| TaskError::Fatal(e.to_string()))?, url)
-                }
-            };
-            (settings, data, url)
+        let (settings, data, url) = match read(ctx, &p, now).await? {
+            Ok(found) => found,
+            Err(skipped) => return Ok(skipped),
         };
         let mut attempt = Attempt {
             job_id: p.job_id,
@@ -103,7 +78,7 @@ impl Task for Deliver {
             duration_ms: None,
             at: None,
         };
-        let record = |a: Attempt| async move { store::record_attempt(&connect().await?, &a).await.map_err(db_err) };
+        let record = |a: Attempt| async move { store::record_attempt(&connect(ctx).await?, &a).await.map_err(db_err) };
         let (Some(url), Some(settings)) = (url, settings) else {
             attempt.error = Some("no callback URL or no signing secret (PUT /v1/callbacks)".into());
             record(attempt).await?;
@@ -159,40 +134,85 @@ impl Task for Deliver {
         let started = std::time::Instant::now();
         let answer = outbound::post(&target, addr, &headers, body.into()).await;
         attempt.duration_ms = Some(i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX));
-        match answer {
-            Ok(a) => {
-                attempt.http_status = Some(i32::from(a.status));
-                match a.status {
-                    200..=299 => {
-                        attempt.outcome = Outcome::Delivered;
-                        record(attempt).await?;
-                        Ok(json!({"delivered": true, "status": a.status}))
-                    }
-                    410 => {
-                        attempt.outcome = Outcome::Gone;
-                        record(attempt).await?;
-                        Ok(json!({"delivered": false, "gone": true, "status": 410}))
-                    }
-                    s => {
-                        let why =
-                            if (300..400).contains(&s) { "a redirect (not followed)" } else { "not a 2xx answer" };
-                        attempt.outcome = Outcome::Failed;
-                        attempt.error = Some(format!("{s}: {why}"));
-                        record(attempt).await?;
-                        let error = format!("callback answered {s}: {why}");
-                        Err(match a.retry_after {
-                            Some(after) => TaskError::RetryAfter(error, after),
-                            None => TaskError::Retryable(error),
-                        })
-                    }
+        let result = settle(&mut attempt, answer);
+        record(attempt).await?;
+        result
+    }
+}
+
+/// A callback's settings, payload and URL.
+type Found = (Option<store::Settings>, Value, Option<String>);
+
+/// What to send, read on a connection given back before the address is resolved and the POST
+/// made (a receiver that never answers holds no pooled connection); `Err` is the result of a
+/// delivery whose job or message event no longer exists.
+async fn read(
+    ctx: &TaskContext,
+    p: &DeliverParams,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Result<Found, Value>, TaskError> {
+    let db = connect(ctx).await?;
+    let settings = store::get(&db, p.tenant_id).await.map_err(db_err)?;
+    // A job's callback carries the job (to its own URL, or the tenant's); a message
+    // event's carries the event, to the tenant's URL.
+    let (data, url) = match p.message_event {
+        Some(id) => {
+            let Some(event) = message_events::tenant_event_by_id(&db, p.tenant_id, id).await.map_err(db_err)? else {
+                return Ok(Err(json!({"delivered": false, "skipped": "the message event no longer exists"})));
+            };
+            let data = serde_json::to_value(event).map_err(|e| TaskError::Fatal(e.to_string()))?;
+            (data, settings.as_ref().and_then(|s| s.url.clone()))
+        }
+        None => {
+            let Some(job) = jobs::get(&db, p.tenant_id, p.job_id).await.map_err(db_err)? else {
+                return Ok(Err(json!({"delivered": false, "skipped": "the job no longer exists"})));
+            };
+            let job = view::annotate_one(&db, job, now).await.map_err(db_err)?;
+            let url = job.callback_url.clone().or_else(|| settings.as_ref().and_then(|s| s.url.clone()));
+            (serde_json::to_value(job).map_err(|e| TaskError::Fatal(e.to_string()))?, url)
+        }
+    };
+    Ok(Ok((settings, data, url)))
+}
+
+/// The attempt's outcome from the receiver's answer, and the run's result.
+fn settle(attempt: &mut Attempt, answer: Result<outbound::Answer, outbound::PostError>) -> Result<Value, TaskError> {
+    match answer {
+        Ok(a) => {
+            attempt.http_status = Some(i32::from(a.status));
+            match a.status {
+                200..=299 => {
+                    attempt.outcome = Outcome::Delivered;
+                    Ok(json!({"delivered": true, "status": a.status}))
+                }
+                410 => {
+                    attempt.outcome = Outcome::Gone;
+                    Ok(json!({"delivered": false, "gone": true, "status": 410}))
+                }
+                s => {
+                    let why = if (300..400).contains(&s) { "a redirect (not followed)" } else { "not a 2xx answer" };
+                    attempt.outcome = Outcome::Failed;
+                    attempt.error = Some(format!("{s}: {why}"));
+                    let error = format!("callback answered {s}: {why}");
+                    Err(match a.retry_after {
+                        Some(after) => TaskError::RetryAfter(error, after),
+                        None => TaskError::Retryable(error),
+                    })
                 }
             }
-            Err(e) => {
-                attempt.outcome = Outcome::Failed;
-                attempt.error = Some(e.to_string());
-                record(attempt).await?;
-                Err(TaskError::Retryable(e.to_string()))
-            }
+        }
+        Err(e) => {
+            attempt.outcome = Outcome::Failed;
+            attempt.error = Some(e.to_string());
+            Err(TaskError::Retryable(e.to_string()))
         }
     }
+}
+
+fn db_err(e: crate::store::StoreError) -> TaskError {
+    TaskError::Retryable(e.to_string())
+}
+
+async fn connect(ctx: &TaskContext) -> Result<deadpool_postgres::Client, TaskError> {
+    ctx.db.get().await.map_err(|e| TaskError::Retryable(format!("database: {e}")))
 }

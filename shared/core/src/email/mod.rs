@@ -172,20 +172,7 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     .map_err(TaskError::retryable)?;
     // The template and its data are the tenant's: a failure to render them is its own.
     let body = p.render(template.as_ref()).map_err(|e| TaskError::Fatal(e.to_string()).tenants())?;
-    // Not sent: refused (the tenant's to fix: the job fails) or skipped (the recipient's
-    // choice: the job succeeds, `skipped` in its result).
-    let unsent = if !allowed {
-        Some((Status::Refused, format!("{from} is not one of this tenant's sending identities")))
-    } else if !listed.is_empty() {
-        let who: Vec<String> = listed.iter().map(|s| format!("{} ({})", s.address, s.reason)).collect();
-        Some((Status::Skipped, format!("suppressed recipients: {}", who.join(", "))))
-    } else {
-        (!opted_out.is_empty()).then(|| {
-            let who: Vec<&str> = opted_out.iter().map(|o| o.address.as_str()).collect();
-            let topic = p.topic.as_deref().unwrap_or_default();
-            (Status::Skipped, format!("{SKIPPED_UNSUBSCRIBED} from topic {topic}: {}", who.join(", ")))
-        })
-    };
+    let unsent = unsent(&p, &from, allowed, &listed, &opted_out);
     // The tenant's cut-over stage for this kind of send narrows what the global modes allow.
     let staged = cutover::shadows(stage.as_ref(), recipients.first().map_or("", String::as_str));
     let live = unsent.is_none() && ctx.modes.writes_enabled(INTEGRATION) && staged.is_none();
@@ -194,15 +181,7 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     if live && let Some(g) = guard.as_ref().filter(|g| reputation::holds(g, &p.tags)) {
         return Err(reputation::hold(tenant, g));
     }
-    let (status, reason) = match (&unsent, live) {
-        (Some((status, why)), _) => (*status, Some(why.clone())),
-        (None, true) => (Status::Sending, None),
-        (None, false) if ctx.modes.shadow() => (Status::Shadowed, Some("shadow mode: recorded, not sent".to_owned())),
-        (None, false) if !ctx.modes.writes_enabled(INTEGRATION) => {
-            (Status::Shadowed, Some(format!("SES writes are off (write:{INTEGRATION}): recorded, not sent")))
-        }
-        (None, false) => (Status::Shadowed, staged),
-    };
+    let (status, reason) = status_of(unsent, live, &ctx.modes, staged);
     // Credentials before the intent: a denial or an STS failure must not leave a `sending` row.
     // (No pooled connection is held across the STS call, which records its session itself.)
     let (db, aws, plan) = if live {
@@ -260,10 +239,65 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     let (Some(aws), Some(plan)) = (aws, plan) else {
         return Err(TaskError::Fatal(format!("message {} is {:?} but this run has no SES access", m.id, m.status)));
     };
-    let client = ses::client(&aws);
+    deliver(ctx, db, &p, &body, &m, &aws, &plan).await
+}
+
+/// Why a message is not sent, if it is not: refused (the tenant's to fix: the job fails) or
+/// skipped (the recipient's choice: the job succeeds, `skipped` in its result).
+fn unsent(
+    p: &SendParams,
+    from: &str,
+    allowed: bool,
+    listed: &[suppressions::Suppression],
+    opted_out: &[topics::OptOut],
+) -> Option<(Status, String)> {
+    if !allowed {
+        Some((Status::Refused, format!("{from} is not one of this tenant's sending identities")))
+    } else if !listed.is_empty() {
+        let who: Vec<String> = listed.iter().map(|s| format!("{} ({})", s.address, s.reason)).collect();
+        Some((Status::Skipped, format!("suppressed recipients: {}", who.join(", "))))
+    } else {
+        (!opted_out.is_empty()).then(|| {
+            let who: Vec<&str> = opted_out.iter().map(|o| o.address.as_str()).collect();
+            let topic = p.topic.as_deref().unwrap_or_default();
+            (Status::Skipped, format!("{SKIPPED_UNSUBSCRIBED} from topic {topic}: {}", who.join(", ")))
+        })
+    }
+}
+
+/// The status (and reason) the message is recorded with: unsent as decided, `sending` when it
+/// goes live, else shadowed with why (shadow mode, SES writes off, or the tenant's cut-over stage).
+fn status_of(
+    unsent: Option<(Status, String)>,
+    live: bool,
+    modes: &crate::store::modes::Modes,
+    staged: Option<String>,
+) -> (Status, Option<String>) {
+    match (unsent, live) {
+        (Some((status, why)), _) => (status, Some(why)),
+        (None, true) => (Status::Sending, None),
+        (None, false) if modes.shadow() => (Status::Shadowed, Some("shadow mode: recorded, not sent".to_owned())),
+        (None, false) if !modes.writes_enabled(INTEGRATION) => {
+            (Status::Shadowed, Some(format!("SES writes are off (write:{INTEGRATION}): recorded, not sent")))
+        }
+        (None, false) => (Status::Shadowed, staged),
+    }
+}
+
+/// Step 4 of a live send whose intent is recorded: take a slot, call SES once, record the outcome.
+async fn deliver(
+    ctx: &TaskContext,
+    db: deadpool_postgres::Client,
+    p: &SendParams,
+    body: &content::Rendered,
+    m: &Message,
+    aws: &aws_config::SdkConfig,
+    plan: &pace::Plan,
+) -> Result<Value, TaskError> {
+    let client = ses::client(aws);
     // Where the deployment uses SES tenants, the send names the tenant's, so SES's own
     // per-tenant reputation and pause apply too.
-    let ses_tenant = ctx.modes.writes_enabled(ses::TENANTS).then(|| ses::tenant_name(tenant));
+    let ses_tenant = ctx.modes.writes_enabled(ses::TENANTS).then(|| ses::tenant_name(ctx.tenant_id));
     let ids = ses::Identity {
         message_id: &m.id.to_string(),
         job_id: &ctx.job_id.to_string(),
@@ -273,9 +307,9 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     // No pooled connection is held across the call (it may take SEND_TIMEOUT).
     drop(db);
     // The message is built before its slot, so the call leaves on time.
-    let raw = match ses::raw_message(&p, &body, &ids) {
+    let raw = match ses::raw_message(p, body, &ids) {
         Ok(raw) => raw,
-        Err(why) => return record_outcome(ctx.db.get().await, &m, Err(SendFailure::Rejected(why))).await,
+        Err(why) => return record_outcome(ctx.db.get().await, m, Err(SendFailure::Rejected(why))).await,
     };
     // The slot comes last, just before the call, so each rate holds where SES counts it (a
     // slot taken before the intent's commit let one send arrive hundreds of milliseconds late
@@ -284,8 +318,8 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     // the next attempt takes it up again.
     let mut misses = 0;
     let outcome = loop {
-        let held = match pace::wait_for_slot(&ctx.db, &plan).await {
-            Ok(booked) => match ses::send(&client, &p, &raw, &ids, booked.departure).await {
+        let held = match pace::wait_for_slot(&ctx.db, plan).await {
+            Ok(booked) => match ses::send(&client, p, &raw, &ids, booked.departure).await {
                 Err(SendFailure::MissedSlot) => {
                     misses += 1;
                     match pace::missed(&ctx.db, &booked, misses).await {
@@ -310,7 +344,7 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
             tracing::warn!(event = "relay.email.throttle_unrecorded", error = %e, "SES throttled a send; the back-off could not be recorded");
         }
     }
-    record_outcome(db, &m, outcome).await
+    record_outcome(db, m, outcome).await
 }
 
 /// Record what the SES call did, and tell the executor what comes next.

@@ -1,8 +1,8 @@
 //! The `jobs` table and the events each transition writes beside it, by what each part does:
-//! `insert` (the intake's batched insert and dispatch marks), `read`, `claim`, `transition`
-//! (a running job's fenced writes, a client's cancel), `sweep` (expired leases, lost
-//! dispatches, finished fan-outs), `operator` and `retention`; `fence` writes the fenced
-//! statement they share.
+//! `insert` (the intake's batched insert and dispatch marks), `read`, `claim` (and `defer`, for
+//! claimed ids that do not fit an invocation), `transition` (a running job's fenced writes, a
+//! client's cancel), `sweep` (expired leases, lost dispatches, finished fan-outs), `operator`
+//! and `retention`; `fence` writes the fenced statement they share.
 //!
 //! Every write after a claim is fenced by (id, attempt, status = 'running'); a fenced write
 //! returns the fences it could not apply, and the caller treats them as stale, never as done.
@@ -29,6 +29,7 @@ use crate::job::{Dispatch, JobId, JobStatus, TenantId};
 use crate::store::{StoreError, decode};
 
 mod claim;
+mod defer;
 mod fence;
 mod insert;
 pub mod operator;
@@ -40,10 +41,11 @@ mod transition;
 #[cfg(feature = "testing")]
 pub(crate) use claim::fair_claim_sql;
 pub use claim::{
-    Claim, DeferBounds, Deferred, Keyed, Lane, Shares, claim_check, claim_due, claim_ids, claim_keyed, claim_locked,
-    claim_shared, defer_unfit, keyed_ready, lock_keys,
+    Claim, Keyed, Lane, Shares, claim_check, claim_due, claim_ids, claim_keyed, claim_locked, claim_shared,
+    keyed_ready, lock_keys,
 };
 pub(crate) use claim::{keyed_claim_sql, plan_keyed_claim};
+pub use defer::{DeferBounds, Deferred, defer_unfit};
 pub use fence::lock_in_order;
 pub use insert::{Inserted, NewJob, insert_many, release, undispatch};
 pub use read::{JobEvent, JobFilter, count_children, events, get, list, tenants_of};
