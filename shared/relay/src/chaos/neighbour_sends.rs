@@ -1,9 +1,10 @@
 //! The `neighbours` scenario's sends neighbour: the account's send rate set at `RATE`/s (the SES
 //! stand-in in front of moto throttles above it and answers `GetAccount` with it), the quiet
 //! tenant A's `MINE` single sends timed from their submission to the last one's arrival at SES,
-//! alone, then while tenant X has a campaign going (10,000 recipients at full scale: the most a
-//! campaign takes inline; the 100k would need recipient pages uploaded through the API),
-//! then while X also has a queue of single sends (200 at full scale) going. A fair
+//! alone, then while tenant X has a queue of single sends (200 at full scale) going, then, once
+//! those are out, while X has a campaign going (10,000 recipients at full scale: the most a
+//! campaign takes inline; the 100k would need recipient pages uploaded through the API).
+//! A fair
 //! share of the account's rate between the two is `RATE / 2`, so A's sends' fair-share time is
 //! `MINE / (RATE / 2)`. A violation: A's sends beside X's queue take more than twice that plus
 //! `ALLOWANCE`, or do not all reach SES.
@@ -79,8 +80,8 @@ impl Sending {
         self.mine(scratch, "a-solo").await
     }
 
-    /// X's `queued` single sends submitted (its campaign still going: X's sends of either kind
-    /// are its share) and going at the account's rate, then the quiet tenant's.
+    /// X's `queued` single sends submitted and going at the account's rate, then the quiet
+    /// tenant's.
     pub async fn beside_sends(&self, scratch: &Scratch, x: TenantId, queued: usize) -> anyhow::Result<Beside> {
         let sends = (0..queued).map(|i| single(DOMAINS[1], &format!("x-send {i}"))).collect();
         let before = self.passed("x-").len();
@@ -122,6 +123,14 @@ impl Sending {
         }
         let at = self.passed(name);
         Ok(at.iter().max().filter(|_| at.len() == MINE).map(|t| t.duration_since(started)))
+    }
+
+    /// Wait until `n` sends (subjects `prefix`) are at SES, at most 60 s.
+    pub async fn drain(&self, prefix: &str, n: usize) {
+        let started = Instant::now();
+        while self.passed(prefix).len() < n && started.elapsed() < Duration::from_secs(60) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     fn passed(&self, prefix: &str) -> Vec<Instant> {

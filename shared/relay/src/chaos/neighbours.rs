@@ -5,8 +5,9 @@
 //! 1. **silent**: 300 `http.request` jobs to X's own destination, which accepts and never
 //!    answers (60 s timeout, `max_in_flight` at its default);
 //! 2. **flood**: 20,000 `noop` jobs submitted at once;
-//! 3. **sends**: a campaign (10,000 recipients), then 200 queued `email.send` besides, at the
-//!    account's rate; beside them A's single sends are timed instead (`neighbour_sends`).
+//! 3. **sends**: 200 queued `email.send`, then (once they are out) a campaign of 10,000
+//!    recipients, at the account's rate; beside them A's single sends are timed instead
+//!    (`neighbour_sends`).
 //!
 //! A's jobs beside the silent destination are measured once X's calls hang (its destination's
 //! places all taken), not during the burst of their first claims. One worker of 32 slots (a
@@ -106,10 +107,12 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     submit(&scratch, x.id, "x-flood", "noop", vec![json!({}); flood]).await?;
     let beside_flood = victim(&scratch, "flood", phase).await?;
     let hanging: i64 = pool.get().await?.query_one(hanging, &[&x.id]).await?.get(0);
+    let queued = env.n(200, 30);
+    let beside_sends = sending.beside_sends(&scratch, x.id, queued).await?;
+    // The campaign alone: once X's queued sends are all out.
+    sending.drain("x-send", queued).await;
     let recipients = env.n(10_000, 1_000);
     let beside_campaign = sending.beside_campaign(&scratch, x.id, recipients).await?;
-    let queued = env.n(200, 60);
-    let beside_sends = sending.beside_sends(&scratch, x.id, queued).await?;
     let _ = stop_tx.send(true);
     futures::future::join_all(loops).await;
 
@@ -131,8 +134,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     report.fig("noisy tenant's calls still hanging at the end (its destination's max_in_flight)", hanging);
     report.fig("noisy tenant's flood (noops)", flood);
     let beside = [
+        (format!("beside {queued} queued sends"), beside_sends),
         (format!("beside a campaign of {recipients}"), beside_campaign),
-        (format!("beside it and {queued} queued sends"), beside_sends),
     ];
     sending.report(&mut report, solo_sends, &beside);
     scratch.drop_schema(&env.url).await?;
