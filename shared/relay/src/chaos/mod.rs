@@ -18,6 +18,7 @@ pub mod idempotency;
 pub mod isolation;
 pub mod kill9;
 pub mod lost_dispatch;
+pub mod neighbour_sends;
 pub mod neighbours;
 pub mod noisy;
 pub mod poison;

@@ -4,13 +4,17 @@
 //!
 //! 1. **silent**: 300 `http.request` jobs to X's own destination, which accepts and never
 //!    answers (60 s timeout, `max_in_flight` at its default);
-//! 2. **flood**: 20,000 `noop` jobs submitted at once.
+//! 2. **flood**: 20,000 `noop` jobs submitted at once;
+//! 3. **sends**: 200 queued `email.send`, then (once they are out) a campaign of 10,000
+//!    recipients, at the account's rate; beside them A's single sends are timed instead
+//!    (`neighbour_sends`).
 //!
 //! A's jobs beside the silent destination are measured once X's calls hang (its destination's
 //! places all taken), not during the burst of their first claims. One worker of 32 slots (a
 //! pool of 10 connections) runs everything in this process, its slots shared by tenant.
-//! `RELAY_CHAOS_SHARES=off` measures what the shares buy: the slots not shared, and X's
-//! destination at `max_in_flight` 1000 (as though a destination's calls were unbounded).
+//! `RELAY_CHAOS_SHARES=off` measures what the shares buy: the slots not shared, X's destination
+//! at `max_in_flight` 1000 (as though a destination's calls were unbounded), and the account's
+//! send rate not shared by tenant (first come, first sent).
 //!
 //! A violation: a victim's p99 (accept to finish) above 2× its solo p99 plus `ALLOWANCE_MS`, or
 //! a victim job not finished 15 s after its phase.
@@ -44,6 +48,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     settings.executor.claim_batch = SLOTS;
     settings.executor.lease = Duration::from_secs(5);
     settings.executor.slot_shares = shares;
+    settings.executor.send_shares = shares;
     settings.pool.max_size = 10;
     let scratch = env.scratch(settings).await?;
     let pool = scratch.platform.pool.clone();
@@ -73,7 +78,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         x
     };
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let loops = scratch.platform.spawn_workers(1, &stop);
+    let sending = super::neighbour_sends::setup(env, &scratch, x.id).await?;
+    let loops = sending.platform.spawn_workers(1, &stop);
     let phase = env.secs(10.0, 4.0);
     report.fig(
         "worker slots; slots shared by tenant; noisy destination's max_in_flight",
@@ -81,6 +87,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     );
 
     let solo = victim(&scratch, "solo", phase).await?;
+    let solo_sends = sending.solo(&scratch).await?;
     let silent_jobs = env.n(300, 60);
     let calls: Vec<Value> =
         (0..silent_jobs).map(|_| json!({"destination": "silent", "method": "POST", "path": "/silent"})).collect();
@@ -100,6 +107,12 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     submit(&scratch, x.id, "x-flood", "noop", vec![json!({}); flood]).await?;
     let beside_flood = victim(&scratch, "flood", phase).await?;
     let hanging: i64 = pool.get().await?.query_one(hanging, &[&x.id]).await?.get(0);
+    let queued = env.n(200, 30);
+    let beside_sends = sending.beside_sends(&scratch, x.id, queued).await?;
+    // The campaign alone: once X's queued sends are all out.
+    sending.drain("x-send", queued).await;
+    let recipients = env.n(10_000, 1_000);
+    let beside_campaign = sending.beside_campaign(&scratch, x.id, recipients).await?;
     let _ = stop_tx.send(true);
     futures::future::join_all(loops).await;
 
@@ -120,6 +133,11 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     }
     report.fig("noisy tenant's calls still hanging at the end (its destination's max_in_flight)", hanging);
     report.fig("noisy tenant's flood (noops)", flood);
+    let beside = [
+        (format!("beside {queued} queued sends"), beside_sends),
+        (format!("beside a campaign of {recipients}"), beside_campaign),
+    ];
+    sending.report(&mut report, solo_sends, &beside);
     scratch.drop_schema(&env.url).await?;
     Ok(report)
 }
@@ -180,7 +198,7 @@ async fn victim(scratch: &Scratch, name: &str, phase: Duration) -> anyhow::Resul
 }
 
 /// Enqueue `params.len()` jobs of `task` for `tenant` (keys `prefix-i`) through the intake.
-async fn submit(
+pub(super) async fn submit(
     scratch: &Scratch,
     tenant: taskdeck::job::TenantId,
     prefix: &str,
