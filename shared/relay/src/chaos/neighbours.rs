@@ -32,9 +32,11 @@ use super::{Env, Report};
 use crate::bench::setup::Scratch;
 
 const SLOTS: usize = 32;
-/// What a p99 may grow by beyond twice the solo one on a shared, loaded 2-core machine: a
-/// claim round and a commit or two.
-const ALLOWANCE_MS: f64 = 100.0;
+/// What a p99 may grow by beyond twice the solo one on a shared, loaded 2-core machine. At the
+/// CI's scale a phase has ~35 jobs, so its p99 is its slowest job: one scheduling stall beside
+/// a parallel build (measured 252 and 357 ms against bounds of 236 and 350 at 100 ms). Without
+/// the shares the quiet jobs wait for minutes, not for this.
+const ALLOWANCE_MS: f64 = 250.0;
 /// How often the quiet tenant submits each of its two jobs.
 const EVERY: Duration = Duration::from_millis(100);
 
