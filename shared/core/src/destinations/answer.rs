@@ -5,11 +5,31 @@
 
 use serde_json::{Value, json};
 
-use super::call::{DECIDE, RECORDED_HEADERS, REDACTED, retryable_status};
 use super::success::{SuccessRule, Verdict};
 use crate::job::TaskError;
 use crate::outbound::{self, Answer};
 use crate::store::http_calls::Settled;
+
+/// The answer headers recorded with the result.
+pub const RECORDED_HEADERS: &[&str] = &[
+    "content-type",
+    "content-length",
+    "location",
+    "etag",
+    "last-modified",
+    "retry-after",
+    "request-id",
+    "x-request-id",
+];
+/// What an ambiguous call's error tells the tenant: the destination is its own, so is the call.
+pub const DECIDE: &str =
+    "The destination is yours: check whether it acted, and submit again (a new idempotency key) if it did not.";
+/// Shown in place of the secret wherever a request is recorded.
+pub const REDACTED: &str = "<redacted>";
+/// Whether an answer's status makes the call worth another attempt (its body is not read).
+pub(crate) fn retryable_status(status: u16) -> bool {
+    matches!(status, 408 | 429 | 500..=599)
+}
 
 /// The answer with the destination's secret taken out of its body and headers: a destination
 /// may echo what it was sent (an error page quoting the request's headers), and everything

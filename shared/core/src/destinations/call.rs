@@ -36,6 +36,8 @@ use serde_json::{Value, json};
 use sha2::Digest;
 use utoipa::ToSchema;
 
+use super::answer::retryable_status;
+pub use super::answer::{DECIDE, RECORDED_HEADERS, REDACTED};
 use super::oauth::{self, Grant, Mint, Tokens};
 use super::success::SuccessRule;
 use super::{answer, signature};
@@ -88,26 +90,6 @@ pub const MAX_TIMEOUT_MS: u32 = 900_000;
 pub const RECORD_MARGIN_SECONDS: i32 = 5;
 /// How long a job for a destination whose writes are off waits before it looks again.
 pub const HOLD: Duration = Duration::from_secs(60);
-/// The answer headers recorded with the result.
-pub const RECORDED_HEADERS: &[&str] = &[
-    "content-type",
-    "content-length",
-    "location",
-    "etag",
-    "last-modified",
-    "retry-after",
-    "request-id",
-    "x-request-id",
-];
-/// What an ambiguous call's error tells the tenant: the destination is its own, so is the call.
-pub const DECIDE: &str =
-    "The destination is yours: check whether it acted, and submit again (a new idempotency key) if it did not.";
-/// Shown in place of the secret wherever a request is recorded.
-pub const REDACTED: &str = "<redacted>";
-/// Whether an answer's status makes the call worth another attempt (its body is not read).
-pub(crate) fn retryable_status(status: u16) -> bool {
-    matches!(status, 408 | 429 | 500..=599)
-}
 /// What every call starts with: an earlier attempt's call with no recorded outcome makes this
 /// one ambiguous; then the destination (gone: the tenant's fault) and the job.
 pub(crate) async fn begin(

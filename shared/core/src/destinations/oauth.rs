@@ -16,19 +16,18 @@
 //! for one request. A token is used until `margin` before it expires; a 401 drops it, once
 //! for every job that used it, and the job calls once more with the next.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
 use hyper::body::Bytes;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::Digest;
-use utoipa::ToSchema;
 
 use crate::job::{TaskError, TenantId};
 use crate::outbound::{self, AllowList, Limits, Refusal};
+pub use crate::store::destination_terms::{ClientAuth, Grant, OAuth};
 use crate::store::destinations::Destination;
 
 /// The most extra form fields a grant sends.
@@ -43,55 +42,6 @@ const MAX_TOKEN_ANSWER: usize = 16 * 1024;
 pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
 /// Form fields Relay sets itself.
 const RESERVED: &[&str] = &["grant_type", "client_id", "client_secret", "refresh_token", "scope"];
-
-/// Which grant mints the token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Grant {
-    /// RFC 6749 §4.4: the client's id and secret.
-    ClientCredentials,
-    /// Zoom's server-to-server OAuth: as client credentials, `grant_type=account_credentials`
-    /// (its `account_id` goes in `params`).
-    AccountCredentials,
-    /// RFC 6749 §6: the destination's refresh token (`PUT …/refresh-token`), with the client
-    /// secret when one is written.
-    RefreshToken,
-}
-
-/// How the client authenticates at the token endpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ClientAuth {
-    /// HTTP Basic with the client id and secret (RFC 6749 §2.3.1, what every server takes).
-    #[default]
-    Basic,
-    /// `client_id` and `client_secret` as form fields.
-    Body,
-}
-
-/// A destination's grant (`PUT /v1/destinations/{name}`'s `oauth`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct OAuth {
-    pub grant: Grant,
-    /// The token endpoint: `https://…` (http only for an allow-listed host), under the same
-    /// address guard as the destination.
-    #[schema(min_length = 1, max_length = 2000)]
-    pub token_url: String,
-    /// The client's id (not a secret; the client secret is `PUT …/client-secret`).
-    #[schema(min_length = 1, max_length = 1024)]
-    pub client_id: String,
-    /// The scope asked for, as the server spells it (space-separated).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(max_length = 1024)]
-    pub scope: Option<String>,
-    #[serde(default)]
-    pub client_auth: ClientAuth,
-    /// Extra form fields, not secret (Zoom's `account_id`, an `audience`): at most 10, names
-    /// of lowercase letters, digits and `_`.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub params: BTreeMap<String, String>,
-}
 
 fn visible(v: &str) -> bool {
     v.bytes().all(|b| (b' '..=b'~').contains(&b))
@@ -311,7 +261,7 @@ impl Mint<'_> {
             let a = super::answer::redact(answer, &secrets);
             let body: String = String::from_utf8_lossy(&a.body).chars().take(500).collect();
             let error = format!("{what}: answered {}: {body}", a.status);
-            return Err(if super::call::retryable_status(a.status) {
+            return Err(if super::answer::retryable_status(a.status) {
                 TaskError::Retryable(error)
             } else {
                 TaskError::Fatal(error)
@@ -335,6 +285,7 @@ impl Mint<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn grant() -> OAuth {
         OAuth {

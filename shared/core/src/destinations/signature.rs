@@ -15,33 +15,15 @@
 //! The timestamp is the attempt's time in unix seconds; the id is the delivery's (`wh_<job
 //! id>`, the same on every attempt).
 
+pub use crate::store::destination_terms::{Encoding, KeyForm, Layout, SignatureScheme};
 use base64::Engine;
 use hmac::{Hmac, KeyInit, Mac};
-use serde::{Deserialize, Serialize};
 use sha2::Sha256;
-use utoipa::ToSchema;
 
 /// The longest prefix taken.
 pub const MAX_PREFIX_LEN: usize = 16;
 /// The shortest raw key taken.
 pub const MIN_RAW_KEY_LEN: usize = 8;
-
-/// What the HMAC is computed over (`.` and `:` are literal).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub enum Layout {
-    /// `{id}.{timestamp}.{body}` (Standard Webhooks, Svix).
-    #[serde(rename = "id.timestamp.body")]
-    IdTimestampBody,
-    /// `{timestamp}.{body}` (AI Shipping Labs, Stripe's signed payload).
-    #[serde(rename = "timestamp.body")]
-    TimestampBody,
-    /// `v0:{timestamp}:{body}` (Slack's request signing).
-    #[serde(rename = "v0:timestamp:body")]
-    V0TimestampBody,
-    /// The body alone (GitHub's `X-Hub-Signature-256`, Shopify).
-    #[serde(rename = "body")]
-    Body,
-}
 
 impl Layout {
     fn has_timestamp(self) -> bool {
@@ -50,48 +32,6 @@ impl Layout {
     fn has_id(self) -> bool {
         matches!(self, Layout::IdTimestampBody)
     }
-}
-
-/// How the digest is written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Encoding {
-    Hex,
-    Base64,
-}
-
-/// What the signing secret is to the HMAC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum KeyForm {
-    /// The secret's own bytes (at least 8 visible ASCII characters).
-    Raw,
-    /// `whsec_` and base64: the decoded bytes (as Standard Webhooks).
-    Whsec,
-}
-
-/// A signature scheme other than Standard Webhooks (always HMAC-SHA256).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SignatureScheme {
-    pub signed: Layout,
-    pub encoding: Encoding,
-    /// Written before the digest, e.g. `sha256=` or `v1,`: at most 16 letters, digits and `=,:_-`.
-    #[serde(default)]
-    #[schema(max_length = 16, pattern = "^[A-Za-z0-9=,:_-]{0,16}$")]
-    pub prefix: String,
-    pub key: KeyForm,
-    /// The header the signature goes in.
-    #[schema(pattern = "^[A-Za-z0-9-]{1,64}$")]
-    pub signature_header: String,
-    /// The header the timestamp (unix seconds) goes in; required when the layout signs it.
-    #[serde(default)]
-    #[schema(pattern = "^[A-Za-z0-9-]{1,64}$")]
-    pub timestamp_header: Option<String>,
-    /// The header the delivery's id goes in; required when the layout signs it.
-    #[serde(default)]
-    #[schema(pattern = "^[A-Za-z0-9-]{1,64}$")]
-    pub id_header: Option<String>,
 }
 
 /// Headers a scheme may not name besides `REFUSED_HEADERS`: those Relay sets on every call.

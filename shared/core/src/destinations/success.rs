@@ -10,9 +10,8 @@
 //! retried when `retry` is true (else the job fails), and its answer is kept in the call's
 //! record and the job's error.
 
-use serde::{Deserialize, Serialize};
+pub use crate::store::destination_terms::{JsonCheck, SuccessRule};
 use serde_json::Value;
-use utoipa::ToSchema;
 
 /// The most statuses a rule lists.
 pub const MAX_STATUSES: usize = 20;
@@ -20,33 +19,6 @@ pub const MAX_STATUSES: usize = 20;
 pub const MAX_POINTER_LEN: usize = 256;
 /// The largest expected value, as compact JSON.
 pub const MAX_VALUE_LEN: usize = 1024;
-
-/// Which answers succeed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SuccessRule {
-    /// The statuses that may succeed (100 to 599, at most 20); absent: any 2xx.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(max_items = 20)]
-    pub statuses: Option<Vec<u16>>,
-    /// A check on a JSON answer: the value at `pointer` must equal `equals`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub json: Option<JsonCheck>,
-    /// Whether a failed rule is retried like a 5xx (true) or fails the job (false, the default).
-    #[serde(default)]
-    pub retry: bool,
-}
-
-/// The value a JSON answer must hold.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct JsonCheck {
-    /// An RFC 6901 JSON pointer into the answer's body, e.g. `/ok` or `/data/0/status`.
-    #[schema(min_length = 1, max_length = 256, pattern = "^(/([^~]|~[01])*)+$")]
-    pub pointer: String,
-    /// The value that must be there (compared as JSON: `true` is not `"true"`); at most 1 KiB.
-    pub equals: Value,
-}
 
 /// What the rule says of an answer.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,10 +7,8 @@ use serde::Serialize;
 use tokio_postgres::Row;
 use utoipa::ToSchema;
 
+use super::destination_terms::{OAuth, SignatureScheme, SuccessRule};
 use super::{GenericClient, StoreError};
-use crate::destinations::oauth::OAuth;
-use crate::destinations::signature::SignatureScheme;
-use crate::destinations::success::SuccessRule;
 use crate::job::TenantId;
 
 /// Which of a destination's secrets: the auth header's value, the signing secret `webhook.send`

@@ -11,6 +11,7 @@ mod connect;
 pub mod cutover;
 pub mod dead_letters;
 pub mod dependencies;
+pub mod destination_terms;
 pub mod destinations;
 #[cfg(feature = "testing")]
 pub mod effects;
