@@ -195,13 +195,24 @@ impl PrivateCluster {
     }
 
     /// Stop the cluster once process `pid` has exited (for test runs, which have no hook at
-    /// exit). A detached shell watches the pid.
+    /// exit). A detached shell watches the pid. Each process that uses the cluster registers
+    /// (a file named by its pid beside the data folder), and the cluster is stopped only when
+    /// no registered process still runs a few seconds after `pid` exited: a test run started
+    /// right after another reuses the running cluster, which the first run's watchdog then
+    /// leaves alone.
     pub fn stop_when_process_exits(&self, pid: u32) -> anyhow::Result<()> {
+        let users = self.data_dir.with_extension("users");
+        std::fs::create_dir_all(&users).context("creating the cluster's users folder")?;
+        std::fs::write(users.join(pid.to_string()), b"").context("registering with the cluster")?;
         let pg_ctl = self.bin.join("pg_ctl");
         let stop = format!(
-            "{prefix}{} -D '{}' -m fast stop >/dev/null 2>&1",
+            "rm -f '{users}/{pid}'; sleep 3; \
+             for f in '{users}'/*; do [ -e \"$f\" ] || continue; \
+               if kill -0 \"$(basename \"$f\")\" 2>/dev/null; then exit 0; else rm -f \"$f\"; fi; done; \
+             {prefix}{} -D '{}' -m fast stop >/dev/null 2>&1",
             pg_ctl.display(),
             self.data_dir.display(),
+            users = users.display(),
             prefix = if self.as_postgres { "runuser -u postgres -- " } else { "" },
         );
         crate::watchdog::when_process_exits(pid, &stop).context("spawning the cluster watchdog")?;

@@ -57,21 +57,29 @@ pub trait Transport: Send + Sync {
 /// pending with their dispatch mark cleared, and the sweep sends them.
 /// Returns whether the transport took them.
 pub async fn send(transport: &Arc<dyn Transport>, pool: &Pool, jobs: &[Dispatch]) -> bool {
+    send_tries(transport, pool, jobs, 1).await
+}
+
+/// `send`, with what the transport refused offered again, up to `tries` dispatches in all.
+pub async fn send_tries(transport: &Arc<dyn Transport>, pool: &Pool, jobs: &[Dispatch], tries: u32) -> bool {
     if jobs.is_empty() {
         return true;
     }
-    let with_tenants;
-    let jobs = if transport.groups_by_tenant() && jobs.iter().any(|d| d.tenant.is_none()) {
-        with_tenants = with_tenants_of(pool, jobs).await;
-        &with_tenants[..]
+    let mut jobs = if transport.groups_by_tenant() && jobs.iter().any(|d| d.tenant.is_none()) {
+        with_tenants_of(pool, jobs).await
     } else {
-        jobs
+        jobs.to_vec()
     };
-    let Err(e) = transport.dispatch(jobs).await else { return true };
-    metrics::DISPATCH_FAILURES.add(e.unsent.len());
-    tracing::warn!(event = "relay.dispatch.failed", jobs = jobs.len(), unsent = e.unsent.len(), error = %e,
-        "dispatch failed; the sweep will send the unsent jobs");
-    let cleared = async { jobs::undispatch(&pool.get().await?, &e.unsent).await };
+    let mut unsent = Vec::new();
+    for _ in 0..tries.max(1) {
+        let Err(e) = transport.dispatch(&jobs).await else { return true };
+        metrics::DISPATCH_FAILURES.add(e.unsent.len());
+        tracing::warn!(event = "relay.dispatch.failed", jobs = jobs.len(), unsent = e.unsent.len(), error = %e,
+            "dispatch failed; the sweep will send the unsent jobs");
+        jobs.retain(|d| e.unsent.contains(&d.id));
+        unsent = e.unsent;
+    }
+    let cleared = async { jobs::undispatch(&pool.get().await?, &unsent).await };
     if let Err(e) = cleared.await {
         // Still safe: the sweep re-sends rows whose dispatch is older than its grace period.
         tracing::warn!(event = "relay.dispatch.unmark_failed", error = %e, "could not clear dispatch marks");

@@ -91,8 +91,13 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let mut drop_delays = Vec::new();
     let mut unrecovered = 0;
     for (i, (id, at, fate)) in log.iter().enumerate() {
-        // The re-dispatch that answers this dispatch: the first redispatched event after it.
-        let next = events.iter().find(|(j, e)| j == id && e > at).map(|(_, e)| (*e - *at).as_seconds_f64());
+        // The re-dispatch that answers this dispatch: the row's next dispatch call (the sweep's
+        // re-send, or its second try of a refused re-send in the same pass).
+        let next = log
+            .iter()
+            .filter(|(j, t, _)| j == id && t > at)
+            .map(|(_, t, _)| (*t - *at).as_seconds_f64())
+            .min_by(f64::total_cmp);
         // Each earlier dispatch of the row that went out unclaimed doubles its grace
         // (`store::jobs::lost_dispatch`); a failed one does not count.
         let resends = log[..i].iter().filter(|(j, _, f)| j == id && !matches!(f, Fate::Failed)).count();
