@@ -262,7 +262,8 @@ async fn a_complaint_over_the_warning_level_tells_the_tenant_and_the_operator_an
     };
     for bad in [
         json!({"warn_bounce": 0}),
-        json!({"warn_complaint": 0.01, "pause_complaint": 0.001}),
+        json!({"pause_bounce": 1.5}),
+        json!({"min_sends": 0}),
         json!({"window_hours": 0}),
         json!({"exempt_tags": ["no-equals"]}),
         json!({"surprise": 1}),

@@ -107,7 +107,7 @@ fn job_rules(schemas: &mut Value, client: Vec<Value>, client_branches: Vec<Value
         json!({"type": "string", "enum": client, "description": "A task type from `GET /v1/tasks`."});
     job["properties"]["params"] =
         json!({"description": "Parameters, checked against the task's schema (`GET /v1/tasks`)."});
-    for field in ["correlation_id", "concurrency_key"] {
+    for field in ["correlation_id", "concurrency_key", "ordering_key"] {
         job["properties"][field]["pattern"] = json!(PRINTABLE);
     }
     job["properties"]["callback_url"]["pattern"] = json!(callback_url);
@@ -165,6 +165,9 @@ fn operator_rules(schemas: &mut Value, catalogue: &Catalogue) {
         {"properties": {"outcome": {"const": "success"}, "error": {"type": "null"}, "retryable": {"type": "null"}}},
         {"properties": {"outcome": {"const": "failure"}, "result": {"type": "null"}}},
     ]);
+    schemas["Resume"]["properties"]["reason"]["pattern"] = json!(NON_BLANK);
+    schemas["GuardChange"]["properties"]["exempt_tags"]["items"] =
+        json!({"type": "string", "pattern": "^[ -<>-~]{1,150}=[ -~]{0,149}$"});
 }
 
 /// A tenant's settings: templates, callbacks, destinations and its sending role.
@@ -185,15 +188,44 @@ fn settings_rules(schemas: &mut Value, callback_url: &str) {
     schemas["CallbackSettingsRequest"]["properties"]["url"]["pattern"] = json!(callback_url);
     schemas["CallbackSettingsRequest"]["properties"]["message_events"]["items"] =
         json!({"type": "string", "enum": crate::store::message_events::WEBHOOK_TYPES});
+    schemas["CallbackSettingsRequest"]["properties"]["message_events"]["maxItems"] =
+        json!(crate::store::message_events::WEBHOOK_TYPES.len());
     // A destination's base URL: a callback URL's shape, https, no query (http only for hosts
     // on the operator's allow-list, which the document cannot know).
     let base_url = callback_url.replacen("^https?://", "^https://", 1);
     let base_url = format!("{}$", &base_url[..base_url.rfind("(\\?(").unwrap_or(base_url.len() - 1)]);
     schemas["DestinationBody"]["properties"]["base_url"]["pattern"] = json!(base_url);
     schemas["DestinationBody"]["properties"]["base_url"]["maxLength"] = json!(crate::outbound::MAX_URL_LEN);
+    destination_terms(schemas, &base_url);
     schemas["DestinationBody"]["properties"]["url_patterns"]["items"] = json!({"type": "string",
         "maxLength": crate::destinations::patterns::MAX_PATTERN_LEN, "pattern": crate::destinations::patterns::SHAPE});
     schemas["SendingRoleBody"]["properties"]["role_arn"]["pattern"] = json!(ROLE_ARN);
+}
+
+/// A destination's grant, success rule and signing secret as the checks in `destinations`
+/// take them (the token URL under the base URL's rules).
+fn destination_terms(schemas: &mut Value, base_url: &str) {
+    use crate::destinations::oauth;
+    let visible = format!("^[ -~]{{1,{}}}$", oauth::MAX_FIELD_LEN);
+    let grant = &mut schemas["OAuth"]["properties"];
+    grant["token_url"]["pattern"] = json!(base_url);
+    grant["token_url"]["maxLength"] = json!(crate::outbound::MAX_URL_LEN);
+    grant["client_id"]["pattern"] = json!(visible);
+    grant["scope"]["pattern"] = json!(visible);
+    grant["params"]["maxProperties"] = json!(oauth::MAX_PARAMS);
+    grant["params"]["propertyNames"] = json!({"pattern": "^[a-z0-9_]{1,64}$", "not": {"enum": oauth::RESERVED}});
+    grant["params"]["additionalProperties"] =
+        json!({"type": "string", "pattern": format!("^[ -~]{{0,{}}}$", oauth::MAX_FIELD_LEN)});
+    let rule = &mut schemas["SuccessRule"]["properties"];
+    rule["statuses"]["minItems"] = json!(1);
+    rule["statuses"]["items"] = json!({"type": "integer", "minimum": 100, "maximum": 599});
+    // Printable ASCII, `~` only as `~0` or `~1` (the server counts the limit in bytes).
+    schemas["JsonCheck"]["properties"]["pointer"]["pattern"] = json!("^(/([ -}]|~[01])*)+$");
+    // Either form; which one a destination takes depends on its scheme (else 409).
+    schemas["SigningSecretBody"]["properties"]["value"]["anyOf"] = json!([
+        {"pattern": crate::destinations::SIGNING_SECRET_PATTERN},
+        {"pattern": format!("^[ -~]{{{},4096}}$", crate::destinations::signature::MIN_RAW_KEY_LEN)},
+    ]);
 }
 
 /// Path and query parameters the handlers take as plain strings.

@@ -18,6 +18,7 @@ use crate::destinations::success::SuccessRule;
 use crate::destinations::{self as rules, Secret, patterns};
 use crate::job::TenantId;
 use crate::limits::Kind;
+use crate::store::destination_terms::object_or_null;
 use crate::store::destinations::{self, Destination, NewDestination};
 use crate::store::{StoreError, http_calls};
 
@@ -74,15 +75,15 @@ pub struct DestinationBody {
     /// secret is `PUT /v1/destinations/{name}/client-secret`, a refresh token `PUT
     /// /v1/destinations/{name}/refresh-token` (both write-only). `token_url` is under the same
     /// address guard as `base_url`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object_or_null")]
     pub oauth: Option<OAuth>,
     /// How `webhook.send` signs, when not the Standard Webhooks way (absent): HMAC-SHA256 over
     /// one of four layouts, hex or base64, with the named headers.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object_or_null")]
     pub signature: Option<SignatureScheme>,
     /// Which answers succeed (absent: any 2xx): statuses, and a JSON pointer that must hold a
     /// value (`{"json": {"pointer": "/ok", "equals": true}}`). A job's own `success` wins.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object_or_null")]
     pub success: Option<SuccessRule>,
 }
 
@@ -102,8 +103,9 @@ pub struct SigningSecretBody {
     /// The secret `webhook.send` signs with. For Standard Webhooks (no `signature`) and a
     /// scheme whose `key` is `whsec`: `whsec_` and the base64 of 24 to 64 random bytes
     /// (`^whsec_…$`, canonical base64); for a scheme whose `key` is `raw`: the receiver's
-    /// shared secret as it is, 8 to 4096 visible ASCII characters. The tenant keeps it (its
-    /// receivers verify with it); Relay never returns it.
+    /// shared secret as it is, 8 to 4096 visible ASCII characters (409 `secret_form_mismatch`
+    /// for the other form). The tenant keeps it (its receivers verify with it); Relay never
+    /// returns it.
     #[schema(min_length = 8, max_length = 4096)]
     pub value: String,
 }
@@ -352,7 +354,9 @@ pub async fn put_secret(
 #[utoipa::path(put, path = "/v1/destinations/{name}/signing-secret", tag = "destinations",
     params(("name" = String, Path)), request_body = SigningSecretBody, security(("tenant_key" = [])),
     responses((status = 204, description = "stored"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 404, body = ErrorBody),
+        (status = 409, description = "a secret of the other form than the destination's scheme takes (`secret_form_mismatch`)", body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn put_signing_secret(
     State(state): State<AppState>,
     Caller(tenant): Caller,
@@ -362,7 +366,15 @@ pub async fn put_signing_secret(
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let d = destinations::get(&db, tenant.id, &name).await?.ok_or_else(ApiError::not_found)?;
     drop(db);
-    signature::check_secret(d.signature.as_ref(), &b.value).map_err(|m| invalid("value", m))?;
+    signature::check_secret(d.signature.as_ref(), &b.value).map_err(|m| {
+        // A secret of the other form than the destination's scheme takes: well formed, but
+        // refused by the destination's own state.
+        if signature::is_some_form(&b.value) {
+            ApiError::new(StatusCode::CONFLICT, "secret_form_mismatch", format!("value: {m}")).with("field", "value")
+        } else {
+            invalid("value", m)
+        }
+    })?;
     write_secret(&state, tenant.id, &name, Secret::Signing, &b.value).await
 }
 

@@ -80,12 +80,17 @@ pub fn document_json() -> String {
 
 /// The document, with the rules the server applies to every route written in where they apply:
 /// no string it takes (parameter or request body field, at any depth) may hold a NUL character,
-/// and every operation with a path or query parameter may answer 400 (`extract::check_uri`).
+/// every operation with a path or query parameter may answer 400 (`extract::check_uri`), and
+/// every operation with a body 413 (over the route's body limit, `extract::JsonBody`).
 pub fn document() -> Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
     super::constraints::apply(&mut doc);
-    let bad_request = json!({"description": "a path or query parameter the server refuses (a NUL character, not UTF-8)",
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}});
+    let error = |description: &str| {
+        json!({"description": description,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}})
+    };
+    let bad_request = error("a path or query parameter the server refuses (a NUL character, not UTF-8)");
+    let too_large = error("the body is over the route's size limit (`body_too_large`)");
     let mut refs = Vec::new();
     for op in doc["paths"]
         .as_object_mut()
@@ -101,6 +106,13 @@ pub fn document() -> Value {
             && !responses.contains_key("400")
         {
             responses.insert("400".into(), bad_request.clone());
+        }
+        let has_body = op.get("requestBody").is_some();
+        if let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut)
+            && has_body
+            && !responses.contains_key("413")
+        {
+            responses.insert("413".into(), too_large.clone());
         }
         for part in ["parameters", "requestBody"] {
             if let Some(v) = op.get_mut(part) {

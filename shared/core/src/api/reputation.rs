@@ -51,20 +51,29 @@ pub async fn get(
 }
 
 /// Body of `PUT /v1/admin/tenants/{tenant_id}/reputation`: the whole guard; a field left out
-/// takes the default. Rates are fractions (0.02 is 2 %), each pause level at or above its warning.
+/// takes the default. Rates are fractions (0.02 is 2 %), above 0 and at most 1. A pause level
+/// below its warning level pauses without a warning first.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GuardChange {
+    #[schema(exclusive_minimum = 0, maximum = 1)]
     pub warn_bounce: Option<f64>,
+    #[schema(exclusive_minimum = 0, maximum = 1)]
     pub warn_complaint: Option<f64>,
+    #[schema(exclusive_minimum = 0, maximum = 1)]
     pub pause_bounce: Option<f64>,
+    #[schema(exclusive_minimum = 0, maximum = 1)]
     pub pause_complaint: Option<f64>,
     /// 1 to 720.
+    #[schema(minimum = 1, maximum = 720)]
     pub window_hours: Option<i32>,
     /// 1 to 1,000,000.
+    #[schema(minimum = 1, maximum = 1_000_000)]
     pub min_sends: Option<i64>,
-    /// `name=value` message tags whose sends a pause does not hold (transactional mail).
+    /// `name=value` message tags whose sends a pause does not hold (transactional mail): at
+    /// most 50, each at most 300 bytes.
     #[serde(default)]
+    #[schema(max_items = 50)]
     pub exempt_tags: Vec<String>,
     #[schema(max_length = 1000)]
     pub reason: Option<String>,
@@ -97,12 +106,6 @@ impl GuardChange {
             if !(v > 0.0 && v <= 1.0) {
                 return Err(invalid(field, "a fraction above 0 and at most 1 (0.02 is 2 %)"));
             }
-        }
-        if g.pause_bounce < g.warn_bounce {
-            return Err(invalid("pause_bounce", "at or above warn_bounce"));
-        }
-        if g.pause_complaint < g.warn_complaint {
-            return Err(invalid("pause_complaint", "at or above warn_complaint"));
         }
         if !(1..=720).contains(&g.window_hours) {
             return Err(invalid("window_hours", "a whole number 1 to 720"));
@@ -149,8 +152,8 @@ pub async fn put(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Resume {
-    /// Why (kept in the audit and as the state's reason), at most 1,000 characters.
-    #[schema(max_length = 1000)]
+    /// Why (kept in the audit and as the state's reason): 1 to 1,000 characters, not blank.
+    #[schema(min_length = 1, max_length = 1000)]
     pub reason: String,
 }
 

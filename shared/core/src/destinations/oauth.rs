@@ -41,7 +41,7 @@ const MAX_TOKEN_ANSWER: usize = 16 * 1024;
 /// How long a token that says nothing of its lifetime (`expires_in`) is used.
 pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
 /// Form fields Relay sets itself.
-const RESERVED: &[&str] = &["grant_type", "client_id", "client_secret", "refresh_token", "scope"];
+pub const RESERVED: &[&str] = &["grant_type", "client_id", "client_secret", "refresh_token", "scope"];
 
 fn visible(v: &str) -> bool {
     v.bytes().all(|b| (b' '..=b'~').contains(&b))

@@ -110,9 +110,18 @@ impl SignatureScheme {
 
 /// Whether `value` is a signing secret the scheme (none: Standard Webhooks) can use.
 pub fn check_secret(scheme: Option<&SignatureScheme>, value: &str) -> Result<(), String> {
-    match scheme.map(|s| s.key) {
-        None | Some(KeyForm::Whsec) => super::check_signing_secret(value),
-        Some(KeyForm::Raw) => {
+    check_key(scheme.map_or(KeyForm::Whsec, |s| s.key), value)
+}
+
+/// Whether `value` is a signing secret some scheme could use (`whsec_` or raw).
+pub fn is_some_form(value: &str) -> bool {
+    [KeyForm::Whsec, KeyForm::Raw].into_iter().any(|key| check_key(key, value).is_ok())
+}
+
+fn check_key(key: KeyForm, value: &str) -> Result<(), String> {
+    match key {
+        KeyForm::Whsec => super::check_signing_secret(value),
+        KeyForm::Raw => {
             if value.len() < MIN_RAW_KEY_LEN {
                 return Err(format!("a raw signing key is at least {MIN_RAW_KEY_LEN} characters"));
             }

@@ -125,7 +125,7 @@ pub struct SuccessRule {
     #[schema(max_items = 20)]
     pub statuses: Option<Vec<u16>>,
     /// A check on a JSON answer: the value at `pointer` must equal `equals`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "object_or_null")]
     pub json: Option<JsonCheck>,
     /// Whether a failed rule is retried like a 5xx (true) or fails the job (false, the default).
     #[serde(default)]
@@ -141,4 +141,19 @@ pub struct JsonCheck {
     pub pointer: String,
     /// The value that must be there (compared as JSON: `true` is not `"true"`); at most 1 KiB.
     pub equals: Value,
+}
+
+/// An optional object as a request writes it: absent or `null` is `None`, anything but a JSON
+/// object is refused (serde's derived structs would also read an array of their fields in order).
+pub fn object_or_null<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    use serde::de::Error;
+    match Option::<Value>::deserialize(d)? {
+        None | Some(Value::Null) => Ok(None),
+        Some(v @ Value::Object(_)) => serde_json::from_value(v).map(Some).map_err(D::Error::custom),
+        Some(_) => Err(D::Error::custom("an object or null")),
+    }
 }
