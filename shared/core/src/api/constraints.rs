@@ -115,6 +115,8 @@ fn job_rules(schemas: &mut Value, client: Vec<Value>, client_branches: Vec<Value
     job["oneOf"] = json!(client_branches);
     job["allOf"] = json!([
         {"anyOf": [{"properties": {"run_at": {"type": "null"}}}, {"properties": {"delay_seconds": {"type": "null"}}}]},
+        {"anyOf": [{"properties": {"ordering_on_failure": {"type": "null"}}},
+                   {"required": ["ordering_key"], "properties": {"ordering_key": {"type": "string"}}}]},
         {"anyOf": [
             {"required": ["concurrency_key", "concurrency_limit"],
              "properties": {"concurrency_key": {"type": "string"}, "concurrency_limit": {"type": "integer"}}},

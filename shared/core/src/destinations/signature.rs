@@ -35,7 +35,7 @@ impl Layout {
 }
 
 /// Headers a scheme may not name besides `REFUSED_HEADERS`: those Relay sets on every call.
-const OWN_HEADERS: &[&str] = &["user-agent", "webhook-id", "webhook-timestamp", "webhook-signature"];
+pub const OWN_HEADERS: &[&str] = &["user-agent", "webhook-id", "webhook-timestamp", "webhook-signature"];
 
 impl SignatureScheme {
     /// The scheme's own checks; `auth_header` is the destination's.

@@ -18,10 +18,36 @@ use taskdeck::store::{operators, status_keys};
 /// invalid or missing key is sent as drawn, to be refused). A case that leaves out a required
 /// header is not touched: schemathesis revalidates an edited case and would then send it with
 /// the `Authorization` header it is meant to lack.
+/// Schemathesis hooks (`__REFUSED__` is replaced by the header names a destination may not
+/// use). A JSON Schema cannot say that two values differ: a destination's signature headers
+/// are made distinct (from each other and from its auth header) and not ones Relay sets, so a
+/// generated case stays one the document allows and the server takes (the rule itself has its
+/// own tests: `tests/http_rules.rs`).
 const HOOKS: &str = r#"import uuid
 
 import schemathesis
 from schemathesis.generation.meta import CoverageScenario, coverage_scenario
+
+REFUSED = set(__REFUSED__)
+
+
+def distinct_signature_headers(case):
+    body = case.body
+    if case.method.upper() != "PUT" or case.operation.path != "/v1/destinations/{name}" or not isinstance(body, dict):
+        return
+    scheme = body.get("signature")
+    if not isinstance(scheme, dict):
+        return
+    auth = body.get("auth_header")
+    seen = {auth.lower()} if isinstance(auth, str) else set()
+    for field in ("signature_header", "timestamp_header", "id_header"):
+        name = scheme.get(field)
+        if not isinstance(name, str):
+            continue
+        if name.lower() in seen or name.lower() in REFUSED:
+            name = "X-Fuzz-" + field.split("_")[0]
+            scheme[field] = name
+        seen.add(name.lower())
 
 
 @schemathesis.hook
@@ -32,6 +58,12 @@ def before_call(ctx, case, kwargs):
     key = (headers or {}).get("Idempotency-Key")
     if isinstance(key, str) and 1 <= len(key.strip()) <= 200 and all(33 <= ord(c) <= 126 for c in key.strip()):
         headers["Idempotency-Key"] = "fuzz-" + uuid.uuid4().hex
+    distinct_signature_headers(case)
+"#;
+
+/// Schemathesis's configuration: 413 (over a route's body limit) is a refusal too.
+const CONFIG: &str = r#"[checks.negative_data_rejection]
+expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429", "5xx"]
 "#;
 
 /// Path parameter values (already percent-encoded) no route may answer with a 5xx or non-JSON.
@@ -74,11 +106,20 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
         ("operator", operator_key.as_str(), "^/v1/admin"),
         ("status", status_key.as_str(), "^/(v1/status|v1/openapi.json|healthz)$"),
     ];
-    std::fs::write(env.tmp.join("relay_fuzz_hooks.py"), HOOKS)?;
+    let refused: Vec<&str> = taskdeck::destinations::REFUSED_HEADERS
+        .iter()
+        .chain(taskdeck::destinations::signature::OWN_HEADERS)
+        .copied()
+        .collect();
+    std::fs::write(
+        env.tmp.join("relay_fuzz_hooks.py"),
+        HOOKS.replace("__REFUSED__", &serde_json::to_string(&refused)?),
+    )?;
+    std::fs::write(env.tmp.join("schemathesis.toml"), CONFIG)?;
     let mut total_failures = 0;
     for (who, key, paths) in runs {
         let out = tokio::process::Command::new(venv.join("bin/schemathesis"))
-            .args(["run", &format!("{}/v1/openapi.json", http.base)])
+            .args(["--config-file", "schemathesis.toml", "run", &format!("{}/v1/openapi.json", http.base)])
             .args(["-H", &format!("Authorization: Bearer {key}")])
             .args(["--include-path-regex", paths, "-n", &examples.to_string(), "-c", "all", "--no-shrink"])
             .args(["--generation-allow-x00", "true"])
