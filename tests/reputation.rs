@@ -34,24 +34,74 @@ fn bouncing_campaign(n: usize) -> Value {
         "recipients": recipients, "concurrency_limit": 8}})
 }
 
-/// Y's single sends, one every `gap`: each one's latency from submission to SES.
+/// Where one batch of Y's sends spent its time: each phase's p50 and p99, from the job's
+/// submission (the test's clock) to its claim (`started_at`), to its message's intent
+/// (`messages.created_at`), to SES (the stand-in's clock), to its outcome recorded (`sent_at`).
+async fn phases(w: &World, tag: &str, sent: &[(String, Instant, chrono::DateTime<chrono::Utc>, Instant)]) {
+    let ids: Vec<uuid::Uuid> = sent.iter().map(|(id, ..)| id.parse().unwrap()).collect();
+    let rows = w
+        .db()
+        .await
+        .query(
+            "SELECT j.id, j.started_at, m.created_at, m.sent_at FROM jobs j
+             JOIN messages m ON m.job_id = j.id WHERE j.id = ANY($1)",
+            &[&ids],
+        )
+        .await
+        .unwrap();
+    let mut columns: [Vec<Duration>; 4] = Default::default();
+    for r in rows {
+        let id: uuid::Uuid = r.get(0);
+        let (_, submitted, submitted_wall, at_ses) = sent.iter().find(|(j, ..)| *j == id.to_string()).unwrap();
+        let wall = |t: chrono::DateTime<chrono::Utc>| (t - *submitted_wall).to_std().unwrap_or_default();
+        let claimed: chrono::DateTime<chrono::Utc> = r.get(1);
+        let intent: chrono::DateTime<chrono::Utc> = r.get(2);
+        let recorded: Option<chrono::DateTime<chrono::Utc>> = r.get(3);
+        let ses = at_ses.duration_since(*submitted);
+        let (claimed, intent) = (wall(claimed), wall(intent));
+        columns[0].push(claimed);
+        columns[1].push(intent.saturating_sub(claimed));
+        columns[2].push(ses.saturating_sub(intent));
+        columns[3].push(recorded.map(wall).unwrap_or_default().saturating_sub(ses));
+    }
+    let names = ["submit→claim", "claim→intent", "intent→SES", "SES→recorded"];
+    let said: Vec<String> = names
+        .iter()
+        .zip(columns.iter_mut())
+        .map(|(n, c)| {
+            c.sort();
+            format!("{n} p50 {:?} p99 {:?}", p(c, 0.5), p(c, 0.99))
+        })
+        .collect();
+    eprintln!("Y {tag} phases: {}", said.join("; "));
+}
+
+/// Y's single sends, one every `gap`: each one's latency from submission to SES (sorted), and
+/// where the time went (`phases`, printed).
 async fn y_latencies(w: &World, key: &str, ses: &FaultySes, tag: &str, n: usize, gap: Duration) -> Vec<Duration> {
     let mut submitted = Vec::new();
     for i in 0..n {
         let subject = format!("y {tag} {i}");
-        submitted.push((subject.clone(), Instant::now()));
-        submit_as(w, key, &format!("y-{tag}-{i}"), single(OTHER_DOMAIN, &subject)).await;
+        let (at, wall) = (Instant::now(), chrono::Utc::now());
+        let id = submit_as(w, key, &format!("y-{tag}-{i}"), single(OTHER_DOMAIN, &subject)).await;
+        submitted.push((subject, at, wall, id));
         tokio::time::sleep(gap).await;
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let arrived = ses.counts.passed_at.lock().unwrap().clone();
-        let got: Vec<Option<Duration>> = submitted
-            .iter()
-            .map(|(s, at)| arrived.iter().find(|(_, subj)| subj == s).map(|(t, _)| t.duration_since(*at)))
-            .collect();
+        let got: Vec<Option<Instant>> =
+            submitted.iter().map(|(s, ..)| arrived.iter().find(|(_, subj)| subj == s).map(|(t, _)| *t)).collect();
         if got.iter().all(Option::is_some) {
-            let mut all: Vec<Duration> = got.into_iter().flatten().collect();
+            let sent: Vec<_> = submitted
+                .iter()
+                .zip(got)
+                .map(|((_, at, wall, id), ses)| (id.clone(), *at, *wall, ses.unwrap()))
+                .collect();
+            // Give the outcomes a moment to be recorded before reading the phases.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            phases(w, tag, &sent).await;
+            let mut all: Vec<Duration> = sent.iter().map(|(_, at, _, ses)| ses.duration_since(*at)).collect();
             all.sort();
             return all;
         }
@@ -134,6 +184,7 @@ async fn a_tenants_bounces_pause_it_alone_and_its_held_sends_go_out_once_after_r
         async move {
             let mut fed = HashSet::new();
             let deadline = Instant::now() + Duration::from_secs(180);
+            let began = Instant::now();
             loop {
                 feed_bounces(w2, ingress, &mut fed).await;
                 let state: String = w2
@@ -144,6 +195,7 @@ async fn a_tenants_bounces_pause_it_alone_and_its_held_sends_go_out_once_after_r
                     .unwrap()
                     .map_or("ok".into(), |r| r.get(0));
                 if state == "paused" {
+                    eprintln!("paused {:?} after the feeder began", began.elapsed());
                     return fed.len();
                 }
                 assert!(Instant::now() < deadline, "X was never paused");
@@ -160,12 +212,18 @@ async fn a_tenants_bounces_pause_it_alone_and_its_held_sends_go_out_once_after_r
     let sent_at_pause = x_sent();
     eprintln!("X paused after {sent_at_pause} sends reached SES ({bounced} permanent bounces fed back)");
     eprintln!(
-        "Y latency to SES: alone p50 {:?} p95 {:?}; beside X p50 {:?} p95 {:?}",
+        "Y latency to SES: alone p50 {:?} p99 {:?}; beside X p50 {:?} p99 {:?}",
         p(&solo, 0.5),
-        p(&solo, 0.95),
+        p(&solo, 0.99),
         p(&beside, 0.5),
-        p(&beside, 0.95)
+        p(&beside, 0.99)
     );
+    // What the guard's count costs over X's window now (it runs on every bounce and complaint).
+    let db = w.db().await;
+    let counted = Instant::now();
+    let c = taskdeck::store::reputation::counts(&db, w.tenant.id, 24).await.unwrap();
+    eprintln!("the guard's count over X's window ({c:?}) took {:?}", counted.elapsed());
+    drop(db);
     // Let sends already past the guard finish, then nothing more of X's leaves.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let held_at = x_sent();
@@ -173,11 +231,13 @@ async fn a_tenants_bounces_pause_it_alone_and_its_held_sends_go_out_once_after_r
     assert_eq!(x_sent(), held_at, "no X send leaves while X is paused");
     assert!(held_at < X_SENDS, "X paused before 1,000 sends: {held_at}");
     eprintln!("X held at {held_at} of {X_SENDS} sends");
-    // Y is never held by X's pause: every Y send arrived, none waited anywhere near a hold
-    // (`HOLD_RECHECK`, 15 min). Its latency beside X's burst is printed above against its solo
-    // figure; the 2x bound on it is the claim's and the pacer's to keep (issue 47), not asserted here.
-    assert!(p(&beside, 0.95) < Duration::from_secs(5), "Y's sends not held beside X: p95 {:?}", p(&beside, 0.95));
-    eprintln!("Y beside X / Y alone (p50): {:.1}x", p(&beside, 0.5).as_secs_f64() / p(&solo, 0.5).as_secs_f64());
+    // Y keeps its latency beside X's burst: its p99 within twice its p99 alone, measured in
+    // this run, plus an allowance for this noisy machine (the chaos suite's: a phase's p99 is
+    // its slowest send, and one stall of a loaded CPU is not the neighbour's doing).
+    let allowance = Duration::from_millis(250);
+    let bound = p(&solo, 0.99) * 2 + allowance;
+    eprintln!("Y beside X p99 {:?}, bound {:?} (2 × alone p99 + {:?})", p(&beside, 0.99), bound, allowance);
+    assert!(p(&beside, 0.99) <= bound, "Y's p99 beside X {:?} over {:?}", p(&beside, 0.99), bound);
     // Y still sends while X is paused.
     let after = y_latencies(&w, &y_key, &ses, "after", 5, Duration::from_millis(100)).await;
     eprintln!("Y latency while X is paused: p50 {:?}", p(&after, 0.5));
