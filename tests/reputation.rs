@@ -401,11 +401,14 @@ async fn a_complaint_over_the_warning_level_tells_the_tenant_and_the_operator_an
     assert_eq!(crate::email::message_of(&w, id).await["status"], "sent");
 }
 
-/// SES tenants (`write:ses_tenants`): each send names its Relay tenant's SES tenant
-/// (`TenantName`); when SES pauses that tenant, the send is held (not retried blindly, not
-/// failed): the tenant's guard pauses (audited, the tenant told) until an operator resumes.
-/// moto has no SES tenants: the SES stand-in records each send's `TenantName` and answers a send
-/// naming a paused tenant with `SendingPausedException`, as SES does.
+/// SES tenants (`write:ses_tenants`): before the tenant's first send under the mode Relay
+/// creates its SES tenant and associates its sending identities (and the send's configuration
+/// set) once (a refusal holds the send, saying why); each send names it (`TenantName`); when SES
+/// pauses that tenant, the send is held (not retried blindly, not failed): the tenant's guard
+/// pauses (audited, the tenant told) until an operator resumes. moto has no SES tenants: the SES
+/// stand-in serves `CreateTenant` and `CreateTenantResourceAssociation` (recording each call),
+/// records each send's `TenantName` and answers a send naming a paused tenant with
+/// `SendingPausedException`, as SES does.
 #[tokio::test]
 async fn with_ses_tenants_sends_name_the_tenant_and_an_ses_pause_holds_them() {
     let w = World::new().await;
@@ -427,10 +430,60 @@ async fn with_ses_tenants_sends_name_the_tenant_and_an_ses_pause_holds_them() {
     taskdeck::store::modes::set(&mut w.db().await, "write:ses_tenants", true, "ops", Some("SES tenants"))
         .await
         .unwrap();
+    let name = taskdeck::email::ses::tenant_name(w.tenant.id);
+    // Relay sets up the tenant's SES tenant before its first send under the mode. Refused at
+    // first: the send is held, saying why, and nothing is sent.
+    ses.counts.refuse_tenant_setup.store(true, std::sync::atomic::Ordering::SeqCst);
     let id = send("t-1", "named").await;
     exec.run_dispatched(&[id]).await.unwrap();
-    let name = taskdeck::email::ses::tenant_name(w.tenant.id);
+    let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
+    assert_eq!(
+        (job["status"].as_str(), job["waiting_reason"].as_str(), job["waiting_rate"].as_str()),
+        (Some("pending"), Some("ses_tenant_pending"), Some(format!("ses_tenant:{}", w.tenant.id).as_str())),
+        "{job}"
+    );
+    let (_, events) = w.call(Method::GET, &format!("/v1/jobs/{id}/events"), None, None).await;
+    assert!(
+        events.to_string().contains("is not set up yet") && events.to_string().contains("LimitExceeded"),
+        "{events}"
+    );
+    assert_eq!(ses.counts.tenants.lock().unwrap().len(), 1, "held: nothing sent");
+    // SES takes it now: the held send (due again) creates the SES tenant and associates the
+    // tenant's identity (and the send's configuration set, when it names one), once each.
+    ses.counts.refuse_tenant_setup.store(false, std::sync::atomic::Ordering::SeqCst);
+    w.db().await.execute("UPDATE jobs SET run_at = now() WHERE id = $1", &[&id]).await.unwrap();
+    exec.run_dispatched(&[id]).await.unwrap();
     assert_eq!(ses.counts.tenants.lock().unwrap().last(), Some(&name), "on: the send names the tenant's SES tenant");
+    assert_eq!(
+        ses.counts.tenants_created.lock().unwrap().clone(),
+        std::slice::from_ref(&name),
+        "the SES tenant created once"
+    );
+    let associated = |kind: &str| -> Vec<String> {
+        let all = ses.counts.tenant_associations.lock().unwrap().clone();
+        all.into_iter().filter(|(t, arn)| t == &name && arn.contains(kind)).map(|(_, arn)| arn).collect()
+    };
+    let identities = associated(":identity/");
+    assert_eq!(identities.len(), 1, "{identities:?}");
+    assert!(
+        identities[0].starts_with("arn:aws:ses:")
+            && identities[0].ends_with(&format!(":identity/{}", crate::email::DOMAIN))
+    );
+    let calls =
+        || (ses.counts.tenants_created.lock().unwrap().len(), ses.counts.tenant_associations.lock().unwrap().len());
+    let kept = w.count("SELECT count(*) FROM ses_tenant_resources WHERE tenant_id = $1", &[&w.tenant.id]).await;
+    assert_eq!(kept as usize, calls().0 + calls().1, "each part kept as set up");
+    // A second send makes no call; an identity added later is associated by the next send alone.
+    let before = calls();
+    let id = send("t-1b", "named again").await;
+    exec.run_dispatched(&[id]).await.unwrap();
+    assert_eq!(calls(), before, "set up once: the next send makes no call");
+    assert_eq!(ses.counts.tenants.lock().unwrap().last(), Some(&name));
+    taskdeck::store::sending_identities::add(&w.db().await, w.tenant.id, "news.example").await.unwrap();
+    let id = send("t-1c", "after a new identity").await;
+    exec.run_dispatched(&[id]).await.unwrap();
+    assert_eq!(calls(), (before.0, before.1 + 1), "only the new identity is associated");
+    assert!(associated(":identity/news.example").len() == 1);
 
     // SES pauses the tenant: the next send is held, its message back to throttled, nothing failed.
     ses.counts.paused_tenants.lock().unwrap().insert(name.clone());
