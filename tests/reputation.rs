@@ -156,6 +156,24 @@ async fn feed_bounces(w: &World, ingress: &Ingress, fed: &mut HashSet<String>) -
     n
 }
 
+/// While `on`, how long moto (the SES and STS behind the stand-in, one process) takes to answer
+/// an STS `GetCallerIdentity`, every 50 ms: printed as p50/p99 under `tag` when it stops. Every
+/// send makes two calls there (its run's `AssumeRole`, then `SendEmail`).
+async fn moto_probe(on: std::sync::Arc<std::sync::atomic::AtomicBool>, tag: &'static str) {
+    let sts = aws_sdk_sts::Client::new(&moto::sdk_config());
+    let mut took = Vec::new();
+    while on.load(std::sync::atomic::Ordering::Relaxed) {
+        let t = Instant::now();
+        let _ = sts.get_caller_identity().send().await;
+        took.push(t.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    took.sort();
+    if !took.is_empty() {
+        eprintln!("moto's answer {tag}: p50 {:?} p99 {:?} ({} calls)", p(&took, 0.5), p(&took, 0.99), took.len());
+    }
+}
+
 fn p(v: &[Duration], q: f64) -> Duration {
     v[((v.len() as f64 - 1.0) * q).round() as usize]
 }
@@ -173,7 +191,12 @@ async fn a_tenants_bounces_pause_it_alone_and_its_held_sends_go_out_once_after_r
     let ingress = Ingress::new(&w.platform, "platform");
 
     // Y alone.
+    let probing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let probe = tokio::spawn(moto_probe(probing.clone(), "with Y alone"));
     let solo = y_latencies(&w, &y_key, &ses, "solo", 20, Duration::from_millis(150)).await;
+    probing.store(false, std::sync::atomic::Ordering::Relaxed);
+    probe.await.unwrap();
+    let probing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
 
     // X's campaign, with bounces fed back as X's sends reach SES, while Y sends again.
     let x_job = submit_as(&w, &w.key, "x-campaign", bouncing_campaign(X_SENDS)).await;
@@ -207,8 +230,11 @@ async fn a_tenants_bounces_pause_it_alone_and_its_held_sends_go_out_once_after_r
     while x_sent() < 20 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let probe = tokio::spawn(moto_probe(probing.clone(), "with Y beside X"));
     let (beside, bounced) =
         tokio::join!(y_latencies(&w, &y_key, &ses, "beside", 20, Duration::from_millis(150)), feeder);
+    probing.store(false, std::sync::atomic::Ordering::Relaxed);
+    probe.await.unwrap();
     let sent_at_pause = x_sent();
     eprintln!("X paused after {sent_at_pause} sends reached SES ({bounced} permanent bounces fed back)");
     eprintln!(
