@@ -20,6 +20,8 @@ use crate::support::{World, moto};
 use relay::ses_standin::{self, Faults, FaultySes};
 
 const X_SENDS: usize = 1000;
+/// The account's maximum send rate (SES's `MaxSendRate`), per second.
+const ACCOUNT_RATE: f64 = 20.0;
 
 /// X's campaign: every recipient whose number ends in 00..11 of each hundred bounces (12 %).
 fn bouncing_campaign(n: usize) -> Value {
@@ -184,7 +186,13 @@ async fn a_tenants_bounces_pause_it_alone_and_its_held_sends_go_out_once_after_r
     let (globex, y_key) = w.other_tenant("globex").await;
     go_live(&w).await;
     senders(&w, globex.id).await;
-    let ses = ses_standin::start(moto::endpoint(), Faults::default(), 1).expect("the SES stand-in");
+    // SES answers `GetAccount` with the account's maximum send rate, as SES does for every
+    // account, and Relay paces the two tenants' sends under it, sharing it while both wait.
+    // Unpaced, X's burst went as fast as two cores allow and slowed all of Y's (moto's answers
+    // ×6, every phase of Y's sends ×3–6), not the guard's count (a few ms).
+    let account = Faults { account: Some((ACCOUNT_RATE, 1_000_000.0)), ..Faults::default() };
+    let ses = ses_standin::start(moto::endpoint(), account, 1).expect("the SES stand-in");
+    crate::pace::read_account(&w, &ses).await;
     let mut exec = executor(&w, &ses.url, roles());
     exec.config.concurrency = 16;
     let (stop_tx, handles) = workers(&exec, 2);
