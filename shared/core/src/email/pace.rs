@@ -305,12 +305,14 @@ pub async fn wait_for_slot(db: &deadpool_postgres::Pool, plan: &Plan) -> Result<
         // A campaign's child books at most `BULK_BOOK_AHEAD` ahead: further off, it waits
         // unbooked (within its horizon) until its slot comes near, so a single send that comes
         // meanwhile books before it rather than behind the children's whole queue.
+        // It looks again no sooner than one slot later (others wait beside it).
         let until = std::time::Instant::now() + horizon;
+        let one_slot = stage.iter().map(|k| k.limit.rate_per_second).fold(f64::MIN_POSITIVE, f64::max).recip();
         while let Slot::Wait(wait) = taken
             && plan.bulk
             && std::time::Instant::now() + wait <= until
         {
-            tokio::time::sleep(wait.saturating_sub(BULK_BOOK_AHEAD)).await;
+            tokio::time::sleep(wait.saturating_sub(BULK_BOOK_AHEAD).max(Duration::from_secs_f64(one_slot))).await;
             taken = take_stage(db, plan, &stage, horizon).await?;
         }
         match taken {
