@@ -20,6 +20,8 @@ use crate::support::{World, moto};
 use relay::ses_standin::{self, Faults, FaultySes};
 
 const X_SENDS: usize = 1000;
+/// The account's maximum send rate (SES's `MaxSendRate`; 14/s is its default for an account out of the sandbox).
+const ACCOUNT_RATE: f64 = 14.0;
 
 /// X's campaign: every recipient whose number ends in 00..11 of each hundred bounces (12 %).
 fn bouncing_campaign(n: usize) -> Value {
@@ -34,24 +36,74 @@ fn bouncing_campaign(n: usize) -> Value {
         "recipients": recipients, "concurrency_limit": 8}})
 }
 
-/// Y's single sends, one every `gap`: each one's latency from submission to SES.
+/// Where one batch of Y's sends spent its time: each phase's p50 and p99, from the job's
+/// submission (the test's clock) to its claim (`started_at`), to its message's intent
+/// (`messages.created_at`), to SES (the stand-in's clock), to its outcome recorded (`sent_at`).
+async fn phases(w: &World, tag: &str, sent: &[(String, Instant, chrono::DateTime<chrono::Utc>, Instant)]) {
+    let ids: Vec<uuid::Uuid> = sent.iter().map(|(id, ..)| id.parse().unwrap()).collect();
+    let rows = w
+        .db()
+        .await
+        .query(
+            "SELECT j.id, j.started_at, m.created_at, m.sent_at FROM jobs j
+             JOIN messages m ON m.job_id = j.id WHERE j.id = ANY($1)",
+            &[&ids],
+        )
+        .await
+        .unwrap();
+    let mut columns: [Vec<Duration>; 4] = Default::default();
+    for r in rows {
+        let id: uuid::Uuid = r.get(0);
+        let (_, submitted, submitted_wall, at_ses) = sent.iter().find(|(j, ..)| *j == id.to_string()).unwrap();
+        let wall = |t: chrono::DateTime<chrono::Utc>| (t - *submitted_wall).to_std().unwrap_or_default();
+        let claimed: chrono::DateTime<chrono::Utc> = r.get(1);
+        let intent: chrono::DateTime<chrono::Utc> = r.get(2);
+        let recorded: Option<chrono::DateTime<chrono::Utc>> = r.get(3);
+        let ses = at_ses.duration_since(*submitted);
+        let (claimed, intent) = (wall(claimed), wall(intent));
+        columns[0].push(claimed);
+        columns[1].push(intent.saturating_sub(claimed));
+        columns[2].push(ses.saturating_sub(intent));
+        columns[3].push(recorded.map(wall).unwrap_or_default().saturating_sub(ses));
+    }
+    let names = ["submit→claim", "claim→intent", "intent→SES", "SES→recorded"];
+    let said: Vec<String> = names
+        .iter()
+        .zip(columns.iter_mut())
+        .map(|(n, c)| {
+            c.sort();
+            format!("{n} p50 {:?} p99 {:?}", p(c, 0.5), p(c, 0.99))
+        })
+        .collect();
+    eprintln!("Y {tag} phases: {}", said.join("; "));
+}
+
+/// Y's single sends, one every `gap`: each one's latency from submission to SES (sorted), and
+/// where the time went (`phases`, printed).
 async fn y_latencies(w: &World, key: &str, ses: &FaultySes, tag: &str, n: usize, gap: Duration) -> Vec<Duration> {
     let mut submitted = Vec::new();
     for i in 0..n {
         let subject = format!("y {tag} {i}");
-        submitted.push((subject.clone(), Instant::now()));
-        submit_as(w, key, &format!("y-{tag}-{i}"), single(OTHER_DOMAIN, &subject)).await;
+        let (at, wall) = (Instant::now(), chrono::Utc::now());
+        let id = submit_as(w, key, &format!("y-{tag}-{i}"), single(OTHER_DOMAIN, &subject)).await;
+        submitted.push((subject, at, wall, id));
         tokio::time::sleep(gap).await;
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let arrived = ses.counts.passed_at.lock().unwrap().clone();
-        let got: Vec<Option<Duration>> = submitted
-            .iter()
-            .map(|(s, at)| arrived.iter().find(|(_, subj)| subj == s).map(|(t, _)| t.duration_since(*at)))
-            .collect();
+        let got: Vec<Option<Instant>> =
+            submitted.iter().map(|(s, ..)| arrived.iter().find(|(_, subj)| subj == s).map(|(t, _)| *t)).collect();
         if got.iter().all(Option::is_some) {
-            let mut all: Vec<Duration> = got.into_iter().flatten().collect();
+            let sent: Vec<_> = submitted
+                .iter()
+                .zip(got)
+                .map(|((_, at, wall, id), ses)| (id.clone(), *at, *wall, ses.unwrap()))
+                .collect();
+            // Give the outcomes a moment to be recorded before reading the phases.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            phases(w, tag, &sent).await;
+            let mut all: Vec<Duration> = sent.iter().map(|(_, at, _, ses)| ses.duration_since(*at)).collect();
             all.sort();
             return all;
         }
@@ -106,6 +158,24 @@ async fn feed_bounces(w: &World, ingress: &Ingress, fed: &mut HashSet<String>) -
     n
 }
 
+/// While `on`, how long moto (the SES and STS behind the stand-in, one process) takes to answer
+/// an STS `GetCallerIdentity`, every 50 ms: printed as p50/p99 under `tag` when it stops. Every
+/// send makes two calls there (its run's `AssumeRole`, then `SendEmail`).
+async fn moto_probe(on: std::sync::Arc<std::sync::atomic::AtomicBool>, tag: &'static str) {
+    let sts = aws_sdk_sts::Client::new(&moto::sdk_config());
+    let mut took = Vec::new();
+    while on.load(std::sync::atomic::Ordering::Relaxed) {
+        let t = Instant::now();
+        let _ = sts.get_caller_identity().send().await;
+        took.push(t.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    took.sort();
+    if !took.is_empty() {
+        eprintln!("moto's answer {tag}: p50 {:?} p99 {:?} ({} calls)", p(&took, 0.5), p(&took, 0.99), took.len());
+    }
+}
+
 fn p(v: &[Duration], q: f64) -> Duration {
     v[((v.len() as f64 - 1.0) * q).round() as usize]
 }
@@ -116,14 +186,25 @@ async fn a_tenants_bounces_pause_it_alone_and_its_held_sends_go_out_once_after_r
     let (globex, y_key) = w.other_tenant("globex").await;
     go_live(&w).await;
     senders(&w, globex.id).await;
-    let ses = ses_standin::start(moto::endpoint(), Faults::default(), 1).expect("the SES stand-in");
+    // SES answers `GetAccount` with the account's maximum send rate, as SES does for every
+    // account, and Relay paces the two tenants' sends under it, sharing it while both wait.
+    // Unpaced, X's burst went as fast as two cores allow and slowed all of Y's (moto's answers
+    // ×6, every phase of Y's sends ×3–6), not the guard's count (a few ms).
+    let account = Faults { account: Some((ACCOUNT_RATE, 1_000_000.0)), ..Faults::default() };
+    let ses = ses_standin::start(moto::endpoint(), account, 1).expect("the SES stand-in");
+    crate::pace::read_account(&w, &ses).await;
     let mut exec = executor(&w, &ses.url, roles());
     exec.config.concurrency = 16;
     let (stop_tx, handles) = workers(&exec, 2);
     let ingress = Ingress::new(&w.platform, "platform");
 
     // Y alone.
+    let probing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let probe = tokio::spawn(moto_probe(probing.clone(), "with Y alone"));
     let solo = y_latencies(&w, &y_key, &ses, "solo", 20, Duration::from_millis(150)).await;
+    probing.store(false, std::sync::atomic::Ordering::Relaxed);
+    probe.await.unwrap();
+    let probing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
 
     // X's campaign, with bounces fed back as X's sends reach SES, while Y sends again.
     let x_job = submit_as(&w, &w.key, "x-campaign", bouncing_campaign(X_SENDS)).await;
@@ -134,6 +215,7 @@ async fn a_tenants_bounces_pause_it_alone_and_its_held_sends_go_out_once_after_r
         async move {
             let mut fed = HashSet::new();
             let deadline = Instant::now() + Duration::from_secs(180);
+            let began = Instant::now();
             loop {
                 feed_bounces(w2, ingress, &mut fed).await;
                 let state: String = w2
@@ -144,6 +226,7 @@ async fn a_tenants_bounces_pause_it_alone_and_its_held_sends_go_out_once_after_r
                     .unwrap()
                     .map_or("ok".into(), |r| r.get(0));
                 if state == "paused" {
+                    eprintln!("paused {:?} after the feeder began", began.elapsed());
                     return fed.len();
                 }
                 assert!(Instant::now() < deadline, "X was never paused");
@@ -155,17 +238,26 @@ async fn a_tenants_bounces_pause_it_alone_and_its_held_sends_go_out_once_after_r
     while x_sent() < 20 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let probe = tokio::spawn(moto_probe(probing.clone(), "with Y beside X"));
     let (beside, bounced) =
         tokio::join!(y_latencies(&w, &y_key, &ses, "beside", 20, Duration::from_millis(150)), feeder);
+    probing.store(false, std::sync::atomic::Ordering::Relaxed);
+    probe.await.unwrap();
     let sent_at_pause = x_sent();
     eprintln!("X paused after {sent_at_pause} sends reached SES ({bounced} permanent bounces fed back)");
     eprintln!(
-        "Y latency to SES: alone p50 {:?} p95 {:?}; beside X p50 {:?} p95 {:?}",
+        "Y latency to SES: alone p50 {:?} p99 {:?}; beside X p50 {:?} p99 {:?}",
         p(&solo, 0.5),
-        p(&solo, 0.95),
+        p(&solo, 0.99),
         p(&beside, 0.5),
-        p(&beside, 0.95)
+        p(&beside, 0.99)
     );
+    // What the guard's count costs over X's window now (it runs on every bounce and complaint).
+    let db = w.db().await;
+    let counted = Instant::now();
+    let c = taskdeck::store::reputation::counts(&db, w.tenant.id, 24).await.unwrap();
+    eprintln!("the guard's count over X's window ({c:?}) took {:?}", counted.elapsed());
+    drop(db);
     // Let sends already past the guard finish, then nothing more of X's leaves.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let held_at = x_sent();
@@ -173,11 +265,13 @@ async fn a_tenants_bounces_pause_it_alone_and_its_held_sends_go_out_once_after_r
     assert_eq!(x_sent(), held_at, "no X send leaves while X is paused");
     assert!(held_at < X_SENDS, "X paused before 1,000 sends: {held_at}");
     eprintln!("X held at {held_at} of {X_SENDS} sends");
-    // Y is never held by X's pause: every Y send arrived, none waited anywhere near a hold
-    // (`HOLD_RECHECK`, 15 min). Its latency beside X's burst is printed above against its solo
-    // figure; the 2x bound on it is the claim's and the pacer's to keep (issue 47), not asserted here.
-    assert!(p(&beside, 0.95) < Duration::from_secs(5), "Y's sends not held beside X: p95 {:?}", p(&beside, 0.95));
-    eprintln!("Y beside X / Y alone (p50): {:.1}x", p(&beside, 0.5).as_secs_f64() / p(&solo, 0.5).as_secs_f64());
+    // Y keeps its latency beside X's burst: its p99 within twice its p99 alone, measured in
+    // this run, plus an allowance for this noisy machine (the chaos suite's: a phase's p99 is
+    // its slowest send, and one stall of a loaded CPU is not the neighbour's doing).
+    let allowance = Duration::from_millis(250);
+    let bound = p(&solo, 0.99) * 2 + allowance;
+    eprintln!("Y beside X p99 {:?}, bound {:?} (2 × alone p99 + {:?})", p(&beside, 0.99), bound, allowance);
+    assert!(p(&beside, 0.99) <= bound, "Y's p99 beside X {:?} over {:?}", p(&beside, 0.99), bound);
     // Y still sends while X is paused.
     let after = y_latencies(&w, &y_key, &ses, "after", 5, Duration::from_millis(100)).await;
     eprintln!("Y latency while X is paused: p50 {:?}", p(&after, 0.5));
@@ -342,11 +436,14 @@ async fn a_complaint_over_the_warning_level_tells_the_tenant_and_the_operator_an
     assert_eq!(crate::email::message_of(&w, id).await["status"], "sent");
 }
 
-/// SES tenants (`write:ses_tenants`): each send names its Relay tenant's SES tenant
-/// (`TenantName`); when SES pauses that tenant, the send is held (not retried blindly, not
-/// failed): the tenant's guard pauses (audited, the tenant told) until an operator resumes.
-/// moto has no SES tenants: the SES stand-in records each send's `TenantName` and answers a send
-/// naming a paused tenant with `SendingPausedException`, as SES does.
+/// SES tenants (`write:ses_tenants`): before the tenant's first send under the mode Relay
+/// creates its SES tenant and associates its sending identities (and the send's configuration
+/// set) once (a refusal holds the send, saying why); each send names it (`TenantName`); when SES
+/// pauses that tenant, the send is held (not retried blindly, not failed): the tenant's guard
+/// pauses (audited, the tenant told) until an operator resumes. moto has no SES tenants: the SES
+/// stand-in serves `CreateTenant` and `CreateTenantResourceAssociation` (recording each call),
+/// records each send's `TenantName` and answers a send naming a paused tenant with
+/// `SendingPausedException`, as SES does.
 #[tokio::test]
 async fn with_ses_tenants_sends_name_the_tenant_and_an_ses_pause_holds_them() {
     let w = World::new().await;
@@ -368,10 +465,60 @@ async fn with_ses_tenants_sends_name_the_tenant_and_an_ses_pause_holds_them() {
     taskdeck::store::modes::set(&mut w.db().await, "write:ses_tenants", true, "ops", Some("SES tenants"))
         .await
         .unwrap();
+    let name = taskdeck::email::ses::tenant_name(w.tenant.id);
+    // Relay sets up the tenant's SES tenant before its first send under the mode. Refused at
+    // first: the send is held, saying why, and nothing is sent.
+    ses.counts.refuse_tenant_setup.store(true, std::sync::atomic::Ordering::SeqCst);
     let id = send("t-1", "named").await;
     exec.run_dispatched(&[id]).await.unwrap();
-    let name = taskdeck::email::ses::tenant_name(w.tenant.id);
+    let (_, job) = w.call(Method::GET, &format!("/v1/jobs/{id}"), None, None).await;
+    assert_eq!(
+        (job["status"].as_str(), job["waiting_reason"].as_str(), job["waiting_rate"].as_str()),
+        (Some("pending"), Some("ses_tenant_pending"), Some(format!("ses_tenant:{}", w.tenant.id).as_str())),
+        "{job}"
+    );
+    let (_, events) = w.call(Method::GET, &format!("/v1/jobs/{id}/events"), None, None).await;
+    assert!(
+        events.to_string().contains("is not set up yet") && events.to_string().contains("LimitExceeded"),
+        "{events}"
+    );
+    assert_eq!(ses.counts.tenants.lock().unwrap().len(), 1, "held: nothing sent");
+    // SES takes it now: the held send (due again) creates the SES tenant and associates the
+    // tenant's identity (and the send's configuration set, when it names one), once each.
+    ses.counts.refuse_tenant_setup.store(false, std::sync::atomic::Ordering::SeqCst);
+    w.db().await.execute("UPDATE jobs SET run_at = now() WHERE id = $1", &[&id]).await.unwrap();
+    exec.run_dispatched(&[id]).await.unwrap();
     assert_eq!(ses.counts.tenants.lock().unwrap().last(), Some(&name), "on: the send names the tenant's SES tenant");
+    assert_eq!(
+        ses.counts.tenants_created.lock().unwrap().clone(),
+        std::slice::from_ref(&name),
+        "the SES tenant created once"
+    );
+    let associated = |kind: &str| -> Vec<String> {
+        let all = ses.counts.tenant_associations.lock().unwrap().clone();
+        all.into_iter().filter(|(t, arn)| t == &name && arn.contains(kind)).map(|(_, arn)| arn).collect()
+    };
+    let identities = associated(":identity/");
+    assert_eq!(identities.len(), 1, "{identities:?}");
+    assert!(
+        identities[0].starts_with("arn:aws:ses:")
+            && identities[0].ends_with(&format!(":identity/{}", crate::email::DOMAIN))
+    );
+    let calls =
+        || (ses.counts.tenants_created.lock().unwrap().len(), ses.counts.tenant_associations.lock().unwrap().len());
+    let kept = w.count("SELECT count(*) FROM ses_tenant_resources WHERE tenant_id = $1", &[&w.tenant.id]).await;
+    assert_eq!(kept as usize, calls().0 + calls().1, "each part kept as set up");
+    // A second send makes no call; an identity added later is associated by the next send alone.
+    let before = calls();
+    let id = send("t-1b", "named again").await;
+    exec.run_dispatched(&[id]).await.unwrap();
+    assert_eq!(calls(), before, "set up once: the next send makes no call");
+    assert_eq!(ses.counts.tenants.lock().unwrap().last(), Some(&name));
+    taskdeck::store::sending_identities::add(&w.db().await, w.tenant.id, "news.example").await.unwrap();
+    let id = send("t-1c", "after a new identity").await;
+    exec.run_dispatched(&[id]).await.unwrap();
+    assert_eq!(calls(), (before.0, before.1 + 1), "only the new identity is associated");
+    assert!(associated(":identity/news.example").len() == 1);
 
     // SES pauses the tenant: the next send is held, its message back to throttled, nothing failed.
     ses.counts.paused_tenants.lock().unwrap().insert(name.clone());

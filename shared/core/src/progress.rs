@@ -55,6 +55,10 @@ pub enum WaitingReason {
     /// An email held because its tenant's reputation guard paused the tenant's sends
     /// (`waiting_rate` names the pause): pending, no attempt used, until an operator resumes.
     ReputationPaused,
+    /// An email held because its tenant's SES tenant could not be set up yet
+    /// (`write:ses_tenants`; `waiting_rate` `ses_tenant:<tenant>`, the job's last error says
+    /// why): pending, no attempt used, tried again a minute later.
+    SesTenantPending,
     /// As many jobs of its concurrency key as its limit allows are running.
     ConcurrencyKeyBusy,
     /// A fan-out parent whose children have not all finished.

@@ -171,6 +171,9 @@ pub async fn annotate(db: &impl GenericClient, jobs: Vec<Job>, now: DateTime<Utc
                         Some(r) if w == WaitingReason::RateLimited && r.starts_with("reputation:") => {
                             WaitingReason::ReputationPaused
                         }
+                        Some(r) if w == WaitingReason::RateLimited && r.starts_with("ses_tenant:") => {
+                            WaitingReason::SesTenantPending
+                        }
                         _ if w == WaitingReason::WaitingForDependency && ordered_behind.is_some() => {
                             WaitingReason::OrderedBehind
                         }
@@ -178,8 +181,14 @@ pub async fn annotate(db: &impl GenericClient, jobs: Vec<Job>, now: DateTime<Utc
                     }
                 });
             let progress = progress::of(&j, children.get(&j.id).copied(), baselines.get(&j.task_type).copied(), now);
-            let waiting_rate =
-                rate.filter(|_| matches!(waiting, Some(WaitingReason::RateLimited | WaitingReason::ReputationPaused)));
+            let waiting_rate = rate.filter(|_| {
+                matches!(
+                    waiting,
+                    Some(
+                        WaitingReason::RateLimited | WaitingReason::ReputationPaused | WaitingReason::SesTenantPending
+                    )
+                )
+            });
             let warnings = match (&account, &progress) {
                 (Some(a), _) if j.task_type == SendCampaign::NAME && !j.status.is_terminal() => {
                     let to_send = match &progress {

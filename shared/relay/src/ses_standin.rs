@@ -3,8 +3,11 @@
 //! mid-answer, or held past the client's time limit; or, like SES past an account's maximum
 //! send rate, throttled when `max_per_second` sends already passed in the last second.
 //! Answers `GetAccount` (which moto lacks) with `account`'s quota, and stands in for SES tenant
-//! management (which moto lacks): records each send's `TenantName` and answers a send naming a
-//! paused tenant (`Counts::paused_tenants`) with `SendingPausedException`. Every other request (STS)
+//! management (which moto lacks): records each send's `TenantName`, answers a send naming a
+//! paused tenant (`Counts::paused_tenants`) with `SendingPausedException`, and serves
+//! `CreateTenant` and `CreateTenantResourceAssociation` (recording each call; a second one for
+//! the same tenant or association answers `AlreadyExistsException`, as SES does; all refused with
+//! `LimitExceededException` while `Counts::refuse_tenant_setup` is set). Every other request (STS)
 //! passes through. Counts what it did, and when each send passed (with its subject), so a
 //! caller can check Relay's records against the truth. Used by the tests and `relay bench`
 //! (its `pace` section); nothing here runs in production.
@@ -58,6 +61,12 @@ pub struct Counts {
     /// SES tenants paused now, as SES pauses one: a send naming one is answered
     /// `SendingPausedException` (moto has no tenants: this stands in for SES's own pause).
     pub paused_tenants: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Each `CreateTenant` call, by tenant name, in order (a repeat included).
+    pub tenants_created: std::sync::Mutex<Vec<String>>,
+    /// Each `CreateTenantResourceAssociation` call: (tenant name, resource ARN), in order.
+    pub tenant_associations: std::sync::Mutex<Vec<(String, String)>>,
+    /// While set, tenant management calls are refused (`LimitExceededException`).
+    pub refuse_tenant_setup: std::sync::atomic::AtomicBool,
 }
 
 impl Counts {
@@ -142,6 +151,10 @@ async fn handle(State(p): State<Proxy>, req: Request) -> Response {
         r.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
         return r;
     }
+    let req = match tenant_management(&p.counts, req).await {
+        Ok(answer) => return answer,
+        Err(req) => req,
+    };
     let (req, subject, tenant) = if is_send { with_subject(req).await } else { (req, String::new(), String::new()) };
     let mut fault = if is_send { p.choose().await } else { Fault::Pass };
     let c = &p.counts;
@@ -205,6 +218,46 @@ async fn handle(State(p): State<Proxy>, req: Request) -> Response {
             answer
         }
     }
+}
+
+/// An answer to SES tenant management (`CreateTenant`, `CreateTenantResourceAssociation`),
+/// recorded in `counts`; any other request is handed back.
+async fn tenant_management(counts: &Counts, req: Request) -> Result<Response, Request> {
+    let association = match (req.method(), req.uri().path()) {
+        (&axum::http::Method::POST, "/v2/email/tenants") => false,
+        (&axum::http::Method::POST, "/v2/email/tenants/resources") => true,
+        _ => return Err(req),
+    };
+    let bytes = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let name = v["TenantName"].as_str().unwrap_or_default().to_owned();
+    if counts.refuse_tenant_setup.load(Ordering::SeqCst) {
+        return Ok(error(StatusCode::BAD_REQUEST, "LimitExceededException", "Too many tenants."));
+    }
+    let repeated = if association {
+        let pair = (name.clone(), v["ResourceArn"].as_str().unwrap_or_default().to_owned());
+        let mut all = counts.tenant_associations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let repeated = all.contains(&pair);
+        all.push(pair);
+        repeated
+    } else {
+        let mut all = counts.tenants_created.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let repeated = all.contains(&name);
+        all.push(name.clone());
+        repeated
+    };
+    if repeated {
+        return Ok(error(StatusCode::BAD_REQUEST, "AlreadyExistsException", "The resource already exists."));
+    }
+    let body = if association {
+        serde_json::json!({})
+    } else {
+        serde_json::json!({"TenantName": name, "TenantId": format!("id-{name}"),
+            "TenantArn": format!("arn:aws:ses:us-east-1:123456789012:tenant/{name}")})
+    };
+    let mut r = Response::new(Body::from(body.to_string()));
+    r.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    Ok(r)
 }
 
 /// The request, whole again, its subject (SES v2 `SendEmail`'s raw MIME content) and the SES

@@ -25,6 +25,7 @@ pub mod pace;
 pub mod reputation;
 pub mod rules;
 pub mod ses;
+pub mod ses_tenants;
 pub mod task;
 
 use std::time::Duration;
@@ -33,7 +34,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::job::TaskError;
-use crate::store::messages::{self, AttachmentPreview, Intent, Message, NewMessage, PartPreview, Preview, Status};
+use crate::store::messages::{self, Intent, Message, NewMessage, Status};
 use crate::store::{StoreError, message_events, send_rates, sending_identities, suppressions, templates, topics};
 use crate::task::TaskContext;
 use content::SendParams;
@@ -90,54 +91,6 @@ pub const SKIPPED_SUPPRESSED: &str = "suppressed";
 /// The reason a message skipped for its topic's opt-outs gives.
 pub const SKIPPED_UNSUBSCRIBED: &str = "unsubscribed";
 
-/// What the SES request would carry (`ses::send`), kept on a shadowed message.
-fn preview(p: &SendParams, body: &content::Rendered, message_id: Uuid, ctx: &TaskContext) -> Preview {
-    let (message_id, job_id) = (message_id.to_string(), ctx.job_id.to_string());
-    let id = ses::Identity {
-        message_id: &message_id,
-        job_id: &job_id,
-        correlation_id: &ctx.correlation_id,
-        ses_tenant: None,
-    };
-    Preview {
-        from: p.from.clone(),
-        to: p.to.clone(),
-        cc: p.cc.clone(),
-        bcc: p.bcc.clone(),
-        reply_to: p.reply_to.clone(),
-        subject: body.subject.clone(),
-        text: body.text.clone(),
-        html: body.html.clone(),
-        headers: ses::headers(p, body, &id).into_iter().collect(),
-        tags: ses::tags(p, &id).into_iter().collect(),
-        configuration_set: p.configuration_set.clone(),
-        parts: p
-            .parts
-            .iter()
-            .map(|x| PartPreview {
-                content_type: mime::part_type(x).map_or_else(|_| x.content_type.clone(), |m| m.to_text()),
-                size: x.content.len(),
-                content: x.content.clone(),
-            })
-            .collect(),
-        attachments: p
-            .attachments
-            .iter()
-            .map(|a| AttachmentPreview {
-                filename: a.filename.clone(),
-                content_type: mime::media_type(&a.content_type)
-                    .map_or_else(|_| a.content_type.clone(), |m| m.to_text()),
-                disposition: serde_json::to_value(a.disposition)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
-                content_id: a.content_id.clone(),
-                size: mime::decoded_size(&a.content_base64),
-            })
-            .collect(),
-    }
-}
-
 /// One attempt of `email.send`.
 pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> {
     let p = with_default_set(p, DEFAULT_CONFIGURATION_SET.get());
@@ -159,8 +112,15 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
             None => Ok(vec![]),
         }
     };
+    // What of the tenant's SES tenant a live send still needs set up (`ses_tenants`).
+    let ses_tenant_missing = async {
+        match ctx.modes.writes_enabled(ses::TENANTS) {
+            true => crate::store::ses_tenants::missing(&db, tenant, p.configuration_set.as_deref()).await,
+            false => Ok(vec![]),
+        }
+    };
     let stage_of = cutover::task_type_of(p.message_key.as_deref());
-    let (template, allowed, listed, opted_out, own_role, guard, stage) = tokio::try_join!(
+    let (template, allowed, listed, opted_out, own_role, guard, stage, ses_tenant_missing) = tokio::try_join!(
         template,
         sending_identities::allows(&db, tenant, &from),
         suppressions::matching(&db, tenant, &recipients),
@@ -168,6 +128,7 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         sending_identities::role(&db, tenant),
         crate::store::reputation::get(&db, tenant),
         crate::store::cutover::get(&db, tenant, stage_of),
+        ses_tenant_missing,
     )
     .map_err(TaskError::retryable)?;
     // The template and its data are the tenant's: a failure to render them is its own.
@@ -193,12 +154,15 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
         let plan = pace::Plan { account, tenant: tenant.to_string(), shares: ctx.send_shares, rates, bulk };
         drop(db);
         let aws = ctx.aws().await?;
+        if !ses_tenant_missing.is_empty() {
+            ses_tenants::set_up(&ctx.db, &aws, tenant, &ses_tenant_missing).await?;
+        }
         (ctx.db.get().await.map_err(TaskError::retryable)?, Some(aws), Some(plan))
     } else {
         (db, None, None)
     };
     let id = Uuid::now_v7();
-    let preview = (status == Status::Shadowed).then(|| preview(&p, &body, id, ctx));
+    let preview = (status == Status::Shadowed).then(|| ses::preview(&p, &body, id, ctx));
     let new = NewMessage {
         id,
         tenant_id: tenant,

@@ -9,9 +9,10 @@
 //! send's horizon defers the job (`TaskError::RateLimited`: pending, no attempt used). Single
 //! sends have priority over a campaign's children: their horizon on the account is longer
 //! (`SINGLE_HORIZON` against `BULK_HORIZON`), so a child only takes an account slot less than
-//! `BULK_HORIZON` ahead while a single send may book past the children's queue. A
-//! password reset therefore waits at most about `BULK_HORIZON` behind any campaign; the
-//! children take every slot the single sends leave.
+//! `BULK_HORIZON` ahead while a single send may book past the children's queue; and a child
+//! books at most `BULK_BOOK_AHEAD` ahead (further off, it waits unbooked in the run until its
+//! slot comes near). A password reset therefore waits at most about `BULK_BOOK_AHEAD` behind
+//! any campaign; the children take every slot the single sends leave.
 //!
 //! A rate many tenants' sends keep (an account's, a configuration set's) is shared by the
 //! tenants with sends waiting on it, by weight (`store::send_shares`, `take_stage`): past its
@@ -36,6 +37,9 @@ use crate::store::send_shares;
 pub const SINGLE_HORIZON: Duration = Duration::from_secs(1);
 /// How far ahead a campaign's child waits in the run for its account slot.
 pub const BULK_HORIZON: Duration = Duration::from_millis(500);
+/// How far ahead a campaign's child books its slot: one further off is waited for unbooked
+/// (`wait_for_slot`), so a single send books at most this far behind the children's queue.
+pub const BULK_BOOK_AHEAD: Duration = Duration::from_millis(100);
 /// How far ahead any send waits in the run for its tenant's and configuration set's slot.
 pub const OWN_HORIZON: Duration = Duration::from_secs(1);
 /// Every rate is kept at this share of itself. Slots are 1/(HEADROOM × rate) apart, so N + 1
@@ -297,7 +301,21 @@ pub async fn wait_for_slot(db: &deadpool_postgres::Pool, plan: &Plan) -> Result<
         if stage.is_empty() {
             continue;
         }
-        match take_stage(db, plan, &stage, horizon).await? {
+        let mut taken = take_stage(db, plan, &stage, horizon).await?;
+        // A campaign's child books at most `BULK_BOOK_AHEAD` ahead: further off, it waits
+        // unbooked (within its horizon) until its slot comes near, so a single send that comes
+        // meanwhile books before it rather than behind the children's whole queue.
+        // It looks again no sooner than one slot later (others wait beside it).
+        let until = std::time::Instant::now() + horizon;
+        let one_slot = stage.iter().map(|k| k.limit.rate_per_second).fold(f64::MIN_POSITIVE, f64::max).recip();
+        while let Slot::Wait(wait) = taken
+            && plan.bulk
+            && std::time::Instant::now() + wait <= until
+        {
+            tokio::time::sleep(wait.saturating_sub(BULK_BOOK_AHEAD).max(Duration::from_secs_f64(one_slot))).await;
+            taken = take_stage(db, plan, &stage, horizon).await?;
+        }
+        match taken {
             Slot::Taken(wait) => {
                 let slot = std::time::Instant::now() + wait;
                 if Some(i) == last {
@@ -367,6 +385,7 @@ async fn take_stage(
         ahead = horizon + SHARED_AHEAD;
     }
     let limits: Vec<Limit> = stage.iter().map(|k| k.limit.clone()).collect();
+    let ahead = if plan.bulk { ahead.min(BULK_BOOK_AHEAD) } else { ahead };
     let taken = rate_slots::take(&tx, &limits, ahead).await.map_err(TaskError::retryable)?;
     let Slot::Taken(wait) = taken else {
         tx.commit().await.map_err(TaskError::retryable)?;

@@ -18,6 +18,7 @@ use aws_sdk_sesv2::types::{Destination, EmailContent, MessageTag, RawMessage};
 
 use super::content::{CORRELATION_HEADER, Rendered, SendParams, tag_value};
 use super::departure::{Departing, Departure, PastSlot};
+use crate::store::messages::{AttachmentPreview, PartPreview, Preview};
 
 /// The write switch by which a deployment uses SES tenants (`write:ses_tenants`): each send
 /// names its Relay tenant's SES tenant (`tenant_name`).
@@ -227,4 +228,48 @@ pub async fn account_quota(client: &Client) -> Result<(f64, f64, f64), String> {
     let out = client.get_account().send().await.map_err(|e| DisplayErrorContext(&e).to_string())?;
     let q = out.send_quota().ok_or("GetAccount answered without a SendQuota")?;
     Ok((q.max_send_rate(), q.max24_hour_send(), q.sent_last24_hours()))
+}
+
+/// What the SES request would carry (`send`), kept on a shadowed message.
+pub fn preview(p: &SendParams, body: &Rendered, message_id: uuid::Uuid, ctx: &crate::task::TaskContext) -> Preview {
+    let (message_id, job_id) = (message_id.to_string(), ctx.job_id.to_string());
+    let id =
+        Identity { message_id: &message_id, job_id: &job_id, correlation_id: &ctx.correlation_id, ses_tenant: None };
+    Preview {
+        from: p.from.clone(),
+        to: p.to.clone(),
+        cc: p.cc.clone(),
+        bcc: p.bcc.clone(),
+        reply_to: p.reply_to.clone(),
+        subject: body.subject.clone(),
+        text: body.text.clone(),
+        html: body.html.clone(),
+        headers: headers(p, body, &id).into_iter().collect(),
+        tags: tags(p, &id).into_iter().collect(),
+        configuration_set: p.configuration_set.clone(),
+        parts: p
+            .parts
+            .iter()
+            .map(|x| PartPreview {
+                content_type: super::mime::part_type(x).map_or_else(|_| x.content_type.clone(), |m| m.to_text()),
+                size: x.content.len(),
+                content: x.content.clone(),
+            })
+            .collect(),
+        attachments: p
+            .attachments
+            .iter()
+            .map(|a| AttachmentPreview {
+                filename: a.filename.clone(),
+                content_type: super::mime::media_type(&a.content_type)
+                    .map_or_else(|_| a.content_type.clone(), |m| m.to_text()),
+                disposition: serde_json::to_value(a.disposition)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                content_id: a.content_id.clone(),
+                size: super::mime::decoded_size(&a.content_base64),
+            })
+            .collect(),
+    }
 }

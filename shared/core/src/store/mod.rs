@@ -34,6 +34,7 @@ pub mod secret;
 pub mod send_rates;
 pub mod send_shares;
 pub mod sending_identities;
+pub mod ses_tenants;
 pub mod status;
 pub mod status_keys;
 pub mod suppressions;

@@ -5,6 +5,7 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 use utoipa::ToSchema;
 
 use super::{GenericClient, StoreError};
@@ -41,8 +42,14 @@ pub struct Counts {
     pub failures: i64,
 }
 
-const COLUMNS: &str = "warn_bounce, warn_complaint, pause_bounce, pause_complaint, window_hours, min_sends, \
-                       exempt_tags, state, state_reason, state_since";
+/// The columns of a guard's thresholds and exemptions, in `guard_params`' order ($2–$8).
+macro_rules! thresholds {
+    () => {
+        "warn_bounce, warn_complaint, pause_bounce, pause_complaint, window_hours, min_sends, exempt_tags"
+    };
+}
+
+const COLUMNS: &str = concat!(thresholds!(), ", state, state_reason, state_since");
 
 fn guard(r: &Row) -> Guard {
     Guard {
@@ -67,26 +74,34 @@ pub async fn get(db: &impl GenericClient, tenant: TenantId) -> Result<Option<Gua
     Ok(row.as_ref().map(guard))
 }
 
+/// The tenant ($1) and the guard's `thresholds!` ($2–$8): what `set` and `raise` both write.
+fn guard_params<'a>(tenant: &'a TenantId, g: &'a Guard) -> Vec<&'a (dyn ToSql + Sync)> {
+    vec![
+        tenant,
+        &g.warn_bounce,
+        &g.warn_complaint,
+        &g.pause_bounce,
+        &g.pause_complaint,
+        &g.window_hours,
+        &g.min_sends,
+        &g.exempt_tags,
+    ]
+}
+
 /// Set a tenant's thresholds and exemptions (its state stays as it is).
 pub async fn set(db: &impl GenericClient, tenant: TenantId, g: &Guard, by: &str) -> Result<(), StoreError> {
+    let mut params = guard_params(&tenant, g);
+    params.push(&by);
     db.execute(
-        "INSERT INTO tenant_reputation (tenant_id, warn_bounce, warn_complaint, pause_bounce, pause_complaint,
-             window_hours, min_sends, exempt_tags, updated_by)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-         ON CONFLICT (tenant_id) DO UPDATE SET warn_bounce = $2, warn_complaint = $3, pause_bounce = $4,
-             pause_complaint = $5, window_hours = $6, min_sends = $7, exempt_tags = $8, updated_by = $9,
-             updated_at = now()",
-        &[
-            &tenant,
-            &g.warn_bounce,
-            &g.warn_complaint,
-            &g.pause_bounce,
-            &g.pause_complaint,
-            &g.window_hours,
-            &g.min_sends,
-            &g.exempt_tags,
-            &by,
-        ],
+        concat!(
+            "INSERT INTO tenant_reputation (tenant_id, ",
+            thresholds!(),
+            ", updated_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             ON CONFLICT (tenant_id) DO UPDATE SET (",
+            thresholds!(),
+            ", updated_by) = ($2, $3, $4, $5, $6, $7, $8, $9), updated_at = now()"
+        ),
+        &params,
     )
     .await?;
     Ok(())
@@ -101,26 +116,20 @@ pub async fn raise(
     to: &str,
     reason: &str,
 ) -> Result<bool, StoreError> {
+    let mut params = guard_params(&tenant, g);
+    params.extend([&to as &(dyn ToSql + Sync), &reason]);
     let n = db
         .execute(
-            "INSERT INTO tenant_reputation AS r (tenant_id, warn_bounce, warn_complaint, pause_bounce,
-                 pause_complaint, window_hours, min_sends, exempt_tags, updated_by, state, state_reason, state_since)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'system', $9, $10, now())
-             ON CONFLICT (tenant_id) DO UPDATE SET state = $9, state_reason = $10, state_since = now()
-             WHERE (CASE r.state WHEN 'ok' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END)
-                 < (CASE $9::text WHEN 'ok' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END)",
-            &[
-                &tenant,
-                &g.warn_bounce,
-                &g.warn_complaint,
-                &g.pause_bounce,
-                &g.pause_complaint,
-                &g.window_hours,
-                &g.min_sends,
-                &g.exempt_tags,
-                &to,
-                &reason,
-            ],
+            concat!(
+                "INSERT INTO tenant_reputation AS r (tenant_id, ",
+                thresholds!(),
+                ", updated_by, state, state_reason, state_since)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'system', $9, $10, now())
+                 ON CONFLICT (tenant_id) DO UPDATE SET state = $9, state_reason = $10, state_since = now()
+                 WHERE (CASE r.state WHEN 'ok' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END)
+                     < (CASE $9::text WHEN 'ok' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END)"
+            ),
+            &params,
         )
         .await?;
     Ok(n == 1)
