@@ -208,6 +208,7 @@ fn settings_rules(schemas: &mut Value, callback_url: &str) {
 /// take them (the token URL under the base URL's rules).
 fn destination_terms(schemas: &mut Value, base_url: &str) {
     use crate::destinations::oauth;
+    use crate::store::destination_terms::Layout;
     let visible = format!("^[ -~]{{1,{}}}$", oauth::MAX_FIELD_LEN);
     let grant = &mut schemas["OAuth"]["properties"];
     grant["token_url"]["pattern"] = json!(base_url);
@@ -223,6 +224,16 @@ fn destination_terms(schemas: &mut Value, base_url: &str) {
     rule["statuses"]["items"] = json!({"type": "integer", "minimum": 100, "maximum": 599});
     // Printable ASCII, `~` only as `~0` or `~1` (the server counts the limit in bytes).
     schemas["JsonCheck"]["properties"]["pointer"]["pattern"] = json!("^(/([ -}]|~[01])*)+$");
+    // A layout that signs the timestamp (the id) names the header that carries it.
+    let without = |signs: fn(Layout) -> bool| -> Vec<Value> {
+        Layout::ALL.into_iter().filter(|l| !signs(*l)).map(|l| json!(l)).collect()
+    };
+    let carried = |signs: fn(Layout) -> bool, header: &str| {
+        json!({"anyOf": [{"properties": {"signed": {"enum": without(signs)}}},
+                         {"required": [header], "properties": {header: {"type": "string"}}}]})
+    };
+    schemas["SignatureScheme"]["allOf"] =
+        json!([carried(Layout::has_timestamp, "timestamp_header"), carried(Layout::has_id, "id_header")]);
     // Either form; which one a destination takes depends on its scheme (else 409).
     schemas["SigningSecretBody"]["properties"]["value"]["anyOf"] = json!([
         {"pattern": crate::destinations::SIGNING_SECRET_PATTERN},

@@ -26,10 +26,10 @@ pub const MAX_PREFIX_LEN: usize = 16;
 pub const MIN_RAW_KEY_LEN: usize = 8;
 
 impl Layout {
-    fn has_timestamp(self) -> bool {
+    pub fn has_timestamp(self) -> bool {
         !matches!(self, Layout::Body)
     }
-    fn has_id(self) -> bool {
+    pub fn has_id(self) -> bool {
         matches!(self, Layout::IdTimestampBody)
     }
 }

@@ -74,6 +74,11 @@ pub enum Layout {
     Body,
 }
 
+impl Layout {
+    pub const ALL: [Layout; 4] =
+        [Layout::IdTimestampBody, Layout::TimestampBody, Layout::V0TimestampBody, Layout::Body];
+}
+
 /// How the digest is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
