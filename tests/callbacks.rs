@@ -290,24 +290,11 @@ async fn the_ssrf_corpus_never_connects() {
     assert!(trapped.lock().unwrap().is_empty(), "the redirect was followed");
 }
 
-/// A writer that keeps every log line in memory.
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Lines {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn a_correlation_id_reaches_children_callbacks_and_log_lines() {
     // One process-wide subscriber (a scoped one misses lines when other tests run beside it),
     // recording only what happens inside spans carrying this test's correlation id.
+    use crate::support::leaks::Lines;
     static LINES: std::sync::OnceLock<Lines> = std::sync::OnceLock::new();
     let lines = LINES.get_or_init(|| {
         let lines = Lines::default();
@@ -364,7 +351,7 @@ async fn a_correlation_id_reaches_children_callbacks_and_log_lines() {
     assert_eq!(event["data"]["progress"]["succeeded"], 2);
     assert!(headers.contains_key("webhook-signature"));
 
-    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let text = lines.text();
     let with_id: Vec<Value> = text
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())

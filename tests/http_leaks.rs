@@ -8,6 +8,7 @@ use taskdeck::job::JobId;
 
 use crate::http::{Reply, destination, receiver, world};
 use crate::support::World;
+use crate::support::leaks::rows_holding;
 
 /// A fragment of the secret no other text holds.
 const MARK: &str = "zq7-live";
@@ -21,24 +22,6 @@ async fn run(w: &World, key: &str, path: &str) -> JobId {
     let id: JobId = job["id"].as_str().unwrap().parse().unwrap();
     w.platform.executor().run_dispatched(&[id]).await.unwrap();
     id
-}
-
-/// Every row of every table of the test's schema, as text, that holds the mark.
-async fn rows_holding_the_secret(w: &World) -> Vec<String> {
-    let db = w.db().await;
-    let tables = db
-        .query("SELECT table_name::text FROM information_schema.tables WHERE table_schema = current_schema()", &[])
-        .await
-        .unwrap();
-    let mut found = Vec::new();
-    for t in tables {
-        let name: String = t.get(0);
-        let sql = format!("SELECT t::text FROM \"{name}\" t WHERE t::text LIKE '%' || $1 || '%'");
-        for r in db.query(&sql, &[&MARK]).await.unwrap() {
-            found.push(format!("{name}: {}", r.get::<_, String>(0)));
-        }
-    }
-    found
 }
 
 #[tokio::test]
@@ -72,7 +55,7 @@ async fn a_destination_echoing_the_secret_leaves_it_in_no_record() {
     assert_eq!(answer["headers"]["x-request-id"], "<redacted>", "{answer}");
     let (s, status) = w.call(Method::GET, "/v1/status", None, None).await;
     assert!(!status.to_string().contains(MARK), "{s}: {status}");
-    assert_eq!(rows_holding_the_secret(&w).await, Vec::<String>::new());
+    assert_eq!(rows_holding(&w, MARK).await, Vec::<String>::new());
 }
 
 #[tokio::test]

@@ -16,6 +16,7 @@ use taskdeck::store::modes;
 
 use crate::http::{Reply, calls, destination, job, receiver, world};
 use crate::support::World;
+use crate::support::leaks::{self, rows_holding};
 
 /// What every token minted starts with (no other text holds it).
 const TOKEN: &str = "zq9tok";
@@ -65,48 +66,9 @@ async fn submit(w: &World, key: &str) -> JobId {
     j["id"].as_str().unwrap().parse().unwrap()
 }
 
-/// Every row of every table of the test's schema, as text, holding `mark`.
-async fn rows_holding(w: &World, mark: &str) -> Vec<String> {
-    let db = w.db().await;
-    let tables = db
-        .query("SELECT table_name::text FROM information_schema.tables WHERE table_schema = current_schema()", &[])
-        .await
-        .unwrap();
-    let mut found = Vec::new();
-    for t in tables {
-        let name: String = t.get(0);
-        let sql = format!("SELECT t::text FROM \"{name}\" t WHERE t::text LIKE '%' || $1 || '%'");
-        for r in db.query(&sql, &[&mark]).await.unwrap() {
-            found.push(format!("{name}: {}", r.get::<_, String>(0)));
-        }
-    }
-    found
-}
-
-/// Log lines written while the test's own thread runs (every level).
-#[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Lines {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[tokio::test]
 async fn fifty_jobs_share_one_token_a_401_mints_one_more_and_the_token_is_nowhere() {
-    let lines = Lines::default();
-    let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _logs = tracing::subscriber::set_default(subscriber);
+    let (lines, _logs) = leaks::capture_this_thread();
 
     // A pool as large as the jobs at once, so none waits long for a connection when the
     // token comes and they all go.
@@ -201,7 +163,7 @@ async fn fifty_jobs_share_one_token_a_401_mints_one_more_and_the_token_is_nowher
     // is; beside other tests, tracing's per-callsite interest cache may hide some from a
     // subscriber scoped to this thread.
     tracing::debug!(event = "test.oauth.sentinel", "captured");
-    let logged = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let logged = lines.text();
     assert!(logged.contains("test.oauth.sentinel"), "the log was captured: {logged}");
     assert!(!logged.contains(TOKEN) && !logged.contains(CLIENT_SECRET), "{logged}");
 }
@@ -246,4 +208,111 @@ async fn a_refused_token_request_fails_the_job_as_the_tenants_and_a_private_toke
         let (s, _) = w.call(Method::PUT, &url, None, Some(json!({"value": "x".repeat(5000)}))).await;
         assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{path}");
     }
+}
+
+/// What every refresh token starts with (no other text holds it).
+const REFRESH: &str = "zq6rt";
+
+/// A token endpoint of the refresh-token grant that rotates (as Calendly's does): it takes only
+/// the refresh token it gave last (`zq6rt-0` first), answers a token and `zq6rt-<n+1>`, and
+/// refuses the old one with `400 invalid_grant`.
+async fn rotating_endpoint() -> (SocketAddr, Requests) {
+    let requests: Requests = Arc::default();
+    let app = axum::Router::new()
+        .route(
+            "/oauth/token",
+            axum::routing::post(|State(r): State<Requests>, form: String| async move {
+                let mut r = r.lock().unwrap();
+                let current = format!("{REFRESH}-{}", r.iter().filter(|(h, _)| h.contains_key("accepted")).count());
+                let accepted = form.contains(&format!("refresh_token={current}&"));
+                let mark = if accepted { "accepted" } else { "refused" };
+                r.push((BTreeMap::from([(mark.to_owned(), String::new())]), form));
+                if !accepted {
+                    let refusal = json!({"error": "invalid_grant"});
+                    return (StatusCode::BAD_REQUEST, axum::Json(refusal));
+                }
+                let n = r.iter().filter(|(h, _)| h.contains_key("accepted")).count();
+                let answer = json!({"access_token": format!("{TOKEN}-r{n}"), "token_type": "bearer",
+                    "expires_in": 3600, "refresh_token": format!("{REFRESH}-{n}")});
+                (StatusCode::OK, axum::Json(answer))
+            }),
+        )
+        .with_state(requests.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, requests)
+}
+
+/// A refresh token the endpoint rotates is kept (write-only, in the destination's secret
+/// store) and sent on the next refresh, which the endpoint refuses with the old one; keeping
+/// it does not drop the token just minted; neither token is in a row, an answer or a log line.
+#[tokio::test]
+async fn a_rotated_refresh_token_is_kept_and_used_for_the_next_refresh() {
+    let (lines, _logs) = leaks::capture_this_thread();
+    let w = world().await;
+    let (issuer, requests) = rotating_endpoint().await;
+    let calendly = |at: SocketAddr| {
+        let oauth = json!({"grant": "refresh_token", "token_url": format!("http://{issuer}/oauth/token"),
+            "client_id": "cal-client", "client_auth": "body"});
+        let w = &w;
+        async move { destination(w, &w.key, "calendly", at, json!({"oauth": oauth})).await }
+    };
+    let (addr, seen) = receiver(vec![]).await;
+    calendly(addr).await;
+    let url = "/v1/destinations/calendly/refresh-token";
+    let (s, e) = w.call(Method::PUT, url, None, Some(json!({"value": format!("{REFRESH}-0")}))).await;
+    assert_eq!(s, StatusCode::NO_CONTENT, "{e}");
+    let run = |key: &'static str| {
+        let w = &w;
+        async move {
+            let params = json!({"destination": "calendly", "method": "GET", "path": "/users/me"});
+            let (_, j) = w.submit(key, json!({"task_type": "http.request", "params": params})).await;
+            let id: JobId = j["id"].as_str().unwrap().parse().unwrap();
+            w.platform.executor().run_dispatched(&[id]).await.unwrap();
+            (id, job(w, id).await)
+        }
+    };
+    let (first, j) = run("cal-1").await;
+    assert_eq!(j["status"], "succeeded", "{j}");
+    // The next job uses the cached token: keeping the rotated refresh token is not a new grant.
+    let (second, j) = run("cal-2").await;
+    assert_eq!(j["status"], "succeeded", "{j}");
+    assert_eq!(requests.lock().unwrap().len(), 1, "one token request for two jobs");
+    let auths: Vec<String> = seen.lock().unwrap().iter().map(|r| r.headers["authorization"].clone()).collect();
+    assert_eq!(auths, [format!("Bearer {TOKEN}-r1"), format!("Bearer {TOKEN}-r1")]);
+
+    // A 401 drops the token: the refresh that follows sends the rotated token, which alone works.
+    let (addr401, seen401) = receiver(vec![Reply::Status(401, vec![], r#"{"message":"expired"}"#)]).await;
+    calendly(addr401).await;
+    let (third, j) = run("cal-3").await;
+    assert_eq!((j["status"].as_str(), j["attempt"].as_i64()), (Some("succeeded"), Some(1)), "{j}");
+    let forms: Vec<(bool, String)> =
+        requests.lock().unwrap().iter().map(|(h, f)| (h.contains_key("accepted"), f.clone())).collect();
+    assert_eq!(
+        forms,
+        [
+            (true, format!("grant_type=refresh_token&refresh_token={REFRESH}-0&client_id=cal-client")),
+            (true, format!("grant_type=refresh_token&refresh_token={REFRESH}-1&client_id=cal-client")),
+        ]
+    );
+    let auths: Vec<String> = seen401.lock().unwrap().iter().map(|r| r.headers["authorization"].clone()).collect();
+    assert_eq!(auths, [format!("Bearer {TOKEN}-r1"), format!("Bearer {TOKEN}-r2")]);
+
+    // Neither token, nor any refresh token, in a row, an answer or a log line.
+    for mark in [TOKEN, REFRESH] {
+        assert_eq!(rows_holding(&w, mark).await, Vec::<String>::new(), "{mark}");
+    }
+    for id in [first, second, third] {
+        for path in [format!("/v1/jobs/{id}"), format!("/v1/jobs/{id}/http-calls"), format!("/v1/jobs/{id}/events")] {
+            let (_, body) = w.call(Method::GET, &path, None, None).await;
+            assert!(!body.to_string().contains(TOKEN) && !body.to_string().contains(REFRESH), "{path}: {body}");
+        }
+    }
+    let (_, d) = w.call(Method::GET, "/v1/destinations/calendly", None, None).await;
+    assert!(!d.to_string().contains(REFRESH) && d["refresh_token_set_at"].is_string(), "{d}");
+    tracing::debug!(event = "test.oauth.sentinel", "captured");
+    let logged = lines.text();
+    assert!(logged.contains("test.oauth.sentinel"), "the log was captured: {logged}");
+    assert!(!logged.contains(TOKEN) && !logged.contains(REFRESH), "{logged}");
 }

@@ -247,6 +247,21 @@ fn destination_secrets_are_reached_only_in_this_stack_and_by_their_own_tenant() 
         assert_eq!(read(path(&root, b, false), Some(a)), Decision::ImplicitDeny, "{role}: another tenant's");
         assert_eq!(read(path(&root, a, false), None), Decision::ImplicitDeny, "{role}: an untagged session");
         assert_eq!(read(path(&neighbour, a, false), Some(a)), Decision::ImplicitDeny, "{role}: another stack's");
+        // It may put a rotated refresh token of its own tenant's, and write nothing else.
+        let write = |action: &str, res: String, t: TenantId| {
+            let tag = t.to_string();
+            iam::evaluate(&policy, &Request::new(action, &res, &[("aws:PrincipalTag/relay:tenant", tag.as_str())]))
+        };
+        let refresh = |t: TenantId| {
+            secret_arn(&format!("{}/refresh-token", taskdeck::destinations::secret_id_under(&root, t, "cal")))
+        };
+        let put = "secretsmanager:PutSecretValue";
+        assert_eq!(write(put, refresh(a), a), Decision::Allow, "{role}: its tenant's rotated refresh token");
+        assert_eq!(write(put, refresh(b), a), Decision::ImplicitDeny, "{role}: another tenant's");
+        assert_eq!(write(put, path(&root, a, false), a), Decision::ImplicitDeny, "{role}: the auth secret");
+        assert_eq!(write(put, path(&root, a, true), a), Decision::ImplicitDeny, "{role}: the signing secret");
+        let created = write("secretsmanager:CreateSecret", refresh(a), a);
+        assert_eq!(created, Decision::ImplicitDeny, "{role}: creates none");
     }
     let intake = stack.role_statements("IntakeRole");
     for action in ["secretsmanager:CreateSecret", "secretsmanager:PutSecretValue"] {

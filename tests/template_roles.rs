@@ -122,6 +122,10 @@ fn each_function_has_its_own_least_privilege_role() {
     }
 }
 
+/// The one secret a task role may write: a destination's refresh token, rotated by its token
+/// endpoint (put, not create), the session's own tenant's.
+const ROTATED_REFRESH_TOKEN: &str = "secretsmanager:PutSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/${!aws:PrincipalTag/relay:tenant}/destinations/*/refresh-token-??????";
+
 #[test]
 fn each_task_type_has_its_own_role_trusting_only_the_executor() {
     let t = template();
@@ -142,15 +146,21 @@ fn each_task_type_has_its_own_role_trusting_only_the_executor() {
     ), (
         "HttpRequestTaskRole",
         // Only the session's own tenant's (the relay:tenant session tag, credentials/session.rs).
-        ["secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/${!aws:PrincipalTag/relay:tenant}/destinations/*".to_owned()]
-            .into_iter()
-            .collect(),
+        [
+            "secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/${!aws:PrincipalTag/relay:tenant}/destinations/*".to_owned(),
+            ROTATED_REFRESH_TOKEN.to_owned(),
+        ]
+        .into_iter()
+        .collect(),
     ), (
         "WebhookSendTaskRole",
         // The same: its destinations' auth and signing secrets, the session's own tenant's only.
-        ["secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/${!aws:PrincipalTag/relay:tenant}/destinations/*".to_owned()]
-            .into_iter()
-            .collect(),
+        [
+            "secretsmanager:GetSecretValue arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:relay/${AWS::StackName}/tenants/${!aws:PrincipalTag/relay:tenant}/destinations/*".to_owned(),
+            ROTATED_REFRESH_TOKEN.to_owned(),
+        ]
+        .into_iter()
+        .collect(),
     )]
     .into_iter()
     .collect();

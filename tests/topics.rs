@@ -1,13 +1,16 @@
 //! Subscription topics: an address opted out of topic "news" is skipped for a "news" campaign
 //! and still gets transactional mail; the opt-out and the resubscription reach the tenant's
 //! feed as `message.unsubscribed` / `message.resubscribed`; the suppression list still blocks all.
+//! A topic mapped onto an SES contact list and topic sends with SES's list management options.
 
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 use taskdeck::store::sending_identities;
 
 use crate::campaign::run_until_done;
-use crate::support::World;
+use crate::email::{executor, go_live, roles};
+use crate::support::{World, moto};
+use relay::ses_standin::{self, Faults};
 
 fn send(to: &str, topic: Option<&str>) -> Value {
     let mut params = json!({"from": "news@acme.example", "to": [to], "subject": "Hi", "text": "Hello"});
@@ -112,4 +115,111 @@ async fn hostile_topics_and_addresses_get_a_clear_422() {
     let (s, e) = w.submit("bad", send("ann@example.com", Some(&"t".repeat(65)))).await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
     assert_eq!(w.count("SELECT count(*) FROM topic_opt_outs", &[]).await, 0);
+}
+
+/// A live send naming a topic the tenant mapped onto an SES contact list carries SESv2
+/// `ListManagementOptions {ContactListName, TopicName}`, so SES's own unsubscribe link and header
+/// apply; a send naming an unmapped topic, or none, carries none. moto takes the field and
+/// ignores it (it does not check that the list exists): the SES stand-in before it records it.
+#[tokio::test]
+async fn a_topic_mapped_onto_an_ses_contact_list_sends_with_its_list_management_options() {
+    let w = World::new().await;
+    go_live(&w).await;
+    crate::email::sender(&w).await;
+    let ses = ses_standin::start(moto::endpoint(), Faults::default(), 1).expect("the SES stand-in");
+    let exec = executor(&w, &ses.url, roles());
+    let body = json!({"contact_list": "acme-members", "ses_topic": "weekly-news"});
+    let (s, t) = w.call(Method::PUT, "/v1/topics/news/ses", None, Some(body)).await;
+    assert_eq!(s, StatusCode::OK, "{t}");
+    assert_eq!((t["topic"].as_str(), t["contact_list"].as_str()), (Some("news"), Some("acme-members")), "{t}");
+    let (_, list) = w.call(Method::GET, "/v1/topics/ses", None, None).await;
+    assert_eq!(list["topics"].as_array().map(Vec::len), Some(1), "{list}");
+
+    let from = format!("noreply@{}", crate::email::DOMAIN);
+    for (key, topic) in [("news", Some("news")), ("offers", Some("offers")), ("receipt", None)] {
+        let mut params = json!({"from": from, "to": ["ann@example.com"], "subject": key, "text": "x"});
+        if let Some(t) = topic {
+            params["topic"] = json!(t);
+        }
+        let id = crate::email::submit(&w, key, json!({"task_type": "email.send", "params": params})).await;
+        exec.run_dispatched(&[id]).await.unwrap();
+    }
+    let sent: Vec<(String, String)> =
+        ses.counts.passed().into_iter().map(|(_, s)| s).zip(ses.counts.lists.lock().unwrap().clone()).collect();
+    let expected = [("news", "acme-members/weekly-news"), ("offers", ""), ("receipt", "")];
+    assert_eq!(sent, expected.map(|(a, b)| (a.to_owned(), b.to_owned())));
+
+    // Unmapped: the next news send carries none.
+    let (s, _) = w.call(Method::DELETE, "/v1/topics/news/ses", None, None).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, _) = w.call(Method::DELETE, "/v1/topics/news/ses", None, None).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let params = json!({"from": from, "to": ["ann@example.com"], "subject": "news-2", "text": "x", "topic": "news"});
+    let id = crate::email::submit(&w, "news-2", json!({"task_type": "email.send", "params": params})).await;
+    exec.run_dispatched(&[id]).await.unwrap();
+    assert_eq!(ses.counts.lists.lock().unwrap().last().map(String::as_str), Some(""));
+
+    // Names SES would not take are refused where they are set.
+    for (body, field) in [
+        (json!({"contact_list": "a list", "ses_topic": "t"}), "contact_list"),
+        (json!({"contact_list": "l", "ses_topic": "t".repeat(65)}), "ses_topic"),
+    ] {
+        let (s, e) = w.call(Method::PUT, "/v1/topics/news/ses", None, Some(body)).await;
+        assert_eq!((s, e["error"]["field"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some(field)), "{e}");
+    }
+    let (s, e) = w.call(Method::PUT, "/v1/topics/news/ses", None, Some(json!({"contact_list": "l"}))).await;
+    assert!(s.is_client_error(), "{s} {e}");
+}
+
+/// SES's `Subscription` event (a contact used SES's unsubscribe link or header) on a message of
+/// a topic mapped onto that contact list becomes Relay's opt-out of the topic (source
+/// `provider`, on the message, heard as `message.unsubscribed`), and SES reporting the contact
+/// opted in again resubscribes it (`message.resubscribed`). An event of another list changes
+/// nothing. The events are fed to ingress as SNS delivers them (no SES is involved).
+#[tokio::test]
+async fn an_ses_subscription_event_opts_the_address_out_of_the_mapped_topic_and_back_in() {
+    let w = World::new().await;
+    sending_identities::set(&mut w.db().await, w.tenant.id, &["acme.example".into()]).await.unwrap();
+    let body = json!({"contact_list": "members", "ses_topic": "weekly"});
+    let (s, t) = w.call(Method::PUT, "/v1/topics/news/ses", None, Some(body)).await;
+    assert_eq!(s, StatusCode::OK, "{t}");
+    let sent = run(&w, "news-1", send("ann@example.com", Some("news"))).await;
+    let id = sent["result"]["message_id"].as_str().unwrap().to_owned();
+    let m = json!({"id": id, "provider_message_id": "ses-sub-1", "correlation_id": "c"});
+    let event = |sns: &str, list: &str, status: &str| {
+        let prefs = json!({"unsubscribeAll": false,
+            "topicSubscriptionStatus": [{"topicName": "weekly", "subscriptionStatus": status}]});
+        let mut e = crate::email::ses_event(
+            "Subscription",
+            &m,
+            json!({"subscription": {"contactList": list,
+            "timestamp": "2026-11-30T10:00:05.000Z", "source": "UnsubscribeHeader", "newTopicPreferences": prefs}}),
+        );
+        e["mail"]["destination"] = json!(["ann@example.com"]);
+        crate::email::sns_record(sns, &e)
+    };
+    let opt_outs = || async {
+        let (_, list) = w.call(Method::GET, "/v1/topic-opt-outs", None, None).await;
+        list["opt_outs"].as_array().unwrap().clone()
+    };
+    let exec = w.platform.executor();
+
+    // Another contact list: nothing changes.
+    crate::email::through_ingress(&w, &exec, vec![event("sub-0", "other-list", "OptOut")]).await;
+    assert_eq!(opt_outs().await, Vec::<Value>::new());
+
+    crate::email::through_ingress(&w, &exec, vec![event("sub-1", "members", "OptOut")]).await;
+    let list = opt_outs().await;
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!((list[0]["address"].as_str(), list[0]["topic"].as_str()), (Some("ann@example.com"), Some("news")));
+    assert_eq!((list[0]["source"].as_str(), list[0]["message_id"].as_str()), (Some("provider"), Some(id.as_str())));
+    // The next news send skips her.
+    let next = run(&w, "news-2", send("ann@example.com", Some("news"))).await;
+    assert_eq!(next["result"]["skipped"], "unsubscribed", "{next}");
+
+    crate::email::through_ingress(&w, &exec, vec![event("sub-2", "members", "OptIn")]).await;
+    assert_eq!(opt_outs().await, Vec::<Value>::new());
+    let types: Vec<String> = feed(&w).await.iter().map(|e| e["type"].as_str().unwrap_or_default().to_owned()).collect();
+    assert!(types.contains(&"message.unsubscribed".to_owned()), "{types:?}");
+    assert!(types.contains(&"message.resubscribed".to_owned()), "{types:?}");
 }

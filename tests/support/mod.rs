@@ -4,6 +4,7 @@
 
 pub mod aws_standin;
 pub mod iam;
+pub mod leaks;
 pub mod moto;
 pub mod runtime_api;
 pub mod transports;

@@ -270,6 +270,15 @@ impl SecretWriter {
         }
     }
 
+    /// Put a new value in a secret that exists (a rotated refresh token: the task roles may
+    /// put, not create).
+    pub async fn replace(&self, tenant: TenantId, name: &str, which: Secret, value: &str) -> Result<(), SecretError> {
+        let SecretWriter::Aws(client) = self else { return self.write(tenant, name, which, value).await };
+        let id = which.id(tenant, name);
+        let put = client.put_secret_value().secret_id(&id).secret_string(value).send().await;
+        put.map(|_| ()).map_err(|e| SecretError::Service(DisplayErrorContext(&e).to_string()))
+    }
+
     /// Delete every secret of a destination's, at once and for good (Secrets Manager's
     /// recovery window is skipped: the destination they belonged to is gone, and a new one of
     /// the same name starts without them). A secret that does not exist is no error.

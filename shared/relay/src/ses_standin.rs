@@ -7,7 +7,8 @@
 //! paused tenant (`Counts::paused_tenants`) with `SendingPausedException`, and serves
 //! `CreateTenant` and `CreateTenantResourceAssociation` (recording each call; a second one for
 //! the same tenant or association answers `AlreadyExistsException`, as SES does; all refused with
-//! `LimitExceededException` while `Counts::refuse_tenant_setup` is set). Every other request (STS)
+//! `LimitExceededException` while `Counts::refuse_tenant_setup` is set); records each send's
+//! `ListManagementOptions` (which moto ignores). Every other request (STS)
 //! passes through. Counts what it did, and when each send passed (with its subject), so a
 //! caller can check Relay's records against the truth. Used by the tests and `relay bench`
 //! (its `pace` section); nothing here runs in production.
@@ -58,6 +59,9 @@ pub struct Counts {
     pub passed_at: std::sync::Mutex<Vec<(std::time::Instant, String)>>,
     /// The `TenantName` each passed send named (SES tenant management), in order; none: "".
     pub tenants: std::sync::Mutex<Vec<String>>,
+    /// The `ListManagementOptions` each passed send named, as `<ContactListName>/<TopicName>`,
+    /// in order; none: "" (moto takes the field and does nothing with it).
+    pub lists: std::sync::Mutex<Vec<String>>,
     /// SES tenants paused now, as SES pauses one: a send naming one is answered
     /// `SendingPausedException` (moto has no tenants: this stands in for SES's own pause).
     pub paused_tenants: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -155,7 +159,8 @@ async fn handle(State(p): State<Proxy>, req: Request) -> Response {
         Ok(answer) => return answer,
         Err(req) => req,
     };
-    let (req, subject, tenant) = if is_send { with_subject(req).await } else { (req, String::new(), String::new()) };
+    let (req, subject, tenant, list) =
+        if is_send { with_subject(req).await } else { (req, String::new(), String::new(), String::new()) };
     let mut fault = if is_send { p.choose().await } else { Fault::Pass };
     let c = &p.counts;
     if is_send && c.paused_tenants.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(&tenant) {
@@ -214,6 +219,7 @@ async fn handle(State(p): State<Proxy>, req: Request) -> Response {
             if is_send {
                 c.passed.fetch_add(1, Ordering::SeqCst);
                 c.tenants.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(tenant);
+                c.lists.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(list);
             }
             answer
         }
@@ -261,8 +267,9 @@ async fn tenant_management(counts: &Counts, req: Request) -> Result<Response, Re
 }
 
 /// The request, whole again, its subject (SES v2 `SendEmail`'s raw MIME content) and the SES
-/// tenant it names (`TenantName`, "" when none).
-async fn with_subject(req: Request) -> (Request, String, String) {
+/// tenant it names (`TenantName`, "" when none), and its list management options
+/// (`<ContactListName>/<TopicName>`, "" when none).
+async fn with_subject(req: Request) -> (Request, String, String, String) {
     use base64::Engine as _;
     let (parts, body) = req.into_parts();
     let bytes = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
@@ -271,7 +278,13 @@ async fn with_subject(req: Request) -> (Request, String, String) {
     let raw = base64::engine::general_purpose::STANDARD.decode(raw).unwrap_or_default();
     let subject = header(&String::from_utf8_lossy(&raw), "Subject").unwrap_or_default();
     let tenant = v["TenantName"].as_str().unwrap_or_default().to_owned();
-    (Request::from_parts(parts, Body::from(bytes)), subject, tenant)
+    let list = &v["ListManagementOptions"];
+    let list = match (list["ContactListName"].as_str(), list["TopicName"].as_str()) {
+        (Some(l), Some(t)) => format!("{l}/{t}"),
+        (Some(l), None) => l.to_owned(),
+        _ => String::new(),
+    };
+    (Request::from_parts(parts, Body::from(bytes)), subject, tenant, list)
 }
 
 /// A top-level header of a MIME message, unfolded (ASCII values; the tests' subjects are).

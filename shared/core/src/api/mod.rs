@@ -98,6 +98,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/suppressions/{address}", put(email::add_suppression).delete(email::remove_suppression))
         .route("/v1/topic-opt-outs", get(topics::list))
         .route("/v1/topic-opt-outs/{address}/{topic}", put(topics::put).delete(topics::delete))
+        .route("/v1/topics/ses", get(topics::list_ses))
+        .route("/v1/topics/{topic}/ses", put(topics::put_ses).delete(topics::delete_ses))
         .route("/v1/templates", get(email::list_templates))
         .route("/v1/templates/{name}", get(email::get_template).put(email::put_template).delete(email::delete_template))
         .route("/v1/limits", get(limits::own))

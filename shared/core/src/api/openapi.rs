@@ -29,7 +29,7 @@ use super::{
         email::remove_suppression, email::list_templates, email::get_template, email::put_template,
         email::delete_template, email::get_identities, email::put_identities, email::put_recipients,
         email::get_sending_role, email::put_sending_role,
-        topics::list, topics::put, topics::delete,
+        topics::list, topics::put, topics::delete, topics::put_ses, topics::list_ses, topics::delete_ses,
         admin::list_exceptions, admin::show_exception, admin::retry, admin::cancel, admin::finish,
         admin::ignore, admin::bulk, admin::list_tenant_faults, admin::get_modes, admin::set_mode,
         send_rates::list, send_rates::get, send_rates::put, send_rates::put_weight,

@@ -1,6 +1,8 @@
 //! Subscription topics: a tenant's per-topic opt-outs of its recipients' addresses
 //! (`store::topics`). A send naming a topic (`email.send`'s `topic`, a campaign message's) is
 //! skipped for an address opted out of it; the suppression list still blocks every send.
+//! A topic may map onto an SES contact list and topic (`/v1/topics/{topic}/ses`): a live send
+//! naming it then carries SES's list management options.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -11,10 +13,10 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody, page_limit};
-use super::extract::Caller;
+use super::extract::{Caller, JsonBody};
 use crate::email::content;
 use crate::job::TenantId;
-use crate::store::topics::{self, OptOut};
+use crate::store::topics::{self, OptOut, SesTopic, SesTopicSet};
 use crate::store::{GenericClient, StoreError, callbacks, message_events};
 
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -153,4 +155,81 @@ async fn notify(
         callbacks::enqueue_message_event(db, id, t).await?;
     }
     Ok(())
+}
+
+/// `PUT /v1/topics/{topic}/ses`'s body: where the topic maps onto in SES.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SesTopicBody {
+    /// An SES contact list of the account's (`ContactListName`).
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_.-]{1,64}$")]
+    pub contact_list: String,
+    /// A topic of that list (`TopicName`).
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_.-]{1,64}$")]
+    pub ses_topic: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SesTopicList {
+    pub topics: Vec<SesTopic>,
+}
+
+/// An SES name, held to a topic's rule (1 to 64 letters, digits, `_`, `-` or `.`).
+fn ses_name(field: &'static str, raw: &str) -> Result<(), ApiError> {
+    topics::check_name(raw)
+        .map_err(|m| ApiError::unprocessable("invalid_field", format!("{field}: {m}")).with("field", field))
+}
+
+/// `PUT /v1/topics/{topic}/ses`: map the topic onto an SES contact list and topic.
+#[utoipa::path(put, path = "/v1/topics/{topic}/ses", tag = "email", params(("topic" = String, Path)),
+    request_body = SesTopicBody, security(("tenant_key" = [])),
+    responses((status = 200, body = SesTopic), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "the tenant maps 100 other topics (`limit_reached`)"),
+        (status = 422, body = ErrorBody)))]
+pub async fn put_ses(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(name): Path<String>,
+    JsonBody(b): JsonBody<SesTopicBody>,
+) -> Result<Json<SesTopic>, ApiError> {
+    let name = topic(&name)?;
+    ses_name("contact_list", &b.contact_list)?;
+    ses_name("ses_topic", &b.ses_topic)?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    match topics::set_ses_topic(&db, tenant.id, &name, &b.contact_list, &b.ses_topic).await? {
+        SesTopicSet::Set(t) => Ok(Json(t)),
+        SesTopicSet::Full => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "limit_reached",
+            format!("at most {} topics map onto SES", topics::MAX_SES_TOPICS),
+        )
+        .with("limit", topics::MAX_SES_TOPICS)),
+    }
+}
+
+/// `GET /v1/topics/ses`: the caller's topics that map onto SES.
+#[utoipa::path(get, path = "/v1/topics/ses", tag = "email", security(("tenant_key" = [])),
+    responses((status = 200, body = SesTopicList), (status = 401, body = ErrorBody)))]
+pub async fn list_ses(State(state): State<AppState>, Caller(tenant): Caller) -> Result<Json<SesTopicList>, ApiError> {
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    Ok(Json(SesTopicList { topics: topics::ses_topics(&db, tenant.id).await? }))
+}
+
+/// `DELETE /v1/topics/{topic}/ses`: stop mapping the topic onto SES (its opt-outs stay).
+#[utoipa::path(delete, path = "/v1/topics/{topic}/ses", tag = "email", params(("topic" = String, Path)),
+    security(("tenant_key" = [])),
+    responses((status = 204, description = "no longer mapped"), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn delete_ses(
+    State(state): State<AppState>,
+    Caller(tenant): Caller,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let name = topic(&name)?;
+    let db = state.pool.get().await.map_err(StoreError::from)?;
+    if topics::delete_ses_topic(&db, tenant.id, &name).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found())
+    }
 }

@@ -342,11 +342,31 @@ impl Auth {
                 true => Some(read_secret(reach.local, ctx, dest, Secret::ClientSecret).await?),
                 false => None,
             };
-            let refresh_token = match grant.grant {
-                Grant::RefreshToken => Some(read_secret(reach.local, ctx, dest, Secret::RefreshToken).await?),
-                _ => None,
+            if grant.grant != Grant::RefreshToken {
+                return Mint { oauth: grant, client_secret, refresh_token: None, allow: reach.allow }.mint().await;
+            }
+            let sent = read_secret(reach.local, ctx, dest, Secret::RefreshToken).await?;
+            let mint = |refresh_token: &String| {
+                let m = Mint {
+                    oauth: grant,
+                    client_secret: client_secret.clone(),
+                    refresh_token: Some(refresh_token.clone()),
+                    allow: reach.allow,
+                };
+                async move { m.mint().await }
             };
-            Mint { oauth: grant, client_secret, refresh_token, allow: reach.allow }.mint().await
+            let minted = match mint(&sent).await {
+                Ok(m) => m,
+                // Refused: another process may have rotated the token since it was read.
+                Err(refused) => match read_secret(reach.local, ctx, dest, Secret::RefreshToken).await {
+                    Ok(now) if now != sent => mint(&now).await?,
+                    _ => return Err(refused),
+                },
+            };
+            if let Some(rotated) = &minted.rotated {
+                store_rotated(reach.local, ctx, dest, rotated).await;
+            }
+            Ok(minted)
         };
         let token = reach.tokens.get(&key, stale, mint).await?;
         Ok(Some(Auth { header, value: format!("Bearer {token}"), token: Some(token) }))
@@ -448,6 +468,29 @@ pub(crate) fn shown_request(
         shown.insert(h.clone(), json!(REDACTED));
     }
     json!({"method": method, "url": url, "headers": shown, "body": body})
+}
+
+/// Keep the refresh token the endpoint rotated to in place of the old one (write-only, as the
+/// tenant's: Secrets Manager under the task's role, allowed to put that one secret, or the
+/// local store). Not noted as written by the tenant (`refresh_token_set_at`), so the token
+/// just minted stays cached. A failed write is logged (never the token): the job goes on with
+/// its token, and the next refresh, sent with the old one, may be refused until the tenant
+/// writes a new one.
+async fn store_rotated(local: Option<&Arc<LocalSecrets>>, ctx: &TaskContext, dest: &Destination, value: &str) {
+    let written = match local {
+        Some(store) => Ok(rules::SecretWriter::Local(store.clone())),
+        None => ctx.aws().await.map(|sdk| rules::SecretWriter::new(&sdk)).map_err(|e| e.to_string()),
+    };
+    let written = match written {
+        Ok(writer) => {
+            writer.replace(ctx.tenant_id, &dest.name, Secret::RefreshToken, value).await.map_err(|e| e.to_string())
+        }
+        Err(e) => Err(e),
+    };
+    if let Err(e) = written {
+        tracing::warn!(event = "relay.destinations.refresh_token_rotate_failed", destination = %dest.name, error = %e,
+            "could not keep the refresh token the token endpoint rotated to");
+    }
 }
 
 /// One of the destination's secrets: from the local store when there is one, else from

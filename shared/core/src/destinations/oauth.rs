@@ -162,10 +162,13 @@ pub fn margin(lifetime: Duration) -> Duration {
     (lifetime / 10).min(Duration::from_secs(60))
 }
 
-/// A token the endpoint gave, and for how long.
+/// A token the endpoint gave, for how long, and the refresh token it rotated to (RFC 6749
+/// §6: an answer may carry a new `refresh_token`, and the old one may stop working), which
+/// the caller stores in place of the one sent.
 pub struct Minted {
     pub token: String,
     pub lifetime: Duration,
+    pub rotated: Option<String>,
 }
 
 /// What minting needs: the grant, its secrets (read by the caller), the guard's allow-list.
@@ -278,7 +281,12 @@ impl Mint<'_> {
             .as_u64()
             .or_else(|| parsed["expires_in"].as_str().and_then(|s| s.parse().ok()))
             .map_or(DEFAULT_LIFETIME, Duration::from_secs);
-        Ok(Minted { token: token.to_owned(), lifetime })
+        let rotated = parsed["refresh_token"]
+            .as_str()
+            .filter(|r| self.refresh_token.is_some() && Some(*r) != self.refresh_token.as_deref())
+            .filter(|r| !r.is_empty() && super::check_value(r).is_ok())
+            .map(str::to_owned);
+        Ok(Minted { token: token.to_owned(), lifetime, rotated })
     }
 }
 

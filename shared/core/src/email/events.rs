@@ -24,6 +24,15 @@ fn addresses(list: Option<&Value>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The recipients an event's `mail.destination` names (bare, lower-case).
+pub fn destination(event: &Value) -> Vec<String> {
+    event
+        .pointer("/mail/destination")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).filter_map(super::content::bare).collect())
+        .unwrap_or_default()
+}
+
 /// The tag Relay sends the correlation id in (`ses::send`), as SES emits it back: under
 /// `mail.tags`, named as sent, each value a one-element list. Its value is `tag_value` of the
 /// id (SES tags take only letters, digits, `_` and `-`).

@@ -20,6 +20,7 @@ pub mod cutover;
 pub mod departure;
 pub mod encoded_words;
 pub mod events;
+pub mod list_management;
 pub mod mime;
 pub mod pace;
 pub mod reputation;
@@ -262,11 +263,17 @@ async fn deliver(
     // Where the deployment uses SES tenants, the send names the tenant's, so SES's own
     // per-tenant reputation and pause apply too.
     let ses_tenant = ctx.modes.writes_enabled(ses::TENANTS).then(|| ses::tenant_name(ctx.tenant_id));
+    // A topic the tenant maps onto an SES contact list: SES's unsubscribe link and header apply.
+    let list = match &p.topic {
+        Some(topic) => topics::ses_topic(&db, ctx.tenant_id, topic).await.map_err(TaskError::retryable)?,
+        None => None,
+    };
     let ids = ses::Identity {
         message_id: &m.id.to_string(),
         job_id: &ctx.job_id.to_string(),
         correlation_id: &ctx.correlation_id,
         ses_tenant: ses_tenant.as_deref(),
+        list: list.as_ref().map(|l| (l.contact_list.as_str(), l.ses_topic.as_str())),
     };
     // No pooled connection is held across the call (it may take SEND_TIMEOUT).
     drop(db);
@@ -493,6 +500,10 @@ pub async fn record_event(
             // The tenant hears of the event, and of the suppression it caused, through its
             // callbacks (the types it subscribes to) and its feed; the deliveries commit with them.
             let mut tenant_events = vec![(event_id, e.kind.name())];
+            if matches!(e.kind, messages::EventKind::Subscription) {
+                let heard = list_management::apply(tx, &message, &addressed, &detail).await;
+                tenant_events.extend(heard.map_err(TaskError::retryable)?);
+            }
             if !suppressed.is_empty()
                 && let Some(id) =
                     message_events::record_suppressed(tx, event_key, &message, &suppressed, reason, e.occurred_at)

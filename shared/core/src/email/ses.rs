@@ -14,7 +14,7 @@ use aws_sdk_sesv2::config::timeout::TimeoutConfig;
 use aws_sdk_sesv2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_sesv2::operation::send_email::SendEmailError;
 use aws_sdk_sesv2::primitives::Blob;
-use aws_sdk_sesv2::types::{Destination, EmailContent, MessageTag, RawMessage};
+use aws_sdk_sesv2::types::{Destination, EmailContent, ListManagementOptions, MessageTag, RawMessage};
 
 use super::content::{CORRELATION_HEADER, Rendered, SendParams, tag_value};
 use super::departure::{Departing, Departure, PastSlot};
@@ -75,6 +75,9 @@ pub struct Identity<'a> {
     pub correlation_id: &'a str,
     /// The SES tenant the send names (`TenantName`), when the deployment uses SES tenants.
     pub ses_tenant: Option<&'a str>,
+    /// The SES contact list and topic of the send's topic, when the tenant maps it onto SES
+    /// (`ListManagementOptions`: SES adds its own unsubscribe link and header).
+    pub list: Option<(&'a str, &'a str)>,
 }
 
 /// An SES client for one run: this job's credentials, no SDK retries, a hard time limit.
@@ -155,7 +158,13 @@ pub async fn send(
         )
         .content(EmailContent::builder().raw(raw).build())
         .set_configuration_set_name(p.configuration_set.clone())
-        .set_tenant_name(id.ses_tenant.map(str::to_owned));
+        .set_tenant_name(id.ses_tenant.map(str::to_owned))
+        .set_list_management_options(
+            id.list
+                .map(|(list, topic)| ListManagementOptions::builder().contact_list_name(list).topic_name(topic).build())
+                .transpose()
+                .map_err(|e| SendFailure::Rejected(e.to_string()))?,
+        );
     for (name, value) in tags(p, id) {
         let tag =
             MessageTag::builder().name(name).value(value).build().map_err(|e| SendFailure::Rejected(e.to_string()))?;
@@ -233,8 +242,13 @@ pub async fn account_quota(client: &Client) -> Result<(f64, f64, f64), String> {
 /// What the SES request would carry (`send`), kept on a shadowed message.
 pub fn preview(p: &SendParams, body: &Rendered, message_id: uuid::Uuid, ctx: &crate::task::TaskContext) -> Preview {
     let (message_id, job_id) = (message_id.to_string(), ctx.job_id.to_string());
-    let id =
-        Identity { message_id: &message_id, job_id: &job_id, correlation_id: &ctx.correlation_id, ses_tenant: None };
+    let id = Identity {
+        message_id: &message_id,
+        job_id: &job_id,
+        correlation_id: &ctx.correlation_id,
+        ses_tenant: None,
+        list: None,
+    };
     Preview {
         from: p.from.clone(),
         to: p.to.clone(),

@@ -61,6 +61,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (38, "0038_cutover_stages", include_str!("../../../../migrations/0038_cutover_stages.sql")),
     (39, "0039_message_configuration_set", include_str!("../../../../migrations/0039_message_configuration_set.sql")),
     (40, "0040_topic_opt_out_limit", include_str!("../../../../migrations/0040_topic_opt_out_limit.sql")),
+    (42, "0042_topic_ses_lists", include_str!("../../../../migrations/0042_topic_ses_lists.sql")),
     (43, "0043_ses_tenant_resources", include_str!("../../../../migrations/0043_ses_tenant_resources.sql")),
 ];
 

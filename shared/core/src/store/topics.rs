@@ -1,6 +1,7 @@
 //! Subscription topics (migration 0037): per-topic opt-outs of a tenant's addresses, beside the
 //! suppression list (which blocks every send). A send naming a topic is skipped for an address
-//! opted out of it; a send naming none is not affected.
+//! opted out of it; a send naming none is not affected. And (migration 0042) the SES contact
+//! list and topic a tenant's topic maps onto (`email::list_management`).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -97,6 +98,83 @@ pub async fn list(
 
 fn from_row(r: &tokio_postgres::Row) -> OptOut {
     OptOut { address: r.get(0), topic: r.get(1), source: r.get(2), message_id: r.get(3), created_at: r.get(4) }
+}
+
+/// The most topics a tenant may map onto SES contact lists.
+pub const MAX_SES_TOPICS: i64 = 100;
+
+/// The SES contact list and topic a tenant's topic maps onto (migration 0042): a live send
+/// naming the topic carries them (SES `ListManagementOptions`).
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+pub struct SesTopic {
+    pub topic: String,
+    /// The SES contact list (`ContactListName`).
+    pub contact_list: String,
+    /// The topic in that list (`TopicName`).
+    pub ses_topic: String,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// How setting a topic's SES list ended.
+#[derive(Debug)]
+pub enum SesTopicSet {
+    Set(SesTopic),
+    /// The tenant already maps `MAX_SES_TOPICS` others.
+    Full,
+}
+
+/// Map `topic` onto an SES contact list and topic (or change where it maps).
+pub async fn set_ses_topic(
+    db: &impl GenericClient,
+    tenant: TenantId,
+    topic: &str,
+    contact_list: &str,
+    ses_topic: &str,
+) -> Result<SesTopicSet, StoreError> {
+    let row = db
+        .query_opt(
+            "INSERT INTO topic_ses_lists (tenant_id, topic, contact_list, ses_topic)
+             SELECT $1, $2, $3, $4
+             WHERE (SELECT count(*) FROM topic_ses_lists WHERE tenant_id = $1 AND topic <> $2) < $5
+             ON CONFLICT (tenant_id, topic) DO UPDATE
+                 SET contact_list = EXCLUDED.contact_list, ses_topic = EXCLUDED.ses_topic, updated_at = now()
+             RETURNING topic, contact_list, ses_topic, updated_at",
+            &[&tenant, &topic, &contact_list, &ses_topic, &MAX_SES_TOPICS],
+        )
+        .await?;
+    Ok(row.as_ref().map_or(SesTopicSet::Full, |r| SesTopicSet::Set(ses_from_row(r))))
+}
+
+/// The SES contact list and topic `topic` maps onto, if it does.
+pub async fn ses_topic(db: &impl GenericClient, tenant: TenantId, topic: &str) -> Result<Option<SesTopic>, StoreError> {
+    let row = db
+        .query_opt(
+            "SELECT topic, contact_list, ses_topic, updated_at FROM topic_ses_lists WHERE tenant_id = $1 AND topic = $2",
+            &[&tenant, &topic],
+        )
+        .await?;
+    Ok(row.as_ref().map(ses_from_row))
+}
+
+/// Every topic of the tenant's that maps onto SES (at most `MAX_SES_TOPICS`), by name.
+pub async fn ses_topics(db: &impl GenericClient, tenant: TenantId) -> Result<Vec<SesTopic>, StoreError> {
+    let rows = db
+        .query(
+            "SELECT topic, contact_list, ses_topic, updated_at FROM topic_ses_lists WHERE tenant_id = $1 ORDER BY topic",
+            &[&tenant],
+        )
+        .await?;
+    Ok(rows.iter().map(ses_from_row).collect())
+}
+
+/// Stop mapping `topic` onto SES. False when it did not.
+pub async fn delete_ses_topic(db: &impl GenericClient, tenant: TenantId, topic: &str) -> Result<bool, StoreError> {
+    let n = db.execute("DELETE FROM topic_ses_lists WHERE tenant_id = $1 AND topic = $2", &[&tenant, &topic]).await?;
+    Ok(n == 1)
+}
+
+fn ses_from_row(r: &tokio_postgres::Row) -> SesTopic {
+    SesTopic { topic: r.get(0), contact_list: r.get(1), ses_topic: r.get(2), updated_at: r.get(3) }
 }
 
 /// A topic's name: 1 to 64 letters, digits, `_`, `-` or `.`.
