@@ -71,6 +71,13 @@ fn invalid(field: &str, why: &str) -> ApiError {
     ApiError::unprocessable("invalid_field", format!("{field}: {why}")).with("field", field)
 }
 
+/// The path of `PUT /v1/admin/tenants/{tenant_id}/cutover/{task_type}`: a tenant's name or id.
+#[derive(Debug, Deserialize)]
+pub struct TenantTask {
+    pub tenant_id: String,
+    pub task_type: String,
+}
+
 impl StageChange {
     fn stage(&self, tenant: crate::job::TenantId, task_type: &str) -> Result<Stage, ApiError> {
         if !["email.send", "email.campaign"].contains(&task_type) {
@@ -124,7 +131,7 @@ impl StageChange {
 pub async fn put(
     State(state): State<AppState>,
     Operator(op): Operator,
-    Path((raw, task_type)): Path<(String, String)>,
+    Path(TenantTask { tenant_id: raw, task_type }): Path<TenantTask>,
     JsonBody(b): JsonBody<StageChange>,
 ) -> Result<Json<Stage>, ApiError> {
     let tenant = tenant_of(&state, &raw).await?;

@@ -15,6 +15,7 @@
 //! The timestamp is the attempt's time in unix seconds; the id is the delivery's (`wh_<job
 //! id>`, the same on every attempt).
 
+use crate::plain::NameValue;
 pub use crate::store::destination_terms::{Encoding, KeyForm, Layout, SignatureScheme};
 use base64::Engine;
 use hmac::{Hmac, KeyInit, Mac};
@@ -75,7 +76,7 @@ impl SignatureScheme {
     }
 
     /// The headers of one delivery signed under `secret`.
-    fn headers(&self, secret: &str, msg_id: &str, timestamp: i64, body: &[u8]) -> Vec<(String, String)> {
+    fn headers(&self, secret: &str, msg_id: &str, timestamp: i64, body: &[u8]) -> Vec<NameValue> {
         let key = match self.key {
             KeyForm::Raw => secret.as_bytes().to_vec(),
             KeyForm::Whsec => {
@@ -128,7 +129,7 @@ pub fn headers(
     msg_id: &str,
     timestamp: i64,
     body: &[u8],
-) -> Vec<(String, String)> {
+) -> Vec<NameValue> {
     match scheme {
         Some(s) => s.headers(secret, msg_id, timestamp, body),
         None => vec![

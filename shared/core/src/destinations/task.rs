@@ -22,6 +22,7 @@ use crate::destinations as rules;
 use crate::destinations::local::LocalSecrets;
 use crate::job::TaskError;
 use crate::outbound::AllowList;
+use crate::plain::NameValue;
 use crate::plain::ParamError;
 use crate::task::{Admission, Named, Stored, Task, TaskContext};
 
@@ -112,7 +113,7 @@ async fn call(task: &HttpRequest, ctx: &TaskContext, p: RequestParams) -> Result
             .map_err(|m| TaskError::Fatal(format!("headers.{name}: {m}")).tenants())?;
     }
     let url = rules::join(&dest.base_url, &p.path);
-    let mut headers: Vec<(String, String)> = p.headers.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+    let mut headers: Vec<NameValue> = p.headers.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
     headers.extend(relay_headers(&job, ctx, "relay-http/1"));
     let body = p.body.as_ref().map_or_else(Vec::new, |b| b.to_string().into_bytes());
     let shown_body = p.body.as_ref().map(|b| shown_body(&body, || b.clone()));
