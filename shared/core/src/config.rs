@@ -203,7 +203,7 @@ impl LambdaConfig {
             database_secret: text("RELAY_DATABASE_SECRET"),
             work_queue_url: url_like("RELAY_WORK_QUEUE_URL")?,
             aws_endpoint_url: url_like("AWS_ENDPOINT_URL")?,
-            lease: Duration::from_secs(LEASE_SECONDS.read(&text)?),
+            lease: Duration::from_secs(LEASE_SECONDS.read(text)?),
             ingress_tenant: text("RELAY_INGRESS_TENANT").unwrap_or_else(|| "platform".into()),
             sweep_passes: u32::try_from(number("RELAY_SWEEP_PASSES", 2, 1..=10)?).unwrap_or(2),
             sweep_gap: Duration::from_secs(number("RELAY_SWEEP_GAP_SECONDS", 30, 0..=300)?),
@@ -231,7 +231,7 @@ impl LambdaConfig {
                 text("RELAY_PRETRAFFIC_INGRESS"),
             ],
             pretraffic_within: Duration::from_secs(number("RELAY_PRETRAFFIC_WITHIN_SECONDS", 60, 5..=600)?),
-            retention_days: u32::try_from(RETENTION_DAYS.read(&text)?).unwrap_or(30),
+            retention_days: u32::try_from(RETENTION_DAYS.read(text)?).unwrap_or(30),
             lambda_endpoint_url: url_like("AWS_ENDPOINT_URL_LAMBDA")?,
             codedeploy_endpoint_url: url_like("AWS_ENDPOINT_URL_CODEDEPLOY")?,
             lane_timeout: match text("RELAY_LANE_TIMEOUT_SECONDS") {
@@ -262,7 +262,7 @@ impl LambdaConfig {
             limits: {
                 let mut d = crate::limits::Defaults::default();
                 for kind in crate::limits::Kind::ALL {
-                    let n = limit_setting(kind).read(&text)?;
+                    let n = limit_setting(kind).read(text)?;
                     d.set(kind, i64::try_from(n).unwrap_or(crate::limits::MAX_LIMIT));
                 }
                 d
