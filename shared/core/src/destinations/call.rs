@@ -468,7 +468,7 @@ async fn read_secret(
     };
     let checked = |v: &str| match which {
         Secret::Signing => signature::check_secret(dest.signature.as_ref(), v),
-        _ if v.is_empty() => Err("is empty".to_owned()),
+        _ if v.is_empty() => Err(rules::HeaderError::Empty),
         _ => rules::check_value(v),
     };
     match read {

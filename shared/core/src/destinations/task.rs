@@ -79,11 +79,12 @@ impl Task for HttpRequest {
             return Err(ParamError::new("headers", format!("at most {} headers", rules::MAX_HEADERS)));
         }
         for (name, value) in &p.headers {
-            rules::check_header(name, value, None).map_err(|m| ParamError::new(format!("headers.{name}"), m))?;
+            rules::check_header(name, value, None)
+                .map_err(|m| ParamError::new(format!("headers.{name}"), m.to_string()))?;
         }
         check_timeout(p.timeout_ms)?;
         if let Some(rule) = &p.success {
-            rule.check().map_err(|m| ParamError::new("success", m))?;
+            rule.check().map_err(|m| ParamError::new("success", m.to_string()))?;
         }
         let size = p.body.as_ref().map_or(0, |b| serde_json::to_vec(b).map_or(usize::MAX, |b| b.len()));
         if size > MAX_BODY {

@@ -123,7 +123,7 @@ impl Task for WebhookSend {
         shown["event_type"] = json!(p.event_type);
         // The patterns may have changed since submit: the URL must still match one.
         if let Err(why) = patterns::check_url(&p.url, &dest.url_patterns, &self.allow) {
-            http::record_call(&db, ctx, &dest.name, &shown, "refused", Some(why.clone())).await?;
+            http::record_call(&db, ctx, &dest.name, &shown, "refused", Some(why.to_string())).await?;
             return Err(TaskError::Fatal(format!("url {:?}: {why}", p.url)).tenants());
         }
         drop(db);

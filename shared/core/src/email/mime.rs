@@ -323,7 +323,7 @@ fn base64_len(b64: &str) -> usize {
 fn check_filename(name: &str) -> Result<(), String> {
     check_shown_name(name)?;
     if name.contains("=?") {
-        let shown = super::encoded_words::decode(name)?;
+        let shown = super::encoded_words::decode(name).map_err(|e| e.to_string())?;
         check_shown_name(&shown).map_err(|e| format!("decoded as RFC 2047 ({shown:?}): {e}"))?;
     }
     Ok(())

@@ -165,8 +165,9 @@ impl Admin {
                         .ok_or_else(|| refused("invalid_max", "max is a whole number from 1 to 10000"))?
                         as usize,
                 };
-                let moved =
-                    sqs::move_messages(&self.sqs, dlq, queue, max).await.map_err(|e| refused("redrive_failed", e))?;
+                let moved = sqs::move_messages(&self.sqs, dlq, queue, max)
+                    .await
+                    .map_err(|e| refused("redrive_failed", e.to_string()))?;
                 Ok(json!({"moved": moved}))
             }
             _ => Err(refused(
