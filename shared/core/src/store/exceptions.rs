@@ -12,9 +12,10 @@ use uuid::Uuid;
 use super::{GenericClient, StoreError, decode};
 use crate::job::{ExceptionKind, JobId, TenantId};
 
-/// Where an exception is: open until an operator (or the system, on a later success) closes
-/// it as resolved or ignored. Stored as text (`exceptions.status`), the names serde writes;
-/// text no variant names is `StoreError::UnknownValue` when read.
+// Stored as text (`exceptions.status`), the names serde writes; text no variant names is
+// `StoreError::UnknownValue` when read. (Not a doc comment: the OpenAPI document shows that.)
+/// An exception's status: open until an operator (or the system, when its job later succeeds)
+/// closes it as resolved or ignored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ExceptionStatus {
