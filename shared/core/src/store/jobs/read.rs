@@ -99,11 +99,14 @@ pub enum EventKind {
     OperatorRetry,
     ForceFinished,
     ExceptionIgnored,
+    /// A fenced write refused as stale. The table's CHECK still allows it and a history written
+    /// by an early build may hold it; no current write records it.
+    StaleWriteRefused,
 }
 
 impl EventKind {
     /// Every kind a job's history can hold, in the order a job first meets them.
-    pub const ALL: [EventKind; 13] = [
+    pub const ALL: [EventKind; 14] = [
         Self::Submitted,
         Self::Claimed,
         Self::Succeeded,
@@ -117,6 +120,7 @@ impl EventKind {
         Self::OperatorRetry,
         Self::ForceFinished,
         Self::ExceptionIgnored,
+        Self::StaleWriteRefused,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -134,6 +138,7 @@ impl EventKind {
             Self::OperatorRetry => "operator_retry",
             Self::ForceFinished => "force_finished",
             Self::ExceptionIgnored => "exception_ignored",
+            Self::StaleWriteRefused => "stale_write_refused",
         }
     }
 
