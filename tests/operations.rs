@@ -52,7 +52,7 @@ async fn audit(w: &World, exc: Uuid) -> Vec<(String, String, Option<String>)> {
 async fn event_kinds(w: &World, job: JobId) -> Vec<String> {
     // The history as operators read it, without the steps every job has (submission, claims).
     let history = taskdeck::store::jobs::operator::events_any(&w.db().await, job).await.unwrap();
-    history.into_iter().map(|e| e.kind).filter(|k| k != "submitted" && k != "claimed").collect()
+    history.into_iter().map(|e| e.kind.as_str().to_owned()).filter(|k| k != "submitted" && k != "claimed").collect()
 }
 
 #[tokio::test]

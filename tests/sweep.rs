@@ -37,7 +37,7 @@ async fn a_job_whose_worker_died_completes_after_its_lease_and_the_sweep() {
     let history = jobs::events(&w.db().await, w.tenant.id, id).await.unwrap();
     let kinds: Vec<&str> = history.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, ["submitted", "claimed", "lease_expired", "claimed", "succeeded"], "the recovery is recorded");
-    let claims: Vec<_> = history.iter().filter(|e| e.kind == "claimed").map(|e| (e.attempt, e.at)).collect();
+    let claims: Vec<_> = history.iter().filter(|e| e.kind.as_str() == "claimed").map(|e| (e.attempt, e.at)).collect();
     assert!(claims[0].0 == 1 && claims[1].0 == 2 && claims[0].1 < claims[1].1, "each attempt's claim: {claims:?}");
     let recorded: i64 = w.count("SELECT count(*) FROM job_events WHERE job_id = $1", &[&id]).await;
     assert_eq!(recorded, 1, "only the recovery is a row; the claims and the success are read from the job");

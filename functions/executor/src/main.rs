@@ -15,7 +15,7 @@ async fn main() -> Result<(), Error> {
         live.touch().await;
         taskdeck::lambda::executor::handle_event(exec, event.payload, Some(event.context.deadline()))
             .await
-            .map_err(|e| Diagnostic { error_type: "Relay.BadEvent".into(), error_message: e })
+            .map_err(|e| Diagnostic { error_type: "Relay.BadEvent".into(), error_message: e.to_string() })
     }))
     .await
 }

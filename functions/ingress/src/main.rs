@@ -22,7 +22,7 @@ async fn main() -> Result<(), Error> {
         ingress
             .handle_event(event.payload)
             .await
-            .map_err(|e| Diagnostic { error_type: "Relay.BadEvent".into(), error_message: e })
+            .map_err(|e| Diagnostic { error_type: "Relay.BadEvent".into(), error_message: e.to_string() })
     }))
     .await
 }

@@ -1,5 +1,7 @@
 //! The Lambda functions' settings: read once per container, typed, and every error names the
-//! variable at fault. The `relay` binary has its own flags (clap); the names are shared.
+//! variable at fault. The `relay` binary has its own flags (clap); a setting both read is a
+//! `NumberSetting` defined here (its variable, default and bounds), which the tool's flags parse
+//! with (`NumberSetting::parser`), so both refuse the same values the same way.
 
 use std::time::Duration;
 
@@ -16,6 +18,61 @@ pub enum ConfigError {
     TaskRoles(#[from] crate::credentials::RolesConfigError),
     #[error(transparent)]
     Alerts(#[from] crate::alerts::AlertConfigError),
+}
+
+/// A whole-number setting: its variable, its default and the values it takes. Read by the
+/// Lambda functions (`LambdaConfig`) and, as a flag's `env` and `value_parser`, by `relay`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NumberSetting {
+    pub name: &'static str,
+    pub default: u64,
+    pub min: u64,
+    pub max: u64,
+}
+
+/// `RELAY_LEASE_SECONDS`: the lease of a claim (the Lambda default; `relay`'s worker loops
+/// heartbeat, and default to `LOCAL_LEASE_SECONDS`).
+pub const LEASE_SECONDS: NumberSetting =
+    NumberSetting { name: "RELAY_LEASE_SECONDS", default: 960, min: 3, max: 43_200 };
+/// `relay`'s default lease: its worker loops heartbeat, so a short lease returns a dead
+/// process's jobs soon.
+pub const LOCAL_LEASE_SECONDS: u64 = 30;
+/// `RELAY_RETENTION_DAYS`: the built-in retention schedule's days, when a migration creates it.
+pub const RETENTION_DAYS: NumberSetting =
+    NumberSetting { name: "RELAY_RETENTION_DAYS", default: 30, min: 1, max: 3650 };
+
+/// A tenant limit's setting (`RELAY_LIMIT_…`): its default, 0 to `limits::MAX_LIMIT`.
+pub fn limit_setting(kind: crate::limits::Kind) -> NumberSetting {
+    NumberSetting {
+        name: crate::limits::variable(kind),
+        default: crate::limits::Defaults::default().of(kind).unsigned_abs(),
+        min: 0,
+        max: crate::limits::MAX_LIMIT.unsigned_abs(),
+    }
+}
+
+impl NumberSetting {
+    /// A value as given (trimmed): a whole number within the bounds, or an error naming the
+    /// variable.
+    pub fn parse(self, text: &str) -> Result<u64, ConfigError> {
+        let text = text.trim();
+        let invalid = |why: String| ConfigError::Invalid { name: self.name, value: text.to_owned(), why };
+        match text.parse::<u64>() {
+            Ok(n) if (self.min..=self.max).contains(&n) => Ok(n),
+            Ok(_) => Err(invalid(format!("must be between {} and {}", self.min, self.max))),
+            Err(e) => Err(invalid(e.to_string())),
+        }
+    }
+
+    /// `parse` as a clap `value_parser`.
+    pub fn parser(self) -> impl Fn(&str) -> Result<u64, ConfigError> + Clone + Send + Sync + 'static {
+        move |text| self.parse(text)
+    }
+
+    /// Read through `text` (the variable's value, if set and not blank): the default when unset.
+    fn read(self, text: impl Fn(&'static str) -> Option<String>) -> Result<u64, ConfigError> {
+        text(self.name).map_or(Ok(self.default), |v| self.parse(&v))
+    }
 }
 
 /// Settings shared by the five functions. Which ones a function needs is its own business:
@@ -146,7 +203,7 @@ impl LambdaConfig {
             database_secret: text("RELAY_DATABASE_SECRET"),
             work_queue_url: url_like("RELAY_WORK_QUEUE_URL")?,
             aws_endpoint_url: url_like("AWS_ENDPOINT_URL")?,
-            lease: Duration::from_secs(number("RELAY_LEASE_SECONDS", 960, 3..=43_200)?),
+            lease: Duration::from_secs(LEASE_SECONDS.read(text)?),
             ingress_tenant: text("RELAY_INGRESS_TENANT").unwrap_or_else(|| "platform".into()),
             sweep_passes: u32::try_from(number("RELAY_SWEEP_PASSES", 2, 1..=10)?).unwrap_or(2),
             sweep_gap: Duration::from_secs(number("RELAY_SWEEP_GAP_SECONDS", 30, 0..=300)?),
@@ -174,7 +231,7 @@ impl LambdaConfig {
                 text("RELAY_PRETRAFFIC_INGRESS"),
             ],
             pretraffic_within: Duration::from_secs(number("RELAY_PRETRAFFIC_WITHIN_SECONDS", 60, 5..=600)?),
-            retention_days: u32::try_from(number("RELAY_RETENTION_DAYS", 30, 1..=3650)?).unwrap_or(30),
+            retention_days: u32::try_from(RETENTION_DAYS.read(text)?).unwrap_or(30),
             lambda_endpoint_url: url_like("AWS_ENDPOINT_URL_LAMBDA")?,
             codedeploy_endpoint_url: url_like("AWS_ENDPOINT_URL_CODEDEPLOY")?,
             lane_timeout: match text("RELAY_LANE_TIMEOUT_SECONDS") {
@@ -205,8 +262,7 @@ impl LambdaConfig {
             limits: {
                 let mut d = crate::limits::Defaults::default();
                 for kind in crate::limits::Kind::ALL {
-                    let (default, max) = (d.of(kind).unsigned_abs(), crate::limits::MAX_LIMIT.unsigned_abs());
-                    let n = number(crate::limits::variable(kind), default, 0..=max)?;
+                    let n = limit_setting(kind).read(text)?;
                     d.set(kind, i64::try_from(n).unwrap_or(crate::limits::MAX_LIMIT));
                 }
                 d
@@ -279,6 +335,21 @@ mod tests {
             let e = read(&[("RELAY_LIMIT_TEMPLATES", bad)]).unwrap_err().to_string();
             assert!(e.starts_with("RELAY_LIMIT_TEMPLATES is invalid"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_shared_setting_refuses_out_of_bounds_values_as_its_parser_does() {
+        for (bad, why) in [("2", "must be between 3 and 43200"), ("43201", "must be between 3 and 43200")] {
+            let e = read(&[("RELAY_LEASE_SECONDS", bad)]).unwrap_err();
+            assert_eq!(e, LEASE_SECONDS.parse(bad).unwrap_err(), "the Lambda reader and the tool's parser agree");
+            assert_eq!(e.to_string(), format!("RELAY_LEASE_SECONDS is invalid ({bad:?}): {why}"));
+        }
+        assert_eq!(read(&[("RELAY_LEASE_SECONDS", "3")]).unwrap().lease, Duration::from_secs(3));
+        assert_eq!(LEASE_SECONDS.parse(" 43200 "), Ok(43_200));
+        let e = read(&[("RELAY_RETENTION_DAYS", "0")]).unwrap_err();
+        assert_eq!(e, RETENTION_DAYS.parse("0").unwrap_err());
+        let limit = limit_setting(crate::limits::Kind::Templates);
+        assert_eq!((limit.name, limit.default, limit.max), ("RELAY_LIMIT_TEMPLATES", 1_000, 1_000_000_000));
     }
 
     #[test]

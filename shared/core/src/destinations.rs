@@ -123,16 +123,38 @@ impl Secret {
     }
 }
 
+/// Why a header a call adds, or a secret (sent as a header value), is refused. The message
+/// says what to fix; an API answer shows it after the field's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    #[error("a header name is 1 to 64 token characters (letters, digits, !#$%&'*+-.^_`|~)")]
+    Name,
+    #[error("{0} may not be set (hop-by-hop, connection or Relay's own header)")]
+    Refused(String),
+    #[error("{0} is the destination's auth header: Relay sets it from the destination's secret")]
+    AuthHeader(String),
+    #[error("a header value is at most {MAX_HEADER_VALUE_LEN} visible ASCII characters, spaces or tabs")]
+    Value,
+    #[error("is empty")]
+    Empty,
+    #[error("a signing secret is whsec_ followed by base64 (as `openssl rand -base64 32` prints)")]
+    NotWhsec,
+    #[error("the key is 24 to 64 bytes (this one is {0})")]
+    KeyLength(usize),
+    #[error("a raw signing key is at least {} characters", signature::MIN_RAW_KEY_LEN)]
+    RawKeyShort,
+}
+
 /// A signing secret as Standard Webhooks writes it: `whsec_` and the base64 of 24 to 64
 /// random bytes.
-pub fn check_signing_secret(value: &str) -> Result<(), String> {
+pub fn check_signing_secret(value: &str) -> Result<(), HeaderError> {
     use base64::Engine;
     let key = value
         .strip_prefix("whsec_")
         .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
-        .ok_or("a signing secret is whsec_ followed by base64 (as `openssl rand -base64 32` prints)")?;
+        .ok_or(HeaderError::NotWhsec)?;
     if !(24..=64).contains(&key.len()) {
-        return Err(format!("the key is 24 to 64 bytes (this one is {})", key.len()));
+        return Err(HeaderError::KeyLength(key.len()));
     }
     Ok(())
 }
@@ -178,27 +200,25 @@ pub fn join(base_url: &str, path: &str) -> String {
 
 /// A header a call adds: a token name that is not refused (nor `auth_header`, the
 /// destination's own), and a value of visible characters, spaces and tabs.
-pub fn check_header(name: &str, value: &str, auth_header: Option<&str>) -> Result<(), String> {
+pub fn check_header(name: &str, value: &str, auth_header: Option<&str>) -> Result<(), HeaderError> {
     let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
     if name.is_empty() || name.len() > 64 || !name.bytes().all(token) {
-        return Err("a header name is 1 to 64 token characters (letters, digits, !#$%&'*+-.^_`|~)".into());
+        return Err(HeaderError::Name);
     }
     let lower = name.to_ascii_lowercase();
     if REFUSED_HEADERS.contains(&lower.as_str()) {
-        return Err(format!("{name} may not be set (hop-by-hop, connection or Relay's own header)"));
+        return Err(HeaderError::Refused(name.to_owned()));
     }
     if auth_header.is_some_and(|a| a.eq_ignore_ascii_case(name)) {
-        return Err(format!("{name} is the destination's auth header: Relay sets it from the destination's secret"));
+        return Err(HeaderError::AuthHeader(name.to_owned()));
     }
     check_value(value)
 }
 
 /// A header value (and a secret, which is sent as one): visible ASCII, spaces and tabs.
-pub fn check_value(value: &str) -> Result<(), String> {
+pub fn check_value(value: &str) -> Result<(), HeaderError> {
     if value.len() > MAX_HEADER_VALUE_LEN || !value.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b)) {
-        return Err(format!(
-            "a header value is at most {MAX_HEADER_VALUE_LEN} visible ASCII characters, spaces or tabs"
-        ));
+        return Err(HeaderError::Value);
     }
     Ok(())
 }

@@ -19,7 +19,7 @@ use uuid::Uuid;
 
 use crate::job::terms::IdempotencyKey;
 use crate::job::{Dispatch, ExceptionKind, JobId, JobStatus};
-use crate::store::exceptions::{self, Exception, ExceptionFilter};
+use crate::store::exceptions::{self, Exception, ExceptionFilter, ExceptionStatus};
 use crate::store::jobs::operator;
 use crate::store::schedules as schedule_store;
 use crate::store::{GenericClient, StoreError};
@@ -66,7 +66,7 @@ pub enum ActionError {
     #[error("no such exception")]
     NotFound,
     #[error("the exception is {0}; only open exceptions take actions")]
-    NotOpen(String),
+    NotOpen(ExceptionStatus),
     #[error("the job is {0}; this action needs it {1}")]
     JobState(String, &'static str),
     #[error("the job has used {0} attempts, the most a job may have")]
@@ -139,7 +139,7 @@ async fn act_in(
         return Err(ActionError::ReasonRequired);
     }
     let exc = exceptions::lock(tx, id).await?.ok_or(ActionError::NotFound)?;
-    if exc.status != "open" {
+    if exc.status != ExceptionStatus::Open {
         return Err(ActionError::NotOpen(exc.status));
     }
     let job = operator::get_any(tx, exc.job_id).await?;
@@ -181,7 +181,7 @@ async fn act_in(
                     outcome.cancelled.extend(operator::cancel_tree(tx, last, &said("cancelled")).await?);
                 }
             }
-            exceptions::close(tx, id, "resolved", actor, &said("cancelled")).await?;
+            exceptions::close(tx, id, ExceptionStatus::Resolved, actor, &said("cancelled")).await?;
             json!({ "cancelled": outcome.cancelled, "schedule_disabled": outcome.schedule_disabled })
         }
         Action::Finish { result } => {
@@ -189,14 +189,14 @@ async fn act_in(
             let finished = operator::force_finish(tx, exc.job_id, &recorded, &said("finished")).await?;
             let Some(j) = finished else { return Err(ActionError::JobState(job_status, "failed")) };
             outcome.job = Some(JobView::bare(j));
-            exceptions::close(tx, id, "resolved", actor, &said("force finished")).await?;
+            exceptions::close(tx, id, ExceptionStatus::Resolved, actor, &said("force finished")).await?;
             json!({ "result": recorded })
         }
         Action::Ignore => {
             if job.is_some() {
                 operator::note(tx, exc.job_id, "exception_ignored", &said("exception ignored")).await?;
             }
-            exceptions::close(tx, id, "ignored", actor, &said("ignored")).await?;
+            exceptions::close(tx, id, ExceptionStatus::Ignored, actor, &said("ignored")).await?;
             Value::Null
         }
     };
@@ -221,7 +221,7 @@ pub async fn settle_ambiguous(
 ) -> Result<Vec<Uuid>, StoreError> {
     let mut resolved = Vec::new();
     for e in exceptions::for_job(tx, job_id).await? {
-        if e.status != "open" || e.kind != ExceptionKind::AmbiguousOutcome {
+        if e.status != ExceptionStatus::Open || e.kind != ExceptionKind::AmbiguousOutcome {
             continue;
         }
         let finish = Action::Finish { result: Some(result.clone()) };
@@ -268,7 +268,8 @@ pub async fn bulk(
     if action.needs_reason() && reason.is_none_or(|r| r.trim().is_empty()) {
         return Err(ActionError::ReasonRequired);
     }
-    let filter = ExceptionFilter { status: Some("open".into()), limit: MAX_BULK, before: None, ..filter.clone() };
+    let filter =
+        ExceptionFilter { status: Some(ExceptionStatus::Open), limit: MAX_BULK, before: None, ..filter.clone() };
     let matched = exceptions::list(&pool.get().await.map_err(StoreError::from)?, &filter).await?;
     let mut report = BulkReport { matched: matched.len(), ..BulkReport::default() };
     for e in matched {

@@ -313,6 +313,31 @@ pub enum Fault {
     Tenant(TenantId),
 }
 
+impl Fault {
+    /// The name stored in `jobs.fault` and written in a job's view: `platform` or `tenant`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fault::Platform => "platform",
+            Fault::Tenant(_) => "tenant",
+        }
+    }
+
+    /// A stored name read back for a job of `tenant`; `None` for a name this build does not know.
+    pub fn parse(s: &str, tenant: TenantId) -> Option<Self> {
+        match s {
+            "platform" => Some(Fault::Platform),
+            "tenant" => Some(Fault::Tenant(tenant)),
+            _ => None,
+        }
+    }
+}
+
+impl Serialize for Fault {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// How a job ended for good, as its task type's `Task::fault` judges whose failure it is.
 #[derive(Debug, Clone, Copy)]
 pub struct Ending<'a> {

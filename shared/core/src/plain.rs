@@ -2,6 +2,10 @@
 //! (`invalid type: string "5", expected u32`, `expected struct JobRequest`); a client sent JSON
 //! and needs the JSON shape: "must be a whole number between 0 and 4294967295, not a string".
 
+/// A name and its value, in order: a header, a MIME or query parameter, a message tag. The
+/// one definition of that pair the core passes around.
+pub type NameValue = (String, String);
+
 /// A value refused, with the path of the field at fault (`to`, `recipients[3].data`,
 /// `params.seconds`; `.` for the whole value) and why, in a client's words.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, thiserror::Error)]
@@ -186,7 +190,7 @@ mod tests {
         Cancel,
     }
 
-    fn error(v: serde_json::Value) -> (String, String) {
+    fn error(v: serde_json::Value) -> NameValue {
         let e = serde_path_to_error::deserialize::<_, Body>(v).unwrap_err();
         let ParamError { field, message } = field_error(e.path(), e.inner());
         (field, message)

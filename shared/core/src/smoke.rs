@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::catalogue::Noop;
 use crate::client::{Client, ClientError};
 use crate::job::JobId;
+use crate::task::Task;
 
 /// The smoke job's `timeout_seconds`.
 pub const SMOKE_TIMEOUT_SECONDS: u32 = 30;
@@ -77,7 +79,7 @@ pub async fn run(api: &dyn SmokeApi, within: Duration, poll: Duration) -> Result
     let started = Instant::now();
     let nonce = uuid::Uuid::now_v7();
     let request = json!({
-        "task_type": "noop",
+        "task_type": Noop::NAME,
         "params": {"echo": format!("smoke {nonce}")},
         "correlation_id": format!("relay-smoke-{nonce}"),
         "max_attempts": 1,

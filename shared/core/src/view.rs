@@ -10,7 +10,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use crate::email::task::SendCampaign;
-use crate::job::{JobId, JobStatus};
+use crate::job::{Fault, JobId, JobStatus};
 use crate::progress::{self, Progress, WaitingReason};
 use crate::store::completions::open_deadlines;
 use crate::store::jobs::Job;
@@ -53,8 +53,8 @@ pub struct JobView {
     /// Whose failure a failed job is (null otherwise): `tenant` (its own endpoint, input,
     /// sender, template data or completion: counted per tenant, no operator exception; an
     /// ambiguous call to its own destination is its to decide) or `platform` (operators act).
-    #[schema(pattern = "^(tenant|platform)$")]
-    pub fault: Option<String>,
+    #[schema(value_type = Option<String>, pattern = "^(tenant|platform)$")]
+    pub fault: Option<Fault>,
     /// Why a pending or waiting job is not running (null when running or finished): `not_due`,
     /// `paused`, `concurrency_key_busy`, `waiting_for_dependency` (a job it runs after has not
     /// succeeded yet), `ordered_behind` (the job ahead on its ordering key, `ordered_behind`,

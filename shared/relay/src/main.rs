@@ -22,6 +22,8 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use relay::pgcluster::{Durability, PrivateCluster};
 use taskdeck::alerts::AlertConfig;
+use taskdeck::config::{LEASE_SECONDS, LOCAL_LEASE_SECONDS, RETENTION_DAYS, limit_setting};
+use taskdeck::limits::Kind;
 use taskdeck::platform::{Platform, Settings};
 use taskdeck::store::tenants;
 use tokio::sync::watch;
@@ -52,8 +54,8 @@ struct Run {
     /// Jobs each worker loop runs at once.
     #[arg(long, env = "RELAY_CONCURRENCY", default_value_t = 64)]
     concurrency: usize,
-    /// Lease length in seconds (a heartbeat renews it for long jobs).
-    #[arg(long, env = "RELAY_LEASE_SECONDS", default_value_t = 30)]
+    /// Lease length in seconds, 3 to 43200 (a heartbeat renews it for long jobs).
+    #[arg(long, env = LEASE_SECONDS.name, default_value_t = LOCAL_LEASE_SECONDS, value_parser = LEASE_SECONDS.parser())]
     lease_seconds: u64,
     /// Seconds between sweep passes.
     #[arg(long, env = "RELAY_SWEEP_INTERVAL_SECONDS", default_value_t = 30)]
@@ -79,28 +81,24 @@ struct Run {
     #[arg(long, env = "RELAY_TENANT_BURST")]
     tenant_burst: Option<f64>,
     /// HTTP destinations each tenant may have, unless an operator overrides it (0 to 10^9).
-    #[arg(long, env = "RELAY_LIMIT_DESTINATIONS", default_value_t = 100, value_parser = limit)]
-    limit_destinations: i64,
+    #[arg(long, env = limit_setting(Kind::Destinations).name, default_value_t = limit_setting(Kind::Destinations).default, value_parser = limit_setting(Kind::Destinations).parser())]
+    limit_destinations: u64,
     /// Email templates each tenant may have, unless an operator overrides it.
-    #[arg(long, env = "RELAY_LIMIT_TEMPLATES", default_value_t = 1_000, value_parser = limit)]
-    limit_templates: i64,
+    #[arg(long, env = limit_setting(Kind::Templates).name, default_value_t = limit_setting(Kind::Templates).default, value_parser = limit_setting(Kind::Templates).parser())]
+    limit_templates: u64,
     /// Suppressions each tenant may have (adding one by hand past it is refused).
-    #[arg(long, env = "RELAY_LIMIT_SUPPRESSIONS", default_value_t = 1_000_000, value_parser = limit)]
-    limit_suppressions: i64,
-    #[arg(long, env = "RELAY_LIMIT_TOPIC_OPT_OUTS", default_value_t = 1_000_000, value_parser = limit)]
-    limit_topic_opt_outs: i64,
+    #[arg(long, env = limit_setting(Kind::Suppressions).name, default_value_t = limit_setting(Kind::Suppressions).default, value_parser = limit_setting(Kind::Suppressions).parser())]
+    limit_suppressions: u64,
+    #[arg(long, env = limit_setting(Kind::TopicOptOuts).name, default_value_t = limit_setting(Kind::TopicOptOuts).default, value_parser = limit_setting(Kind::TopicOptOuts).parser())]
+    limit_topic_opt_outs: u64,
     /// Unfinished jobs each tenant may have (submitting past it answers 429).
-    #[arg(long, env = "RELAY_LIMIT_PENDING_JOBS", default_value_t = 1_000_000, value_parser = limit)]
-    limit_pending_jobs: i64,
+    #[arg(long, env = limit_setting(Kind::PendingJobs).name, default_value_t = limit_setting(Kind::PendingJobs).default, value_parser = limit_setting(Kind::PendingJobs).parser())]
+    limit_pending_jobs: u64,
 }
 
-/// A tenant limit: 0 to `taskdeck::limits::MAX_LIMIT`.
-fn limit(s: &str) -> Result<i64, String> {
-    s.trim()
-        .parse::<i64>()
-        .ok()
-        .filter(|n| (0..=taskdeck::limits::MAX_LIMIT).contains(n))
-        .ok_or_else(|| format!("0 to {}", taskdeck::limits::MAX_LIMIT))
+/// A limit as read (at most `limits::MAX_LIMIT`, which fits).
+fn limit(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(taskdeck::limits::MAX_LIMIT)
 }
 
 impl Run {
@@ -108,7 +106,7 @@ impl Run {
         let mut s = Settings::default();
         s.executor.concurrency = self.concurrency.max(1);
         s.executor.claim_batch = self.concurrency.clamp(1, 1000);
-        s.executor.lease = Duration::from_secs(self.lease_seconds.max(3));
+        s.executor.lease = Duration::from_secs(self.lease_seconds);
         s.sweep_interval = Duration::from_secs(self.sweep_interval_seconds.max(1));
         s.test_tasks = self.test_tasks;
         s.intake_writers = self.intake_writers.max(1);
@@ -118,11 +116,11 @@ impl Run {
             burst: self.tenant_burst.unwrap_or(per_second).max(1.0),
         });
         s.tenant_limits = taskdeck::limits::Defaults {
-            destinations: self.limit_destinations,
-            templates: self.limit_templates,
-            suppressions: self.limit_suppressions,
-            topic_opt_outs: self.limit_topic_opt_outs,
-            pending_jobs: self.limit_pending_jobs,
+            destinations: limit(self.limit_destinations),
+            templates: limit(self.limit_templates),
+            suppressions: limit(self.limit_suppressions),
+            topic_opt_outs: limit(self.limit_topic_opt_outs),
+            pending_jobs: limit(self.limit_pending_jobs),
         };
         s.pool.max_size = self.pool_size.unwrap_or(8 + 2 * self.workers).max(1);
         s.sweep.alerts = AlertConfig::from_lookup(|k| std::env::var(k).ok())?;
@@ -150,8 +148,8 @@ enum Command {
     /// Apply pending migrations, ensure the built-in schedules, and exit.
     Migrate {
         /// Days the built-in retention schedule keeps terminal jobs, when it is created.
-        #[arg(long, env = "RELAY_RETENTION_DAYS", default_value_t = 30)]
-        retention_days: u32,
+        #[arg(long, env = RETENTION_DAYS.name, default_value_t = RETENTION_DAYS.default, value_parser = RETENTION_DAYS.parser())]
+        retention_days: u64,
     },
     /// Serve the HTTP API only.
     Serve {
@@ -361,8 +359,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let p = Platform::new(&url()?, Settings::default())?;
             let applied = p.migrate().await?;
             eprintln!("migrations applied: {}", if applied.is_empty() { "none".into() } else { applied.join(", ") });
-            let s =
-                taskdeck::schedules::ensure_builtin(&p.pool, retention_days.clamp(1, 3650), chrono::Utc::now()).await?;
+            let s = taskdeck::schedules::ensure_builtin(
+                &p.pool,
+                u32::try_from(retention_days).unwrap_or(30),
+                chrono::Utc::now(),
+            )
+            .await?;
             eprintln!("built-in schedule {}: {} ({}), next run {}", s.name, s.cron, s.timezone, s.next_run_at);
             Ok(())
         }
@@ -570,4 +572,27 @@ async fn serve(p: &Platform, listener: tokio::net::TcpListener, mut stop: watch:
 async fn ensure_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
     let admin = relay::bench::setup::admin(admin_url).await?;
     Ok(taskdeck::store::tooling::ensure_database(&admin, name).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tool refuses a shared setting's out-of-bounds value with the Lambda reader's words.
+    #[test]
+    fn flags_refuse_what_the_lambda_settings_refuse() {
+        let refused = |args: &[&str]| Cli::try_parse_from(args).err().map(|e| e.to_string()).unwrap_or_default();
+        let lambda = taskdeck::config::LEASE_SECONDS.parse("2").unwrap_err().to_string();
+        let e = refused(&["relay", "worker", "--lease-seconds", "2"]);
+        assert!(e.contains(&lambda), "{e}");
+        let e = refused(&["relay", "worker", "--limit-templates", "1000000001"]);
+        assert!(
+            e.contains("RELAY_LIMIT_TEMPLATES is invalid (\"1000000001\"): must be between 0 and 1000000000"),
+            "{e}"
+        );
+        let e = refused(&["relay", "migrate", "--retention-days", "0"]);
+        assert!(e.contains("RELAY_RETENTION_DAYS is invalid"), "{e}");
+        let ok = Cli::try_parse_from(["relay", "worker", "--lease-seconds", "3"]);
+        assert!(ok.is_ok(), "3 s is the shortest lease both take");
+    }
 }

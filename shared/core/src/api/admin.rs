@@ -18,7 +18,8 @@ use super::extract::{JsonBody, Operator};
 use crate::exceptions::{self as actions, Action, ActionError, ActionOutcome, BulkReport};
 use crate::job::TenantId;
 use crate::store::StoreError;
-use crate::store::exceptions::{self, Exception, ExceptionAction, ExceptionFilter, STATUSES};
+pub use crate::store::exceptions::ExceptionStatus;
+use crate::store::exceptions::{self, Exception, ExceptionAction, ExceptionFilter};
 use crate::store::jobs::{JobEvent, operator};
 use crate::store::tenant_faults::{self, TenantFault};
 use crate::store::{modes, tenants};
@@ -58,16 +59,6 @@ pub struct ExceptionQuery {
     /// `next_cursor` of the previous page.
     #[param(pattern = "^A[A-Za-z0-9_-]{31}$")]
     pub cursor: Option<String>,
-}
-
-/// An exception's status, for the document (the store's `STATUSES`).
-#[derive(ToSchema)]
-#[schema(rename_all = "snake_case")]
-#[allow(dead_code)]
-pub enum ExceptionStatus {
-    Open,
-    Resolved,
-    Ignored,
 }
 
 /// Filters shared by the list and bulk actions (a bulk action takes only open exceptions).
@@ -112,11 +103,13 @@ pub async fn list_exceptions(
     query: Result<Query<ExceptionQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ExceptionList>, ApiError> {
     let Query(q) = query.map_err(ApiError::query)?;
-    if let Some(s) = &q.status
-        && !STATUSES.contains(&s.as_str())
-    {
-        return Err(ApiError::invalid_query("status", format!("status must be one of {}", STATUSES.join(", "))));
-    }
+    let status = match q.status.as_deref() {
+        None => None,
+        Some(s) => Some(ExceptionStatus::parse(s).ok_or_else(|| {
+            let names: Vec<&str> = ExceptionStatus::ALL.into_iter().map(ExceptionStatus::as_str).collect();
+            ApiError::invalid_query("status", format!("status must be one of {}", names.join(", ")))
+        })?),
+    };
     let limit = page_limit(q.limit.as_deref(), 100)?;
     let before = match q.cursor.as_deref() {
         None => None,
@@ -126,7 +119,7 @@ pub async fn list_exceptions(
     };
     let db = state.pool.get().await.map_err(StoreError::from)?;
     let filter = ExceptionFilter {
-        status: q.status,
+        status,
         kind: q.kind,
         task_type: q.task_type,
         tenant_id: tenant_id(&db, q.tenant.as_deref()).await?,

@@ -14,8 +14,10 @@ use super::error::{ApiError, ErrorBody};
 use super::extract::{Caller, JsonBody, Operator};
 use super::limits::tenant_of;
 use crate::email::cutover as rules;
+use crate::email::task::{SendCampaign, SendEmail};
 use crate::store::cutover::{self as store, Stage};
 use crate::store::{StoreError, admin_actions};
+use crate::task::Task;
 
 /// Most stages listed (two task types per tenant).
 const MAX_STAGES: i64 = 100;
@@ -71,10 +73,17 @@ fn invalid(field: &str, why: &str) -> ApiError {
     ApiError::unprocessable("invalid_field", format!("{field}: {why}")).with("field", field)
 }
 
+/// The path of `PUT /v1/admin/tenants/{tenant_id}/cutover/{task_type}`: a tenant's name or id.
+#[derive(Debug, Deserialize)]
+pub struct TenantTask {
+    pub tenant_id: String,
+    pub task_type: String,
+}
+
 impl StageChange {
     fn stage(&self, tenant: crate::job::TenantId, task_type: &str) -> Result<Stage, ApiError> {
-        if !["email.send", "email.campaign"].contains(&task_type) {
-            return Err(invalid("task_type", "email.send or email.campaign"));
+        if ![SendEmail::NAME, SendCampaign::NAME].contains(&task_type) {
+            return Err(invalid("task_type", &format!("{} or {}", SendEmail::NAME, SendCampaign::NAME)));
         }
         let share = match (self.stage.as_str(), self.share) {
             ("share", Some(s)) if s > 0.0 && s < 1.0 => s,
@@ -124,7 +133,7 @@ impl StageChange {
 pub async fn put(
     State(state): State<AppState>,
     Operator(op): Operator,
-    Path((raw, task_type)): Path<(String, String)>,
+    Path(TenantTask { tenant_id: raw, task_type }): Path<TenantTask>,
     JsonBody(b): JsonBody<StageChange>,
 ) -> Result<Json<Stage>, ApiError> {
     let tenant = tenant_of(&state, &raw).await?;

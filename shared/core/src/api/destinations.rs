@@ -178,18 +178,29 @@ async fn views(state: &AppState, tenant: TenantId, list: Vec<Destination>) -> Re
 
 /// A URL Relay calls (`base_url`, `oauth.token_url`) under the callbacks' rules (a literal
 /// address the guard refuses is refused here), https unless allow-listed, no query or fragment.
-fn check_target(state: &AppState, url: &str) -> Result<(), String> {
+fn check_target(state: &AppState, url: &str) -> Result<(), TargetError> {
     let allow = &state.admission.callback_allow;
-    crate::outbound::check_url(url, allow).map_err(|why| why.to_string())?;
-    let target = crate::outbound::parse_url(url).map_err(|why| why.to_string())?;
+    crate::outbound::check_url(url, allow)?;
+    let target = crate::outbound::parse_url(url)?;
     if url.contains('?') || url.contains('#') {
-        return Err("no query or fragment".into());
+        return Err(TargetError::QueryOrFragment);
     }
     let listed = allow.allows_host(&target.host) || target.host.parse().is_ok_and(|ip| allow.allows_ip(ip));
     if target.uri.scheme_str() == Some("http") && !listed {
-        return Err("https only (http only for hosts on the operator's allow-list)".into());
+        return Err(TargetError::HttpsOnly);
     }
     Ok(())
+}
+
+/// Why a URL Relay calls (`check_target`) is refused.
+#[derive(Debug, thiserror::Error)]
+enum TargetError {
+    #[error(transparent)]
+    Url(#[from] crate::outbound::UrlError),
+    #[error("no query or fragment")]
+    QueryOrFragment,
+    #[error("https only (http only for hosts on the operator's allow-list)")]
+    HttpsOnly,
 }
 
 /// The checks on a destination: its base URL and token URL (`check_target`), its headers,

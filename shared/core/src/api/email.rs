@@ -405,6 +405,13 @@ pub struct PageReceipt {
     pub released: bool,
 }
 
+/// The path of `PUT /v1/jobs/{id}/recipients/{page}`.
+#[derive(Debug, Deserialize)]
+pub struct JobPage {
+    pub id: String,
+    pub page: String,
+}
+
 /// `PUT /v1/jobs/{id}/recipients/{page}`: one page (up to 5,000) of a paged `email.campaign`'s
 /// recipients; idempotent per page. When the last page lands, the campaign falls due.
 #[utoipa::path(put, path = "/v1/jobs/{id}/recipients/{page}", tag = "email",
@@ -415,7 +422,7 @@ pub struct PageReceipt {
 pub async fn put_recipients(
     State(state): State<AppState>,
     Caller(tenant): Caller,
-    Path((id, page)): Path<(String, String)>,
+    Path(JobPage { id, page }): Path<JobPage>,
     JsonBody(body): JsonBody<RecipientPage>,
 ) -> Result<(StatusCode, Json<PageReceipt>), ApiError> {
     let id = super::jobs::parse_id(&id)?;

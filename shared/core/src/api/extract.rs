@@ -16,6 +16,7 @@ use serde_json::Value;
 use super::AppState;
 use super::error::ApiError;
 use crate::job::terms::IdempotencyKey;
+use crate::plain::NameValue;
 use crate::store::operators;
 use crate::store::status_keys::{self, StatusKey};
 use crate::store::tenants::{self, Tenant};
@@ -235,7 +236,7 @@ pub fn check_uri(uri: &axum::http::Uri) -> Result<(), ApiError> {
     if path.contains('\0') {
         return Err(ApiError::bad_request("nul_character", "the path contains a NUL character"));
     }
-    let pairs = axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri).map(|q| q.0).unwrap_or_default();
+    let pairs = axum::extract::Query::<Vec<NameValue>>::try_from_uri(uri).map(|q| q.0).unwrap_or_default();
     match pairs.iter().find(|(k, v)| k.contains('\0') || v.contains('\0')) {
         Some((k, _)) => Err(ApiError::invalid_query(k, format!("query parameter {k:?} contains a NUL character"))),
         None => Ok(()),

@@ -107,6 +107,13 @@ pub async fn list(State(state): State<AppState>, Operator(_): Operator) -> Resul
     Ok(Json(RateList { rates: send_rates::list(&db).await?.into_iter().map(RateView::of).collect() }))
 }
 
+/// The path of `/v1/admin/send-rates/{scope}/{key}`.
+#[derive(Debug, Deserialize)]
+pub struct RatePath {
+    pub scope: String,
+    pub key: String,
+}
+
 /// `GET /v1/admin/send-rates/{scope}/{key}`: one rate and its audited changes.
 #[utoipa::path(get, path = "/v1/admin/send-rates/{scope}/{key}", tag = "operations",
     params(("scope" = String, Path), ("key" = String, Path)), security(("operator_key" = [])),
@@ -114,7 +121,7 @@ pub async fn list(State(state): State<AppState>, Operator(_): Operator) -> Resul
 pub async fn get(
     State(state): State<AppState>,
     Operator(_): Operator,
-    Path((scope, key)): Path<(String, String)>,
+    Path(RatePath { scope, key }): Path<RatePath>,
 ) -> Result<Json<RateDetail>, ApiError> {
     let (scope, key) = target(&state, &scope, &key).await?;
     let db = state.pool.get().await.map_err(StoreError::from)?;
@@ -133,7 +140,7 @@ pub async fn get(
 pub async fn put(
     State(state): State<AppState>,
     Operator(op): Operator,
-    Path((scope, key)): Path<(String, String)>,
+    Path(RatePath { scope, key }): Path<RatePath>,
     JsonBody(b): JsonBody<RateChangeBody>,
 ) -> Result<Json<RateView>, ApiError> {
     if let Some(r) = b.rate_per_second

@@ -82,6 +82,13 @@ pub async fn list(
     Ok(Json(OptOutList { opt_outs: page, next_after }))
 }
 
+/// The path of `/v1/topic-opt-outs/{address}/{topic}`.
+#[derive(Debug, Deserialize)]
+pub struct OptOutPath {
+    pub address: String,
+    pub topic: String,
+}
+
 /// `PUT /v1/topic-opt-outs/{address}/{topic}`: opt an address out of a topic.
 #[utoipa::path(put, path = "/v1/topic-opt-outs/{address}/{topic}", tag = "email",
     params(("address" = String, Path), ("topic" = String, Path)), request_body = Option<OptOutBody>,
@@ -92,7 +99,7 @@ pub async fn list(
 pub async fn put(
     State(state): State<AppState>,
     Caller(tenant): Caller,
-    Path((raw, name)): Path<(String, String)>,
+    Path(OptOutPath { address: raw, topic: name }): Path<OptOutPath>,
     body: axum::body::Bytes,
 ) -> Result<StatusCode, ApiError> {
     let (address, topic) = (address(&raw)?, topic(&name)?);
@@ -125,7 +132,7 @@ pub async fn put(
 pub async fn delete(
     State(state): State<AppState>,
     Caller(tenant): Caller,
-    Path((raw, name)): Path<(String, String)>,
+    Path(OptOutPath { address: raw, topic: name }): Path<OptOutPath>,
 ) -> Result<StatusCode, ApiError> {
     let (address, topic) = (raw.to_lowercase(), topic(&name)?);
     let mut db = state.pool.get().await.map_err(StoreError::from)?;

@@ -24,6 +24,8 @@ use crate::job::{ClaimedJob, Ending, Fault, TaskError};
 use crate::retry::RetryPolicy;
 use crate::task::{Admission, Task, TaskContext};
 
+pub use basic::Noop;
+
 /// A parameter that failed validation, with the path of the field (from `params`).
 pub use crate::plain::ParamError;
 

@@ -21,7 +21,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::email::task::SendEmail;
 use crate::job::TenantId;
+use crate::task::Task;
 
 pub use sts::{JobAws, TaskCredentials};
 
@@ -213,7 +215,7 @@ impl TaskRoles {
 }
 
 /// The task types that run under a tenant's own sending role when it names one.
-pub const SENDS_AS_TENANT: [&str; 1] = ["email.send"];
+pub const SENDS_AS_TENANT: [&str; 1] = [SendEmail::NAME];
 
 /// The external id Relay presents when it assumes a tenant's own role: chosen by Relay, one per
 /// tenant, so no other tenant can make Relay assume it (the confused-deputy guard).

@@ -45,6 +45,7 @@ use crate::destinations::local::LocalSecrets;
 use crate::destinations::{self as rules, Secret, SecretError};
 use crate::job::{Fence, TaskError};
 use crate::outbound::{self, AllowList, Limits, Refusal};
+use crate::plain::NameValue;
 use crate::plain::ParamError;
 use crate::store::destinations::{self, Destination};
 use crate::store::http_calls::{self, NewCall, Sending, Settled};
@@ -116,7 +117,7 @@ pub(crate) async fn begin(
 
 /// The headers Relay adds to every call: the job's idempotency key, its correlation id, and
 /// who calls.
-pub(crate) fn relay_headers(job: &jobs::Job, ctx: &TaskContext, agent: &str) -> [(String, String); 3] {
+pub(crate) fn relay_headers(job: &jobs::Job, ctx: &TaskContext, agent: &str) -> [NameValue; 3] {
     [
         ("idempotency-key".into(), job.idempotency_key.clone()),
         (crate::email::content::CORRELATION_HEADER.to_owned(), ctx.correlation_id.clone()),
@@ -130,7 +131,7 @@ pub(crate) struct Call<'a> {
     pub method: Method,
     pub url: String,
     /// Without the auth header (added from the destination's secret just before sending).
-    pub headers: Vec<(String, String)>,
+    pub headers: Vec<NameValue>,
     pub body: Bytes,
     /// What the call's record shows of it (`shown_request`).
     pub shown: Value,
@@ -458,7 +459,7 @@ pub(crate) fn digest(body: &[u8]) -> Value {
 pub(crate) fn shown_request(
     method: Method,
     url: &str,
-    headers: &[(String, String)],
+    headers: &[NameValue],
     dest: &Destination,
     body: Option<Value>,
 ) -> Value {
@@ -510,7 +511,7 @@ async fn read_secret(
     };
     let checked = |v: &str| match which {
         Secret::Signing => signature::check_secret(dest.signature.as_ref(), v),
-        _ if v.is_empty() => Err("is empty".to_owned()),
+        _ if v.is_empty() => Err(rules::HeaderError::Empty),
         _ => rules::check_value(v),
     };
     match read {

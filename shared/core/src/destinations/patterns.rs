@@ -16,7 +16,45 @@
 
 use std::net::IpAddr;
 
-use crate::outbound::{self, AllowList, Target};
+use crate::outbound::{self, AllowList, Target, UrlError};
+
+/// Why a URL pattern, or a run-time URL checked against a destination's patterns, is refused.
+/// The message says what to fix.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PatternError {
+    #[error("at most {MAX_PATTERN_LEN} characters")]
+    TooLong,
+    #[error("must start with https:// (or http:// for an allow-listed host)")]
+    Scheme,
+    #[error("needs a path prefix ending in '/' (at least \"/\")")]
+    NoPath,
+    #[error("no user info")]
+    UserInfo,
+    #[error("the port is 1 to 65535")]
+    Port,
+    #[error("'*.' must be followed by a domain of at least two labels (e.g. *.hooks.example.com)")]
+    ShortDomain,
+    #[error("'*' stands only as the whole first label of the host ('*' or '*.example.com')")]
+    Star,
+    #[error("the host is a name (letters, digits, '-', '.'), an address, '*' or '*.domain'")]
+    Host,
+    #[error("the path prefix ends in '/' (so /hooks/ does not match /hooks-admin)")]
+    PrefixEnd,
+    #[error("the path prefix has no '*', query or fragment")]
+    PrefixChars,
+    #[error("the path prefix: {0}")]
+    PrefixPath(&'static str),
+    #[error("https only (http only for a host on the operator's allow-list)")]
+    HttpsOnly,
+    #[error(transparent)]
+    Url(#[from] UrlError),
+    #[error("the path: {0}")]
+    Path(&'static str),
+    #[error("the destination allows no run-time URL (it has no url_patterns)")]
+    NoPatterns,
+    #[error("matches none of the destination's url_patterns ({})", .0.join(", "))]
+    Unmatched(Vec<String>),
+}
 
 /// The most patterns a destination may hold.
 pub const MAX_PATTERNS: usize = 20;
@@ -71,26 +109,26 @@ fn literal(host: &str) -> Option<IpAddr> {
 impl Pattern {
     /// Parse a pattern under the operator's allow-list (which decides whether `http` and an
     /// address literal the guard refuses may be named). The message says what to fix.
-    pub fn parse(s: &str, allow: &AllowList) -> Result<Pattern, String> {
+    pub fn parse(s: &str, allow: &AllowList) -> Result<Pattern, PatternError> {
         if s.len() > MAX_PATTERN_LEN {
-            return Err(format!("at most {MAX_PATTERN_LEN} characters"));
+            return Err(PatternError::TooLong);
         }
         let lower = s.to_ascii_lowercase();
         let (https, rest) = match (lower.strip_prefix("https://"), lower.strip_prefix("http://")) {
             (Some(r), _) => (true, r),
             (None, Some(r)) => (false, r),
-            _ => return Err("must start with https:// (or http:// for an allow-listed host)".into()),
+            _ => return Err(PatternError::Scheme),
         };
-        let cut = rest.find('/').ok_or("needs a path prefix ending in '/' (at least \"/\")")?;
+        let cut = rest.find('/').ok_or(PatternError::NoPath)?;
         let (authority, _) = rest.split_at(cut);
         // The path keeps its case (paths are case-sensitive); the scheme and host do not.
         let prefix = &s[s.len() - (rest.len() - cut)..];
         if authority.contains('@') {
-            return Err("no user info".into());
+            return Err(PatternError::UserInfo);
         }
         let (host, port) = match authority.rfind(':').filter(|&i| !authority[i..].contains(']')) {
             Some(i) => {
-                let port = authority[i + 1..].parse::<u16>().ok().filter(|p| *p > 0).ok_or("the port is 1 to 65535")?;
+                let port = authority[i + 1..].parse::<u16>().ok().filter(|p| *p > 0).ok_or(PatternError::Port)?;
                 (&authority[..i], Some(port))
             }
             None => (authority, None),
@@ -99,37 +137,35 @@ impl Pattern {
             Host::Any
         } else if let Some(domain) = host.strip_prefix("*.") {
             if !host_name(domain) || domain.split('.').count() < 2 {
-                return Err(
-                    "'*.' must be followed by a domain of at least two labels (e.g. *.hooks.example.com)".into()
-                );
+                return Err(PatternError::ShortDomain);
             }
             Host::Under(domain.to_owned())
         } else if host.contains('*') {
-            return Err("'*' stands only as the whole first label of the host ('*' or '*.example.com')".into());
+            return Err(PatternError::Star);
         } else if host_name(host) || literal(host).is_some() {
             Host::Exact(host.trim_start_matches('[').trim_end_matches(']').to_owned())
         } else {
-            return Err("the host is a name (letters, digits, '-', '.'), an address, '*' or '*.domain'".into());
+            return Err(PatternError::Host);
         };
         if !prefix.ends_with('/') {
-            return Err("the path prefix ends in '/' (so /hooks/ does not match /hooks-admin)".into());
+            return Err(PatternError::PrefixEnd);
         }
         if prefix.contains('*') || prefix.contains('?') || prefix.contains('#') {
-            return Err("the path prefix has no '*', query or fragment".into());
+            return Err(PatternError::PrefixChars);
         }
-        super::check_path(prefix).map_err(|m| format!("the path prefix: {m}"))?;
+        super::check_path(prefix).map_err(PatternError::PrefixPath)?;
         // The shape and the guard's refusal of a literal address, as for a callback URL.
         let example = match &host {
             Host::Exact(_) => s.to_owned(),
             _ => s.replacen('*', "x", 1),
         };
-        outbound::check_url(&example, allow).map_err(|e| e.to_string())?;
+        outbound::check_url(&example, allow)?;
         let listed = match &host {
             Host::Exact(h) => allow.allows_host(h) || literal(h).is_some_and(|ip| allow.allows_ip(ip)),
             _ => false,
         };
         if !https && !listed {
-            return Err("https only (http only for a host on the operator's allow-list)".into());
+            return Err(PatternError::HttpsOnly);
         }
         Ok(Pattern { https, host, port: port.unwrap_or(if https { 443 } else { 80 }), prefix: prefix.to_owned() })
     }
@@ -158,18 +194,18 @@ impl Pattern {
 /// Check a run-time URL for `webhook.send`: its shape and a literal address under the guard
 /// (`outbound::check_url`), no `.`/`..` or escaped `/` in its path; and that one of
 /// `patterns` matches it. The patterns are as stored (they were parsed when written).
-pub fn check_url(url: &str, patterns: &[String], allow: &AllowList) -> Result<Target, String> {
-    outbound::check_url(url, allow).map_err(|e| e.to_string())?;
-    let target = outbound::parse_url(url).map_err(|e| e.to_string())?;
+pub fn check_url(url: &str, patterns: &[String], allow: &AllowList) -> Result<Target, PatternError> {
+    outbound::check_url(url, allow)?;
+    let target = outbound::parse_url(url)?;
     let path_and_query = target.uri.path_and_query().map_or("/", |p| p.as_str());
-    super::check_path(path_and_query).map_err(|m| format!("the path: {m}"))?;
+    super::check_path(path_and_query).map_err(PatternError::Path)?;
     // A stored pattern that no longer parses (the allow-list changed) matches nothing.
     let allowed = patterns.iter().filter_map(|p| Pattern::parse(p, allow).ok()).any(|p| p.matches(&target));
     if !allowed {
         return Err(if patterns.is_empty() {
-            "the destination allows no run-time URL (it has no url_patterns)".into()
+            PatternError::NoPatterns
         } else {
-            format!("matches none of the destination's url_patterns ({})", patterns.join(", "))
+            PatternError::Unmatched(patterns.to_vec())
         });
     }
     Ok(target)

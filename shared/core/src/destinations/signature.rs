@@ -15,6 +15,7 @@
 //! The timestamp is the attempt's time in unix seconds; the id is the delivery's (`wh_<job
 //! id>`, the same on every attempt).
 
+use crate::plain::NameValue;
 pub use crate::store::destination_terms::{Encoding, KeyForm, Layout, SignatureScheme};
 use base64::Engine;
 use hmac::{Hmac, KeyInit, Mac};
@@ -37,13 +38,30 @@ impl Layout {
 /// Headers a scheme may not name besides `REFUSED_HEADERS`: those Relay sets on every call.
 pub const OWN_HEADERS: &[&str] = &["user-agent", "webhook-id", "webhook-timestamp", "webhook-signature"];
 
+/// Why a signature scheme is refused; the message leads with the scheme's field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemeError {
+    #[error("prefix: at most {MAX_PREFIX_LEN} letters, digits and '=,:_-'")]
+    Prefix,
+    #[error("{0}: 1 to 64 letters, digits or '-'")]
+    HeaderName(&'static str),
+    #[error("{0}: {1} is a header Relay sets itself")]
+    OwnHeader(&'static str, String),
+    #[error("{0}: {1} is already another header of the destination's")]
+    Taken(&'static str, String),
+    #[error("timestamp_header: required, the layout signs the timestamp")]
+    NoTimestampHeader,
+    #[error("id_header: required, the layout signs the id")]
+    NoIdHeader,
+}
+
 impl SignatureScheme {
     /// The scheme's own checks; `auth_header` is the destination's.
-    pub fn check(&self, auth_header: Option<&str>) -> Result<(), String> {
+    pub fn check(&self, auth_header: Option<&str>) -> Result<(), SchemeError> {
         if self.prefix.len() > MAX_PREFIX_LEN
             || !self.prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b"=,:_-".contains(&b))
         {
-            return Err(format!("prefix: at most {MAX_PREFIX_LEN} letters, digits and '=,:_-'"));
+            return Err(SchemeError::Prefix);
         }
         let names = [
             ("signature_header", Some(&self.signature_header)),
@@ -55,27 +73,27 @@ impl SignatureScheme {
             let Some(name) = name else { continue };
             let lower = name.to_ascii_lowercase();
             if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
-                return Err(format!("{field}: 1 to 64 letters, digits or '-'"));
+                return Err(SchemeError::HeaderName(field));
             }
             if super::REFUSED_HEADERS.contains(&lower.as_str()) || OWN_HEADERS.contains(&lower.as_str()) {
-                return Err(format!("{field}: {name} is a header Relay sets itself"));
+                return Err(SchemeError::OwnHeader(field, name.clone()));
             }
             if auth_header.is_some_and(|a| a.eq_ignore_ascii_case(name)) || seen.contains(&lower) {
-                return Err(format!("{field}: {name} is already another header of the destination's"));
+                return Err(SchemeError::Taken(field, name.clone()));
             }
             seen.push(lower);
         }
         if self.signed.has_timestamp() && self.timestamp_header.is_none() {
-            return Err("timestamp_header: required, the layout signs the timestamp".into());
+            return Err(SchemeError::NoTimestampHeader);
         }
         if self.signed.has_id() && self.id_header.is_none() {
-            return Err("id_header: required, the layout signs the id".into());
+            return Err(SchemeError::NoIdHeader);
         }
         Ok(())
     }
 
     /// The headers of one delivery signed under `secret`.
-    fn headers(&self, secret: &str, msg_id: &str, timestamp: i64, body: &[u8]) -> Vec<(String, String)> {
+    fn headers(&self, secret: &str, msg_id: &str, timestamp: i64, body: &[u8]) -> Vec<NameValue> {
         let key = match self.key {
             KeyForm::Raw => secret.as_bytes().to_vec(),
             KeyForm::Whsec => {
@@ -109,7 +127,7 @@ impl SignatureScheme {
 }
 
 /// Whether `value` is a signing secret the scheme (none: Standard Webhooks) can use.
-pub fn check_secret(scheme: Option<&SignatureScheme>, value: &str) -> Result<(), String> {
+pub fn check_secret(scheme: Option<&SignatureScheme>, value: &str) -> Result<(), super::HeaderError> {
     check_key(scheme.map_or(KeyForm::Whsec, |s| s.key), value)
 }
 
@@ -118,12 +136,12 @@ pub fn is_some_form(value: &str) -> bool {
     [KeyForm::Whsec, KeyForm::Raw].into_iter().any(|key| check_key(key, value).is_ok())
 }
 
-fn check_key(key: KeyForm, value: &str) -> Result<(), String> {
+fn check_key(key: KeyForm, value: &str) -> Result<(), super::HeaderError> {
     match key {
         KeyForm::Whsec => super::check_signing_secret(value),
         KeyForm::Raw => {
             if value.len() < MIN_RAW_KEY_LEN {
-                return Err(format!("a raw signing key is at least {MIN_RAW_KEY_LEN} characters"));
+                return Err(super::HeaderError::RawKeyShort);
             }
             super::check_value(value)
         }
@@ -137,7 +155,7 @@ pub fn headers(
     msg_id: &str,
     timestamp: i64,
     body: &[u8],
-) -> Vec<(String, String)> {
+) -> Vec<NameValue> {
     match scheme {
         Some(s) => s.headers(secret, msg_id, timestamp, body),
         None => vec![

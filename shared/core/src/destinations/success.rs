@@ -30,22 +30,35 @@ pub enum Verdict {
     NotJudged,
 }
 
+/// Why a success rule is refused; the message leads with the rule's field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    #[error("statuses: 1 to {MAX_STATUSES} statuses (absent: any 2xx)")]
+    StatusCount,
+    #[error("statuses: {0} is not an HTTP status (100 to 599)")]
+    NotAStatus(u16),
+    #[error("json.pointer: {0}")]
+    Pointer(&'static str),
+    #[error("json.equals: at most {MAX_VALUE_LEN} bytes of JSON")]
+    EqualsTooLarge,
+}
+
 impl SuccessRule {
     /// The rule's own checks (`field` names it in the message).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), RuleError> {
         if let Some(s) = &self.statuses {
             if s.is_empty() || s.len() > MAX_STATUSES {
-                return Err(format!("statuses: 1 to {MAX_STATUSES} statuses (absent: any 2xx)"));
+                return Err(RuleError::StatusCount);
             }
             if let Some(bad) = s.iter().find(|c| !(100..=599).contains(*c)) {
-                return Err(format!("statuses: {bad} is not an HTTP status (100 to 599)"));
+                return Err(RuleError::NotAStatus(*bad));
             }
         }
         if let Some(j) = &self.json {
-            check_pointer(&j.pointer).map_err(|m| format!("json.pointer: {m}"))?;
+            check_pointer(&j.pointer).map_err(RuleError::Pointer)?;
             let size = serde_json::to_vec(&j.equals).map_or(usize::MAX, |b| b.len());
             if size > MAX_VALUE_LEN {
-                return Err(format!("json.equals: at most {MAX_VALUE_LEN} bytes of JSON"));
+                return Err(RuleError::EqualsTooLarge);
             }
         }
         Ok(())

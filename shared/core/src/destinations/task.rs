@@ -22,6 +22,7 @@ use crate::destinations as rules;
 use crate::destinations::local::LocalSecrets;
 use crate::job::TaskError;
 use crate::outbound::AllowList;
+use crate::plain::NameValue;
 use crate::plain::ParamError;
 use crate::task::{Admission, Named, Stored, Task, TaskContext};
 
@@ -78,11 +79,12 @@ impl Task for HttpRequest {
             return Err(ParamError::new("headers", format!("at most {} headers", rules::MAX_HEADERS)));
         }
         for (name, value) in &p.headers {
-            rules::check_header(name, value, None).map_err(|m| ParamError::new(format!("headers.{name}"), m))?;
+            rules::check_header(name, value, None)
+                .map_err(|m| ParamError::new(format!("headers.{name}"), m.to_string()))?;
         }
         check_timeout(p.timeout_ms)?;
         if let Some(rule) = &p.success {
-            rule.check().map_err(|m| ParamError::new("success", m))?;
+            rule.check().map_err(|m| ParamError::new("success", m.to_string()))?;
         }
         let size = p.body.as_ref().map_or(0, |b| serde_json::to_vec(b).map_or(usize::MAX, |b| b.len()));
         if size > MAX_BODY {
@@ -112,7 +114,7 @@ async fn call(task: &HttpRequest, ctx: &TaskContext, p: RequestParams) -> Result
             .map_err(|m| TaskError::Fatal(format!("headers.{name}: {m}")).tenants())?;
     }
     let url = rules::join(&dest.base_url, &p.path);
-    let mut headers: Vec<(String, String)> = p.headers.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+    let mut headers: Vec<NameValue> = p.headers.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
     headers.extend(relay_headers(&job, ctx, "relay-http/1"));
     let body = p.body.as_ref().map_or_else(Vec::new, |b| b.to_string().into_bytes());
     let shown_body = p.body.as_ref().map(|b| shown_body(&body, || b.clone()));

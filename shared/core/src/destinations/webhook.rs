@@ -34,6 +34,7 @@ use crate::plain::ParamError;
 use crate::task::{Admission, Named, Stored, Task, TaskContext};
 
 pub use super::call::{MAX_BODY, MAX_TIMEOUT_MS, RECORD_MARGIN_SECONDS};
+use crate::plain::NameValue;
 
 /// Sends webhooks; the same allow-list, local store and tokens as `http.request`.
 #[derive(Debug, Clone, Default)]
@@ -112,7 +113,7 @@ impl Task for WebhookSend {
         let body = serde_json::to_vec(&json!({"type": p.event_type, "timestamp": now, "data": p.data}))
             .map_err(|e| TaskError::Fatal(e.to_string()))?;
         let msg_id = format!("wh_{}", ctx.job_id);
-        let headers: Vec<(String, String)> = http::relay_headers(&job, ctx, "relay-webhooks/1").into();
+        let headers: Vec<NameValue> = http::relay_headers(&job, ctx, "relay-webhooks/1").into();
         // The record shows the body's size and digest: the body is held once, in the params.
         let mut shown = http::shown_request(Method::Post, &p.url, &headers, &dest, Some(http::digest(&body)));
         let id_header = dest.signature.as_ref().map_or(Some("webhook-id"), |s| s.id_header.as_deref());
@@ -122,7 +123,7 @@ impl Task for WebhookSend {
         shown["event_type"] = json!(p.event_type);
         // The patterns may have changed since submit: the URL must still match one.
         if let Err(why) = patterns::check_url(&p.url, &dest.url_patterns, &self.allow) {
-            http::record_call(&db, ctx, &dest.name, &shown, "refused", Some(why.clone())).await?;
+            http::record_call(&db, ctx, &dest.name, &shown, "refused", Some(why.to_string())).await?;
             return Err(TaskError::Fatal(format!("url {:?}: {why}", p.url)).tenants());
         }
         drop(db);

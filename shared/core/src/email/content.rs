@@ -12,6 +12,7 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::mime::{self, Attachment, Part};
+use crate::plain::NameValue;
 use crate::plain::ParamError;
 use crate::store::templates::Template;
 
@@ -147,7 +148,7 @@ pub struct Rendered {
     pub text: Option<String>,
     pub html: Option<String>,
     /// Headers rendered for this message (`list_unsubscribe`), after the client's own.
-    pub headers: Vec<(String, String)>,
+    pub headers: Vec<NameValue>,
 }
 
 fn address(field: &str, value: &str) -> Result<EmailAddress, ParamError> {
@@ -328,7 +329,7 @@ impl SendParams {
     }
 
     /// The headers rendered from `data` (`list_unsubscribe`), or the field that cannot be.
-    pub fn rendered_headers(&self) -> Result<Vec<(String, String)>, ParamError> {
+    pub fn rendered_headers(&self) -> Result<Vec<NameValue>, ParamError> {
         let Some(l) = &self.list_unsubscribe else { return Ok(vec![]) };
         let env = environment();
         let render = |part: &str, src: &str| -> Result<String, ParamError> {

@@ -12,10 +12,12 @@
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
+use super::task::{SendCampaign, SendEmail};
 use crate::job::TenantId;
 use crate::store::cutover::{self, Stage};
 use crate::store::reputation::{Counts, counts_since};
 use crate::store::{GenericClient, StoreError, admin_actions};
+use crate::task::Task;
 
 /// Default halt level: 2 % of the stage's sends bounced for good (the guard's warning level).
 pub const HALT_BOUNCE: f64 = super::reputation::WARN_BOUNCE;
@@ -29,7 +31,7 @@ pub const MIN_SENDS: i64 = 20;
 /// The stage a send is judged under: a campaign's children (message key `campaign:…`) by
 /// `email.campaign`'s, every other send by `email.send`'s.
 pub fn task_type_of(message_key: Option<&str>) -> &'static str {
-    if message_key.is_some_and(|k| k.starts_with("campaign:")) { "email.campaign" } else { "email.send" }
+    if message_key.is_some_and(|k| k.starts_with("campaign:")) { SendCampaign::NAME } else { SendEmail::NAME }
 }
 
 /// Where an address falls in [0, 1): the first 8 bytes of the SHA-256 of its bare, lower-cased

@@ -3,10 +3,19 @@
 
 use base64::Engine as _;
 
+/// Why an encoded word cannot be shown.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WordError {
+    #[error("an encoded word that does not decode: =?{0}")]
+    Undecodable(String),
+    #[error("an encoded word in a charset no one knows: {0}")]
+    UnknownCharset(String),
+}
+
 /// The name as a mail client shows it: RFC 2047 encoded words (`=?utf-8?b?YS5leGU=?=`,
 /// `=?iso-8859-1?q?a=2Eexe?=`) decoded, the space between two of them dropped. An encoded word
 /// in a charset no one knows, or whose text does not decode, is an error.
-pub fn decode(name: &str) -> Result<String, String> {
+pub fn decode(name: &str) -> Result<String, WordError> {
     let mut out = String::new();
     let mut rest = name;
     let mut after_word = false;
@@ -32,7 +41,7 @@ pub fn decode(name: &str) -> Result<String, String> {
 
 /// One encoded word after its `=?`: `charset?B|Q?text?=`; its decoded text and the length
 /// it takes up. `None` when this is not an encoded word.
-fn encoded_word(s: &str) -> Option<(Result<String, String>, usize)> {
+fn encoded_word(s: &str) -> Option<(Result<String, WordError>, usize)> {
     let mut fields = s.splitn(4, '?');
     let (charset, encoding, text, end) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?);
     let token = |t: &str| !t.is_empty() && t.chars().all(|c| c.is_ascii_graphic() && c != '?');
@@ -49,8 +58,8 @@ fn encoded_word(s: &str) -> Option<(Result<String, String>, usize)> {
     let charset = charset.split('*').next().unwrap_or_default();
     let decoded = match (bytes, encoding_rs::Encoding::for_label(charset.as_bytes())) {
         (Some(bytes), Some(charset)) => Ok(charset.decode_without_bom_handling(&bytes).0.into_owned()),
-        (None, _) => Err(format!("an encoded word that does not decode: =?{}", &s[..len])),
-        (_, None) => Err(format!("an encoded word in a charset no one knows: {charset}")),
+        (None, _) => Err(WordError::Undecodable(s[..len].to_owned())),
+        (_, None) => Err(WordError::UnknownCharset(charset.to_owned())),
     };
     Some((decoded, len))
 }

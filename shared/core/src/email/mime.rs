@@ -18,6 +18,7 @@ use mail_builder::mime::{BodyPart, MimePart};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::plain::NameValue;
 use crate::plain::ParamError;
 
 /// Most extra parts, and most attachments, per message.
@@ -87,7 +88,7 @@ pub struct Attachment {
 #[derive(Debug, Clone, PartialEq)]
 pub struct MediaType {
     pub essence: String,
-    pub params: Vec<(String, String)>,
+    pub params: Vec<NameValue>,
 }
 
 impl MediaType {
@@ -133,7 +134,7 @@ pub fn media_type(s: &str) -> Result<MediaType, String> {
     if t.is_empty() || sub.is_empty() || !t.chars().all(is_token) || !sub.chars().all(is_token) {
         return Err(format!("{s:?} is not a media type (type/subtype)"));
     }
-    let mut params: Vec<(String, String)> = Vec::new();
+    let mut params: Vec<NameValue> = Vec::new();
     while let Some(after) = rest.strip_prefix(';') {
         let after = after.trim_start();
         let Some((name, value)) = after.split_once('=') else {
@@ -322,7 +323,7 @@ fn base64_len(b64: &str) -> usize {
 fn check_filename(name: &str) -> Result<(), String> {
     check_shown_name(name)?;
     if name.contains("=?") {
-        let shown = super::encoded_words::decode(name)?;
+        let shown = super::encoded_words::decode(name).map_err(|e| e.to_string())?;
         check_shown_name(&shown).map_err(|e| format!("decoded as RFC 2047 ({shown:?}): {e}"))?;
     }
     Ok(())
@@ -354,7 +355,7 @@ pub struct Envelope<'a> {
     pub text: Option<&'a str>,
     pub html: Option<&'a str>,
     /// Every header beside the addressing ones, in order.
-    pub headers: &'a [(String, String)],
+    pub headers: &'a [NameValue],
     pub parts: &'a [Part],
     pub attachments: &'a [Attachment],
     /// The `Message-ID` (SES replaces it with its own; this makes the bytes reproducible).

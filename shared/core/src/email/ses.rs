@@ -19,6 +19,7 @@ use aws_sdk_sesv2::types::{Destination, EmailContent, ListManagementOptions, Mes
 use super::content::{CORRELATION_HEADER, Rendered, SendParams, tag_value};
 use super::departure::{Departing, Departure, PastSlot};
 use crate::store::messages::{AttachmentPreview, PartPreview, Preview};
+use crate::plain::NameValue;
 
 /// The write switch by which a deployment uses SES tenants (`write:ses_tenants`): each send
 /// names its Relay tenant's SES tenant (`tenant_name`).
@@ -91,15 +92,15 @@ pub fn client(config: &SdkConfig) -> Client {
 
 /// The headers a message is sent with: the client's, those rendered for this message
 /// (`list_unsubscribe`), then Relay's correlation header.
-pub fn headers(p: &SendParams, body: &Rendered, id: &Identity<'_>) -> Vec<(String, String)> {
-    let mut headers: Vec<(String, String)> = p.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+pub fn headers(p: &SendParams, body: &Rendered, id: &Identity<'_>) -> Vec<NameValue> {
+    let mut headers: Vec<NameValue> = p.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     headers.extend(body.headers.iter().cloned());
     headers.push((CORRELATION_HEADER.to_owned(), id.correlation_id.to_owned()));
     headers
 }
 
 /// The SES tags a message is sent with: the client's, then Relay's own.
-pub fn tags(p: &SendParams, id: &Identity<'_>) -> Vec<(String, String)> {
+pub fn tags(p: &SendParams, id: &Identity<'_>) -> Vec<NameValue> {
     let relay = [
         ("relay_message_id", id.message_id.to_owned()),
         ("relay_job_id", id.job_id.to_owned()),

@@ -43,14 +43,22 @@ pub struct Admin {
     pub platform: Platform,
     sqs: aws_sdk_sqs::Client,
     retention_days: u32,
-    /// (dead-letter queue, the queue it serves) for `work` and `ingress`.
-    work: Option<(String, String)>,
-    ingress: Option<(String, String)>,
+    /// The queues `dead_letters.redrive` moves messages between, for `work` and `ingress`.
+    work: Option<Redrive>,
+    ingress: Option<Redrive>,
+}
+
+/// A dead-letter queue's URL and that of the queue it serves.
+struct Redrive {
+    dlq: String,
+    queue: String,
 }
 
 impl Admin {
     pub fn new(cfg: &LambdaConfig, platform: Platform, sdk: &aws_config::SdkConfig) -> Self {
-        let pair = |dlq: &Option<String>, queue: &Option<String>| dlq.clone().zip(queue.clone());
+        let pair = |dlq: &Option<String>, queue: &Option<String>| {
+            dlq.clone().zip(queue.clone()).map(|(dlq, queue)| Redrive { dlq, queue })
+        };
         Self {
             platform,
             sqs: sqs::SqsTransport::client(sdk),
@@ -141,7 +149,7 @@ impl Admin {
                 })
             }
             "dead_letters.redrive" => {
-                let (dlq, queue) = match event["queue"].as_str() {
+                let Redrive { dlq, queue } = match event["queue"].as_str() {
                     Some("work") => self.work.as_ref(),
                     Some("ingress") => self.ingress.as_ref(),
                     _ => return Err(refused("invalid_queue", "queue must be \"work\" or \"ingress\"")),
@@ -157,8 +165,9 @@ impl Admin {
                         .ok_or_else(|| refused("invalid_max", "max is a whole number from 1 to 10000"))?
                         as usize,
                 };
-                let moved =
-                    sqs::move_messages(&self.sqs, dlq, queue, max).await.map_err(|e| refused("redrive_failed", e))?;
+                let moved = sqs::move_messages(&self.sqs, dlq, queue, max)
+                    .await
+                    .map_err(|e| refused("redrive_failed", e.to_string()))?;
                 Ok(json!({"moved": moved}))
             }
             _ => Err(refused(

@@ -31,12 +31,16 @@ pub const DEPLOY_CHECK_TENANT: &str = "relay-deploy-check";
 
 /// Any event the executor function takes: the hook's check, else an SQS batch (its partial
 /// batch response). `Err` when it is neither.
-pub async fn handle_event(exec: &Executor, event: Value, deadline: Option<SystemTime>) -> Result<Value, String> {
+pub async fn handle_event(
+    exec: &Executor,
+    event: Value,
+    deadline: Option<SystemTime>,
+) -> Result<Value, super::EventError> {
     if let Some(check) = event.get(DEPLOY_CHECK) {
         return Ok(deploy_check(exec, check, deadline).await);
     }
-    let batch: SqsEvent = serde_json::from_value(event).map_err(|e| format!("not an SQS event: {e}"))?;
-    serde_json::to_value(handle(exec, batch, deadline).await).map_err(|e| e.to_string())
+    let batch: SqsEvent = serde_json::from_value(event).map_err(super::EventError::NotSqs)?;
+    serde_json::to_value(handle(exec, batch, deadline).await).map_err(super::EventError::Answer)
 }
 
 /// The hook's check: claim the check job (of the deploy-check tenant only, whether or not it

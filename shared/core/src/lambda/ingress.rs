@@ -184,12 +184,12 @@ impl Ingress {
 
     /// Any event the ingress function takes: the pre-traffic hook's check
     /// (`{"relay_deploy_check": {}}`, `deploy_check`), else an SQS batch.
-    pub async fn handle_event(&self, event: Value) -> Result<Value, String> {
+    pub async fn handle_event(&self, event: Value) -> Result<Value, super::EventError> {
         if event.get(super::executor::DEPLOY_CHECK).is_some() {
             return Ok(self.deploy_check().await);
         }
-        let batch: SqsEvent = serde_json::from_value(event).map_err(|e| format!("not an SQS event: {e}"))?;
-        serde_json::to_value(self.handle(batch).await).map_err(|e| e.to_string())
+        let batch: SqsEvent = serde_json::from_value(event).map_err(super::EventError::NotSqs)?;
+        serde_json::to_value(self.handle(batch).await).map_err(super::EventError::Answer)
     }
 
     /// The hook's check of this version: an SES event in its SNS envelope, as the queue

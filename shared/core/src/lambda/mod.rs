@@ -16,6 +16,16 @@ pub mod sweeper;
 
 use std::sync::Arc;
 
+/// Why a function could not take an event: it is not one the function handles, or its answer
+/// did not serialise. The runtime reports it as the invocation's error (`Relay.BadEvent`).
+#[derive(Debug, thiserror::Error)]
+pub enum EventError {
+    #[error("not an SQS event: {0}")]
+    NotSqs(serde_json::Error),
+    #[error("{0}")]
+    Answer(serde_json::Error),
+}
+
 use crate::config::LambdaConfig;
 use crate::credentials::TaskCredentials;
 use crate::platform::{Platform, Settings};

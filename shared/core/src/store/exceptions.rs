@@ -3,17 +3,48 @@
 //! `jobs::succeed`; operators read, list and close them here, each close with an audit row.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_postgres::Row;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::{GenericClient, StoreError};
+use super::{GenericClient, StoreError, decode};
 use crate::job::{ExceptionKind, JobId, TenantId};
 
-/// Statuses an exception can have.
-pub const STATUSES: [&str; 3] = ["open", "resolved", "ignored"];
+// Stored as text (`exceptions.status`), the names serde writes; text no variant names is
+// `StoreError::UnknownValue` when read. (Not a doc comment: the OpenAPI document shows that.)
+/// An exception's status: open until an operator (or the system, when its job later succeeds)
+/// closes it as resolved or ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ExceptionStatus {
+    Open,
+    Resolved,
+    Ignored,
+}
+
+impl ExceptionStatus {
+    pub const ALL: [ExceptionStatus; 3] = [Self::Open, Self::Resolved, Self::Ignored];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Resolved => "resolved",
+            Self::Ignored => "ignored",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for ExceptionStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Exception {
@@ -29,7 +60,8 @@ pub struct Exception {
     /// The error that opened it.
     pub cause: String,
     /// open, resolved or ignored.
-    pub status: String,
+    #[schema(value_type = String)]
+    pub status: ExceptionStatus,
     pub opened_at: DateTime<Utc>,
     pub closed_at: Option<DateTime<Utc>>,
     /// `system` or the operator's name.
@@ -49,7 +81,7 @@ impl Exception {
             task_type: r.get(3),
             kind: r.get::<_, &str>(4).parse()?,
             cause: r.get(5),
-            status: r.get(6),
+            status: decode("exceptions.status", r.get(6), ExceptionStatus::parse)?,
             opened_at: r.get(7),
             closed_at: r.get(8),
             closed_by: r.get(9),
@@ -74,7 +106,7 @@ pub async fn count_open(db: &impl GenericClient) -> Result<i64, StoreError> {
 /// Filters for listing exceptions, newest first. All optional but `limit`.
 #[derive(Debug, Clone, Default)]
 pub struct ExceptionFilter {
-    pub status: Option<String>,
+    pub status: Option<ExceptionStatus>,
     pub kind: Option<String>,
     pub task_type: Option<String>,
     pub tenant_id: Option<TenantId>,
@@ -100,8 +132,9 @@ pub async fn list(db: &impl GenericClient, f: &ExceptionFilter) -> Result<Vec<Ex
         ))
         .await?;
     let (before_at, before_id) = f.before.map_or((None, None), |(a, i)| (Some(a), Some(i)));
+    let status = f.status.map(ExceptionStatus::as_str);
     let rows = db
-        .query(&stmt, &[&f.status, &f.kind, &f.task_type, &f.tenant_id, &f.cause, &before_at, &before_id, &f.limit])
+        .query(&stmt, &[&status, &f.kind, &f.task_type, &f.tenant_id, &f.cause, &before_at, &before_id, &f.limit])
         .await?;
     rows.iter().map(Exception::from_row).collect()
 }
@@ -122,7 +155,7 @@ pub async fn lock(db: &impl GenericClient, id: Uuid) -> Result<Option<Exception>
 pub async fn close(
     db: &impl GenericClient,
     id: Uuid,
-    status: &str,
+    status: ExceptionStatus,
     closed_by: &str,
     reason: &str,
 ) -> Result<bool, StoreError> {
@@ -130,7 +163,7 @@ pub async fn close(
         .execute(
             "UPDATE exceptions SET status = $2, closed_at = now(), closed_by = $3, close_reason = $4
              WHERE id = $1 AND status = 'open'",
-            &[&id, &status, &closed_by, &reason],
+            &[&id, &status.as_str(), &closed_by, &reason],
         )
         .await?;
     Ok(n == 1)

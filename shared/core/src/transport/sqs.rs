@@ -131,11 +131,23 @@ impl SqsTransport {
     }
 }
 
+/// Why a redrive (`move_messages`) stopped; messages moved before it stay moved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RedriveError {
+    /// An SQS call failed (`step` is "receive from", "send to" or "delete from").
+    #[error("{step} {queue}: {detail}")]
+    Call { step: &'static str, queue: String, detail: String },
+    #[error("send to {queue} refused {refused} of {of}: {code} {message}")]
+    Refused { queue: String, refused: usize, of: usize, code: String, message: String },
+}
+
 /// Move up to `max` messages from a dead-letter queue back to the queue it serves (the
 /// operator's redrive, `lambda::admin`): each is sent to `to` with its body unchanged, then
 /// deleted from `from`. A message is never deleted before its copy was accepted, so a failure
 /// can leave a duplicate (which claims nothing), never a loss. Returns how many moved.
-pub async fn move_messages(client: &Client, from: &str, to: &str, max: usize) -> Result<usize, String> {
+pub async fn move_messages(client: &Client, from: &str, to: &str, max: usize) -> Result<usize, RedriveError> {
+    let failed =
+        |step: &'static str, queue: &str, detail: String| RedriveError::Call { step, queue: queue.to_owned(), detail };
     let mut moved = 0;
     while moved < max {
         let want = i32::try_from((max - moved).min(BATCH)).unwrap_or(10);
@@ -146,7 +158,7 @@ pub async fn move_messages(client: &Client, from: &str, to: &str, max: usize) ->
             .wait_time_seconds(1)
             .send()
             .await
-            .map_err(|e| format!("receive from {from}: {}", DisplayErrorContext(e)))?;
+            .map_err(|e| failed("receive from", from, DisplayErrorContext(e).to_string()))?;
         let messages = got.messages();
         if messages.is_empty() {
             break;
@@ -157,7 +169,7 @@ pub async fn move_messages(client: &Client, from: &str, to: &str, max: usize) ->
                 .id(i.to_string())
                 .message_body(m.body().unwrap_or_default())
                 .build()
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| failed("send to", to, e.to_string()))?;
             entries.push(entry);
         }
         let sent = client
@@ -166,7 +178,7 @@ pub async fn move_messages(client: &Client, from: &str, to: &str, max: usize) ->
             .set_entries(Some(entries))
             .send()
             .await
-            .map_err(|e| format!("send to {to}: {}", DisplayErrorContext(e)))?;
+            .map_err(|e| failed("send to", to, DisplayErrorContext(e).to_string()))?;
         for ok in sent.successful() {
             let Some(m) = ok.id().parse::<usize>().ok().and_then(|i| messages.get(i)) else { continue };
             let Some(handle) = m.receipt_handle() else { continue };
@@ -176,17 +188,17 @@ pub async fn move_messages(client: &Client, from: &str, to: &str, max: usize) ->
                 .receipt_handle(handle)
                 .send()
                 .await
-                .map_err(|e| format!("delete from {from}: {}", DisplayErrorContext(e)))?;
+                .map_err(|e| failed("delete from", from, DisplayErrorContext(e).to_string()))?;
             moved += 1;
         }
         if let Some(f) = sent.failed().first() {
-            return Err(format!(
-                "send to {to} refused {} of {}: {} {}",
-                sent.failed().len(),
-                messages.len(),
-                f.code(),
-                f.message().unwrap_or("")
-            ));
+            return Err(RedriveError::Refused {
+                queue: to.to_owned(),
+                refused: sent.failed().len(),
+                of: messages.len(),
+                code: f.code().to_owned(),
+                message: f.message().unwrap_or("").to_owned(),
+            });
         }
     }
     Ok(moved)

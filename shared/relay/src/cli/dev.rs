@@ -125,7 +125,7 @@ pub async fn run(url: Option<String>, dev: Dev) -> anyhow::Result<()> {
             anyhow::Ok(())
         })
     });
-    let grace = Duration::from_secs(run.lease_seconds.max(3));
+    let grace = Duration::from_secs(run.lease_seconds);
     let signals = tokio::spawn(stop_on_signals(stop_tx, grace, cluster.clone()));
     let served = serve(&p, api, stop).await;
     futures::future::join_all(workers).await;
@@ -269,7 +269,7 @@ fn banner(
          Ctrl-C stops (jobs in flight get up to {grace} s); Ctrl-C twice stops at once.\n",
         workers = run.workers,
         sweep = run.sweep_interval_seconds,
-        grace = run.lease_seconds.max(3),
+        grace = run.lease_seconds,
     );
 }
 

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use taskdeck::exceptions::{self as actions, Action};
 use taskdeck::platform::Platform;
 use taskdeck::schedules::{self, SchedulePatch, ScheduleSpec};
-use taskdeck::store::exceptions::{self, ExceptionFilter};
+use taskdeck::store::exceptions::{self, ExceptionFilter, ExceptionStatus};
 use taskdeck::store::jobs::operator;
 use taskdeck::store::{modes, operators, schedules as schedule_store, sending_identities, tenants};
 use taskdeck::view::JobView;
@@ -25,12 +25,19 @@ pub enum OperatorCommand {
     Revoke { name: String },
 }
 
+/// `--status`: one of the exception statuses, by name.
+fn exception_status() -> impl clap::builder::TypedValueParser<Value = ExceptionStatus> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(ExceptionStatus::ALL.map(ExceptionStatus::as_str))
+        .try_map(|s| ExceptionStatus::parse(&s).ok_or("not an exception status"))
+}
+
 #[derive(Subcommand)]
 pub enum ExceptionsCommand {
     /// List exceptions, newest first (JSON).
     List {
-        #[arg(long)]
-        status: Option<String>,
+        #[arg(long, value_parser = exception_status())]
+        status: Option<ExceptionStatus>,
         #[arg(long)]
         kind: Option<String>,
         #[arg(long)]

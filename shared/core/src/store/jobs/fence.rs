@@ -6,7 +6,7 @@
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
-use super::TERMINAL_RETURNING;
+use super::{EventKind, TERMINAL_RETURNING};
 use crate::job::{Fence, JobId, JobStatus};
 use crate::store::{GenericClient, StoreError};
 
@@ -37,9 +37,9 @@ pub(super) struct Transition {
     pub set: &'static str,
     /// The input columns after id and attempt (see `update`).
     pub inputs: &'static [(&'static str, &'static str)],
-    /// The event's kind and the state moved to. `None`: from `running` the transition writes
-    /// no event row, because the job row itself holds it (a success: see `read::with_derived`).
-    pub kind: Option<&'static str>,
+    /// The event's kind and the state moved to. `None`: a success, which from `running` writes
+    /// no event row, because the job row itself holds it (see `read::with_derived`).
+    pub kind: Option<EventKind>,
     pub to: &'static str,
     /// The event's reason: an expression over the moved rows, or `NULL`.
     pub reason: &'static str,
@@ -63,7 +63,7 @@ impl Transition {
             .join(", ");
         // The history derives only a running attempt's success; from any other state (a
         // completion ending a wait) a success is recorded like every other transition.
-        let kind = kind.or((from != JobStatus::Running).then_some(*to));
+        let kind = kind.or((from != JobStatus::Running).then_some(EventKind::Succeeded));
         let events = match kind {
             Some(kind) => format!(
                 ", events AS (

@@ -25,7 +25,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::Row;
 
-use crate::job::{Dispatch, JobId, JobStatus, TenantId};
+use crate::job::{Dispatch, Fault, JobId, JobStatus, TenantId};
 use crate::store::{StoreError, decode};
 
 mod claim;
@@ -48,7 +48,7 @@ pub(crate) use claim::{keyed_claim_sql, plan_keyed_claim};
 pub use defer::{DeferBounds, Deferred, defer_unfit};
 pub use fence::lock_in_order;
 pub use insert::{Inserted, NewJob, insert_many, release, undispatch};
-pub use read::{JobEvent, JobFilter, count_children, events, get, list, tenants_of};
+pub use read::{EventKind, JobEvent, JobFilter, count_children, events, get, list, tenants_of};
 pub use sweep::{
     ExpiredLease, Finished, finish_parents, finish_parents_of, lock_expired_leases, return_expired,
     take_lost_dispatches, take_lost_keyed,
@@ -90,8 +90,8 @@ pub struct Job {
     pub children_total: Option<i32>,
     /// Where this job's callbacks go, instead of the tenant's callback URL.
     pub callback_url: Option<String>,
-    /// Whose failure a failed job is: `tenant` or `platform` (`job::Fault`).
-    pub fault: Option<String>,
+    /// Whose failure a failed job is (`None` otherwise).
+    pub fault: Option<Fault>,
 }
 
 pub(crate) const JOB_COLUMNS: &str = "id, tenant_id, task_type, status, params, correlation_id, \
@@ -101,9 +101,11 @@ pub(crate) const JOB_COLUMNS: &str = "id, tenant_id, task_type, status, params, 
 
 impl Job {
     pub(crate) fn from_row(r: &Row) -> Result<Self, StoreError> {
+        let tenant_id = r.get("tenant_id");
+        let fault: Option<&str> = r.get("fault");
         Ok(Job {
             id: r.get("id"),
-            tenant_id: r.get("tenant_id"),
+            tenant_id,
             task_type: r.get("task_type"),
             status: decode("jobs.status", r.get("status"), JobStatus::parse)?,
             params: r.get("params"),
@@ -126,7 +128,7 @@ impl Job {
             concurrency_limit: r.get("concurrency_limit"),
             children_total: r.get("children_total"),
             callback_url: r.get("callback_url"),
-            fault: r.get("fault"),
+            fault: fault.map(|f| decode("jobs.fault", f, |f| Fault::parse(f, tenant_id))).transpose()?,
         })
     }
 }

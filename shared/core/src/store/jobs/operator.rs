@@ -140,5 +140,6 @@ pub async fn events_any(db: &impl GenericClient, id: JobId) -> Result<Vec<super:
         )
         .await?;
     let job = db.query_opt(super::read::ORIGIN, &[&id]).await?;
-    Ok(super::read::with_derived(job.as_ref(), rows.iter().map(super::JobEvent::from_row).collect()))
+    let recorded = rows.iter().map(super::JobEvent::from_row).collect::<Result<_, _>>()?;
+    Ok(super::read::with_derived(job.as_ref(), recorded))
 }

@@ -2,13 +2,13 @@
 //! that name no job.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio_postgres::Row;
 use utoipa::ToSchema;
 
 use super::{JOB_COLUMNS, Job};
 use crate::job::{JobId, JobStatus, TenantId};
-use crate::store::{GenericClient, StoreError};
+use crate::store::{GenericClient, StoreError, decode};
 
 /// One job of one tenant; another tenant's job is indistinguishable from a missing one.
 #[tracing::instrument(level = "debug", name = "postgres", skip_all, fields(xray.namespace = "remote", xray.name = "postgres", sql.operation = "jobs::get"))]
@@ -70,7 +70,8 @@ pub struct JobEvent {
     /// `succeeded`, `retry_scheduled`, `failed`, `cancelled`, `lease_expired`, `redispatched`,
     /// `waiting`, `continued`, and the operator's `operator_retry`, `force_finished`,
     /// `exception_ignored`.
-    pub kind: String,
+    #[schema(value_type = String)]
+    pub kind: EventKind,
     pub from_status: Option<String>,
     pub to_status: Option<String>,
     pub attempt: i32,
@@ -79,47 +80,103 @@ pub struct JobEvent {
     pub reason: Option<String>,
 }
 
-impl JobEvent {
+/// What a step of a job's history is. Stored as text (`job_events.kind`, whose CHECK lists the
+/// recorded ones), the names serde writes; text no variant names is `StoreError::UnknownValue`
+/// when read. `Submitted` and `Claimed` are never stored: they are derived from the job row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    Submitted,
+    Claimed,
+    Succeeded,
+    RetryScheduled,
+    Failed,
+    Cancelled,
+    LeaseExpired,
+    Redispatched,
+    Waiting,
+    Continued,
+    OperatorRetry,
+    ForceFinished,
+    ExceptionIgnored,
+    /// A fenced write refused as stale. The table's CHECK still allows it and a history written
+    /// by an early build may hold it; no current write records it.
+    StaleWriteRefused,
+}
+
+impl EventKind {
     /// Every kind a job's history can hold, in the order a job first meets them.
-    pub const KINDS: [&'static str; 13] = [
-        "submitted",
-        "claimed",
-        "succeeded",
-        "retry_scheduled",
-        "failed",
-        "cancelled",
-        "lease_expired",
-        "redispatched",
-        "waiting",
-        "continued",
-        "operator_retry",
-        "force_finished",
-        "exception_ignored",
+    pub const ALL: [EventKind; 14] = [
+        Self::Submitted,
+        Self::Claimed,
+        Self::Succeeded,
+        Self::RetryScheduled,
+        Self::Failed,
+        Self::Cancelled,
+        Self::LeaseExpired,
+        Self::Redispatched,
+        Self::Waiting,
+        Self::Continued,
+        Self::OperatorRetry,
+        Self::ForceFinished,
+        Self::ExceptionIgnored,
+        Self::StaleWriteRefused,
     ];
 
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Submitted => "submitted",
+            Self::Claimed => "claimed",
+            Self::Succeeded => "succeeded",
+            Self::RetryScheduled => "retry_scheduled",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+            Self::LeaseExpired => "lease_expired",
+            Self::Redispatched => "redispatched",
+            Self::Waiting => "waiting",
+            Self::Continued => "continued",
+            Self::OperatorRetry => "operator_retry",
+            Self::ForceFinished => "force_finished",
+            Self::ExceptionIgnored => "exception_ignored",
+            Self::StaleWriteRefused => "stale_write_refused",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for EventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl JobEvent {
     /// From a row of `at, kind, from_status, to_status, attempt, started_at, reason`.
-    pub(crate) fn from_row(r: &Row) -> Self {
-        JobEvent {
+    pub(crate) fn from_row(r: &Row) -> Result<Self, StoreError> {
+        Ok(JobEvent {
             at: r.get(0),
-            kind: r.get(1),
+            kind: decode("job_events.kind", r.get(1), EventKind::parse)?,
             from_status: r.get(2),
             to_status: r.get(3),
             attempt: r.get(4),
             started_at: r.get(5),
             reason: r.get(6),
-        }
+        })
     }
 
     fn derived(
         at: DateTime<Utc>,
-        kind: &str,
+        kind: EventKind,
         from: Option<&str>,
         to: &str,
         attempt: i32,
         started_at: Option<DateTime<Utc>>,
     ) -> Self {
         let from_status = from.map(str::to_owned);
-        JobEvent { at, kind: kind.into(), from_status, to_status: Some(to.into()), attempt, started_at, reason: None }
+        JobEvent { at, kind, from_status, to_status: Some(to.into()), attempt, started_at, reason: None }
     }
 }
 
@@ -135,7 +192,7 @@ pub(crate) fn with_derived(job: Option<&Row>, recorded: Vec<JobEvent>) -> Vec<Jo
         && !recorded.iter().any(|e| e.attempt == attempt && e.to_status.as_deref() == Some("succeeded")))
     .then(|| job.get::<_, Option<DateTime<Utc>>>(4))
     .flatten()
-    .map(|at| JobEvent::derived(at, "succeeded", Some("running"), "succeeded", attempt, started));
+    .map(|at| JobEvent::derived(at, EventKind::Succeeded, Some("running"), "succeeded", attempt, started));
     let mut claims: Vec<(DateTime<Utc>, i32)> =
         recorded.iter().filter_map(|e| e.started_at.map(|s| (s, e.attempt))).collect();
     if (status == "running" || success.is_some())
@@ -145,12 +202,10 @@ pub(crate) fn with_derived(job: Option<&Row>, recorded: Vec<JobEvent>) -> Vec<Jo
     }
     claims.sort();
     claims.dedup();
-    let derived = std::iter::once(JobEvent::derived(job.get(0), "submitted", None, "pending", 0, None))
-        .chain(
-            claims
-                .into_iter()
-                .map(|(at, attempt)| JobEvent::derived(at, "claimed", Some("pending"), "running", attempt, Some(at))),
-        )
+    let derived = std::iter::once(JobEvent::derived(job.get(0), EventKind::Submitted, None, "pending", 0, None))
+        .chain(claims.into_iter().map(|(at, attempt)| {
+            JobEvent::derived(at, EventKind::Claimed, Some("pending"), "running", attempt, Some(at))
+        }))
         .chain(success);
     let mut derived = derived.peekable();
     let mut out = Vec::with_capacity(recorded.len() * 2 + 2);
@@ -178,7 +233,8 @@ pub async fn events(db: &impl GenericClient, tenant_id: TenantId, id: JobId) -> 
         )
         .await?;
     let job = db.query_opt(&format!("{ORIGIN} AND tenant_id = $2"), &[&id, &tenant_id]).await?;
-    Ok(with_derived(job.as_ref(), rows.iter().map(JobEvent::from_row).collect()))
+    let recorded = rows.iter().map(JobEvent::from_row).collect::<Result<_, _>>()?;
+    Ok(with_derived(job.as_ref(), recorded))
 }
 
 /// How many children a job has.

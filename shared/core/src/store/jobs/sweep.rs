@@ -3,7 +3,7 @@
 
 use super::claim::{CLAIMABLE, PENDING_KEYS, TENANTS_PENDING, fitting, from_heads, in_queue_order};
 use super::fence::{self, Transition};
-use super::{TERMINAL_RETURNING, callbacks_of};
+use super::{EventKind, TERMINAL_RETURNING, callbacks_of};
 use uuid::Uuid;
 
 use crate::job::{Dispatch, Fence, JobId};
@@ -38,7 +38,7 @@ const RETURN_EXPIRED: Transition = Transition {
                      last_error = 'lease expired: the worker stopped heartbeating',
                      dispatched_at = now(), updated_at = now()",
     inputs: &[],
-    kind: Some("lease_expired"),
+    kind: Some(EventKind::LeaseExpired),
     to: "pending",
     reason: "'lease expired; returned to pending by the sweep'",
 };

@@ -9,7 +9,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::fence::{self, Transition, by_id, fences};
-use super::{TERMINAL_RETURNING, callbacks_of};
+use super::{EventKind, TERMINAL_RETURNING, callbacks_of};
 use crate::job::{Dispatch, ExceptionKind, Fault, Fence, JobId, JobStatus, TenantId};
 use crate::store::{GenericClient, StoreError, callbacks, dependencies, tenant_faults};
 
@@ -110,7 +110,7 @@ const RETRY: Transition = Transition {
     set: "status = 'pending', run_at = i.run_at, lease_until = NULL,
                      last_error = i.error, dispatched_at = now(), updated_at = now()",
     inputs: &[("run_at", "timestamptz"), ("error", "text")],
-    kind: Some("retry_scheduled"),
+    kind: Some(EventKind::RetryScheduled),
     to: "pending",
     reason: "error",
 };
@@ -142,7 +142,7 @@ const RESCHEDULE: Transition = Transition {
                      max_attempts = least(j.max_attempts + 1, 100), last_error = i.error,
                      dispatched_at = now(), updated_at = now()",
     inputs: &[("run_at", "timestamptz"), ("error", "text")],
-    kind: Some("retry_scheduled"),
+    kind: Some(EventKind::RetryScheduled),
     to: "pending",
     reason: "error",
 };
@@ -169,7 +169,7 @@ const CONTINUE: Transition = Transition {
                      max_attempts = least(j.max_attempts + 1, 100), last_error = NULL,
                      dispatched_at = now(), updated_at = now()",
     inputs: &[("note", "text"), ("run_at", "timestamptz"), ("rate", "text")],
-    kind: Some("continued"),
+    kind: Some(EventKind::Continued),
     to: "pending",
     reason: "note",
 };
@@ -199,7 +199,7 @@ const WAIT: Transition = Transition {
     rows: "waiting",
     set: "status = 'waiting', children_total = i.total, lease_until = NULL, updated_at = now()",
     inputs: &[("total", "int")],
-    kind: Some("waiting"),
+    kind: Some(EventKind::Waiting),
     to: "waiting",
     reason: "'waiting for ' || total || ' children'",
 };
@@ -217,7 +217,7 @@ const AWAIT: Transition = Transition {
     rows: "awaiting",
     set: "status = 'waiting', lease_until = NULL, updated_at = now()",
     inputs: &[("until", "timestamptz")],
-    kind: Some("waiting"),
+    kind: Some(EventKind::Waiting),
     to: "waiting",
     reason: "'waiting for a completion until ' || to_char(until AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')",
 };
@@ -293,7 +293,7 @@ const FAIL: Transition = Transition {
                      fault = CASE WHEN i.at_fault IS NULL AND NOT i.owners THEN 'platform' ELSE 'tenant' END,
                      finished_at = now(), updated_at = now()",
     inputs: &[("kind", "text"), ("error", "text"), ("at_fault", "uuid"), ("owners", "bool")],
-    kind: Some("failed"),
+    kind: Some(EventKind::Failed),
     to: "failed",
     reason: "kind || ': ' || error",
 };
