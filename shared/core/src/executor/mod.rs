@@ -55,9 +55,43 @@ pub struct ExecutorConfig {
     /// Share the worker's running slots among the tenants with due work (`store::jobs::Shares`).
     /// Off only to measure what it buys (`relay chaos noisy --no-slot-shares`).
     pub slot_shares: bool,
+    /// The worker's long lane: a job whose `timeout_seconds` exceeds `long_after` is long, and
+    /// long jobs hold at most `long_slots` of the worker's `concurrency` slots (default half,
+    /// at least 1), shared among tenants like the slots (`store::jobs::LongLane`). `None`:
+    /// no lane (only to measure what it buys: `RELAY_TEST_LONG_LANE=off` in the tests).
+    pub long_lane: Option<LaneSplit>,
     /// Share a send rate many tenants keep (an SES account's, a configuration set's) among the
     /// tenants with sends waiting (`email::pace`). Off only to measure what it buys.
     pub send_shares: bool,
+}
+
+/// How a worker's slots split into lanes (`ExecutorConfig::long_lane`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneSplit {
+    /// A job whose `timeout_seconds` exceeds this is long.
+    pub long_after: i32,
+    /// The slots long jobs may hold; `None`: half the worker's, at least 1.
+    pub long_slots: Option<usize>,
+}
+
+/// `LaneSplit::long_after` unless configured: a job that asked for more than the default
+/// timeout (`job::terms::DEFAULT_TIMEOUT_SECONDS`) is long.
+pub const DEFAULT_LONG_AFTER: i32 = crate::job::terms::DEFAULT_TIMEOUT_SECONDS;
+
+impl Default for LaneSplit {
+    fn default() -> Self {
+        Self { long_after: DEFAULT_LONG_AFTER, long_slots: None }
+    }
+}
+
+impl ExecutorConfig {
+    /// The worker's long lane, in its slots (`LaneSplit`, within 1 to `concurrency`).
+    pub fn long_lane(&self) -> Option<jobs::LongLane> {
+        let split = self.long_lane?;
+        let all = self.concurrency.max(1);
+        let slots = split.long_slots.unwrap_or(all / 2).clamp(1, all);
+        Some(jobs::LongLane { above: split.long_after, slots: i64::try_from(slots).unwrap_or(i64::MAX) })
+    }
 }
 
 /// The long-job lane, seen from the short one (`ExecutorConfig::onward`).
@@ -84,6 +118,7 @@ impl Default for ExecutorConfig {
             longest_fit: None,
             onward: None,
             slot_shares: true,
+            long_lane: Some(LaneSplit::default()),
             send_shares: true,
         }
     }
