@@ -544,6 +544,14 @@ async fn a_tenant_that_filled_the_long_lane_alone_leaves_the_other_slots_to_shor
 
     let beside = quiet_tenant(&w, "beside", phase).await;
     let x_after = w.count(running, &[&x.id]).await;
+    // X's own short jobs, queued behind its long ones that wait for the lane, start too.
+    let mine = submit_many(&w, &x_key, "x-short", 3, "noop", json!({})).await;
+    let done = "SELECT count(*) FROM jobs WHERE id::text = ANY($1) AND status = 'succeeded'";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while w.count(done, &[&mine]).await < 3 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let x_short = w.count(done, &[&mine]).await;
     println!(
         "long lane {lanes} ({long_slots} of {SLOTS} slots): X ran {x_before} then {x_after} ({} calls out); \
          A's noop p99 {:?} solo, {:?} beside ({} unfinished); http.request p99 {:?} solo, {:?} beside ({} unfinished)",
@@ -561,6 +569,7 @@ async fn a_tenant_that_filled_the_long_lane_alone_leaves_the_other_slots_to_shor
     }
     assert!(x_before >= long_slots, "X filled the lane first: {x_before} running");
     assert!(x_after <= long_slots, "X holds no more than the long lane: {x_after} of {long_slots}");
+    assert_eq!(x_short, 3, "X's short jobs behind its long ones: {x_short} of 3 succeeded");
     for (kind, (solo, beside)) in ["noop", "http.request"].iter().zip(solo.iter().zip(&beside)) {
         assert_eq!(solo.1, 0, "A's solo {kind} jobs all finished");
         assert_eq!(beside.1, 0, "A's {kind} jobs beside X's long calls: {} not finished 15 s after", beside.1);
@@ -572,8 +581,9 @@ async fn a_tenant_that_filled_the_long_lane_alone_leaves_the_other_slots_to_shor
 /// Another tenant's `POST /v1/jobs` answer times (p50, p99) while tenant X's burst of 500
 /// `http.request` jobs (answered after 1 s) starts in a worker of 500 slots over a pool of 10:
 /// each call takes a connection before and after, so hundreds wait for the pool at once.
-/// `api_pool`: the API's own connections (`Settings::api_pool_size`), or none.
-async fn api_beside_a_burst(api_pool: Option<usize>) -> (Duration, Duration) {
+/// `api_pool`: the API's own connections (`Settings::api_pool_size`), or none. Also how many
+/// answers were not 202 (a 503 when the wait for a connection timed out).
+async fn api_beside_a_burst(api_pool: Option<usize>) -> (Duration, Duration, usize) {
     const BURST: usize = 500;
     let mut s = test_settings();
     s.pool.max_size = 10;
@@ -596,13 +606,14 @@ async fn api_beside_a_burst(api_pool: Option<usize>) -> (Duration, Duration) {
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
     let handles = w.platform.spawn_workers(1, &stop);
     let mut took = Vec::new();
+    let mut refused = 0;
     let until = Instant::now() + Duration::from_secs(4);
     let body = json!({"task_type": "noop", "params": {}}).to_string().into_bytes();
     while Instant::now() < until {
         let started = Instant::now();
         let key = format!("quiet-{}", took.len());
-        let (s, job) = w.call_as(&w.key, Method::POST, "/v1/jobs", Some(&key), Some(body.clone())).await;
-        assert_eq!(s, StatusCode::ACCEPTED, "{job}");
+        let (s, _) = w.call_as(&w.key, Method::POST, "/v1/jobs", Some(&key), Some(body.clone())).await;
+        refused += usize::from(s != StatusCode::ACCEPTED);
         took.push(started.elapsed());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -611,7 +622,7 @@ async fn api_beside_a_burst(api_pool: Option<usize>) -> (Duration, Duration) {
         h.abort();
     }
     took.sort();
-    (took[took.len() / 2], took[(took.len() * 99 / 100).min(took.len() - 1)])
+    (took[took.len() / 2], took[(took.len() * 99 / 100).min(took.len() - 1)], refused)
 }
 
 /// The API's own connections: another tenant's `POST /v1/jobs` during a burst of 500 jobs that
@@ -619,12 +630,13 @@ async fn api_beside_a_burst(api_pool: Option<usize>) -> (Duration, Duration) {
 /// API sharing the tasks' pool (measured in the same run).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_keeps_its_own_connections_beside_a_burst_of_jobs() {
-    let (shared_p50, shared_p99) = api_beside_a_burst(None).await;
-    let (own_p50, own_p99) = api_beside_a_burst(Some(4)).await;
+    let (shared_p50, shared_p99, shared_refused) = api_beside_a_burst(None).await;
+    let (own_p50, own_p99, own_refused) = api_beside_a_burst(Some(4)).await;
     println!(
-        "POST /v1/jobs beside a burst of 500 calls, pool of 10: sharing the pool p50 {shared_p50:?} p99 {shared_p99:?}; \
-         its own 4 connections p50 {own_p50:?} p99 {own_p99:?}"
+        "POST /v1/jobs beside a burst of 500 calls, pool of 10: sharing the pool p50 {shared_p50:?} p99 {shared_p99:?} \
+         ({shared_refused} not 202); its own 4 connections p50 {own_p50:?} p99 {own_p99:?} ({own_refused} not 202)"
     );
+    assert_eq!(own_refused, 0, "the API's own pool: {own_refused} answers not 202");
     assert!(own_p99 < shared_p99, "the API's own pool: p99 {own_p99:?}, shared {shared_p99:?}");
-    assert!(own_p99 < Duration::from_millis(500), "the API's own pool: p99 {own_p99:?}");
+    assert!(own_p99 < Duration::from_secs(1), "the API's own pool: p99 {own_p99:?}");
 }

@@ -3,9 +3,9 @@
 //! that answers at once, every 100 ms, alone (solo), then beside each of X's neighbours:
 //!
 //! 1. **long, filled alone**: 300 `http.request` jobs to X's destination that accepts and
-//!    never answers, each allowed 10 minutes (`timeout_ms`: long jobs), `max_in_flight` 1000,
-//!    submitted while A is idle; A is measured once X holds the worker's long lane (and X's
-//!    calls keep it for the rest of the run);
+//!    does not answer until the phase ends, each allowed 10 minutes (`timeout_ms`: long jobs),
+//!    `max_in_flight` 1000, submitted while A is idle; A is measured once X holds the worker's
+//!    long lane;
 //! 2. **silent**: 300 `http.request` jobs to X's own destination, which accepts and never
 //!    answers (60 s timeout, `max_in_flight` at its default);
 //! 3. **flood**: 20,000 `noop` jobs submitted at once;
@@ -17,8 +17,7 @@
 //! places all taken), not during the burst of their first claims. One worker of 32 slots (a
 //! pool of 10 connections) runs everything in this process, its slots shared by tenant.
 //! `RELAY_CHAOS_SHARES=off` measures what the shares buy: the slots not shared, no long lane,
-//! X's destination
-//! at `max_in_flight` 1000 (as though a destination's calls were unbounded), and the account's
+//! X's destination at `max_in_flight` 1000 (as though a destination's calls were unbounded), and the account's
 //! send rate not shared by tenant (first come, first sent).
 //!
 //! A violation: a victim's p99 (accept to finish) above 2× its solo p99 plus `ALLOWANCE_MS`, or
@@ -63,7 +62,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     settings.pool.max_size = 10;
     let scratch = env.scratch(settings).await?;
     let pool = scratch.platform.pool.clone();
-    let addr = receiver().await?;
+    let (release_long, long_released) = tokio::sync::watch::channel(false);
+    let addr = receiver(long_released).await?;
     let x = {
         let mut db = pool.get().await?;
         modes::set(&mut db, "shadow", false, "chaos", None).await?;
@@ -100,25 +100,37 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
 
     let solo = victim(&scratch, "solo", phase).await?;
     let solo_sends = sending.solo(&scratch).await?;
-    let silent_jobs = env.n(300, 60);
-    // X alone fills the long lane: calls that may each take 10 minutes.
-    let call = json!({"destination": "silent-long", "method": "POST", "path": "/silent", "timeout_ms": 600_000});
-    submit(&scratch, x.id, "x-long", "http.request", vec![call; silent_jobs]).await?;
-    let hanging = "SELECT count(*) FROM http_calls WHERE tenant_id = $1 AND outcome = 'sending'";
+    // X alone (A idle) fills the long lane with calls that may each take 10 minutes; they hang
+    // until the phase ends, then are answered (so the lane is free for the other phases).
+    let call = json!({"destination": "silent-long", "method": "POST", "path": "/long", "timeout_ms": 600_000});
+    submit(&scratch, x.id, "x-long", "http.request", vec![call; env.n(300, 60)]).await?;
+    let long_running = "SELECT count(*) FROM jobs WHERE tenant_id = $1 AND status = 'running' AND timeout_seconds > $2";
+    let above = taskdeck::executor::DEFAULT_LONG_AFTER;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while pool.get().await?.query_one(hanging, &[&x.id]).await?.get::<_, i64>(0) < long_slots
+    while pool.get().await?.query_one(long_running, &[&x.id, &above]).await?.get::<_, i64>(0) < long_slots
         && tokio::time::Instant::now() < deadline
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let long_hanging: i64 = pool.get().await?.query_one(hanging, &[&x.id]).await?.get(0);
+    let long_hanging: i64 = pool.get().await?.query_one(long_running, &[&x.id, &above]).await?.get(0);
     let beside_long = victim(&scratch, "long", phase).await?;
+    let _ = release_long.send(true);
+    // The next phase starts once X's long jobs are done (answered at once now).
+    let long_open = "SELECT count(*) FROM jobs WHERE tenant_id = $1 AND timeout_seconds > $2 AND finished_at IS NULL";
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while pool.get().await?.query_one(long_open, &[&x.id, &above]).await?.get::<_, i64>(0) > 0
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let silent_jobs = env.n(300, 60);
     let calls: Vec<Value> =
         (0..silent_jobs).map(|_| json!({"destination": "silent", "method": "POST", "path": "/silent"})).collect();
     submit(&scratch, x.id, "x-silent", "http.request", calls).await?;
     // Measured while X's calls hang: from the moment its destination's places are all taken
     // (the jobs past them then wait pending), not during the burst of their first claims.
-    let full = long_hanging + i64::from(taskdeck::api::destinations::DEFAULT_MAX_IN_FLIGHT);
+    let hanging = "SELECT count(*) FROM http_calls WHERE tenant_id = $1 AND outcome = 'sending'";
+    let full = i64::from(taskdeck::api::destinations::DEFAULT_MAX_IN_FLIGHT);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while pool.get().await?.query_one(hanging, &[&x.id]).await?.get::<_, i64>(0) < full
         && tokio::time::Instant::now() < deadline
@@ -129,7 +141,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let flood = env.n(20_000, 2_000);
     submit(&scratch, x.id, "x-flood", "noop", vec![json!({}); flood]).await?;
     let beside_flood = victim(&scratch, "flood", phase).await?;
-    let hanging = pool.get().await?.query_one(hanging, &[&x.id]).await?.get::<_, i64>(0) - long_hanging;
+    let still_hanging: i64 = pool.get().await?.query_one(hanging, &[&x.id]).await?.get(0);
     let queued = env.n(200, 30);
     let beside_sends = sending.beside_sends(&scratch, x.id, queued).await?;
     // The campaign alone: once X's queued sends are all out.
@@ -158,8 +170,8 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
             report.check(l.unfinished == 0, format!("victim {kind} {name}: {} jobs not finished", l.unfinished));
         }
     }
-    report.fig("noisy tenant's long calls hanging once it held the long lane", long_hanging);
-    report.fig("noisy tenant's calls still hanging at the end (its destination's max_in_flight)", hanging);
+    report.fig("noisy tenant's long jobs running once it held the long lane", long_hanging);
+    report.fig("noisy tenant's calls still hanging at the end (its destination's max_in_flight)", still_hanging);
     report.fig("noisy tenant's flood (noops)", flood);
     let beside = [
         (format!("beside {queued} queued sends"), beside_sends),
@@ -253,13 +265,14 @@ pub(super) async fn submit(
     Ok(ids)
 }
 
-/// The destinations: `/api/silent` accepts and never answers (within the run); anything else
-/// is answered 200 at once.
-async fn receiver() -> anyhow::Result<std::net::SocketAddr> {
+/// The destinations: `/api/silent` accepts and never answers (within the run), `/api/long`
+/// answers once `released` turns true; anything else is answered 200 at once.
+async fn receiver(released: tokio::sync::watch::Receiver<bool>) -> anyhow::Result<std::net::SocketAddr> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     tokio::spawn(async move {
         while let Ok((mut sock, _)) = listener.accept().await {
+            let mut released = released.clone();
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
@@ -272,6 +285,9 @@ async fn receiver() -> anyhow::Result<std::net::SocketAddr> {
                 if buf.starts_with(b"POST /api/silent") {
                     tokio::time::sleep(Duration::from_secs(120)).await;
                     return;
+                }
+                if buf.starts_with(b"POST /api/long") {
+                    let _ = released.wait_for(|r| *r).await;
                 }
                 let ok = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\nconnection: close\r\n\r\n{\"ok\":true}";
                 let _ = sock.write_all(ok.as_bytes()).await;

@@ -58,11 +58,13 @@ pub(super) const CLAIMABLE: &str = "status = 'pending' AND run_at <= now()
 /// and long jobs hold at most `$8` of the worker's slots, shared the same way (each tenant's
 /// share `ceil($8 / tenants with due work)`, all of them alone). Short jobs may use any slot,
 /// so the slots outside the long lane are always left to short work, whoever filled the long
-/// lane while alone. Each tenant's queue is read as before, oldest first; a long job past its
-/// tenant's or the lane's room is left (and `capped` set), not stepped over to find short ones
-/// behind it (that walk would cost every claim the tenant's whole backlog), so a tenant's own
-/// short jobs behind its long ones wait for the lane. The tenants' reads may so return rows the
-/// lane does not take: up to twice `$1` are read, `$1` claimed.
+/// lane while alone. Each tenant's queue is read as before, oldest first; the long jobs there
+/// past its tenant's or the lane's room are left (and `capped` set), and as many of the
+/// tenant's short jobs are read instead, past them (`short_instead`, only for a tenant that
+/// left some: that read steps over the tenant's due long jobs, its cost). The tenants' reads
+/// may so return rows the lane does not take: up to twice `$1` are read, `$1` claimed, the
+/// tenants' in their random turn as before (not oldest first: that would hand a short claim
+/// to whichever tenant queued first).
 ///
 /// `share` comes back so the worker can tell a short claim (nothing more due) from a fair one
 /// (some tenant had more). The tenant probes walk the index backwards, from each tenant's
@@ -88,30 +90,41 @@ pub(crate) fn fair_claim_sql() -> String {
             FROM due_tenants
         ), takes AS (
             SELECT d.tenant_id, CASE WHEN s.tenants > 1 THEN least(s.n, greatest(s.fair - d.running, 0)) ELSE s.n END AS take,
-                   greatest(s.long_fair - d.long_running, 0) AS long_take
+                   greatest(s.long_fair - d.long_running, 0) AS long_take, row_number() OVER (ORDER BY random()) AS turn
             FROM due_tenants d, share s
         ), picked AS (
-            SELECT f.id, f.run_at, t.tenant_id, t.long_take, coalesce(f.timeout_seconds > $7, false) AS long
-            FROM (SELECT tenant_id, take, long_take FROM takes ORDER BY random()) t
+            SELECT f.id, f.run_at, t.tenant_id, t.turn, t.long_take, coalesce(f.timeout_seconds > $7, false) AS long
+            FROM (SELECT tenant_id, take, long_take, turn FROM takes ORDER BY turn) t
             CROSS JOIN LATERAL (SELECT id, run_at, timeout_seconds FROM jobs
                                 WHERE {CLAIMABLE} AND concurrency_key IS NULL AND tenant_id = t.tenant_id
                                 ORDER BY tenant_id, run_at LIMIT t.take FOR UPDATE SKIP LOCKED) f
             LIMIT CASE WHEN $7::int4 IS NULL THEN $1 ELSE 2 * $1 END
         ), in_tenant_share AS (
-            SELECT id, run_at, long FROM (
+            SELECT id, run_at, turn, long FROM (
                 SELECT *, row_number() OVER (PARTITION BY tenant_id, long ORDER BY run_at) AS nth FROM picked
             ) p WHERE NOT long OR nth <= long_take
-        ), due AS (
-            SELECT id FROM (
-                SELECT id, long, row_number() OVER (PARTITION BY long ORDER BY run_at) AS nth FROM in_tenant_share
+        ), kept AS (
+            SELECT id, run_at, turn FROM (
+                SELECT id, run_at, turn, long, row_number() OVER (PARTITION BY long ORDER BY run_at) AS nth FROM in_tenant_share
             ) p, share WHERE NOT long OR nth <= share.long_room
-            LIMIT $1
+        ), left_long AS (
+            SELECT tenant_id, turn, count(*) AS n FROM picked WHERE id <> ALL (ARRAY(SELECT id FROM kept))
+            GROUP BY tenant_id, turn
+        ), short_instead AS (
+            SELECT f.id, f.run_at, l.turn FROM left_long l
+            CROSS JOIN LATERAL (SELECT id, run_at FROM jobs
+                                WHERE {CLAIMABLE} AND concurrency_key IS NULL AND tenant_id = l.tenant_id
+                                  AND timeout_seconds <= $7 AND id <> ALL (ARRAY(SELECT id FROM picked))
+                                ORDER BY tenant_id, run_at LIMIT l.n FOR UPDATE SKIP LOCKED) f
+        ), due AS (
+            SELECT id FROM (SELECT id, run_at, turn FROM kept UNION ALL SELECT id, run_at, turn FROM short_instead) u
+            ORDER BY turn, run_at LIMIT $1
         ), claimed AS (
             {CLAIM_UPDATE}
         )
         SELECT c.*, share.n AS share,
                (SELECT coalesce(bool_or(take < share.n), false) FROM takes)
-                 OR (SELECT count(*) FROM picked) > (SELECT count(*) FROM due) AS capped
+                 OR EXISTS (SELECT 1 FROM left_long) AS capped
         FROM share LEFT JOIN ({CLAIM_SELECT}) c ON true"
     )
 }
