@@ -112,7 +112,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // Settled: X's claims of the lane's last slots are done, as in `tests/fair_shares.rs`.
+    // Settled: X's claims of the lane's last slots are done, as in `tests/fair_lanes.rs`.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let long_hanging: i64 = pool.get().await?.query_one(long_running, &[&x.id, &above]).await?.get(0);
     let beside_long = victim(&scratch, "long", phase).await?;

@@ -54,18 +54,12 @@ pub(super) const CLAIMABLE: &str = "status = 'pending' AND run_at <= now()
 /// take every slot. `capped` comes back when a tenant was held to its share, so the worker
 /// waits for a slot to free rather than for a wake-up.
 ///
-/// The long lane (`LongLane`, `$7`/`$8`): a job whose `timeout_seconds` exceeds `$7` is long,
-/// and long jobs hold at most `$8` of the worker's slots, shared the same way (each tenant's
-/// share `ceil($8 / tenants with due work)`, all of them alone). Short jobs may use any slot,
-/// so the slots outside the long lane are always left to short work, whoever filled the long
-/// lane while alone. Each tenant's queue is read as before, oldest first; the long jobs there
-/// past its tenant's or the lane's room are left (and `capped` set), and as many of the
-/// tenant's short jobs are read instead, past them (`short_instead`, only for a tenant that
-/// left some: that read steps over the tenant's due long jobs, its cost). The tenants' reads
-/// may so return rows the lane does not take: up to twice `$1` are read, `$1` claimed, the
-/// tenants' in their random turn as before (not oldest first: that would hand a short claim
-/// to whichever tenant queued first).
-///
+/// The long lane (`LongLane`): a job whose `timeout_seconds` exceeds `$7` is long; long jobs
+/// hold at most `$8` of the worker's slots, shared the same way (`ceil($8 / tenants with due
+/// work)` each, all of them alone); short jobs may use any slot. A tenant's long jobs past its
+/// or the lane's room are left (`capped`) and as many of its short ones read instead
+/// (`short_instead`: a walk over its due long jobs, only while the lane holds it back). Up to
+/// twice `$1` rows are read, `$1` claimed, tenants in their random turn as before.
 /// `share` comes back so the worker can tell a short claim (nothing more due) from a fair one
 /// (some tenant had more). The tenant probes walk the index backwards, from each tenant's
 /// newest entry: the oldest entries are those of rows just claimed, dead until vacuum, and
@@ -485,17 +479,15 @@ pub struct Shares {
     pub long_lane: Option<LongLane>,
 }
 
-/// One tenant's jobs running on a worker (`Shares`).
+/// One tenant's jobs running on a worker (`Shares`), and how many of them are long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Running {
     pub tenant: TenantId,
     pub jobs: i64,
-    /// Of `jobs`, those that are long (`LongLane`).
     pub long: i64,
 }
 
-/// A worker's long lane: a job whose `timeout_seconds` exceeds `above` is long, and long jobs
-/// hold at most `slots` of the worker's slots, shared among tenants like the slots themselves.
+/// A worker's long lane: jobs whose `timeout_seconds` exceeds `above` hold at most `slots`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LongLane {
     pub above: i32,
