@@ -27,6 +27,7 @@ mod email;
 mod email_parts;
 mod email_template;
 mod executor;
+mod fair_lanes;
 mod fair_shares;
 mod flow;
 mod functions;

@@ -32,6 +32,10 @@ pub struct Settings {
     /// Tasks that coalesce concurrent small submissions into multi-row inserts.
     pub intake_writers: usize,
     pub pool: PoolOptions,
+    /// Connections the API and the intake keep to themselves (a pool of their own, with
+    /// `pool`'s other options), so a burst of jobs that wait for connections does not queue
+    /// ahead of the API's requests; `None`: they share `pool` with the tasks.
+    pub api_pool_size: Option<usize>,
     /// The project name the status contract reports (`RELAY_PROJECT`, default `relay`).
     pub project: String,
     /// Addresses callbacks may reach although the guard refuses them (`RELAY_CALLBACK_ALLOW`).
@@ -55,6 +59,7 @@ impl Default for Settings {
             test_tasks: false,
             intake_writers: 1,
             pool: PoolOptions::default(),
+            api_pool_size: None,
             project: "relay".into(),
             callback_allow: Default::default(),
             tenant_rate: None,
@@ -67,6 +72,8 @@ impl Default for Settings {
 #[derive(Clone)]
 pub struct Platform {
     pub pool: Pool,
+    /// The API's and the intake's connections (`Settings::api_pool_size`; else `pool` itself).
+    pub api_pool: Pool,
     pub catalogue: Catalogue,
     pub transport: Arc<dyn Transport>,
     pub intake: Intake,
@@ -87,6 +94,10 @@ impl Platform {
     /// Tokio runtime). Opens no connection: nothing bound here can be left broken by an outage.
     pub fn new(database_url: &str, settings: Settings) -> anyhow::Result<Self> {
         let pool = store::pool(database_url, &settings.pool)?;
+        let api_pool = match settings.api_pool_size {
+            Some(n) => store::pool(database_url, &PoolOptions { max_size: n.max(1), ..settings.pool.clone() })?,
+            None => pool.clone(),
+        };
         let transport: Arc<dyn Transport> = Arc::new(PgTransport::new(pool.clone()));
         let catalogue = Catalogue::standard();
         #[cfg(feature = "testing")]
@@ -104,8 +115,9 @@ impl Platform {
                 })
                 .with(crate::destinations::webhook::WebhookSend { allow, local: None, tokens: tokens.clone() }),
             tokens,
-            intake: Intake::start(pool.clone(), transport.clone(), settings.intake_writers),
+            intake: Intake::start(api_pool.clone(), transport.clone(), settings.intake_writers),
             pool,
+            api_pool,
             transport,
             settings,
             credentials: None,
@@ -117,7 +129,7 @@ impl Platform {
 
     /// Use another transport (SQS, or a test double that fails on purpose).
     pub fn with_transport(mut self, transport: Arc<dyn Transport>) -> Self {
-        self.intake = Intake::start(self.pool.clone(), transport.clone(), self.settings.intake_writers);
+        self.intake = Intake::start(self.api_pool.clone(), transport.clone(), self.settings.intake_writers);
         self.transport = transport;
         self
     }
@@ -165,7 +177,7 @@ impl Platform {
 
     pub fn app_state(&self) -> AppState {
         AppState {
-            pool: self.pool.clone(),
+            pool: self.api_pool.clone(),
             catalogue: self.catalogue.clone(),
             intake: self.intake.clone(),
             tenants: TenantCache::default(),

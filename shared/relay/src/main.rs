@@ -54,6 +54,14 @@ struct Run {
     /// Jobs each worker loop runs at once.
     #[arg(long, env = "RELAY_CONCURRENCY", default_value_t = 64)]
     concurrency: usize,
+    /// Slots of each worker loop that long jobs may hold (the long lane; default half of
+    /// `--concurrency`, at least 1).
+    #[arg(long, env = "RELAY_LONG_LANE_SLOTS", value_parser = clap::value_parser!(u32).range(1..))]
+    long_lane_slots: Option<u32>,
+    /// A job whose `timeout_seconds` exceeds this is long: it runs in the long lane.
+    #[arg(long, env = "RELAY_LONG_JOB_SECONDS", default_value_t = taskdeck::executor::DEFAULT_LONG_AFTER,
+          value_parser = clap::value_parser!(i32).range(1..))]
+    long_job_seconds: i32,
     /// Lease length in seconds, 3 to 43200 (a heartbeat renews it for long jobs).
     #[arg(long, env = LEASE_SECONDS.name, default_value_t = LOCAL_LEASE_SECONDS, value_parser = LEASE_SECONDS.parser())]
     lease_seconds: u64,
@@ -67,6 +75,10 @@ struct Run {
     /// Database connections in this process's pool (default: 8 + 2 per worker loop).
     #[arg(long, env = "RELAY_POOL_SIZE")]
     pool_size: Option<usize>,
+    /// Database connections the API and the intake keep to themselves, apart from the pool
+    /// (0: they share it).
+    #[arg(long, env = "RELAY_API_POOL_SIZE", default_value_t = 4)]
+    api_pool_size: usize,
     /// Register the test-only tasks (`test.fail`, `test.effect`). Never in production.
     #[arg(long, env = "RELAY_TEST_TASKS", value_parser = clap::builder::BoolishValueParser::new())]
     test_tasks: bool,
@@ -106,6 +118,10 @@ impl Run {
         let mut s = Settings::default();
         s.executor.concurrency = self.concurrency.max(1);
         s.executor.claim_batch = self.concurrency.clamp(1, 1000);
+        s.executor.long_lane = Some(taskdeck::executor::LaneSplit {
+            long_after: self.long_job_seconds,
+            long_slots: self.long_lane_slots.map(|n| n as usize),
+        });
         s.executor.lease = Duration::from_secs(self.lease_seconds);
         s.sweep_interval = Duration::from_secs(self.sweep_interval_seconds.max(1));
         s.test_tasks = self.test_tasks;
@@ -123,6 +139,7 @@ impl Run {
             pending_jobs: limit(self.limit_pending_jobs),
         };
         s.pool.max_size = self.pool_size.unwrap_or(8 + 2 * self.workers).max(1);
+        s.api_pool_size = Some(self.api_pool_size).filter(|n| *n > 0);
         s.sweep.alerts = AlertConfig::from_lookup(|k| std::env::var(k).ok())?;
         Ok(s)
     }

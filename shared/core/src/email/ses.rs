@@ -18,8 +18,8 @@ use aws_sdk_sesv2::types::{Destination, EmailContent, ListManagementOptions, Mes
 
 use super::content::{CORRELATION_HEADER, Rendered, SendParams, tag_value};
 use super::departure::{Departing, Departure, PastSlot};
-use crate::store::messages::{AttachmentPreview, PartPreview, Preview};
 use crate::plain::NameValue;
+use crate::store::messages::{AttachmentPreview, PartPreview, Preview};
 
 /// The write switch by which a deployment uses SES tenants (`write:ses_tenants`): each send
 /// names its Relay tenant's SES tenant (`tenant_name`).

@@ -18,7 +18,16 @@ use super::completer::{FlushSchedule, Refill, any_keyed};
 use crate::job::{ClaimedJob, Fence, JobId, Outcome, TenantId};
 use crate::store::jobs;
 
-type InFlight = Arc<Mutex<HashMap<JobId, (i32, TenantId, AbortHandle)>>>;
+type InFlight = Arc<Mutex<HashMap<JobId, InSlot>>>;
+
+/// A job running in one of the worker's slots.
+struct InSlot {
+    attempt: i32,
+    tenant: TenantId,
+    /// It runs in the long lane (`jobs::LongLane`).
+    long: bool,
+    handle: AbortHandle,
+}
 type Finished = (ClaimedJob, Outcome, OwnedSemaphorePermit);
 
 /// How long a busy claimer waits for half a batch of free slots before claiming fewer.
@@ -121,8 +130,8 @@ pub async fn run(exec: Executor, wake: Arc<Notify>, mut stop: watch::Receiver<bo
         // Stop what still runs: nothing of it is recorded, so its leases expire and the sweep
         // returns the jobs (each an attempt, bounded like any other).
         let stragglers: Vec<_> = in_flight.lock().expect("in-flight lock").drain().collect();
-        for (_, (_, _, handle)) in &stragglers {
-            handle.abort();
+        for (_, slot) in &stragglers {
+            slot.handle.abort();
         }
         tracing::warn!(
             event = "relay.worker.shutdown_timeout",
@@ -173,16 +182,22 @@ async fn claim(
 
 /// The worker's slots and what each tenant runs in them now, for its share (`jobs::Shares`).
 fn shares(exec: &Executor, in_flight: &InFlight, asked: usize) -> jobs::Shares {
-    if !exec.config.slot_shares {
-        // As many slots as the claim asks, none taken: every tenant may take its share of the claim.
-        return jobs::Shares { slots: i64::try_from(asked).unwrap_or(i64::MAX), running: Vec::new() };
+    let mut running: HashMap<TenantId, jobs::Running> = HashMap::new();
+    for slot in in_flight.lock().expect("in-flight lock").values() {
+        let r = running.entry(slot.tenant).or_insert(jobs::Running { tenant: slot.tenant, jobs: 0, long: 0 });
+        r.jobs += 1;
+        r.long += i64::from(slot.long);
     }
-    let mut running: HashMap<TenantId, i64> = HashMap::new();
-    for (_, tenant, _) in in_flight.lock().expect("in-flight lock").values() {
-        *running.entry(*tenant).or_default() += 1;
+    let mut running: Vec<jobs::Running> = running.into_values().collect();
+    let long_lane = exec.config.long_lane();
+    if !exec.config.slot_shares {
+        // As many slots as the claim asks, none taken: every tenant may take its share of the
+        // claim. The long lane still counts the long jobs that run.
+        running.iter_mut().for_each(|r| r.jobs = 0);
+        return jobs::Shares { slots: i64::try_from(asked).unwrap_or(i64::MAX), running, long_lane };
     }
     let slots = i64::try_from(exec.config.concurrency.max(1)).unwrap_or(i64::MAX);
-    jobs::Shares { slots, running: running.into_iter().collect() }
+    jobs::Shares { slots, running, long_lane }
 }
 
 /// Spawn one task per claimed job, each holding one slot until its outcome is recorded.
@@ -201,6 +216,7 @@ fn start_jobs(
         let (exec, modes, done_tx, registry_of_job) = (exec.clone(), modes.clone(), done_tx.clone(), in_flight.clone());
         let freed = freed.clone();
         let (id, attempt, tenant) = (job.id, job.attempt, job.tenant_id);
+        let long = exec.config.long_lane().is_some_and(|l| l.holds(job.timeout_seconds));
         let handle = tokio::spawn(async move {
             let outcome = exec.execute(&job, modes).await;
             // Finished: the heartbeat no longer touches this row, so it never contends with
@@ -209,7 +225,7 @@ fn start_jobs(
             let _ = done_tx.send((job, outcome, permit));
             freed.notify_one();
         });
-        registry.insert(id, (attempt, tenant, handle.abort_handle()));
+        registry.insert(id, InSlot { attempt, tenant, long, handle: handle.abort_handle() });
     }
 }
 
@@ -346,7 +362,7 @@ async fn heartbeat_loop(exec: Executor, in_flight: InFlight) {
             .lock()
             .expect("in-flight lock")
             .iter()
-            .map(|(id, (a, _, _))| Fence { job: *id, attempt: *a })
+            .map(|(id, slot)| Fence { job: *id, attempt: slot.attempt })
             .collect();
         if fence.is_empty() {
             continue;
@@ -360,10 +376,10 @@ async fn heartbeat_loop(exec: Executor, in_flight: InFlight) {
                 let mut registry = in_flight.lock().expect("in-flight lock");
                 for Fence { job: id, attempt } in lost {
                     // Still in flight and still lost: stop the zombie.
-                    if let Some((a, _, handle)) = registry.get(&id)
-                        && *a == attempt
+                    if let Some(slot) = registry.get(&id)
+                        && slot.attempt == attempt
                     {
-                        handle.abort();
+                        slot.handle.abort();
                         registry.remove(&id);
                         tracing::warn!(event = "relay.worker.lease_lost", job_id = %id, attempt,
                             "lease lost; the job was aborted here");

@@ -43,6 +43,7 @@ impl Scratch {
 
     pub async fn drop_schema(self, base_url: &str) -> anyhow::Result<()> {
         self.platform.pool.close();
+        self.platform.api_pool.close();
         tooling::drop_schema(&admin(base_url).await?, &self.schema).await?;
         Ok(())
     }

@@ -44,9 +44,11 @@ def distinct_signature_headers(case):
         name = scheme.get(field)
         if not isinstance(name, str):
             continue
-        if name.lower() in seen or name.lower() in REFUSED:
-            name = "X-Fuzz-" + field.split("_")[0]
-            scheme[field] = name
+        n = 0
+        while name.lower() in seen or name.lower() in REFUSED:
+            n += 1
+            name = "X-Fuzz-" + field.split("_")[0] + "-" + str(n)
+        scheme[field] = name
         seen.add(name.lower())
 
 

@@ -136,6 +136,7 @@ pub async fn run(url: Option<String>, dev: Dev) -> anyhow::Result<()> {
     signals.abort();
     if let Some(c) = cluster {
         p.pool.close();
+        p.api_pool.close();
         c.stop()?;
         eprintln!("relay dev: private Postgres stopped; data kept in {}", c.data_dir.display());
     }

@@ -54,38 +54,71 @@ pub(super) const CLAIMABLE: &str = "status = 'pending' AND run_at <= now()
 /// take every slot. `capped` comes back when a tenant was held to its share, so the worker
 /// waits for a slot to free rather than for a wake-up.
 ///
+/// The long lane (`LongLane`): a job whose `timeout_seconds` exceeds `$7` is long; long jobs
+/// hold at most `$8` of the worker's slots, shared the same way (`ceil($8 / tenants with due
+/// work)` each, all of them alone); short jobs may use any slot. A tenant's long jobs past its
+/// or the lane's room are left (`capped`) and as many of its short ones read instead
+/// (`short_instead`: a walk over its due long jobs, only while the lane holds it back). Up to
+/// twice `$1` rows are read, `$1` claimed, tenants in their random turn as before.
 /// `share` comes back so the worker can tell a short claim (nothing more due) from a fair one
 /// (some tenant had more). The tenant probes walk the index backwards, from each tenant's
 /// newest entry: the oldest entries are those of rows just claimed, dead until vacuum, and
 /// only the claim itself should have to step over them. The statement always returns one row
-/// (a claim of nothing: a row of NULLs with the shares), `$3`/`$4` the tenants running on the
-/// worker and how many each, `$5` the worker's slots.
+/// (a claim of nothing: a row of NULLs with the shares), `$3`/`$4`/`$6` the tenants running on
+/// the worker, how many each and how many of those are long, `$5` the worker's slots.
 pub(crate) fn fair_claim_sql() -> String {
     format!(
         "WITH RECURSIVE {TENANTS_PENDING}, here AS (
-            SELECT * FROM unnest($3::uuid[], $4::int8[]) AS h(tenant_id, running)
+            SELECT * FROM unnest($3::uuid[], $4::int8[], $6::int8[]) AS h(tenant_id, running, long_running)
         ), due_tenants AS (
-            SELECT t.tenant_id, coalesce(h.running, 0) AS running FROM tenants t
-            LEFT JOIN here h ON h.tenant_id = t.tenant_id
+            SELECT t.tenant_id, coalesce(h.running, 0) AS running, coalesce(h.long_running, 0) AS long_running
+            FROM tenants t LEFT JOIN here h ON h.tenant_id = t.tenant_id
             WHERE t.tenant_id IS NOT NULL
               AND EXISTS (SELECT 1 FROM jobs WHERE {CLAIMABLE} AND concurrency_key IS NULL AND tenant_id = t.tenant_id)
         ), share AS (
             SELECT ceil($1::int8::float8 / greatest(count(*), 1))::int8 AS n,
-                   ceil($5::int8::float8 / greatest(count(*), 1))::int8 AS fair, count(*) AS tenants
+                   ceil($5::int8::float8 / greatest(count(*), 1))::int8 AS fair,
+                   CASE WHEN count(*) > 1 THEN ceil($8::int8::float8 / count(*))::int8 ELSE $8::int8 END AS long_fair,
+                   greatest($8::int8 - (SELECT coalesce(sum(long_running), 0) FROM here), 0)::int8 AS long_room,
+                   count(*) AS tenants
             FROM due_tenants
         ), takes AS (
-            SELECT d.tenant_id, CASE WHEN s.tenants > 1 THEN least(s.n, greatest(s.fair - d.running, 0)) ELSE s.n END AS take
+            SELECT d.tenant_id, CASE WHEN s.tenants > 1 THEN least(s.n, greatest(s.fair - d.running, 0)) ELSE s.n END AS take,
+                   greatest(s.long_fair - d.long_running, 0) AS long_take, row_number() OVER (ORDER BY random()) AS turn
             FROM due_tenants d, share s
-        ), due AS (
-            SELECT f.id FROM (SELECT tenant_id, take FROM takes ORDER BY random()) t
-            CROSS JOIN LATERAL (SELECT id FROM jobs
+        ), picked AS (
+            SELECT f.id, f.run_at, t.tenant_id, t.turn, t.long_take, coalesce(f.timeout_seconds > $7, false) AS long
+            FROM (SELECT tenant_id, take, long_take, turn FROM takes ORDER BY turn) t
+            CROSS JOIN LATERAL (SELECT id, run_at, timeout_seconds FROM jobs
                                 WHERE {CLAIMABLE} AND concurrency_key IS NULL AND tenant_id = t.tenant_id
                                 ORDER BY tenant_id, run_at LIMIT t.take FOR UPDATE SKIP LOCKED) f
-            LIMIT $1
+            LIMIT CASE WHEN $7::int4 IS NULL THEN $1 ELSE 2 * $1 END
+        ), in_tenant_share AS (
+            SELECT id, run_at, turn, long FROM (
+                SELECT *, row_number() OVER (PARTITION BY tenant_id, long ORDER BY run_at) AS nth FROM picked
+            ) p WHERE NOT long OR nth <= long_take
+        ), kept AS (
+            SELECT id, run_at, turn FROM (
+                SELECT id, run_at, turn, long, row_number() OVER (PARTITION BY long ORDER BY run_at) AS nth FROM in_tenant_share
+            ) p, share WHERE NOT long OR nth <= share.long_room
+        ), left_long AS (
+            SELECT tenant_id, turn, count(*) AS n FROM picked WHERE id <> ALL (ARRAY(SELECT id FROM kept))
+            GROUP BY tenant_id, turn
+        ), short_instead AS (
+            SELECT f.id, f.run_at, l.turn FROM left_long l
+            CROSS JOIN LATERAL (SELECT id, run_at FROM jobs
+                                WHERE {CLAIMABLE} AND concurrency_key IS NULL AND tenant_id = l.tenant_id
+                                  AND timeout_seconds <= $7 AND id <> ALL (ARRAY(SELECT id FROM picked))
+                                ORDER BY tenant_id, run_at LIMIT l.n FOR UPDATE SKIP LOCKED) f
+        ), due AS (
+            SELECT id FROM (SELECT id, run_at, turn FROM kept UNION ALL SELECT id, run_at, turn FROM short_instead) u
+            ORDER BY turn, run_at LIMIT $1
         ), claimed AS (
             {CLAIM_UPDATE}
         )
-        SELECT c.*, share.n AS share, (SELECT coalesce(bool_or(take < share.n), false) FROM takes) AS capped
+        SELECT c.*, share.n AS share,
+               (SELECT coalesce(bool_or(take < share.n), false) FROM takes)
+                 OR EXISTS (SELECT 1 FROM left_long) AS capped
         FROM share LEFT JOIN ({CLAIM_SELECT}) c ON true"
     )
 }
@@ -432,7 +465,7 @@ impl Claim {
 /// running (`claim_shared` for a worker's).
 #[tracing::instrument(level = "debug", name = "postgres", skip_all, fields(xray.namespace = "remote", xray.name = "postgres", sql.operation = "jobs::claim_due"))]
 pub async fn claim_due(db: &impl GenericClient, limit: i64, lease_secs: f64) -> Result<Claim, StoreError> {
-    claim_shared(db, limit, lease_secs, &Shares { slots: limit, running: Vec::new() }).await
+    claim_shared(db, limit, lease_secs, &Shares { slots: limit, running: Vec::new(), long_lane: None }).await
 }
 
 /// What a worker runs, for the share of its slots each tenant may take (`fair_claim_sql`).
@@ -440,8 +473,32 @@ pub async fn claim_due(db: &impl GenericClient, limit: i64, lease_secs: f64) -> 
 pub struct Shares {
     /// The worker's running slots (its concurrency).
     pub slots: i64,
-    /// The tenants with jobs running on it, and how many each.
-    pub running: Vec<(TenantId, i64)>,
+    /// The tenants with jobs running on it: how many each, and how many of those are long.
+    pub running: Vec<Running>,
+    /// The slots long jobs may hold; `None`: no lane, any job may take any slot.
+    pub long_lane: Option<LongLane>,
+}
+
+/// One tenant's jobs running on a worker (`Shares`), and how many of them are long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Running {
+    pub tenant: TenantId,
+    pub jobs: i64,
+    pub long: i64,
+}
+
+/// A worker's long lane: jobs whose `timeout_seconds` exceeds `above` hold at most `slots`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LongLane {
+    pub above: i32,
+    pub slots: i64,
+}
+
+impl LongLane {
+    /// Whether a job of this timeout runs in the long lane.
+    pub fn holds(&self, timeout_seconds: i32) -> bool {
+        timeout_seconds > self.above
+    }
 }
 
 /// `claim_due` for a worker that runs `shares.running` in `shares.slots` slots: a tenant takes
@@ -454,8 +511,16 @@ pub async fn claim_shared(
     shares: &Shares,
 ) -> Result<Claim, StoreError> {
     let stmt = db.prepare_cached(&fair_claim_sql()).await?;
-    let (tenants, running): (Vec<TenantId>, Vec<i64>) = shares.running.iter().copied().unzip();
-    let rows = db.query(&stmt, &[&limit, &lease_secs, &tenants, &running, &shares.slots]).await?;
+    let tenants: Vec<TenantId> = shares.running.iter().map(|r| r.tenant).collect();
+    let running: Vec<i64> = shares.running.iter().map(|r| r.jobs).collect();
+    let long_running: Vec<i64> = shares.running.iter().map(|r| r.long).collect();
+    let (long_above, long_slots) = shares.long_lane.map_or((None, 0), |l| (Some(l.above), l.slots));
+    let rows = db
+        .query(
+            &stmt,
+            &[&limit, &lease_secs, &tenants, &running, &shares.slots, &long_running, &long_above, &long_slots],
+        )
+        .await?;
     let (share, capped) = rows.first().map_or((0, false), |r| (r.get::<_, i64>("share"), r.get::<_, bool>("capped")));
     let rows: Vec<Row> = rows.into_iter().filter(|r| r.get::<_, Option<JobId>>(0).is_some()).collect();
     let mut claim = Claim::from_rows(&rows);

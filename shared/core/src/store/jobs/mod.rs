@@ -41,8 +41,8 @@ mod transition;
 #[cfg(feature = "testing")]
 pub(crate) use claim::fair_claim_sql;
 pub use claim::{
-    Claim, Keyed, Lane, Shares, claim_check, claim_due, claim_ids, claim_keyed, claim_locked, claim_shared,
-    keyed_ready, lock_keys,
+    Claim, Keyed, Lane, LongLane, Running, Shares, claim_check, claim_due, claim_ids, claim_keyed, claim_locked,
+    claim_shared, keyed_ready, lock_keys,
 };
 pub(crate) use claim::{keyed_claim_sql, plan_keyed_claim};
 pub use defer::{DeferBounds, Deferred, defer_unfit};

@@ -185,7 +185,12 @@ pub async fn due_claim_buffers(db: &mut deadpool_postgres::Client, limit: i64) -
     let tx = db.transaction().await?;
     let sql = format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {}", crate::store::jobs::fair_claim_sql());
     let none: Vec<crate::job::TenantId> = Vec::new();
-    let row = tx.query_one(&sql, &[&limit, &30.0f64, &none, &Vec::<i64>::new(), &limit]).await?;
+    // With the long lane a worker has by default (`executor::LaneSplit`): half the slots, for
+    // jobs above the default timeout.
+    let (long_after, long_slots) = (Some(crate::job::terms::DEFAULT_TIMEOUT_SECONDS), (limit / 2).max(1));
+    let nothing = Vec::<i64>::new();
+    let row =
+        tx.query_one(&sql, &[&limit, &30.0f64, &none, &nothing, &limit, &nothing, &long_after, &long_slots]).await?;
     tx.rollback().await?;
     let plan: serde_json::Value = row.get(0);
     let top = &plan[0]["Plan"];
