@@ -173,8 +173,10 @@ async fn completions_arriving_twice_late_or_never_apply_once_or_are_swept() {
 async fn a_quiet_tenants_latency_stays_within_twice_its_solo_figure_beside_noisy_neighbours() {
     let r = scenario("neighbours", 0.1).await;
     assert!(number(&r, "noisy tenant's calls still hanging at the end (its destination's max_in_flight)") > 0.0);
-    // X's sends went at the account's rate beside the victim's (10 alone first, then its share).
+    // X was sending at the account's rate when the victim's sends came (its first 10 at SES
+    // first, with its queue or campaign far from done); how many more of X's went beside the
+    // victim's five depends on whose slots came first.
     for phase in ["beside 30 queued sends", "beside a campaign of 1000"] {
-        assert!(number(&r, &format!("{phase}: noisy tenant's sends at SES by the victim's last")) > 10.0);
+        assert!(number(&r, &format!("{phase}: noisy tenant's sends at SES by the victim's last")) >= 10.0);
     }
 }

@@ -198,47 +198,10 @@ fn settings_rules(schemas: &mut Value, callback_url: &str) {
     let base_url = format!("{}$", &base_url[..base_url.rfind("(\\?(").unwrap_or(base_url.len() - 1)]);
     schemas["DestinationBody"]["properties"]["base_url"]["pattern"] = json!(base_url);
     schemas["DestinationBody"]["properties"]["base_url"]["maxLength"] = json!(crate::outbound::MAX_URL_LEN);
-    destination_terms(schemas, &base_url);
+    super::destinations::schema_rules(schemas, &base_url);
     schemas["DestinationBody"]["properties"]["url_patterns"]["items"] = json!({"type": "string",
         "maxLength": crate::destinations::patterns::MAX_PATTERN_LEN, "pattern": crate::destinations::patterns::SHAPE});
     schemas["SendingRoleBody"]["properties"]["role_arn"]["pattern"] = json!(ROLE_ARN);
-}
-
-/// A destination's grant, success rule and signing secret as the checks in `destinations`
-/// take them (the token URL under the base URL's rules).
-fn destination_terms(schemas: &mut Value, base_url: &str) {
-    use crate::destinations::oauth;
-    use crate::store::destination_terms::Layout;
-    let visible = format!("^[ -~]{{1,{}}}$", oauth::MAX_FIELD_LEN);
-    let grant = &mut schemas["OAuth"]["properties"];
-    grant["token_url"]["pattern"] = json!(base_url);
-    grant["token_url"]["maxLength"] = json!(crate::outbound::MAX_URL_LEN);
-    grant["client_id"]["pattern"] = json!(visible);
-    grant["scope"]["pattern"] = json!(visible);
-    grant["params"]["maxProperties"] = json!(oauth::MAX_PARAMS);
-    grant["params"]["propertyNames"] = json!({"pattern": "^[a-z0-9_]{1,64}$", "not": {"enum": oauth::RESERVED}});
-    grant["params"]["additionalProperties"] =
-        json!({"type": "string", "pattern": format!("^[ -~]{{0,{}}}$", oauth::MAX_FIELD_LEN)});
-    let rule = &mut schemas["SuccessRule"]["properties"];
-    rule["statuses"]["minItems"] = json!(1);
-    rule["statuses"]["items"] = json!({"type": "integer", "minimum": 100, "maximum": 599});
-    // Printable ASCII, `~` only as `~0` or `~1` (the server counts the limit in bytes).
-    schemas["JsonCheck"]["properties"]["pointer"]["pattern"] = json!("^(/([ -}]|~[01])*)+$");
-    // A layout that signs the timestamp (the id) names the header that carries it.
-    let without = |signs: fn(Layout) -> bool| -> Vec<Value> {
-        Layout::ALL.into_iter().filter(|l| !signs(*l)).map(|l| json!(l)).collect()
-    };
-    let carried = |signs: fn(Layout) -> bool, header: &str| {
-        json!({"anyOf": [{"properties": {"signed": {"enum": without(signs)}}},
-                         {"required": [header], "properties": {header: {"type": "string"}}}]})
-    };
-    schemas["SignatureScheme"]["allOf"] =
-        json!([carried(Layout::has_timestamp, "timestamp_header"), carried(Layout::has_id, "id_header")]);
-    // Either form; which one a destination takes depends on its scheme (else 409).
-    schemas["SigningSecretBody"]["properties"]["value"]["anyOf"] = json!([
-        {"pattern": crate::destinations::SIGNING_SECRET_PATTERN},
-        {"pattern": format!("^[ -~]{{{},4096}}$", crate::destinations::signature::MIN_RAW_KEY_LEN)},
-    ]);
 }
 
 /// Path and query parameters the handlers take as plain strings.

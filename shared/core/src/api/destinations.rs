@@ -7,6 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::AppState;
@@ -501,4 +502,42 @@ pub async fn calls(
     let db = state.pool.get().await.map_err(StoreError::from)?;
     super::jobs::owned(&db, tenant.id, id).await?;
     Ok(Json(CallList { calls: http_calls::for_job(&db, tenant.id, id).await? }))
+}
+
+/// What the OpenAPI document says of a destination's grant, success rule and signing secret:
+/// what the checks in `destinations` take (the token URL under the base URL's rules;
+/// `constraints::apply` calls it).
+pub(super) fn schema_rules(schemas: &mut Value, base_url: &str) {
+    use crate::destinations::oauth;
+    use crate::store::destination_terms::Layout;
+    let visible = format!("^[ -~]{{1,{}}}$", oauth::MAX_FIELD_LEN);
+    let grant = &mut schemas["OAuth"]["properties"];
+    grant["token_url"]["pattern"] = json!(base_url);
+    grant["token_url"]["maxLength"] = json!(crate::outbound::MAX_URL_LEN);
+    grant["client_id"]["pattern"] = json!(visible);
+    grant["scope"]["pattern"] = json!(visible);
+    grant["params"]["maxProperties"] = json!(oauth::MAX_PARAMS);
+    grant["params"]["propertyNames"] = json!({"pattern": "^[a-z0-9_]{1,64}$", "not": {"enum": oauth::RESERVED}});
+    grant["params"]["additionalProperties"] =
+        json!({"type": "string", "pattern": format!("^[ -~]{{0,{}}}$", oauth::MAX_FIELD_LEN)});
+    let rule = &mut schemas["SuccessRule"]["properties"];
+    rule["statuses"]["minItems"] = json!(1);
+    rule["statuses"]["items"] = json!({"type": "integer", "minimum": 100, "maximum": 599});
+    // Printable ASCII, `~` only as `~0` or `~1` (the server counts the limit in bytes).
+    schemas["JsonCheck"]["properties"]["pointer"]["pattern"] = json!("^(/([ -}]|~[01])*)+$");
+    // A layout that signs the timestamp (the id) names the header that carries it.
+    let without = |signs: fn(Layout) -> bool| -> Vec<Value> {
+        Layout::ALL.into_iter().filter(|l| !signs(*l)).map(|l| json!(l)).collect()
+    };
+    let carried = |signs: fn(Layout) -> bool, header: &str| {
+        json!({"anyOf": [{"properties": {"signed": {"enum": without(signs)}}},
+                         {"required": [header], "properties": {header: {"type": "string"}}}]})
+    };
+    schemas["SignatureScheme"]["allOf"] =
+        json!([carried(Layout::has_timestamp, "timestamp_header"), carried(Layout::has_id, "id_header")]);
+    // Either form; which one a destination takes depends on its scheme (else 409).
+    schemas["SigningSecretBody"]["properties"]["value"]["anyOf"] = json!([
+        {"pattern": crate::destinations::SIGNING_SECRET_PATTERN},
+        {"pattern": format!("^[ -~]{{{},4096}}$", crate::destinations::signature::MIN_RAW_KEY_LEN)},
+    ]);
 }
