@@ -215,6 +215,24 @@ fn an_email_send_session_cannot_send_from_another_tenants_identity() {
     assert_eq!(iam::evaluate(&policy, &other), Decision::ImplicitDeny, "nothing but the two sends");
 }
 
+/// The sweeper writes tenants' topic changes to SES contacts (`maintenance::ses_contacts`): it
+/// may read, update and create a contact of this account's contact lists, nothing more of SES
+/// than that and `GetAccount`; another account's list is out of reach.
+#[test]
+fn the_sweeper_writes_contacts_of_this_accounts_contact_lists_only() {
+    let stack = Stack::new();
+    let policy = stack.role_statements("SweeperRole");
+    let list = format!("arn:aws:ses:{REGION}:{ACCOUNT}:contact-list/members");
+    for action in ["ses:GetContact", "ses:UpdateContact", "ses:CreateContact"] {
+        assert_eq!(iam::evaluate(&policy, &Request::new(action, &list, &[])), Decision::Allow, "{action}");
+        let elsewhere = "arn:aws:ses:us-east-1:210987654321:contact-list/members";
+        assert_eq!(iam::evaluate(&policy, &Request::new(action, elsewhere, &[])), Decision::ImplicitDeny, "{action}");
+    }
+    for action in ["ses:DeleteContact", "ses:DeleteContactList", "ses:SendEmail"] {
+        assert_eq!(iam::evaluate(&policy, &Request::new(action, &list, &[])), Decision::ImplicitDeny, "{action}");
+    }
+}
+
 /// The destination secret path the code builds (`destinations::secret_id_under`, with the root
 /// the template gives the functions) is what the roles allow: the task roles read only their
 /// session's tenant's, intake writes only under its own stack; another stack's path, though its

@@ -59,6 +59,10 @@ fn each_function_has_its_own_least_privilege_role() {
                 "secretsmanager:GetSecretValue DatabaseSecretArn",
                 // The SES account's send rate and quota: GetAccount has no resource-level permissions.
                 "ses:GetAccount *",
+                // Tenants' topic changes written to mapped SES contacts (contact lists only).
+                "ses:GetContact arn:${AWS::Partition}:ses:${AWS::Region}:${AWS::AccountId}:contact-list/*",
+                "ses:UpdateContact arn:${AWS::Partition}:ses:${AWS::Region}:${AWS::AccountId}:contact-list/*",
+                "ses:CreateContact arn:${AWS::Partition}:ses:${AWS::Region}:${AWS::AccountId}:contact-list/*",
                 "sqs:SendMessage WorkQueue",
             ]),
         ),

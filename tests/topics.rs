@@ -1,7 +1,9 @@
 //! Subscription topics: an address opted out of topic "news" is skipped for a "news" campaign
 //! and still gets transactional mail; the opt-out and the resubscription reach the tenant's
 //! feed as `message.unsubscribed` / `message.resubscribed`; the suppression list still blocks all.
-//! A topic mapped onto an SES contact list and topic sends with SES's list management options.
+//! A topic mapped onto an SES contact list and topic sends with SES's list management options;
+//! SES's Subscription events opt out and back in (an opt-in heard only as resubscribed); the
+//! tenant's own changes reach the SES contact through the sweep, and SES's own are not echoed.
 
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -24,6 +26,21 @@ async fn run(w: &World, key: &str, body: Value) -> Value {
     let (s, job) = w.submit(key, body).await;
     assert_eq!(s, StatusCode::ACCEPTED, "{job}");
     run_until_done(w, job["id"].as_str().unwrap()).await
+}
+
+/// An SES `Subscription` event (as SNS delivers it to the ingress) on message `m`, to `to`:
+/// the contact's new status for SES topic `weekly` of `list`.
+fn subscription(sns: &str, m: &Value, list: &str, status: &str, to: &str) -> Value {
+    let prefs = json!({"unsubscribeAll": false,
+        "topicSubscriptionStatus": [{"topicName": "weekly", "subscriptionStatus": status}]});
+    let mut e = crate::email::ses_event(
+        "Subscription",
+        m,
+        json!({"subscription": {"contactList": list,
+        "timestamp": "2026-11-30T10:00:05.000Z", "source": "UnsubscribeHeader", "newTopicPreferences": prefs}}),
+    );
+    e["mail"]["destination"] = json!([to]);
+    crate::email::sns_record(sns, &e)
 }
 
 async fn feed(w: &World) -> Vec<Value> {
@@ -186,18 +203,7 @@ async fn an_ses_subscription_event_opts_the_address_out_of_the_mapped_topic_and_
     let sent = run(&w, "news-1", send("ann@example.com", Some("news"))).await;
     let id = sent["result"]["message_id"].as_str().unwrap().to_owned();
     let m = json!({"id": id, "provider_message_id": "ses-sub-1", "correlation_id": "c"});
-    let event = |sns: &str, list: &str, status: &str| {
-        let prefs = json!({"unsubscribeAll": false,
-            "topicSubscriptionStatus": [{"topicName": "weekly", "subscriptionStatus": status}]});
-        let mut e = crate::email::ses_event(
-            "Subscription",
-            &m,
-            json!({"subscription": {"contactList": list,
-            "timestamp": "2026-11-30T10:00:05.000Z", "source": "UnsubscribeHeader", "newTopicPreferences": prefs}}),
-        );
-        e["mail"]["destination"] = json!(["ann@example.com"]);
-        crate::email::sns_record(sns, &e)
-    };
+    let event = |sns: &str, list: &str, status: &str| subscription(sns, &m, list, status, "ann@example.com");
     let opt_outs = || async {
         let (_, list) = w.call(Method::GET, "/v1/topic-opt-outs", None, None).await;
         list["opt_outs"].as_array().unwrap().clone()
@@ -219,7 +225,85 @@ async fn an_ses_subscription_event_opts_the_address_out_of_the_mapped_topic_and_
 
     crate::email::through_ingress(&w, &exec, vec![event("sub-2", "members", "OptIn")]).await;
     assert_eq!(opt_outs().await, Vec::<Value>::new());
+    // The opt-out is heard once as unsubscribed, the opt-in only as resubscribed (the other
+    // list's event opted nothing out in Relay, but SES reported an unsubscription: heard too).
     let types: Vec<String> = feed(&w).await.iter().map(|e| e["type"].as_str().unwrap_or_default().to_owned()).collect();
-    assert!(types.contains(&"message.unsubscribed".to_owned()), "{types:?}");
-    assert!(types.contains(&"message.resubscribed".to_owned()), "{types:?}");
+    assert_eq!(types, ["message.unsubscribed", "message.unsubscribed", "message.resubscribed"], "{types:?}");
+}
+
+/// The tenant's own opt-out and resubscribe through the API, of a topic mapped onto an SES
+/// contact list, reach the SES contact's preference for the mapped SES topic through the sweep
+/// (`ses_contacts`), not from the API: `OPT_OUT` (a new contact created; an existing one keeps
+/// its other topics), then `OPT_IN`. A refused write leaves the change pending with why, and a
+/// later pass writes it. An opt-out SES itself reported (a Subscription event) is not written
+/// back. moto 5.2.1 has no `UpdateContact`: the SES stand-in keeps the contacts itself.
+#[tokio::test]
+async fn the_tenants_own_topic_changes_reach_the_ses_contact_and_ses_own_are_not_echoed() {
+    let w = World::new().await;
+    sending_identities::set(&mut w.db().await, w.tenant.id, &["acme.example".into()]).await.unwrap();
+    let ses = ses_standin::start(moto::endpoint(), Faults::default(), 1).expect("the SES stand-in");
+    let mut sweeper = w.platform.sweeper();
+    sweeper.config.ses_account = Some(moto::sdk_config().to_builder().endpoint_url(&ses.url).build());
+    let body = json!({"contact_list": "members", "ses_topic": "weekly"});
+    let (s, t) = w.call(Method::PUT, "/v1/topics/news/ses", None, Some(body)).await;
+    assert_eq!(s, StatusCode::OK, "{t}");
+    // bob is a contact of the list already, opted in to another SES topic.
+    let bob = ("members".to_owned(), "bob@example.com".to_owned());
+    let offers =
+        json!({"TopicPreferences": [{"TopicName": "offers", "SubscriptionStatus": "OPT_IN"}], "UnsubscribeAll": false});
+    ses.counts.contacts.lock().unwrap().insert(bob, offers);
+    let status = |address: &str, topic: &str| ses.counts.contact_topic("members", address, topic);
+    let calls = || ses.counts.contact_calls.lock().unwrap().len();
+    let pending = || w.count("SELECT count(*) FROM topic_ses_changes WHERE applied_at IS NULL", &[]);
+
+    for address in ["ann@example.com", "bob@example.com"] {
+        let (s, e) = w.call(Method::PUT, &format!("/v1/topic-opt-outs/{address}/news"), None, None).await;
+        assert_eq!(s, StatusCode::NO_CONTENT, "{e}");
+    }
+    // An unmapped topic's opt-out is Relay's only.
+    let (s, _) = w.call(Method::PUT, "/v1/topic-opt-outs/ann@example.com/offers", None, None).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    assert_eq!((calls(), pending().await), (0, 2), "the API kept the changes and called nobody");
+
+    let report = sweeper.pass().await.unwrap();
+    assert_eq!((report.ses_contacts_written, report.ses_contacts_failed), (2, 0), "{report:?}");
+    assert_eq!(status("ann@example.com", "weekly").as_deref(), Some("OPT_OUT"), "ann's contact created");
+    assert_eq!(status("bob@example.com", "weekly").as_deref(), Some("OPT_OUT"));
+    assert_eq!(status("bob@example.com", "offers").as_deref(), Some("OPT_IN"), "bob's other topic kept");
+    assert_eq!(status("ann@example.com", "offers"), None, "no SES topic for an unmapped one");
+    assert_eq!(pending().await, 0);
+    assert_eq!(sweeper.pass().await.unwrap().ses_contacts_written, 0, "written once");
+
+    // The resubscribe, refused by SES at first: pending, with why; a later pass writes it.
+    ses.counts.refuse_contacts.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (s, _) = w.call(Method::DELETE, "/v1/topic-opt-outs/ann@example.com/news", None, None).await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let report = sweeper.pass().await.unwrap();
+    assert_eq!((report.ses_contacts_written, report.ses_contacts_failed), (0, 1), "{report:?}");
+    assert_eq!(status("ann@example.com", "weekly").as_deref(), Some("OPT_OUT"), "not written yet");
+    let why = "SELECT count(*) FROM topic_ses_changes WHERE applied_at IS NULL AND last_error LIKE '%TooManyRequests%'";
+    assert_eq!(w.count(why, &[]).await, 1, "pending, with SES's refusal");
+    ses.counts.refuse_contacts.store(false, std::sync::atomic::Ordering::SeqCst);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while sweeper.pass().await.unwrap().ses_contacts_written == 0 {
+        assert!(std::time::Instant::now() < deadline, "the refused change was never written");
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert_eq!(status("ann@example.com", "weekly").as_deref(), Some("OPT_IN"));
+    assert_eq!(pending().await, 0);
+
+    // carl unsubscribes through SES's own link: Relay opts him out (source provider) and writes
+    // nothing back to SES.
+    let sent = run(&w, "news-1", send("carl@example.com", Some("news"))).await;
+    let id = sent["result"]["message_id"].as_str().unwrap().to_owned();
+    let m = json!({"id": id, "provider_message_id": "ses-sub-carl", "correlation_id": "c"});
+    let before = calls();
+    let exec = w.platform.executor();
+    crate::email::through_ingress(&w, &exec, vec![subscription("sub-c", &m, "members", "OptOut", "carl@example.com")])
+        .await;
+    let (_, list) = w.call(Method::GET, "/v1/topic-opt-outs?address=carl@example.com", None, None).await;
+    assert_eq!(list["opt_outs"][0]["source"], "provider", "{list}");
+    assert_eq!(pending().await, 0, "no change kept for SES's own");
+    assert_eq!(sweeper.pass().await.unwrap().ses_contacts_written, 0);
+    assert_eq!(calls(), before, "no call to SES for it");
 }

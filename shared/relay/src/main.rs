@@ -413,7 +413,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Sweep { keep_going, run } => {
-            let p = Platform::new(&url()?, run.settings()?)?;
+            // With AWS configured, the sweep reads the SES account and writes tenants' topic
+            // changes to SES contacts, as the sweeper function does.
+            let p = with_task_roles(Platform::new(&url()?, run.settings()?)?, None, None).await?;
             if keep_going {
                 let (stop_tx, stop) = watch::channel(false);
                 let stop_tx = Arc::new(stop_tx);

@@ -8,8 +8,10 @@
 //! `CreateTenant` and `CreateTenantResourceAssociation` (recording each call; a second one for
 //! the same tenant or association answers `AlreadyExistsException`, as SES does; all refused with
 //! `LimitExceededException` while `Counts::refuse_tenant_setup` is set); records each send's
-//! `ListManagementOptions` (which moto ignores). Every other request (STS)
-//! passes through. Counts what it did, and when each send passed (with its subject), so a
+//! `ListManagementOptions` (which moto ignores); and keeps contacts of contact lists itself
+//! (`GetContact`, `CreateContact`, `UpdateContact`: moto 5.2.1 has no `UpdateContact`, so one
+//! store answers all three), refused with `TooManyRequestsException` while
+//! `Counts::refuse_contacts` is set. Every other request (STS) passes through. Counts what it did, and when each send passed (with its subject), so a
 //! caller can check Relay's records against the truth. Used by the tests and `relay bench`
 //! (its `pace` section); nothing here runs in production.
 
@@ -71,6 +73,13 @@ pub struct Counts {
     pub tenant_associations: std::sync::Mutex<Vec<(String, String)>>,
     /// While set, tenant management calls are refused (`LimitExceededException`).
     pub refuse_tenant_setup: std::sync::atomic::AtomicBool,
+    /// Contacts by (contact list, address), as SES keeps them: `{"TopicPreferences":
+    /// [{"TopicName", "SubscriptionStatus"}], "UnsubscribeAll", "AttributesData"?}`.
+    pub contacts: std::sync::Mutex<std::collections::BTreeMap<(String, String), serde_json::Value>>,
+    /// Each contact call answered (`GetContact list address`...), in order.
+    pub contact_calls: std::sync::Mutex<Vec<String>>,
+    /// While set, contact calls are refused (`TooManyRequestsException`).
+    pub refuse_contacts: std::sync::atomic::AtomicBool,
 }
 
 impl Counts {
@@ -81,6 +90,14 @@ impl Counts {
     /// When each send passed, and its subject (a copy).
     pub fn passed(&self) -> Vec<(std::time::Instant, String)> {
         self.passed_at.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// A contact's `SubscriptionStatus` for a topic (`OPT_IN`, `OPT_OUT`), if it has one.
+    pub fn contact_topic(&self, list: &str, address: &str, topic: &str) -> Option<String> {
+        let contacts = self.contacts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let prefs = contacts.get(&(list.to_owned(), address.to_owned()))?["TopicPreferences"].as_array()?.clone();
+        let found = prefs.into_iter().find(|p| p["TopicName"] == topic)?;
+        found["SubscriptionStatus"].as_str().map(str::to_owned)
     }
 
     /// Sends moto took whose answer never reached the client intact.
@@ -156,6 +173,10 @@ async fn handle(State(p): State<Proxy>, req: Request) -> Response {
         return r;
     }
     let req = match tenant_management(&p.counts, req).await {
+        Ok(answer) => return answer,
+        Err(req) => req,
+    };
+    let req = match contacts(&p.counts, req).await {
         Ok(answer) => return answer,
         Err(req) => req,
     };
@@ -260,6 +281,60 @@ async fn tenant_management(counts: &Counts, req: Request) -> Result<Response, Re
     } else {
         serde_json::json!({"TenantName": name, "TenantId": format!("id-{name}"),
             "TenantArn": format!("arn:aws:ses:us-east-1:123456789012:tenant/{name}")})
+    };
+    let mut r = Response::new(Body::from(body.to_string()));
+    r.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+    Ok(r)
+}
+
+/// An answer to SES contact calls (`GetContact`, `CreateContact`, `UpdateContact`) from the
+/// contacts kept in `counts`; any other request is handed back.
+async fn contacts(counts: &Counts, req: Request) -> Result<Response, Request> {
+    use axum::http::Method;
+    let path = req.uri().path().to_owned();
+    let Some(rest) = path.strip_prefix("/v2/email/contact-lists/") else { return Err(req) };
+    let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
+    let (list, address) = match rest.split('/').collect::<Vec<_>>()[..] {
+        [list, "contacts"] => (decode(list), None),
+        [list, "contacts", address] => (decode(list), Some(decode(address))),
+        _ => return Err(req),
+    };
+    let call = match (req.method(), &address) {
+        (&Method::GET, Some(_)) => "GetContact",
+        (&Method::PUT, Some(_)) => "UpdateContact",
+        (&Method::POST, None) => "CreateContact",
+        _ => return Err(req),
+    };
+    let bytes = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let address = address.or_else(|| v["EmailAddress"].as_str().map(str::to_owned)).unwrap_or_default();
+    counts
+        .contact_calls
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(format!("{call} {list} {address}"));
+    if counts.refuse_contacts.load(Ordering::SeqCst) {
+        return Ok(error(StatusCode::TOO_MANY_REQUESTS, "TooManyRequestsException", "Too many requests."));
+    }
+    let mut all = counts.contacts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let key = (list.clone(), address.clone());
+    let kept = serde_json::json!({"TopicPreferences": v.get("TopicPreferences").cloned().unwrap_or_else(|| serde_json::json!([])),
+        "UnsubscribeAll": v["UnsubscribeAll"].as_bool().unwrap_or(false), "AttributesData": v.get("AttributesData")});
+    let body = match (call, all.get(&key)) {
+        ("GetContact", Some(c)) => {
+            let mut c = c.clone();
+            c["ContactListName"] = list.into();
+            c["EmailAddress"] = address.into();
+            c
+        }
+        ("CreateContact", None) | ("UpdateContact", Some(_)) => {
+            all.insert(key, kept);
+            serde_json::json!({})
+        }
+        ("CreateContact", Some(_)) => {
+            return Ok(error(StatusCode::BAD_REQUEST, "AlreadyExistsException", "The contact already exists."));
+        }
+        _ => return Ok(error(StatusCode::NOT_FOUND, "NotFoundException", "The contact does not exist.")),
     };
     let mut r = Response::new(Body::from(body.to_string()));
     r.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));

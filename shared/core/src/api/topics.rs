@@ -2,7 +2,9 @@
 //! (`store::topics`). A send naming a topic (`email.send`'s `topic`, a campaign message's) is
 //! skipped for an address opted out of it; the suppression list still blocks every send.
 //! A topic may map onto an SES contact list and topic (`/v1/topics/{topic}/ses`): a live send
-//! naming it then carries SES's list management options.
+//! naming it then carries SES's list management options, and the tenant's opt-outs and
+//! resubscribes of it are kept, in the same transaction, to be written to the SES contact by
+//! the sweep (`maintenance::ses_contacts`).
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -115,10 +117,12 @@ pub async fn put(
     let name = crate::store::limits::topic_opt_out_name(&address, &topic);
     state.quotas.admit_row(&tx, tenant.id, crate::limits::Kind::TopicOptOuts, &name).await?;
     let new = topics::opt_out(&tx, tenant.id, std::slice::from_ref(&address), &topic, "api", message_id).await?;
-    if !new.is_empty()
-        && let Some(m) = message_id
-    {
-        notify(&tx, tenant.id, m, "unsubscribed", &address, &topic).await?;
+    if !new.is_empty() {
+        // Written to the SES contact by the sweep when the topic is mapped (no call from here).
+        topics::queue_ses_change(&tx, tenant.id, &address, &topic, true).await?;
+        if let Some(m) = message_id {
+            notify(&tx, tenant.id, m, "unsubscribed", &address, &topic).await?;
+        }
     }
     tx.commit().await.map_err(StoreError::from)?;
     Ok(StatusCode::NO_CONTENT)
@@ -140,6 +144,7 @@ pub async fn delete(
     let Some(gone) = topics::resubscribe(&tx, tenant.id, &address, &topic).await? else {
         return Err(ApiError::not_found());
     };
+    topics::queue_ses_change(&tx, tenant.id, &address, &topic, false).await?;
     if let Some(m) = gone.message_id {
         notify(&tx, tenant.id, m, "resubscribed", &address, &topic).await?;
     }

@@ -100,7 +100,12 @@ pub fn parse(message: &Value) -> Result<SesEvent, NotAnEvent> {
         "Click" => (EventKind::Click, "click"),
         "DeliveryDelay" => (EventKind::DeliveryDelay, "deliveryDelay"),
         "Rendering Failure" | "RenderingFailure" => (EventKind::RenderingFailure, "failure"),
-        "Subscription" => (EventKind::Subscription, "subscription"),
+        // An event whose preferences cannot be read counts as an unsubscription (what SES
+        // publishes it for).
+        "Subscription" => {
+            let opt_out = super::list_management::preferences(v).is_none_or(|p| p.opt_out());
+            (EventKind::Subscription { opt_out }, "subscription")
+        }
         "Received" => (EventKind::Received, "receipt"),
         other => return Err(NotAnEvent::UnknownType(other.to_owned())),
     };

@@ -500,8 +500,13 @@ pub async fn record_event(
             // The tenant hears of the event, and of the suppression it caused, through its
             // callbacks (the types it subscribes to) and its feed; the deliveries commit with them.
             let mut tenant_events = vec![(event_id, e.kind.name())];
-            if matches!(e.kind, messages::EventKind::Subscription) {
-                let heard = list_management::apply(tx, &message, &addressed, &detail).await;
+            if matches!(e.kind, messages::EventKind::Subscription { .. }) {
+                // The message's recipients the event names (all of them when it names none).
+                let named = events::destination(&detail);
+                let mut addresses: Vec<String> =
+                    addressed.iter().filter(|a| named.is_empty() || named.contains(*a)).cloned().collect();
+                addresses.sort();
+                let heard = list_management::apply(tx, &message, &addresses, &detail).await;
                 tenant_events.extend(heard.map_err(TaskError::retryable)?);
             }
             if !suppressed.is_empty()

@@ -7,7 +7,8 @@
 //! `dispatches` (lost dispatches re-sent), `parents` (fan-outs finished), `dependents`
 //! (dependencies healed), `completions` (overdue waits for a completion), `progress`
 //! (progress baselines), `schedules` (due schedule slots fired), `ses_account` (the SES
-//! account's rate and quota read), `alerts` (alert emails queued), `tenant_faults` (tenants'
+//! account's rate and quota read), `ses_contacts` (tenants' topic opt-outs and resubscribes
+//! written to mapped SES contacts), `alerts` (alert emails queued), `tenant_faults` (tenants'
 //! own failures signalled) and `instances` (workers unseen for a week forgotten). Every
 //! recovery is a job event and a counter. Any number of sweepers may run at once: rows are
 //! locked with `SKIP LOCKED`, so two sweepers never recover the same row.
@@ -23,6 +24,7 @@ mod progress;
 mod runner;
 mod schedules;
 mod ses_account;
+mod ses_contacts;
 mod tenant_faults;
 
 use std::sync::Arc;
@@ -51,8 +53,9 @@ pub struct SweepConfig {
     pub max_batches: usize,
     /// Alert emails for new exceptions (`crate::alerts`); `None`: the log line only.
     pub alerts: Option<AlertConfig>,
-    /// Read Relay's SES account's rate and quota (`GetAccount`) with this configuration,
-    /// at most once per `ACCOUNT_READ_EVERY` across every sweeper; `None`: never.
+    /// Relay's SES account: read its rate and quota (`GetAccount`) with this configuration, at
+    /// most once per `ACCOUNT_READ_EVERY` across every sweeper, and write tenants' topic
+    /// changes to mapped SES contacts (`ses_contacts`); `None`: neither.
     pub ses_account: Option<aws_config::SdkConfig>,
 }
 
@@ -88,6 +91,10 @@ pub struct SweepReport {
     pub tenant_faults_signalled: usize,
     /// Whether this pass read the SES account's rate and quota.
     pub ses_account_read: bool,
+    /// Tenants' topic changes written to SES contacts.
+    pub ses_contacts_written: usize,
+    /// Tenants' topic changes SES refused or could not be reached for (tried again later).
+    pub ses_contacts_failed: usize,
     /// Jobs released or cancelled (down a chain too) for dependencies whose end did not
     /// resolve them: a crash between the two, or a chain longer than one release takes on
     /// (`dependencies::RELEASE_BUDGET`). At most ten batches a pass; the rest the next.
@@ -157,6 +164,7 @@ fn services() -> Vec<Box<dyn Service>> {
         Box::new(progress::Baselines),
         Box::new(schedules::Slots),
         Box::new(ses_account::Account),
+        Box::new(ses_contacts::Contacts),
         Box::new(alerts::Alerts),
         Box::new(tenant_faults::Signals),
         Box::new(instances::Forget),

@@ -84,7 +84,8 @@ pub async fn record_reputation(
 }
 
 /// The callback and feed type of a stored event type (`message.bounced`...); None for what is
-/// no tenant's to hear (inbound mail).
+/// no tenant's to hear (inbound mail; an SES subscription event that only opts back in, heard
+/// as each resubscription it made).
 pub fn webhook_type(event_type: &str) -> Option<&'static str> {
     Some(match event_type {
         "send" => "message.sent",
@@ -359,7 +360,7 @@ mod tests {
             EventKind::Click,
             EventKind::DeliveryDelay,
             EventKind::RenderingFailure,
-            EventKind::Subscription,
+            EventKind::Subscription { opt_out: true },
         ];
         let mut reached: Vec<&str> = kinds.iter().map(|k| webhook_type(k.name()).expect("a type")).collect();
         reached.push(webhook_type("suppressed").unwrap());
@@ -369,6 +370,11 @@ mod tests {
         assert!(WEBHOOK_TYPES.iter().all(|t| reached.contains(t)), "each type is reachable: {reached:?}");
         assert!(reached.iter().all(|t| WEBHOOK_TYPES.contains(t)));
         assert_eq!(webhook_type(EventKind::Received.name()), None);
+        assert_eq!(
+            webhook_type(EventKind::Subscription { opt_out: false }.name()),
+            None,
+            "an opt-in is heard as resubscribed"
+        );
         let defaults = crate::store::callbacks::DEFAULT_MESSAGE_EVENTS;
         assert!(defaults.iter().all(|t| WEBHOOK_TYPES.contains(t)));
         let migration = include_str!("../../../../migrations/0027_message_event_callbacks.sql");

@@ -33,7 +33,11 @@ pub enum EventKind {
     Click,
     DeliveryDelay,
     RenderingFailure,
-    Subscription,
+    /// A contact changed its preferences through SES's list management; `opt_out`: the new
+    /// preferences opt out of something (an event that only opts back in is no unsubscription).
+    Subscription {
+        opt_out: bool,
+    },
     /// Inbound mail (a receipt rule's SNS action).
     Received,
 }
@@ -51,7 +55,8 @@ impl EventKind {
             EventKind::Click => "click",
             EventKind::DeliveryDelay => "delivery_delay",
             EventKind::RenderingFailure => "rendering_failure",
-            EventKind::Subscription => "subscription",
+            EventKind::Subscription { opt_out: true } => "subscription",
+            EventKind::Subscription { opt_out: false } => "subscription_opt_in",
             EventKind::Received => "inbound",
         }
     }
@@ -174,7 +179,7 @@ impl Status {
             EventKind::Bounce { permanent: false } => Status::Delayed,
             EventKind::Complaint => Status::Complained,
             EventKind::Reject | EventKind::RenderingFailure => Status::Rejected,
-            EventKind::Subscription | EventKind::Received => return None,
+            EventKind::Subscription { .. } | EventKind::Received => return None,
         })
     }
 

@@ -63,6 +63,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (40, "0040_topic_opt_out_limit", include_str!("../../../../migrations/0040_topic_opt_out_limit.sql")),
     (42, "0042_topic_ses_lists", include_str!("../../../../migrations/0042_topic_ses_lists.sql")),
     (43, "0043_ses_tenant_resources", include_str!("../../../../migrations/0043_ses_tenant_resources.sql")),
+    (44, "0044_topic_ses_changes", include_str!("../../../../migrations/0044_topic_ses_changes.sql")),
 ];
 
 /// Apply what is missing, in one transaction. Refuses to run when an applied migration's

@@ -1,7 +1,8 @@
 //! Subscription topics (migration 0037): per-topic opt-outs of a tenant's addresses, beside the
 //! suppression list (which blocks every send). A send naming a topic is skipped for an address
 //! opted out of it; a send naming none is not affected. And (migration 0042) the SES contact
-//! list and topic a tenant's topic maps onto (`email::list_management`).
+//! list and topic a tenant's topic maps onto (`email::list_management`), and (migration 0044)
+//! the tenant's own changes to a mapped topic waiting to be written to the SES contact.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -175,6 +176,109 @@ pub async fn delete_ses_topic(db: &impl GenericClient, tenant: TenantId, topic: 
 
 fn ses_from_row(r: &tokio_postgres::Row) -> SesTopic {
     SesTopic { topic: r.get(0), contact_list: r.get(1), ses_topic: r.get(2), updated_at: r.get(3) }
+}
+
+/// A change of the tenant's (API) to a mapped topic, to be written to the SES contact's topic
+/// preference (`email::list_management::write_contact`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SesChange {
+    pub id: i64,
+    pub revision: i32,
+    pub tenant_id: TenantId,
+    pub address: String,
+    pub contact_list: String,
+    pub ses_topic: String,
+    /// `OPT_OUT` when true, else `OPT_IN`.
+    pub opt_out: bool,
+    /// Tries so far, this one counted.
+    pub tries: i32,
+}
+
+/// Keep, in the caller's transaction, that `address`'s preference for `topic` is to be written
+/// to SES (opted out, or back in) when the topic maps onto an SES contact list; a change still
+/// pending for the same address and topic is replaced. Returns whether the topic is mapped.
+pub async fn queue_ses_change(
+    db: &impl GenericClient,
+    tenant: TenantId,
+    address: &str,
+    topic: &str,
+    opt_out: bool,
+) -> Result<bool, StoreError> {
+    let n = db
+        .execute(
+            "INSERT INTO topic_ses_changes (tenant_id, address, topic, contact_list, ses_topic, opt_out)
+             SELECT $1, $2, $3, l.contact_list, l.ses_topic, $4 FROM topic_ses_lists l
+             WHERE l.tenant_id = $1 AND l.topic = $3
+             ON CONFLICT (tenant_id, address, topic) WHERE applied_at IS NULL DO UPDATE
+                 SET contact_list = EXCLUDED.contact_list, ses_topic = EXCLUDED.ses_topic, opt_out = EXCLUDED.opt_out,
+                     revision = topic_ses_changes.revision + 1, tries = 0, next_at = now(), last_error = NULL",
+            &[&tenant, &address, &topic, &opt_out],
+        )
+        .await?;
+    Ok(n == 1)
+}
+
+/// Take up to `limit` pending changes that are due (oldest first), each held for `hold_secs`
+/// (its next try then, should this one never report) with its try counted. Two sweepers never
+/// take the same change.
+pub async fn take_ses_changes(
+    db: &impl GenericClient,
+    limit: i64,
+    hold_secs: f64,
+) -> Result<Vec<SesChange>, StoreError> {
+    let rows = db
+        .query(
+            "UPDATE topic_ses_changes c SET tries = c.tries + 1, next_at = now() + make_interval(secs => $2)
+             FROM (SELECT id FROM topic_ses_changes WHERE applied_at IS NULL AND next_at <= now()
+                   ORDER BY next_at LIMIT $1 FOR UPDATE SKIP LOCKED) due
+             WHERE c.id = due.id
+             RETURNING c.id, c.revision, c.tenant_id, c.address, c.contact_list, c.ses_topic, c.opt_out, c.tries",
+            &[&limit, &hold_secs],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| SesChange {
+            id: r.get(0),
+            revision: r.get(1),
+            tenant_id: r.get(2),
+            address: r.get(3),
+            contact_list: r.get(4),
+            ses_topic: r.get(5),
+            opt_out: r.get(6),
+            tries: r.get(7),
+        })
+        .collect())
+}
+
+/// Keep that `change` was written to SES (unless a later change replaced it meanwhile: that one
+/// stays pending), and forget changes applied more than `keep_secs` ago.
+pub async fn ses_change_applied(db: &impl GenericClient, change: &SesChange, keep_secs: f64) -> Result<(), StoreError> {
+    db.execute(
+        "UPDATE topic_ses_changes SET applied_at = now(), last_error = NULL WHERE id = $1 AND revision = $2",
+        &[&change.id, &change.revision],
+    )
+    .await?;
+    db.execute("DELETE FROM topic_ses_changes WHERE applied_at < now() - make_interval(secs => $1)", &[&keep_secs])
+        .await?;
+    Ok(())
+}
+
+/// Keep why `change` could not be written; it is tried again `retry_secs` from now (a later
+/// change that replaced it meanwhile keeps its own schedule).
+pub async fn ses_change_failed(
+    db: &impl GenericClient,
+    change: &SesChange,
+    why: &str,
+    retry_secs: f64,
+) -> Result<(), StoreError> {
+    db.execute(
+        "UPDATE topic_ses_changes SET last_error = $3, next_at = now() + make_interval(secs => $4)
+         WHERE id = $1 AND revision = $2 AND applied_at IS NULL",
+        &[&change.id, &change.revision, &why, &retry_secs],
+    )
+    .await?;
+    Ok(())
 }
 
 /// A topic's name: 1 to 64 letters, digits, `_`, `-` or `.`.
