@@ -307,8 +307,23 @@ fn base64_lines(bytes: &[u8]) -> String {
     out
 }
 
+/// Why a message could not be built: only what `check` refuses, or a message over SES's limit.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    MediaType(#[from] MediaTypeError),
+    #[error("a message needs text, html or a part")]
+    Empty,
+    #[error("{file}: {error}")]
+    Base64 { file: String, error: base64::DecodeError },
+    #[error("{0}")]
+    Write(#[from] std::io::Error),
+    #[error("the message is {0} bytes; SES takes at most {most}", most = SES_MAX_MESSAGE_BYTES)]
+    TooBig(usize),
+}
+
 /// Build the message. Fails only on what `check` refuses, or a message over SES's limit.
-pub fn build(e: &Envelope<'_>) -> Result<Vec<u8>, String> {
+pub fn build(e: &Envelope<'_>) -> Result<Vec<u8>, BuildError> {
     let mut alternatives = Vec::new();
     if let Some(text) = e.text {
         alternatives.push(MimePart::new("text/plain", text.to_owned()));
@@ -317,22 +332,24 @@ pub fn build(e: &Envelope<'_>) -> Result<Vec<u8>, String> {
         alternatives.push(MimePart::new("text/html", html.to_owned()));
     }
     for p in e.parts {
-        alternatives.push(MimePart::new(part_type(p).map_err(|e| e.to_string())?.header(true), p.content.clone()));
+        alternatives.push(MimePart::new(part_type(p)?.header(true), p.content.clone()));
     }
     let mut body = match alternatives.len() {
-        0 => return Err("a message needs text, html or a part".into()),
+        0 => return Err(BuildError::Empty),
         1 => alternatives.remove(0),
         _ => MimePart::new("multipart/alternative", alternatives),
     };
     let (mut inline, mut attached) = (Vec::new(), Vec::new());
     for a in e.attachments {
-        let bytes = STANDARD.decode(&a.content_base64).map_err(|err| format!("{}: {err}", a.filename))?;
+        let bytes = STANDARD
+            .decode(&a.content_base64)
+            .map_err(|error| BuildError::Base64 { file: a.filename.clone(), error })?;
         let disposition = match a.disposition {
             Disposition::Attachment => "attachment",
             Disposition::Inline => "inline",
         };
         let mut part = MimePart::new(
-            media_type(&a.content_type).map_err(|e| e.to_string())?.header(false),
+            media_type(&a.content_type)?.header(false),
             BodyPart::Binary(base64_lines(&bytes).into_bytes().into()),
         )
         .header("Content-Disposition", ContentType::new(disposition).attribute("filename", a.filename.clone()))
@@ -370,9 +387,9 @@ pub fn build(e: &Envelope<'_>) -> Result<Vec<u8>, String> {
             m.header(name.clone(), Text::new(value.clone()))
         };
     }
-    let raw = m.body(body).write_to_vec().map_err(|err| err.to_string())?;
+    let raw = m.body(body).write_to_vec()?;
     if raw.len() > SES_MAX_MESSAGE_BYTES {
-        return Err(format!("the message is {} bytes; SES takes at most {SES_MAX_MESSAGE_BYTES}", raw.len()));
+        return Err(BuildError::TooBig(raw.len()));
     }
     Ok(raw)
 }

@@ -282,7 +282,9 @@ async fn deliver(
     // The message is built before its slot, so the call leaves on time.
     let raw = match ses::raw_message(p, body, &ids) {
         Ok(raw) => raw,
-        Err(why) => return record_outcome(ctx.db.get().await, m, Err(SendFailure::Rejected(why))).await,
+        Err(why) => {
+            return record_outcome(ctx.db.get().await, m, Err(SendFailure::Rejected(why.to_string()))).await;
+        }
     };
     // The slot comes last, just before the call, so each rate holds where SES counts it (a
     // slot taken before the intent's commit let one send arrive hundreds of milliseconds late

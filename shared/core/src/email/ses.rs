@@ -116,7 +116,7 @@ pub fn tags(p: &SendParams, id: &Identity<'_>) -> Vec<NameValue> {
 
 /// The message as sent: MIME built by `mime::build` from the rendered content, the client's
 /// parts and attachments, and `headers`. Its `Message-ID` is Relay's message id (SES sets its own).
-pub fn raw_message(p: &SendParams, body: &Rendered, id: &Identity<'_>) -> Result<Vec<u8>, String> {
+pub fn raw_message(p: &SendParams, body: &Rendered, id: &Identity<'_>) -> Result<Vec<u8>, super::mime::BuildError> {
     let headers = headers(p, body, id);
     let domain = p.from.rsplit_once('@').map_or("relay", |(_, d)| d.trim_end_matches('>'));
     let message_id = format!("{}@{domain}", id.message_id);
