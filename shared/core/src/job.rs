@@ -95,8 +95,22 @@ impl Default for JobId {
 pub const HELD_FOR: chrono::Duration = chrono::Duration::days(366);
 
 /// Where a job is in its lifecycle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum JobStatus {
     Pending,
     Running,
@@ -110,19 +124,14 @@ impl JobStatus {
     pub const ALL: [JobStatus; 6] =
         [Self::Pending, Self::Running, Self::Waiting, Self::Succeeded, Self::Failed, Self::Cancelled];
 
+    /// The name serde writes, stored as the row's text.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Running => "running",
-            Self::Waiting => "waiting",
-            Self::Succeeded => "succeeded",
-            Self::Failed => "failed",
-            Self::Cancelled => "cancelled",
-        }
+        self.into()
     }
 
+    /// Strict: only the names `as_str` gives.
     pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|st| st.as_str() == s)
+        s.parse().ok()
     }
 
     pub fn is_terminal(self) -> bool {
@@ -427,6 +436,8 @@ mod tests {
             assert_eq!(serde_json::to_value(st).unwrap(), st.as_str());
         }
         assert_eq!(JobStatus::parse("done"), None);
+        assert_eq!(JobStatus::parse("Pending"), None, "strict: the stored name only");
+        assert_eq!(JobStatus::Cancelled.to_string(), "cancelled");
     }
 
     #[test]

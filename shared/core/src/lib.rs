@@ -56,5 +56,6 @@ pub mod store;
 
 // The domain: the job's vocabulary and pure rules, no I/O.
 pub mod job;
+pub mod pattern;
 pub mod plain;
 pub mod retry;

@@ -179,6 +179,12 @@ pub trait Task: Send + Sync + 'static {
     /// client applying the published schema refuses only what intake would.
     fn schema_rules(_schema: &mut Value) {}
 
+    /// How the OpenAPI document narrows the published schema further (`api::constraints`; the
+    /// schema is given with its `$defs` still in it): sufficient rules, every value they allow
+    /// `check` takes, so that a request generated from the document is one intake admits. Not
+    /// published to clients, who refuse only by the necessary rules of `schema_rules`.
+    fn document_rules(_schema: &mut Value) {}
+
     /// Whose failure it is when `job` ends for good as `end` says: the platform's (Relay's
     /// bugs, AWS refusing Relay, a database outage: an exception opens) or a tenant's own (its
     /// endpoint, input, sender, template data or completion: counted per tenant and cause,

@@ -1,6 +1,7 @@
 //! What the server enforces beyond the handlers' annotations, written into the OpenAPI document
 //! (`openapi::document`) so that every request the document allows is one the server takes:
-//! each task type with its own `params` (the schema `GET /v1/tasks` publishes and intake checks),
+//! each task type with its own `params` (the schema `GET /v1/tasks` publishes and intake checks,
+//! narrowed by the task's own `Task::document_rules`: this module names no task type),
 //! fields given together or not at all, text patterns, cursors, time zones, cron expressions.
 //! Where the server's rule is wider than a pattern can say (an email address, a URL, a cron
 //! expression), the pattern states a part of it the server always takes.
@@ -9,21 +10,12 @@ use serde_json::{Map, Value, json};
 
 use crate::catalogue::housekeeping::RETENTION;
 use crate::catalogue::{Catalogue, TaskInfo};
-use crate::email::mime;
+use crate::email::document::ADDRESS;
+use crate::pattern::NO_NUL;
+use crate::pattern::{NON_BLANK, PRINTABLE};
 
-/// A string without a NUL character: every string the server takes (`api::extract`).
-pub const NO_NUL: &str = "^[^\\x00]*$";
-
-/// Text with a character that is not white space (what `str::trim` leaves non-empty), no NUL.
-pub const NON_BLANK: &str = "^[^\\x00]*[^\\x00\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00]*$";
-/// 1 to 200 characters, none a control character (`terms::printable`).
-pub const PRINTABLE: &str = "^[^\\x00-\\x1f\\x7f-\\x9f]{1,200}$";
 /// Template text without template syntax it could fail to compile (`{{`, `{%`, `{#`).
 pub const PLAIN_TEMPLATE_TEXT: &str = "^([^\\x00{]|\\{[^\\x00{%#])*\\{?$";
-/// A bare email address of the common shape (dot-atom local part, host name).
-pub const ADDRESS: &str = "^[A-Za-z0-9_+-]{1,32}(\\.[A-Za-z0-9_+-]{1,31})?@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,2}$";
-/// SES tag names and values, configuration sets (`content::tag_text_ok`).
-pub const TAG_TEXT: &str = crate::email::content::TAG_PATTERN;
 /// Template and schedule names (`templates::check_name`; schedules also take `:`).
 pub const TEMPLATE_NAME: &str = crate::store::templates::NAME_PATTERN;
 pub const SCHEDULE_NAME: &str = "^[A-Za-z0-9_.:-]{1,100}$";
@@ -61,42 +53,27 @@ struct TaskBranches {
     all_branches: Vec<Value>,
 }
 
-/// Each task's params schema (with the document's narrower rules) and the email shapes they use.
+/// Each task's params schema, narrowed by the task's own document rules (`Task::document_rules`),
+/// and the campaign pages' shapes.
 fn task_schemas(catalogue: &Catalogue, schemas: &mut Value) -> TaskBranches {
     let mut defs = Map::new();
     let branches = |tasks: Vec<TaskInfo>, defs: &mut Map<String, Value>| -> (Vec<Value>, Vec<Value>) {
         let names = tasks.iter().map(|t| json!(t.name)).collect();
-        let branches = tasks.into_iter().map(|t| branch(t, defs)).collect();
+        let branches = tasks.into_iter().map(|t| branch(catalogue, t, defs)).collect();
         (names, branches)
     };
-    let (client, mut client_branches) = branches(catalogue.describe(), &mut defs);
+    let (client, client_branches) = branches(catalogue.describe(), &mut defs);
     let scheduled = catalogue
         .describe_all()
         .into_iter()
         .filter(|t| catalogue.client_may_submit(t.name) || t.name == RETENTION)
         .collect();
-    let (all, mut all_branches) = branches(scheduled, &mut defs);
+    let (all, all_branches) = branches(scheduled, &mut defs);
     for (name, schema) in defs {
         schemas[name] = schema;
     }
-    for b in client_branches.iter_mut().chain(all_branches.iter_mut()) {
-        let task = b["properties"]["task_type"]["const"].as_str().unwrap_or_default().to_owned();
-        task_rules(&task, &mut b["properties"]["params"]);
-    }
-    send_rules(&mut schemas["Params_email_campaign_SendParams"], true);
-    for prefix in ["Params_email_send_", "Params_email_campaign_"] {
-        if let Some(part) = schemas.get_mut(format!("{prefix}Part")) {
-            part_rules(part);
-        }
-        if let Some(attachment) = schemas.get_mut(format!("{prefix}Attachment")) {
-            attachment_rules(attachment);
-        }
-    }
-    for recipient in ["Params_email_campaign_Recipient", "Recipient"] {
-        schemas[recipient]["properties"]["to"]["pattern"] = json!(ADDRESS);
-    }
-    schemas["RecipientPage"]["properties"]["recipients"]["minItems"] = json!(1);
-    schemas["RecipientPage"]["properties"]["recipients"]["maxItems"] = json!(crate::email::campaign::MAX_PAGE);
+    crate::email::document::recipient(&mut schemas["Recipient"]);
+    crate::email::document::recipient_page(&mut schemas["RecipientPage"]);
     TaskBranches { client, client_branches, all, all_branches }
 }
 
@@ -228,150 +205,6 @@ fn path_rules(doc: &mut Value) {
     }
 }
 
-/// How the document narrows a task's published params schema further. The published schema
-/// already holds the task's own rules (`Task::schema_rules`: necessary, what a client may refuse
-/// by); these are sufficient ones (every value the pattern allows, the server takes), so that a
-/// request generated from the document is one the server takes.
-fn task_rules(task: &str, params: &mut Value) {
-    match task {
-        "email.send" => send_rules(params, false),
-        "email.campaign" => {
-            params["oneOf"] = json!([
-                {"required": ["recipients"], "properties": {"pages": {"type": "null"},
-                    "recipients": {"minItems": 1, "maxItems": crate::email::campaign::MAX_INLINE}}},
-                {"required": ["pages"], "properties": {"pages": {"type": "integer"}, "recipients": {"maxItems": 0}}},
-            ]);
-            // A recipient's `data` fills a stored template; a literal message takes none.
-            params["anyOf"] = json!([
-                {"properties": {"message": {"required": ["template"], "properties": {"template": {"type": "string"}}}}},
-                {"properties": {"recipients": {"items": {"properties": {"data": {"maxProperties": 0}}}}}},
-            ]);
-        }
-        // A run-time URL of the callback URL's shape (with a host name: an address literal's
-        // acceptance depends on the guard); which URLs a destination allows is its state.
-        "webhook.send" => params["properties"]["url"]["pattern"] = json!(crate::outbound::url_pattern(false)),
-        "http.request" => {
-            let headers = &mut params["properties"]["headers"];
-            headers["propertyNames"] = http_header_name();
-            headers["maxProperties"] = json!(crate::destinations::MAX_HEADERS);
-            let most = crate::destinations::MAX_HEADER_VALUE_LEN;
-            headers["additionalProperties"] = json!({"type": "string", "pattern": format!("^[\\t -~]{{0,{most}}}$")});
-        }
-        _ => {}
-    }
-}
-
-/// A name in any letter case, as a pattern.
-fn any_case(name: &str) -> String {
-    name.chars()
-        .map(|c| if c.is_ascii_alphabetic() { format!("[{}{}]", c.to_ascii_uppercase(), c) } else { c.to_string() })
-        .collect()
-}
-
-/// A header `http.request` may add (`destinations::check_header`): 1 to 64 token characters,
-/// none of `REFUSED_HEADERS` (in any case). The destination's own auth header is refused when
-/// the job runs.
-fn http_header_name() -> Value {
-    let refused: Vec<String> = crate::destinations::REFUSED_HEADERS.iter().map(|h| any_case(h)).collect();
-    json!({"type": "string", "pattern": "^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$",
-        "not": {"pattern": format!("^({})$", refused.join("|"))}})
-}
-
-/// A header name a client may set: visible ASCII but `:`, none of `RESERVED_HEADERS` nor
-/// starting with one of `RESERVED_HEADER_PREFIXES` (in any case): `content::reserved_header`.
-fn header_name() -> Value {
-    use crate::email::content::{RESERVED_HEADER_PREFIXES, RESERVED_HEADERS};
-    let reserved = RESERVED_HEADERS.map(any_case).join("|");
-    let prefixes = RESERVED_HEADER_PREFIXES.map(any_case).join("|");
-    json!({"type": "string", "pattern": "^[!-9;-~]{1,126}$",
-        "not": {"pattern": format!("^(({reserved})$|{prefixes})")}})
-}
-
-/// `email.send`'s params (or a campaign's message, which names no recipient): addresses of the
-/// common shape, 1 to 50 recipients, a stored template or a one-line subject with text or
-/// html, header names no one else sets, SES tag text (`SendParams::check`).
-fn send_rules(p: &mut Value, campaign: bool) {
-    let address = json!({"type": "string", "pattern": ADDRESS});
-    let props = &mut p["properties"];
-    props["from"]["pattern"] = json!(ADDRESS);
-    props["from"]["description"] = json!(
-        "One of the tenant's sending identities. The pattern states the common address shape; \
-        the server also takes a display name (`Acme <noreply@acme.example>`) and other RFC 5322 forms."
-    );
-    let most = crate::email::content::MAX_RECIPIENTS;
-    for list in ["to", "cc", "bcc"] {
-        props[list] = if campaign {
-            json!({"type": "array", "maxItems": 0})
-        } else {
-            json!({"type": "array", "items": address, "maxItems": most})
-        };
-    }
-    if campaign {
-        props["message_key"] = json!({"type": "null"});
-    } else {
-        props["message_key"]["pattern"] = json!(PRINTABLE);
-    }
-    props["reply_to"]["items"] = address;
-    props["headers"]["propertyNames"] = header_name();
-    props["headers"]["additionalProperties"] = json!({"type": "string", "pattern": "^[^\\x00\\r\\n]{0,870}$"});
-    props["tags"]["propertyNames"] = json!({"type": "string", "pattern": TAG_TEXT, "not": {"pattern": "^relay_"}});
-    props["tags"]["additionalProperties"] = json!({"type": "string", "pattern": TAG_TEXT});
-    props["configuration_set"]["pattern"] = json!(TAG_TEXT);
-    let (parts, attachments) = if campaign { (0, 0) } else { (mime::MAX_PARTS, mime::MAX_ATTACHMENTS) };
-    props["parts"]["maxItems"] = json!(parts);
-    props["attachments"]["maxItems"] = json!(attachments);
-    if !campaign {
-        let one = |list: &str| json!({"required": [list], "properties": {list: {"minItems": 1}}});
-        p["anyOf"] = json!([one("to"), one("cc"), one("bcc")]);
-    }
-    let one_line = "^[^\\x00\\r\\n]*[^\\x00\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\x00\\r\\n]*$";
-    p["oneOf"] = json!([
-        {"required": ["template"], "properties": {"template": {"type": "string", "pattern": TEMPLATE_NAME},
-            "subject": {"type": "null"}, "text": {"type": "null"}, "html": {"type": "null"}}},
-        {"required": ["subject"], "properties": {"template": {"type": "null"}, "subject": {"type": "string", "pattern": one_line},
-            "data": {"maxProperties": 0}},
-         "anyOf": [{"required": ["text"], "properties": {"text": {"type": "string"}}},
-                   {"required": ["html"], "properties": {"html": {"type": "string"}}}]},
-    ]);
-}
-
-/// A media type's type and subtype (RFC 2045 tokens), then `; name=value` parameters.
-fn media_type_pattern(essence: &str) -> String {
-    let token = "[!#$%&'*+.^_`|~0-9A-Za-z-]+";
-    format!("^{essence}( *; *{token}=({token}|\"[^\"\\\\\\x00-\\x1f]*\"))*$")
-}
-
-/// An extra part (`mime::part_type`): text other than plain and HTML; a calendar names its
-/// iTIP method (RFC 5546), its `METHOD` line the same (checked by the server).
-fn part_rules(s: &mut Value) {
-    let token = "[!#$%&'*+.^_`|~0-9A-Za-z-]+";
-    let methods = mime::CALENDAR_METHODS.join("|");
-    let calendar = format!("^{}/{}( |;|$)", any_case("text"), any_case("calendar"));
-    let plain_or_html = format!("^{}/({}|{})( |;|$)", any_case("text"), any_case("plain"), any_case("html"));
-    let ct = &mut s["properties"]["content_type"];
-    ct["maxLength"] = json!(255);
-    ct["pattern"] = json!(media_type_pattern(&format!("{}/{token}", any_case("text"))));
-    ct["not"] = json!({"pattern": plain_or_html});
-    let method = format!("; *{}=\"?({methods})\"?( |;|$)", any_case("method"));
-    ct["anyOf"] = json!([{"not": {"pattern": calendar}}, {"pattern": method}]);
-    s["properties"]["content"]["minLength"] = json!(1);
-}
-
-/// An attachment (`mime::check`): a file's media type, a name SES sends, padded base64.
-fn attachment_rules(s: &mut Value) {
-    let token = "[!#$%&'*+.^_`|~0-9A-Za-z-]+";
-    let p = &mut s["properties"];
-    let refused = mime::UNSUPPORTED_EXTENSIONS.map(any_case).join("|");
-    p["filename"]["pattern"] = json!(format!("^[^\\x00-\\x1f\\x7f-\\x9f/\\\\]{{1,{}}}$", mime::MAX_FILENAME));
-    p["filename"]["not"] = json!({"pattern": format!("\\.({refused})[. ]*$")});
-    p["content_type"]["pattern"] = json!(media_type_pattern(&format!("{token}/{token}")));
-    p["content_type"]["maxLength"] = json!(255);
-    p["content_type"]["not"] = json!({"pattern": format!("^({}|{})/", any_case("multipart"), any_case("message"))});
-    p["content_base64"]["pattern"] = json!("^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$");
-    p["content_base64"]["maxLength"] = json!(mime::MAX_CONTENT_BYTES.div_ceil(3) * 4);
-    p["content_id"]["pattern"] = json!(format!("^[!#$%&'*+./0-9=?@A-Z^_`a-z{{|}}~-]{{1,{}}}$", mime::MAX_CONTENT_ID));
-}
-
 /// Any JSON value without a NUL character in a string or a member name.
 fn json_value() -> Value {
     let me = json!({"$ref": "#/components/schemas/Json"});
@@ -384,17 +217,21 @@ fn json_value() -> Value {
 }
 
 /// One task's branch of a request: its `task_type` and its own `params` schema (required when
-/// the task requires any member), with its `$defs` moved to components under a prefix.
-fn branch(t: TaskInfo, defs: &mut Map<String, Value>) -> Value {
+/// the task requires any member) with the task's document rules, its `$defs` moved to
+/// components under a prefix.
+fn branch(catalogue: &Catalogue, t: TaskInfo, defs: &mut Map<String, Value>) -> Value {
     let prefix = format!("Params_{}_", t.name.replace('.', "_"));
     let mut schema = t.params_schema;
-    if let Some(Value::Object(own)) = schema.as_object_mut().and_then(|o| o.remove("$defs")) {
-        for (name, mut def) in own {
-            rewrite(&mut def, &prefix);
-            defs.insert(format!("{prefix}{name}"), def);
-        }
-    }
+    let own = schema.as_object_mut().and_then(|o| o.remove("$defs"));
     rewrite(&mut schema, &prefix);
+    if let Some(Value::Object(mut own)) = own {
+        own.values_mut().for_each(|def| rewrite(def, &prefix));
+        schema["$defs"] = Value::Object(own);
+    }
+    catalogue.document_rules(t.name, &mut schema);
+    if let Some(Value::Object(own)) = schema.as_object_mut().and_then(|o| o.remove("$defs")) {
+        defs.extend(own.into_iter().map(|(name, def)| (format!("{prefix}{name}"), def)));
+    }
     let needs_params = schema["required"].as_array().is_some_and(|r| !r.is_empty());
     let mut b = json!({"properties": {"task_type": {"const": t.name}, "params": schema}});
     if needs_params {
@@ -515,7 +352,10 @@ mod tests {
             send["properties"]["params"]["properties"]["headers"]["propertyNames"]["pattern"],
             "^[!-9;-~]{1,126}$"
         );
-        assert_eq!(send["properties"]["params"]["properties"]["tags"]["propertyNames"]["pattern"], TAG_TEXT);
+        assert_eq!(
+            send["properties"]["params"]["properties"]["tags"]["propertyNames"]["pattern"],
+            crate::email::content::TAG_PATTERN
+        );
     }
 
     /// The header names `email.send`'s schema allows are the ones its check takes.

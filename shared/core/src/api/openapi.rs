@@ -7,11 +7,11 @@ use serde_json::{Value, json};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::constraints::NO_NUL;
 use super::{
     admin, callbacks, completions, cutover, destinations, email, jobs, limits, reputation, schedules, send_rates,
     status, submit, topics,
 };
+use crate::pattern::NO_NUL;
 
 #[derive(OpenApi)]
 #[openapi(

@@ -43,6 +43,7 @@ trait ErasedTask: Send + Sync {
     fn platform_only(&self) -> bool;
     fn fault(&self, job: &ClaimedJob, end: Ending<'_>) -> Fault;
     fn retry(&self) -> Option<RetryPolicy>;
+    fn document_rules(&self, schema: &mut Value);
     fn check(&self, params: &Value) -> Result<(), ParamError>;
     fn admit(&self, params: &Value) -> Admission;
     fn needs_seconds(&self, params: &Value) -> Option<i32>;
@@ -142,6 +143,10 @@ impl<T: Task> ErasedTask for Registered<T> {
 
     fn retry(&self) -> Option<RetryPolicy> {
         T::RETRY
+    }
+
+    fn document_rules(&self, schema: &mut Value) {
+        T::document_rules(schema);
     }
 
     /// The published schema first (what a client reads), then the type and the task's checks.
@@ -255,6 +260,14 @@ impl Catalogue {
     /// Every task, platform-only ones included (what a schedule may fire).
     pub fn describe_all(&self) -> Vec<TaskInfo> {
         self.tasks.values().map(|t| t.info()).collect()
+    }
+
+    /// Narrow a task type's published schema for the OpenAPI document (`Task::document_rules`):
+    /// the rules the document adds come from the task, as its published ones do.
+    pub fn document_rules(&self, name: &str, schema: &mut Value) {
+        if let Some(t) = self.tasks.get(name) {
+            t.document_rules(schema);
+        }
     }
 
     /// Validate parameters for a task type known to be in the catalogue.

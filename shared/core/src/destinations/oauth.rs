@@ -47,28 +47,41 @@ fn visible(v: &str) -> bool {
     v.bytes().all(|b| (b' '..=b'~').contains(&b))
 }
 
+/// Why a grant's settings are refused, the field first (as the API answers).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GrantError {
+    #[error("client_id: 1 to {} visible ASCII characters", MAX_FIELD_LEN)]
+    ClientId,
+    #[error("scope: 1 to {} visible ASCII characters", MAX_FIELD_LEN)]
+    Scope,
+    #[error("params: at most {} fields", MAX_PARAMS)]
+    TooManyParams,
+    #[error("params.{0}: a name of 1 to 64 lowercase letters, digits or '_', not one Relay sets ({reserved:?})", reserved = RESERVED)]
+    ParamName(String),
+    #[error("params.{0}: at most {most} visible ASCII characters", most = MAX_FIELD_LEN)]
+    ParamValue(String),
+}
+
 impl OAuth {
     /// The grant's own checks (the token URL's address is the caller's: `outbound::check_url`).
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), GrantError> {
         if self.client_id.is_empty() || self.client_id.len() > MAX_FIELD_LEN || !visible(&self.client_id) {
-            return Err(format!("client_id: 1 to {MAX_FIELD_LEN} visible ASCII characters"));
+            return Err(GrantError::ClientId);
         }
         if self.scope.as_ref().is_some_and(|s| s.is_empty() || s.len() > MAX_FIELD_LEN || !visible(s)) {
-            return Err(format!("scope: 1 to {MAX_FIELD_LEN} visible ASCII characters"));
+            return Err(GrantError::Scope);
         }
         if self.params.len() > MAX_PARAMS {
-            return Err(format!("params: at most {MAX_PARAMS} fields"));
+            return Err(GrantError::TooManyParams);
         }
         for (name, value) in &self.params {
             let named = (1..=64).contains(&name.len())
                 && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
             if !named || RESERVED.contains(&name.as_str()) {
-                return Err(format!(
-                    "params.{name}: a name of 1 to 64 lowercase letters, digits or '_', not one Relay sets ({RESERVED:?})"
-                ));
+                return Err(GrantError::ParamName(name.clone()));
             }
             if value.len() > MAX_FIELD_LEN || !visible(value) {
-                return Err(format!("params.{name}: at most {MAX_FIELD_LEN} visible ASCII characters"));
+                return Err(GrantError::ParamValue(name.clone()));
             }
         }
         Ok(())

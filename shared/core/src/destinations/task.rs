@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use hyper::body::Bytes;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use std::sync::Arc;
@@ -91,6 +91,19 @@ impl Task for HttpRequest {
             return Err(ParamError::new("body", format!("at most {MAX_BODY} bytes of JSON (this is {size})")));
         }
         Ok(())
+    }
+
+    /// Headers as `check_header` takes them (1 to 64 token characters, none of `REFUSED_HEADERS`
+    /// in any case; values of visible ASCII, spaces and tabs), at most `MAX_HEADERS`. The
+    /// destination's own auth header is refused when the job runs.
+    fn document_rules(schema: &mut Value) {
+        let refused: Vec<String> = rules::REFUSED_HEADERS.iter().map(|h| crate::pattern::any_case(h)).collect();
+        let headers = &mut schema["properties"]["headers"];
+        headers["propertyNames"] = json!({"type": "string", "pattern": "^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$",
+            "not": {"pattern": format!("^({})$", refused.join("|"))}});
+        headers["maxProperties"] = json!(rules::MAX_HEADERS);
+        let most = rules::MAX_HEADER_VALUE_LEN;
+        headers["additionalProperties"] = json!({"type": "string", "pattern": format!("^[\\t -~]{{0,{most}}}$")});
     }
 
     fn admit(p: &RequestParams) -> Admission {

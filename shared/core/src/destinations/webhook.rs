@@ -93,6 +93,12 @@ impl Task for WebhookSend {
         Ok(())
     }
 
+    /// A run-time URL of the callback URL's shape (with a host name: an address literal's
+    /// acceptance depends on the guard); which URLs a destination allows is its state.
+    fn document_rules(schema: &mut Value) {
+        schema["properties"]["url"]["pattern"] = json!(crate::outbound::url_pattern(false));
+    }
+
     fn admit(p: &WebhookParams) -> Admission {
         let dest = Named { kind: Stored::Destination, field: "destination".into(), name: p.destination.clone() };
         let url = Named {

@@ -18,6 +18,7 @@ use mail_builder::mime::{BodyPart, MimePart};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::media_type::{MediaType, MediaTypeError, media_type};
 use crate::plain::NameValue;
 use crate::plain::ParamError;
 
@@ -84,120 +85,23 @@ pub struct Attachment {
     pub content_id: Option<String>,
 }
 
-/// A media type, its type and subtype lower-cased, its parameters' names lower-cased.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MediaType {
-    pub essence: String,
-    pub params: Vec<NameValue>,
-}
-
-impl MediaType {
-    fn param(&self, name: &str) -> Option<&str> {
-        self.params.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
-    }
-
-    /// The `Content-Type` as sent; a text part says it is UTF-8.
-    fn header(&self, text: bool) -> ContentType<'static> {
-        let mut ct = ContentType::new(self.essence.clone());
-        for (n, v) in &self.params {
-            ct = ct.attribute(n.clone(), v.clone());
-        }
-        if text && self.param("charset").is_none() {
-            ct = ct.attribute("charset", "utf-8");
-        }
-        ct
-    }
-
-    /// As the preview shows it.
-    pub fn to_text(&self) -> String {
-        let mut s = self.essence.clone();
-        for (n, v) in &self.params {
-            s.push_str(&format!("; {n}={v}"));
-        }
-        s
-    }
-}
-
-fn is_token(c: char) -> bool {
-    c.is_ascii_graphic() && !"()<>@,;:\\\"/[]?=".contains(c)
-}
-
-/// Parse `type/subtype; name=value; name="quoted value"` (RFC 2045 5.1), ASCII only.
-pub fn media_type(s: &str) -> Result<MediaType, String> {
-    if s.is_empty() || s.len() > 255 || !s.is_ascii() || s.chars().any(|c| c.is_ascii_control()) {
-        return Err("1 to 255 ASCII characters, no control characters".into());
-    }
-    let (essence, mut rest) = s.split_at(s.find(';').unwrap_or(s.len()));
-    let Some((t, sub)) = essence.trim().split_once('/') else {
-        return Err(format!("{s:?} is not a media type (type/subtype)"));
-    };
-    if t.is_empty() || sub.is_empty() || !t.chars().all(is_token) || !sub.chars().all(is_token) {
-        return Err(format!("{s:?} is not a media type (type/subtype)"));
-    }
-    let mut params: Vec<NameValue> = Vec::new();
-    while let Some(after) = rest.strip_prefix(';') {
-        let after = after.trim_start();
-        let Some((name, value)) = after.split_once('=') else {
-            return Err(format!("{s:?}: a parameter is name=value"));
-        };
-        let name = name.trim().to_ascii_lowercase();
-        if name.is_empty() || !name.chars().all(is_token) {
-            return Err(format!("{s:?}: {name:?} is not a parameter name"));
-        }
-        let value = value.trim_start();
-        let (value, left) = if let Some(quoted) = value.strip_prefix('"') {
-            let mut v = String::new();
-            let mut chars = quoted.char_indices();
-            let mut end = None;
-            while let Some((i, c)) = chars.next() {
-                match c {
-                    '\\' => v.extend(chars.next().map(|(_, c)| c)),
-                    '"' => {
-                        end = Some(i + 1);
-                        break;
-                    }
-                    c => v.push(c),
-                }
-            }
-            let end = end.ok_or_else(|| format!("{s:?}: an unterminated quoted value"))?;
-            (v, &quoted[end..])
-        } else {
-            let end = value.find(|c: char| c == ';' || c.is_ascii_whitespace()).unwrap_or(value.len());
-            let token = &value[..end];
-            if token.is_empty() || !token.chars().all(is_token) {
-                return Err(format!("{s:?}: parameter {name} has no valid value (quote it)"));
-            }
-            (token.to_owned(), &value[end..])
-        };
-        if params.iter().any(|(n, _)| *n == name) {
-            return Err(format!("{s:?}: parameter {name} given twice"));
-        }
-        params.push((name, value));
-        rest = left.trim_start();
-    }
-    if !rest.is_empty() {
-        return Err(format!("{s:?}: parameters are separated by ';'"));
-    }
-    Ok(MediaType { essence: essence.trim().to_ascii_lowercase(), params })
-}
-
 /// A part's media type, checked: text other than plain and HTML, UTF-8, and a calendar names
 /// an iTIP method (upper-cased).
-pub fn part_type(p: &Part) -> Result<MediaType, String> {
+pub fn part_type(p: &Part) -> Result<MediaType, MediaTypeError> {
     let mut mt = media_type(&p.content_type)?;
     if !mt.essence.starts_with("text/") || mt.essence == "text/plain" || mt.essence == "text/html" {
-        return Err("a text/* type other than text/plain and text/html (give those as `text` and `html`)".into());
+        return Err(MediaTypeError::NotExtraText);
     }
     if mt.param("charset").is_some_and(|c| !c.eq_ignore_ascii_case("utf-8")) {
-        return Err("parts are sent as UTF-8 (charset=utf-8, or no charset)".into());
+        return Err(MediaTypeError::Charset);
     }
     if mt.essence == "text/calendar" {
         let methods = CALENDAR_METHODS.join(", ");
         let Some(method) = mt.param("method").map(str::to_ascii_uppercase) else {
-            return Err(format!("text/calendar names its iTIP method (RFC 5546): method={{{methods}}}"));
+            return Err(MediaTypeError::NoMethod(methods));
         };
         if !CALENDAR_METHODS.contains(&method.as_str()) {
-            return Err(format!("method {method:?} is not an iTIP method (RFC 5546): one of {methods}"));
+            return Err(MediaTypeError::Method { method, methods });
         }
         for (n, v) in mt.params.iter_mut() {
             if n == "method" {
@@ -233,7 +137,7 @@ pub fn check(parts: &[Part], attachments: &[Attachment]) -> Result<(), ParamErro
     let mut total = 0usize;
     let mut types = BTreeSet::new();
     for (i, p) in parts.iter().enumerate() {
-        let mt = part_type(p).map_err(|e| ParamError::new(format!("parts[{i}].content_type"), e))?;
+        let mt = part_type(p).map_err(|e| ParamError::new(format!("parts[{i}].content_type"), e.to_string()))?;
         if !types.insert(mt.essence.clone()) {
             return Err(ParamError::new(format!("parts[{i}].content_type"), format!("a second {} part", mt.essence)));
         }
@@ -266,8 +170,8 @@ pub fn check(parts: &[Part], attachments: &[Attachment]) -> Result<(), ParamErro
     let mut ids = BTreeSet::new();
     for (i, a) in attachments.iter().enumerate() {
         let at = |f: &str| format!("attachments[{i}].{f}");
-        check_filename(&a.filename).map_err(|e| ParamError::new(at("filename"), e))?;
-        let mt = media_type(&a.content_type).map_err(|e| ParamError::new(at("content_type"), e))?;
+        check_filename(&a.filename).map_err(|e| ParamError::new(at("filename"), e.to_string()))?;
+        let mt = media_type(&a.content_type).map_err(|e| ParamError::new(at("content_type"), e.to_string()))?;
         if mt.essence.starts_with("multipart/") || mt.essence.starts_with("message/") {
             return Err(ParamError::new(at("content_type"), "a file's type, not multipart/* or message/*"));
         }
@@ -319,28 +223,44 @@ fn base64_len(b64: &str) -> usize {
     (b64.len() / 4 * 3).saturating_sub(padding)
 }
 
+/// Why an attachment's file name is refused, in the words the API answers with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FilenameError {
+    #[error("1 to {} characters", MAX_FILENAME)]
+    Length,
+    #[error("no control characters (CR, LF, NUL…), '/' or '\\'")]
+    Characters,
+    #[error("SES refuses .{0} attachments")]
+    Extension(String),
+    #[error(transparent)]
+    Encoded(#[from] super::encoded_words::WordError),
+    /// The name a mail client shows (its RFC 2047 words decoded) is refused.
+    #[error("decoded as RFC 2047 ({shown:?}): {why}")]
+    Decoded { shown: String, why: Box<FilenameError> },
+}
+
 /// A file name as given, then as a mail client shows it (`encoded_words::decode`): both must pass.
-fn check_filename(name: &str) -> Result<(), String> {
+fn check_filename(name: &str) -> Result<(), FilenameError> {
     check_shown_name(name)?;
     if name.contains("=?") {
-        let shown = super::encoded_words::decode(name).map_err(|e| e.to_string())?;
-        check_shown_name(&shown).map_err(|e| format!("decoded as RFC 2047 ({shown:?}): {e}"))?;
+        let shown = super::encoded_words::decode(name)?;
+        check_shown_name(&shown).map_err(|why| FilenameError::Decoded { shown, why: Box::new(why) })?;
     }
     Ok(())
 }
 
-fn check_shown_name(name: &str) -> Result<(), String> {
+fn check_shown_name(name: &str) -> Result<(), FilenameError> {
     let n = name.chars().count();
     if n == 0 || n > MAX_FILENAME || name.trim().is_empty() {
-        return Err(format!("1 to {MAX_FILENAME} characters"));
+        return Err(FilenameError::Length);
     }
     if name.chars().any(|c| c.is_control() || c == '/' || c == '\\') {
-        return Err("no control characters (CR, LF, NUL…), '/' or '\\'".into());
+        return Err(FilenameError::Characters);
     }
     if let Some((_, ext)) = name.trim_end_matches([' ', '.']).rsplit_once('.')
         && UNSUPPORTED_EXTENSIONS.contains(&ext.to_ascii_lowercase().as_str())
     {
-        return Err(format!("SES refuses .{} attachments", ext.to_ascii_lowercase()));
+        return Err(FilenameError::Extension(ext.to_ascii_lowercase()));
     }
     Ok(())
 }
@@ -387,8 +307,23 @@ fn base64_lines(bytes: &[u8]) -> String {
     out
 }
 
+/// Why a message could not be built: only what `check` refuses, or a message over SES's limit.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    MediaType(#[from] MediaTypeError),
+    #[error("a message needs text, html or a part")]
+    Empty,
+    #[error("{file}: {error}")]
+    Base64 { file: String, error: base64::DecodeError },
+    #[error("{0}")]
+    Write(#[from] std::io::Error),
+    #[error("the message is {0} bytes; SES takes at most {most}", most = SES_MAX_MESSAGE_BYTES)]
+    TooBig(usize),
+}
+
 /// Build the message. Fails only on what `check` refuses, or a message over SES's limit.
-pub fn build(e: &Envelope<'_>) -> Result<Vec<u8>, String> {
+pub fn build(e: &Envelope<'_>) -> Result<Vec<u8>, BuildError> {
     let mut alternatives = Vec::new();
     if let Some(text) = e.text {
         alternatives.push(MimePart::new("text/plain", text.to_owned()));
@@ -400,13 +335,15 @@ pub fn build(e: &Envelope<'_>) -> Result<Vec<u8>, String> {
         alternatives.push(MimePart::new(part_type(p)?.header(true), p.content.clone()));
     }
     let mut body = match alternatives.len() {
-        0 => return Err("a message needs text, html or a part".into()),
+        0 => return Err(BuildError::Empty),
         1 => alternatives.remove(0),
         _ => MimePart::new("multipart/alternative", alternatives),
     };
     let (mut inline, mut attached) = (Vec::new(), Vec::new());
     for a in e.attachments {
-        let bytes = STANDARD.decode(&a.content_base64).map_err(|err| format!("{}: {err}", a.filename))?;
+        let bytes = STANDARD
+            .decode(&a.content_base64)
+            .map_err(|error| BuildError::Base64 { file: a.filename.clone(), error })?;
         let disposition = match a.disposition {
             Disposition::Attachment => "attachment",
             Disposition::Inline => "inline",
@@ -450,9 +387,9 @@ pub fn build(e: &Envelope<'_>) -> Result<Vec<u8>, String> {
             m.header(name.clone(), Text::new(value.clone()))
         };
     }
-    let raw = m.body(body).write_to_vec().map_err(|err| err.to_string())?;
+    let raw = m.body(body).write_to_vec()?;
     if raw.len() > SES_MAX_MESSAGE_BYTES {
-        return Err(format!("the message is {} bytes; SES takes at most {SES_MAX_MESSAGE_BYTES}", raw.len()));
+        return Err(BuildError::TooBig(raw.len()));
     }
     Ok(raw)
 }
@@ -540,7 +477,7 @@ mod tests {
         for n in [0, 1, 2, 3, 4, MAX_CONTENT_BYTES - 1, MAX_CONTENT_BYTES, MAX_CONTENT_BYTES + 1] {
             assert_eq!(base64_len(&STANDARD.encode(vec![1u8; n])), n);
         }
-        assert!(check_filename("=?utf-8?b?YS5leGU=?=").unwrap_err().contains(".exe"));
+        assert!(check_filename("=?utf-8?b?YS5leGU=?=").unwrap_err().to_string().contains(".exe"));
         assert!(check_filename("=?utf-8?q?Z=C3=BCrich.pdf?=").is_ok());
     }
 

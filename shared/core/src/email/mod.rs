@@ -18,9 +18,11 @@ pub mod campaign;
 pub mod content;
 pub mod cutover;
 pub mod departure;
+pub mod document;
 pub mod encoded_words;
 pub mod events;
 pub mod list_management;
+pub mod media_type;
 pub mod mime;
 pub mod pace;
 pub mod reputation;
@@ -280,7 +282,9 @@ async fn deliver(
     // The message is built before its slot, so the call leaves on time.
     let raw = match ses::raw_message(p, body, &ids) {
         Ok(raw) => raw,
-        Err(why) => return record_outcome(ctx.db.get().await, m, Err(SendFailure::Rejected(why))).await,
+        Err(why) => {
+            return record_outcome(ctx.db.get().await, m, Err(SendFailure::Rejected(why.to_string()))).await;
+        }
     };
     // The slot comes last, just before the call, so each rate holds where SES counts it (a
     // slot taken before the intent's commit let one send arrive hundreds of milliseconds late

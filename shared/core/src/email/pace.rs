@@ -107,7 +107,7 @@ pub async fn read_account(
         Ok((rate, max, sent)) => send_rates::record_account(&db, "default", rate, max, sent).await?,
         Err(why) => {
             tracing::warn!(event = "relay.email.account_unread", error = %why, "could not read the SES account's quota");
-            send_rates::record_account_error(&db, "default", &why).await?
+            send_rates::record_account_error(&db, "default", &why.to_string()).await?
         }
     }
     Ok(())

@@ -12,6 +12,7 @@ use aws_sdk_sesv2::Client;
 use aws_sdk_sesv2::config::retry::RetryConfig;
 use aws_sdk_sesv2::config::timeout::TimeoutConfig;
 use aws_sdk_sesv2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_sesv2::operation::get_account::GetAccountError;
 use aws_sdk_sesv2::operation::send_email::SendEmailError;
 use aws_sdk_sesv2::primitives::Blob;
 use aws_sdk_sesv2::types::{Destination, EmailContent, ListManagementOptions, MessageTag, RawMessage};
@@ -115,7 +116,7 @@ pub fn tags(p: &SendParams, id: &Identity<'_>) -> Vec<NameValue> {
 
 /// The message as sent: MIME built by `mime::build` from the rendered content, the client's
 /// parts and attachments, and `headers`. Its `Message-ID` is Relay's message id (SES sets its own).
-pub fn raw_message(p: &SendParams, body: &Rendered, id: &Identity<'_>) -> Result<Vec<u8>, String> {
+pub fn raw_message(p: &SendParams, body: &Rendered, id: &Identity<'_>) -> Result<Vec<u8>, super::mime::BuildError> {
     let headers = headers(p, body, id);
     let domain = p.from.rsplit_once('@').map_or("relay", |(_, d)| d.trim_end_matches('>'));
     let message_id = format!("{}@{domain}", id.message_id);
@@ -232,11 +233,20 @@ fn never_connected(e: Option<&aws_sdk_sesv2::error::ConnectorError>) -> bool {
     false
 }
 
+/// Why the account's quota could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum QuotaError {
+    #[error("{}", DisplayErrorContext(.0))]
+    Call(Box<SdkError<GetAccountError>>),
+    #[error("GetAccount answered without a SendQuota")]
+    NoQuota,
+}
+
 /// What SES says of the account (`GetAccount`'s `SendQuota`): (`MaxSendRate`,
 /// `Max24HourSend`, `SentLast24Hours`).
-pub async fn account_quota(client: &Client) -> Result<(f64, f64, f64), String> {
-    let out = client.get_account().send().await.map_err(|e| DisplayErrorContext(&e).to_string())?;
-    let q = out.send_quota().ok_or("GetAccount answered without a SendQuota")?;
+pub async fn account_quota(client: &Client) -> Result<(f64, f64, f64), QuotaError> {
+    let out = client.get_account().send().await.map_err(|e| QuotaError::Call(Box::new(e)))?;
+    let q = out.send_quota().ok_or(QuotaError::NoQuota)?;
     Ok((q.max_send_rate(), q.max24_hour_send(), q.sent_last24_hours()))
 }
 
@@ -276,7 +286,7 @@ pub fn preview(p: &SendParams, body: &Rendered, message_id: uuid::Uuid, ctx: &cr
             .iter()
             .map(|a| AttachmentPreview {
                 filename: a.filename.clone(),
-                content_type: super::mime::media_type(&a.content_type)
+                content_type: super::media_type::media_type(&a.content_type)
                     .map_or_else(|_| a.content_type.clone(), |m| m.to_text()),
                 disposition: serde_json::to_value(a.disposition)
                     .ok()

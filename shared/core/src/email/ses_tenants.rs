@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use aws_config::SdkConfig;
 use aws_sdk_sesv2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_sesv2::operation::create_tenant::CreateTenantError;
+use aws_sdk_sesv2::operation::create_tenant_resource_association::CreateTenantResourceAssociationError;
+use aws_sdk_sts::operation::get_caller_identity::GetCallerIdentityError;
 
 use super::ses;
 use crate::job::{TaskError, TenantId};
@@ -39,6 +42,19 @@ fn exists<E: ProvideErrorMetadata>(e: &SdkError<E>) -> bool {
     e.as_service_error().and_then(ProvideErrorMetadata::code) == Some("AlreadyExistsException")
 }
 
+/// Why a part of an SES tenant could not be set up (the held send's note says it).
+#[derive(Debug, thiserror::Error)]
+pub enum SetUpError {
+    #[error("CreateTenant {name}: {}", DisplayErrorContext(.error))]
+    Tenant { name: String, error: Box<SdkError<CreateTenantError>> },
+    #[error("GetCallerIdentity: {}", DisplayErrorContext(.0))]
+    Caller(Box<SdkError<GetCallerIdentityError>>),
+    #[error("{0}: not a part an SES tenant takes")]
+    Part(String),
+    #[error("CreateTenantResourceAssociation {name} {arn}: {}", DisplayErrorContext(.error))]
+    Association { name: String, arn: String, error: Box<SdkError<CreateTenantResourceAssociationError>> },
+}
+
 /// Set up `missing` (`store::ses_tenants::missing`, in its order) with this run's AWS access,
 /// then keep what was done (a connection taken only then: none is held across a call). The
 /// first part that fails holds the send, with why; the parts done before it are kept.
@@ -58,7 +74,7 @@ pub async fn set_up(
             match client.create_tenant().tenant_name(&name).send().await {
                 Ok(_) => Ok(None),
                 Err(e) if exists(&e) => Ok(None),
-                Err(e) => Err(format!("CreateTenant {name}: {}", DisplayErrorContext(&e))),
+                Err(e) => Err(SetUpError::Tenant { name: name.clone(), error: Box::new(e) }),
             }
         } else {
             associate(&client, aws, &name, resource, &mut account).await.map(Some)
@@ -99,19 +115,19 @@ async fn associate(
     name: &str,
     resource: &str,
     account: &mut Option<String>,
-) -> Result<String, String> {
+) -> Result<String, SetUpError> {
     if account.is_none() {
         let me = aws_sdk_sts::Client::new(aws).get_caller_identity().send().await;
-        let me = me.map_err(|e| format!("GetCallerIdentity: {}", DisplayErrorContext(&e)))?;
+        let me = me.map_err(|e| SetUpError::Caller(Box::new(e)))?;
         *account = Some(me.account().unwrap_or_default().to_owned());
     }
     let region = aws.region().map_or("us-east-1", |r| r.as_ref());
     let arn = arn(resource, region, account.as_deref().unwrap_or_default())
-        .ok_or_else(|| format!("{resource}: not a part an SES tenant takes"))?;
+        .ok_or_else(|| SetUpError::Part(resource.to_owned()))?;
     match client.create_tenant_resource_association().tenant_name(name).resource_arn(&arn).send().await {
         Ok(_) => Ok(arn),
         Err(e) if exists(&e) => Ok(arn),
-        Err(e) => Err(format!("CreateTenantResourceAssociation {name} {arn}: {}", DisplayErrorContext(&e))),
+        Err(e) => Err(SetUpError::Association { name: name.to_owned(), arn, error: Box::new(e) }),
     }
 }
 

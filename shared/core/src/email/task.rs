@@ -25,6 +25,10 @@ impl Task for SendEmail {
         crate::email::rules::send(schema);
     }
 
+    fn document_rules(schema: &mut Value) {
+        crate::email::document::send(schema);
+    }
+
     fn admit(p: &SendParams) -> Admission {
         let names =
             p.template.iter().map(|t| Named { kind: Stored::Template, field: "template".into(), name: t.clone() });
@@ -50,6 +54,10 @@ impl Task for SendCampaign {
 
     fn schema_rules(schema: &mut Value) {
         crate::email::rules::campaign(schema);
+    }
+
+    fn document_rules(schema: &mut Value) {
+        crate::email::document::campaign(schema);
     }
 
     fn admit(p: &CampaignParams) -> Admission {

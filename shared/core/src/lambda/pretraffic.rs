@@ -21,7 +21,8 @@
 use std::time::Duration;
 
 use aws_sdk_codedeploy::types::LifecycleEventStatus;
-use aws_sdk_lambda::error::DisplayErrorContext;
+use aws_sdk_lambda::error::{DisplayErrorContext, SdkError};
+use aws_sdk_lambda::operation::invoke::InvokeError;
 use aws_sdk_lambda::primitives::Blob;
 use base64::Engine;
 use serde::Serialize;
@@ -36,6 +37,17 @@ use crate::store::{StoreError, tenants};
 
 /// The tenant the hook's jobs belong to (created on first use; its key is replaced each run).
 pub const TENANT: &str = super::executor::DEPLOY_CHECK_TENANT;
+
+/// Why invoking a function gave no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum InvokeFailed {
+    #[error("invoking {function}: {}", DisplayErrorContext(.error))]
+    Call { function: String, error: Box<SdkError<InvokeError>> },
+    #[error("{function} failed ({kind}): {payload}")]
+    Function { function: String, kind: String, payload: String },
+    #[error("{function} answered what is not JSON ({error}): {payload}")]
+    NotJson { function: String, error: serde_json::Error, payload: String },
+}
 
 /// Why a check failed.
 #[derive(Debug, thiserror::Error)]
@@ -202,7 +214,7 @@ impl PreTraffic {
         let check = json!({super::executor::DEPLOY_CHECK: {}});
         if let Some(sweeper) = &self.sweeper {
             let failed = |reason: String| CheckFailed::Version { function: sweeper.clone(), reason };
-            let passes = self.invoke(sweeper, &check).await.map_err(failed)?;
+            let passes = self.invoke(sweeper, &check).await.map_err(|e| failed(e.to_string()))?;
             if !passes.is_array() {
                 return Err(failed(format!("answered {passes}, not its sweep passes")));
             }
@@ -210,7 +222,7 @@ impl PreTraffic {
         }
         if let Some(ingress) = &self.ingress {
             let failed = |reason: String| CheckFailed::Version { function: ingress.clone(), reason };
-            let answer = self.invoke(ingress, &check).await.map_err(failed)?;
+            let answer = self.invoke(ingress, &check).await.map_err(|e| failed(e.to_string()))?;
             let done = &answer["deploy_check"];
             if done.get("task_type").is_none() {
                 return Err(failed(format!("did not turn an SES event into a job: {answer}")));
@@ -221,7 +233,7 @@ impl PreTraffic {
     }
 
     /// Invoke a function (synchronously) with a JSON event: its answer, or why there is none.
-    async fn invoke(&self, function: &str, event: &Value) -> Result<Value, String> {
+    async fn invoke(&self, function: &str, event: &Value) -> Result<Value, InvokeFailed> {
         let out = self
             .lambda
             .invoke()
@@ -229,12 +241,16 @@ impl PreTraffic {
             .payload(Blob::new(event.to_string()))
             .send()
             .await
-            .map_err(|e| format!("invoking {function}: {}", DisplayErrorContext(e)))?;
+            .map_err(|e| InvokeFailed::Call { function: function.to_owned(), error: Box::new(e) })?;
         let payload = out.payload().map(|b| String::from_utf8_lossy(b.as_ref()).into_owned()).unwrap_or_default();
         if let Some(kind) = out.function_error() {
-            return Err(format!("{function} failed ({kind}): {payload}"));
+            return Err(InvokeFailed::Function { function: function.to_owned(), kind: kind.to_owned(), payload });
         }
-        serde_json::from_str(&payload).map_err(|e| format!("{function} answered what is not JSON ({e}): {payload}"))
+        serde_json::from_str(&payload).map_err(|error| InvokeFailed::NotJson {
+            function: function.to_owned(),
+            error,
+            payload,
+        })
     }
 }
 
@@ -277,7 +293,7 @@ impl NewVersions<'_> {
             "body": body.map(Value::to_string),
             "isBase64Encoded": false,
         });
-        let answer = self.hook.invoke(&self.hook.intake, &event).await.map_err(ClientError::Http)?;
+        let answer = self.hook.invoke(&self.hook.intake, &event).await.map_err(|e| ClientError::Http(e.to_string()))?;
         let status = answer["statusCode"].as_u64().and_then(|s| u16::try_from(s).ok());
         let Some(status) = status else { return Err(ClientError::Decode(format!("no statusCode in {answer}"))) };
         let text = answer["body"].as_str().unwrap_or_default();
@@ -322,7 +338,7 @@ impl SmokeApi for NewVersions<'_> {
         let id = job["id"].as_str().and_then(|i| i.parse::<JobId>().ok());
         let Some(job_id) = id else { return Err(SmokeError::NoId(job.clone())) };
         let event = json!({super::executor::DEPLOY_CHECK: {"job_id": job_id}});
-        let answer = self.hook.invoke(self.executor, &event).await.map_err(SmokeError::Executor)?;
+        let answer = self.hook.invoke(self.executor, &event).await.map_err(|e| SmokeError::Executor(e.to_string()))?;
         let done = &answer["deploy_check"];
         let executor = self.executor;
         if let Some(e) = done["error"].as_str() {

@@ -16,8 +16,22 @@ use crate::job::{ExceptionKind, JobId, TenantId};
 // `StoreError::UnknownValue` when read. (Not a doc comment: the OpenAPI document shows that.)
 /// An exception's status: open until an operator (or the system, when its job later succeeds)
 /// closes it as resolved or ignored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ExceptionStatus {
     Open,
     Resolved,
@@ -27,22 +41,14 @@ pub enum ExceptionStatus {
 impl ExceptionStatus {
     pub const ALL: [ExceptionStatus; 3] = [Self::Open, Self::Resolved, Self::Ignored];
 
+    /// The name serde writes, stored as the row's text.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Open => "open",
-            Self::Resolved => "resolved",
-            Self::Ignored => "ignored",
-        }
+        self.into()
     }
 
+    /// Strict: only the names `as_str` gives.
     pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|st| st.as_str() == s)
-    }
-}
-
-impl std::fmt::Display for ExceptionStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        s.parse().ok()
     }
 }
 
@@ -276,4 +282,21 @@ pub async fn unalerted(
 pub async fn mark_alerted(db: &impl GenericClient, ids: &[Uuid]) -> Result<(), StoreError> {
     db.execute("UPDATE exceptions SET alerted_at = now() WHERE id = ANY($1) AND alerted_at IS NULL", &[&ids]).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Stored, shown and parsed by the name serde writes, and by no other spelling.
+    #[test]
+    fn each_exceptionstatus_is_its_serde_name() {
+        for v in ExceptionStatus::ALL {
+            assert_eq!(serde_json::to_value(v).unwrap(), v.as_str());
+            assert_eq!(v.to_string(), v.as_str());
+            assert_eq!(ExceptionStatus::parse(v.as_str()), Some(v));
+        }
+        assert_eq!(ExceptionStatus::parse("Open"), None);
+        assert_eq!(ExceptionStatus::parse(""), None);
+    }
 }

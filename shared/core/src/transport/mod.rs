@@ -6,6 +6,7 @@
 pub mod postgres;
 pub mod sqs;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use deadpool_postgres::Pool;
@@ -65,10 +66,11 @@ pub async fn send_tries(transport: &Arc<dyn Transport>, pool: &Pool, jobs: &[Dis
     if jobs.is_empty() {
         return true;
     }
-    let mut jobs = if transport.groups_by_tenant() && jobs.iter().any(|d| d.tenant.is_none()) {
-        with_tenants_of(pool, jobs).await
+    // Borrowed as given: copied only when tenants are added or a failed dispatch leaves some.
+    let mut jobs: Cow<'_, [Dispatch]> = if transport.groups_by_tenant() && jobs.iter().any(|d| d.tenant.is_none()) {
+        Cow::Owned(with_tenants_of(pool, jobs).await)
     } else {
-        jobs.to_vec()
+        Cow::Borrowed(jobs)
     };
     let mut unsent = Vec::new();
     for _ in 0..tries.max(1) {
@@ -76,7 +78,7 @@ pub async fn send_tries(transport: &Arc<dyn Transport>, pool: &Pool, jobs: &[Dis
         metrics::DISPATCH_FAILURES.add(e.unsent.len());
         tracing::warn!(event = "relay.dispatch.failed", jobs = jobs.len(), unsent = e.unsent.len(), error = %e,
             "dispatch failed; the sweep will send the unsent jobs");
-        jobs.retain(|d| e.unsent.contains(&d.id));
+        jobs.to_mut().retain(|d| e.unsent.contains(&d.id));
         unsent = e.unsent;
     }
     let cleared = async { jobs::undispatch(&pool.get().await?, &unsent).await };

@@ -83,8 +83,22 @@ pub struct JobEvent {
 /// What a step of a job's history is. Stored as text (`job_events.kind`, whose CHECK lists the
 /// recorded ones), the names serde writes; text no variant names is `StoreError::UnknownValue`
 /// when read. `Submitted` and `Claimed` are never stored: they are derived from the job row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    ToSchema,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum EventKind {
     Submitted,
     Claimed,
@@ -123,33 +137,14 @@ impl EventKind {
         Self::StaleWriteRefused,
     ];
 
+    /// The name serde writes, stored as the row's text.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Submitted => "submitted",
-            Self::Claimed => "claimed",
-            Self::Succeeded => "succeeded",
-            Self::RetryScheduled => "retry_scheduled",
-            Self::Failed => "failed",
-            Self::Cancelled => "cancelled",
-            Self::LeaseExpired => "lease_expired",
-            Self::Redispatched => "redispatched",
-            Self::Waiting => "waiting",
-            Self::Continued => "continued",
-            Self::OperatorRetry => "operator_retry",
-            Self::ForceFinished => "force_finished",
-            Self::ExceptionIgnored => "exception_ignored",
-            Self::StaleWriteRefused => "stale_write_refused",
-        }
+        self.into()
     }
 
+    /// Strict: only the names `as_str` gives.
     pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.as_str() == s)
-    }
-}
-
-impl std::fmt::Display for EventKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        s.parse().ok()
     }
 }
 
@@ -250,4 +245,21 @@ pub async fn tenants_of(
 ) -> Result<std::collections::HashMap<JobId, TenantId>, StoreError> {
     let stmt = db.prepare_cached("SELECT id, tenant_id FROM jobs WHERE id = ANY($1)").await?;
     Ok(db.query(&stmt, &[&ids]).await?.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Stored, shown and parsed by the name serde writes, and by no other spelling.
+    #[test]
+    fn each_eventkind_is_its_serde_name() {
+        for v in EventKind::ALL {
+            assert_eq!(serde_json::to_value(v).unwrap(), v.as_str());
+            assert_eq!(v.to_string(), v.as_str());
+            assert_eq!(EventKind::parse(v.as_str()), Some(v));
+        }
+        assert_eq!(EventKind::parse("RetryScheduled"), None);
+        assert_eq!(EventKind::parse(""), None);
+    }
 }
