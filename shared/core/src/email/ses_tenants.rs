@@ -39,7 +39,7 @@ fn exists<E: ProvideErrorMetadata>(e: &SdkError<E>) -> bool {
     e.as_service_error().and_then(ProvideErrorMetadata::code) == Some("AlreadyExistsException")
 }
 
-/// Set up `missing` (`store::ses_tenants::missing`, in its order) with this run's AWS access,
+/// Set up `missing` (`store::send_reads`' `ses_tenant_missing`, in its order) with this run's AWS access,
 /// then keep what was done (a connection taken only then: none is held across a call). The
 /// first part that fails holds the send, with why; the parts done before it are kept.
 pub async fn set_up(
