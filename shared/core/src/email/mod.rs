@@ -38,7 +38,8 @@ use uuid::Uuid;
 
 use crate::job::TaskError;
 use crate::store::messages::{self, Intent, Message, NewMessage, Status};
-use crate::store::{StoreError, message_events, send_rates, sending_identities, suppressions, templates, topics};
+use crate::store::send_reads::{self, SendQuery, SendReads};
+use crate::store::{StoreError, message_events, send_rates, suppressions, topics};
 use crate::task::TaskContext;
 use content::SendParams;
 use ses::SendFailure;
@@ -101,42 +102,27 @@ pub async fn send(ctx: &TaskContext, p: SendParams) -> Result<Value, TaskError> 
     let tenant = ctx.tenant_id;
     let from = content::bare(&p.from).unwrap_or_default();
     let recipients: Vec<String> = p.recipients().filter_map(|r| content::bare(r)).collect();
-    // Four reads in flight at once on the one connection: one round trip, not four (each
-    // statement prepared once per connection, so none waits for a Parse of its own).
-    let template = async {
-        match &p.template {
-            Some(name) => templates::get(&db, tenant, name).await,
-            None => Ok(None),
-        }
-    };
-    let opted_out = async {
-        match &p.topic {
-            Some(topic) => topics::matching(&db, tenant, &recipients, topic).await,
-            None => Ok(vec![]),
-        }
-    };
-    // What of the tenant's SES tenant a live send still needs set up (`ses_tenants`).
-    let ses_tenant_missing = async {
-        match ctx.modes.writes_enabled(ses::TENANTS) {
-            true => crate::store::ses_tenants::missing(&db, tenant, p.configuration_set.as_deref()).await,
-            false => Ok(vec![]),
-        }
-    };
     let stage_of = cutover::task_type_of(p.message_key.as_deref());
-    let (template, allowed, listed, opted_out, own_role, guard, stage, ses_tenant_missing) = tokio::try_join!(
-        template,
-        sending_identities::allows(&db, tenant, &from),
-        suppressions::matching(&db, tenant, &recipients),
-        opted_out,
-        sending_identities::role(&db, tenant),
-        crate::store::reputation::get(&db, tenant),
-        crate::store::cutover::get(&db, tenant, stage_of),
-        ses_tenant_missing,
+    let reads = send_reads::read(
+        &db,
+        &SendQuery {
+            tenant,
+            template: p.template.as_deref(),
+            from: &from,
+            recipients: &recipients,
+            topic: p.topic.as_deref(),
+            stage_of,
+            configuration_set: p.configuration_set.as_deref(),
+            ses_tenants: ctx.modes.writes_enabled(ses::TENANTS),
+        },
     )
+    .await
     .map_err(TaskError::retryable)?;
+    let SendReads { template, allowed, suppressed, opted_out, role: own_role, guard, stage, ses_tenant_missing } =
+        reads;
     // The template and its data are the tenant's: a failure to render them is its own.
     let body = p.render(template.as_ref()).map_err(|e| TaskError::Fatal(e.to_string()).tenants())?;
-    let unsent = unsent(&p, &from, allowed, &listed, &opted_out);
+    let unsent = unsent(&p, &from, allowed, &suppressed, &opted_out);
     // The tenant's cut-over stage for this kind of send narrows what the global modes allow.
     let staged = cutover::shadows(stage.as_ref(), recipients.first().map_or("", String::as_str));
     let live = unsent.is_none() && ctx.modes.writes_enabled(INTEGRATION) && staged.is_none();
@@ -215,19 +201,19 @@ fn unsent(
     p: &SendParams,
     from: &str,
     allowed: bool,
-    listed: &[suppressions::Suppression],
-    opted_out: &[topics::OptOut],
+    suppressed: &[(String, String)],
+    opted_out: &[String],
 ) -> Option<(Status, String)> {
     if !allowed {
         Some((Status::Refused, format!("{from} is not one of this tenant's sending identities")))
-    } else if !listed.is_empty() {
-        let who: Vec<String> = listed.iter().map(|s| format!("{} ({})", s.address, s.reason)).collect();
+    } else if !suppressed.is_empty() {
+        let who: Vec<String> = suppressed.iter().map(|(address, reason)| format!("{address} ({reason})")).collect();
         Some((Status::Skipped, format!("suppressed recipients: {}", who.join(", "))))
     } else {
         (!opted_out.is_empty()).then(|| {
-            let who: Vec<&str> = opted_out.iter().map(|o| o.address.as_str()).collect();
+            let who = opted_out.join(", ");
             let topic = p.topic.as_deref().unwrap_or_default();
-            (Status::Skipped, format!("{SKIPPED_UNSUBSCRIBED} from topic {topic}: {}", who.join(", ")))
+            (Status::Skipped, format!("{SKIPPED_UNSUBSCRIBED} from topic {topic}: {who}"))
         })
     }
 }

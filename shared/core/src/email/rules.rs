@@ -54,7 +54,7 @@ fn message(p: &mut Value) {
 
 /// A pattern a `from` matches when it is at one of `identities` (addresses, or domains whose
 /// every address may send), in any letter case, with or without a display name. Wider than the
-/// send's own check (`sending_identities::allows` on the bare address), never narrower: the
+/// send's own check (`store::send_reads`' `allowed` on the bare address), never narrower: the
 /// bare address ends the field, before `>` and white space. None for a tenant with none (every
 /// send is refused when it runs; the published schema says nothing about it).
 pub fn identities_pattern(identities: &[String]) -> Option<String> {
@@ -106,7 +106,7 @@ pub fn with_identities(task: &str, schema: &mut Value, identities: &[String]) {
 mod tests {
     use super::*;
 
-    /// What `sending_identities::allows` decides, on the bare address.
+    /// What `store::send_reads` decides as `allowed`, on the bare address.
     fn allowed(identities: &[String], from: &str) -> bool {
         let Some(bare) = super::super::content::bare(from) else { return false };
         let domain = bare.rsplit_once('@').map_or("", |(_, d)| d);

@@ -55,7 +55,7 @@ pub enum SetUpError {
     Association { name: String, arn: String, error: Box<SdkError<CreateTenantResourceAssociationError>> },
 }
 
-/// Set up `missing` (`store::ses_tenants::missing`, in its order) with this run's AWS access,
+/// Set up `missing` (`store::send_reads`' `ses_tenant_missing`, in its order) with this run's AWS access,
 /// then keep what was done (a connection taken only then: none is held across a call). The
 /// first part that fails holds the send, with why; the parts done before it are kept.
 pub async fn set_up(

@@ -34,23 +34,28 @@ pub struct Stage {
     pub updated_by: String,
 }
 
-const COLUMNS: &str = "tenant_id, task_type, stage, share, halt_bounce, halt_complaint, halt_failure, min_sends, \
+pub(super) const COLUMNS: &str = "tenant_id, task_type, stage, share, halt_bounce, halt_complaint, halt_failure, min_sends, \
                        started_at, halted_at, halted_reason, updated_by";
 
 fn stage(r: &Row) -> Stage {
+    stage_at(r, 0)
+}
+
+/// A stage from `COLUMNS` read at `at` onwards.
+pub(super) fn stage_at(r: &Row, at: usize) -> Stage {
     Stage {
-        tenant_id: r.get(0),
-        task_type: r.get(1),
-        stage: r.get(2),
-        share: r.get(3),
-        halt_bounce: r.get(4),
-        halt_complaint: r.get(5),
-        halt_failure: r.get(6),
-        min_sends: r.get(7),
-        started_at: r.get(8),
-        halted_at: r.get(9),
-        halted_reason: r.get(10),
-        updated_by: r.get(11),
+        tenant_id: r.get(at),
+        task_type: r.get(at + 1),
+        stage: r.get(at + 2),
+        share: r.get(at + 3),
+        halt_bounce: r.get(at + 4),
+        halt_complaint: r.get(at + 5),
+        halt_failure: r.get(at + 6),
+        min_sends: r.get(at + 7),
+        started_at: r.get(at + 8),
+        halted_at: r.get(at + 9),
+        halted_reason: r.get(at + 10),
+        updated_by: r.get(at + 11),
     }
 }
 

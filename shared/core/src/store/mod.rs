@@ -32,6 +32,7 @@ pub mod reputation;
 pub mod schedules;
 pub mod secret;
 pub mod send_rates;
+pub mod send_reads;
 pub mod send_shares;
 pub mod sending_identities;
 pub mod ses_tenants;

@@ -49,20 +49,25 @@ macro_rules! thresholds {
     };
 }
 
-const COLUMNS: &str = concat!(thresholds!(), ", state, state_reason, state_since");
+pub(super) const COLUMNS: &str = concat!(thresholds!(), ", state, state_reason, state_since");
 
 fn guard(r: &Row) -> Guard {
+    guard_at(r, 0)
+}
+
+/// A guard from `COLUMNS` read at `at` onwards.
+pub(super) fn guard_at(r: &Row, at: usize) -> Guard {
     Guard {
-        warn_bounce: r.get(0),
-        warn_complaint: r.get(1),
-        pause_bounce: r.get(2),
-        pause_complaint: r.get(3),
-        window_hours: r.get(4),
-        min_sends: r.get(5),
-        exempt_tags: r.get(6),
-        state: r.get(7),
-        state_reason: r.get(8),
-        state_since: r.get(9),
+        warn_bounce: r.get(at),
+        warn_complaint: r.get(at + 1),
+        pause_bounce: r.get(at + 2),
+        pause_complaint: r.get(at + 3),
+        window_hours: r.get(at + 4),
+        min_sends: r.get(at + 5),
+        exempt_tags: r.get(at + 6),
+        state: r.get(at + 7),
+        state_reason: r.get(at + 8),
+        state_since: r.get(at + 9),
         configured: true,
     }
 }

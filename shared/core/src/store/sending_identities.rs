@@ -31,17 +31,6 @@ pub async fn list(db: &impl GenericClient, tenant: TenantId) -> Result<Vec<Strin
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-/// Whether `address` (bare, lower-case) is one of the tenant's identities or at one of its domains.
-pub async fn allows(db: &impl GenericClient, tenant: TenantId, address: &str) -> Result<bool, StoreError> {
-    let domain = address.rsplit_once('@').map_or("", |(_, d)| d);
-    let stmt = db
-        .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM sending_identities WHERE tenant_id = $1 AND identity IN ($2, $3))",
-        )
-        .await?;
-    Ok(db.query_one(&stmt, &[&tenant, &address, &domain]).await?.get(0))
-}
-
 /// Add one identity (lower-cased) if it is not there.
 pub async fn add(db: &impl GenericClient, tenant: TenantId, identity: &str) -> Result<(), StoreError> {
     db.execute(

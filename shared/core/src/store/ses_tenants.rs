@@ -12,28 +12,6 @@ pub const IDENTITY: &str = "identity:";
 /// The prefix of a configuration set's part.
 pub const CONFIGURATION_SET: &str = "configuration_set:";
 
-/// What a send of the tenant (naming `configuration_set`, if any) still needs set up, in order:
-/// the SES tenant first, then each of the tenant's sending identities and the set not yet
-/// associated. Empty: everything is, and the send makes no call.
-pub async fn missing(
-    db: &impl GenericClient,
-    tenant: TenantId,
-    configuration_set: Option<&str>,
-) -> Result<Vec<String>, StoreError> {
-    let stmt = db
-        .prepare_cached(
-            "SELECT w.resource FROM (
-                 SELECT 0 AS ord, 'tenant' AS resource
-                 UNION ALL SELECT 1, 'identity:' || identity FROM sending_identities WHERE tenant_id = $1
-                 UNION ALL SELECT 2, 'configuration_set:' || $2::text WHERE $2::text IS NOT NULL
-             ) w
-             WHERE NOT EXISTS (SELECT 1 FROM ses_tenant_resources r WHERE r.tenant_id = $1 AND r.resource = w.resource)
-             ORDER BY w.ord, w.resource",
-        )
-        .await?;
-    Ok(db.query(&stmt, &[&tenant, &configuration_set]).await?.iter().map(|r| r.get(0)).collect())
-}
-
 /// Keep that these parts exist at SES (`(resource, ARN)`; no ARN for `tenant`), so no send
 /// asks for them again.
 pub async fn record(

@@ -41,21 +41,6 @@ pub async fn add(
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-/// Which of `addresses` (bare, lower-case) are suppressed for the tenant.
-pub async fn matching(
-    db: &impl GenericClient,
-    tenant: TenantId,
-    addresses: &[String],
-) -> Result<Vec<Suppression>, StoreError> {
-    let stmt = db
-        .prepare_cached(
-            "SELECT address, reason, detail, message_id, created_at FROM suppressions
-             WHERE tenant_id = $1 AND address = ANY($2) ORDER BY address",
-        )
-        .await?;
-    Ok(db.query(&stmt, &[&tenant, &addresses]).await?.iter().map(from_row).collect())
-}
-
 /// A page of the list, in address order after `after`.
 pub async fn list(
     db: &impl GenericClient,

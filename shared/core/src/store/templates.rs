@@ -19,7 +19,18 @@ pub struct Template {
 
 impl Template {
     fn from_row(r: &Row) -> Self {
-        Template { name: r.get(0), subject: r.get(1), text_body: r.get(2), html_body: r.get(3), updated_at: r.get(4) }
+        Self::from_row_at(r, 0)
+    }
+
+    /// A template from `COLUMNS` read at `at` onwards.
+    pub(super) fn from_row_at(r: &Row, at: usize) -> Self {
+        Template {
+            name: r.get(at),
+            subject: r.get(at + 1),
+            text_body: r.get(at + 2),
+            html_body: r.get(at + 3),
+            updated_at: r.get(at + 4),
+        }
     }
 }
 
@@ -39,7 +50,7 @@ pub fn check_name(name: &str) -> Result<(), BadName> {
     if ok { Ok(()) } else { Err(BadName) }
 }
 
-const COLUMNS: &str = "name, subject, text_body, html_body, updated_at";
+pub(super) const COLUMNS: &str = "name, subject, text_body, html_body, updated_at";
 
 /// Create or replace; returns the stored template.
 pub async fn put(

@@ -61,22 +61,6 @@ pub async fn resubscribe(
     Ok(row.as_ref().map(from_row))
 }
 
-/// Which of `addresses` (bare, lower-case) are opted out of `topic`.
-pub async fn matching(
-    db: &impl GenericClient,
-    tenant: TenantId,
-    addresses: &[String],
-    topic: &str,
-) -> Result<Vec<OptOut>, StoreError> {
-    let stmt = db
-        .prepare_cached(
-            "SELECT address, topic, source, message_id, created_at FROM topic_opt_outs
-             WHERE tenant_id = $1 AND address = ANY ($2) AND topic = $3 ORDER BY address",
-        )
-        .await?;
-    Ok(db.query(&stmt, &[&tenant, &addresses, &topic]).await?.iter().map(from_row).collect())
-}
-
 /// A page of the tenant's opt-outs in (address, topic) order after `after`, of one address
 /// when given.
 pub async fn list(

@@ -161,7 +161,7 @@ impl Sending {
             report.fig(&format!("{name}: noisy tenant's first {} sends at SES after", 2 * RATE), b.warm_up.as_millis());
             report.fig(&format!("{name}: noisy tenant's sends at SES by the victim's last"), b.theirs);
             // After a throttle the account's rate is what the back-off left of it.
-            let bound = if b.factor < 1.0 { 2 * fair_at(b.factor) + ALLOWANCE } else { bound };
+            let bound = 2 * fair_at(b.factor.min(1.0)) + ALLOWANCE;
             report.fig(
                 &format!("{name}: account rate's back-off factor at the victim's last; bound"),
                 format!("{:.2}; {} ms", b.factor, bound.as_millis()),
