@@ -462,7 +462,9 @@ class RelayClient:
                 # Timed out or no connection: the request may have landed; the same key makes
                 # the retry safe.
                 if last:
-                    raise TransportError(0, "transport", f"{method} {path}: {e!r}") from e
+                    # The full URL: "connection refused" most often means a Relay not running there.
+                    url = f"{str(self._http.base_url).rstrip('/')}{path}"
+                    raise TransportError(0, "transport", f"{method} {url}: {e!r}") from e
                 time.sleep(delay)
                 delay *= 2
                 continue

@@ -98,5 +98,6 @@ def test_a_timed_out_submit_is_retried_with_the_same_key_and_makes_one_job(relay
     with relay.client() as client:
         jobs = client.list(correlation_id=r.correlation_id).jobs
     assert [j.id for j in jobs] == [job.id], "one job for two sends"
-    with RelayClient("http://127.0.0.1:1", "k", attempts=2, backoff=0.01) as dead, pytest.raises(TransportError):
+    with RelayClient("http://127.0.0.1:1", "k", attempts=2, backoff=0.01) as dead, pytest.raises(TransportError) as e:
         dead.submit(req())
+    assert "POST http://127.0.0.1:1/v1/jobs" in str(e.value), "a Relay not running names the URL it was looked for at"

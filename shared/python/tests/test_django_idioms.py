@@ -157,6 +157,17 @@ def test_a_stale_timestamp_is_named_as_such(relay, signing, live_server):
     assert res.status_code == 400 and res.json()["error"]["code"] == "bad_signature", "another secret's is forged"
 
 
+def test_a_receiver_without_a_secret_says_which_setting_is_empty(relay, signing, live_server, caplog):
+    """Step 5 of the GUIDE done halfway (the PUT, no restart with the secret): the log names the setting."""
+    data, headers = signed({"type": "job.succeeded", "data": {}}, signing["SIGNING_SECRETS"][0], datetime.now(UTC))
+    signing["SIGNING_SECRETS"] = []
+    with caplog.at_level("WARNING", logger="relay_client"):
+        res = httpx.post(f"{live_server.url}/relay/callbacks", content=data, headers=headers)
+    assert res.status_code == 400 and res.json()["error"]["code"] == "bad_signature", res.text
+    assert "holds no signing secret" in res.json()["error"]["message"]
+    assert "RELAY['SIGNING_SECRETS'] is empty" in caplog.text, caplog.text
+
+
 def test_a_deferred_jobs_waiting_reason_reaches_the_row(relay, relay_settings):
     with transaction.atomic():
         result = noop.using(run_after=datetime.now(UTC) + timedelta(hours=1)).enqueue()

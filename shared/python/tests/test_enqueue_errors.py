@@ -5,6 +5,7 @@ behind a 401/403/409 make ``relay_drain`` fail; configuration mistakes fail ``ma
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 from django.db import connection, transaction
@@ -55,6 +56,11 @@ def test_parameters_the_schema_refuses_raise_at_enqueue_naming_the_field(relay, 
     assert list(e.value.message_dict) == ["seconds"]
     with pytest.raises(InvalidParams, match="bytes: Relay takes at most"):
         noop.enqueue(echo="x" * 2_200_000)
+    with pytest.raises(InvalidParams) as e:
+        email_send.enqueue(**FROM, to=[f"u{i}@example.com" for i in range(51)], subject="s", text="t")
+    assert e.value.message_dict == {"to": ["51 items: at most 50"]}, "the count, not the 51 addresses"
+    with pytest.raises(TypeError, match=r"noop: parameter 'echo' is not JSON .*datetime.*isoformat"):
+        noop.enqueue(echo={"at": datetime.now(UTC)})
     assert not RelayJob.objects.exists(), "nothing was written"
 
 

@@ -293,6 +293,20 @@ def _check_options(task: RelayTask) -> None:
         )
 
 
+def _json_params(task_type: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The parameters as JSON; a value that is not raises ``TypeError`` naming its parameter."""
+    params: dict[str, Any] = {}
+    for name, value in kwargs.items():
+        try:
+            params[name] = normalize_json(value)
+        except TypeError as e:
+            raise TypeError(
+                f"{task_type}: parameter {name!r} is not JSON ({e}): pass str, int, float, bool, None, "
+                "lists and dicts (a datetime as .isoformat(), a model instance by its pk)"
+            ) from e
+    return params
+
+
 class RelayBackend(BaseTaskBackend):
     task_class = RelayTask
     supports_defer = True
@@ -316,8 +330,7 @@ class RelayBackend(BaseTaskBackend):
         assert isinstance(task, RelayTask)
         if args:
             raise InvalidTask("Relay tasks take their parameters as keyword arguments")
-        params = normalize_json(dict(kwargs))
-        assert isinstance(params, dict)
+        params = _json_params(task.task_type, kwargs)
         started = time.monotonic()
         if conf.get("VALIDATE"):
             catalogue.check(task.task_type, params)

@@ -191,6 +191,10 @@ def _fields(e: SchemaError) -> list[tuple[str, str]]:
         return [(f"{prefix}{k}", "this task takes no such parameter") for k in instance if k not in known]
     if e.validator == "format" and e.validator_value == "email":
         return [(path or NON_FIELD_ERRORS, f"{e.instance!r} is not an email address")]
+    if e.validator in ("maxItems", "minItems") and isinstance(e.instance, list):
+        # jsonschema's own message repeats the whole list (51 addresses for one number).
+        bound = "at most" if e.validator == "maxItems" else "at least"
+        return [(path or NON_FIELD_ERRORS, f"{len(e.instance)} items: {bound} {e.validator_value}")]
     described = e.schema.get("description") if isinstance(e.schema, dict) else None
     if e.validator == "pattern" and isinstance(described, str) and "sending identities:" in described:
         identities = described.rsplit("sending identities:", 1)[1].strip().rstrip(".")

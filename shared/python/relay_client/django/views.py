@@ -81,6 +81,13 @@ def callback(request: HttpRequest) -> JsonResponse:
             "the signature verifies but webhook-timestamp is over 5 minutes from now "
             "(a replay, or this host's clock is off)",
         )
+    if payload is None and not conf.signing_secrets():
+        log.warning(
+            "relay callback %s refused: RELAY['SIGNING_SECRETS'] is empty; set it to the secret "
+            "PUT /v1/callbacks returned (whsec_...) and restart this process",
+            headers["webhook-id"],
+        )
+        return _error(400, "bad_signature", "this receiver holds no signing secret")
     if payload is None:
         log.warning("relay callback %s refused: no signing secret verifies it", headers["webhook-id"])
         return _error(400, "bad_signature", "the webhook signature does not verify")
