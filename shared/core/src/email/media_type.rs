@@ -15,14 +15,14 @@ pub enum MediaTypeError {
     Essence(String),
     #[error("{0:?}: a parameter is name=value")]
     NoValue(String),
-    #[error("{0:?}: {1:?} is not a parameter name")]
-    ParamName(String, String),
+    #[error("{media_type:?}: {name:?} is not a parameter name")]
+    ParamName { media_type: String, name: String },
     #[error("{0:?}: an unterminated quoted value")]
     Unterminated(String),
-    #[error("{0:?}: parameter {1} has no valid value (quote it)")]
-    BadValue(String, String),
-    #[error("{0:?}: parameter {1} given twice")]
-    Twice(String, String),
+    #[error("{media_type:?}: parameter {name} has no valid value (quote it)")]
+    BadValue { media_type: String, name: String },
+    #[error("{media_type:?}: parameter {name} given twice")]
+    Twice { media_type: String, name: String },
     #[error("{0:?}: parameters are separated by ';'")]
     Separator(String),
     /// A part's type: not text, or plain text or HTML (given as `text` and `html`).
@@ -95,7 +95,7 @@ pub fn media_type(s: &str) -> Result<MediaType, MediaTypeError> {
         };
         let name = name.trim().to_ascii_lowercase();
         if name.is_empty() || !name.chars().all(is_token) {
-            return Err(MediaTypeError::ParamName(s.to_owned(), name));
+            return Err(MediaTypeError::ParamName { media_type: s.to_owned(), name });
         }
         let value = value.trim_start();
         let (value, left) = if let Some(quoted) = value.strip_prefix('"') {
@@ -118,12 +118,12 @@ pub fn media_type(s: &str) -> Result<MediaType, MediaTypeError> {
             let end = value.find(|c: char| c == ';' || c.is_ascii_whitespace()).unwrap_or(value.len());
             let token = &value[..end];
             if token.is_empty() || !token.chars().all(is_token) {
-                return Err(MediaTypeError::BadValue(s.to_owned(), name));
+                return Err(MediaTypeError::BadValue { media_type: s.to_owned(), name });
             }
             (token.to_owned(), &value[end..])
         };
         if params.iter().any(|(n, _)| *n == name) {
-            return Err(MediaTypeError::Twice(s.to_owned(), name));
+            return Err(MediaTypeError::Twice { media_type: s.to_owned(), name });
         }
         params.push((name, value));
         rest = left.trim_start();

@@ -201,13 +201,13 @@ fn unsent(
     p: &SendParams,
     from: &str,
     allowed: bool,
-    suppressed: &[(String, String)],
+    suppressed: &[send_reads::Suppressed],
     opted_out: &[String],
 ) -> Option<(Status, String)> {
     if !allowed {
         Some((Status::Refused, format!("{from} is not one of this tenant's sending identities")))
     } else if !suppressed.is_empty() {
-        let who: Vec<String> = suppressed.iter().map(|(address, reason)| format!("{address} ({reason})")).collect();
+        let who: Vec<String> = suppressed.iter().map(|s| format!("{} ({})", s.address, s.reason)).collect();
         Some((Status::Skipped, format!("suppressed recipients: {}", who.join(", "))))
     } else {
         (!opted_out.is_empty()).then(|| {

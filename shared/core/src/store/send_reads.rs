@@ -32,8 +32,8 @@ pub struct SendReads {
     pub template: Option<Template>,
     /// The sender is one of the tenant's identities or at one of its domains.
     pub allowed: bool,
-    /// Recipients on the tenant's suppression list, with the list's reason, by address.
-    pub suppressed: Vec<(String, String)>,
+    /// Recipients on the tenant's suppression list, by address.
+    pub suppressed: Vec<Suppressed>,
     /// Recipients opted out of the send's topic, by address.
     pub opted_out: Vec<String>,
     /// The tenant's own sending role, if it named one.
@@ -46,6 +46,13 @@ pub struct SendReads {
     /// tenant first, then each sending identity and the configuration set not yet associated
     /// (empty without `ses_tenants`, or when everything is).
     pub ses_tenant_missing: Vec<String>,
+}
+
+/// A recipient on the suppression list and why it is there (`bounce`, `complaint`, `manual`).
+#[derive(Debug)]
+pub struct Suppressed {
+    pub address: String,
+    pub reason: String,
 }
 
 // Column positions: the template's 5, the guard's 10, the stage's 12, then one each.
@@ -104,7 +111,12 @@ pub async fn read(db: &impl GenericClient, q: &SendQuery<'_>) -> Result<SendRead
     Ok(SendReads {
         template: r.get::<_, Option<String>>(0).is_some().then(|| Template::from_row_at(&r, 0)),
         allowed: r.get(ROLE_AT + 1),
-        suppressed: addresses.unwrap_or_default().into_iter().zip(reasons.unwrap_or_default()).collect(),
+        suppressed: addresses
+            .unwrap_or_default()
+            .into_iter()
+            .zip(reasons.unwrap_or_default())
+            .map(|(address, reason)| Suppressed { address, reason })
+            .collect(),
         opted_out: r.get(ROLE_AT + 4),
         role: r.get(ROLE_AT),
         guard: r.get::<_, Option<f64>>(GUARD_AT).is_some().then(|| reputation::guard_at(&r, GUARD_AT)),

@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use deadpool_postgres::Pool;
-use serde_json::json;
+use serde_json::{Value, json};
 use uuid::Uuid;
 
+use taskdeck::job::JobId;
 use taskdeck::job::terms::{CorrelationId, IdempotencyKey, Limits};
 use taskdeck::platform::{Platform, Settings};
 use taskdeck::store::jobs::{self, NewJob};
@@ -39,6 +40,35 @@ impl Scratch {
         platform.migrate().await?;
         let (tenant, key) = tenants::create(&platform.pool.get().await?, "bench").await?;
         Ok(Scratch { platform, url: url_with_schema(base_url, &schema), schema, tenant, key })
+    }
+
+    /// Enqueue `params.len()` jobs of `task` for `tenant` (keys `prefix-i`) through the intake.
+    pub async fn submit(
+        &self,
+        tenant: taskdeck::job::TenantId,
+        prefix: &str,
+        task: &str,
+        params: Vec<Value>,
+    ) -> anyhow::Result<Vec<JobId>> {
+        let admits = taskdeck::api::submit::Admission {
+            callback_allow: self.platform.settings.callback_allow.clone(),
+            max_timeout_seconds: self.platform.settings.max_timeout_seconds,
+        };
+        let mut jobs = Vec::with_capacity(params.len());
+        for (i, p) in params.into_iter().enumerate() {
+            let req: taskdeck::api::submit::JobRequest =
+                serde_json::from_value(json!({"task_type": task, "params": p}))?;
+            let key = IdempotencyKey::parse(&format!("{prefix}-{i}"))?;
+            let new = req
+                .into_new_job(key, &self.platform.catalogue, &admits, chrono::Utc::now())
+                .map_err(|e| anyhow::anyhow!(e.message))?;
+            jobs.push(new);
+        }
+        let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
+        for chunk in jobs.chunks(1000) {
+            self.platform.intake.enqueue(tenant, chunk.to_vec()).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        Ok(ids)
     }
 
     pub async fn drop_schema(self, base_url: &str) -> anyhow::Result<()> {

@@ -21,7 +21,6 @@ use taskdeck::job::TenantId;
 use taskdeck::platform::Platform;
 use taskdeck::store::{modes, sending_identities};
 
-use super::neighbours::submit;
 use super::{Env, Report};
 use crate::bench::setup::Scratch;
 use crate::ses_standin::{self, Counts, Faults, FaultySes};
@@ -89,7 +88,7 @@ impl Sending {
     pub async fn beside_sends(&self, scratch: &Scratch, x: TenantId, queued: usize) -> anyhow::Result<Beside> {
         let sends = (0..queued).map(|i| single(DOMAINS[1], &format!("x-send {i}"))).collect();
         let before = self.passed("x-").len();
-        submit(scratch, x, "x-send", "email.send", sends).await?;
+        scratch.submit(x, "x-send", "email.send", sends).await?;
         self.beside(scratch, before, queued, "a-beside-sends").await
     }
 
@@ -100,7 +99,7 @@ impl Sending {
         let message = json!({"from": format!("News <news@{}>", DOMAINS[1]), "subject": "x-campaign", "text": "Hi"});
         let campaign = json!({"message": message, "recipients": to, "concurrency_limit": 20});
         let before = self.passed("x-").len();
-        submit(scratch, x, "x-campaign", "email.campaign", vec![campaign]).await?;
+        scratch.submit(x, "x-campaign", "email.campaign", vec![campaign]).await?;
         self.beside(scratch, before, recipients, "a-beside-campaign").await
     }
 
@@ -123,7 +122,7 @@ impl Sending {
     async fn mine(&self, scratch: &Scratch, name: &str) -> anyhow::Result<Option<Duration>> {
         let started = Instant::now();
         let sends = (0..MINE).map(|i| single(DOMAINS[0], &format!("{name} {i}"))).collect();
-        submit(scratch, scratch.tenant.id, name, "email.send", sends).await?;
+        scratch.submit(scratch.tenant.id, name, "email.send", sends).await?;
         let deadline = started + Duration::from_secs(30);
         while self.passed(name).len() < MINE && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;

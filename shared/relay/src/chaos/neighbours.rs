@@ -103,7 +103,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     // X alone (A idle) fills the long lane with calls that may each take 10 minutes; they hang
     // until the phase ends, then are answered (so the lane is free for the other phases).
     let call = json!({"destination": "silent-long", "method": "POST", "path": "/long", "timeout_ms": 600_000});
-    submit(&scratch, x.id, "x-long", "http.request", vec![call; env.n(300, 60)]).await?;
+    scratch.submit(x.id, "x-long", "http.request", vec![call; env.n(300, 60)]).await?;
     let long_running = "SELECT count(*) FROM jobs WHERE tenant_id = $1 AND status = 'running' AND timeout_seconds > $2";
     let above = taskdeck::executor::DEFAULT_LONG_AFTER;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -128,7 +128,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     let silent_jobs = env.n(300, 60);
     let calls: Vec<Value> =
         (0..silent_jobs).map(|_| json!({"destination": "silent", "method": "POST", "path": "/silent"})).collect();
-    submit(&scratch, x.id, "x-silent", "http.request", calls).await?;
+    scratch.submit(x.id, "x-silent", "http.request", calls).await?;
     // Measured while X's calls hang: from the moment its destination's places are all taken
     // (the jobs past them then wait pending), not during the burst of their first claims.
     let hanging = "SELECT count(*) FROM http_calls WHERE tenant_id = $1 AND outcome = 'sending'";
@@ -141,7 +141,7 @@ pub async fn run(env: &Env) -> anyhow::Result<Report> {
     }
     let beside_silent = victim(&scratch, "silent", phase).await?;
     let flood = env.n(20_000, 2_000);
-    submit(&scratch, x.id, "x-flood", "noop", vec![json!({}); flood]).await?;
+    scratch.submit(x.id, "x-flood", "noop", vec![json!({}); flood]).await?;
     let beside_flood = victim(&scratch, "flood", phase).await?;
     let still_hanging: i64 = pool.get().await?.query_one(hanging, &[&x.id]).await?.get(0);
     let queued = env.n(200, 30);
@@ -200,10 +200,9 @@ async fn victim(scratch: &Scratch, name: &str, phase: Duration) -> anyhow::Resul
     let mut ids: [Vec<JobId>; 2] = [Vec::new(), Vec::new()];
     let mut n = 0;
     while started.elapsed() < phase {
-        let noop = submit(scratch, scratch.tenant.id, &format!("a-{name}-noop-{n}"), "noop", vec![json!({})]).await?;
+        let noop = scratch.submit(scratch.tenant.id, &format!("a-{name}-noop-{n}"), "noop", vec![json!({})]).await?;
         let call = json!({"destination": "healthy", "method": "GET", "path": "/ok"});
-        let http =
-            submit(scratch, scratch.tenant.id, &format!("a-{name}-http-{n}"), "http.request", vec![call]).await?;
+        let http = scratch.submit(scratch.tenant.id, &format!("a-{name}-http-{n}"), "http.request", vec![call]).await?;
         ids[0].extend(noop);
         ids[1].extend(http);
         n += 1;
@@ -237,34 +236,6 @@ async fn victim(scratch: &Scratch, name: &str, phase: Duration) -> anyhow::Resul
         out[i] = Latency { n: ms.len(), p50: at(0.5), p99: at(0.99), unfinished: ids.len() - ms.len() };
     }
     Ok(out)
-}
-
-/// Enqueue `params.len()` jobs of `task` for `tenant` (keys `prefix-i`) through the intake.
-pub(super) async fn submit(
-    scratch: &Scratch,
-    tenant: taskdeck::job::TenantId,
-    prefix: &str,
-    task: &str,
-    params: Vec<Value>,
-) -> anyhow::Result<Vec<JobId>> {
-    let admits = taskdeck::api::submit::Admission {
-        callback_allow: scratch.platform.settings.callback_allow.clone(),
-        max_timeout_seconds: scratch.platform.settings.max_timeout_seconds,
-    };
-    let mut jobs = Vec::with_capacity(params.len());
-    for (i, p) in params.into_iter().enumerate() {
-        let req: taskdeck::api::submit::JobRequest = serde_json::from_value(json!({"task_type": task, "params": p}))?;
-        let key = taskdeck::job::terms::IdempotencyKey::parse(&format!("{prefix}-{i}"))?;
-        let new = req
-            .into_new_job(key, &scratch.platform.catalogue, &admits, chrono::Utc::now())
-            .map_err(|e| anyhow::anyhow!(e.message))?;
-        jobs.push(new);
-    }
-    let ids: Vec<JobId> = jobs.iter().map(|j| j.id).collect();
-    for chunk in jobs.chunks(1000) {
-        scratch.platform.intake.enqueue(tenant, chunk.to_vec()).await.map_err(|e| anyhow::anyhow!("{e}"))?;
-    }
-    Ok(ids)
 }
 
 /// The destinations: `/api/silent` accepts and never answers (within the run), `/api/long`
