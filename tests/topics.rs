@@ -132,6 +132,10 @@ async fn hostile_topics_and_addresses_get_a_clear_422() {
     let (s, e) = w.submit("bad", send("ann@example.com", Some(&"t".repeat(65)))).await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{e}");
     assert_eq!(w.count("SELECT count(*) FROM topic_opt_outs", &[]).await, 0);
+    // A body of JSON `null`, as the document allows, is an opt-out without a message.
+    let (s, e) = w.call(Method::PUT, "/v1/topic-opt-outs/ann@example.com/news", None, Some(Value::Null)).await;
+    assert_eq!(s, StatusCode::NO_CONTENT, "{e}");
+    assert_eq!(w.count("SELECT count(*) FROM topic_opt_outs", &[]).await, 1);
 }
 
 /// A live send naming a topic the tenant mapped onto an SES contact list carries SESv2

@@ -185,11 +185,19 @@ fn settings_rules(schemas: &mut Value, callback_url: &str) {
 fn path_rules(doc: &mut Value) {
     // The feeds' `updated_since`: an RFC 3339 time or a cursor the API issued.
     let since = json!({"anyOf": [{"type": "string", "format": "date-time"}, {"type": "string", "pattern": super::cursor::PATTERN}]});
+    let topic = json!({"type": "string", "pattern": crate::store::topics::NAME_PATTERN});
     for (path, method, param, schema) in [
         ("/v1/jobs", "get", "updated_since", since.clone()),
         ("/v1/messages/events", "get", "updated_since", since),
         ("/v1/suppressions/{address}", "put", "address", json!({"type": "string", "pattern": ADDRESS})),
         ("/v1/templates/{name}", "put", "name", json!({"type": "string", "pattern": TEMPLATE_NAME})),
+        ("/v1/topic-opt-outs", "get", "address", json!({"type": "string", "pattern": ADDRESS})),
+        ("/v1/topic-opt-outs/{address}/{topic}", "put", "address", json!({"type": "string", "pattern": ADDRESS})),
+        ("/v1/topic-opt-outs/{address}/{topic}", "delete", "address", json!({"type": "string", "pattern": ADDRESS})),
+        ("/v1/topic-opt-outs/{address}/{topic}", "put", "topic", topic.clone()),
+        ("/v1/topic-opt-outs/{address}/{topic}", "delete", "topic", topic.clone()),
+        ("/v1/topics/{topic}/ses", "put", "topic", topic.clone()),
+        ("/v1/topics/{topic}/ses", "delete", "topic", topic),
         (
             "/v1/destinations/{name}",
             "put",
@@ -343,6 +351,20 @@ mod tests {
             .find(|b| b["properties"]["task_type"]["const"] == "email.send")
             .unwrap()
             .clone()
+    }
+
+    #[test]
+    fn the_documented_topic_names_are_those_the_server_takes() {
+        let documented = regex::Regex::new(crate::store::topics::NAME_PATTERN).unwrap();
+        let long = "a".repeat(64);
+        let too_long = "a".repeat(65);
+        for name in ["news", "A-1_b.c", long.as_str(), "", "a b", "\"", "ü", too_long.as_str(), "a/b"] {
+            let takes = crate::store::topics::check_name(name).is_ok();
+            assert_eq!(documented.is_match(name), takes, "{name:?}");
+        }
+        let doc = crate::api::openapi::document();
+        let put = &doc["paths"]["/v1/topics/{topic}/ses"]["put"]["parameters"][0];
+        assert_eq!(put["schema"]["pattern"], crate::store::topics::NAME_PATTERN, "{put}");
     }
 
     #[test]

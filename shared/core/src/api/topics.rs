@@ -105,11 +105,13 @@ pub async fn put(
     body: axum::body::Bytes,
 ) -> Result<StatusCode, ApiError> {
     let (address, topic) = (address(&raw)?, topic(&name)?);
+    // No body, or JSON `null` (as the document allows), is an opt-out without a message.
     let body: OptOutBody = if body.iter().all(u8::is_ascii_whitespace) {
         OptOutBody::default()
     } else {
-        serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&body))
+        serde_path_to_error::deserialize::<_, Option<OptOutBody>>(&mut serde_json::Deserializer::from_slice(&body))
             .map_err(|e| ApiError::wrong_shape(e.path(), e.inner()))?
+            .unwrap_or_default()
     };
     let message_id = body.message_id;
     let mut db = state.pool.get().await.map_err(StoreError::from)?;

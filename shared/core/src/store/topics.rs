@@ -265,6 +265,9 @@ pub async fn ses_change_failed(
     Ok(())
 }
 
+/// A topic's name, as `check_name` takes it (the OpenAPI document states it).
+pub const NAME_PATTERN: &str = "^[A-Za-z0-9_.-]{1,64}$";
+
 /// A topic's name: 1 to 64 letters, digits, `_`, `-` or `.`.
 pub fn check_name(topic: &str) -> Result<(), &'static str> {
     let ok = (1..=64).contains(&topic.len())
